@@ -1,0 +1,309 @@
+//! `idem demo`: a simulated at-least-once consumer.
+//!
+//! A producer publishes a stream of messages in which some are redelivered later and
+//! some are delivered twice at once (so two workers race for the same key). Worker
+//! threads claim each message's key before applying it; some workers "fail" after
+//! claiming (they drop the guard, which releases the claim) and the broker redelivers.
+//! At the end every message's side-effect counter must be exactly 1.
+
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam::channel;
+use idem::{Claim, Engine, NamespaceConfig};
+
+use super::histogram::Histogram;
+use super::{grouped, number};
+
+/// What `idem demo` was asked to do.
+#[derive(Debug, Clone)]
+pub(crate) struct Options {
+    messages: u64,
+    workers: usize,
+    redeliver_pct: u64,
+    fail_pct: u64,
+}
+
+impl Options {
+    pub(crate) fn parse(args: &[String]) -> Result<Options, String> {
+        let mut o = Options {
+            messages: 1_000_000,
+            workers: 4,
+            redeliver_pct: 10,
+            fail_pct: 1,
+        };
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            match a.as_str() {
+                "--messages" | "-n" => o.messages = number(a, it.next())?,
+                "--workers" | "-w" => o.workers = number(a, it.next())?,
+                "--redeliver" => o.redeliver_pct = number(a, it.next())?,
+                "--fail" => o.fail_pct = number(a, it.next())?,
+                "--quick" => o.messages = 50_000,
+                other => return Err(format!("demo: unknown option {other:?}")),
+            }
+        }
+        if o.messages == 0 || o.messages > 100_000_000 {
+            return Err("demo: --messages must be between 1 and 100,000,000".into());
+        }
+        if o.workers == 0 || o.workers > 256 {
+            return Err("demo: --workers must be between 1 and 256".into());
+        }
+        if o.redeliver_pct > 100 || o.fail_pct > 50 {
+            return Err("demo: --redeliver is at most 100 and --fail at most 50 (percent)".into());
+        }
+        Ok(o)
+    }
+}
+
+/// A small deterministic generator (xorshift64*), so runs are repeatable.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn percent(&mut self, pct: u64) -> bool {
+        self.next() % 100 < pct
+    }
+}
+
+fn key_of(i: u64) -> [u8; 20] {
+    let mut k = [0u8; 20];
+    let s = format!("ord-{i:016x}");
+    k.copy_from_slice(s.as_bytes());
+    k
+}
+
+#[derive(Default)]
+struct Tally {
+    acquired: AtomicU64,
+    duplicates: AtomicU64,
+    in_progress: AtomicU64,
+    failed: AtomicU64,
+    acked: AtomicU64,
+}
+
+pub(crate) fn run(o: Options) -> Result<ExitCode, String> {
+    let engine = Engine::builder()
+        .namespace(
+            "orders",
+            NamespaceConfig::new()
+                .ttl(Duration::from_secs(3600))
+                .lease(Duration::from_secs(30))
+                .max_keys((o.messages as usize).saturating_mul(2).max(1024)),
+        )
+        .build()
+        .map_err(|e| e.to_string())?;
+    let orders = engine.namespace("orders").map_err(|e| e.to_string())?;
+
+    // The stream: every message once, in a scrambled order, plus redeliveries. A
+    // redelivery is either immediate (a concurrent duplicate: two workers race) or
+    // later in the stream.
+    let mut rng = Rng(0x1de3_5eed_0000_0001);
+    let mut stream: Vec<u64> =
+        Vec::with_capacity((o.messages * (100 + o.redeliver_pct) / 100) as usize);
+    let mut later: Vec<u64> = Vec::new();
+    let mut concurrent = 0u64;
+    let mut order: Vec<u64> = (0..o.messages).collect();
+    for n in (1..order.len()).rev() {
+        let j = (rng.next() % (n as u64 + 1)) as usize;
+        order.swap(n, j);
+    }
+    for i in order {
+        stream.push(i);
+        if rng.percent(o.redeliver_pct) {
+            if rng.percent(30) {
+                stream.push(i);
+                concurrent += 1;
+            } else {
+                later.push(i);
+            }
+        }
+        if !later.is_empty() && rng.percent(o.redeliver_pct) {
+            let pick = (rng.next() % later.len() as u64) as usize;
+            stream.push(later.swap_remove(pick));
+        }
+    }
+    stream.append(&mut later);
+    let deliveries = stream.len() as u64;
+
+    println!(
+        "idem demo: {} messages, {} deliveries ({} redeliveries, {} of them concurrent duplicates), {} workers, {}% of workers fail after claiming",
+        grouped(o.messages),
+        grouped(deliveries),
+        grouped(deliveries - o.messages),
+        grouped(concurrent),
+        o.workers,
+        o.fail_pct
+    );
+
+    let effects: Arc<Vec<AtomicU32>> =
+        Arc::new((0..o.messages).map(|_| AtomicU32::new(0)).collect());
+    let tally = Arc::new(Tally::default());
+    let (tx, rx) = channel::unbounded::<u64>();
+    for m in stream {
+        tx.send(m).map_err(|e| e.to_string())?;
+    }
+
+    let started = Instant::now();
+    let mut handles = Vec::new();
+    for w in 0..o.workers {
+        let (tx, rx) = (tx.clone(), rx.clone());
+        let orders = orders.clone();
+        let effects = effects.clone();
+        let tally = tally.clone();
+        let fail_pct = o.fail_pct;
+        handles.push(std::thread::spawn(move || -> Result<Histogram, String> {
+            let mut rng = Rng(0xabcd_0000_0000_0001 ^ (w as u64 + 1).wrapping_mul(0x9E37_79B9));
+            let mut hist = Histogram::new();
+            loop {
+                let m = match rx.recv_timeout(Duration::from_millis(20)) {
+                    Ok(m) => m,
+                    Err(_) if tally.acked.load(Ordering::Acquire) >= deliveries => break,
+                    Err(_) => continue,
+                };
+                let key = key_of(m);
+                let t = Instant::now();
+                let claim = orders.claim(&key).map_err(|e| e.to_string())?;
+                hist.record(t.elapsed().as_nanos() as u64);
+                match claim {
+                    Claim::Acquired(guard) => {
+                        tally.acquired.fetch_add(1, Ordering::Relaxed);
+                        if rng.percent(fail_pct) {
+                            // The worker dies before finishing: the guard is dropped,
+                            // the claim released, and the broker redelivers.
+                            drop(guard);
+                            tally.failed.fetch_add(1, Ordering::Relaxed);
+                            tx.send(m).map_err(|e| e.to_string())?;
+                            continue;
+                        }
+                        effects[m as usize].fetch_add(1, Ordering::Relaxed);
+                        guard.complete().map_err(|e| e.to_string())?;
+                        tally.acked.fetch_add(1, Ordering::AcqRel);
+                    }
+                    Claim::Duplicate(_) => {
+                        tally.duplicates.fetch_add(1, Ordering::Relaxed);
+                        tally.acked.fetch_add(1, Ordering::AcqRel);
+                    }
+                    Claim::InProgress(_) => {
+                        // Someone else holds it: nack, the broker redelivers later.
+                        tally.in_progress.fetch_add(1, Ordering::Relaxed);
+                        tx.send(m).map_err(|e| e.to_string())?;
+                    }
+                }
+            }
+            Ok(hist)
+        }));
+    }
+    drop(tx);
+
+    progress(&tally, deliveries, started);
+    let mut hist = Histogram::new();
+    for h in handles {
+        let h = h
+            .join()
+            .map_err(|_| "a worker thread panicked".to_string())??;
+        hist.merge(&h);
+    }
+    let elapsed = started.elapsed();
+
+    let mut once = 0u64;
+    let mut lost = 0u64;
+    let mut doubled = 0u64;
+    for e in effects.iter() {
+        match e.load(Ordering::Relaxed) {
+            0 => lost += 1,
+            1 => once += 1,
+            _ => doubled += 1,
+        }
+    }
+    let stats = engine.stats();
+    let claims = hist.count();
+    println!(
+        "answers:    {} acquired ({} by workers that then failed), {} duplicate, {} in progress (nacked, redelivered)",
+        grouped(tally.acquired.load(Ordering::Relaxed)),
+        grouped(tally.failed.load(Ordering::Relaxed)),
+        grouped(tally.duplicates.load(Ordering::Relaxed)),
+        grouped(tally.in_progress.load(Ordering::Relaxed)),
+    );
+    println!(
+        "throughput: {} claims in {:.2} s = {} claims/s ({} workers, including the simulated side effects)",
+        grouped(claims),
+        elapsed.as_secs_f64(),
+        grouped((claims as f64 / elapsed.as_secs_f64()) as u64),
+        o.workers
+    );
+    println!(
+        "latency:    claim p50 {} ns, p99 {} ns, p99.9 {} ns",
+        grouped(hist.quantile(0.5)),
+        grouped(hist.quantile(0.99)),
+        grouped(hist.quantile(0.999))
+    );
+    println!(
+        "memory:     {} resident keys, {:.1} hot-tier bytes per key",
+        grouped(stats.resident_keys),
+        stats.bytes_per_key()
+    );
+    if lost == 0 && doubled == 0 && once == o.messages {
+        println!(
+            "verified:   every one of {} messages took effect exactly once",
+            grouped(o.messages)
+        );
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!(
+            "FAILED:     {} exactly once, {} never applied, {} applied more than once",
+            grouped(once),
+            grouped(lost),
+            grouped(doubled)
+        );
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+/// Draws a progress bar on a terminal, or a line per quarter elsewhere, until done.
+fn progress(tally: &Tally, total: u64, started: Instant) {
+    let tty = std::io::stderr().is_terminal();
+    let mut next_quarter = 1;
+    loop {
+        let done = tally.acked.load(Ordering::Acquire).min(total);
+        let frac = done as f64 / total.max(1) as f64;
+        if tty {
+            let width = 40;
+            let filled = (frac * width as f64) as usize;
+            eprint!(
+                "\r[{}{}] {:5.1}% {}/{} deliveries  {:.1}s",
+                "#".repeat(filled),
+                ".".repeat(width - filled),
+                frac * 100.0,
+                grouped(done),
+                grouped(total),
+                started.elapsed().as_secs_f64()
+            );
+            let _ = std::io::stderr().flush();
+        } else {
+            while next_quarter <= 4 && frac >= next_quarter as f64 / 4.0 {
+                eprintln!(
+                    "progress: {}% of deliveries acknowledged",
+                    next_quarter * 25
+                );
+                next_quarter += 1;
+            }
+        }
+        if done >= total {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if tty {
+        eprintln!();
+    }
+}

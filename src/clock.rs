@@ -1,0 +1,87 @@
+//! Time: every deadline in idem comes from a [`Clock`] in wall-clock milliseconds.
+
+use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::sync::{Arc, AtomicU64, Ordering};
+
+/// A source of wall-clock time in milliseconds since the Unix epoch.
+///
+/// The engine reads it on every claim and completion. Wall-clock time (not a
+/// monotonic instant) is used because deadlines must keep their meaning across
+/// restarts of the process. A clock that steps backwards makes leases and TTLs last
+/// longer, never shorter.
+pub trait Clock: Send + Sync + 'static {
+    /// Milliseconds since 1970-01-01T00:00:00Z.
+    fn now_ms(&self) -> u64;
+}
+
+/// The system's real-time clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    #[inline]
+    fn now_ms(&self) -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0)
+    }
+}
+
+/// A clock that only moves when told to: tests of TTLs, leases and retention use it
+/// instead of sleeping.
+///
+/// Clones share one time, so a test keeps a clone and hands another to the engine:
+///
+/// ```
+/// use std::time::Duration;
+/// use idem::{Clock, ManualClock};
+///
+/// let clock = ManualClock::new(1_000);
+/// let engine_side = clock.clone();
+/// clock.advance(Duration::from_millis(250));
+/// assert_eq!(engine_side.now_ms(), 1_250);
+/// ```
+#[derive(Clone)]
+pub struct ManualClock {
+    now: Arc<AtomicU64>,
+}
+
+impl ManualClock {
+    /// A clock that reads `start_ms` until it is advanced.
+    pub fn new(start_ms: u64) -> Self {
+        Self {
+            now: Arc::new(AtomicU64::new(start_ms)),
+        }
+    }
+
+    /// Moves the clock forward by `by` (whole milliseconds; sub-millisecond parts are dropped).
+    pub fn advance(&self, by: Duration) {
+        self.now.fetch_add(
+            by.as_millis().min(u64::MAX as u128) as u64,
+            Ordering::SeqCst,
+        );
+    }
+
+    /// Sets the clock to `ms`, forwards or backwards.
+    pub fn set(&self, ms: u64) {
+        self.now.store(ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    #[inline]
+    fn now_ms(&self) -> u64 {
+        self.now.load(Ordering::SeqCst)
+    }
+}
+
+impl fmt::Debug for ManualClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ManualClock")
+            .field("now_ms", &self.now_ms())
+            .finish()
+    }
+}

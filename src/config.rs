@@ -1,0 +1,281 @@
+//! Configuration: [`NamespaceConfig`] for each namespace, [`EngineBuilder`] for the engine.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::time::Duration;
+
+use crate::clock::{Clock, SystemClock};
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::sync::Arc;
+
+/// How one namespace behaves: how long keys live, how many it holds, what it accepts.
+///
+/// Every setting has a default, so `NamespaceConfig::new()` alone is a working
+/// namespace: completed keys stay duplicates for 24 hours, a claim's lease lasts
+/// 30 seconds, at most 1,048,576 keys are resident, keys are at most 4096 bytes and
+/// stored results at most 64 KiB.
+///
+/// ```
+/// use std::time::Duration;
+/// use idem::NamespaceConfig;
+///
+/// let payments = NamespaceConfig::new()
+///     .ttl(Duration::from_secs(3600))
+///     .lease(Duration::from_secs(10))
+///     .max_keys(2_000_000);
+/// assert_eq!(payments.get_ttl(), Duration::from_secs(3600));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamespaceConfig {
+    pub(crate) ttl: Duration,
+    pub(crate) lease: Duration,
+    pub(crate) max_keys: usize,
+    pub(crate) max_key_len: usize,
+    pub(crate) max_result_len: usize,
+    pub(crate) extend_on_duplicate: bool,
+    pub(crate) shards: Option<usize>,
+}
+
+/// Default TTL of a completed key.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 3600);
+/// Default lease of a claim.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+/// Default bound on resident keys per namespace.
+pub const DEFAULT_MAX_KEYS: usize = 1 << 20;
+/// Default longest key, in bytes.
+pub const DEFAULT_MAX_KEY_LEN: usize = 4096;
+/// Default largest stored result, in bytes.
+pub const DEFAULT_MAX_RESULT_LEN: usize = 64 * 1024;
+/// The largest `max_keys` a namespace accepts (slab indices are 31-bit).
+pub const MAX_KEYS_LIMIT: usize = (1 << 31) - 1;
+
+impl Default for NamespaceConfig {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl NamespaceConfig {
+    /// A namespace with the defaults described on the type.
+    pub fn new() -> Self {
+        Self {
+            ttl: DEFAULT_TTL,
+            lease: DEFAULT_LEASE,
+            max_keys: DEFAULT_MAX_KEYS,
+            max_key_len: DEFAULT_MAX_KEY_LEN,
+            max_result_len: DEFAULT_MAX_RESULT_LEN,
+            extend_on_duplicate: false,
+            shards: None,
+        }
+    }
+
+    /// How long a completed key answers `Duplicate`, counted from its completion.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How long a claim may stay in progress before the key can be claimed again
+    /// (orphan recovery after a crashed worker).
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// An exact bound on resident keys (in progress or done and unexpired): the namespace
+    /// accepts this many and refuses the next with [`Error::CapacityExceeded`].
+    /// Size it as peak rate x TTL.
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        self.max_keys = max_keys;
+        self
+    }
+
+    /// The longest key accepted, in bytes (default 4096).
+    pub fn max_key_len(mut self, max_key_len: usize) -> Self {
+        self.max_key_len = max_key_len;
+        self
+    }
+
+    /// The largest result `complete_with_result` stores, in bytes (default 64 KiB).
+    pub fn max_result_len(mut self, max_result_len: usize) -> Self {
+        self.max_result_len = max_result_len;
+        self
+    }
+
+    /// Window semantics. `false` (the default) is a fixed window: a completed key is a
+    /// duplicate for `ttl` after its completion, however often it is seen again.
+    /// `true` is a sliding window: every duplicate sighting restarts the TTL. Sliding
+    /// windows store the completion time beside the entry, which costs memory per key.
+    pub fn extend_on_duplicate(mut self, extend: bool) -> Self {
+        self.extend_on_duplicate = extend;
+        self
+    }
+
+    /// Number of lock shards (default: derived from `max_keys`, at least 16). More
+    /// shards mean less contention between threads and a little more fixed memory.
+    pub fn shards(mut self, shards: usize) -> Self {
+        self.shards = Some(shards);
+        self
+    }
+
+    /// The configured TTL.
+    pub fn get_ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The configured lease.
+    pub fn get_lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// The configured bound on resident keys.
+    pub fn get_max_keys(&self) -> usize {
+        self.max_keys
+    }
+
+    pub(crate) fn validate(&self, name: &str, tick_ms: u64) -> Result<()> {
+        let bad = |reason: &'static str| {
+            Err(Error::InvalidConfig {
+                namespace: name.to_owned(),
+                reason,
+            })
+        };
+        // Deadlines are kept as 32-bit tick counts compared with serial arithmetic,
+        // so every deadline must lie less than 2^30 ticks ahead (leaving headroom).
+        let max_span_ms = (1u64 << 30).saturating_mul(tick_ms);
+        if name.is_empty() {
+            return bad("the namespace name is empty");
+        }
+        if self.ttl.as_millis() == 0 {
+            return bad("ttl must be at least 1 ms");
+        }
+        if self.lease.as_millis() == 0 {
+            return bad("lease must be at least 1 ms");
+        }
+        if self.ttl.as_millis() > max_span_ms as u128 {
+            return bad("ttl is longer than 2^30 ticks; choose a coarser EngineBuilder::tick");
+        }
+        if self.lease.as_millis() > max_span_ms as u128 {
+            return bad("lease is longer than 2^30 ticks; choose a coarser EngineBuilder::tick");
+        }
+        if self.max_keys == 0 || self.max_keys > MAX_KEYS_LIMIT {
+            return bad("max_keys must be between 1 and 2^31 - 1");
+        }
+        if self.max_key_len == 0 {
+            return bad("max_key_len must be at least 1");
+        }
+        if let Some(s) = self.shards {
+            if s == 0 || s > 4096 {
+                return bad("shards must be between 1 and 4096");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Builds an [`Engine`]: its namespaces, its clock and its maintenance.
+///
+/// ```
+/// use std::time::Duration;
+/// use idem::{Engine, NamespaceConfig};
+///
+/// let engine = Engine::builder()
+///     .namespace("orders", NamespaceConfig::new().ttl(Duration::from_secs(600)))
+///     .build()?;
+/// let orders = engine.namespace("orders")?;
+/// # let _ = orders;
+/// # Ok::<(), idem::Error>(())
+/// ```
+pub struct EngineBuilder {
+    pub(crate) namespaces: Vec<(String, NamespaceConfig)>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) tick: Duration,
+    pub(crate) maintenance_interval: Option<Duration>,
+    pub(crate) seed: Option<u64>,
+}
+
+impl fmt::Debug for EngineBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EngineBuilder")
+            .field("namespaces", &self.namespaces)
+            .field("tick", &self.tick)
+            .field("maintenance_interval", &self.maintenance_interval)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for EngineBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl EngineBuilder {
+    /// A builder with no namespaces, the system clock, 1 ms ticks and a maintenance
+    /// pass every 100 ms.
+    pub fn new() -> Self {
+        Self {
+            namespaces: Vec::new(),
+            clock: Arc::new(SystemClock),
+            tick: Duration::from_millis(1),
+            maintenance_interval: Some(Duration::from_millis(100)),
+            seed: None,
+        }
+    }
+
+    /// Adds a namespace. Names must be unique and non-empty.
+    pub fn namespace(mut self, name: &str, config: NamespaceConfig) -> Self {
+        self.namespaces.push((name.to_owned(), config));
+        self
+    }
+
+    /// The clock every deadline is read from (default [`SystemClock`]).
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// The resolution of deadlines (default 1 ms). TTLs and leases may be at most 2^30
+    /// ticks long (about 12 days at 1 ms); a coarser tick allows longer ones. Expiry is
+    /// never early and at most one tick late.
+    pub fn tick(mut self, tick: Duration) -> Self {
+        self.tick = tick;
+        self
+    }
+
+    /// How often the background thread expires keys whose TTL or lease ran out
+    /// (default every 100 ms). `None` starts no thread: expired keys are then reclaimed
+    /// by [`Engine::run_maintenance`] and, lazily, when they are claimed again.
+    pub fn maintenance_interval(mut self, interval: Option<Duration>) -> Self {
+        self.maintenance_interval = interval;
+        self
+    }
+
+    /// Fixes the fingerprint seed instead of drawing a random one. Fingerprints with a
+    /// known seed can be forced to collide by whoever picks the keys: use this for
+    /// reproducible tests and benchmarks only.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// Validates the configuration and starts the engine.
+    pub fn build(self) -> Result<Engine> {
+        let tick_ms = self.tick.as_millis();
+        if tick_ms == 0 || tick_ms > 60_000 {
+            return Err(Error::InvalidConfig {
+                namespace: String::new(),
+                reason: "tick must be between 1 ms and 60 s",
+            });
+        }
+        let mut seen = HashMap::new();
+        for (name, cfg) in &self.namespaces {
+            cfg.validate(name, tick_ms as u64)?;
+            if seen.insert(name.as_str(), ()).is_some() {
+                return Err(Error::DuplicateNamespace(name.clone()));
+            }
+        }
+        Engine::from_builder(self)
+    }
+}

@@ -1,0 +1,728 @@
+//! The hot tier: lock shards, each a fingerprint table over a slab of 32-byte entries,
+//! with a hierarchical timing wheel threaded through the same slab.
+//!
+//! Layout of one shard:
+//!
+//! * `slab`: fixed-size chunks of [`Entry`] (fingerprint, deadline, state, wheel links).
+//!   Chunks are never reallocated, so growth costs no copy and no doubling slack.
+//! * `index`: a SwissTable of `u32` slab indices, hashed by the fingerprint's low
+//!   64 bits (the fingerprint is already a keyed hash: no second hash).
+//! * `wheel`: the TTL/lease timing wheel; its bucket lists are linked through the
+//!   entries' `prev`/`next` fields, so scheduling allocates nothing.
+//! * `side`: the rare extras (payload fingerprint, stored result, completion time of a
+//!   sliding-window key), only for the entries that have them.
+//!
+//! The table is the truth and the wheel a hint: a read checks the entry's deadline
+//! itself, and the wheel only makes sure expired entries are reclaimed without traffic.
+
+pub(crate) mod wheel;
+
+use hashbrown::{HashMap, HashTable};
+
+use crossbeam::utils::CachePadded;
+
+use crate::sync::{AtomicUsize, Mutex, Ordering};
+use wheel::{widen, Links, Wheel, NIL};
+
+/// A key's 128-bit fingerprint (seeded xxh3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Fp {
+    pub(crate) lo: u64,
+    pub(crate) hi: u64,
+}
+
+impl Fp {
+    pub(crate) fn from_u128(v: u128) -> Self {
+        Fp {
+            lo: v as u64,
+            hi: (v >> 64) as u64,
+        }
+    }
+
+    #[allow(dead_code)]
+    pub(crate) fn to_u128(self) -> u128 {
+        (self.hi as u128) << 64 | self.lo as u128
+    }
+
+    /// The shard among `n`, from the high half (multiply-shift: no power of two needed).
+    #[inline]
+    pub(crate) fn shard(self, n: usize) -> usize {
+        ((self.hi as u128 * n as u128) >> 64) as usize
+    }
+}
+
+const STATE_MASK: u32 = 0b11;
+const STATE_FREE: u32 = 0;
+const STATE_IN_PROGRESS: u32 = 1;
+const STATE_DONE: u32 = 2;
+const SIDE_BIT: u32 = 0b100;
+const TOKEN_SHIFT: u32 = 3;
+/// Fencing tokens are 29 bits, per shard, wrapping.
+const TOKEN_MASK: u32 = (1 << 29) - 1;
+
+/// One resident key: 32 bytes.
+#[derive(Debug, Clone, Copy)]
+#[repr(C)]
+pub(crate) struct Entry {
+    fp_lo: u64,
+    fp_hi: u64,
+    /// Deadline in ticks, low 32 bits (serial arithmetic against `now`).
+    deadline: u32,
+    /// state (2 bits) | has side data (1 bit) | fencing token (29 bits).
+    meta: u32,
+    prev: u32,
+    next: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<Entry>() == 32);
+
+impl Entry {
+    const FREE: Entry = Entry {
+        fp_lo: 0,
+        fp_hi: 0,
+        deadline: 0,
+        meta: STATE_FREE,
+        prev: NIL,
+        next: NIL,
+    };
+
+    #[inline]
+    fn state(&self) -> u32 {
+        self.meta & STATE_MASK
+    }
+
+    #[inline]
+    fn has_side(&self) -> bool {
+        self.meta & SIDE_BIT != 0
+    }
+
+    #[inline]
+    fn token(&self) -> u32 {
+        self.meta >> TOKEN_SHIFT
+    }
+
+    #[inline]
+    fn fp(&self) -> Fp {
+        Fp {
+            lo: self.fp_lo,
+            hi: self.fp_hi,
+        }
+    }
+}
+
+const CHUNK_BITS: u32 = 9;
+const CHUNK: usize = 1 << CHUNK_BITS;
+
+/// Entries in fixed-size chunks, with a free list threaded through `next`.
+#[derive(Debug, Default)]
+pub(crate) struct Slab {
+    chunks: Vec<Box<[Entry]>>,
+    /// Slots handed out so far (high-water mark).
+    len: u32,
+    /// Head of the free list.
+    free: Option<u32>,
+}
+
+impl Slab {
+    #[inline]
+    fn get(&self, i: u32) -> &Entry {
+        &self.chunks[(i >> CHUNK_BITS) as usize][i as usize & (CHUNK - 1)]
+    }
+
+    #[inline]
+    fn get_mut(&mut self, i: u32) -> &mut Entry {
+        &mut self.chunks[(i >> CHUNK_BITS) as usize][i as usize & (CHUNK - 1)]
+    }
+
+    fn alloc(&mut self, entry: Entry) -> u32 {
+        if let Some(i) = self.free {
+            let next = self.get(i).next;
+            self.free = (next != NIL).then_some(next);
+            *self.get_mut(i) = entry;
+            return i;
+        }
+        let i = self.len;
+        if i as usize == self.chunks.len() * CHUNK {
+            self.chunks
+                .push(vec![Entry::FREE; CHUNK].into_boxed_slice());
+        }
+        self.len += 1;
+        *self.get_mut(i) = entry;
+        i
+    }
+
+    fn release(&mut self, i: u32) {
+        let next = self.free.unwrap_or(NIL);
+        *self.get_mut(i) = Entry {
+            next,
+            ..Entry::FREE
+        };
+        self.free = Some(i);
+    }
+
+    fn bytes(&self) -> usize {
+        self.chunks.capacity() * std::mem::size_of::<Box<[Entry]>>()
+            + self.chunks.len() * CHUNK * std::mem::size_of::<Entry>()
+    }
+}
+
+impl Links for Slab {
+    #[inline]
+    fn next(&self, i: u32) -> u32 {
+        self.get(i).next
+    }
+    #[inline]
+    fn set_next(&mut self, i: u32, v: u32) {
+        self.get_mut(i).next = v;
+    }
+    #[inline]
+    fn prev(&self, i: u32) -> u32 {
+        self.get(i).prev
+    }
+    #[inline]
+    fn set_prev(&mut self, i: u32, v: u32) {
+        self.get_mut(i).prev = v;
+    }
+    #[inline]
+    fn deadline(&self, i: u32) -> u32 {
+        self.get(i).deadline
+    }
+}
+
+/// Extras kept for the few entries that have them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Side {
+    pub(crate) payload: Option<u64>,
+    pub(crate) result: Option<std::sync::Arc<[u8]>>,
+    /// Completion time, kept only for sliding windows (fixed windows derive it).
+    pub(crate) completed_at_ms: Option<u64>,
+}
+
+/// Counters of one shard, updated under its lock and summed by `stats()`.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Counters {
+    pub(crate) acquired: u64,
+    pub(crate) duplicates: u64,
+    pub(crate) in_progress: u64,
+    pub(crate) payload_mismatches: u64,
+    pub(crate) expirations: u64,
+    pub(crate) capacity_refusals: u64,
+    pub(crate) completions: u64,
+    pub(crate) releases: u64,
+    pub(crate) lease_lost: u64,
+    pub(crate) forgotten: u64,
+}
+
+/// "Now", in the forms a shard needs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Now {
+    pub(crate) ms: u64,
+    pub(crate) tick: u64,
+}
+
+/// Per-namespace constants a shard operation needs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Params {
+    pub(crate) epoch_ms: u64,
+    pub(crate) tick_ms: u64,
+    pub(crate) ttl_ms: u64,
+    pub(crate) lease_ms: u64,
+    pub(crate) sliding: bool,
+}
+
+impl Params {
+    /// The first tick at which something that lasts `span_ms` from `now` has expired
+    /// (rounded up: never early, at most one tick late).
+    #[inline]
+    pub(crate) fn deadline(&self, now: Now, span_ms: u64) -> u64 {
+        let rel = now.ms.saturating_sub(self.epoch_ms) + span_ms;
+        rel.div_ceil(self.tick_ms)
+    }
+
+    #[inline]
+    pub(crate) fn tick_to_ms(&self, tick: u64) -> u64 {
+        self.epoch_ms + tick * self.tick_ms
+    }
+
+    #[inline]
+    pub(crate) fn now(&self, ms: u64) -> Now {
+        Now {
+            ms,
+            tick: ms.saturating_sub(self.epoch_ms) / self.tick_ms,
+        }
+    }
+}
+
+#[inline]
+fn expired(deadline: u32, now_tick: u64) -> bool {
+    (now_tick as u32).wrapping_sub(deadline) as i32 >= 0
+}
+
+/// What a claim found, as the shard reports it.
+#[derive(Debug)]
+pub(crate) enum ShardClaim {
+    Acquired {
+        idx: u32,
+        token: u32,
+        deadline: u32,
+    },
+    InProgress {
+        lease_expires_at_ms: u64,
+    },
+    Duplicate {
+        completed_at_ms: u64,
+        expires_at_ms: u64,
+        result: Option<std::sync::Arc<[u8]>>,
+    },
+    PayloadMismatch,
+    /// The key is new and the namespace has no room.
+    Full,
+}
+
+/// A key's state as `check` reports it.
+#[derive(Debug)]
+pub(crate) enum ShardState {
+    InProgress {
+        lease_expires_at_ms: u64,
+    },
+    Done {
+        completed_at_ms: u64,
+        expires_at_ms: u64,
+        result: Option<std::sync::Arc<[u8]>>,
+    },
+}
+
+/// Why a complete/release was refused.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Refused {
+    LeaseLost,
+}
+
+/// One lock shard and its capacity reserve, padded to its own cache lines.
+#[derive(Debug)]
+pub(crate) struct ShardSlot {
+    pub(crate) shard: Mutex<Shard>,
+    /// Slots this shard may fill without touching the namespace's pool. Only the holder
+    /// of `shard`'s lock takes from it; anyone may add to it, or steal it all.
+    pub(crate) reserve: AtomicUsize,
+}
+
+impl ShardSlot {
+    pub(crate) fn new(now_tick: u64) -> Self {
+        ShardSlot {
+            shard: Mutex::new(Shard::new(now_tick)),
+            reserve: AtomicUsize::new(0),
+        }
+    }
+}
+
+/// The capacity a shard may draw on: its own reserve, then the namespace's pool, then
+/// other shards' reserves. Exact: the namespace never holds more than `max_keys`.
+#[derive(Debug)]
+pub(crate) struct Capacity<'a> {
+    pub(crate) pool: &'a AtomicUsize,
+    pub(crate) slots: &'a [CachePadded<ShardSlot>],
+    pub(crate) me: usize,
+}
+
+/// How many slots a shard takes from the pool at once.
+const RESERVE_CHUNK: usize = 64;
+
+impl Capacity<'_> {
+    fn take(&self) -> bool {
+        let mine = &self.slots[self.me].reserve;
+        let mut cur = mine.load(Ordering::Relaxed);
+        while cur > 0 {
+            match mine.compare_exchange_weak(cur, cur - 1, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(now) => cur = now,
+            }
+        }
+        let got = self
+            .pool
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |p| {
+                (p > 0).then(|| p - p.min(RESERVE_CHUNK))
+            })
+            .map(|p| p.min(RESERVE_CHUNK))
+            .unwrap_or(0);
+        if got > 0 {
+            if got > 1 {
+                mine.fetch_add(got - 1, Ordering::AcqRel);
+            }
+            return true;
+        }
+        for (j, other) in self.slots.iter().enumerate() {
+            if j == self.me {
+                continue;
+            }
+            let stolen = other.reserve.swap(0, Ordering::AcqRel);
+            if stolen > 0 {
+                if stolen > 1 {
+                    mine.fetch_add(stolen - 1, Ordering::AcqRel);
+                }
+                return true;
+            }
+        }
+        false
+    }
+
+    fn give_back(&self) {
+        self.slots[self.me].reserve.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// One lock shard's contents.
+#[derive(Debug)]
+pub(crate) struct Shard {
+    index: HashTable<u32>,
+    slab: Slab,
+    wheel: Wheel,
+    side: HashMap<u32, Side>,
+    next_token: u32,
+    live: usize,
+    pub(crate) counters: Counters,
+}
+
+/// Removes entry `idx` (already unlinked from the wheel) from index, side table and slab.
+fn remove_unlinked(
+    index: &mut HashTable<u32>,
+    slab: &mut Slab,
+    side: &mut HashMap<u32, Side>,
+    live: &mut usize,
+    idx: u32,
+) {
+    let e = *slab.get(idx);
+    if let Ok(found) = index.find_entry(e.fp_lo, |&i| i == idx) {
+        found.remove();
+    }
+    if e.has_side() {
+        side.remove(&idx);
+    }
+    slab.release(idx);
+    *live -= 1;
+}
+
+impl Shard {
+    pub(crate) fn new(now_tick: u64) -> Self {
+        Shard {
+            index: HashTable::new(),
+            slab: Slab::default(),
+            wheel: Wheel::new(now_tick),
+            side: HashMap::new(),
+            next_token: 0,
+            live: 0,
+            counters: Counters::default(),
+        }
+    }
+
+    /// Resident entries (including expired ones not yet reclaimed).
+    pub(crate) fn len(&self) -> usize {
+        self.live
+    }
+
+    /// Heap bytes held by this shard's structures.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        let side_payload: usize = self
+            .side
+            .values()
+            .map(|s| s.result.as_ref().map_or(0, |r| r.len() + 16))
+            .sum();
+        self.slab.bytes()
+            + self.index.capacity() * 4 * 9 / 8
+            + self.side.capacity() * (std::mem::size_of::<(u32, Side)>() + 1)
+            + side_payload
+    }
+
+    #[inline]
+    fn find(&self, fp: Fp) -> Option<u32> {
+        let slab = &self.slab;
+        self.index
+            .find(fp.lo, |&i| {
+                let e = slab.get(i);
+                e.fp_lo == fp.lo && e.fp_hi == fp.hi
+            })
+            .copied()
+    }
+
+    /// Keeps the wheel within serial-arithmetic range of `now` when nothing else has
+    /// advanced it for a long time (no maintenance thread and a clock that jumped).
+    #[inline]
+    fn catch_up(&mut self, now: Now, cap: &Capacity<'_>) {
+        if now.tick.saturating_sub(self.wheel.current()) >= 1 << 29 {
+            self.expire_due(now, cap);
+        }
+    }
+
+    /// A stored deadline back in wall-clock milliseconds.
+    fn remaining_tick(&self, p: &Params, now: Now, deadline: u32) -> u64 {
+        p.tick_to_ms(widen(now.tick, deadline))
+    }
+
+    fn done_view(
+        &self,
+        p: &Params,
+        now: Now,
+        idx: u32,
+    ) -> (u64, u64, Option<std::sync::Arc<[u8]>>) {
+        let e = self.slab.get(idx);
+        let expires_at_ms = self.remaining_tick(p, now, e.deadline);
+        let side = if e.has_side() {
+            self.side.get(&idx)
+        } else {
+            None
+        };
+        let completed_at_ms = side
+            .and_then(|s| s.completed_at_ms)
+            .unwrap_or_else(|| expires_at_ms.saturating_sub(p.ttl_ms));
+        (
+            completed_at_ms,
+            expires_at_ms,
+            side.and_then(|s| s.result.clone()),
+        )
+    }
+
+    fn side_mut(&mut self, idx: u32) -> &mut Side {
+        self.slab.get_mut(idx).meta |= SIDE_BIT;
+        self.side.entry(idx).or_default()
+    }
+
+    fn reschedule(&mut self, idx: u32, when: u64) {
+        self.wheel.deschedule(&mut self.slab, idx);
+        self.slab.get_mut(idx).deadline = when as u32;
+        self.wheel.schedule(&mut self.slab, idx, when);
+    }
+
+    fn new_token(&mut self) -> u32 {
+        self.next_token = (self.next_token + 1) & TOKEN_MASK;
+        self.next_token
+    }
+
+    /// The atomic claim of one fingerprint.
+    pub(crate) fn claim(
+        &mut self,
+        fp: Fp,
+        payload: Option<u64>,
+        p: &Params,
+        now: Now,
+        cap: &Capacity<'_>,
+    ) -> ShardClaim {
+        self.catch_up(now, cap);
+        let lease_deadline = p.deadline(now, p.lease_ms);
+        if let Some(idx) = self.find(fp) {
+            let e = *self.slab.get(idx);
+            if !expired(e.deadline, now.tick) {
+                if let Some(pl) = payload {
+                    if e.has_side() {
+                        if let Some(stored) = self.side.get(&idx).and_then(|s| s.payload) {
+                            if stored != pl {
+                                self.counters.payload_mismatches += 1;
+                                return ShardClaim::PayloadMismatch;
+                            }
+                        }
+                    }
+                }
+                if e.state() == STATE_IN_PROGRESS {
+                    self.counters.in_progress += 1;
+                    return ShardClaim::InProgress {
+                        lease_expires_at_ms: self.remaining_tick(p, now, e.deadline),
+                    };
+                }
+                if p.sliding {
+                    let when = p.deadline(now, p.ttl_ms);
+                    self.reschedule(idx, when);
+                }
+                self.counters.duplicates += 1;
+                let (completed_at_ms, expires_at_ms, result) = self.done_view(p, now, idx);
+                return ShardClaim::Duplicate {
+                    completed_at_ms,
+                    expires_at_ms,
+                    result,
+                };
+            }
+            // Expired but not yet reclaimed: the key is new again; reuse the slot.
+            self.counters.expirations += 1;
+            if e.has_side() {
+                self.side.remove(&idx);
+            }
+            let token = self.new_token();
+            {
+                let m = self.slab.get_mut(idx);
+                m.meta = STATE_IN_PROGRESS | token << TOKEN_SHIFT;
+            }
+            self.reschedule(idx, lease_deadline);
+            if let Some(pl) = payload {
+                self.side_mut(idx).payload = Some(pl);
+            }
+            self.counters.acquired += 1;
+            return ShardClaim::Acquired {
+                idx,
+                token,
+                deadline: lease_deadline as u32,
+            };
+        }
+        if !cap.take() {
+            return ShardClaim::Full;
+        }
+        let token = self.new_token();
+        let idx = self.slab.alloc(Entry {
+            fp_lo: fp.lo,
+            fp_hi: fp.hi,
+            deadline: lease_deadline as u32,
+            meta: STATE_IN_PROGRESS | token << TOKEN_SHIFT,
+            prev: NIL,
+            next: NIL,
+        });
+        let slab = &self.slab;
+        self.index.insert_unique(fp.lo, idx, |&i| slab.get(i).fp_lo);
+        self.wheel.schedule(&mut self.slab, idx, lease_deadline);
+        self.live += 1;
+        if let Some(pl) = payload {
+            self.side_mut(idx).payload = Some(pl);
+        }
+        self.counters.acquired += 1;
+        ShardClaim::Acquired {
+            idx,
+            token,
+            deadline: lease_deadline as u32,
+        }
+    }
+
+    /// Checks that (idx, token, deadline, fp) is still the live lease.
+    fn holds(&self, fp: Fp, idx: u32, token: u32, deadline: u32, now: Now) -> bool {
+        let e = self.slab.get(idx);
+        e.state() == STATE_IN_PROGRESS
+            && e.fp() == fp
+            && e.token() == token
+            && e.deadline == deadline
+            && !expired(e.deadline, now.tick)
+    }
+
+    /// Marks a held claim done for the TTL, storing `result` if given.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn complete(
+        &mut self,
+        fp: Fp,
+        idx: u32,
+        token: u32,
+        deadline: u32,
+        result: Option<&[u8]>,
+        p: &Params,
+        now: Now,
+    ) -> Result<(), Refused> {
+        if !self.holds(fp, idx, token, deadline, now) {
+            self.counters.lease_lost += 1;
+            return Err(Refused::LeaseLost);
+        }
+        self.slab.get_mut(idx).meta = STATE_DONE | (self.slab.get(idx).meta & SIDE_BIT);
+        let when = p.deadline(now, p.ttl_ms);
+        self.reschedule(idx, when);
+        if let Some(r) = result {
+            self.side_mut(idx).result = Some(std::sync::Arc::from(r));
+        }
+        if p.sliding {
+            self.side_mut(idx).completed_at_ms = Some(now.ms);
+        }
+        self.counters.completions += 1;
+        Ok(())
+    }
+
+    /// Gives a held claim up: the key is claimable again at once.
+    pub(crate) fn release(
+        &mut self,
+        fp: Fp,
+        idx: u32,
+        token: u32,
+        deadline: u32,
+        now: Now,
+        cap: &Capacity<'_>,
+    ) -> Result<(), Refused> {
+        if !self.holds(fp, idx, token, deadline, now) {
+            self.counters.lease_lost += 1;
+            return Err(Refused::LeaseLost);
+        }
+        self.remove(idx, cap);
+        self.counters.releases += 1;
+        Ok(())
+    }
+
+    fn remove(&mut self, idx: u32, cap: &Capacity<'_>) {
+        self.wheel.deschedule(&mut self.slab, idx);
+        remove_unlinked(
+            &mut self.index,
+            &mut self.slab,
+            &mut self.side,
+            &mut self.live,
+            idx,
+        );
+        cap.give_back();
+    }
+
+    /// Read-only look-up.
+    pub(crate) fn check(
+        &mut self,
+        fp: Fp,
+        p: &Params,
+        now: Now,
+        cap: &Capacity<'_>,
+    ) -> Option<ShardState> {
+        self.catch_up(now, cap);
+        let idx = self.find(fp)?;
+        let e = self.slab.get(idx);
+        if expired(e.deadline, now.tick) {
+            return None;
+        }
+        Some(if e.state() == STATE_IN_PROGRESS {
+            ShardState::InProgress {
+                lease_expires_at_ms: self.remaining_tick(p, now, e.deadline),
+            }
+        } else {
+            let (completed_at_ms, expires_at_ms, result) = self.done_view(p, now, idx);
+            ShardState::Done {
+                completed_at_ms,
+                expires_at_ms,
+                result,
+            }
+        })
+    }
+
+    /// Deletes a key in any state. True if an unexpired entry was removed.
+    pub(crate) fn forget(&mut self, fp: Fp, now: Now, cap: &Capacity<'_>) -> bool {
+        self.catch_up(now, cap);
+        let Some(idx) = self.find(fp) else {
+            return false;
+        };
+        let live = !expired(self.slab.get(idx).deadline, now.tick);
+        self.remove(idx, cap);
+        if live {
+            self.counters.forgotten += 1;
+        } else {
+            self.counters.expirations += 1;
+        }
+        live
+    }
+
+    /// Reclaims every entry whose deadline has passed. Returns how many.
+    pub(crate) fn expire_due(&mut self, now: Now, cap: &Capacity<'_>) -> usize {
+        let Shard {
+            index,
+            slab,
+            wheel,
+            side,
+            live,
+            counters,
+            ..
+        } = self;
+        let mut reclaimed = 0;
+        // The wheel fires an entry only once the tick it was scheduled for has passed,
+        // and every deadline change reschedules it, so a fired entry is due. (Comparing
+        // 32-bit deadlines here would be wrong after a jump of 2^31 ticks.)
+        wheel.advance(slab, now.tick, |slab, idx| {
+            remove_unlinked(index, slab, side, live, idx);
+            cap.give_back();
+            reclaimed += 1;
+            None
+        });
+        counters.expirations += reclaimed as u64;
+        reclaimed
+    }
+}

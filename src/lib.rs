@@ -1,0 +1,71 @@
+//! # idem
+//!
+//! Exactly-once claims for at-least-once message consumers.
+//!
+//! Before applying a message, a consumer *claims* its key. idem answers atomically
+//! whether this is the first sighting ([`Claim::Acquired`], with a guard to complete
+//! once the side effect is done), a duplicate ([`Claim::Duplicate`], with the stored
+//! result), or a key another worker holds ([`Claim::InProgress`]).
+//!
+//! ```
+//! use std::time::Duration;
+//! use idem::{Claim, Engine, NamespaceConfig};
+//!
+//! let engine = Engine::builder()
+//!     .namespace("payments", NamespaceConfig::new().ttl(Duration::from_secs(3600)))
+//!     .build()?;
+//! let payments = engine.namespace("payments")?;
+//!
+//! if let Claim::Acquired(guard) = payments.claim(b"pay-1001")? {
+//!     // charge the card, then record it:
+//!     guard.complete_with_result(b"charge-ok")?;
+//! }
+//! let again = payments.claim(b"pay-1001")?; // a redelivery
+//! match again {
+//!     Claim::Duplicate(done) => assert_eq!(done.result(), Some(&b"charge-ok"[..])),
+//!     _ => unreachable!(),
+//! }
+//! # Ok::<(), idem::Error>(())
+//! ```
+//!
+//! ## Architecture
+//!
+//! Keys are reduced to 128-bit seeded xxh3 fingerprints; only fingerprints are stored,
+//! so memory per key does not depend on key length. The hot tier is a set of lock
+//! shards per namespace, each a SwissTable of 32-bit indices into a slab of 32-byte
+//! entries, with a hierarchical timing wheel threaded through the same entries for
+//! TTLs and leases. The table is the truth (every read checks the deadline itself); the
+//! wheel reclaims expired keys without traffic. See ARCHITECTURE.md for the map.
+
+#![warn(
+    missing_docs,
+    missing_debug_implementations,
+    unreachable_pub,
+    rust_2018_idioms
+)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![forbid(unsafe_code)]
+
+mod clock;
+mod config;
+mod engine;
+mod error;
+mod hot;
+mod stats;
+mod sync;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use config::{
+    EngineBuilder, NamespaceConfig, DEFAULT_LEASE, DEFAULT_MAX_KEYS, DEFAULT_MAX_KEY_LEN,
+    DEFAULT_MAX_RESULT_LEN, DEFAULT_TTL, MAX_KEYS_LIMIT,
+};
+pub use engine::{Claim, ClaimGuard, Done, Engine, InFlight, KeyState, Namespace};
+pub use error::{Error, KeyError, Result};
+pub use stats::Stats;
+
+/// Internals exposed for the crate's benches only. Not part of the API: no stability
+/// promise of any kind.
+#[doc(hidden)]
+pub mod __bench {
+    pub use crate::hot::wheel::{Links, Wheel, NIL};
+}

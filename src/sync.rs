@@ -1,0 +1,57 @@
+//! The one place crate code takes its synchronisation primitives from.
+//!
+//! Normal builds wrap `parking_lot` and `std`; builds with `--cfg idem_loom` wrap
+//! `loom`'s types behind the same shape (`lock()` returns the guard directly), so the
+//! loom models in `tests/loom.rs` explore the crate's own locking protocol.
+
+#[cfg(not(idem_loom))]
+mod imp {
+    pub(crate) use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use std::sync::Arc;
+
+    /// A mutex whose `lock` cannot fail (parking_lot does not poison).
+    #[derive(Debug, Default)]
+    pub(crate) struct Mutex<T>(parking_lot::Mutex<T>);
+
+    /// The guard of a [`Mutex`].
+    pub(crate) type MutexGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
+
+    impl<T> Mutex<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Self(parking_lot::Mutex::new(value))
+        }
+
+        #[inline]
+        pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+            self.0.lock()
+        }
+    }
+}
+
+#[cfg(idem_loom)]
+mod imp {
+    pub(crate) use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use loom::sync::Arc;
+
+    /// A mutex whose `lock` cannot fail: a panic while holding it is a bug, not a state.
+    #[derive(Debug)]
+    pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
+
+    /// The guard of a [`Mutex`].
+    pub(crate) type MutexGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
+
+    impl<T> Mutex<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Self(loom::sync::Mutex::new(value))
+        }
+
+        pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+            match self.0.lock() {
+                Ok(guard) => guard,
+                Err(poisoned) => poisoned.into_inner(),
+            }
+        }
+    }
+}
+
+pub(crate) use imp::*;

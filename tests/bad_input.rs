@@ -1,0 +1,128 @@
+//! Bad input gets a typed error and changes nothing.
+
+mod util;
+
+use idem::{Claim, Engine, Error, KeyError, NamespaceConfig};
+use util::*;
+
+#[test]
+fn empty_key_is_refused_everywhere() {
+    let (e, ns, _c) = engine_with(small());
+    let empty = Error::InvalidKey(KeyError::Empty);
+    assert_eq!(ns.claim(b"").unwrap_err(), empty);
+    assert_eq!(ns.claim_with_payload(b"", b"p").unwrap_err(), empty);
+    assert_eq!(ns.check(b"").unwrap_err(), empty);
+    assert_eq!(ns.forget(b"").unwrap_err(), empty);
+    assert_eq!(e.stats().resident_keys, 0);
+    assert_eq!(e.stats().acquired, 0);
+}
+
+#[test]
+fn oversized_key_is_refused_and_the_limit_is_inclusive() {
+    let (e, ns, _c) = engine_with(small().max_key_len(16));
+    let long = [b'x'; 17];
+    assert_eq!(
+        ns.claim(&long).unwrap_err(),
+        Error::InvalidKey(KeyError::TooLong { len: 17, max: 16 })
+    );
+    assert_eq!(e.stats().resident_keys, 0);
+    assert!(ns.claim(&long[..16]).unwrap().is_acquired());
+}
+
+#[test]
+fn default_key_limit_is_4096() {
+    let (_e, ns, _c) = engine_with(small());
+    assert!(ns.claim(&[7u8; 4096]).unwrap().is_acquired());
+    assert!(matches!(
+        ns.claim(&[7u8; 4097]),
+        Err(Error::InvalidKey(KeyError::TooLong {
+            len: 4097,
+            max: 4096
+        }))
+    ));
+}
+
+#[test]
+fn unknown_namespace() {
+    let (e, _ns, _c) = engine_with(small());
+    assert_eq!(
+        e.namespace("nope").unwrap_err(),
+        Error::UnknownNamespace("nope".into())
+    );
+}
+
+#[test]
+fn oversized_result_is_refused_and_the_claim_stays_held() {
+    let (e, ns, clock) = engine_with(small().max_result_len(8));
+    let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
+        panic!()
+    };
+    assert_eq!(
+        g.complete_with_result(&[0u8; 9]).unwrap_err(),
+        Error::ResultTooLarge { len: 9, max: 8 }
+    );
+    assert!(ns.claim(b"k").unwrap().is_in_progress());
+    assert_eq!(e.stats().completions, 0);
+    clock.advance(secs(5));
+    assert!(ns.claim(b"k").unwrap().is_acquired());
+}
+
+#[test]
+fn invalid_configurations_are_refused() {
+    let bad = [
+        NamespaceConfig::new().ttl(ms(0)),
+        NamespaceConfig::new().lease(ms(0)),
+        NamespaceConfig::new().max_keys(0),
+        NamespaceConfig::new().max_key_len(0),
+        NamespaceConfig::new().shards(0),
+        NamespaceConfig::new().ttl(secs(20 * 24 * 3600)),
+    ];
+    for cfg in bad {
+        let r = Engine::builder().namespace("n", cfg.clone()).build();
+        assert!(
+            matches!(r, Err(Error::InvalidConfig { .. })),
+            "{cfg:?} must be refused"
+        );
+    }
+    // A coarser tick admits the long TTL.
+    assert!(Engine::builder()
+        .namespace("n", NamespaceConfig::new().ttl(secs(20 * 24 * 3600)))
+        .tick(ms(10))
+        .build()
+        .is_ok());
+    assert!(matches!(
+        Engine::builder()
+            .namespace("n", NamespaceConfig::new())
+            .namespace("n", NamespaceConfig::new())
+            .build(),
+        Err(Error::DuplicateNamespace(n)) if n == "n"
+    ));
+    assert!(matches!(
+        Engine::builder()
+            .namespace("", NamespaceConfig::new())
+            .build(),
+        Err(Error::InvalidConfig { .. })
+    ));
+    assert!(matches!(
+        Engine::builder().tick(ms(0)).build(),
+        Err(Error::InvalidConfig { .. })
+    ));
+}
+
+#[test]
+fn errors_display_without_debug_formatting() {
+    let e = Error::CapacityExceeded {
+        namespace: "orders".into(),
+        max_keys: 10,
+    };
+    assert_eq!(
+        e.to_string(),
+        "namespace \"orders\" is full: it holds its limit of 10 unexpired keys"
+    );
+    let k = Error::InvalidKey(KeyError::TooLong { len: 5, max: 4 });
+    assert_eq!(
+        k.to_string(),
+        "invalid key: the key is 5 bytes long, over the limit of 4"
+    );
+    assert!(std::error::Error::source(&k).is_some());
+}

@@ -1,0 +1,171 @@
+//! The basic claim protocol: first sighting, duplicate, in progress, release, drop.
+
+mod util;
+
+use idem::{Claim, KeyState};
+use util::*;
+
+#[test]
+fn first_claim_acquires_and_completion_makes_duplicates() {
+    let (_e, ns, _c) = engine_with(small());
+    let Claim::Acquired(g) = ns.claim(b"k1").unwrap() else {
+        panic!("first sighting must acquire")
+    };
+    g.complete().unwrap();
+    match ns.claim(b"k1").unwrap() {
+        Claim::Duplicate(d) => {
+            assert_eq!(d.result(), None);
+            assert_eq!(d.completed_at_ms(), T0);
+            assert_eq!(d.expires_at_ms(), T0 + 60_000);
+        }
+        other => panic!("expected Duplicate, got {other:?}"),
+    }
+}
+
+#[test]
+fn stored_result_is_returned_to_duplicates_and_check() {
+    let (_e, ns, clock) = engine_with(small());
+    let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
+        panic!()
+    };
+    clock.advance(ms(1500));
+    g.complete_with_result(b"receipt-9").unwrap();
+    let Claim::Duplicate(d) = ns.claim(b"k").unwrap() else {
+        panic!()
+    };
+    assert_eq!(d.result(), Some(&b"receipt-9"[..]));
+    assert_eq!(d.completed_at_ms(), T0 + 1500);
+    match ns.check(b"k").unwrap() {
+        Some(KeyState::Done {
+            completed_at_ms,
+            result,
+            ..
+        }) => {
+            assert_eq!(completed_at_ms, T0 + 1500);
+            assert_eq!(result.as_deref(), Some(&b"receipt-9"[..]));
+        }
+        other => panic!("expected Done, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_held_key_answers_in_progress_with_its_lease() {
+    let (_e, ns, clock) = engine_with(small());
+    let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
+        panic!()
+    };
+    clock.advance(ms(1000));
+    match ns.claim(b"k").unwrap() {
+        Claim::InProgress(f) => {
+            assert_eq!(f.lease_expires_at_ms(), T0 + 5000);
+            assert_eq!(f.retry_after(), ms(4000));
+        }
+        other => panic!("expected InProgress, got {other:?}"),
+    }
+    assert_eq!(g.lease_expires_at_ms(), T0 + 5000);
+    assert!(matches!(
+        ns.check(b"k").unwrap(),
+        Some(KeyState::InProgress {
+            lease_expires_at_ms: 1_700_000_005_000,
+            ..
+        })
+    ));
+    g.complete().unwrap();
+}
+
+#[test]
+fn release_makes_the_key_claimable_at_once() {
+    let (e, ns, _c) = engine_with(small());
+    let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
+        panic!()
+    };
+    g.release().unwrap();
+    assert_eq!(ns.check(b"k").unwrap(), None);
+    assert_eq!(e.stats().resident_keys, 0);
+    assert!(ns.claim(b"k").unwrap().is_acquired());
+}
+
+#[test]
+fn dropping_a_guard_releases_the_claim() {
+    let (e, ns, _c) = engine_with(small());
+    {
+        let claim = ns.claim(b"k").unwrap();
+        assert!(claim.is_acquired());
+        // dropped here without completing: the worker failed
+    }
+    assert_eq!(e.stats().releases, 1);
+    assert!(ns.claim(b"k").unwrap().is_acquired());
+}
+
+#[test]
+fn forget_deletes_a_done_key() {
+    let (e, ns, _c) = engine_with(small());
+    let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
+        panic!()
+    };
+    g.complete().unwrap();
+    assert!(ns.forget(b"k").unwrap());
+    assert!(!ns.forget(b"k").unwrap());
+    assert_eq!(e.stats().forgotten, 1);
+    assert!(ns.claim(b"k").unwrap().is_acquired());
+}
+
+#[test]
+fn keys_are_independent_and_namespaces_are_independent() {
+    let clock = idem::ManualClock::new(T0);
+    let engine = idem::Engine::builder()
+        .namespace("a", small())
+        .namespace("b", small())
+        .clock(clock)
+        .maintenance_interval(None)
+        .build()
+        .unwrap();
+    let a = engine.namespace("a").unwrap();
+    let b = engine.namespace("b").unwrap();
+    let Claim::Acquired(g) = a.claim(b"same").unwrap() else {
+        panic!()
+    };
+    g.complete().unwrap();
+    assert!(a.claim(b"same").unwrap().is_duplicate());
+    assert!(a.claim(b"other").unwrap().is_acquired());
+    let Claim::Acquired(g) = b.claim(b"same").unwrap() else {
+        panic!("namespace b must not see namespace a's key")
+    };
+    g.complete().unwrap();
+    assert_eq!(
+        engine.namespace_names(),
+        vec!["a".to_string(), "b".to_string()]
+    );
+}
+
+#[test]
+fn stats_count_each_answer() {
+    let (e, ns, _c) = engine_with(small());
+    let Claim::Acquired(g) = ns.claim(b"a").unwrap() else {
+        panic!()
+    };
+    assert!(ns.claim(b"a").unwrap().is_in_progress());
+    g.complete().unwrap();
+    assert!(ns.claim(b"a").unwrap().is_duplicate());
+    assert!(ns.claim(b"a").unwrap().is_duplicate());
+    let s = e.stats();
+    assert_eq!(s.acquired, 1);
+    assert_eq!(s.in_progress, 1);
+    assert_eq!(s.duplicates, 2);
+    assert_eq!(s.completions, 1);
+    assert_eq!(s.resident_keys, 1);
+    assert!(s.hot_bytes > 0);
+    assert_eq!(ns.stats(), s);
+}
+
+#[test]
+fn guard_is_send_and_completes_from_another_thread() {
+    let (_e, ns, _c) = engine_with(small());
+    let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
+        panic!()
+    };
+    std::thread::spawn(move || g.complete().unwrap())
+        .join()
+        .unwrap();
+    assert!(ns.claim(b"k").unwrap().is_duplicate());
+}

@@ -1,0 +1,113 @@
+//! Leases and fencing: an expired lease makes the key claimable and the old guard stale.
+
+mod util;
+
+use idem::{Claim, Error};
+use util::*;
+
+#[test]
+fn lease_holds_until_its_last_millisecond() {
+    let (_e, ns, clock) = engine_with(small());
+    let Claim::Acquired(_g) = ns.claim(b"k").unwrap() else {
+        panic!()
+    };
+    clock.advance(ms(4999));
+    assert!(ns.claim(b"k").unwrap().is_in_progress());
+    clock.advance(ms(1));
+    assert!(
+        ns.claim(b"k").unwrap().is_acquired(),
+        "an expired lease makes the key claimable (orphan recovery)"
+    );
+}
+
+#[test]
+fn stale_guard_cannot_complete_after_reclaim() {
+    let (e, ns, clock) = engine_with(small());
+    let Claim::Acquired(old) = ns.claim(b"k").unwrap() else {
+        panic!()
+    };
+    clock.advance(secs(6));
+    let Claim::Acquired(new) = ns.claim(b"k").unwrap() else {
+        panic!()
+    };
+    assert_eq!(old.complete(), Err(Error::LeaseLost));
+    // The new holder is unaffected.
+    assert!(ns.claim(b"k").unwrap().is_in_progress());
+    new.complete_with_result(b"second").unwrap();
+    let Claim::Duplicate(d) = ns.claim(b"k").unwrap() else {
+        panic!()
+    };
+    assert_eq!(d.result(), Some(&b"second"[..]));
+    assert_eq!(e.stats().lease_lost, 1);
+}
+
+#[test]
+fn stale_guard_cannot_release_the_new_holders_claim() {
+    let (_e, ns, clock) = engine_with(small());
+    let Claim::Acquired(old) = ns.claim(b"k").unwrap() else {
+        panic!()
+    };
+    clock.advance(secs(5));
+    let Claim::Acquired(_new) = ns.claim(b"k").unwrap() else {
+        panic!()
+    };
+    assert_eq!(old.release(), Err(Error::LeaseLost));
+    assert!(ns.claim(b"k").unwrap().is_in_progress());
+}
+
+#[test]
+fn dropping_a_stale_guard_leaves_the_new_claim_alone() {
+    let (_e, ns, clock) = engine_with(small());
+    let Claim::Acquired(old) = ns.claim(b"k").unwrap() else {
+        panic!()
+    };
+    clock.advance(secs(5));
+    let Claim::Acquired(_new) = ns.claim(b"k").unwrap() else {
+        panic!()
+    };
+    drop(old);
+    assert!(ns.claim(b"k").unwrap().is_in_progress());
+}
+
+#[test]
+fn complete_after_lease_expiry_is_refused_even_without_reclaim() {
+    let (_e, ns, clock) = engine_with(small());
+    let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
+        panic!()
+    };
+    clock.advance(secs(5));
+    assert_eq!(g.complete(), Err(Error::LeaseLost));
+    assert!(ns.claim(b"k").unwrap().is_acquired());
+}
+
+#[test]
+fn forget_while_in_progress_fences_the_holder() {
+    let (_e, ns, _c) = engine_with(small());
+    let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
+        panic!()
+    };
+    assert!(ns.forget(b"k").unwrap());
+    let Claim::Acquired(g2) = ns.claim(b"k").unwrap() else {
+        panic!()
+    };
+    assert_eq!(g.complete(), Err(Error::LeaseLost));
+    g2.complete().unwrap();
+}
+
+#[test]
+fn expired_lease_is_reclaimed_by_maintenance() {
+    let (e, _ns, clock) = engine_with(small());
+    let ns = e.namespace("ns").unwrap();
+    let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
+        panic!()
+    };
+    assert_eq!(e.stats().resident_keys, 1);
+    clock.advance(ms(4999));
+    assert_eq!(e.run_maintenance(), 0);
+    clock.advance(ms(1));
+    assert_eq!(e.run_maintenance(), 1);
+    let s = e.stats();
+    assert_eq!(s.resident_keys, 0);
+    assert_eq!(s.expirations, 1);
+    assert_eq!(g.complete(), Err(Error::LeaseLost));
+}

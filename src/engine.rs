@@ -129,6 +129,28 @@ impl Engine {
     }
 }
 
+#[cfg(all(test, not(idem_loom)))]
+mod tests {
+    use super::default_shards;
+
+    #[test]
+    fn default_shards_put_full_shards_just_under_a_table_threshold() {
+        for max_keys in [1_000, 65_536, 1_000_000, 2_000_000, 10_000_000, 100_000_000] {
+            let shards = default_shards(max_keys);
+            assert!((32..=1024).contains(&shards), "{max_keys}: {shards}");
+            let per_shard = max_keys.div_ceil(shards);
+            let buckets = (per_shard * 8 / 7).next_power_of_two();
+            // At most 7/8 full (no further growth), and at least 7/16 (not oversized).
+            assert!(per_shard <= buckets * 7 / 8, "{max_keys}");
+            assert!(
+                per_shard * 16 > buckets * 7 * 97 / 100 || max_keys < 32 * 16,
+                "{max_keys}"
+            );
+        }
+        assert_eq!(default_shards(1), 32);
+    }
+}
+
 #[cfg(not(idem_loom))]
 impl Drop for Engine {
     fn drop(&mut self) {
@@ -190,6 +212,25 @@ mod maintenance {
     }
 }
 
+/// The shard count for a namespace of `max_keys` keys.
+///
+/// A shard's index is a SwissTable whose bucket count is a power of two filled to at
+/// most 7/8. The count is chosen so that, when the namespace is full, every shard sits
+/// just under such a threshold (with 3% headroom for uneven spread): at the sizing
+/// point each key then costs about 8/7 index slots instead of up to 16/7.
+pub(crate) fn default_shards(max_keys: usize) -> usize {
+    const MIN: usize = 32;
+    const MAX: usize = 1024;
+    for bits in (4..=24).rev() {
+        let per_shard = (1usize << bits) * 7 / 8 * 97 / 100;
+        let shards = max_keys.div_ceil(per_shard);
+        if shards >= MIN {
+            return shards.min(MAX);
+        }
+    }
+    MIN
+}
+
 /// One namespace's state, shared by its handles and guards.
 pub(crate) struct NsInner {
     name: String,
@@ -210,9 +251,7 @@ impl NsInner {
         tick_ms: u64,
         clock: Arc<dyn Clock>,
     ) -> Self {
-        let shards = cfg
-            .shards
-            .unwrap_or_else(|| (cfg.max_keys / 16_384).clamp(16, 256));
+        let shards = cfg.shards.unwrap_or_else(|| default_shards(cfg.max_keys));
         let params = Params {
             epoch_ms,
             tick_ms,

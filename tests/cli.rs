@@ -1,0 +1,66 @@
+//! The `idem` binary: the demo verifies exactly-once effects; bad arguments are refused.
+
+use std::process::Command;
+
+fn idem(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(args)
+        .output()
+        .expect("the idem binary runs")
+}
+
+#[test]
+fn demo_verifies_every_message_took_effect_once() {
+    let out = idem(&[
+        "demo",
+        "--messages",
+        "20000",
+        "--workers",
+        "4",
+        "--redeliver",
+        "30",
+        "--fail",
+        "5",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "demo failed:\n{stdout}");
+    assert!(
+        stdout.contains("verified:   every one of 20,000 messages took effect exactly once"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("p99.9"), "{stdout}");
+    assert!(stdout.contains("bytes per key"), "{stdout}");
+    // Failed workers and concurrent duplicates really happened in the run.
+    let answers = stdout
+        .lines()
+        .find(|l| l.starts_with("answers:"))
+        .expect("answers line");
+    assert!(!answers.contains("(0 by workers"), "{answers}");
+}
+
+#[test]
+fn bad_arguments_exit_with_usage_error() {
+    for args in [
+        &["demo", "--messages", "zero"][..],
+        &["demo", "--messages", "0"],
+        &["demo", "--bogus"],
+        &["frobnicate"],
+        &["demo", "--workers"],
+    ] {
+        let out = idem(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(!String::from_utf8_lossy(&out.stderr).is_empty());
+    }
+}
+
+#[test]
+fn help_and_version() {
+    let out = idem(&["help"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("idem demo"));
+    let out = idem(&["version"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("idem {}", env!("CARGO_PKG_VERSION"))
+    );
+}

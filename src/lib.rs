@@ -63,6 +63,11 @@ pub use engine::{Claim, ClaimGuard, Done, Engine, InFlight, KeyState, Namespace}
 pub use error::{Error, KeyError, Result};
 pub use stats::Stats;
 
+/// The README's examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 /// Internals exposed for the crate's benches only. Not part of the API: no stability
 /// promise of any kind.
 #[doc(hidden)]

@@ -17,7 +17,7 @@
 
 pub(crate) mod wheel;
 
-use hashbrown::{HashMap, HashTable};
+use hashbrown::{hash_table, HashMap, HashTable};
 
 use crossbeam::utils::CachePadded;
 
@@ -518,7 +518,42 @@ impl Shard {
     ) -> ShardClaim {
         self.catch_up(now, cap);
         let lease_deadline = p.deadline(now, p.lease_ms);
-        if let Some(idx) = self.find(fp) {
+        let slab = &self.slab;
+        // One probe serves both outcomes: the entry API finds the key or the slot for it.
+        let entry = self
+            .index
+            .entry(fp.lo, |&i| slab.get(i).is(fp), |&i| slab.get(i).lo());
+        let idx = match entry {
+            hash_table::Entry::Occupied(o) => *o.get(),
+            hash_table::Entry::Vacant(v) => {
+                if !cap.take() {
+                    return ShardClaim::Full;
+                }
+                self.next_token = (self.next_token + 1) & TOKEN_MASK;
+                let token = self.next_token;
+                let idx = self.slab.alloc(Entry {
+                    fp_lo: [fp.lo as u32, (fp.lo >> 32) as u32],
+                    fp_mid: fp.hi as u32,
+                    deadline: lease_deadline as u32,
+                    meta: STATE_IN_PROGRESS | token << TOKEN_SHIFT,
+                    prev: NIL,
+                    next: NIL,
+                });
+                v.insert(idx);
+                self.wheel.schedule(&mut self.slab, idx, lease_deadline);
+                self.live += 1;
+                if let Some(pl) = payload {
+                    self.side_mut(idx).payload = Some(pl);
+                }
+                self.counters.acquired += 1;
+                return ShardClaim::Acquired {
+                    idx,
+                    token,
+                    deadline: lease_deadline as u32,
+                };
+            }
+        };
+        {
             let e = *self.slab.get(idx);
             if !expired(e.deadline, now.tick) {
                 if let Some(pl) = payload {
@@ -564,36 +599,11 @@ impl Shard {
                 self.side_mut(idx).payload = Some(pl);
             }
             self.counters.acquired += 1;
-            return ShardClaim::Acquired {
+            ShardClaim::Acquired {
                 idx,
                 token,
                 deadline: lease_deadline as u32,
-            };
-        }
-        if !cap.take() {
-            return ShardClaim::Full;
-        }
-        let token = self.new_token();
-        let idx = self.slab.alloc(Entry {
-            fp_lo: [fp.lo as u32, (fp.lo >> 32) as u32],
-            fp_mid: fp.hi as u32,
-            deadline: lease_deadline as u32,
-            meta: STATE_IN_PROGRESS | token << TOKEN_SHIFT,
-            prev: NIL,
-            next: NIL,
-        });
-        let slab = &self.slab;
-        self.index.insert_unique(fp.lo, idx, |&i| slab.get(i).lo());
-        self.wheel.schedule(&mut self.slab, idx, lease_deadline);
-        self.live += 1;
-        if let Some(pl) = payload {
-            self.side_mut(idx).payload = Some(pl);
-        }
-        self.counters.acquired += 1;
-        ShardClaim::Acquired {
-            idx,
-            token,
-            deadline: lease_deadline as u32,
+            }
         }
     }
 

@@ -9,8 +9,9 @@
 //!   64 bits (the fingerprint is already a keyed hash: no second hash).
 //! * `wheel`: the TTL/lease timing wheel; its bucket lists are linked through the
 //!   entries' `prev`/`next` fields, so scheduling allocates nothing.
-//! * `side`: the rare extras (payload fingerprint, stored result, completion time of a
-//!   sliding-window key), only for the entries that have them.
+//! * `payloads` and `extras`: what only some entries have (a payload fingerprint; a
+//!   stored result or the completion time of a sliding-window key), in side tables so
+//!   that entries without them pay nothing.
 //!
 //! The table is the truth and the wheel a hint: a read checks the entry's deadline
 //! itself, and the wheel only makes sure expired entries are reclaimed without traffic.
@@ -55,10 +56,11 @@ const STATE_MASK: u32 = 0b11;
 const STATE_FREE: u32 = 0;
 const STATE_IN_PROGRESS: u32 = 1;
 const STATE_DONE: u32 = 2;
-const SIDE_BIT: u32 = 0b100;
-const TOKEN_SHIFT: u32 = 3;
-/// Fencing tokens are 29 bits, per shard, wrapping.
-const TOKEN_MASK: u32 = (1 << 29) - 1;
+const PAYLOAD_BIT: u32 = 0b100;
+const EXTRA_BIT: u32 = 0b1000;
+const TOKEN_SHIFT: u32 = 4;
+/// Fencing tokens are 28 bits, per shard, wrapping.
+const TOKEN_MASK: u32 = (1 << 28) - 1;
 
 /// One resident key: 28 bytes.
 ///
@@ -73,7 +75,7 @@ pub(crate) struct Entry {
     fp_mid: u32,
     /// Deadline in ticks, low 32 bits (serial arithmetic against `now`).
     deadline: u32,
-    /// state (2 bits) | has side data (1 bit) | fencing token (29 bits).
+    /// state (2 bits) | has payload (1 bit) | has extra (1 bit) | fencing token (28 bits).
     meta: u32,
     prev: u32,
     next: u32,
@@ -97,8 +99,13 @@ impl Entry {
     }
 
     #[inline]
-    fn has_side(&self) -> bool {
-        self.meta & SIDE_BIT != 0
+    fn has_payload(&self) -> bool {
+        self.meta & PAYLOAD_BIT != 0
+    }
+
+    #[inline]
+    fn has_extra(&self) -> bool {
+        self.meta & EXTRA_BIT != 0
     }
 
     #[inline]
@@ -198,10 +205,9 @@ impl Links for Slab {
     }
 }
 
-/// Extras kept for the few entries that have them.
+/// What a done entry may carry beyond its 28 bytes.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Side {
-    pub(crate) payload: Option<u64>,
+pub(crate) struct Extra {
     pub(crate) result: Option<std::sync::Arc<[u8]>>,
     /// Completion time, kept only for sliding windows (fixed windows derive it).
     pub(crate) completed_at_ms: Option<u64>,
@@ -260,6 +266,17 @@ impl Params {
             tick: ms.saturating_sub(self.epoch_ms) / self.tick_ms,
         }
     }
+}
+
+/// Heap bytes of a SwissTable with room for `capacity` items of `slot` bytes: it keeps
+/// at most 7/8 of its power-of-two buckets full, and has a control byte per bucket.
+fn table_bytes(capacity: usize, slot: usize) -> usize {
+    let buckets = match capacity {
+        0 => 0,
+        c if c < 8 => c + 1,
+        c => (c * 8 / 7).next_power_of_two(),
+    };
+    buckets * (slot + 1)
 }
 
 #[inline]
@@ -386,17 +403,19 @@ pub(crate) struct Shard {
     index: HashTable<u32>,
     slab: Slab,
     wheel: Wheel,
-    side: HashMap<u32, Side>,
+    payloads: HashMap<u32, u64>,
+    extras: HashMap<u32, Extra>,
     next_token: u32,
     live: usize,
     pub(crate) counters: Counters,
 }
 
-/// Removes entry `idx` (already unlinked from the wheel) from index, side table and slab.
+/// Removes entry `idx` (already unlinked from the wheel) from index, side tables and slab.
 fn remove_unlinked(
     index: &mut HashTable<u32>,
     slab: &mut Slab,
-    side: &mut HashMap<u32, Side>,
+    payloads: &mut HashMap<u32, u64>,
+    extras: &mut HashMap<u32, Extra>,
     live: &mut usize,
     idx: u32,
 ) {
@@ -404,8 +423,11 @@ fn remove_unlinked(
     if let Ok(found) = index.find_entry(e.lo(), |&i| i == idx) {
         found.remove();
     }
-    if e.has_side() {
-        side.remove(&idx);
+    if e.has_payload() {
+        payloads.remove(&idx);
+    }
+    if e.has_extra() {
+        extras.remove(&idx);
     }
     slab.release(idx);
     *live -= 1;
@@ -417,7 +439,8 @@ impl Shard {
             index: HashTable::new(),
             slab: Slab::default(),
             wheel: Wheel::new(now_tick),
-            side: HashMap::new(),
+            payloads: HashMap::new(),
+            extras: HashMap::new(),
             next_token: 0,
             live: 0,
             counters: Counters::default(),
@@ -431,21 +454,16 @@ impl Shard {
 
     /// Heap bytes held by this shard's structures.
     pub(crate) fn heap_bytes(&self) -> usize {
-        let side_payload: usize = self
-            .side
+        let results: usize = self
+            .extras
             .values()
-            .map(|s| s.result.as_ref().map_or(0, |r| r.len() + 16))
+            .map(|x| x.result.as_ref().map_or(0, |r| r.len() + 16))
             .sum();
-        // A SwissTable holds 7/8 of its buckets; each bucket is a u32 and a control byte.
-        let buckets = match self.index.capacity() {
-            0 => 0,
-            c if c < 8 => c + 1,
-            c => (c * 8 / 7).next_power_of_two(),
-        };
         self.slab.bytes()
-            + buckets * 5
-            + self.side.capacity() * (std::mem::size_of::<(u32, Side)>() + 1)
-            + side_payload
+            + table_bytes(self.index.capacity(), 4)
+            + table_bytes(self.payloads.capacity(), std::mem::size_of::<(u32, u64)>())
+            + table_bytes(self.extras.capacity(), std::mem::size_of::<(u32, Extra)>())
+            + results
     }
 
     #[inline]
@@ -476,24 +494,29 @@ impl Shard {
     ) -> (u64, u64, Option<std::sync::Arc<[u8]>>) {
         let e = self.slab.get(idx);
         let expires_at_ms = self.remaining_tick(p, now, e.deadline);
-        let side = if e.has_side() {
-            self.side.get(&idx)
+        let extra = if e.has_extra() {
+            self.extras.get(&idx)
         } else {
             None
         };
-        let completed_at_ms = side
+        let completed_at_ms = extra
             .and_then(|s| s.completed_at_ms)
             .unwrap_or_else(|| expires_at_ms.saturating_sub(p.ttl_ms));
         (
             completed_at_ms,
             expires_at_ms,
-            side.and_then(|s| s.result.clone()),
+            extra.and_then(|s| s.result.clone()),
         )
     }
 
-    fn side_mut(&mut self, idx: u32) -> &mut Side {
-        self.slab.get_mut(idx).meta |= SIDE_BIT;
-        self.side.entry(idx).or_default()
+    fn set_payload(&mut self, idx: u32, payload: u64) {
+        self.slab.get_mut(idx).meta |= PAYLOAD_BIT;
+        self.payloads.insert(idx, payload);
+    }
+
+    fn extra_mut(&mut self, idx: u32) -> &mut Extra {
+        self.slab.get_mut(idx).meta |= EXTRA_BIT;
+        self.extras.entry(idx).or_default()
     }
 
     fn reschedule(&mut self, idx: u32, when: u64) {
@@ -543,7 +566,7 @@ impl Shard {
                 self.wheel.schedule(&mut self.slab, idx, lease_deadline);
                 self.live += 1;
                 if let Some(pl) = payload {
-                    self.side_mut(idx).payload = Some(pl);
+                    self.set_payload(idx, pl);
                 }
                 self.counters.acquired += 1;
                 return ShardClaim::Acquired {
@@ -557,8 +580,8 @@ impl Shard {
             let e = *self.slab.get(idx);
             if !expired(e.deadline, now.tick) {
                 if let Some(pl) = payload {
-                    if e.has_side() {
-                        if let Some(stored) = self.side.get(&idx).and_then(|s| s.payload) {
+                    if e.has_payload() {
+                        if let Some(&stored) = self.payloads.get(&idx) {
                             if stored != pl {
                                 self.counters.payload_mismatches += 1;
                                 return ShardClaim::PayloadMismatch;
@@ -586,8 +609,11 @@ impl Shard {
             }
             // Expired but not yet reclaimed: the key is new again; reuse the slot.
             self.counters.expirations += 1;
-            if e.has_side() {
-                self.side.remove(&idx);
+            if e.has_payload() {
+                self.payloads.remove(&idx);
+            }
+            if e.has_extra() {
+                self.extras.remove(&idx);
             }
             let token = self.new_token();
             {
@@ -596,7 +622,7 @@ impl Shard {
             }
             self.reschedule(idx, lease_deadline);
             if let Some(pl) = payload {
-                self.side_mut(idx).payload = Some(pl);
+                self.set_payload(idx, pl);
             }
             self.counters.acquired += 1;
             ShardClaim::Acquired {
@@ -633,14 +659,15 @@ impl Shard {
             self.counters.lease_lost += 1;
             return Err(Refused::LeaseLost);
         }
-        self.slab.get_mut(idx).meta = STATE_DONE | (self.slab.get(idx).meta & SIDE_BIT);
+        let m = &mut self.slab.get_mut(idx).meta;
+        *m = (*m & !STATE_MASK) | STATE_DONE;
         let when = p.deadline(now, p.ttl_ms);
         self.reschedule(idx, when);
         if let Some(r) = result {
-            self.side_mut(idx).result = Some(std::sync::Arc::from(r));
+            self.extra_mut(idx).result = Some(std::sync::Arc::from(r));
         }
         if p.sliding {
-            self.side_mut(idx).completed_at_ms = Some(now.ms);
+            self.extra_mut(idx).completed_at_ms = Some(now.ms);
         }
         self.counters.completions += 1;
         Ok(())
@@ -670,7 +697,8 @@ impl Shard {
         remove_unlinked(
             &mut self.index,
             &mut self.slab,
-            &mut self.side,
+            &mut self.payloads,
+            &mut self.extras,
             &mut self.live,
             idx,
         );
@@ -727,7 +755,8 @@ impl Shard {
             index,
             slab,
             wheel,
-            side,
+            payloads,
+            extras,
             live,
             counters,
             ..
@@ -737,7 +766,7 @@ impl Shard {
         // and every deadline change reschedules it, so a fired entry is due. (Comparing
         // 32-bit deadlines here would be wrong after a jump of 2^31 ticks.)
         wheel.advance(slab, now.tick, |slab, idx| {
-            remove_unlinked(index, slab, side, live, idx);
+            remove_unlinked(index, slab, payloads, extras, live, idx);
             cap.give_back();
             reclaimed += 1;
             None

@@ -33,9 +33,12 @@
 //!   `expire` callback). Cascades rely on it to re-place the entry. A `when` at or
 //!   before `current` is clamped (see [`Wheel::schedule`]); the stored deadline may
 //!   then stay at the earlier tick.
-//! * Deadlines are kept within `2^31` ticks of the wheel's time, in both directions,
-//!   because they are stored on 32 bits and widened back with serial arithmetic
-//!   (see [`widen`]). At one tick per millisecond that is about 24.8 days.
+//! * Deadlines are stored on 32 bits and widened back with serial arithmetic (see
+//!   [`widen`]), so a stored deadline must stay within `2^31` ticks of the wheel's
+//!   time, in both directions, for as long as the entry is scheduled: schedule at
+//!   most `2^31 - 1` ticks ahead (about 24.8 days at one tick per millisecond), and
+//!   when a `when` in the past gets clamped, let the stored deadline be less than
+//!   `2^31` ticks behind the tick the entry will fire at.
 //! * Ticks stay below `2^63`, far from `u64` overflow.
 //!
 //! The wheel is a hint, the caller's table is the truth: when an entry fires, the
@@ -105,7 +108,7 @@ fn bucket_for(current: u64, when: u64) -> (usize, usize) {
 
 /// A hierarchical timing wheel: 6 levels of 64 slots, on `u64` ticks.
 ///
-/// See the [module documentation](self) for the layout and the caller's contract.
+/// The module documentation describes the layout and the caller's contract.
 #[allow(unreachable_pub)] // re-exported to the benches through `crate::__bench`
 #[derive(Debug, Clone)]
 pub struct Wheel {
@@ -209,10 +212,12 @@ impl Wheel {
     /// `when` after `now` is scheduled as is; a `when` at or before `now` is
     /// deferred to `now + 1`, i.e. to the next advance. So each call fires an entry
     /// at most once, and a callback that keeps answering with a past tick cannot
-    /// make `advance` loop.
+    /// make `advance` loop. Inside `expire`, only the fired entry is the caller's:
+    /// links and deadlines of entries still in the wheel must be left alone.
     ///
     /// Cost: one step per non-empty bucket reached (never one per tick, however
-    /// big the jump) plus at most one cascade per level for each entry. No
+    /// big the jump) plus at most one cascade per level for each entry (entries
+    /// beyond the wheel's `2^36`-tick span also come round the top level). No
     /// allocation.
     pub fn advance<L: Links>(
         &mut self,
@@ -279,30 +284,28 @@ impl Wheel {
     }
 
     /// The earliest non-empty bucket as `(level, slot, start tick)`.
+    ///
+    /// It is always in the lowest non-empty level. Below the top level, an entry
+    /// goes to the level where `when` first differs from the wheel's time, so its
+    /// slot lies ahead of the current one, inside the level's current rotation,
+    /// and its bucket starts before that rotation ends; every bucket of a higher
+    /// level starts at a later multiple of the rotation's length. Time never passes
+    /// a bucket's start without processing it, so this stays true as time moves.
     #[inline]
     fn next_bucket(&self) -> Option<(usize, usize, u64)> {
-        let mut best: Option<(usize, usize, u64)> = None;
-        for (level, &bits) in self.occupied.iter().enumerate() {
-            if bits == 0 {
-                continue;
-            }
-            let shift = BITS as usize * level;
-            let position = self.current >> shift;
-            let here = (position & SLOT_MASK) as u32;
-            // Bit 0 of the rotated map is the slot right after the current one.
-            let ahead = u64::from(bits.rotate_right(here + 1).trailing_zeros()) + 1;
-            let start = (position + ahead) << shift;
-            if best.map_or(true, |(_, _, earliest)| start < earliest) {
-                let slot = ((position + ahead) & SLOT_MASK) as usize;
-                best = Some((level, slot, start));
-            }
-            if u64::from(here) + ahead < SLOTS as u64 {
-                // This bucket starts before the end of the level's current
-                // rotation; every bucket of a higher level starts at or after it.
-                break;
-            }
-        }
-        best
+        let level = self.occupied.iter().position(|&bits| bits != 0)?;
+        let shift = BITS as usize * level;
+        let position = self.current >> shift;
+        let here = (position & SLOT_MASK) as u32;
+        // Bit 0 of the rotated map is the slot right after the current one.
+        let rotated = self.occupied[level].rotate_right(here + 1);
+        let ahead = u64::from(rotated.trailing_zeros()) + 1;
+        debug_assert!(
+            level == LEVELS - 1 || u64::from(here) + ahead < SLOTS as u64,
+            "bucket outside its level's current rotation"
+        );
+        let slot = ((position + ahead) & SLOT_MASK) as usize;
+        Some((level, slot, (position + ahead) << shift))
     }
 
     /// Detaches the whole list of a bucket and returns its head.
@@ -456,6 +459,11 @@ mod tests {
                 assert_eq!(s.prev(head), HEAD_TAG | (level * SLOTS + slot) as u32);
                 let start = bucket_start(w.current, level, slot);
                 assert!(start > w.current);
+                if level < TOP {
+                    // Inside the level's current rotation: ahead of its slot.
+                    let here = (w.current >> (BITS as usize * level)) & SLOT_MASK;
+                    assert!(slot as u64 > here, "({level}, {slot}) is behind");
+                }
                 let width = 1u64 << (BITS as usize * level);
                 let mut e = head;
                 while e != NIL {

@@ -7,7 +7,6 @@ use std::time::Duration;
 use crate::clock::{Clock, SystemClock};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::sync::Arc;
 
 /// How one namespace behaves: how long keys live, how many it holds, what it accepts.
 ///
@@ -189,7 +188,9 @@ impl NamespaceConfig {
 /// ```
 pub struct EngineBuilder {
     pub(crate) namespaces: Vec<(String, NamespaceConfig)>,
-    pub(crate) clock: Arc<dyn Clock>,
+    /// A std `Arc`: the clock is shared, immutable configuration, not part of the
+    /// protocol that loom explores (a `ManualClock`'s own atomic still is).
+    pub(crate) clock: std::sync::Arc<dyn Clock>,
     pub(crate) tick: Duration,
     pub(crate) maintenance_interval: Option<Duration>,
     pub(crate) seed: Option<u64>,
@@ -217,7 +218,7 @@ impl EngineBuilder {
     pub fn new() -> Self {
         Self {
             namespaces: Vec::new(),
-            clock: Arc::new(SystemClock),
+            clock: std::sync::Arc::new(SystemClock),
             tick: Duration::from_millis(1),
             maintenance_interval: Some(Duration::from_millis(100)),
             seed: None,
@@ -232,7 +233,7 @@ impl EngineBuilder {
 
     /// The clock every deadline is read from (default [`SystemClock`]).
     pub fn clock(mut self, clock: impl Clock) -> Self {
-        self.clock = Arc::new(clock);
+        self.clock = std::sync::Arc::new(clock);
         self
     }
 

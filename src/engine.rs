@@ -10,7 +10,7 @@ use xxhash_rust::xxh3::{xxh3_128_with_seed, xxh3_64_with_seed};
 use crate::clock::Clock;
 use crate::config::{EngineBuilder, NamespaceConfig};
 use crate::error::{Error, KeyError, Result};
-use crate::hot::{Capacity, Fp, Now, Params, Refused, ShardClaim, ShardSlot, ShardState};
+use crate::hot::{Capacity, Fp, Lease, Now, Params, Refused, ShardClaim, ShardSlot, ShardState};
 use crate::stats::Stats;
 use crate::sync::{Arc, AtomicUsize};
 
@@ -31,7 +31,7 @@ pub struct Engine {
 
 pub(crate) struct Shared {
     namespaces: HashMap<String, Arc<NsInner>>,
-    clock: Arc<dyn Clock>,
+    clock: std::sync::Arc<dyn Clock>,
 }
 
 impl Shared {
@@ -237,7 +237,7 @@ pub(crate) struct NsInner {
     cfg: NamespaceConfig,
     params: Params,
     seed: u64,
-    clock: Arc<dyn Clock>,
+    clock: std::sync::Arc<dyn Clock>,
     slots: Box<[CachePadded<ShardSlot>]>,
     pool: AtomicUsize,
 }
@@ -249,7 +249,7 @@ impl NsInner {
         seed: u64,
         epoch_ms: u64,
         tick_ms: u64,
-        clock: Arc<dyn Clock>,
+        clock: std::sync::Arc<dyn Clock>,
     ) -> Self {
         let shards = cfg.shards.unwrap_or_else(|| default_shards(cfg.max_keys));
         let params = Params {
@@ -403,17 +403,11 @@ impl Namespace {
                 .lock()
                 .claim(fp, payload, &ns.params, now, &cap);
             return match answer {
-                ShardClaim::Acquired {
-                    idx,
-                    token,
-                    deadline,
-                } => Ok(Claim::Acquired(ClaimGuard {
+                ShardClaim::Acquired(lease) => Ok(Claim::Acquired(ClaimGuard {
                     ns: self.inner.clone(),
                     fp,
                     shard: si as u32,
-                    idx,
-                    token,
-                    deadline,
+                    lease,
                     armed: true,
                 })),
                 ShardClaim::InProgress {
@@ -604,9 +598,7 @@ pub struct ClaimGuard {
     ns: Arc<NsInner>,
     fp: Fp,
     shard: u32,
-    idx: u32,
-    token: u32,
-    deadline: u32,
+    lease: Lease,
     armed: bool,
 }
 
@@ -615,7 +607,7 @@ impl fmt::Debug for ClaimGuard {
         f.debug_struct("ClaimGuard")
             .field("namespace", &self.ns.name)
             .field("lease_expires_at_ms", &self.lease_expires_at_ms())
-            .field("token", &self.token)
+            .field("token", &self.lease.token)
             .finish()
     }
 }
@@ -623,9 +615,7 @@ impl fmt::Debug for ClaimGuard {
 impl ClaimGuard {
     /// When this claim's lease runs out (wall-clock ms).
     pub fn lease_expires_at_ms(&self) -> u64 {
-        let p = &self.ns.params;
-        let now = self.ns.now();
-        p.tick_to_ms(crate::hot::wheel::widen(now.tick, self.deadline))
+        self.ns.params.tick_to_ms(self.lease.deadline)
     }
 
     /// Marks the key done: it answers `Duplicate` for the namespace's TTL.
@@ -660,14 +650,14 @@ impl ClaimGuard {
         self.armed = false;
         let ns = &*self.ns;
         let now = ns.now();
+        let cap = ns.capacity(self.shard as usize);
         let r = ns.slots[self.shard as usize].shard.lock().complete(
             self.fp,
-            self.idx,
-            self.token,
-            self.deadline,
+            &self.lease,
             result,
             &ns.params,
             now,
+            &cap,
         );
         r.map_err(|Refused::LeaseLost| Error::LeaseLost)
     }
@@ -676,14 +666,10 @@ impl ClaimGuard {
         let ns = &*self.ns;
         let now = ns.now();
         let cap = ns.capacity(self.shard as usize);
-        let r = ns.slots[self.shard as usize].shard.lock().release(
-            self.fp,
-            self.idx,
-            self.token,
-            self.deadline,
-            now,
-            &cap,
-        );
+        let r = ns.slots[self.shard as usize]
+            .shard
+            .lock()
+            .release(self.fp, &self.lease, now, &cap);
         r.map_err(|Refused::LeaseLost| Error::LeaseLost)
     }
 }

@@ -284,14 +284,19 @@ fn expired(deadline: u32, now_tick: u64) -> bool {
     (now_tick as u32).wrapping_sub(deadline) as i32 >= 0
 }
 
+/// A held claim, as its guard remembers it. The deadline is kept whole (not 32-bit),
+/// so a guard's lease check is exact however long it was held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Lease {
+    pub(crate) idx: u32,
+    pub(crate) token: u32,
+    pub(crate) deadline: u64,
+}
+
 /// What a claim found, as the shard reports it.
 #[derive(Debug)]
 pub(crate) enum ShardClaim {
-    Acquired {
-        idx: u32,
-        token: u32,
-        deadline: u32,
-    },
+    Acquired(Lease),
     InProgress {
         lease_expires_at_ms: u64,
     },
@@ -501,7 +506,7 @@ impl Shard {
         };
         let completed_at_ms = extra
             .and_then(|s| s.completed_at_ms)
-            .unwrap_or_else(|| expires_at_ms.saturating_sub(p.ttl_ms));
+            .unwrap_or_else(|| expires_at_ms.saturating_sub(p.ttl_ms).min(now.ms));
         (
             completed_at_ms,
             expires_at_ms,
@@ -569,11 +574,11 @@ impl Shard {
                     self.set_payload(idx, pl);
                 }
                 self.counters.acquired += 1;
-                return ShardClaim::Acquired {
+                return ShardClaim::Acquired(Lease {
                     idx,
                     token,
-                    deadline: lease_deadline as u32,
-                };
+                    deadline: lease_deadline,
+                });
             }
         };
         {
@@ -596,7 +601,9 @@ impl Shard {
                     };
                 }
                 if p.sliding {
-                    let when = p.deadline(now, p.ttl_ms);
+                    // Never earlier than already promised: a claimant that read the
+                    // clock before a later sighting took the lock must not shorten it.
+                    let when = p.deadline(now, p.ttl_ms).max(widen(now.tick, e.deadline));
                     self.reschedule(idx, when);
                 }
                 self.counters.duplicates += 1;
@@ -625,40 +632,43 @@ impl Shard {
                 self.set_payload(idx, pl);
             }
             self.counters.acquired += 1;
-            ShardClaim::Acquired {
+            ShardClaim::Acquired(Lease {
                 idx,
                 token,
-                deadline: lease_deadline as u32,
-            }
+                deadline: lease_deadline,
+            })
         }
     }
 
-    /// Checks that (idx, token, deadline, fp) is still the live lease.
-    fn holds(&self, fp: Fp, idx: u32, token: u32, deadline: u32, now: Now) -> bool {
-        let e = self.slab.get(idx);
+    /// Checks that `lease` is still live: its deadline has not passed (compared on
+    /// whole ticks) and the entry is still the one it acquired.
+    fn holds(&self, fp: Fp, lease: &Lease, now: Now) -> bool {
+        if now.tick >= lease.deadline {
+            return false;
+        }
+        let e = self.slab.get(lease.idx);
         e.state() == STATE_IN_PROGRESS
             && e.is(fp)
-            && e.token() == token
-            && e.deadline == deadline
-            && !expired(e.deadline, now.tick)
+            && e.token() == lease.token
+            && e.deadline == lease.deadline as u32
     }
 
     /// Marks a held claim done for the TTL, storing `result` if given.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn complete(
         &mut self,
         fp: Fp,
-        idx: u32,
-        token: u32,
-        deadline: u32,
+        lease: &Lease,
         result: Option<&[u8]>,
         p: &Params,
         now: Now,
+        cap: &Capacity<'_>,
     ) -> Result<(), Refused> {
-        if !self.holds(fp, idx, token, deadline, now) {
+        self.catch_up(now, cap);
+        if !self.holds(fp, lease, now) {
             self.counters.lease_lost += 1;
             return Err(Refused::LeaseLost);
         }
+        let idx = lease.idx;
         let m = &mut self.slab.get_mut(idx).meta;
         *m = (*m & !STATE_MASK) | STATE_DONE;
         let when = p.deadline(now, p.ttl_ms);
@@ -677,17 +687,16 @@ impl Shard {
     pub(crate) fn release(
         &mut self,
         fp: Fp,
-        idx: u32,
-        token: u32,
-        deadline: u32,
+        lease: &Lease,
         now: Now,
         cap: &Capacity<'_>,
     ) -> Result<(), Refused> {
-        if !self.holds(fp, idx, token, deadline, now) {
+        self.catch_up(now, cap);
+        if !self.holds(fp, lease, now) {
             self.counters.lease_lost += 1;
             return Err(Refused::LeaseLost);
         }
-        self.remove(idx, cap);
+        self.remove(lease.idx, cap);
         self.counters.releases += 1;
         Ok(())
     }

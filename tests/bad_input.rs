@@ -1,5 +1,7 @@
 //! Bad input gets a typed error and changes nothing.
 
+#![cfg(not(idem_loom))]
+
 mod util;
 
 use idem::{Claim, Engine, Error, KeyError, NamespaceConfig};

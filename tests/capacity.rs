@@ -1,5 +1,7 @@
 //! Memory-only mode never evicts an unexpired key: a full namespace refuses (noeviction).
 
+#![cfg(not(idem_loom))]
+
 mod util;
 
 use idem::{Claim, Error};

@@ -1,5 +1,7 @@
 //! The basic claim protocol: first sighting, duplicate, in progress, release, drop.
 
+#![cfg(not(idem_loom))]
+
 mod util;
 
 use idem::{Claim, KeyState};

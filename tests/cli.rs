@@ -1,5 +1,7 @@
 //! The `idem` binary: the demo verifies exactly-once effects; bad arguments are refused.
 
+#![cfg(not(idem_loom))]
+
 use std::process::Command;
 
 fn idem(args: &[&str]) -> std::process::Output {

@@ -1,5 +1,7 @@
 //! Of any number of concurrent claims of one key, exactly one is Acquired.
 
+#![cfg(not(idem_loom))]
+
 mod util;
 
 use std::sync::atomic::{AtomicUsize, Ordering};

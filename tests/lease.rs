@@ -1,5 +1,7 @@
 //! Leases and fencing: an expired lease makes the key claimable and the old guard stale.
 
+#![cfg(not(idem_loom))]
+
 mod util;
 
 use idem::{Claim, Error};
@@ -110,4 +112,23 @@ fn expired_lease_is_reclaimed_by_maintenance() {
     assert_eq!(s.resident_keys, 0);
     assert_eq!(s.expirations, 1);
     assert_eq!(g.complete(), Err(Error::LeaseLost));
+}
+
+#[test]
+fn a_guard_held_across_a_clock_jump_of_weeks_is_refused() {
+    // Longer than the 2^31 ticks that 32-bit deadlines can tell apart.
+    let (_e, ns, clock) = engine_with(small());
+    let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
+        panic!()
+    };
+    clock.advance(ms((1 << 31) + 1000));
+    assert_eq!(g.lease_expires_at_ms(), T0 + 5000);
+    assert_eq!(g.complete(), Err(Error::LeaseLost));
+    assert!(ns.claim(b"k").unwrap().is_acquired());
+
+    let Claim::Acquired(g) = ns.claim(b"j").unwrap() else {
+        panic!()
+    };
+    clock.advance(ms((1 << 32) + 5000));
+    assert_eq!(g.release(), Err(Error::LeaseLost));
 }

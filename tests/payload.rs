@@ -1,5 +1,7 @@
 //! Payload fingerprints: the same key with a different payload is key reuse.
 
+#![cfg(not(idem_loom))]
+
 mod util;
 
 use idem::{Claim, Error};

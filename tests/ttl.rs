@@ -1,5 +1,7 @@
 //! TTL windows: fixed by default, sliding on request; expiry with and without traffic.
 
+#![cfg(not(idem_loom))]
+
 mod util;
 
 use idem::{Claim, Engine, ManualClock, NamespaceConfig};
@@ -159,4 +161,41 @@ fn coarse_tick_rounds_expiry_up_never_down() {
         ns.claim(b"k").unwrap().is_acquired(),
         "at most one tick late"
     );
+}
+
+#[test]
+fn a_sliding_sighting_never_shortens_a_promised_window() {
+    let (_e, ns, clock) = engine_with(small().extend_on_duplicate(true));
+    clock.advance(secs(100));
+    done(&ns, b"k");
+    // A sighting with an earlier clock reading (a claimant that read the clock before
+    // another sighting took the lock, or a clock stepped back) must not pull the
+    // expiry in.
+    clock.set(T0);
+    let Claim::Duplicate(d) = ns.claim(b"k").unwrap() else {
+        panic!()
+    };
+    assert_eq!(d.expires_at_ms(), T0 + 160_000);
+    clock.set(T0 + 159_999);
+    assert!(ns.claim(b"k").unwrap().is_duplicate());
+}
+
+#[test]
+fn completion_time_is_never_reported_in_the_future_with_a_coarse_tick() {
+    let clock = ManualClock::new(T0);
+    let engine = Engine::builder()
+        .namespace("ns", NamespaceConfig::new().ttl(ms(1500)))
+        .clock(clock.clone())
+        .tick(secs(1))
+        .maintenance_interval(None)
+        .build()
+        .unwrap();
+    let ns = engine.namespace("ns").unwrap();
+    clock.advance(ms(250));
+    done(&ns, b"k");
+    let Claim::Duplicate(d) = ns.claim(b"k").unwrap() else {
+        panic!()
+    };
+    assert!(d.completed_at_ms() <= T0 + 250, "{}", d.completed_at_ms());
+    assert!(d.completed_at_ms() + 1000 > T0 + 250, "within one tick");
 }

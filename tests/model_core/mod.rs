@@ -1,0 +1,884 @@
+//! The reference model and the operation interpreter behind the model check.
+//!
+//! Shared by `tests/model.rs` (as `mod model_core;`) and by the fuzz target
+//! `fuzz/fuzz_targets/model.rs` (through `#[path]`). It holds no tests: cargo also
+//! builds this file as an integration-test target of its own, which runs none.
+//!
+//! An operation sequence runs on a real [`Engine`] (manual clock, no maintenance
+//! thread, one small namespace) and on a [`Model`]: a `HashMap` from key to entry plus
+//! a model clock. Every answer is compared exactly, and after every step so are the
+//! engine's counters, its resident-key gauge, `check` of every key and the lease of
+//! every guard still held. Any difference panics with the step and the operation.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use idem::{
+    Claim, ClaimGuard, Engine, Error, KeyError, KeyState, ManualClock, Namespace, NamespaceConfig,
+    Stats,
+};
+
+/// Distinct valid keys an operation can name.
+pub const KEYS: usize = 12;
+/// The namespace's `max_key_len`: every valid key fits, [`TOO_LONG_KEY`] does not.
+pub const MAX_KEY_LEN: usize = 8;
+/// The namespace's `max_result_len`; one of the results is one byte over it.
+pub const MAX_RESULT_LEN: usize = 16;
+/// Bytes one operation is decoded from.
+pub const OP_BYTES: usize = 3;
+/// The TTL of every model namespace.
+pub const TTL_MS: u64 = 1000;
+/// The lease of every model namespace.
+pub const LEASE_MS: u64 = 300;
+/// The shortest [`Op::Leap`]: a shard whose wheel lags this far behind the clock
+/// catches up on its next claim, check or forget.
+pub const LEAP_MIN_MS: u64 = 1 << 29;
+
+const TOO_LONG_KEY: &[u8] = b"key-too-long";
+const PAYLOADS: [&[u8]; 3] = [b"pay-a", b"pay-b", b"pay-c"];
+const NAMESPACE: &str = "model";
+const T0: u64 = 1_700_000_000_000;
+
+/// The key an operation's key byte names: mostly one of [`KEYS`] valid keys, sometimes
+/// an empty or an over-long one.
+pub fn key_bytes(sel: u8) -> Vec<u8> {
+    match sel {
+        0..=247 => format!("key-{:02}", sel as usize % KEYS).into_bytes(),
+        248..=251 => Vec::new(),
+        _ => TOO_LONG_KEY.to_vec(),
+    }
+}
+
+/// The result an operation's result byte names, the last one over the limit.
+pub fn result_bytes(sel: u8) -> Vec<u8> {
+    match sel % 5 {
+        0 => Vec::new(),
+        1 => b"ok".to_vec(),
+        2 => b"receipt-2".to_vec(),
+        3 => vec![b'x'; MAX_RESULT_LEN],
+        _ => vec![b'y'; MAX_RESULT_LEN + 1],
+    }
+}
+
+/// One step of a sequence. Key, guard and result fields are raw selectors that the
+/// interpreter resolves: a key selector through [`key_bytes`], a result selector
+/// through [`result_bytes`], and a guard selector picks among the guards currently
+/// held (the newest if it is below 128, any otherwise; nothing happens if none is).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// `claim(key)`.
+    Claim { key: u8 },
+    /// `claim_with_payload(key, PAYLOADS[payload % 3])`.
+    ClaimWithPayload { key: u8, payload: u8 },
+    /// `complete()` on a held guard.
+    Complete { guard: u8 },
+    /// `complete_with_result(result_bytes(result))` on a held guard.
+    CompleteWithResult { guard: u8, result: u8 },
+    /// `release()` on a held guard.
+    Release { guard: u8 },
+    /// Drops a held guard unfinished.
+    DropGuard { guard: u8 },
+    /// `forget(key)`.
+    Forget { key: u8 },
+    /// `check(key)`.
+    Check { key: u8 },
+    /// Advances the clock by an amount chosen by `kind` and `arg`: none, 1 ms, a
+    /// few ms, around the lease, around the TTL, or well past the TTL.
+    Advance { kind: u8, arg: u8 },
+    /// Advances the clock to exactly one of the pending deadlines, or to one
+    /// millisecond before it.
+    AdvanceToDeadline { pick: u8, early: bool },
+    /// `run_maintenance()`.
+    Maintenance,
+    /// A clock jump of 2^29 ms or more with no maintenance pass, then a `check` of
+    /// every key, which brings each shard's timing wheel up to date. Only the first
+    /// leap of a sequence happens.
+    Leap { arg: u8 },
+}
+
+/// Decodes [`OP_BYTES`] bytes per operation; a trailing partial operation is ignored.
+/// Every byte string decodes, so any fuzz input is a valid sequence.
+pub fn decode(bytes: &[u8]) -> Vec<Op> {
+    bytes
+        .chunks_exact(OP_BYTES)
+        .map(|c| {
+            let (a, b) = (c[1], c[2]);
+            match c[0] % 20 {
+                0..=3 => Op::Claim { key: a },
+                4 | 5 => Op::ClaimWithPayload { key: a, payload: b },
+                6..=8 => Op::Complete { guard: a },
+                9 | 10 => Op::CompleteWithResult {
+                    guard: a,
+                    result: b,
+                },
+                11 => Op::Release { guard: a },
+                12 => Op::DropGuard { guard: a },
+                13 => Op::Forget { key: a },
+                14 => Op::Check { key: a },
+                15 | 16 => Op::Advance { kind: a, arg: b },
+                17 | 18 => Op::AdvanceToDeadline {
+                    pick: a,
+                    early: b & 1 == 1,
+                },
+                _ if a % 8 == 0 => Op::Leap { arg: b },
+                _ => Op::Maintenance,
+            }
+        })
+        .collect()
+}
+
+/// The namespace under test. TTL and lease are always [`TTL_MS`] and [`LEASE_MS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelConfig {
+    /// `extend_on_duplicate`.
+    pub sliding: bool,
+    /// `max_keys`.
+    pub max_keys: usize,
+    /// `shards`, or the engine's default.
+    pub shards: Option<usize>,
+    /// The engine's fingerprint seed (it decides which keys share a shard).
+    pub seed: u64,
+}
+
+impl ModelConfig {
+    /// A configuration from one selector byte (window, bound, shards) and a seed.
+    pub fn from_byte(b: u8, seed: u64) -> Self {
+        ModelConfig {
+            sliding: b & 1 == 1,
+            max_keys: [3, 8, 11, 20][(b >> 1) as usize & 3],
+            shards: [None, Some(1), Some(2), Some(5)][(b >> 3) as usize & 3],
+            seed,
+        }
+    }
+
+    /// The engine's namespace configuration for this model.
+    pub fn namespace_config(&self) -> NamespaceConfig {
+        let cfg = NamespaceConfig::new()
+            .ttl(Duration::from_millis(TTL_MS))
+            .lease(Duration::from_millis(LEASE_MS))
+            .max_keys(self.max_keys)
+            .max_key_len(MAX_KEY_LEN)
+            .max_result_len(MAX_RESULT_LEN)
+            .extend_on_duplicate(self.sliding);
+        match self.shards {
+            Some(n) => cfg.shards(n),
+            None => cfg,
+        }
+    }
+}
+
+/// Feeds fuzz input to the model check: the first byte picks the configuration, the
+/// second the seed, the rest are operations. Panics on any divergence.
+pub fn run_bytes(data: &[u8]) {
+    if let [cfg, seed, ops @ ..] = data {
+        let mut h = Harness::new(ModelConfig::from_byte(*cfg, u64::from(*seed)), "fuzz");
+        for op in decode(ops) {
+            h.apply(op);
+        }
+    }
+}
+
+/// Runs `ops` on a fresh engine and model and returns what the run exercised.
+pub fn run(cfg: ModelConfig, ops: &[Op], label: &str) -> Tally {
+    let mut h = Harness::new(cfg, label);
+    for &op in ops {
+        h.apply(op);
+    }
+    h.tally
+}
+
+/// A key's state in the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum State {
+    InProgress {
+        deadline: u64,
+        id: u64,
+    },
+    Done {
+        expires_at: u64,
+        completed_at: u64,
+        result: Option<Vec<u8>>,
+    },
+}
+
+/// A resident key in the model: the engine holds an entry for it, possibly expired
+/// and not yet reclaimed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Entry {
+    state: State,
+    /// Index into `PAYLOADS` of the payload the acquiring claim carried.
+    payload: Option<usize>,
+}
+
+impl Entry {
+    fn deadline(&self) -> u64 {
+        match self.state {
+            State::InProgress { deadline, .. } => deadline,
+            State::Done { expires_at, .. } => expires_at,
+        }
+    }
+}
+
+/// The counters and the resident gauge of [`Stats`], in a comparable form.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Counts {
+    resident_keys: u64,
+    acquired: u64,
+    duplicates: u64,
+    in_progress: u64,
+    payload_mismatches: u64,
+    expirations: u64,
+    capacity_refusals: u64,
+    completions: u64,
+    releases: u64,
+    lease_lost: u64,
+    forgotten: u64,
+}
+
+impl Counts {
+    fn of(s: &Stats) -> Self {
+        Counts {
+            resident_keys: s.resident_keys,
+            acquired: s.acquired,
+            duplicates: s.duplicates,
+            in_progress: s.in_progress,
+            payload_mismatches: s.payload_mismatches,
+            expirations: s.expirations,
+            capacity_refusals: s.capacity_refusals,
+            completions: s.completions,
+            releases: s.releases,
+            lease_lost: s.lease_lost,
+            forgotten: s.forgotten,
+        }
+    }
+}
+
+/// The answer to a claim, or a key's state, in a form both sides produce.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Answer {
+    Acquired {
+        lease_expires_at_ms: u64,
+    },
+    Duplicate {
+        completed_at_ms: u64,
+        expires_at_ms: u64,
+        result: Option<Vec<u8>>,
+    },
+    InProgress {
+        lease_expires_at_ms: u64,
+        retry_after: Duration,
+    },
+    Failed(Error),
+}
+
+/// The reference: resident entries by key index, a clock, and counters.
+#[derive(Debug)]
+pub struct Model {
+    now: u64,
+    cfg: ModelConfig,
+    entries: HashMap<usize, Entry>,
+    next_id: u64,
+    counts: Counts,
+}
+
+impl Model {
+    fn new(cfg: ModelConfig) -> Self {
+        Model {
+            now: T0,
+            cfg,
+            entries: HashMap::new(),
+            next_id: 0,
+            counts: Counts::default(),
+        }
+    }
+
+    fn full(&self) -> Error {
+        Error::CapacityExceeded {
+            namespace: NAMESPACE.to_owned(),
+            max_keys: self.cfg.max_keys,
+        }
+    }
+
+    /// The entry for `key` if it has not expired (expiry is at `now >= deadline`).
+    fn live(&self, key: usize) -> Option<&Entry> {
+        self.entries.get(&key).filter(|e| self.now < e.deadline())
+    }
+
+    /// Removes every expired entry, as maintenance (or a full namespace) does.
+    fn reclaim_expired(&mut self) -> usize {
+        let now = self.now;
+        let before = self.entries.len();
+        self.entries.retain(|_, e| now < e.deadline());
+        let n = before - self.entries.len();
+        self.counts.expirations += n as u64;
+        n
+    }
+
+    /// Claims `key`; on `Acquired`, also returns the claim's id and lease deadline.
+    fn claim(&mut self, key: usize, payload: Option<usize>) -> (Answer, Option<(u64, u64)>) {
+        let now = self.now;
+        if let Some(e) = self.entries.get_mut(&key) {
+            if now < e.deadline() {
+                if let (Some(new), Some(stored)) = (payload, e.payload) {
+                    if new != stored {
+                        self.counts.payload_mismatches += 1;
+                        return (Answer::Failed(Error::PayloadMismatch), None);
+                    }
+                }
+                return match &mut e.state {
+                    State::InProgress { deadline, .. } => {
+                        self.counts.in_progress += 1;
+                        let answer = Answer::InProgress {
+                            lease_expires_at_ms: *deadline,
+                            retry_after: Duration::from_millis(*deadline - now),
+                        };
+                        (answer, None)
+                    }
+                    State::Done {
+                        expires_at,
+                        completed_at,
+                        result,
+                    } => {
+                        if self.cfg.sliding {
+                            *expires_at = now + TTL_MS;
+                        }
+                        self.counts.duplicates += 1;
+                        let answer = Answer::Duplicate {
+                            completed_at_ms: *completed_at,
+                            expires_at_ms: *expires_at,
+                            result: result.clone(),
+                        };
+                        (answer, None)
+                    }
+                };
+            }
+            // Expired but still resident: the key is new again and keeps its slot.
+            self.counts.expirations += 1;
+        } else if self.entries.len() >= self.cfg.max_keys {
+            self.reclaim_expired();
+            if self.entries.len() >= self.cfg.max_keys {
+                self.counts.capacity_refusals += 1;
+                return (Answer::Failed(self.full()), None);
+            }
+        }
+        self.next_id += 1;
+        let id = self.next_id;
+        let deadline = now + LEASE_MS;
+        self.entries.insert(
+            key,
+            Entry {
+                state: State::InProgress { deadline, id },
+                payload,
+            },
+        );
+        self.counts.acquired += 1;
+        let answer = Answer::Acquired {
+            lease_expires_at_ms: deadline,
+        };
+        (answer, Some((id, deadline)))
+    }
+
+    /// Whether the claim `id` on `key` still holds an unexpired lease.
+    fn holds(&self, key: usize, id: u64) -> bool {
+        matches!(
+            self.live(key),
+            Some(Entry { state: State::InProgress { id: held, .. }, .. }) if *held == id
+        )
+    }
+
+    fn complete(&mut self, key: usize, id: u64, result: Option<Vec<u8>>) -> Result<(), Error> {
+        if !self.holds(key, id) {
+            self.counts.lease_lost += 1;
+            return Err(Error::LeaseLost);
+        }
+        let now = self.now;
+        let e = self.entries.get_mut(&key).expect("a held key is resident");
+        e.state = State::Done {
+            expires_at: now + TTL_MS,
+            completed_at: now,
+            result,
+        };
+        self.counts.completions += 1;
+        Ok(())
+    }
+
+    fn release(&mut self, key: usize, id: u64) -> Result<(), Error> {
+        if !self.holds(key, id) {
+            self.counts.lease_lost += 1;
+            return Err(Error::LeaseLost);
+        }
+        self.entries.remove(&key);
+        self.counts.releases += 1;
+        Ok(())
+    }
+
+    fn forget(&mut self, key: usize) -> bool {
+        let live = self.live(key).is_some();
+        if self.entries.remove(&key).is_some() {
+            if live {
+                self.counts.forgotten += 1;
+            } else {
+                self.counts.expirations += 1;
+            }
+        }
+        live
+    }
+
+    fn check(&self, key: usize) -> Option<Answer> {
+        self.live(key).map(|e| match &e.state {
+            State::InProgress { deadline, .. } => Answer::InProgress {
+                lease_expires_at_ms: *deadline,
+                retry_after: Duration::ZERO,
+            },
+            State::Done {
+                expires_at,
+                completed_at,
+                result,
+            } => Answer::Duplicate {
+                completed_at_ms: *completed_at,
+                expires_at_ms: *expires_at,
+                result: result.clone(),
+            },
+        })
+    }
+
+    /// Deadlines still ahead of the clock, sorted, without repeats.
+    fn pending_deadlines(&self) -> Vec<u64> {
+        let mut d: Vec<u64> = self
+            .entries
+            .values()
+            .map(Entry::deadline)
+            .filter(|&d| d > self.now)
+            .collect();
+        d.sort_unstable();
+        d.dedup();
+        d
+    }
+}
+
+/// What a run exercised: evidence that the random sequences reach every path.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub acquired: u64,
+    /// Acquired on a key whose previous lease or TTL ended exactly now.
+    pub acquired_at_deadline: u64,
+    pub duplicates: u64,
+    /// Duplicates seen one millisecond before the key expires.
+    pub duplicates_at_last_ms: u64,
+    pub in_progress: u64,
+    pub payload_mismatches: u64,
+    pub capacity_refusals: u64,
+    /// Claims of a new key that succeeded only because expired keys were reclaimed.
+    pub acquired_after_reclaim: u64,
+    pub invalid_keys: u64,
+    pub completions: u64,
+    pub releases: u64,
+    pub drops: u64,
+    /// `LeaseLost` although nobody re-claimed the key (the lease just ran out).
+    pub lease_lost_unclaimed: u64,
+    /// `LeaseLost` because the key was re-claimed, released or forgotten.
+    pub lease_lost_taken: u64,
+    pub results_too_large: u64,
+    pub forgotten: u64,
+    pub maintenance_reclaims: u64,
+    pub leaps: u64,
+    pub steps: u64,
+}
+
+impl std::ops::AddAssign for Tally {
+    fn add_assign(&mut self, o: Tally) {
+        self.acquired += o.acquired;
+        self.acquired_at_deadline += o.acquired_at_deadline;
+        self.duplicates += o.duplicates;
+        self.duplicates_at_last_ms += o.duplicates_at_last_ms;
+        self.in_progress += o.in_progress;
+        self.payload_mismatches += o.payload_mismatches;
+        self.capacity_refusals += o.capacity_refusals;
+        self.acquired_after_reclaim += o.acquired_after_reclaim;
+        self.invalid_keys += o.invalid_keys;
+        self.completions += o.completions;
+        self.releases += o.releases;
+        self.drops += o.drops;
+        self.lease_lost_unclaimed += o.lease_lost_unclaimed;
+        self.lease_lost_taken += o.lease_lost_taken;
+        self.results_too_large += o.results_too_large;
+        self.forgotten += o.forgotten;
+        self.maintenance_reclaims += o.maintenance_reclaims;
+        self.leaps += o.leaps;
+        self.steps += o.steps;
+    }
+}
+
+/// A guard the interpreter still holds, with the model's view of its claim.
+struct Held {
+    guard: ClaimGuard,
+    key: usize,
+    id: u64,
+    lease_expires_at_ms: u64,
+}
+
+/// The engine and the model side by side.
+pub struct Harness {
+    label: String,
+    clock: ManualClock,
+    engine: Engine,
+    ns: Namespace,
+    model: Model,
+    held: Vec<Held>,
+    step: usize,
+    op: Option<Op>,
+    leapt: bool,
+    /// What the run has exercised so far.
+    pub tally: Tally,
+}
+
+impl Harness {
+    /// A fresh engine configured from `cfg`, and a fresh model of it.
+    pub fn new(cfg: ModelConfig, label: &str) -> Self {
+        Self::with_namespace(cfg, cfg.namespace_config(), label)
+    }
+
+    /// The model of `cfg` against an engine whose namespace is configured by `ns_cfg`
+    /// instead: a way to check that the comparison notices a difference.
+    pub fn with_namespace(cfg: ModelConfig, ns_cfg: NamespaceConfig, label: &str) -> Self {
+        let clock = ManualClock::new(T0);
+        let engine = Engine::builder()
+            .namespace(NAMESPACE, ns_cfg)
+            .clock(clock.clone())
+            .maintenance_interval(None)
+            .seed(cfg.seed)
+            .build()
+            .expect("the model's configuration is valid");
+        let ns = engine.namespace(NAMESPACE).expect("configured namespace");
+        Harness {
+            label: label.to_owned(),
+            clock,
+            engine,
+            ns,
+            model: Model::new(cfg),
+            held: Vec::new(),
+            step: 0,
+            op: None,
+            leapt: false,
+            tally: Tally::default(),
+        }
+    }
+
+    /// Where a divergence happened, for the panic message.
+    fn at(&self) -> String {
+        format!(
+            "{}: step {} {:?} at t0+{} ms",
+            self.label,
+            self.step,
+            self.op,
+            self.model.now - T0
+        )
+    }
+
+    /// Applies one operation to both sides and compares everything.
+    pub fn apply(&mut self, op: Op) {
+        self.step += 1;
+        self.op = Some(op);
+        self.tally.steps += 1;
+        match op {
+            Op::Claim { key } => self.claim(key, None),
+            Op::ClaimWithPayload { key, payload } => {
+                self.claim(key, Some(payload as usize % PAYLOADS.len()))
+            }
+            Op::Complete { guard } => self.finish(guard, Finish::Complete),
+            Op::CompleteWithResult { guard, result } => {
+                self.finish(guard, Finish::WithResult(result_bytes(result)))
+            }
+            Op::Release { guard } => self.finish(guard, Finish::Release),
+            Op::DropGuard { guard } => self.finish(guard, Finish::Drop),
+            Op::Forget { key } => self.forget(key),
+            Op::Check { key } => self.check(key),
+            Op::Advance { kind, arg } => {
+                let by = match kind % 8 {
+                    0 => 0,
+                    1 => 1,
+                    2 | 3 => 1 + u64::from(arg % 64),
+                    4 => LEASE_MS - 1 + u64::from(arg % 3),
+                    5 => TTL_MS - 1 + u64::from(arg % 3),
+                    6 => 64 + u64::from(arg),
+                    _ => TTL_MS + 20 * u64::from(arg),
+                };
+                self.advance(by);
+            }
+            Op::AdvanceToDeadline { pick, early } => {
+                let pending = self.model.pending_deadlines();
+                if !pending.is_empty() {
+                    let target = pending[pick as usize % pending.len()] - u64::from(early);
+                    self.advance(target - self.model.now);
+                }
+            }
+            Op::Leap { arg } => {
+                // One leap per sequence: a held guard's deadline stays within the
+                // 2^31 ticks of the clock that 32-bit deadlines can express.
+                if !self.leapt {
+                    self.leapt = true;
+                    self.tally.leaps += 1;
+                    self.advance(LEAP_MIN_MS + (u64::from(arg) << 20));
+                    for key in 0..KEYS {
+                        self.check_key(key);
+                    }
+                    self.model.reclaim_expired();
+                }
+            }
+            Op::Maintenance => {
+                let expected = self.model.reclaim_expired();
+                let got = self.engine.run_maintenance();
+                assert_eq!(got, expected, "run_maintenance(): {}", self.at());
+                self.tally.maintenance_reclaims += got as u64;
+            }
+        }
+        self.check_everything();
+    }
+
+    fn advance(&mut self, by: u64) {
+        self.model.now += by;
+        self.clock.advance(Duration::from_millis(by));
+    }
+
+    /// Resolves a key selector: `Ok(index)` for a valid key, or the error an invalid
+    /// key must get.
+    fn resolve_key(sel: u8) -> (Vec<u8>, Result<usize, Error>) {
+        let bytes = key_bytes(sel);
+        let expected = if bytes.is_empty() {
+            Err(Error::InvalidKey(KeyError::Empty))
+        } else if bytes.len() > MAX_KEY_LEN {
+            Err(Error::InvalidKey(KeyError::TooLong {
+                len: bytes.len(),
+                max: MAX_KEY_LEN,
+            }))
+        } else {
+            Ok(sel as usize % KEYS)
+        };
+        (bytes, expected)
+    }
+
+    fn claim(&mut self, key_sel: u8, payload: Option<usize>) {
+        let (bytes, key) = Self::resolve_key(key_sel);
+        let got = match payload {
+            None => self.ns.claim(&bytes),
+            Some(p) => self.ns.claim_with_payload(&bytes, PAYLOADS[p]),
+        };
+        let key = match key {
+            Ok(k) => k,
+            Err(expected) => {
+                assert_eq!(got.err(), Some(expected), "invalid key: {}", self.at());
+                self.tally.invalid_keys += 1;
+                return;
+            }
+        };
+        let now = self.model.now;
+        let previous_deadline = self.model.entries.get(&key).map(Entry::deadline);
+        let was_full = self.model.entries.len() >= self.model.cfg.max_keys;
+        let (expected, acquired) = self.model.claim(key, payload);
+        let (answer, guard) = match got {
+            Ok(Claim::Acquired(g)) => (
+                Answer::Acquired {
+                    lease_expires_at_ms: g.lease_expires_at_ms(),
+                },
+                Some(g),
+            ),
+            Ok(Claim::Duplicate(d)) => (
+                Answer::Duplicate {
+                    completed_at_ms: d.completed_at_ms(),
+                    expires_at_ms: d.expires_at_ms(),
+                    result: d.result().map(<[u8]>::to_vec),
+                },
+                None,
+            ),
+            Ok(Claim::InProgress(f)) => (
+                Answer::InProgress {
+                    lease_expires_at_ms: f.lease_expires_at_ms(),
+                    retry_after: f.retry_after(),
+                },
+                None,
+            ),
+            Err(e) => (Answer::Failed(e), None),
+        };
+        assert_eq!(answer, expected, "claim of key-{key:02}: {}", self.at());
+        match (&expected, guard, acquired) {
+            (Answer::Acquired { .. }, Some(guard), Some((id, deadline))) => {
+                self.tally.acquired += 1;
+                if previous_deadline == Some(now) {
+                    self.tally.acquired_at_deadline += 1;
+                }
+                if previous_deadline.is_none() && was_full {
+                    self.tally.acquired_after_reclaim += 1;
+                }
+                self.held.push(Held {
+                    guard,
+                    key,
+                    id,
+                    lease_expires_at_ms: deadline,
+                });
+            }
+            (Answer::Duplicate { .. }, ..) => {
+                self.tally.duplicates += 1;
+                if previous_deadline == Some(now + 1) {
+                    self.tally.duplicates_at_last_ms += 1;
+                }
+            }
+            (Answer::InProgress { .. }, ..) => self.tally.in_progress += 1,
+            (Answer::Failed(Error::PayloadMismatch), ..) => self.tally.payload_mismatches += 1,
+            (Answer::Failed(Error::CapacityExceeded { .. }), ..) => {
+                self.tally.capacity_refusals += 1
+            }
+            (other, ..) => panic!("unexpected model answer {other:?}: {}", self.at()),
+        }
+    }
+
+    fn finish(&mut self, sel: u8, how: Finish) {
+        if self.held.is_empty() {
+            return;
+        }
+        // Mostly the newest guard (the usual claim-then-finish), otherwise any of them.
+        let i = match sel {
+            0..=127 => self.held.len() - 1,
+            _ => sel as usize % self.held.len(),
+        };
+        let Held { guard, key, id, .. } = self.held.remove(i);
+        // Classify a lost lease before the model changes.
+        let unclaimed = matches!(
+            self.model.entries.get(&key),
+            Some(Entry { state: State::InProgress { id: held, .. }, .. }) if *held == id
+        );
+        let is_release = matches!(how, Finish::Release);
+        let (got, expected) = match how {
+            Finish::Complete => (guard.complete(), self.model.complete(key, id, None)),
+            Finish::WithResult(r) if r.len() > MAX_RESULT_LEN => {
+                // Refused before the lease is looked at; the claim stays held until
+                // its lease runs out, and nothing is counted.
+                self.tally.results_too_large += 1;
+                let expected = Err(Error::ResultTooLarge {
+                    len: r.len(),
+                    max: MAX_RESULT_LEN,
+                });
+                (guard.complete_with_result(&r), expected)
+            }
+            Finish::WithResult(r) => (
+                guard.complete_with_result(&r),
+                self.model.complete(key, id, Some(r)),
+            ),
+            Finish::Release => (guard.release(), self.model.release(key, id)),
+            Finish::Drop => {
+                drop(guard);
+                self.tally.drops += 1;
+                // The outcome shows in the counters and the key's state.
+                let _ = self.model.release(key, id);
+                return;
+            }
+        };
+        assert_eq!(
+            got,
+            expected,
+            "finishing a claim on key-{key:02}: {}",
+            self.at()
+        );
+        match expected {
+            Ok(()) if is_release => self.tally.releases += 1,
+            Ok(()) => self.tally.completions += 1,
+            Err(Error::LeaseLost) if unclaimed => self.tally.lease_lost_unclaimed += 1,
+            Err(Error::LeaseLost) => self.tally.lease_lost_taken += 1,
+            Err(_) => {}
+        }
+    }
+
+    fn forget(&mut self, key_sel: u8) {
+        let (bytes, key) = Self::resolve_key(key_sel);
+        let got = self.ns.forget(&bytes);
+        match key {
+            Ok(k) => {
+                let expected = self.model.forget(k);
+                assert_eq!(got, Ok(expected), "forget of key-{k:02}: {}", self.at());
+                self.tally.forgotten += u64::from(expected);
+            }
+            Err(e) => {
+                assert_eq!(got, Err(e), "forget of an invalid key: {}", self.at());
+                self.tally.invalid_keys += 1;
+            }
+        }
+    }
+
+    fn check(&mut self, key_sel: u8) {
+        let (bytes, key) = Self::resolve_key(key_sel);
+        match key {
+            Ok(k) => self.check_key(k),
+            Err(e) => {
+                let got = self.ns.check(&bytes);
+                assert_eq!(got.err(), Some(e), "check of an invalid key: {}", self.at());
+                self.tally.invalid_keys += 1;
+            }
+        }
+    }
+
+    fn check_key(&self, key: usize) {
+        let bytes = key_bytes(key as u8);
+        let got = match self.ns.check(&bytes) {
+            Ok(state) => state.map(|s| match s {
+                KeyState::InProgress {
+                    lease_expires_at_ms,
+                    ..
+                } => Answer::InProgress {
+                    lease_expires_at_ms,
+                    retry_after: Duration::ZERO,
+                },
+                KeyState::Done {
+                    completed_at_ms,
+                    expires_at_ms,
+                    result,
+                    ..
+                } => Answer::Duplicate {
+                    completed_at_ms,
+                    expires_at_ms,
+                    result: result.map(|r| r.to_vec()),
+                },
+                other => panic!("unknown key state {other:?}: {}", self.at()),
+            }),
+            Err(e) => Some(Answer::Failed(e)),
+        };
+        assert_eq!(
+            got,
+            self.model.check(key),
+            "check of key-{key:02}: {}",
+            self.at()
+        );
+    }
+
+    /// The state-wide comparison run after every step.
+    fn check_everything(&self) {
+        let mut expected = self.model.counts;
+        expected.resident_keys = self.model.entries.len() as u64;
+        let stats = self.engine.stats();
+        assert_eq!(Counts::of(&stats), expected, "stats(): {}", self.at());
+        assert!(
+            stats.resident_keys <= self.model.cfg.max_keys as u64,
+            "over max_keys: {}",
+            self.at()
+        );
+        for key in 0..KEYS {
+            self.check_key(key);
+        }
+        for h in &self.held {
+            assert_eq!(
+                h.guard.lease_expires_at_ms(),
+                h.lease_expires_at_ms,
+                "lease of a held guard on key-{:02}: {}",
+                h.key,
+                self.at()
+            );
+        }
+    }
+}
+
+/// How a held guard is finished.
+enum Finish {
+    Complete,
+    WithResult(Vec<u8>),
+    Release,
+    Drop,
+}

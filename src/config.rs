@@ -34,6 +34,40 @@ pub struct NamespaceConfig {
     pub(crate) max_result_len: usize,
     pub(crate) extend_on_duplicate: bool,
     pub(crate) shards: Option<usize>,
+    pub(crate) retention: Option<Duration>,
+    pub(crate) sync: SyncPolicy,
+    pub(crate) on_store_error: FailurePolicy,
+}
+
+/// When a completion reaches the disk, with a durable tier.
+///
+/// Every policy writes the completion to RocksDB's write-ahead log before `complete`
+/// returns, so a completion that returned `Ok` survives a crash of the process
+/// (SIGKILL included) under all three. They differ on power loss or an OS crash:
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SyncPolicy {
+    /// The log is fsynced before `complete` returns: nothing acknowledged is lost,
+    /// even on power loss. Concurrent completions share one fsync (group commit).
+    #[default]
+    Always,
+    /// The log is fsynced every given interval by a background thread: on power loss
+    /// at most that much of acknowledged completions is lost (like Redis
+    /// `appendfsync everysec`).
+    Periodic(Duration),
+    /// The log is left to the operating system: survives a process crash, not a power
+    /// loss or OS crash.
+    Never,
+}
+
+/// What a claim does when the durable tier fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FailurePolicy {
+    /// The claim returns [`Error::Store`] and nothing is processed (the default).
+    #[default]
+    FailClosed,
+    /// The claim is decided from the hot tier alone; each such decision is counted in
+    /// `Stats::fail_open_decisions` and logged through `tracing`.
+    FailOpen,
 }
 
 /// Default TTL of a completed key.
@@ -66,6 +100,9 @@ impl NamespaceConfig {
             max_result_len: DEFAULT_MAX_RESULT_LEN,
             extend_on_duplicate: false,
             shards: None,
+            retention: None,
+            sync: SyncPolicy::Always,
+            on_store_error: FailurePolicy::FailClosed,
         }
     }
 
@@ -118,6 +155,34 @@ impl NamespaceConfig {
         self
     }
 
+    /// With a durable tier: how long a completed key stays a duplicate there, counted
+    /// from completion (at least the TTL; default 7 x TTL). The hot tier keeps a key
+    /// for the TTL; after that a claim finds it in the durable tier until retention
+    /// ends, after a restart too. Past retention a compaction filter removes it.
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.retention = Some(retention);
+        self
+    }
+
+    /// With a durable tier: when completions reach the disk (default
+    /// [`SyncPolicy::Always`]).
+    pub fn sync(mut self, sync: SyncPolicy) -> Self {
+        self.sync = sync;
+        self
+    }
+
+    /// With a durable tier: what a claim does when the store fails (default
+    /// [`FailurePolicy::FailClosed`]).
+    pub fn on_store_error(mut self, policy: FailurePolicy) -> Self {
+        self.on_store_error = policy;
+        self
+    }
+
+    /// The retention in effect: the configured one, or 7 x TTL.
+    pub fn get_retention(&self) -> Duration {
+        self.retention.unwrap_or(self.ttl * 7)
+    }
+
     /// The configured TTL.
     pub fn get_ttl(&self) -> Duration {
         self.ttl
@@ -164,6 +229,17 @@ impl NamespaceConfig {
         if self.max_key_len == 0 {
             return bad("max_key_len must be at least 1");
         }
+        if self.get_retention() < self.ttl {
+            return bad("retention must be at least the ttl");
+        }
+        if let SyncPolicy::Periodic(d) = self.sync {
+            if d.is_zero() {
+                return bad("a periodic sync interval must be longer than zero");
+            }
+        }
+        if name.contains(':') {
+            return bad("namespace names may not contain ':'");
+        }
         if let Some(s) = self.shards {
             if s == 0 || s > 4096 {
                 return bad("shards must be between 1 and 4096");
@@ -194,6 +270,8 @@ pub struct EngineBuilder {
     pub(crate) tick: Duration,
     pub(crate) maintenance_interval: Option<Duration>,
     pub(crate) seed: Option<u64>,
+    pub(crate) durable: Option<std::path::PathBuf>,
+    pub(crate) state_families: Vec<String>,
 }
 
 impl fmt::Debug for EngineBuilder {
@@ -222,7 +300,26 @@ impl EngineBuilder {
             tick: Duration::from_millis(1),
             maintenance_interval: Some(Duration::from_millis(100)),
             seed: None,
+            durable: None,
+            state_families: Vec::new(),
         }
+    }
+
+    /// Adds the durable tier: an embedded RocksDB database in `path` (created if
+    /// missing). Completed keys then survive crashes and restarts for their
+    /// namespace's retention, and claims in flight at a crash are reported at the
+    /// next open. Needs the `durable` cargo feature (on by default).
+    pub fn durable(mut self, path: impl AsRef<std::path::Path>) -> Self {
+        self.durable = Some(path.as_ref().to_path_buf());
+        self
+    }
+
+    /// Declares a column family for the consumer's own state, written by
+    /// co-commits ([`ClaimGuard::complete_with`](crate::ClaimGuard::complete_with))
+    /// and read back with [`Engine::read_state`](crate::Engine::read_state).
+    pub fn state_family(mut self, name: &str) -> Self {
+        self.state_families.push(name.to_owned());
+        self
     }
 
     /// Adds a namespace. Names must be unique and non-empty.
@@ -269,6 +366,21 @@ impl EngineBuilder {
                 namespace: String::new(),
                 reason: "tick must be between 1 ms and 60 s",
             });
+        }
+        #[cfg(not(feature = "durable"))]
+        if self.durable.is_some() {
+            return Err(Error::InvalidConfig {
+                namespace: String::new(),
+                reason: "this build has no durable tier (the `durable` cargo feature is off)",
+            });
+        }
+        for f in &self.state_families {
+            if f.is_empty() || f.contains(':') {
+                return Err(Error::InvalidConfig {
+                    namespace: String::new(),
+                    reason: "state family names must be non-empty and contain no ':'",
+                });
+            }
         }
         let mut seen = HashMap::new();
         for (name, cfg) in &self.namespaces {

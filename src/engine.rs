@@ -9,6 +9,8 @@ use xxhash_rust::xxh3::{xxh3_128_with_seed, xxh3_64_with_seed};
 
 use crate::clock::Clock;
 use crate::config::{EngineBuilder, NamespaceConfig};
+use crate::durable::codec::{Record, RecordState};
+use crate::durable::{DurableNs, StateOp};
 use crate::error::{Error, KeyError, Result};
 use crate::hot::{Capacity, Fp, Lease, Now, Params, Refused, ShardClaim, ShardSlot, ShardState};
 use crate::stats::Stats;
@@ -27,11 +29,89 @@ pub struct Engine {
     shared: Arc<Shared>,
     #[cfg(not(idem_loom))]
     maintenance: Option<maintenance::Thread>,
+    #[cfg(not(idem_loom))]
+    wal_sync: Option<maintenance::Thread>,
 }
 
 pub(crate) struct Shared {
     namespaces: HashMap<String, Arc<NsInner>>,
     clock: std::sync::Arc<dyn Clock>,
+    orphans: Vec<Orphan>,
+    unconfigured: Vec<String>,
+    #[cfg(feature = "durable")]
+    store: Option<std::sync::Arc<crate::durable::Store>>,
+}
+
+/// A claim found in flight when a durable engine opened: it was never completed or
+/// released (its worker crashed). It holds its key until its lease runs out, then the
+/// key can be claimed again; operators use the list to reconcile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Orphan {
+    /// The namespace it belongs to.
+    pub namespace: String,
+    /// The key's 128-bit fingerprint (keys themselves are never stored).
+    pub fingerprint: u128,
+    /// When it was claimed (wall-clock ms); 0 if its marker is corrupt.
+    pub claimed_at_ms: u64,
+    /// When its lease runs out or ran out (wall-clock ms); 0 if its marker is corrupt.
+    pub lease_expires_at_ms: u64,
+    /// Set when the claim marker could not be decoded; such markers are kept.
+    pub corrupt: Option<String>,
+}
+
+/// Changes to the consumer's own state, written in the same atomic write as a
+/// completion (a co-commit): either both are stored or neither is, so a local side
+/// effect becomes exactly-once with no crash window.
+///
+/// ```no_run
+/// use idem::{Claim, Engine, NamespaceConfig, StateChanges};
+///
+/// let engine = Engine::builder()
+///     .namespace("orders", NamespaceConfig::new())
+///     .durable("/var/lib/consumer/idem")
+///     .state_family("balances")
+///     .build()?;
+/// let orders = engine.namespace("orders")?;
+/// if let Claim::Acquired(guard) = orders.claim(b"ord-7")? {
+///     let seen = engine.read_state("balances", b"acct-1")?.map_or(0, |v| v.len());
+///     let mut changes = StateChanges::new();
+///     changes.put("balances", b"acct-1", &vec![0u8; seen + 1]);
+///     guard.complete_with(None, changes)?;
+/// }
+/// # Ok::<(), idem::Error>(())
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct StateChanges {
+    ops: Vec<(String, StateOp)>,
+}
+
+impl StateChanges {
+    /// No changes yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets `key` to `value` in state family `family`.
+    pub fn put(&mut self, family: &str, key: &[u8], value: &[u8]) -> &mut Self {
+        self.ops.push((
+            family.to_owned(),
+            StateOp::Put(key.to_vec(), value.to_vec()),
+        ));
+        self
+    }
+
+    /// Deletes `key` from state family `family`.
+    pub fn delete(&mut self, family: &str, key: &[u8]) -> &mut Self {
+        self.ops
+            .push((family.to_owned(), StateOp::Delete(key.to_vec())));
+        self
+    }
+
+    /// Whether there are no changes.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
 }
 
 impl Shared {
@@ -69,29 +149,136 @@ impl Engine {
     }
 
     pub(crate) fn from_builder(b: EngineBuilder) -> Result<Engine> {
-        let seed = b.seed.unwrap_or_else(random_seed);
+        #[allow(unused_mut)]
+        let mut seed = b.seed.unwrap_or_else(random_seed);
         let epoch_ms = b.clock.now_ms();
         let tick_ms = b.tick.as_millis() as u64;
+        #[allow(unused_mut)]
+        let mut unconfigured = Vec::new();
+        #[cfg(feature = "durable")]
+        let store = match &b.durable {
+            Some(path) => {
+                let nss: Vec<(String, u64)> = b
+                    .namespaces
+                    .iter()
+                    .map(|(n, c)| (n.clone(), c.get_retention().as_millis() as u64))
+                    .collect();
+                let (store, report) = crate::durable::Store::open(
+                    path,
+                    &nss,
+                    &b.state_families,
+                    b.clock.clone(),
+                    seed,
+                    b.seed.is_some(),
+                )?;
+                seed = store.seed();
+                for name in &report.unconfigured {
+                    tracing::warn!(
+                        namespace = %name,
+                        "the database holds a namespace that is not configured; its data is kept"
+                    );
+                }
+                unconfigured = report.unconfigured;
+                Some(std::sync::Arc::new(store))
+            }
+            None => None,
+        };
         let mut namespaces = HashMap::new();
         for (name, cfg) in b.namespaces {
-            let ns = NsInner::new(name.clone(), cfg, seed, epoch_ms, tick_ms, b.clock.clone());
+            #[cfg(feature = "durable")]
+            let durable = store.as_ref().map(|s| {
+                DurableNs::new(
+                    s.clone(),
+                    &name,
+                    cfg.sync,
+                    cfg.on_store_error,
+                    cfg.get_retention().as_millis() as u64,
+                )
+            });
+            #[cfg(not(feature = "durable"))]
+            let durable: Option<DurableNs> = None;
+            let ns = NsInner::new(
+                name.clone(),
+                cfg,
+                seed,
+                epoch_ms,
+                tick_ms,
+                b.clock.clone(),
+                durable,
+            );
             namespaces.insert(name, Arc::new(ns));
+        }
+        #[allow(unused_mut)]
+        let mut orphans = Vec::new();
+        #[cfg(feature = "durable")]
+        if let Some(store) = &store {
+            let mut names: Vec<&String> = namespaces.keys().collect();
+            names.sort();
+            for name in names {
+                orphans.extend(namespaces[name].load_orphans(store)?);
+            }
         }
         let shared = Arc::new(Shared {
             namespaces,
             clock: b.clock,
+            orphans,
+            unconfigured,
+            #[cfg(feature = "durable")]
+            store,
         });
         #[cfg(not(idem_loom))]
-        let maintenance = b
-            .maintenance_interval
-            .map(|every| maintenance::Thread::start(shared.clone(), every));
+        let maintenance = b.maintenance_interval.map(|every| {
+            let shared = shared.clone();
+            maintenance::Thread::start("idem-maintenance", every, move || {
+                shared.run_maintenance();
+            })
+        });
         #[cfg(idem_loom)]
         let _ = b.maintenance_interval;
+        #[cfg(not(idem_loom))]
+        let wal_sync = shared.wal_sync_thread();
         Ok(Engine {
             shared,
             #[cfg(not(idem_loom))]
             maintenance,
+            #[cfg(not(idem_loom))]
+            wal_sync,
         })
+    }
+
+    /// The claims found in flight when the engine opened its durable tier: claims of
+    /// a previous run that were never completed or released. Empty for a memory-only
+    /// engine.
+    pub fn orphans(&self) -> &[Orphan] {
+        &self.shared.orphans
+    }
+
+    /// Namespaces whose data the database holds but the configuration does not name.
+    /// Their data is kept (and not served) until they are configured again.
+    pub fn unconfigured_namespaces(&self) -> &[String] {
+        &self.shared.unconfigured
+    }
+
+    /// Reads the consumer's own state written by co-commits
+    /// ([`ClaimGuard::complete_with`]).
+    pub fn read_state(&self, family: &str, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        #[cfg(feature = "durable")]
+        if let Some(store) = &self.shared.store {
+            return store.read_state(family, key);
+        }
+        let _ = (family, key);
+        Err(Error::NotDurable)
+    }
+
+    /// Testing hook: while `fail` is true every write to the durable tier fails as a
+    /// failing disk would (reads still work). Not part of the stable API.
+    #[doc(hidden)]
+    pub fn debug_fail_store_writes(&self, fail: bool) {
+        #[cfg(feature = "durable")]
+        if let Some(store) = &self.shared.store {
+            store.set_fail_writes(fail);
+        }
+        let _ = fail;
     }
 
     /// A handle on the namespace called `name`.
@@ -157,6 +344,40 @@ impl Drop for Engine {
         if let Some(t) = self.maintenance.take() {
             t.stop();
         }
+        if let Some(t) = self.wal_sync.take() {
+            t.stop();
+        }
+    }
+}
+
+impl Shared {
+    /// The thread that syncs the write-ahead log for `SyncPolicy::Periodic`
+    /// namespaces, at the shortest of their intervals.
+    #[cfg(not(idem_loom))]
+    fn wal_sync_thread(&self) -> Option<maintenance::Thread> {
+        #[cfg(feature = "durable")]
+        {
+            let store = self.store.clone()?;
+            let every = self
+                .namespaces
+                .values()
+                .filter_map(|ns| match ns.cfg.sync {
+                    crate::config::SyncPolicy::Periodic(d) => Some(d),
+                    _ => None,
+                })
+                .min()?;
+            Some(maintenance::Thread::start(
+                "idem-wal-sync",
+                every,
+                move || {
+                    if let Err(e) = store.sync_wal() {
+                        tracing::warn!(error = %e, "periodic sync of the write-ahead log failed");
+                    }
+                },
+            ))
+        }
+        #[cfg(not(feature = "durable"))]
+        None
     }
 }
 
@@ -166,21 +387,22 @@ mod maintenance {
     use std::thread::JoinHandle;
     use std::time::Duration;
 
-    use super::Shared;
-    use crate::sync::Arc;
-
-    /// The background maintenance thread and the flag that stops it.
+    /// A background thread that runs a task periodically, and the flag that stops it.
     pub(super) struct Thread {
         stop: StdArc<(StdMutex<bool>, Condvar)>,
         handle: JoinHandle<()>,
     }
 
     impl Thread {
-        pub(super) fn start(shared: Arc<Shared>, every: Duration) -> Thread {
+        pub(super) fn start(
+            name: &str,
+            every: Duration,
+            mut task: impl FnMut() + Send + 'static,
+        ) -> Thread {
             let stop = StdArc::new((StdMutex::new(false), Condvar::new()));
             let flag = stop.clone();
             let handle = std::thread::Builder::new()
-                .name("idem-maintenance".into())
+                .name(name.into())
                 .spawn(move || {
                     let (lock, cvar) = &*flag;
                     let mut stopped = lock.lock().unwrap_or_else(|p| p.into_inner());
@@ -194,12 +416,12 @@ mod maintenance {
                         }
                         if timeout.timed_out() {
                             drop(stopped);
-                            shared.run_maintenance();
+                            task();
                             stopped = lock.lock().unwrap_or_else(|p| p.into_inner());
                         }
                     }
                 })
-                .expect("spawning the maintenance thread");
+                .expect("spawning a background thread");
             Thread { stop, handle }
         }
 
@@ -240,6 +462,7 @@ pub(crate) struct NsInner {
     clock: std::sync::Arc<dyn Clock>,
     slots: Box<[CachePadded<ShardSlot>]>,
     pool: AtomicUsize,
+    durable: Option<DurableNs>,
 }
 
 impl NsInner {
@@ -250,6 +473,7 @@ impl NsInner {
         epoch_ms: u64,
         tick_ms: u64,
         clock: std::sync::Arc<dyn Clock>,
+        durable: Option<DurableNs>,
     ) -> Self {
         let shards = cfg.shards.unwrap_or_else(|| default_shards(cfg.max_keys));
         let params = Params {
@@ -258,6 +482,9 @@ impl NsInner {
             ttl_ms: cfg.ttl.as_millis() as u64,
             lease_ms: cfg.lease.as_millis() as u64,
             sliding: cfg.extend_on_duplicate,
+            retention_ms: durable
+                .as_ref()
+                .map(|_| cfg.get_retention().as_millis() as u64),
         };
         let now_tick = params.now(clock.now_ms()).tick;
         let slots = (0..shards)
@@ -272,6 +499,165 @@ impl NsInner {
             clock,
             slots,
             pool,
+            durable,
+        }
+    }
+
+    /// Reads the claim markers left by a previous run: reports each as an orphan,
+    /// places the live ones in the hot tier until their lease runs out, and deletes
+    /// the markers of the expired ones.
+    #[cfg(feature = "durable")]
+    fn load_orphans(&self, store: &crate::durable::Store) -> Result<Vec<Orphan>> {
+        let now = self.now();
+        let mut out = Vec::new();
+        let mut expired = Vec::new();
+        for (fp, rec) in store.scan_claims(&self.name)? {
+            match rec {
+                Ok(rec) => {
+                    out.push(Orphan {
+                        namespace: self.name.clone(),
+                        fingerprint: fp,
+                        claimed_at_ms: rec.at_ms,
+                        lease_expires_at_ms: rec.expires_ms,
+                        corrupt: None,
+                    });
+                    if rec.expires_ms > now.ms {
+                        let f = Fp::from_u128(fp);
+                        let si = f.shard(self.slots.len());
+                        let cap = self.capacity(si);
+                        let deadline = self.params.tick_at(rec.expires_ms);
+                        self.slots[si].shard.lock().insert_orphan(f, deadline, &cap);
+                    } else {
+                        expired.push(fp);
+                    }
+                }
+                Err(reason) => out.push(Orphan {
+                    namespace: self.name.clone(),
+                    fingerprint: fp,
+                    claimed_at_ms: 0,
+                    lease_expires_at_ms: 0,
+                    corrupt: Some(reason),
+                }),
+            }
+        }
+        if !expired.is_empty() {
+            store.delete_claims(&self.name, &expired)?;
+        }
+        if !out.is_empty() {
+            tracing::warn!(
+                namespace = %self.name,
+                orphans = out.len(),
+                "claims in flight at the last shutdown were never completed"
+            );
+        }
+        Ok(out)
+    }
+
+    /// Drops up to `max` done entries (durable namespaces: they stay in the durable
+    /// tier) to make room in a full hot tier.
+    fn evict(&self, max: usize) -> usize {
+        let mut dropped = 0;
+        for i in 0..self.slots.len() {
+            if dropped >= max {
+                break;
+            }
+            let cap = self.capacity(i);
+            dropped += self.slots[i].shard.lock().evict_done(max - dropped, &cap);
+        }
+        dropped
+    }
+
+    /// One claim, without writing its claim marker: the caller writes the markers
+    /// (one write for a whole batch) and gets them back from here.
+    fn claim_one(
+        self: &Arc<Self>,
+        fp: Fp,
+        payload: Option<u64>,
+        markers: &mut Vec<(u128, Record)>,
+    ) -> Result<Claim> {
+        let si = fp.shard(self.slots.len());
+        let mut retried = false;
+        loop {
+            let now = self.now();
+            let cap = self.capacity(si);
+            let mut store_error = None;
+            let answer = {
+                let mut shard = self.slots[si].shard.lock();
+                match &self.durable {
+                    None => shard.claim(fp, payload, &self.params, now, &cap, None),
+                    Some(d) => {
+                        let mut look = |f: Fp| d.lookup(f, now.ms, &mut store_error);
+                        shard.claim(fp, payload, &self.params, now, &cap, Some(&mut look))
+                    }
+                }
+            };
+            return match answer {
+                ShardClaim::Acquired(lease) => {
+                    if self.durable.is_some() {
+                        markers.push((
+                            fp.to_u128(),
+                            Record {
+                                state: RecordState::InProgress,
+                                token: lease.token,
+                                at_ms: now.ms,
+                                expires_ms: self.params.tick_to_ms(lease.deadline),
+                                payload,
+                                result: None,
+                            },
+                        ));
+                    }
+                    Ok(Claim::Acquired(ClaimGuard {
+                        ns: self.clone(),
+                        fp,
+                        shard: si as u32,
+                        lease,
+                        armed: true,
+                    }))
+                }
+                ShardClaim::InProgress {
+                    lease_expires_at_ms,
+                } => Ok(Claim::InProgress(InFlight {
+                    lease_expires_at_ms,
+                    seen_at_ms: now.ms,
+                })),
+                ShardClaim::Duplicate {
+                    completed_at_ms,
+                    expires_at_ms,
+                    result,
+                } => Ok(Claim::Duplicate(Done {
+                    completed_at_ms,
+                    expires_at_ms,
+                    result,
+                })),
+                ShardClaim::PayloadMismatch => Err(Error::PayloadMismatch),
+                ShardClaim::StoreFailed => Err(store_error.unwrap_or(Error::NotDurable)),
+                ShardClaim::Full if !retried => {
+                    // Expired keys elsewhere may still hold capacity: reclaim them;
+                    // with a durable tier, done keys may also leave the hot tier.
+                    retried = true;
+                    self.expire_all(now);
+                    if self.durable.is_some() {
+                        self.evict(64);
+                    }
+                    continue;
+                }
+                ShardClaim::Full => {
+                    self.slots[si].shard.lock().counters.capacity_refusals += 1;
+                    Err(Error::CapacityExceeded {
+                        namespace: self.name.clone(),
+                        max_keys: self.cfg.max_keys,
+                    })
+                }
+            };
+        }
+    }
+
+    /// Writes the claim markers of `claims`. On a failure that the namespace does not
+    /// fail open on, the claims are released (dropped) and the error returned.
+    fn write_markers(&self, markers: &[(u128, Record)]) -> Result<()> {
+        match &self.durable {
+            Some(d) if !markers.is_empty() => d.write_claims(markers),
+            _ => Ok(()),
         }
     }
 
@@ -320,6 +706,9 @@ impl NsInner {
             s.resident_keys += shard.len() as u64;
             s.hot_bytes += shard.heap_bytes() as u64;
             s.add_counters(&shard.counters);
+        }
+        if let Some(d) = &self.durable {
+            d.add_stats(&mut s);
         }
         s.hot_bytes += (self.slots.len() * std::mem::size_of::<CachePadded<ShardSlot>>()) as u64;
         s
@@ -391,56 +780,89 @@ impl Namespace {
     }
 
     fn claim_fp(&self, key: &[u8], payload: Option<u64>) -> Result<Claim> {
-        let ns = &*self.inner;
+        let ns = &self.inner;
         let fp = ns.key_fp(key)?;
-        let si = fp.shard(ns.slots.len());
-        let mut retried = false;
-        loop {
-            let now = ns.now();
+        let mut markers = Vec::new();
+        let claim = ns.claim_one(fp, payload, &mut markers)?;
+        // On failure the claim is dropped, which releases it: nothing was decided.
+        ns.write_markers(&markers)?;
+        Ok(claim)
+    }
+
+    /// Claims several keys at once, with one durable write for all their claim
+    /// markers. Every key is checked first: one bad key refuses the whole batch and
+    /// changes nothing. If a claim fails (payload mismatch, capacity, store), the
+    /// claims already acquired in the batch are released and the error returned.
+    pub fn claim_batch(&self, keys: &[&[u8]]) -> Result<Vec<Claim>> {
+        let ns = &self.inner;
+        let fps = keys
+            .iter()
+            .map(|k| ns.key_fp(k))
+            .collect::<Result<Vec<_>>>()?;
+        let mut markers = Vec::new();
+        let mut claims = Vec::with_capacity(fps.len());
+        for fp in fps {
+            claims.push(ns.claim_one(fp, None, &mut markers)?);
+        }
+        ns.write_markers(&markers)?;
+        Ok(claims)
+    }
+
+    /// Completes several claims of this namespace with one durable write (and, under
+    /// `SyncPolicy::Always`, one fsync). Returns one result per guard, in order: a
+    /// guard whose lease was lost gets `Err(LeaseLost)` and the others complete. If
+    /// the store fails, nothing is completed, the claims are released and the error
+    /// is returned.
+    pub fn complete_batch(&self, guards: Vec<ClaimGuard>) -> Result<Vec<Result<()>>> {
+        let ns = &*self.inner;
+        if guards.iter().any(|g| !Arc::ptr_eq(&g.ns, &self.inner)) {
+            return Err(Error::InvalidConfig {
+                namespace: ns.name.clone(),
+                reason: "complete_batch was given a guard of another namespace",
+            });
+        }
+        let Some(d) = &ns.durable else {
+            return Ok(guards.into_iter().map(|g| g.complete()).collect());
+        };
+        let now = ns.now();
+        let mut outcomes = Vec::with_capacity(guards.len());
+        let mut begun = Vec::new();
+        let mut records = Vec::new();
+        for mut g in guards {
+            g.armed = false;
+            let si = g.shard as usize;
             let cap = ns.capacity(si);
-            let answer = ns.slots[si]
+            let r = ns.slots[si]
                 .shard
                 .lock()
-                .claim(fp, payload, &ns.params, now, &cap);
-            return match answer {
-                ShardClaim::Acquired(lease) => Ok(Claim::Acquired(ClaimGuard {
-                    ns: self.inner.clone(),
-                    fp,
-                    shard: si as u32,
-                    lease,
-                    armed: true,
-                })),
-                ShardClaim::InProgress {
-                    lease_expires_at_ms,
-                } => Ok(Claim::InProgress(InFlight {
-                    lease_expires_at_ms,
-                    seen_at_ms: now.ms,
-                })),
-                ShardClaim::Duplicate {
-                    completed_at_ms,
-                    expires_at_ms,
-                    result,
-                } => Ok(Claim::Duplicate(Done {
-                    completed_at_ms,
-                    expires_at_ms,
-                    result,
-                })),
-                ShardClaim::PayloadMismatch => Err(Error::PayloadMismatch),
-                ShardClaim::Full if !retried => {
-                    // Expired keys elsewhere may still hold capacity: reclaim, retry once.
-                    retried = true;
-                    ns.expire_all(now);
-                    continue;
+                .begin_complete(g.fp, &g.lease, now, &cap);
+            match r {
+                Ok(payload) => {
+                    records.push((
+                        g.fp.to_u128(),
+                        g.done_record(now, ns.params.retention_ms.unwrap_or(0), payload, None),
+                    ));
+                    outcomes.push(Ok(()));
+                    begun.push(g);
                 }
-                ShardClaim::Full => {
-                    ns.slots[si].shard.lock().counters.capacity_refusals += 1;
-                    Err(Error::CapacityExceeded {
-                        namespace: ns.name.clone(),
-                        max_keys: ns.cfg.max_keys,
-                    })
-                }
-            };
+                Err(Refused::LeaseLost) => outcomes.push(Err(Error::LeaseLost)),
+            }
         }
+        let stored = d.write_completions(&records, &[]);
+        for g in &begun {
+            let si = g.shard as usize;
+            let cap = ns.capacity(si);
+            ns.slots[si].shard.lock().finish_complete(
+                g.fp,
+                &g.lease,
+                None,
+                &ns.params,
+                now,
+                stored.is_ok(),
+                &cap,
+            );
+        }
+        stored.map(|()| outcomes)
     }
 
     /// Looks `key` up without changing anything: `None` if it is unknown or expired.
@@ -477,6 +899,9 @@ impl Namespace {
         let ns = &*self.inner;
         let fp = ns.key_fp(key)?;
         let si = fp.shard(ns.slots.len());
+        if let Some(d) = &ns.durable {
+            d.forget(fp)?;
+        }
         let now = ns.now();
         let cap = ns.capacity(si);
         let removed = ns.slots[si].shard.lock().forget(fp, now, &cap);
@@ -640,26 +1065,98 @@ impl ClaimGuard {
         self.finish(Some(result))
     }
 
+    /// Marks the key done and, in the same atomic write, applies `changes` to the
+    /// consumer's own state (a co-commit; needs the durable tier). Either the
+    /// completion and every change are stored, or none of them is.
+    ///
+    /// Refused without any change, the claim staying held until its lease runs out:
+    /// [`Error::NotDurable`] on a memory-only engine, [`Error::UnknownStateFamily`]
+    /// for an undeclared family, [`Error::ResultTooLarge`]. A store failure releases
+    /// the claim (so a redelivery retries) and is returned, whatever the namespace's
+    /// failure policy: state changes are never applied from the hot tier alone.
+    pub fn complete_with(mut self, result: Option<&[u8]>, changes: StateChanges) -> Result<()> {
+        let Some(d) = &self.ns.durable else {
+            self.armed = false;
+            return Err(Error::NotDurable);
+        };
+        if let Some((family, _)) = changes.ops.iter().find(|(f, _)| !d.has_state_family(f)) {
+            self.armed = false;
+            return Err(Error::UnknownStateFamily(family.clone()));
+        }
+        if let Some(r) = result {
+            let max = self.ns.cfg.max_result_len;
+            if r.len() > max {
+                self.armed = false;
+                return Err(Error::ResultTooLarge { len: r.len(), max });
+            }
+        }
+        self.finish_with(result, &changes.ops)
+    }
+
     /// Gives the claim up without completing: the key is claimable again at once.
     pub fn release(mut self) -> Result<()> {
         self.armed = false;
         self.release_inner()
     }
 
+    fn done_record(
+        &self,
+        now: Now,
+        retention_ms: u64,
+        payload: Option<u64>,
+        result: Option<&[u8]>,
+    ) -> Record {
+        Record {
+            state: RecordState::Done,
+            token: self.lease.token,
+            at_ms: now.ms,
+            expires_ms: now.ms.saturating_add(retention_ms),
+            payload,
+            result: result.map(<[u8]>::to_vec),
+        }
+    }
+
     fn finish(&mut self, result: Option<&[u8]>) -> Result<()> {
+        self.finish_with(result, &[])
+    }
+
+    fn finish_with(&mut self, result: Option<&[u8]>, state: &[(String, StateOp)]) -> Result<()> {
         self.armed = false;
         let ns = &*self.ns;
+        let si = self.shard as usize;
         let now = ns.now();
-        let cap = ns.capacity(self.shard as usize);
-        let r = ns.slots[self.shard as usize].shard.lock().complete(
+        let cap = ns.capacity(si);
+        let Some(d) = &ns.durable else {
+            let r = ns.slots[si].shard.lock().complete(
+                self.fp,
+                &self.lease,
+                result,
+                &ns.params,
+                now,
+                &cap,
+            );
+            return r.map_err(|Refused::LeaseLost| Error::LeaseLost);
+        };
+        // Mark the entry as completing, write without holding the shard lock (so an
+        // fsync never blocks other keys, and concurrent completions share one), then
+        // mark it done.
+        let payload = ns.slots[si]
+            .shard
+            .lock()
+            .begin_complete(self.fp, &self.lease, now, &cap)
+            .map_err(|Refused::LeaseLost| Error::LeaseLost)?;
+        let record = self.done_record(now, ns.params.retention_ms.unwrap_or(0), payload, result);
+        let stored = d.write_completions(&[(self.fp.to_u128(), record)], state);
+        ns.slots[si].shard.lock().finish_complete(
             self.fp,
             &self.lease,
             result,
             &ns.params,
             now,
+            stored.is_ok(),
             &cap,
         );
-        r.map_err(|Refused::LeaseLost| Error::LeaseLost)
+        stored
     }
 
     fn release_inner(&self) -> Result<()> {
@@ -670,7 +1167,11 @@ impl ClaimGuard {
             .shard
             .lock()
             .release(self.fp, &self.lease, now, &cap);
-        r.map_err(|Refused::LeaseLost| Error::LeaseLost)
+        r.map_err(|Refused::LeaseLost| Error::LeaseLost)?;
+        if let Some(d) = &ns.durable {
+            d.delete_claims(&[self.fp.to_u128()]);
+        }
+        Ok(())
     }
 }
 

@@ -28,6 +28,42 @@ impl fmt::Display for KeyError {
     }
 }
 
+/// A failure of the durable tier's storage (RocksDB or the disk under it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreError {
+    operation: &'static str,
+    detail: String,
+}
+
+impl StoreError {
+    #[cfg_attr(not(feature = "durable"), allow(dead_code))]
+    pub(crate) fn new(operation: &'static str, detail: String) -> Self {
+        StoreError { operation, detail }
+    }
+
+    /// What the engine was doing: "read", "write completion", "open", ...
+    pub fn operation(&self) -> &'static str {
+        self.operation
+    }
+
+    /// The storage engine's own description of the failure.
+    pub fn detail(&self) -> &str {
+        &self.detail
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "durable store failed during {}: {}",
+            self.operation, self.detail
+        )
+    }
+}
+
+impl std::error::Error for StoreError {}
+
 /// Everything that can go wrong in idem. Each variant says what happened; none of them
 /// leaves a change behind: an operation that returns an error changed nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +96,38 @@ pub enum Error {
     UnknownNamespace(String),
     /// The same namespace name was configured twice.
     DuplicateNamespace(String),
+    /// The durable tier failed; with the namespace's `FailClosed` policy nothing was
+    /// decided or changed.
+    Store(StoreError),
+    /// The database directory is already open, by this process or another.
+    AlreadyOpen {
+        /// The directory.
+        path: std::path::PathBuf,
+    },
+    /// The directory holds a database this build cannot read (another format
+    /// version, or not an idem database).
+    IncompatibleFormat {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// The format version found, if any.
+        found: Option<u32>,
+        /// The version this build reads and writes.
+        supported: u32,
+    },
+    /// A stored record could not be decoded. The engine keeps serving other keys.
+    CorruptRecord {
+        /// The namespace.
+        namespace: String,
+        /// The key's 128-bit fingerprint.
+        fingerprint: u128,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A co-commit named a state family that was not declared with
+    /// `EngineBuilder::state_family`.
+    UnknownStateFamily(String),
+    /// The operation needs the durable tier and the engine is memory-only.
+    NotDurable,
     /// A configuration value is out of range.
     InvalidConfig {
         /// The namespace concerned, or empty for an engine-wide setting.
@@ -93,6 +161,38 @@ impl fmt::Display for Error {
             Error::DuplicateNamespace(name) => {
                 write!(f, "namespace {name:?} is configured twice")
             }
+            Error::Store(e) => e.fmt(f),
+            Error::AlreadyOpen { path } => write!(
+                f,
+                "the database at {} is already open (by this process or another)",
+                path.display()
+            ),
+            Error::IncompatibleFormat {
+                path,
+                found: Some(v),
+                supported,
+            } => write!(
+                f,
+                "the database at {} has format version {v}; this build reads version {supported}",
+                path.display()
+            ),
+            Error::IncompatibleFormat { path, .. } => write!(
+                f,
+                "the directory {} holds no idem database this build can read",
+                path.display()
+            ),
+            Error::CorruptRecord {
+                namespace,
+                fingerprint,
+                reason,
+            } => write!(
+                f,
+                "corrupt record in namespace {namespace:?} for fingerprint {fingerprint:032x}: {reason}"
+            ),
+            Error::UnknownStateFamily(name) => {
+                write!(f, "no state family named {name:?} was declared")
+            }
+            Error::NotDurable => f.write_str("the engine has no durable tier"),
             Error::InvalidConfig { namespace, reason } if namespace.is_empty() => {
                 write!(f, "invalid engine configuration: {reason}")
             }
@@ -107,6 +207,7 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::InvalidKey(e) => Some(e),
+            Error::Store(e) => Some(e),
             _ => None,
         }
     }

@@ -58,9 +58,11 @@ const STATE_IN_PROGRESS: u32 = 1;
 const STATE_DONE: u32 = 2;
 const PAYLOAD_BIT: u32 = 0b100;
 const EXTRA_BIT: u32 = 0b1000;
-const TOKEN_SHIFT: u32 = 4;
-/// Fencing tokens are 28 bits, per shard, wrapping.
-const TOKEN_MASK: u32 = (1 << 28) - 1;
+/// A durable completion is being written: the entry stays held whatever its lease.
+const COMPLETING_BIT: u32 = 0b1_0000;
+const TOKEN_SHIFT: u32 = 5;
+/// Fencing tokens are 27 bits, per shard, wrapping.
+const TOKEN_MASK: u32 = (1 << 27) - 1;
 
 /// One resident key: 28 bytes.
 ///
@@ -75,7 +77,8 @@ pub(crate) struct Entry {
     fp_mid: u32,
     /// Deadline in ticks, low 32 bits (serial arithmetic against `now`).
     deadline: u32,
-    /// state (2 bits) | has payload (1 bit) | has extra (1 bit) | fencing token (28 bits).
+    /// state (2 bits) | has payload | has extra | completing (1 bit each) | fencing
+    /// token (27 bits).
     meta: u32,
     prev: u32,
     next: u32,
@@ -226,6 +229,7 @@ pub(crate) struct Counters {
     pub(crate) releases: u64,
     pub(crate) lease_lost: u64,
     pub(crate) forgotten: u64,
+    pub(crate) evictions: u64,
 }
 
 /// "Now", in the forms a shard needs.
@@ -243,6 +247,8 @@ pub(crate) struct Params {
     pub(crate) ttl_ms: u64,
     pub(crate) lease_ms: u64,
     pub(crate) sliding: bool,
+    /// With a durable tier: how long a completed key stays a duplicate there.
+    pub(crate) retention_ms: Option<u64>,
 }
 
 impl Params {
@@ -252,6 +258,13 @@ impl Params {
     pub(crate) fn deadline(&self, now: Now, span_ms: u64) -> u64 {
         let rel = now.ms.saturating_sub(self.epoch_ms) + span_ms;
         rel.div_ceil(self.tick_ms)
+    }
+
+    /// The first tick at or after wall-clock `ms`.
+    #[inline]
+    #[cfg_attr(not(feature = "durable"), allow(dead_code))]
+    pub(crate) fn tick_at(&self, ms: u64) -> u64 {
+        ms.saturating_sub(self.epoch_ms).div_ceil(self.tick_ms)
     }
 
     #[inline]
@@ -293,6 +306,35 @@ pub(crate) struct Lease {
     pub(crate) deadline: u64,
 }
 
+/// A completed key as the durable tier holds it.
+#[derive(Debug, Clone)]
+pub(crate) struct DurableDone {
+    pub(crate) completed_at_ms: u64,
+    pub(crate) expires_at_ms: u64,
+    pub(crate) payload: Option<u64>,
+    pub(crate) result: Option<std::sync::Arc<[u8]>>,
+}
+
+/// The durable tier's answer about a key the hot tier does not hold.
+#[derive(Debug, Clone)]
+#[cfg_attr(not(feature = "durable"), allow(dead_code))]
+pub(crate) enum DurableLookup {
+    Absent,
+    Done(DurableDone),
+    /// The store failed and the namespace fails closed (the error is kept by the
+    /// caller).
+    Failed,
+}
+
+/// The hot deadline of a key the durable tier says is done until `expires_at_ms`:
+/// the TTL, but never past retention.
+fn hot_deadline(p: &Params, now: Now, expires_at_ms: u64) -> u64 {
+    p.deadline(
+        now,
+        p.ttl_ms.min(expires_at_ms.saturating_sub(now.ms).max(1)),
+    )
+}
+
 /// What a claim found, as the shard reports it.
 #[derive(Debug)]
 pub(crate) enum ShardClaim {
@@ -308,6 +350,8 @@ pub(crate) enum ShardClaim {
     PayloadMismatch,
     /// The key is new and the namespace has no room.
     Full,
+    /// The durable tier failed (fail closed).
+    StoreFailed,
 }
 
 /// A key's state as `check` reports it.
@@ -412,6 +456,8 @@ pub(crate) struct Shard {
     extras: HashMap<u32, Extra>,
     next_token: u32,
     live: usize,
+    /// Where the eviction scan resumes.
+    hand: u32,
     pub(crate) counters: Counters,
 }
 
@@ -448,6 +494,7 @@ impl Shard {
             extras: HashMap::new(),
             next_token: 0,
             live: 0,
+            hand: 0,
             counters: Counters::default(),
         }
     }
@@ -507,6 +554,11 @@ impl Shard {
         let completed_at_ms = extra
             .and_then(|s| s.completed_at_ms)
             .unwrap_or_else(|| expires_at_ms.saturating_sub(p.ttl_ms).min(now.ms));
+        // With a durable tier the key stays a duplicate until its retention ends.
+        let expires_at_ms = match p.retention_ms {
+            Some(r) => expires_at_ms.max(completed_at_ms + r),
+            None => expires_at_ms,
+        };
         (
             completed_at_ms,
             expires_at_ms,
@@ -536,6 +588,10 @@ impl Shard {
     }
 
     /// The atomic claim of one fingerprint.
+    ///
+    /// `durable`, when the namespace has a durable tier, is asked about keys the hot
+    /// tier does not hold (absent, or expired here): a live done record there makes
+    /// the claim a duplicate (and the key is cached in the hot tier again).
     pub(crate) fn claim(
         &mut self,
         fp: Fp,
@@ -543,6 +599,7 @@ impl Shard {
         p: &Params,
         now: Now,
         cap: &Capacity<'_>,
+        mut durable: Option<&mut dyn FnMut(Fp) -> DurableLookup>,
     ) -> ShardClaim {
         self.catch_up(now, cap);
         let lease_deadline = p.deadline(now, p.lease_ms);
@@ -554,90 +611,287 @@ impl Shard {
         let idx = match entry {
             hash_table::Entry::Occupied(o) => *o.get(),
             hash_table::Entry::Vacant(v) => {
-                if !cap.take() {
-                    return ShardClaim::Full;
-                }
-                self.next_token = (self.next_token + 1) & TOKEN_MASK;
-                let token = self.next_token;
-                let idx = self.slab.alloc(Entry {
-                    fp_lo: [fp.lo as u32, (fp.lo >> 32) as u32],
-                    fp_mid: fp.hi as u32,
-                    deadline: lease_deadline as u32,
-                    meta: STATE_IN_PROGRESS | token << TOKEN_SHIFT,
-                    prev: NIL,
-                    next: NIL,
-                });
-                v.insert(idx);
-                self.wheel.schedule(&mut self.slab, idx, lease_deadline);
-                self.live += 1;
-                if let Some(pl) = payload {
-                    self.set_payload(idx, pl);
-                }
-                self.counters.acquired += 1;
-                return ShardClaim::Acquired(Lease {
-                    idx,
-                    token,
-                    deadline: lease_deadline,
-                });
-            }
-        };
-        {
-            let e = *self.slab.get(idx);
-            if !expired(e.deadline, now.tick) {
-                if let Some(pl) = payload {
-                    if e.has_payload() {
-                        if let Some(&stored) = self.payloads.get(&idx) {
-                            if stored != pl {
+                let found = match durable.as_mut() {
+                    Some(look) => look(fp),
+                    None => DurableLookup::Absent,
+                };
+                let (meta, deadline) = match &found {
+                    DurableLookup::Failed => return ShardClaim::StoreFailed,
+                    DurableLookup::Absent => {
+                        self.next_token = (self.next_token + 1) & TOKEN_MASK;
+                        (
+                            STATE_IN_PROGRESS | self.next_token << TOKEN_SHIFT,
+                            lease_deadline,
+                        )
+                    }
+                    DurableLookup::Done(d) => {
+                        if let (Some(a), Some(b)) = (payload, d.payload) {
+                            if a != b {
                                 self.counters.payload_mismatches += 1;
                                 return ShardClaim::PayloadMismatch;
                             }
                         }
+                        (STATE_DONE, hot_deadline(p, now, d.expires_at_ms))
                     }
-                }
-                if e.state() == STATE_IN_PROGRESS {
-                    self.counters.in_progress += 1;
-                    return ShardClaim::InProgress {
-                        lease_expires_at_ms: self.remaining_tick(p, now, e.deadline),
+                };
+                if !cap.take() {
+                    return match found {
+                        // Room or not, a durable duplicate is answered (just not cached).
+                        DurableLookup::Done(d) => {
+                            self.counters.duplicates += 1;
+                            ShardClaim::Duplicate {
+                                completed_at_ms: d.completed_at_ms,
+                                expires_at_ms: d.expires_at_ms,
+                                result: d.result,
+                            }
+                        }
+                        _ => ShardClaim::Full,
                     };
                 }
-                if p.sliding {
-                    // Never earlier than already promised: a claimant that read the
-                    // clock before a later sighting took the lock must not shorten it.
-                    let when = p.deadline(now, p.ttl_ms).max(widen(now.tick, e.deadline));
-                    self.reschedule(idx, when);
+                let idx = self.slab.alloc(Entry {
+                    fp_lo: [fp.lo as u32, (fp.lo >> 32) as u32],
+                    fp_mid: fp.hi as u32,
+                    deadline: deadline as u32,
+                    meta,
+                    prev: NIL,
+                    next: NIL,
+                });
+                v.insert(idx);
+                self.wheel.schedule(&mut self.slab, idx, deadline);
+                self.live += 1;
+                return self.after_insert(idx, payload, found, lease_deadline);
+            }
+        };
+        let e = *self.slab.get(idx);
+        let live = !expired(e.deadline, now.tick) || e.meta & COMPLETING_BIT != 0;
+        if live {
+            if let Some(pl) = payload {
+                if e.has_payload() {
+                    if let Some(&stored) = self.payloads.get(&idx) {
+                        if stored != pl {
+                            self.counters.payload_mismatches += 1;
+                            return ShardClaim::PayloadMismatch;
+                        }
+                    }
                 }
-                self.counters.duplicates += 1;
-                let (completed_at_ms, expires_at_ms, result) = self.done_view(p, now, idx);
-                return ShardClaim::Duplicate {
-                    completed_at_ms,
-                    expires_at_ms,
-                    result,
+            }
+            if e.state() == STATE_IN_PROGRESS {
+                self.counters.in_progress += 1;
+                return ShardClaim::InProgress {
+                    lease_expires_at_ms: self.remaining_tick(p, now, e.deadline).max(now.ms),
                 };
             }
-            // Expired but not yet reclaimed: the key is new again; reuse the slot.
-            self.counters.expirations += 1;
-            if e.has_payload() {
-                self.payloads.remove(&idx);
+            if p.sliding {
+                // Never earlier than already promised: a claimant that read the
+                // clock before a later sighting took the lock must not shorten it.
+                let when = p.deadline(now, p.ttl_ms).max(widen(now.tick, e.deadline));
+                self.reschedule(idx, when);
             }
-            if e.has_extra() {
-                self.extras.remove(&idx);
-            }
-            let token = self.new_token();
-            {
-                let m = self.slab.get_mut(idx);
-                m.meta = STATE_IN_PROGRESS | token << TOKEN_SHIFT;
-            }
-            self.reschedule(idx, lease_deadline);
-            if let Some(pl) = payload {
-                self.set_payload(idx, pl);
-            }
-            self.counters.acquired += 1;
-            ShardClaim::Acquired(Lease {
-                idx,
-                token,
-                deadline: lease_deadline,
-            })
+            self.counters.duplicates += 1;
+            let (completed_at_ms, expires_at_ms, result) = self.done_view(p, now, idx);
+            return ShardClaim::Duplicate {
+                completed_at_ms,
+                expires_at_ms,
+                result,
+            };
         }
+        // Expired here. With a durable tier the key may still be a duplicate there.
+        let found = match durable.as_mut() {
+            Some(look) => look(fp),
+            None => DurableLookup::Absent,
+        };
+        if let DurableLookup::Failed = found {
+            return ShardClaim::StoreFailed;
+        }
+        if let (DurableLookup::Done(d), Some(a)) = (&found, payload) {
+            if d.payload.is_some_and(|b| b != a) {
+                self.counters.payload_mismatches += 1;
+                return ShardClaim::PayloadMismatch;
+            }
+        }
+        // Reuse the slot in place.
+        self.counters.expirations += 1;
+        if e.has_payload() {
+            self.payloads.remove(&idx);
+        }
+        if e.has_extra() {
+            self.extras.remove(&idx);
+        }
+        let (meta, deadline) = match &found {
+            DurableLookup::Done(d) => (STATE_DONE, hot_deadline(p, now, d.expires_at_ms)),
+            _ => {
+                let token = self.new_token();
+                (STATE_IN_PROGRESS | token << TOKEN_SHIFT, lease_deadline)
+            }
+        };
+        self.slab.get_mut(idx).meta = meta;
+        self.reschedule(idx, deadline);
+        self.after_insert(idx, payload, found, lease_deadline)
+    }
+
+    /// Finishes a claim that placed entry `idx`: as a new holder, or as a duplicate
+    /// found in the durable tier.
+    fn after_insert(
+        &mut self,
+        idx: u32,
+        payload: Option<u64>,
+        found: DurableLookup,
+        lease_deadline: u64,
+    ) -> ShardClaim {
+        match found {
+            DurableLookup::Done(d) => {
+                if let Some(pl) = d.payload {
+                    self.set_payload(idx, pl);
+                }
+                let x = self.extra_mut(idx);
+                x.completed_at_ms = Some(d.completed_at_ms);
+                x.result = d.result.clone();
+                self.counters.duplicates += 1;
+                ShardClaim::Duplicate {
+                    completed_at_ms: d.completed_at_ms,
+                    expires_at_ms: d.expires_at_ms,
+                    result: d.result,
+                }
+            }
+            _ => {
+                if let Some(pl) = payload {
+                    self.set_payload(idx, pl);
+                }
+                self.counters.acquired += 1;
+                ShardClaim::Acquired(Lease {
+                    idx,
+                    token: self.slab.get(idx).token(),
+                    deadline: lease_deadline,
+                })
+            }
+        }
+    }
+
+    /// Places a claim found in flight at open (an orphan of a crash): it holds the
+    /// key until `lease_deadline`, and nobody can complete it. False if the key is
+    /// already resident or the namespace is full.
+    #[cfg_attr(not(feature = "durable"), allow(dead_code))]
+    pub(crate) fn insert_orphan(
+        &mut self,
+        fp: Fp,
+        lease_deadline: u64,
+        cap: &Capacity<'_>,
+    ) -> bool {
+        if self.find(fp).is_some() || !cap.take() {
+            return false;
+        }
+        let token = self.new_token();
+        let idx = self.slab.alloc(Entry {
+            fp_lo: [fp.lo as u32, (fp.lo >> 32) as u32],
+            fp_mid: fp.hi as u32,
+            deadline: lease_deadline as u32,
+            meta: STATE_IN_PROGRESS | token << TOKEN_SHIFT,
+            prev: NIL,
+            next: NIL,
+        });
+        let slab = &self.slab;
+        self.index.insert_unique(fp.lo, idx, |&i| slab.get(i).lo());
+        self.wheel.schedule(&mut self.slab, idx, lease_deadline);
+        self.live += 1;
+        true
+    }
+
+    /// First half of a durable completion: checks the lease and marks the entry as
+    /// completing, so it stays held (whatever its lease) while the record is written
+    /// without the lock. Returns the claim's payload fingerprint.
+    pub(crate) fn begin_complete(
+        &mut self,
+        fp: Fp,
+        lease: &Lease,
+        now: Now,
+        cap: &Capacity<'_>,
+    ) -> Result<Option<u64>, Refused> {
+        self.catch_up(now, cap);
+        if !self.holds(fp, lease, now) {
+            self.counters.lease_lost += 1;
+            return Err(Refused::LeaseLost);
+        }
+        let e = self.slab.get_mut(lease.idx);
+        e.meta |= COMPLETING_BIT;
+        let has = e.has_payload();
+        Ok(if has {
+            self.payloads.get(&lease.idx).copied()
+        } else {
+            None
+        })
+    }
+
+    /// Second half of a durable completion: `stored` says whether the record reached
+    /// the store. Stored: the key is done. Not stored: the claim is released.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn finish_complete(
+        &mut self,
+        fp: Fp,
+        lease: &Lease,
+        result: Option<&[u8]>,
+        p: &Params,
+        completed: Now,
+        stored: bool,
+        cap: &Capacity<'_>,
+    ) {
+        let idx = lease.idx;
+        let e = *self.slab.get(idx);
+        let ours = e.state() == STATE_IN_PROGRESS
+            && e.is(fp)
+            && e.token() == lease.token
+            && e.meta & COMPLETING_BIT != 0;
+        if !ours {
+            // Forgotten while the record was being written.
+            return;
+        }
+        self.slab.get_mut(idx).meta &= !COMPLETING_BIT;
+        if !stored {
+            self.remove(idx, cap);
+            self.counters.releases += 1;
+            return;
+        }
+        self.mark_done(idx, result, p, completed);
+    }
+
+    /// Turns held entry `idx` into a done one, completed at `now`.
+    fn mark_done(&mut self, idx: u32, result: Option<&[u8]>, p: &Params, now: Now) {
+        let m = &mut self.slab.get_mut(idx).meta;
+        *m = (*m & !STATE_MASK) | STATE_DONE;
+        let when = match p.retention_ms {
+            Some(r) => p.deadline(now, p.ttl_ms.min(r)),
+            None => p.deadline(now, p.ttl_ms),
+        };
+        self.reschedule(idx, when);
+        if let Some(r) = result {
+            self.extra_mut(idx).result = Some(std::sync::Arc::from(r));
+        }
+        if p.sliding || p.retention_ms.is_some() {
+            self.extra_mut(idx).completed_at_ms = Some(now.ms);
+        }
+        self.counters.completions += 1;
+    }
+
+    /// Drops up to `max` done entries to make room (durable namespaces only: done
+    /// entries are in the durable tier, so dropping them loses nothing). Returns how
+    /// many were dropped.
+    pub(crate) fn evict_done(&mut self, max: usize, cap: &Capacity<'_>) -> usize {
+        let len = self.slab.len;
+        let mut dropped = 0;
+        let mut scanned = 0;
+        while dropped < max && scanned < len {
+            if self.hand >= len {
+                self.hand = 0;
+            }
+            let idx = self.hand;
+            self.hand += 1;
+            scanned += 1;
+            if self.slab.get(idx).state() == STATE_DONE {
+                self.remove(idx, cap);
+                dropped += 1;
+            }
+        }
+        self.counters.evictions += dropped as u64;
+        dropped
     }
 
     /// Checks that `lease` is still live: its deadline has not passed (compared on
@@ -668,18 +922,7 @@ impl Shard {
             self.counters.lease_lost += 1;
             return Err(Refused::LeaseLost);
         }
-        let idx = lease.idx;
-        let m = &mut self.slab.get_mut(idx).meta;
-        *m = (*m & !STATE_MASK) | STATE_DONE;
-        let when = p.deadline(now, p.ttl_ms);
-        self.reschedule(idx, when);
-        if let Some(r) = result {
-            self.extra_mut(idx).result = Some(std::sync::Arc::from(r));
-        }
-        if p.sliding {
-            self.extra_mut(idx).completed_at_ms = Some(now.ms);
-        }
-        self.counters.completions += 1;
+        self.mark_done(lease.idx, result, p, now);
         Ok(())
     }
 
@@ -725,7 +968,7 @@ impl Shard {
         self.catch_up(now, cap);
         let idx = self.find(fp)?;
         let e = self.slab.get(idx);
-        if expired(e.deadline, now.tick) {
+        if expired(e.deadline, now.tick) && e.meta & COMPLETING_BIT == 0 {
             return None;
         }
         Some(if e.state() == STATE_IN_PROGRESS {
@@ -775,6 +1018,12 @@ impl Shard {
         // and every deadline change reschedules it, so a fired entry is due. (Comparing
         // 32-bit deadlines here would be wrong after a jump of 2^31 ticks.)
         wheel.advance(slab, now.tick, |slab, idx| {
+            if slab.get(idx).meta & COMPLETING_BIT != 0 {
+                // Its completion is being written: look again next tick.
+                let when = now.tick + 1;
+                slab.get_mut(idx).deadline = when as u32;
+                return Some(when);
+            }
             remove_unlinked(index, slab, payloads, extras, live, idx);
             cap.give_back();
             reclaimed += 1;

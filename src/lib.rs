@@ -48,6 +48,7 @@
 
 mod clock;
 mod config;
+mod durable;
 mod engine;
 mod error;
 mod hot;
@@ -56,11 +57,13 @@ mod sync;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{
-    EngineBuilder, NamespaceConfig, DEFAULT_LEASE, DEFAULT_MAX_KEYS, DEFAULT_MAX_KEY_LEN,
-    DEFAULT_MAX_RESULT_LEN, DEFAULT_TTL, MAX_KEYS_LIMIT,
+    EngineBuilder, FailurePolicy, NamespaceConfig, SyncPolicy, DEFAULT_LEASE, DEFAULT_MAX_KEYS,
+    DEFAULT_MAX_KEY_LEN, DEFAULT_MAX_RESULT_LEN, DEFAULT_TTL, MAX_KEYS_LIMIT,
 };
-pub use engine::{Claim, ClaimGuard, Done, Engine, InFlight, KeyState, Namespace};
-pub use error::{Error, KeyError, Result};
+pub use engine::{
+    Claim, ClaimGuard, Done, Engine, InFlight, KeyState, Namespace, Orphan, StateChanges,
+};
+pub use error::{Error, KeyError, Result, StoreError};
 pub use stats::Stats;
 
 /// The README's examples, compiled and run as doc tests.

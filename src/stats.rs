@@ -35,6 +35,19 @@ pub struct Stats {
     /// Heap bytes held by the hot tier's tables, entries, timing wheels and stored
     /// results.
     pub hot_bytes: u64,
+    /// Done keys dropped from a full hot tier to make room (durable namespaces only:
+    /// the durable tier still answers for them).
+    pub evictions: u64,
+    /// Point look-ups of the durable tier (claims the hot tier could not answer).
+    pub durable_reads: u64,
+    /// Writes to the durable tier (claim markers, completions, releases, forgets;
+    /// a batch counts once).
+    pub durable_writes: u64,
+    /// Durable-tier operations that failed.
+    pub store_errors: u64,
+    /// Claims and completions decided from the hot tier alone because the store
+    /// failed and the namespace fails open.
+    pub fail_open_decisions: u64,
 }
 
 impl Stats {
@@ -49,6 +62,7 @@ impl Stats {
         self.releases += c.releases;
         self.lease_lost += c.lease_lost;
         self.forgotten += c.forgotten;
+        self.evictions += c.evictions;
     }
 
     pub(crate) fn merge(&mut self, o: &Stats) {
@@ -64,6 +78,11 @@ impl Stats {
         self.releases += o.releases;
         self.lease_lost += o.lease_lost;
         self.forgotten += o.forgotten;
+        self.evictions += o.evictions;
+        self.durable_reads += o.durable_reads;
+        self.durable_writes += o.durable_writes;
+        self.store_errors += o.store_errors;
+        self.fail_open_decisions += o.fail_open_decisions;
     }
 
     /// Hot-tier heap bytes per resident key (0 when empty): the figure to hold against

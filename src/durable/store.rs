@@ -1,0 +1,519 @@
+//! The RocksDB store behind the durable tier (the `durable` feature).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use rocksdb::{
+    compaction_filter::Decision, ColumnFamilyDescriptor, Options, WriteBatch, WriteOptions, DB,
+};
+
+use super::codec::{Record, RecordState};
+use super::live_done;
+use super::StateOp;
+use crate::clock::Clock;
+use crate::config::{FailurePolicy, SyncPolicy};
+use crate::error::{Error, StoreError};
+use crate::hot::{DurableDone, DurableLookup, Fp};
+
+/// The database format this build writes: stored under [`FORMAT_KEY`].
+pub(crate) const FORMAT_VERSION: u32 = 1;
+const FORMAT_KEY: &[u8] = b"idem/format";
+const SEED_KEY: &[u8] = b"idem/seed";
+
+fn done_cf(ns: &str) -> String {
+    format!("done:{ns}")
+}
+
+fn claims_cf(ns: &str) -> String {
+    format!("claims:{ns}")
+}
+
+fn state_cf(family: &str) -> String {
+    format!("state:{family}")
+}
+
+/// The 16-byte key of a fingerprint.
+pub(crate) fn fp_key(fp: u128) -> [u8; 16] {
+    fp.to_be_bytes()
+}
+
+/// What opening found, beyond the open database.
+#[derive(Debug, Default)]
+pub(crate) struct OpenReport {
+    /// Namespaces with data in the database that the configuration does not name.
+    pub(crate) unconfigured: Vec<String>,
+    /// Whether the database was created by this open.
+    pub(crate) created: bool,
+}
+
+/// The open database.
+pub(crate) struct Store {
+    db: DB,
+    path: PathBuf,
+    seed: u64,
+    /// Testing hook: make every write fail as a failing disk would.
+    fail_writes: AtomicBool,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+fn store_err(op: &'static str, e: rocksdb::Error) -> Error {
+    Error::Store(StoreError::new(op, e.into_string()))
+}
+
+impl Store {
+    /// Opens (creating if missing) the database at `path` for the given namespaces
+    /// (name, retention in ms) and consumer state families. `seed` is used only when
+    /// the database is new; an existing database keeps its own.
+    pub(crate) fn open(
+        path: &Path,
+        namespaces: &[(String, u64)],
+        state_families: &[String],
+        clock: std::sync::Arc<dyn Clock>,
+        seed: u64,
+        seed_fixed: bool,
+    ) -> Result<(Store, OpenReport), Error> {
+        let mut report = OpenReport::default();
+        let mut db_opts = Options::default();
+        db_opts.create_if_missing(true);
+        db_opts.create_missing_column_families(true);
+        db_opts.set_max_background_jobs(2);
+
+        let existing: BTreeSet<String> = match DB::list_cf(&db_opts, path) {
+            Ok(cfs) => cfs.into_iter().collect(),
+            Err(_) => BTreeSet::new(),
+        };
+        report.created = existing.is_empty();
+        if !report.created {
+            let ours = existing.iter().all(|c| c == "default" || c.contains(':'));
+            if !ours {
+                return Err(Error::IncompatibleFormat {
+                    path: path.to_path_buf(),
+                    found: None,
+                    supported: FORMAT_VERSION,
+                });
+            }
+        }
+
+        let mut wanted: BTreeSet<String> = BTreeSet::new();
+        for (name, _) in namespaces {
+            wanted.insert(done_cf(name));
+            wanted.insert(claims_cf(name));
+        }
+        for f in state_families {
+            wanted.insert(state_cf(f));
+        }
+        for cf in &existing {
+            if let Some(ns) = cf.strip_prefix("done:") {
+                if !namespaces.iter().any(|(n, _)| n == ns) {
+                    report.unconfigured.push(ns.to_owned());
+                }
+            }
+        }
+
+        let mut descriptors = Vec::new();
+        for name in existing.union(&wanted) {
+            if name == "default" {
+                continue;
+            }
+            let mut cf_opts = Options::default();
+            if let Some(ns) = name.strip_prefix("done:") {
+                if namespaces.iter().any(|(n, _)| n == ns) {
+                    let clock = clock.clone();
+                    cf_opts.set_compaction_filter("idem-retention", move |_level, _key, value| {
+                        match Record::decode(value) {
+                            Ok(r) if r.expires_ms <= clock.now_ms() => Decision::Remove,
+                            // Corrupt records are kept: they are reported on read, never
+                            // dropped silently.
+                            _ => Decision::Keep,
+                        }
+                    });
+                }
+            }
+            descriptors.push(ColumnFamilyDescriptor::new(name.clone(), cf_opts));
+        }
+
+        let db = DB::open_cf_descriptors(&db_opts, path, descriptors).map_err(|e| {
+            let msg = e.into_string();
+            if msg.contains("lock") || msg.contains("Resource temporarily unavailable") {
+                Error::AlreadyOpen {
+                    path: path.to_path_buf(),
+                }
+            } else {
+                Error::Store(StoreError::new("open", msg))
+            }
+        })?;
+
+        let format = db.get(FORMAT_KEY).map_err(|e| store_err("open", e))?;
+        let stored_seed = db.get(SEED_KEY).map_err(|e| store_err("open", e))?;
+        let seed = match (format, stored_seed) {
+            (None, None) if report.created || existing.len() <= 1 => {
+                let mut batch = WriteBatch::default();
+                batch.put(FORMAT_KEY, FORMAT_VERSION.to_le_bytes());
+                batch.put(SEED_KEY, seed.to_le_bytes());
+                let mut wo = WriteOptions::default();
+                wo.set_sync(true);
+                db.write_opt(batch, &wo).map_err(|e| store_err("open", e))?;
+                seed
+            }
+            (Some(f), Some(s)) => {
+                let found = <[u8; 4]>::try_from(f.as_slice())
+                    .map(u32::from_le_bytes)
+                    .ok();
+                if found != Some(FORMAT_VERSION) {
+                    return Err(Error::IncompatibleFormat {
+                        path: path.to_path_buf(),
+                        found,
+                        supported: FORMAT_VERSION,
+                    });
+                }
+                let stored = <[u8; 8]>::try_from(s.as_slice())
+                    .map(u64::from_le_bytes)
+                    .map_err(|_| Error::IncompatibleFormat {
+                        path: path.to_path_buf(),
+                        found,
+                        supported: FORMAT_VERSION,
+                    })?;
+                if seed_fixed && stored != seed {
+                    return Err(Error::InvalidConfig {
+                        namespace: String::new(),
+                        reason: "the fixed seed differs from the one stored in the database",
+                    });
+                }
+                stored
+            }
+            _ => {
+                return Err(Error::IncompatibleFormat {
+                    path: path.to_path_buf(),
+                    found: None,
+                    supported: FORMAT_VERSION,
+                })
+            }
+        };
+        Ok((
+            Store {
+                db,
+                path: path.to_path_buf(),
+                seed,
+                fail_writes: AtomicBool::new(false),
+            },
+            report,
+        ))
+    }
+
+    pub(crate) fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub(crate) fn set_fail_writes(&self, fail: bool) {
+        self.fail_writes.store(fail, Ordering::SeqCst);
+    }
+
+    fn cf(&self, name: &str) -> Result<&rocksdb::ColumnFamily, Error> {
+        self.db.cf_handle(name).ok_or_else(|| {
+            Error::Store(StoreError::new(
+                "column family",
+                format!("{name} is missing"),
+            ))
+        })
+    }
+
+    /// The completed record of `fp` in namespace `ns`, if any (expired or not: the
+    /// caller judges retention against its clock).
+    pub(crate) fn get_done(&self, ns: &str, fp: u128) -> Result<Option<Record>, Error> {
+        let cf = self.cf(&done_cf(ns))?;
+        let Some(bytes) = self
+            .db
+            .get_pinned_cf(cf, fp_key(fp))
+            .map_err(|e| store_err("read", e))?
+        else {
+            return Ok(None);
+        };
+        Record::decode(&bytes)
+            .map(Some)
+            .map_err(|reason| Error::CorruptRecord {
+                namespace: ns.to_owned(),
+                fingerprint: fp,
+                reason: reason.to_string(),
+            })
+    }
+
+    fn check_writable(&self) -> Result<(), Error> {
+        if self.fail_writes.load(Ordering::SeqCst) {
+            return Err(Error::Store(StoreError::new(
+                "write",
+                "injected failure: the disk refuses writes".to_owned(),
+            )));
+        }
+        Ok(())
+    }
+
+    /// Writes claim markers (no fsync: they only serve orphan reporting).
+    pub(crate) fn put_claims(&self, ns: &str, claims: &[(u128, Record)]) -> Result<(), Error> {
+        self.check_writable()?;
+        let cf = self.cf(&claims_cf(ns))?;
+        let mut batch = WriteBatch::default();
+        for (fp, rec) in claims {
+            batch.put_cf(cf, fp_key(*fp), rec.encode());
+        }
+        self.db
+            .write_opt(batch, &WriteOptions::default())
+            .map_err(|e| store_err("write claim", e))
+    }
+
+    /// Deletes claim markers (released claims).
+    pub(crate) fn delete_claims(&self, ns: &str, fps: &[u128]) -> Result<(), Error> {
+        self.check_writable()?;
+        let cf = self.cf(&claims_cf(ns))?;
+        let mut batch = WriteBatch::default();
+        for fp in fps {
+            batch.delete_cf(cf, fp_key(*fp));
+        }
+        self.db
+            .write_opt(batch, &WriteOptions::default())
+            .map_err(|e| store_err("delete claim", e))
+    }
+
+    /// Stores completions atomically: each done record, the removal of its claim
+    /// marker, and the consumer's state changes, in one write.
+    pub(crate) fn write_completions(
+        &self,
+        ns: &str,
+        done: &[(u128, Record)],
+        state: &[(String, StateOp)],
+        sync: bool,
+    ) -> Result<(), Error> {
+        self.check_writable()?;
+        let done_h = self.cf(&done_cf(ns))?;
+        let claims_h = self.cf(&claims_cf(ns))?;
+        let mut batch = WriteBatch::default();
+        for (fp, rec) in done {
+            batch.put_cf(done_h, fp_key(*fp), rec.encode());
+            batch.delete_cf(claims_h, fp_key(*fp));
+        }
+        for (family, op) in state {
+            let h = self.cf(&state_cf(family))?;
+            match op {
+                StateOp::Put(k, v) => batch.put_cf(h, k, v),
+                StateOp::Delete(k) => batch.delete_cf(h, k),
+            }
+        }
+        let mut wo = WriteOptions::default();
+        wo.set_sync(sync);
+        self.db
+            .write_opt(batch, &wo)
+            .map_err(|e| store_err("write completion", e))
+    }
+
+    /// Deletes a key's records (forget).
+    pub(crate) fn forget(&self, ns: &str, fp: u128) -> Result<(), Error> {
+        self.check_writable()?;
+        let mut batch = WriteBatch::default();
+        batch.delete_cf(self.cf(&done_cf(ns))?, fp_key(fp));
+        batch.delete_cf(self.cf(&claims_cf(ns))?, fp_key(fp));
+        self.db
+            .write_opt(batch, &WriteOptions::default())
+            .map_err(|e| store_err("forget", e))
+    }
+
+    /// Every claim marker of a namespace: the claims that were never completed or
+    /// released. Corrupt markers are returned as errors beside the good ones.
+    pub(crate) fn scan_claims(
+        &self,
+        ns: &str,
+    ) -> Result<Vec<(u128, Result<Record, String>)>, Error> {
+        let cf = self.cf(&claims_cf(ns))?;
+        let mut out = Vec::new();
+        for item in self.db.iterator_cf(cf, rocksdb::IteratorMode::Start) {
+            let (k, v) = item.map_err(|e| store_err("scan claims", e))?;
+            let Ok(key) = <[u8; 16]>::try_from(&k[..]) else {
+                continue;
+            };
+            let fp = u128::from_be_bytes(key);
+            out.push((fp, Record::decode(&v).map_err(|e| e.to_string())));
+        }
+        Ok(out)
+    }
+
+    /// A consumer state value.
+    pub(crate) fn read_state(&self, family: &str, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+        let cf = self
+            .db
+            .cf_handle(&state_cf(family))
+            .ok_or_else(|| Error::UnknownStateFamily(family.to_owned()))?;
+        self.db
+            .get_cf(cf, key)
+            .map_err(|e| store_err("read state", e))
+    }
+
+    /// Whether `family` was declared.
+    pub(crate) fn has_state_family(&self, family: &str) -> bool {
+        self.db.cf_handle(&state_cf(family)).is_some()
+    }
+
+    /// Forces the write-ahead log to disk (the `Periodic` sync policy).
+    pub(crate) fn sync_wal(&self) -> Result<(), Error> {
+        self.db.flush_wal(true).map_err(|e| store_err("sync", e))
+    }
+
+    /// Estimated number of done records of a namespace.
+    pub(crate) fn estimate_done(&self, ns: &str) -> Option<u64> {
+        let cf = self.db.cf_handle(&done_cf(ns))?;
+        self.db
+            .property_int_value_cf(cf, "rocksdb.estimate-num-keys")
+            .ok()
+            .flatten()
+    }
+}
+
+/// A namespace's view of the durable tier: its policies and counters.
+#[derive(Debug)]
+pub(crate) struct DurableNs {
+    pub(crate) store: std::sync::Arc<Store>,
+    pub(crate) name: String,
+    pub(crate) sync: SyncPolicy,
+    pub(crate) failure: FailurePolicy,
+    pub(crate) retention_ms: u64,
+    pub(crate) reads: AtomicU64,
+    pub(crate) writes: AtomicU64,
+    pub(crate) errors: AtomicU64,
+    pub(crate) fail_open: AtomicU64,
+}
+
+impl DurableNs {
+    pub(crate) fn new(
+        store: std::sync::Arc<Store>,
+        name: &str,
+        sync: SyncPolicy,
+        failure: FailurePolicy,
+        retention_ms: u64,
+    ) -> Self {
+        DurableNs {
+            store,
+            name: name.to_owned(),
+            sync,
+            failure,
+            retention_ms,
+            reads: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            fail_open: AtomicU64::new(0),
+        }
+    }
+
+    /// Applies the failure policy to a failed store operation: `Ok` if the namespace
+    /// fails open (the failure is counted and logged), the error otherwise.
+    pub(crate) fn on_failure(&self, e: Error, during: &'static str) -> Result<(), Error> {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        match self.failure {
+            FailurePolicy::FailOpen => {
+                self.fail_open.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    namespace = %self.name,
+                    during,
+                    error = %e,
+                    "durable store failed; deciding from the hot tier alone (fail open)"
+                );
+                Ok(())
+            }
+            FailurePolicy::FailClosed => Err(e),
+        }
+    }
+
+    /// Asks the durable tier about a key the hot tier does not hold.
+    pub(crate) fn lookup(&self, fp: Fp, now_ms: u64, err: &mut Option<Error>) -> DurableLookup {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        match self.store.get_done(&self.name, fp.to_u128()) {
+            Ok(Some(rec)) if live_done(&rec, now_ms) => DurableLookup::Done(DurableDone {
+                completed_at_ms: rec.at_ms,
+                expires_at_ms: rec.expires_ms,
+                payload: rec.payload,
+                result: rec.result.map(std::sync::Arc::from),
+            }),
+            Ok(_) => DurableLookup::Absent,
+            Err(e @ Error::CorruptRecord { .. }) => {
+                // Corruption is never papered over, whatever the failure policy.
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                *err = Some(e);
+                DurableLookup::Failed
+            }
+            Err(e) => match self.on_failure(e, "read") {
+                Ok(()) => DurableLookup::Absent,
+                Err(e) => {
+                    *err = Some(e);
+                    DurableLookup::Failed
+                }
+            },
+        }
+    }
+
+    /// Writes claim markers for keys just acquired.
+    pub(crate) fn write_claims(&self, claims: &[(u128, Record)]) -> Result<(), Error> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        match self.store.put_claims(&self.name, claims) {
+            Ok(()) => Ok(()),
+            Err(e) => self.on_failure(e, "claim"),
+        }
+    }
+
+    /// Removes claim markers of released claims. A marker that cannot be removed is
+    /// only reported as an orphan at the next open, so failures are counted, not
+    /// returned.
+    pub(crate) fn delete_claims(&self, fps: &[u128]) {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = self.store.delete_claims(&self.name, fps) {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(namespace = %self.name, error = %e, "could not remove a claim marker");
+        }
+    }
+
+    /// Stores completions (and co-committed state) with the namespace's sync policy.
+    pub(crate) fn write_completions(
+        &self,
+        done: &[(u128, Record)],
+        state: &[(String, StateOp)],
+    ) -> Result<(), Error> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        let sync = matches!(self.sync, SyncPolicy::Always);
+        match self.store.write_completions(&self.name, done, state, sync) {
+            Ok(()) => Ok(()),
+            // State changes cannot be applied from the hot tier: never fail open.
+            Err(e) if !state.is_empty() => {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                Err(e)
+            }
+            Err(e) => self.on_failure(e, "complete"),
+        }
+    }
+
+    /// Deletes a key's durable records.
+    pub(crate) fn forget(&self, fp: Fp) -> Result<(), Error> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        match self.store.forget(&self.name, fp.to_u128()) {
+            Ok(()) => Ok(()),
+            Err(e) => self.on_failure(e, "forget"),
+        }
+    }
+
+    pub(crate) fn has_state_family(&self, family: &str) -> bool {
+        self.store.has_state_family(family)
+    }
+
+    pub(crate) fn add_stats(&self, s: &mut crate::stats::Stats) {
+        s.durable_reads += self.reads.load(Ordering::Relaxed);
+        s.durable_writes += self.writes.load(Ordering::Relaxed);
+        s.store_errors += self.errors.load(Ordering::Relaxed);
+        s.fail_open_decisions += self.fail_open.load(Ordering::Relaxed);
+    }
+}

@@ -1,6 +1,10 @@
 //! Command dispatch and argument parsing (no dependencies: a handful of flags).
 
+#[cfg(feature = "durable")]
+mod consumer;
 mod demo;
+#[cfg(feature = "durable")]
+mod durable_demo;
 mod histogram;
 
 use std::process::ExitCode;
@@ -9,11 +13,17 @@ const USAGE: &str = "\
 idem: exactly-once claims for at-least-once message consumers
 
 USAGE:
-    idem demo [--messages N] [--workers N] [--redeliver PCT] [--fail PCT] [--quick]
-        Runs a simulated consumer: a stream with redeliveries and concurrent
-        duplicates, worker threads that claim before applying, and a check that
-        every message took effect exactly once. Prints throughput, claim latency
-        percentiles and memory per key.
+    idem demo [--dir DIR] [--messages N] [--workers N] [--sync always|never|periodic:MS]
+              [--kill-at PCT] [--quick]
+        The durable demo: a consumer process (worker threads claiming before
+        applying, each side effect co-committed with its completion) is killed with
+        SIGKILL part way through its stream, restarted on the same database, and the
+        ledger is checked: every message took effect exactly once. Reports the
+        orphan claims found at restart. DIR defaults to a fresh temporary directory.
+    idem demo --memory [--messages N] [--workers N] [--redeliver PCT] [--fail PCT] [--quick]
+        The in-memory demo: redeliveries, concurrent duplicates and failing workers
+        against the hot tier alone; prints throughput, claim latency percentiles
+        and bytes per key.
     idem help
         Prints this text.
     idem version
@@ -27,7 +37,9 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
         return Ok(ExitCode::SUCCESS);
     };
     match cmd.as_str() {
-        "demo" => demo::run(demo::Options::parse(rest)?),
+        "demo" => demo_command(rest),
+        #[cfg(feature = "durable")]
+        "__consumer" => consumer::run(consumer::Options::parse(rest)?),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             Ok(ExitCode::SUCCESS)
@@ -38,6 +50,19 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
         }
         other => Err(format!("unknown command {other:?}")),
     }
+}
+
+/// `idem demo`: on the durable tier by default, in memory with `--memory` (or when
+/// this build has no durable tier).
+fn demo_command(args: &[String]) -> Result<ExitCode, String> {
+    let memory = args.iter().any(|a| a == "--memory");
+    let rest: Vec<String> = args.iter().filter(|a| *a != "--memory").cloned().collect();
+    #[cfg(feature = "durable")]
+    if !memory {
+        return durable_demo::run(durable_demo::Options::parse(&rest)?);
+    }
+    let _ = memory;
+    demo::run(demo::Options::parse(&rest)?)
 }
 
 /// Reads the value after a flag as a number.

@@ -71,6 +71,18 @@ pub use stats::Stats;
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+/// Internals exposed to the fuzz targets only (built with `--cfg fuzzing`).
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub mod __fuzz {
+    /// Decodes a durable record; on success returns its re-encoding.
+    pub fn record_roundtrip(bytes: &[u8]) -> Option<Vec<u8>> {
+        crate::durable::codec::Record::decode(bytes)
+            .ok()
+            .map(|r| r.encode())
+    }
+}
+
 /// Internals exposed for the crate's benches only. Not part of the API: no stability
 /// promise of any kind.
 #[doc(hidden)]

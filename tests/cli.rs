@@ -15,6 +15,7 @@ fn idem(args: &[&str]) -> std::process::Output {
 fn demo_verifies_every_message_took_effect_once() {
     let out = idem(&[
         "demo",
+        "--memory",
         "--messages",
         "20000",
         "--workers",
@@ -38,6 +39,31 @@ fn demo_verifies_every_message_took_effect_once() {
         .find(|l| l.starts_with("answers:"))
         .expect("answers line");
     assert!(!answers.contains("(0 by workers"), "{answers}");
+}
+
+#[cfg(feature = "durable")]
+#[test]
+fn durable_demo_survives_sigkill_and_verifies_the_ledger() {
+    let dir = std::env::temp_dir().join(format!("idem-cli-demo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = idem(&[
+        "demo",
+        "--dir",
+        dir.to_str().unwrap(),
+        "--messages",
+        "4000",
+        "--sync",
+        "never",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(out.status.success(), "demo failed:\n{stdout}");
+    assert!(stdout.contains("was killed with SIGKILL"), "{stdout}");
+    assert!(stdout.contains("orphan claims found at open"), "{stdout}");
+    assert!(
+        stdout.contains("verified:   every one of 4,000 messages took effect exactly once"),
+        "{stdout}"
+    );
 }
 
 #[test]

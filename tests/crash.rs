@@ -1,0 +1,165 @@
+//! Crash durability: a consumer process is killed with SIGKILL in the middle of its
+//! stream; every completion it acknowledged must be a duplicate after reopening, under
+//! every sync policy, with its co-committed ledger entry.
+
+#![cfg(all(feature = "durable", not(idem_loom)))]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use idem::{Claim, Engine, NamespaceConfig};
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!("idem-crash-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn key(id: u64) -> Vec<u8> {
+    format!("ord-{id:016x}").into_bytes()
+}
+
+/// Runs the consumer on `dir` and SIGKILLs it after `kill_after` acknowledgements.
+/// Returns the acknowledged ids.
+fn run_and_kill(dir: &Path, sync: &str, kill_after: usize) -> Vec<u64> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(["__consumer", "--dir"])
+        .arg(dir)
+        .args(["--messages", "50000", "--workers", "4", "--sync", sync])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the consumer starts");
+    let out = child.stdout.take().unwrap();
+    let mut acked = Vec::new();
+    for line in BufReader::new(out).lines() {
+        let line = line.unwrap();
+        if let Some(id) = line.strip_prefix("ack ") {
+            acked.push(id.parse().unwrap());
+            if acked.len() >= kill_after {
+                break;
+            }
+        }
+    }
+    child.kill().expect("SIGKILL delivered");
+    let status = child.wait().unwrap();
+    assert!(!status.success(), "the consumer was killed, not finished");
+    assert!(acked.len() >= kill_after, "the consumer ended early");
+    acked
+}
+
+fn reopen(dir: &Path) -> Engine {
+    Engine::builder()
+        .namespace(
+            "orders",
+            NamespaceConfig::new()
+                .ttl(Duration::from_secs(3600))
+                .max_keys(4_000_000),
+        )
+        .state_family("ledger")
+        .durable(dir)
+        .maintenance_interval(None)
+        .build()
+        .expect("the database reopens after SIGKILL")
+}
+
+fn acknowledged_completions_survive(sync: &str) {
+    let dir = TempDir::new(sync.replace(':', "-").as_str());
+    let acked = run_and_kill(&dir.0, sync, 3000);
+    let engine = reopen(&dir.0);
+    let orders = engine.namespace("orders").unwrap();
+    assert!(
+        engine.orphans().len() <= 4,
+        "at most one claim per worker was in flight: {:?}",
+        engine.orphans().len()
+    );
+    for id in &acked {
+        let k = key(*id);
+        assert!(
+            matches!(orders.claim(&k).unwrap(), Claim::Duplicate(_)),
+            "acknowledged message {id} was lost ({sync})"
+        );
+        assert_eq!(
+            engine.read_state("ledger", &k).unwrap().as_deref(),
+            Some(&[1u8][..]),
+            "the ledger entry of {id} was committed with its completion ({sync})"
+        );
+    }
+}
+
+#[test]
+fn sigkill_loses_no_acknowledged_completion_sync_always() {
+    acknowledged_completions_survive("always");
+}
+
+#[test]
+fn sigkill_loses_no_acknowledged_completion_sync_periodic() {
+    acknowledged_completions_survive("periodic:1000");
+}
+
+#[test]
+fn sigkill_loses_no_acknowledged_completion_sync_never() {
+    acknowledged_completions_survive("never");
+}
+
+#[test]
+fn orphans_found_at_open_are_held_until_their_lease_runs_out() {
+    let dir = TempDir::new("orphans");
+    run_and_kill(&dir.0, "never", 500);
+    let clock = idem::ManualClock::new(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64,
+    );
+    let engine = Engine::builder()
+        .namespace("orders", NamespaceConfig::new().max_keys(4_000_000))
+        .state_family("ledger")
+        .durable(&dir.0)
+        .clock(clock.clone())
+        .maintenance_interval(None)
+        .build()
+        .unwrap();
+    let orders = engine.namespace("orders").unwrap();
+    for o in engine.orphans() {
+        assert_eq!(o.namespace, "orders");
+        assert!(o.corrupt.is_none());
+        assert!(o.claimed_at_ms <= clock.now_ms());
+        assert_eq!(
+            o.lease_expires_at_ms,
+            o.claimed_at_ms + 1000,
+            "the consumer's 1 s lease"
+        );
+    }
+    // The claims in flight at the kill read as in progress, and they are exactly the
+    // orphans (the stream is consumed roughly in order, so they lie near the kill).
+    let held = (0..5000u64)
+        .filter(|id| {
+            matches!(
+                orders.check(&key(*id)).unwrap(),
+                Some(idem::KeyState::InProgress { .. })
+            )
+        })
+        .count();
+    assert_eq!(held, engine.orphans().len());
+    // Whatever was in flight is done or claimable once the leases have run out.
+    clock.advance(Duration::from_secs(2));
+    for id in 0..5000u64 {
+        match orders.claim(&key(id)).unwrap() {
+            Claim::InProgress(_) => panic!("message {id} still held after its lease"),
+            Claim::Acquired(g) => g.release().unwrap(),
+            Claim::Duplicate(_) => {}
+        }
+    }
+}

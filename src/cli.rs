@@ -1,11 +1,15 @@
 //! Command dispatch and argument parsing (no dependencies: a handful of flags).
 
 #[cfg(feature = "durable")]
+mod bench_durable;
+#[cfg(feature = "durable")]
 mod consumer;
 mod demo;
 #[cfg(feature = "durable")]
 mod durable_demo;
 mod histogram;
+#[cfg(feature = "durable")]
+mod inspect;
 
 use std::process::ExitCode;
 
@@ -24,6 +28,13 @@ USAGE:
         The in-memory demo: redeliveries, concurrent duplicates and failing workers
         against the hot tier alone; prints throughput, claim latency percentiles
         and bytes per key.
+    idem inspect DIR [--namespace N --key K]
+        Shows a durable database: its namespaces with their done, expired and
+        in-flight keys, its size on disk, and the state of one key. Read-only; works
+        while an engine is serving from the database.
+    idem bench durable [--quick] [--w4] [--w5] [--keys N]
+        Measures durable completion per sync policy (W4) beside RocksDB used
+        directly, and restart with N completed keys (W5), printing markdown tables.
     idem help
         Prints this text.
     idem version
@@ -38,6 +49,12 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
     };
     match cmd.as_str() {
         "demo" => demo_command(rest),
+        #[cfg(feature = "durable")]
+        "inspect" => inspect::run(rest),
+        #[cfg(feature = "durable")]
+        "bench" if rest.first().map(String::as_str) == Some("durable") => {
+            bench_durable::run(&rest[1..])
+        }
         #[cfg(feature = "durable")]
         "__consumer" => consumer::run(consumer::Options::parse(rest)?),
         "help" | "--help" | "-h" => {

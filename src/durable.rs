@@ -20,12 +20,22 @@
 
 pub(crate) mod codec;
 #[cfg(feature = "durable")]
+pub(crate) mod inspect;
+#[cfg(feature = "durable")]
 mod store;
 
 #[cfg(feature = "durable")]
-pub(crate) use store::{DurableNs, OpenReport, Store};
+pub(crate) use store::{DurableNs, Store};
 
 use codec::{Record, RecordState};
+
+/// The database format this build writes and reads.
+pub(crate) const FORMAT_VERSION: u32 = 1;
+
+/// The 16-byte key of a fingerprint.
+pub(crate) fn fp_key(fp: u128) -> [u8; 16] {
+    fp.to_be_bytes()
+}
 
 /// One consumer-state change carried by a co-commit.
 #[derive(Debug, Clone)]

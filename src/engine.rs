@@ -186,15 +186,9 @@ impl Engine {
         let mut namespaces = HashMap::new();
         for (name, cfg) in b.namespaces {
             #[cfg(feature = "durable")]
-            let durable = store.as_ref().map(|s| {
-                DurableNs::new(
-                    s.clone(),
-                    &name,
-                    cfg.sync,
-                    cfg.on_store_error,
-                    cfg.get_retention().as_millis() as u64,
-                )
-            });
+            let durable = store
+                .as_ref()
+                .map(|s| DurableNs::new(s.clone(), &name, cfg.sync, cfg.on_store_error));
             #[cfg(not(feature = "durable"))]
             let durable: Option<DurableNs> = None;
             let ns = NsInner::new(

@@ -857,15 +857,14 @@ impl Shard {
     fn mark_done(&mut self, idx: u32, result: Option<&[u8]>, p: &Params, now: Now) {
         let m = &mut self.slab.get_mut(idx).meta;
         *m = (*m & !STATE_MASK) | STATE_DONE;
-        let when = match p.retention_ms {
-            Some(r) => p.deadline(now, p.ttl_ms.min(r)),
-            None => p.deadline(now, p.ttl_ms),
-        };
+        // Retention is at least the TTL, so the hot deadline is always now + TTL, and a
+        // fixed window's completion time can be derived from it (no extra row).
+        let when = p.deadline(now, p.ttl_ms);
         self.reschedule(idx, when);
         if let Some(r) = result {
             self.extra_mut(idx).result = Some(std::sync::Arc::from(r));
         }
-        if p.sliding || p.retention_ms.is_some() {
+        if p.sliding {
             self.extra_mut(idx).completed_at_ms = Some(now.ms);
         }
         self.counters.completions += 1;

@@ -60,6 +60,8 @@ pub use config::{
     EngineBuilder, FailurePolicy, NamespaceConfig, SyncPolicy, DEFAULT_LEASE, DEFAULT_MAX_KEYS,
     DEFAULT_MAX_KEY_LEN, DEFAULT_MAX_RESULT_LEN, DEFAULT_TTL, MAX_KEYS_LIMIT,
 };
+#[cfg(feature = "durable")]
+pub use durable::inspect::{inspect, InspectedKey, Inspection, NamespaceSummary};
 pub use engine::{
     Claim, ClaimGuard, Done, Engine, InFlight, KeyState, Namespace, Orphan, StateChanges,
 };

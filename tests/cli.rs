@@ -56,9 +56,43 @@ fn durable_demo_survives_sigkill_and_verifies_the_ledger() {
         "never",
     ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
+    let inspected = idem(&[
+        "inspect",
+        dir.to_str().unwrap(),
+        "--namespace",
+        "orders",
+        "--key",
+        "ord-0000000000000007",
+    ]);
+    let unknown = idem(&[
+        "inspect",
+        dir.to_str().unwrap(),
+        "--namespace",
+        "orders",
+        "--key",
+        "never-seen",
+    ]);
     let _ = std::fs::remove_dir_all(&dir);
     assert!(out.status.success(), "demo failed:\n{stdout}");
     assert!(stdout.contains("was killed with SIGKILL"), "{stdout}");
+    let report = String::from_utf8_lossy(&inspected.stdout);
+    assert!(inspected.status.success(), "{report}");
+    let orders = report
+        .lines()
+        .find(|l| l.starts_with("orders "))
+        .expect("a line for the namespace");
+    let cols: Vec<&str> = orders.split_whitespace().collect();
+    assert_eq!(cols[1], "4,000", "every message done: {orders}");
+    assert_eq!(
+        cols[3], "0",
+        "nothing in flight after a clean finish: {orders}"
+    );
+    assert!(report.contains("state:      ledger"), "{report}");
+    assert!(
+        report.contains("key \"ord-0000000000000007\" in \"orders\": done"),
+        "{report}"
+    );
+    assert!(String::from_utf8_lossy(&unknown.stdout).contains(": unknown"));
     assert!(stdout.contains("orphan claims found at open"), "{stdout}");
     assert!(
         stdout.contains("verified:   every one of 4,000 messages took effect exactly once"),

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use idem::{Claim, Engine, NamespaceConfig};
+use idem::{Claim, Clock, Engine, NamespaceConfig};
 
 struct TempDir(PathBuf);
 

@@ -8,16 +8,16 @@ use rocksdb::{
     compaction_filter::Decision, ColumnFamilyDescriptor, Options, WriteBatch, WriteOptions, DB,
 };
 
-use super::codec::{Record, RecordState};
+use super::codec::Record;
 use super::live_done;
-use super::StateOp;
+use super::{fp_key, StateOp};
 use crate::clock::Clock;
 use crate::config::{FailurePolicy, SyncPolicy};
 use crate::error::{Error, StoreError};
 use crate::hot::{DurableDone, DurableLookup, Fp};
 
 /// The database format this build writes: stored under [`FORMAT_KEY`].
-pub(crate) const FORMAT_VERSION: u32 = 1;
+use super::FORMAT_VERSION;
 const FORMAT_KEY: &[u8] = b"idem/format";
 const SEED_KEY: &[u8] = b"idem/seed";
 
@@ -31,11 +31,6 @@ fn claims_cf(ns: &str) -> String {
 
 fn state_cf(family: &str) -> String {
     format!("state:{family}")
-}
-
-/// The 16-byte key of a fingerprint.
-pub(crate) fn fp_key(fp: u128) -> [u8; 16] {
-    fp.to_be_bytes()
 }
 
 /// What opening found, beyond the open database.
@@ -212,10 +207,6 @@ impl Store {
         self.seed
     }
 
-    pub(crate) fn path(&self) -> &Path {
-        &self.path
-    }
-
     pub(crate) fn set_fail_writes(&self, fail: bool) {
         self.fail_writes.store(fail, Ordering::SeqCst);
     }
@@ -329,10 +320,7 @@ impl Store {
 
     /// Every claim marker of a namespace: the claims that were never completed or
     /// released. Corrupt markers are returned as errors beside the good ones.
-    pub(crate) fn scan_claims(
-        &self,
-        ns: &str,
-    ) -> Result<Vec<(u128, Result<Record, String>)>, Error> {
+    pub(crate) fn scan_claims(&self, ns: &str) -> Result<Vec<ScannedClaim>, Error> {
         let cf = self.cf(&claims_cf(ns))?;
         let mut out = Vec::new();
         for item in self.db.iterator_cf(cf, rocksdb::IteratorMode::Start) {
@@ -366,16 +354,11 @@ impl Store {
     pub(crate) fn sync_wal(&self) -> Result<(), Error> {
         self.db.flush_wal(true).map_err(|e| store_err("sync", e))
     }
-
-    /// Estimated number of done records of a namespace.
-    pub(crate) fn estimate_done(&self, ns: &str) -> Option<u64> {
-        let cf = self.db.cf_handle(&done_cf(ns))?;
-        self.db
-            .property_int_value_cf(cf, "rocksdb.estimate-num-keys")
-            .ok()
-            .flatten()
-    }
 }
+
+/// A claim marker as a scan finds it: its fingerprint and its record, or why the
+/// record could not be decoded.
+pub(crate) type ScannedClaim = (u128, Result<Record, String>);
 
 /// A namespace's view of the durable tier: its policies and counters.
 #[derive(Debug)]
@@ -384,7 +367,6 @@ pub(crate) struct DurableNs {
     pub(crate) name: String,
     pub(crate) sync: SyncPolicy,
     pub(crate) failure: FailurePolicy,
-    pub(crate) retention_ms: u64,
     pub(crate) reads: AtomicU64,
     pub(crate) writes: AtomicU64,
     pub(crate) errors: AtomicU64,
@@ -397,14 +379,12 @@ impl DurableNs {
         name: &str,
         sync: SyncPolicy,
         failure: FailurePolicy,
-        retention_ms: u64,
     ) -> Self {
         DurableNs {
             store,
             name: name.to_owned(),
             sync,
             failure,
-            retention_ms,
             reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             errors: AtomicU64::new(0),

@@ -1,0 +1,260 @@
+//! Micro benchmarks of the claim path on a namespace holding about a million keys.
+//!
+//! Keys follow `../shared/WORKLOAD.md`: key i is `ord-` and 16 hex digits of
+//! `i * 0x9E37_79B9_7F4A_7C15`, 20 ASCII bytes. The engine runs as in production
+//! (system clock, maintenance thread) with a fixed fingerprint seed; TTL and lease are
+//! one hour so nothing expires during a run. Random picks come from a seeded RNG.
+//!
+//! * `claim_fresh`: claim + complete of keys never seen before, on top of 1 M resident
+//!   keys. The keys of each timed batch are forgotten (untimed) after it, so the
+//!   namespace stays near 1 M keys whatever the iteration count.
+//! * `claim_duplicate`: claims of completed keys, uniform over the 1 M resident.
+//! * `claim_in_progress`: claims of keys whose claim is held (guards alive).
+//! * `check`: read-only look-ups, of resident keys and of absent ones.
+//! * `fingerprint`: the seeded xxh3-128 of one 20-byte key, alone.
+//!
+//! `claim_fresh` and `claim_duplicate` also run `DashMap<u128, u32>` insert-if-absent
+//! on the same keys, for a side-by-side figure.
+//!
+//! Run with `cargo bench --bench claim`.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::measurement::WallTime;
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
+use idem::{Claim, ClaimGuard, Engine, Namespace, NamespaceConfig};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use xxhash_rust::xxh3::xxh3_128_with_seed;
+
+type Key = [u8; 20];
+
+/// Keys resident before measuring.
+const RESIDENT: u64 = 1_000_000;
+/// Random probes per group (a power of two, cycled through).
+const PROBES: usize = 1 << 20;
+/// Fingerprint seed of the engine and of the dashmap peer.
+const SEED: u64 = 0x1DE4_BE4C_0000_0001;
+const HOUR: Duration = Duration::from_secs(3600);
+/// Lock shards of every namespace here: the default for `max_keys` = 1 M, fixed so that
+/// the larger namespace of `claim_fresh` has the same layout.
+const SHARDS: usize = 61;
+
+fn key(i: u64) -> Key {
+    let s = format!("ord-{:016x}", i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut k = [0u8; 20];
+    k.copy_from_slice(s.as_bytes());
+    k
+}
+
+/// An engine with one namespace, "b", room for `max_keys`.
+fn namespace(max_keys: usize) -> (Engine, Namespace) {
+    let engine = Engine::builder()
+        .namespace(
+            "b",
+            NamespaceConfig::new()
+                .ttl(HOUR)
+                .lease(HOUR)
+                .max_keys(max_keys)
+                .shards(SHARDS),
+        )
+        .seed(SEED)
+        .build()
+        .expect("engine");
+    let ns = engine.namespace("b").expect("namespace");
+    (engine, ns)
+}
+
+/// Claims and completes keys `0..RESIDENT`.
+fn fill_done(ns: &Namespace) {
+    for i in 0..RESIDENT {
+        match ns.claim(&key(i)).expect("claim") {
+            Claim::Acquired(g) => g.complete().expect("complete"),
+            other => panic!("key {i} not new: {other:?}"),
+        }
+    }
+}
+
+/// `PROBES` keys drawn uniformly from `0..RESIDENT` (or, with `offset`, from
+/// `offset..offset + RESIDENT`), in draw order.
+fn probes(seed: u64, offset: u64) -> Vec<Key> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..PROBES)
+        .map(|_| key(offset + rng.gen_range(0..RESIDENT)))
+        .collect()
+}
+
+fn dash_filled() -> dashmap::DashMap<u128, u32> {
+    let map = dashmap::DashMap::new();
+    for i in 0..RESIDENT {
+        map.insert(xxh3_128_with_seed(&key(i), SEED), 1);
+    }
+    map
+}
+
+#[inline]
+fn dash_insert_if_absent(map: &dashmap::DashMap<u128, u32>, k: &Key) -> bool {
+    match map.entry(xxh3_128_with_seed(k, SEED)) {
+        dashmap::Entry::Vacant(v) => {
+            v.insert(1);
+            true
+        }
+        dashmap::Entry::Occupied(_) => false,
+    }
+}
+
+fn configure<'a>(c: &'a mut Criterion, name: &str) -> BenchmarkGroup<'a, WallTime> {
+    let mut g = c.benchmark_group(name);
+    g.sample_size(30);
+    g.warm_up_time(Duration::from_secs(1));
+    g.measurement_time(Duration::from_secs(3));
+    g.throughput(Throughput::Elements(1));
+    g
+}
+
+fn claim_fresh(c: &mut Criterion) {
+    let mut g = configure(c, "claim_fresh");
+    {
+        // Room for the resident keys plus the largest timed batch.
+        let (_engine, ns) = namespace(8_000_000);
+        fill_done(&ns);
+        let mut next = RESIDENT;
+        g.bench_function("idem_claim_complete", |b| {
+            b.iter_custom(|iters| {
+                let batch: Vec<Key> = (next..next + iters).map(key).collect();
+                next += iters;
+                let t0 = Instant::now();
+                for k in &batch {
+                    match ns.claim(black_box(k)) {
+                        Ok(Claim::Acquired(guard)) => guard.complete().expect("complete"),
+                        _ => panic!("a fresh key was not acquired"),
+                    }
+                }
+                let spent = t0.elapsed();
+                for k in &batch {
+                    ns.forget(k).expect("forget");
+                }
+                spent
+            });
+        });
+    }
+    {
+        let map = dash_filled();
+        let mut next = RESIDENT;
+        g.bench_function("dashmap_insert_if_absent", |b| {
+            b.iter_custom(|iters| {
+                let batch: Vec<Key> = (next..next + iters).map(key).collect();
+                next += iters;
+                let t0 = Instant::now();
+                for k in &batch {
+                    assert!(dash_insert_if_absent(&map, black_box(k)));
+                }
+                let spent = t0.elapsed();
+                for k in &batch {
+                    map.remove(&xxh3_128_with_seed(k, SEED));
+                }
+                spent
+            });
+        });
+    }
+    g.finish();
+}
+
+fn claim_duplicate(c: &mut Criterion) {
+    let mut g = configure(c, "claim_duplicate");
+    let probe = probes(1, 0);
+    {
+        let (_engine, ns) = namespace(RESIDENT as usize);
+        fill_done(&ns);
+        assert!(probe
+            .iter()
+            .all(|k| ns.claim(k).expect("claim").is_duplicate()));
+        let mut j = 0;
+        g.bench_function("idem", |b| {
+            b.iter(|| {
+                let k = &probe[j & (PROBES - 1)];
+                j += 1;
+                ns.claim(black_box(k))
+            });
+        });
+    }
+    {
+        let map = dash_filled();
+        let mut j = 0;
+        g.bench_function("dashmap_insert_if_absent", |b| {
+            b.iter(|| {
+                let k = &probe[j & (PROBES - 1)];
+                j += 1;
+                dash_insert_if_absent(&map, black_box(k))
+            });
+        });
+    }
+    g.finish();
+}
+
+fn claim_in_progress(c: &mut Criterion) {
+    let mut g = configure(c, "claim_in_progress");
+    let (_engine, ns) = namespace(RESIDENT as usize);
+    // Held claims: the guards stay alive until the group is done.
+    let guards: Vec<ClaimGuard> = (0..RESIDENT)
+        .map(|i| match ns.claim(&key(i)).expect("claim") {
+            Claim::Acquired(guard) => guard,
+            other => panic!("key {i} not new: {other:?}"),
+        })
+        .collect();
+    let probe = probes(2, 0);
+    assert!(probe
+        .iter()
+        .all(|k| ns.claim(k).expect("claim").is_in_progress()));
+    let mut j = 0;
+    g.bench_function("idem", |b| {
+        b.iter(|| {
+            let k = &probe[j & (PROBES - 1)];
+            j += 1;
+            ns.claim(black_box(k))
+        });
+    });
+    g.finish();
+    drop(guards);
+}
+
+fn check(c: &mut Criterion) {
+    let mut g = configure(c, "check");
+    let (_engine, ns) = namespace(RESIDENT as usize);
+    fill_done(&ns);
+    let hits = probes(3, 0);
+    let misses = probes(4, RESIDENT);
+    assert!(hits.iter().all(|k| ns.check(k).expect("check").is_some()));
+    assert!(misses.iter().all(|k| ns.check(k).expect("check").is_none()));
+    for (name, probe) in [("resident", &hits), ("absent", &misses)] {
+        let mut j = 0;
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let k = &probe[j & (PROBES - 1)];
+                j += 1;
+                ns.check(black_box(k))
+            });
+        });
+    }
+    g.finish();
+}
+
+fn fingerprint(c: &mut Criterion) {
+    let mut g = configure(c, "fingerprint");
+    let k = key(42);
+    g.bench_function("xxh3_128_20_bytes", |b| {
+        b.iter(|| xxh3_128_with_seed(black_box(&k), SEED));
+    });
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    claim_fresh,
+    claim_duplicate,
+    claim_in_progress,
+    check,
+    fingerprint
+);
+criterion_main!(benches);

@@ -1,0 +1,891 @@
+//! W1 (fresh) and W2 (duplicate) of `../shared/WORKLOAD.md`: idem against its peers,
+//! with claims per second and memory per resident key.
+//!
+//! ```text
+//! cargo bench --bench workloads -- [--quick] [--n 1000000,10000000] [--threads 1,2]
+//!                                  [--runs 3] [--peers idem,floor,dashmap,moka]
+//!                                  [--moka-max-n 1000000]
+//! ```
+//!
+//! Every (peer, workload, N, threads) measurement runs in a child process of its own
+//! (this executable, re-run with a hidden `--child` argument), so no peer's memory or
+//! allocator state is seen by another. The parent interleaves the peers within each
+//! run, collects one result line per child and prints markdown tables of medians with
+//! the min-max spread.
+//!
+//! Memory per resident key is the live heap counted by this binary's global allocator
+//! (after minus before, divided by N); "before" is taken once the key array exists and
+//! before the engine or table is built, so the array is excluded and every fixed cost
+//! of the structure is included. The RSS delta from `/proc/self/statm` is given beside
+//! it; it also holds allocator slack and pages freed by table growth but not returned.
+//!
+//! Run without `--bench` (as `cargo test --benches` does) it only does a small smoke
+//! run.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::process::{Command, ExitCode};
+use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
+use std::sync::Barrier;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use idem::{Claim, Engine, NamespaceConfig};
+use xxhash_rust::xxh3::xxh3_128_with_seed;
+
+// ---------------------------------------------------------------------------------
+// Counting allocator
+// ---------------------------------------------------------------------------------
+
+/// Counters are striped over cache lines, one stripe per thread (modulo), so that
+/// allocation-heavy peers running on two threads do not contend on one counter.
+const STRIPES: usize = 16;
+
+#[repr(align(128))]
+struct Stripe(AtomicIsize);
+
+#[allow(clippy::declare_interior_mutable_const)]
+const ZERO_STRIPE: Stripe = Stripe(AtomicIsize::new(0));
+static LIVE: [Stripe; STRIPES] = [ZERO_STRIPE; STRIPES];
+static NEXT_STRIPE: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    // A plain `Cell` with a const initialiser: reading it never allocates and
+    // registers no destructor, so the allocator may use it.
+    static MY_STRIPE: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+#[inline]
+fn stripe() -> &'static AtomicIsize {
+    let i = MY_STRIPE
+        .try_with(|s| {
+            let mut i = s.get();
+            if i == usize::MAX {
+                i = NEXT_STRIPE.fetch_add(1, Ordering::Relaxed) % STRIPES;
+                s.set(i);
+            }
+            i
+        })
+        .unwrap_or(0);
+    &LIVE[i].0
+}
+
+/// Wraps the system allocator and counts live heap bytes.
+struct Counting;
+
+// SAFETY: every method forwards to `System` with the caller's arguments unchanged and
+// only adds bookkeeping on plain atomics, so `System`'s guarantees carry over.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded from our caller, who upholds `GlobalAlloc::alloc`'s contract.
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            stripe().fetch_add(layout.size() as isize, Ordering::Relaxed);
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: as for `alloc`.
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            stripe().fetch_add(layout.size() as isize, Ordering::Relaxed);
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` was allocated by this allocator (hence by `System`) with `layout`.
+        unsafe { System.dealloc(ptr, layout) };
+        stripe().fetch_sub(layout.size() as isize, Ordering::Relaxed);
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: `ptr` was allocated by `System` with `layout`; the caller upholds the
+        // rest of `realloc`'s contract.
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            stripe().fetch_add(
+                new_size as isize - layout.size() as isize,
+                Ordering::Relaxed,
+            );
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Live heap bytes, summed over the stripes.
+fn live_heap() -> isize {
+    LIVE.iter().map(|s| s.0.load(Ordering::Relaxed)).sum()
+}
+
+/// Resident set size in bytes, from `/proc/self/statm` (4 KiB pages on this x86-64).
+fn rss_bytes() -> isize {
+    const PAGE: isize = 4096;
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<isize>().ok())
+        .map_or(0, |pages| pages * PAGE)
+}
+
+// ---------------------------------------------------------------------------------
+// Keys and peers
+// ---------------------------------------------------------------------------------
+
+type Key = [u8; 20];
+
+/// TTL of every key, all peers.
+const TTL: Duration = Duration::from_secs(3600);
+/// Seed of the peers' fingerprints (idem draws its own).
+const FP_SEED: u64 = 0x5EED_1DE4_0000_0001;
+
+/// Key i of the workloads: `ord-` and 16 hex digits of `i * 0x9E37_79B9_7F4A_7C15`.
+fn keys(n: usize) -> Vec<Key> {
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n as u64 {
+        let s = format!("ord-{:016x}", i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let mut k = [0u8; 20];
+        k.copy_from_slice(s.as_bytes());
+        out.push(k);
+    }
+    out
+}
+
+#[inline]
+fn fp(key: &Key) -> u128 {
+    xxh3_128_with_seed(key, FP_SEED)
+}
+
+/// One claim of each kind, as each peer spells it.
+trait Peer: Sync {
+    /// W1: a new key. True if it was taken (and, for idem, completed).
+    fn fresh(&self, key: &Key) -> bool;
+    /// W2: a key claimed before. True if the answer was "duplicate".
+    fn duplicate(&self, key: &Key) -> bool;
+    /// Work the peer defers to after the inserts (moka's pending housekeeping).
+    fn settle(&self) {}
+    /// The structure's own idea of its heap size, where it has one.
+    fn own_bytes(&self) -> Option<u64> {
+        None
+    }
+}
+
+struct Idem {
+    _engine: Engine,
+    ns: idem::Namespace,
+}
+
+impl Idem {
+    fn new(n: usize) -> Self {
+        let engine = Engine::builder()
+            .namespace("w", NamespaceConfig::new().ttl(TTL).max_keys(n))
+            .build()
+            .expect("engine");
+        let ns = engine.namespace("w").expect("namespace");
+        Idem {
+            _engine: engine,
+            ns,
+        }
+    }
+}
+
+impl Peer for Idem {
+    #[inline]
+    fn fresh(&self, key: &Key) -> bool {
+        match self.ns.claim(key) {
+            Ok(Claim::Acquired(g)) => g.complete().is_ok(),
+            _ => false,
+        }
+    }
+
+    #[inline]
+    fn duplicate(&self, key: &Key) -> bool {
+        matches!(self.ns.claim(key), Ok(Claim::Duplicate(_)))
+    }
+
+    fn own_bytes(&self) -> Option<u64> {
+        Some(self.ns.stats().hot_bytes)
+    }
+}
+
+/// The floor: one mutex over a SwissTable of 128-bit fingerprints.
+struct Floor(parking_lot::Mutex<hashbrown::HashMap<[u8; 16], u32>>);
+
+impl Floor {
+    #[inline]
+    fn insert_if_absent(&self, key: &Key) -> bool {
+        let f = fp(key).to_le_bytes();
+        match self.0.lock().entry(f) {
+            hashbrown::hash_map::Entry::Vacant(v) => {
+                v.insert(1);
+                true
+            }
+            hashbrown::hash_map::Entry::Occupied(_) => false,
+        }
+    }
+}
+
+impl Peer for Floor {
+    #[inline]
+    fn fresh(&self, key: &Key) -> bool {
+        self.insert_if_absent(key)
+    }
+
+    #[inline]
+    fn duplicate(&self, key: &Key) -> bool {
+        let f = fp(key).to_le_bytes();
+        self.0.lock().contains_key(&f)
+    }
+}
+
+/// dashmap, insert-if-absent through its entry API (the shard's write lock).
+struct Dash(dashmap::DashMap<u128, u32>);
+
+impl Dash {
+    #[inline]
+    fn insert_if_absent(&self, key: &Key) -> bool {
+        match self.0.entry(fp(key)) {
+            dashmap::Entry::Vacant(v) => {
+                v.insert(1);
+                true
+            }
+            dashmap::Entry::Occupied(_) => false,
+        }
+    }
+}
+
+impl Peer for Dash {
+    #[inline]
+    fn fresh(&self, key: &Key) -> bool {
+        self.insert_if_absent(key)
+    }
+
+    #[inline]
+    fn duplicate(&self, key: &Key) -> bool {
+        !self.insert_if_absent(key)
+    }
+}
+
+/// moka with a TTL, claim by `entry(key).or_insert_with` and `is_fresh`.
+struct Moka(moka::sync::Cache<String, ()>);
+
+impl Moka {
+    #[inline]
+    fn claim(&self, key: &Key) -> bool {
+        // The keys are ASCII by construction.
+        let k = std::str::from_utf8(key).expect("ASCII key").to_owned();
+        self.0.entry(k).or_insert_with(|| ()).is_fresh()
+    }
+}
+
+impl Peer for Moka {
+    #[inline]
+    fn fresh(&self, key: &Key) -> bool {
+        self.claim(key)
+    }
+
+    #[inline]
+    fn duplicate(&self, key: &Key) -> bool {
+        !self.claim(key)
+    }
+
+    fn settle(&self) {
+        self.0.run_pending_tasks();
+    }
+}
+
+const PEERS: [&str; 4] = ["idem", "floor", "dashmap", "moka"];
+
+fn peer_label(peer: &str, w: Workload) -> &'static str {
+    match peer {
+        "idem" if w == Workload::W1 => "idem (claim + complete)",
+        "idem" => "idem",
+        "floor" => "floor: `Mutex<hashbrown::HashMap<[u8; 16], u32>>`",
+        "dashmap" => "`DashMap<u128, u32>` entry",
+        "moka" => "`moka::sync::Cache<String, ()>` TTL",
+        _ => "?",
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// The child: one measurement
+// ---------------------------------------------------------------------------------
+
+/// Runs `op` over `keys` split in `threads` contiguous parts, one thread each, and
+/// returns the wall time from the common start to the last join and the number of
+/// keys for which `op` returned false.
+fn run_split<P: Peer>(
+    peer: &P,
+    keys: &[Key],
+    threads: usize,
+    op: fn(&P, &Key) -> bool,
+) -> (Duration, u64) {
+    let part = keys.len().div_ceil(threads);
+    let start = Barrier::new(threads + 1);
+    std::thread::scope(|s| {
+        let workers: Vec<_> = keys
+            .chunks(part)
+            .map(|chunk| {
+                let start = &start;
+                s.spawn(move || {
+                    start.wait();
+                    let mut failed = 0u64;
+                    for k in chunk {
+                        if !op(peer, k) {
+                            failed += 1;
+                        }
+                    }
+                    failed
+                })
+            })
+            .collect();
+        start.wait();
+        let t0 = Instant::now();
+        let failed: u64 = workers.into_iter().map(|w| w.join().expect("worker")).sum();
+        (t0.elapsed(), failed)
+    })
+}
+
+struct ChildResult {
+    secs: f64,
+    failures: u64,
+    heap: isize,
+    rss: isize,
+    own: Option<u64>,
+}
+
+fn measure<P: Peer>(
+    build: impl FnOnce() -> P,
+    keys: &[Key],
+    w2: bool,
+    threads: usize,
+    repeat: usize,
+) -> ChildResult {
+    let heap0 = live_heap();
+    let rss0 = rss_bytes();
+    let peer = build();
+    let (fill, fill_failed) = run_split(&peer, keys, threads, P::fresh);
+    let t_settle = Instant::now();
+    peer.settle();
+    let fill = fill + t_settle.elapsed();
+    let heap = live_heap() - heap0;
+    let rss = rss_bytes() - rss0;
+    let own = peer.own_bytes();
+    if !w2 {
+        return ChildResult {
+            secs: fill.as_secs_f64(),
+            failures: fill_failed,
+            heap,
+            rss,
+            own,
+        };
+    }
+    let (dup, dup_failed) = run_split(&peer, keys, threads, P::duplicate);
+    for _ in 1..repeat {
+        run_split(&peer, keys, threads, P::duplicate);
+    }
+    ChildResult {
+        secs: dup.as_secs_f64(),
+        // A key the fill could not take cannot answer Duplicate either: count both.
+        failures: dup_failed.max(fill_failed),
+        heap,
+        rss,
+        own,
+    }
+}
+
+fn child(args: &[String]) -> ExitCode {
+    // A fifth argument repeats W2's timed phase (for profiling the duplicate path
+    // alone); the time reported is the first pass.
+    let (peer, workload, n, threads, repeat) = match args {
+        [p, w, n, t] => (p, w, n, t, 1),
+        [p, w, n, t, r] => (p, w, n, t, r.parse().expect("repeat")),
+        _ => {
+            eprintln!("--child needs: peer workload n threads [repeat]");
+            return ExitCode::from(2);
+        }
+    };
+    let n: usize = n.parse().expect("n");
+    let threads: usize = threads.parse().expect("threads");
+    let w2 = match workload.as_str() {
+        "w1" => false,
+        "w2" => true,
+        other => panic!("unknown workload {other}"),
+    };
+    let keys = keys(n);
+    let r = match peer.as_str() {
+        "idem" => measure(|| Idem::new(n), &keys, w2, threads, repeat),
+        "floor" => measure(
+            || Floor(parking_lot::Mutex::new(hashbrown::HashMap::new())),
+            &keys,
+            w2,
+            threads,
+            repeat,
+        ),
+        "dashmap" => measure(|| Dash(dashmap::DashMap::new()), &keys, w2, threads, repeat),
+        "moka" => measure(
+            || Moka(moka::sync::Cache::builder().time_to_live(TTL).build()),
+            &keys,
+            w2,
+            threads,
+            repeat,
+        ),
+        other => panic!("unknown peer {other}"),
+    };
+    println!(
+        "RESULT secs={} failures={} heap={} rss={} own={}",
+        r.secs,
+        r.failures,
+        r.heap,
+        r.rss,
+        r.own.map_or(-1, |b| b as i64)
+    );
+    let _ = std::io::stdout().flush();
+    // Skip tearing down tens of millions of entries: the process is done.
+    std::process::exit(0)
+}
+
+// ---------------------------------------------------------------------------------
+// The parent: runs the children and prints the tables
+// ---------------------------------------------------------------------------------
+
+struct Opts {
+    ns: Vec<usize>,
+    threads: Vec<usize>,
+    runs: usize,
+    peers: Vec<String>,
+    moka_max_n: usize,
+    label: &'static str,
+}
+
+fn parse_list(s: &str) -> Vec<usize> {
+    s.split(',')
+        .map(|x| x.trim().replace('_', "").parse().expect("a number list"))
+        .collect()
+}
+
+fn parse_opts(args: &[String]) -> Opts {
+    // Run by `cargo bench`, the harness gets `--bench`; without it (`cargo test
+    // --benches`) this is a test-mode smoke run.
+    let bench_mode = args.iter().any(|a| a == "--bench");
+    let mut o = Opts {
+        ns: vec![1_000_000, 10_000_000],
+        threads: vec![1, 2],
+        runs: 3,
+        peers: PEERS.iter().map(|s| s.to_string()).collect(),
+        moka_max_n: 1_000_000,
+        label: "full",
+    };
+    if !bench_mode {
+        o.ns = vec![10_000];
+        o.runs = 1;
+        o.label = "smoke (test mode)";
+    }
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut val = || {
+            it.next()
+                .unwrap_or_else(|| panic!("{a} needs a value"))
+                .clone()
+        };
+        match a.as_str() {
+            "--quick" => {
+                o.ns = vec![100_000];
+                o.runs = 1;
+                o.label = "quick";
+            }
+            "--n" => o.ns = parse_list(&val()),
+            "--threads" => o.threads = parse_list(&val()),
+            "--runs" => o.runs = val().parse().expect("--runs"),
+            "--peers" => o.peers = val().split(',').map(str::to_owned).collect(),
+            "--moka-max-n" => o.moka_max_n = val().replace('_', "").parse().expect("--moka-max-n"),
+            "--bench" => {}
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    o
+}
+
+fn read_file(path: &str) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// `YYYY-MM-DD HH:MM:SS UTC` from the system clock.
+fn utc_now() -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs()) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (proleptic Gregorian).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+fn machine() -> String {
+    let cpuinfo = read_file("/proc/cpuinfo");
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")?
+                .split_once(':')
+                .map(|(_, v)| v.trim())
+        })
+        .unwrap_or("unknown");
+    let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mem_kb: u64 = read_file("/proc/meminfo")
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("MemTotal:")?
+                .trim()
+                .strip_suffix("kB")?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0);
+    let load = read_file("/proc/loadavg");
+    let load: Vec<&str> = load.split_whitespace().take(3).collect();
+    format!(
+        "nproc {nproc}, CPU \"{model}\", {:.1} GiB RAM, load average at start {}",
+        mem_kb as f64 / (1024.0 * 1024.0),
+        load.join(" ")
+    )
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Workload {
+    W1,
+    W2,
+}
+
+impl Workload {
+    fn arg(self) -> &'static str {
+        match self {
+            Workload::W1 => "w1",
+            Workload::W2 => "w2",
+        }
+    }
+}
+
+struct Sample {
+    peer: String,
+    w: Workload,
+    n: usize,
+    threads: usize,
+    rate: f64,
+    failures: u64,
+    heap: isize,
+    rss: isize,
+    own: i64,
+}
+
+fn run_child(peer: &str, w: Workload, n: usize, threads: usize) -> Sample {
+    let exe = std::env::current_exe().expect("current_exe");
+    let out = Command::new(exe)
+        .args([
+            "--child",
+            peer,
+            w.arg(),
+            &n.to_string(),
+            &threads.to_string(),
+        ])
+        .output()
+        .expect("spawning a child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("RESULT "))
+        .unwrap_or_else(|| {
+            panic!(
+                "child {peer} {} n={n} t={threads} failed ({}): {}",
+                w.arg(),
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    let field = |name: &str| -> &str {
+        line.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+            .unwrap_or_else(|| panic!("no {name} in {line}"))
+    };
+    let secs: f64 = field("secs").parse().expect("secs");
+    Sample {
+        peer: peer.to_owned(),
+        w,
+        n,
+        threads,
+        rate: n as f64 / secs,
+        failures: field("failures").parse().expect("failures"),
+        heap: field("heap").parse().expect("heap"),
+        rss: field("rss").parse().expect("rss"),
+        own: field("own").parse().expect("own"),
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
+}
+
+fn mega(x: f64) -> String {
+    format!("{:.2} M", x / 1e6)
+}
+
+/// Median, min and max of claims/s over the runs of one cell.
+fn rates(samples: &[&Sample]) -> (f64, f64, f64) {
+    let mut r: Vec<f64> = samples.iter().map(|s| s.rate).collect();
+    let lo = r.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = r.iter().copied().fold(0.0, f64::max);
+    (median(&mut r), lo, hi)
+}
+
+fn per_key(samples: &[&Sample], f: impl Fn(&Sample) -> isize) -> f64 {
+    let mut v: Vec<f64> = samples.iter().map(|s| f(s) as f64 / s.n as f64).collect();
+    median(&mut v)
+}
+
+fn table(o: &Opts, all: &[Sample], w: Workload) -> String {
+    let mut t = String::new();
+    let title = match w {
+        Workload::W1 => "W1 fresh: N new keys claimed (and, for idem, completed)",
+        Workload::W2 => {
+            "W2 duplicate: the same N keys claimed again, every answer must be Duplicate"
+        }
+    };
+    let _ = writeln!(t, "### {title}\n");
+    match w {
+        Workload::W1 => {
+            let _ = writeln!(
+                t,
+                "| N | threads | peer | claims/s median | spread (min-max) | idem / peer | heap B/key | RSS B/key | not taken |"
+            );
+            let _ = writeln!(t, "|---:|---:|---|---:|---|---:|---:|---:|---:|");
+        }
+        Workload::W2 => {
+            let _ = writeln!(
+                t,
+                "| N | threads | peer | claims/s median | spread (min-max) | idem / peer | not Duplicate |"
+            );
+            let _ = writeln!(t, "|---:|---:|---|---:|---|---:|---:|");
+        }
+    }
+    for &n in &o.ns {
+        for &threads in &o.threads {
+            let cell = |peer: &str| -> Vec<&Sample> {
+                all.iter()
+                    .filter(|s| s.peer == peer && s.w == w && s.n == n && s.threads == threads)
+                    .collect()
+            };
+            let idem = cell("idem");
+            let idem_med = (!idem.is_empty()).then(|| rates(&idem).0);
+            for peer in &o.peers {
+                let c = cell(peer);
+                if c.is_empty() {
+                    let _ = match w {
+                        Workload::W1 => writeln!(
+                            t,
+                            "| {n} | {threads} | {} | not run | | | | | |",
+                            peer_label(peer, w)
+                        ),
+                        Workload::W2 => writeln!(
+                            t,
+                            "| {n} | {threads} | {} | not run | | | |",
+                            peer_label(peer, w)
+                        ),
+                    };
+                    continue;
+                }
+                let (med, lo, hi) = rates(&c);
+                let ratio = match idem_med {
+                    Some(_) if peer == "idem" => "1".to_owned(),
+                    Some(im) => format!("{:.2}x", im / med),
+                    None => "-".to_owned(),
+                };
+                let failures: u64 = c.iter().map(|s| s.failures).sum();
+                let _ = match w {
+                    Workload::W1 => writeln!(
+                        t,
+                        "| {n} | {threads} | {} | {} | {} - {} | {ratio} | {:.1} | {:.1} | {failures} |",
+                        peer_label(peer, w),
+                        mega(med),
+                        mega(lo),
+                        mega(hi),
+                        per_key(&c, |s| s.heap),
+                        per_key(&c, |s| s.rss),
+                    ),
+                    Workload::W2 => writeln!(
+                        t,
+                        "| {n} | {threads} | {} | {} | {} - {} | {ratio} | {failures} |",
+                        peer_label(peer, w),
+                        mega(med),
+                        mega(lo),
+                        mega(hi),
+                    ),
+                };
+            }
+        }
+    }
+    // Scaling from one thread to two, per peer.
+    if o.threads.contains(&1) && o.threads.contains(&2) {
+        let _ = writeln!(t, "\nTwo threads over one (median claims/s):\n");
+        let _ = writeln!(t, "| N | peer | 1 thread | 2 threads | 2T / 1T |");
+        let _ = writeln!(t, "|---:|---|---:|---:|---:|");
+        for &n in &o.ns {
+            for peer in &o.peers {
+                let cell = |threads: usize| -> Vec<&Sample> {
+                    all.iter()
+                        .filter(|s| s.peer == *peer && s.w == w && s.n == n && s.threads == threads)
+                        .collect()
+                };
+                let (one, two) = (cell(1), cell(2));
+                if one.is_empty() || two.is_empty() {
+                    continue;
+                }
+                let (a, b) = (rates(&one).0, rates(&two).0);
+                let _ = writeln!(
+                    t,
+                    "| {n} | {} | {} | {} | {:.2}x |",
+                    peer_label(peer, w),
+                    mega(a),
+                    mega(b),
+                    b / a
+                );
+            }
+        }
+    }
+    if w == Workload::W1 {
+        let mut notes = Vec::new();
+        for &n in &o.ns {
+            let c: Vec<&Sample> = all
+                .iter()
+                .filter(|s| s.peer == "idem" && s.w == w && s.n == n && s.own >= 0)
+                .collect();
+            if !c.is_empty() {
+                let mut v: Vec<f64> = c.iter().map(|s| s.own as f64 / n as f64).collect();
+                notes.push(format!("{:.1} B/key at N = {n}", median(&mut v)));
+            }
+        }
+        if !notes.is_empty() {
+            let _ = writeln!(
+                t,
+                "\nidem's own accounting (`Stats::hot_bytes` / resident keys): {}.",
+                notes.join(", ")
+            );
+        }
+    }
+    t
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(pos) = args.iter().position(|a| a == "--child") {
+        return child(&args[pos + 1..]);
+    }
+    let o = parse_opts(&args);
+    let shown: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .filter(|a| *a != "--bench")
+        .collect();
+    println!("## idem workloads W1/W2 ({})\n", o.label);
+    if !args.iter().any(|a| a == "--bench") {
+        println!("- command: test mode (run without `--bench`, as `cargo test --benches` does)");
+    } else if shown.is_empty() {
+        println!("- command: `cargo bench --bench workloads`");
+    } else {
+        println!(
+            "- command: `cargo bench --bench workloads -- {}`",
+            shown.join(" ")
+        );
+    }
+    println!("- date: {}", utc_now());
+    println!("- machine: {}", machine());
+    println!(
+        "- N = {:?}, threads = {:?}, runs = {}, peers = {}; keys `ord-{{:016x}}` of i * 0x9E37_79B9_7F4A_7C15, TTL 3600 s",
+        o.ns,
+        o.threads,
+        o.runs,
+        o.peers.join(", ")
+    );
+    println!(
+        "- each cell is a child process of its own; W2 children fill the structure first (untimed)"
+    );
+    println!("- idem: `NamespaceConfig::new().ttl(3600 s).max_keys(N)`, default shards, maintenance thread, SystemClock, random seed");
+    println!("- peers key by `xxh3_128_with_seed` fingerprints (floor: `[u8; 16]`, dashmap: `u128`); moka keys are the 20-byte strings, its fill time includes `run_pending_tasks()` at the end");
+    if o.peers.iter().any(|p| p == "moka") && o.ns.iter().any(|&n| n > o.moka_max_n) {
+        println!(
+            "- moka runs at N <= {} only: a fill runs at well under 1 M claims/s, so larger N would not fit the run's time budget (`--moka-max-n` changes it)",
+            o.moka_max_n
+        );
+    }
+    println!();
+    let _ = std::io::stdout().flush();
+
+    let started = Instant::now();
+    let mut all = Vec::new();
+    for run in 0..o.runs {
+        for &n in &o.ns {
+            for &threads in &o.threads {
+                for w in [Workload::W1, Workload::W2] {
+                    for peer in &o.peers {
+                        if peer == "moka" && n > o.moka_max_n {
+                            continue;
+                        }
+                        let s = run_child(peer, w, n, threads);
+                        eprintln!(
+                            "[{:>6.1} s] run {} {} n={} t={} {}: {:.3} M/s, heap {:.1} B/key, rss {:.1} B/key, failures {}",
+                            started.elapsed().as_secs_f64(),
+                            run + 1,
+                            w.arg(),
+                            n,
+                            threads,
+                            peer,
+                            s.rate / 1e6,
+                            s.heap as f64 / n as f64,
+                            s.rss as f64 / n as f64,
+                            s.failures
+                        );
+                        all.push(s);
+                    }
+                }
+            }
+        }
+    }
+    print!("{}", table(&o, &all, Workload::W1));
+    println!();
+    print!("{}", table(&o, &all, Workload::W2));
+    println!(
+        "\nTotal wall time {:.0} s. Figures are claims per second over N keys; spreads are min-max over the runs.",
+        started.elapsed().as_secs_f64()
+    );
+    let failures: u64 = all.iter().map(|s| s.failures).sum();
+    if failures > 0 {
+        println!(
+            "\nFAILED: {failures} claims did not answer as the workload requires (see the tables)."
+        );
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,95 @@
+//! `idem inspect <dir> [--namespace N --key K]`: what a durable database holds.
+
+use std::process::ExitCode;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::grouped;
+
+pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
+    let mut dir = None;
+    let mut namespace = None;
+    let mut key = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--namespace" | "-n" => namespace = Some(it.next().ok_or("--namespace needs a value")?),
+            "--key" | "-k" => key = Some(it.next().ok_or("--key needs a value")?),
+            other if other.starts_with('-') => {
+                return Err(format!("inspect: unknown option {other:?}"))
+            }
+            other if dir.is_none() => dir = Some(other.to_owned()),
+            other => return Err(format!("inspect: unexpected argument {other:?}")),
+        }
+    }
+    let dir = dir.ok_or("inspect: which directory?")?;
+    if key.is_some() != namespace.is_some() {
+        return Err("inspect: --key and --namespace go together".into());
+    }
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let db = match idem::inspect(&dir, now_ms) {
+        Ok(db) => db,
+        Err(e) => {
+            eprintln!("idem inspect: {e}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    println!("database:   {}", db.path.display());
+    println!("format:     version {}", db.format_version);
+    println!("on disk:    {} bytes", grouped(db.size_on_disk));
+    if !db.state_families.is_empty() {
+        println!("state:      {}", db.state_families.join(", "));
+    }
+    println!();
+    println!(
+        "{:<24} {:>14} {:>14} {:>12} {:>9}",
+        "namespace", "done", "expired", "in flight", "corrupt"
+    );
+    for ns in &db.namespaces {
+        println!(
+            "{:<24} {:>14} {:>14} {:>12} {:>9}",
+            ns.name,
+            grouped(ns.done),
+            grouped(ns.expired),
+            grouped(ns.in_flight),
+            grouped(ns.corrupt)
+        );
+    }
+    if let (Some(ns), Some(k)) = (namespace, key) {
+        println!();
+        match db.key(ns, k.as_bytes()) {
+            Ok(None) => println!("key {k:?} in {ns:?}: unknown"),
+            Ok(Some(s)) => {
+                let state = if s.done { "done" } else { "in flight" };
+                let (at, until) = if s.done {
+                    ("completed at", "duplicate until")
+                } else {
+                    ("claimed at", "lease until")
+                };
+                println!("key {k:?} in {ns:?}: {state}");
+                println!("  fingerprint      {:032x}", s.fingerprint);
+                println!("  {at:<16} {} ms", s.at_ms);
+                println!("  {until:<16} {} ms", s.expires_at_ms);
+                println!(
+                    "  payload checked  {}",
+                    if s.has_payload { "yes" } else { "no" }
+                );
+                match &s.result {
+                    Some(r) => println!(
+                        "  result           {} bytes: {}",
+                        r.len(),
+                        String::from_utf8_lossy(r)
+                    ),
+                    None => println!("  result           none"),
+                }
+            }
+            Err(e) => {
+                eprintln!("idem inspect: {e}");
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

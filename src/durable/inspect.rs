@@ -1,0 +1,190 @@
+//! Read-only inspection of a durable database (`idem inspect`). Opening read-only
+//! takes no lock, so a database can be inspected while an engine serves from it.
+
+use std::path::{Path, PathBuf};
+
+use rocksdb::{IteratorMode, Options, DB};
+
+use super::codec::{Record, RecordState};
+use crate::error::{Error, StoreError};
+
+/// What a database holds, as [`inspect`] found it.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Inspection {
+    /// The directory.
+    pub path: PathBuf,
+    /// The database's format version.
+    pub format_version: u32,
+    /// Every namespace with data, configured or not, sorted by name.
+    pub namespaces: Vec<NamespaceSummary>,
+    /// The declared consumer state families.
+    pub state_families: Vec<String>,
+    /// Bytes of all files in the directory.
+    pub size_on_disk: u64,
+    seed: u64,
+    db: DB,
+}
+
+/// One namespace's records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NamespaceSummary {
+    /// The namespace's name.
+    pub name: String,
+    /// Completed keys within retention as of `now_ms`.
+    pub done: u64,
+    /// Completed keys past retention that compaction has not removed yet.
+    pub expired: u64,
+    /// Claim markers: claims in flight (or orphans of a crash).
+    pub in_flight: u64,
+    /// Records that could not be decoded.
+    pub corrupt: u64,
+}
+
+/// One key's durable state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct InspectedKey {
+    /// The key's fingerprint under this database's seed.
+    pub fingerprint: u128,
+    /// `true` for a completed key, `false` for a claim in flight.
+    pub done: bool,
+    /// Claimed at (in flight) or completed at (done), wall-clock ms.
+    pub at_ms: u64,
+    /// Lease expiry (in flight) or retention expiry (done), wall-clock ms.
+    pub expires_at_ms: u64,
+    /// Whether a payload fingerprint is stored.
+    pub has_payload: bool,
+    /// The stored result, if any.
+    pub result: Option<Vec<u8>>,
+}
+
+fn store_err(op: &'static str, e: rocksdb::Error) -> Error {
+    Error::Store(StoreError::new(op, e.into_string()))
+}
+
+fn dir_size(path: &Path) -> u64 {
+    std::fs::read_dir(path)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Opens the database in `path` read-only and summarises it as of `now_ms`.
+pub fn inspect(path: impl AsRef<Path>, now_ms: u64) -> Result<Inspection, Error> {
+    let path = path.as_ref();
+    let incompatible = |found| Error::IncompatibleFormat {
+        path: path.to_path_buf(),
+        found,
+        supported: super::FORMAT_VERSION,
+    };
+    let cfs = DB::list_cf(&Options::default(), path).map_err(|_| incompatible(None))?;
+    let db = DB::open_cf_for_read_only(&Options::default(), path, &cfs, false)
+        .map_err(|e| store_err("open read-only", e))?;
+    let format = db.get(b"idem/format").map_err(|e| store_err("read", e))?;
+    let format_version = format
+        .as_deref()
+        .and_then(|b| <[u8; 4]>::try_from(b).ok())
+        .map(u32::from_le_bytes)
+        .ok_or_else(|| incompatible(None))?;
+    if format_version != super::FORMAT_VERSION {
+        return Err(incompatible(Some(format_version)));
+    }
+    let seed = db
+        .get(b"idem/seed")
+        .map_err(|e| store_err("read", e))?
+        .as_deref()
+        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+        .map(u64::from_le_bytes)
+        .ok_or_else(|| incompatible(Some(format_version)))?;
+    let mut names: Vec<String> = cfs
+        .iter()
+        .filter_map(|c| c.strip_prefix("done:").map(str::to_owned))
+        .collect();
+    names.sort();
+    let mut namespaces = Vec::new();
+    for name in names {
+        let mut s = NamespaceSummary {
+            name: name.clone(),
+            done: 0,
+            expired: 0,
+            in_flight: 0,
+            corrupt: 0,
+        };
+        if let Some(cf) = db.cf_handle(&format!("done:{name}")) {
+            for item in db.iterator_cf(cf, IteratorMode::Start) {
+                let (_, v) = item.map_err(|e| store_err("scan", e))?;
+                match Record::decode(&v) {
+                    Ok(r) if r.expires_ms > now_ms => s.done += 1,
+                    Ok(_) => s.expired += 1,
+                    Err(_) => s.corrupt += 1,
+                }
+            }
+        }
+        if let Some(cf) = db.cf_handle(&format!("claims:{name}")) {
+            for item in db.iterator_cf(cf, IteratorMode::Start) {
+                let (_, v) = item.map_err(|e| store_err("scan", e))?;
+                match Record::decode(&v) {
+                    Ok(_) => s.in_flight += 1,
+                    Err(_) => s.corrupt += 1,
+                }
+            }
+        }
+        namespaces.push(s);
+    }
+    let state_families = cfs
+        .iter()
+        .filter_map(|c| c.strip_prefix("state:").map(str::to_owned))
+        .collect();
+    Ok(Inspection {
+        path: path.to_path_buf(),
+        format_version,
+        namespaces,
+        state_families,
+        size_on_disk: dir_size(path),
+        seed,
+        db,
+    })
+}
+
+impl Inspection {
+    /// The durable state of `key` in `namespace`: a completed record, a claim in
+    /// flight, or `None`.
+    pub fn key(&self, namespace: &str, key: &[u8]) -> Result<Option<InspectedKey>, Error> {
+        let fp = xxhash_rust::xxh3::xxh3_128_with_seed(key, self.seed);
+        let mut found = None;
+        for family in ["done", "claims"] {
+            let Some(cf) = self.db.cf_handle(&format!("{family}:{namespace}")) else {
+                return Err(Error::UnknownNamespace(namespace.to_owned()));
+            };
+            if let Some(v) = self
+                .db
+                .get_cf(cf, super::fp_key(fp))
+                .map_err(|e| store_err("read", e))?
+            {
+                let r = Record::decode(&v).map_err(|reason| Error::CorruptRecord {
+                    namespace: namespace.to_owned(),
+                    fingerprint: fp,
+                    reason: reason.to_string(),
+                })?;
+                found = Some(InspectedKey {
+                    fingerprint: fp,
+                    done: r.state == RecordState::Done,
+                    at_ms: r.at_ms,
+                    expires_at_ms: r.expires_ms,
+                    has_payload: r.payload.is_some(),
+                    result: r.result,
+                });
+                break;
+            }
+        }
+        Ok(found)
+    }
+}

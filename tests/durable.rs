@@ -1,0 +1,1001 @@
+//! The durable tier (embedded RocksDB): restarts, retention, the stored seed, the
+//! format checks, corrupt records, failing writes, unconfigured namespaces, co-commits,
+//! a full hot tier, orphans, batches, payload fingerprints and the sync policies.
+//!
+//! Every test works in its own temporary directory on a manual clock. A restart drops
+//! the engine and every namespace handle and guard (they keep the database open), then
+//! builds a new engine on the same directory.
+
+#![cfg(all(feature = "durable", not(idem_loom)))]
+
+mod util;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use idem::{
+    Claim, ClaimGuard, Done, Engine, EngineBuilder, Error, FailurePolicy, InFlight, KeyError,
+    KeyState, ManualClock, Namespace, NamespaceConfig, StateChanges, SyncPolicy,
+};
+use util::*;
+use xxhash_rust::xxh3::xxh3_128_with_seed;
+
+/// The format version this build writes.
+const FORMAT: u32 = 1;
+
+/// A fresh, empty directory under the system's temporary directory, removed (with
+/// everything in it) when dropped.
+struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    fn new() -> Self {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let path = std::env::temp_dir().join(format!(
+            "idem-durable-test-{}-{}-{nanos}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir(&path).expect("creating a fresh temporary directory");
+        TempDir { path }
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// A builder for a durable engine in `dir` on `clock`, with no maintenance thread.
+fn builder(dir: &TempDir, clock: &ManualClock) -> EngineBuilder {
+    Engine::builder()
+        .clock(clock.clone())
+        .maintenance_interval(None)
+        .durable(dir.path())
+}
+
+/// A durable engine with one namespace "ns".
+fn open(dir: &TempDir, clock: &ManualClock, cfg: NamespaceConfig) -> (Engine, Namespace) {
+    let engine = builder(dir, clock)
+        .namespace("ns", cfg)
+        .build()
+        .expect("opening the durable engine");
+    let ns = engine.namespace("ns").expect("configured namespace");
+    (engine, ns)
+}
+
+/// A durable engine with one namespace "ns" and the state family "ledger".
+fn open_ledger(dir: &TempDir, clock: &ManualClock, cfg: NamespaceConfig) -> (Engine, Namespace) {
+    let engine = builder(dir, clock)
+        .namespace("ns", cfg)
+        .state_family("ledger")
+        .build()
+        .expect("opening the durable engine");
+    let ns = engine.namespace("ns").expect("configured namespace");
+    (engine, ns)
+}
+
+fn show(key: &[u8]) -> String {
+    String::from_utf8_lossy(key).into_owned()
+}
+
+fn acquired(claim: Claim) -> ClaimGuard {
+    match claim {
+        Claim::Acquired(g) => g,
+        other => panic!("expected Acquired, got {other:?}"),
+    }
+}
+
+fn acquire(ns: &Namespace, key: &[u8]) -> ClaimGuard {
+    match ns.claim(key) {
+        Ok(Claim::Acquired(g)) => g,
+        other => panic!("{}: expected Acquired, got {other:?}", show(key)),
+    }
+}
+
+fn duplicate(ns: &Namespace, key: &[u8]) -> Done {
+    match ns.claim(key) {
+        Ok(Claim::Duplicate(d)) => d,
+        other => panic!("{}: expected Duplicate, got {other:?}", show(key)),
+    }
+}
+
+fn in_progress(ns: &Namespace, key: &[u8]) -> InFlight {
+    match ns.claim(key) {
+        Ok(Claim::InProgress(busy)) => busy,
+        other => panic!("{}: expected InProgress, got {other:?}", show(key)),
+    }
+}
+
+fn is_store_error(e: &Error) -> bool {
+    matches!(e, Error::Store(s) if s.operation() == "write")
+}
+
+/// Opens the database in `dir` directly with RocksDB, with all its column families.
+fn raw_db(dir: &TempDir) -> rocksdb::DB {
+    let opts = rocksdb::Options::default();
+    let cfs = rocksdb::DB::list_cf(&opts, dir.path()).expect("listing the column families");
+    rocksdb::DB::open_cf(&opts, dir.path(), cfs).expect("opening the database directly")
+}
+
+fn column_families(dir: &TempDir) -> Vec<String> {
+    let mut cfs = rocksdb::DB::list_cf(&rocksdb::Options::default(), dir.path())
+        .expect("listing the column families");
+    cfs.sort();
+    cfs
+}
+
+/// The fingerprint seed stored in the database's default column family.
+fn stored_seed(db: &rocksdb::DB) -> u64 {
+    let bytes = db
+        .get(b"idem/seed")
+        .unwrap()
+        .expect("the database stores its seed");
+    u64::from_le_bytes(bytes.try_into().expect("the seed is 8 bytes"))
+}
+
+/// A key's fingerprint, computed as the engine does.
+fn fingerprint(key: &[u8], seed: u64) -> u128 {
+    xxh3_128_with_seed(key, seed)
+}
+
+/// Every (key, value) pair of a column family.
+fn entries(db: &rocksdb::DB, cf: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let h = db.cf_handle(cf).expect("column family exists");
+    db.iterator_cf(h, rocksdb::IteratorMode::Start)
+        .map(|item| {
+            let (k, v) = item.expect("reading the column family");
+            (k.to_vec(), v.to_vec())
+        })
+        .collect()
+}
+
+// 1. The outage path.
+
+#[test]
+fn a_completed_key_is_a_duplicate_after_a_restart_past_the_hot_ttl() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small().retention(secs(3600)); // TTL 60 s, retention 1 h
+    {
+        let (_engine, ns) = open(&dir, &clock, cfg.clone());
+        clock.advance(ms(1234));
+        acquire(&ns, b"ord-1")
+            .complete_with_result(b"receipt-1")
+            .unwrap();
+    }
+    clock.advance(secs(600)); // well past the TTL, within retention
+    let (engine, ns) = open(&dir, &clock, cfg);
+    assert_eq!(engine.stats().durable_reads, 0);
+    assert_eq!(engine.stats().resident_keys, 0);
+    let done = duplicate(&ns, b"ord-1");
+    assert_eq!(done.completed_at_ms(), T0 + 1234);
+    assert_eq!(done.expires_at_ms(), T0 + 1234 + 3_600_000);
+    assert_eq!(done.result(), Some(&b"receipt-1"[..]));
+    let s = engine.stats();
+    assert_eq!(s.durable_reads, 1);
+    assert_eq!(s.duplicates, 1);
+    assert_eq!(s.acquired, 0);
+    // The answer is cached in the hot tier: the next one needs no durable read and
+    // says the same.
+    assert_eq!(duplicate(&ns, b"ord-1"), done);
+    assert_eq!(engine.stats().durable_reads, 1);
+    assert_eq!(engine.stats().resident_keys, 1);
+}
+
+// 2. Retention.
+
+#[test]
+fn past_retention_a_key_is_claimable_again_without_a_restart() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (engine, ns) = open(&dir, &clock, small().retention(secs(120)));
+    acquire(&ns, b"k").complete().unwrap();
+    clock.advance(secs(60)); // the hot TTL is over: the durable tier answers
+    let done = duplicate(&ns, b"k");
+    assert_eq!(done.completed_at_ms(), T0);
+    assert_eq!(done.expires_at_ms(), T0 + 120_000);
+    let reads = engine.stats().durable_reads;
+    clock.set(T0 + 119_999);
+    assert_eq!(duplicate(&ns, b"k").expires_at_ms(), T0 + 120_000);
+    clock.set(T0 + 120_000); // retention over in both tiers
+    acquire(&ns, b"k").complete().unwrap();
+    assert!(engine.stats().durable_reads > reads);
+    assert_eq!(duplicate(&ns, b"k").completed_at_ms(), T0 + 120_000);
+}
+
+#[test]
+fn past_retention_a_key_is_claimable_again_after_a_restart() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small().retention(secs(120));
+    {
+        let (_engine, ns) = open(&dir, &clock, cfg.clone());
+        acquire(&ns, b"k").complete().unwrap();
+    }
+    clock.set(T0 + 119_999);
+    {
+        let (_engine, ns) = open(&dir, &clock, cfg.clone());
+        let done = duplicate(&ns, b"k");
+        assert_eq!(done.completed_at_ms(), T0);
+        assert_eq!(done.expires_at_ms(), T0 + 120_000);
+    }
+    clock.set(T0 + 120_000);
+    let (_engine, ns) = open(&dir, &clock, cfg);
+    acquire(&ns, b"k").complete().unwrap();
+    assert_eq!(duplicate(&ns, b"k").completed_at_ms(), T0 + 120_000);
+}
+
+// 3. The seed.
+
+#[test]
+fn the_seed_is_stored_and_a_different_fixed_seed_is_refused() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    {
+        let engine = builder(&dir, &clock)
+            .seed(42)
+            .namespace("ns", small())
+            .build()
+            .unwrap();
+        acquire(&engine.namespace("ns").unwrap(), b"k")
+            .complete()
+            .unwrap();
+    }
+    assert_eq!(stored_seed(&raw_db(&dir)), 42);
+    let err = builder(&dir, &clock)
+        .seed(43)
+        .namespace("ns", small())
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidConfig { namespace, .. } if namespace.is_empty()),
+        "{err:?}"
+    );
+    // The refusal closed the database and changed nothing: without a seed, and with
+    // the stored one, the engine opens and the key is a duplicate.
+    {
+        let (_engine, ns) = open(&dir, &clock, small());
+        duplicate(&ns, b"k");
+    }
+    let engine = builder(&dir, &clock)
+        .seed(42)
+        .namespace("ns", small())
+        .build()
+        .unwrap();
+    duplicate(&engine.namespace("ns").unwrap(), b"k");
+    drop(engine);
+    assert_eq!(stored_seed(&raw_db(&dir)), 42);
+}
+
+#[test]
+fn a_random_seed_is_kept_across_restarts() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    {
+        let (_engine, ns) = open(&dir, &clock, small());
+        acquire(&ns, b"k").complete().unwrap();
+    }
+    let seed = stored_seed(&raw_db(&dir));
+    // A fixed seed equal to the stored one is accepted; any other is refused.
+    let err = builder(&dir, &clock)
+        .seed(seed ^ 1)
+        .namespace("ns", small())
+        .build()
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidConfig { .. }), "{err:?}");
+    let engine = builder(&dir, &clock)
+        .seed(seed)
+        .namespace("ns", small())
+        .build()
+        .unwrap();
+    duplicate(&engine.namespace("ns").unwrap(), b"k");
+}
+
+// 4. One engine per directory.
+
+#[test]
+fn a_second_engine_on_an_open_directory_is_refused() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (engine, ns) = open(&dir, &clock, small());
+    let already_open = Error::AlreadyOpen {
+        path: dir.path().to_path_buf(),
+    };
+    let second = || {
+        builder(&dir, &clock)
+            .namespace("ns", small())
+            .build()
+            .unwrap_err()
+    };
+    assert_eq!(second(), already_open);
+    // A namespace handle that outlives its engine keeps the database open, and works.
+    drop(engine);
+    assert_eq!(second(), already_open);
+    acquire(&ns, b"k").complete().unwrap();
+    drop(ns);
+    let (_engine, ns) = open(&dir, &clock, small());
+    duplicate(&ns, b"k");
+}
+
+// 5. Incompatible formats.
+
+#[test]
+fn another_format_version_is_refused() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    {
+        let (_engine, ns) = open(&dir, &clock, small());
+        acquire(&ns, b"k").complete().unwrap();
+    }
+    {
+        let db = raw_db(&dir);
+        assert_eq!(
+            db.get(b"idem/format").unwrap(),
+            Some(FORMAT.to_le_bytes().to_vec())
+        );
+        db.put(b"idem/format", 2u32.to_le_bytes()).unwrap();
+    }
+    let err = builder(&dir, &clock)
+        .namespace("ns", small())
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        err,
+        Error::IncompatibleFormat {
+            path: dir.path().to_path_buf(),
+            found: Some(2),
+            supported: FORMAT,
+        }
+    );
+    // The refusal changed nothing: version 2 is still there; restoring version 1
+    // brings the data back.
+    {
+        let db = raw_db(&dir);
+        assert_eq!(
+            db.get(b"idem/format").unwrap(),
+            Some(2u32.to_le_bytes().to_vec())
+        );
+        db.put(b"idem/format", FORMAT.to_le_bytes()).unwrap();
+    }
+    let (_engine, ns) = open(&dir, &clock, small());
+    duplicate(&ns, b"k");
+}
+
+#[test]
+fn a_database_that_is_not_idems_is_refused_and_left_alone() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    {
+        let mut opts = rocksdb::Options::default();
+        opts.create_if_missing(true);
+        opts.create_missing_column_families(true);
+        let db = rocksdb::DB::open_cf(&opts, dir.path(), ["users"]).unwrap();
+        db.put_cf(db.cf_handle("users").unwrap(), b"alice", b"1")
+            .unwrap();
+        db.put(b"version", b"7").unwrap();
+    }
+    let err = builder(&dir, &clock)
+        .namespace("ns", small())
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        err,
+        Error::IncompatibleFormat {
+            path: dir.path().to_path_buf(),
+            found: None,
+            supported: FORMAT,
+        }
+    );
+    assert_eq!(column_families(&dir), ["default", "users"]);
+    let db = raw_db(&dir);
+    assert_eq!(db.get(b"idem/format").unwrap(), None);
+    assert_eq!(db.get(b"idem/seed").unwrap(), None);
+    assert_eq!(
+        entries(&db, "users"),
+        vec![(b"alice".to_vec(), b"1".to_vec())]
+    );
+}
+
+// 6. A corrupt record.
+
+#[test]
+fn a_corrupt_record_is_reported_and_other_keys_still_work() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    {
+        let (_engine, ns) = open(&dir, &clock, small());
+        acquire(&ns, b"good").complete_with_result(b"ok").unwrap();
+        acquire(&ns, b"bad").complete().unwrap();
+    }
+    let fp;
+    {
+        let db = raw_db(&dir);
+        fp = fingerprint(b"bad", stored_seed(&db));
+        let done = db.cf_handle("done:ns").unwrap();
+        // The record is where the engine's layout says it is.
+        assert!(db.get_cf(done, fp.to_be_bytes()).unwrap().is_some());
+        db.put_cf(done, fp.to_be_bytes(), b"garbage").unwrap();
+    }
+    let corrupt = |e: &Error| {
+        matches!(e, Error::CorruptRecord { namespace, fingerprint, reason }
+            if namespace == "ns" && *fingerprint == fp && !reason.is_empty())
+    };
+    {
+        let (engine, ns) = open(&dir, &clock, small());
+        let err = ns.claim(b"bad").unwrap_err();
+        assert!(corrupt(&err), "{err:?}");
+        // Reported again, not cached or papered over; the key is not claimed.
+        let err = ns.claim(b"bad").unwrap_err();
+        assert!(corrupt(&err), "{err:?}");
+        assert_eq!(ns.check(b"bad").unwrap(), None);
+        let s = engine.stats();
+        assert_eq!(s.resident_keys, 0);
+        assert_eq!(s.acquired, 0);
+        assert_eq!(s.store_errors, 2);
+        // Other keys are served.
+        assert_eq!(duplicate(&ns, b"good").result(), Some(&b"ok"[..]));
+        acquire(&ns, b"new").complete().unwrap();
+        duplicate(&ns, b"new");
+    }
+    // Failing open does not paper over corruption either.
+    {
+        let (engine, ns) = open(
+            &dir,
+            &clock,
+            small().on_store_error(FailurePolicy::FailOpen),
+        );
+        let err = ns.claim(b"bad").unwrap_err();
+        assert!(corrupt(&err), "{err:?}");
+        assert_eq!(engine.stats().fail_open_decisions, 0);
+    }
+    // Nothing else changed: the garbage is still there, no claim marker was left,
+    // and the other records are intact.
+    let db = raw_db(&dir);
+    let done = db.cf_handle("done:ns").unwrap();
+    assert_eq!(
+        db.get_cf(done, fp.to_be_bytes()).unwrap(),
+        Some(b"garbage".to_vec())
+    );
+    assert_eq!(entries(&db, "done:ns").len(), 3);
+    assert!(entries(&db, "claims:ns").is_empty());
+}
+
+// 7. A failing disk.
+
+#[test]
+fn failing_writes_fail_closed_by_default() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    {
+        let (engine, ns) = open(&dir, &clock, small());
+        acquire(&ns, b"done-before").complete().unwrap();
+        let held = acquire(&ns, b"held");
+        let before = engine.stats();
+        assert_eq!(before.resident_keys, 2);
+
+        engine.debug_fail_store_writes(true);
+        // A new claim is refused and leaves the key unclaimed.
+        let err = ns.claim(b"new").unwrap_err();
+        assert!(is_store_error(&err), "{err:?}");
+        assert_eq!(ns.check(b"new").unwrap(), None);
+        assert_eq!(engine.stats().resident_keys, before.resident_keys);
+        // Reads still work.
+        duplicate(&ns, b"done-before");
+        // A completion is refused and releases the claim.
+        let err = held.complete().unwrap_err();
+        assert!(is_store_error(&err), "{err:?}");
+        assert_eq!(ns.check(b"held").unwrap(), None);
+        assert_eq!(engine.stats().resident_keys, before.resident_keys - 1);
+        let err = ns.claim(b"held").unwrap_err();
+        assert!(is_store_error(&err), "{err:?}");
+        let s = engine.stats();
+        assert_eq!(s.fail_open_decisions, 0);
+        assert!(s.store_errors >= 3, "{s:?}");
+        assert_eq!(s.completions, before.completions);
+
+        engine.debug_fail_store_writes(false);
+        acquire(&ns, b"new").complete().unwrap();
+        acquire(&ns, b"held").complete_with_result(b"r").unwrap();
+        duplicate(&ns, b"new");
+        assert_eq!(duplicate(&ns, b"held").result(), Some(&b"r"[..]));
+    }
+    let (engine, ns) = open(&dir, &clock, small());
+    assert!(engine.orphans().is_empty(), "{:?}", engine.orphans());
+    duplicate(&ns, b"done-before");
+    duplicate(&ns, b"new");
+    assert_eq!(duplicate(&ns, b"held").result(), Some(&b"r"[..]));
+}
+
+#[test]
+fn failing_writes_fail_open_on_request() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small().on_store_error(FailurePolicy::FailOpen);
+    {
+        let (engine, ns) = open(&dir, &clock, cfg.clone());
+        engine.debug_fail_store_writes(true);
+        let g = acquire(&ns, b"k");
+        g.complete_with_result(b"r").unwrap();
+        assert_eq!(duplicate(&ns, b"k").result(), Some(&b"r"[..]));
+        let s = engine.stats();
+        assert_eq!(s.fail_open_decisions, 2); // the claim and the completion
+        assert_eq!(s.store_errors, 2);
+        assert_eq!(s.acquired, 1);
+        assert_eq!(s.completions, 1);
+        engine.debug_fail_store_writes(false);
+        acquire(&ns, b"k2").complete().unwrap();
+        assert_eq!(engine.stats().fail_open_decisions, 2);
+    }
+    // What was decided from the hot tier alone never reached the disk.
+    let (_engine, ns) = open(&dir, &clock, cfg);
+    acquire(&ns, b"k").complete().unwrap();
+    duplicate(&ns, b"k2");
+}
+
+// 8. A namespace removed from the configuration.
+
+#[test]
+fn an_unconfigured_namespace_keeps_its_data_until_configured_again() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    {
+        let engine = builder(&dir, &clock)
+            .namespace("orders", small())
+            .namespace("refunds", small())
+            .build()
+            .unwrap();
+        assert_eq!(engine.unconfigured_namespaces(), &[] as &[String]);
+        acquire(&engine.namespace("orders").unwrap(), b"o-1")
+            .complete()
+            .unwrap();
+        acquire(&engine.namespace("refunds").unwrap(), b"r-1")
+            .complete_with_result(b"refunded")
+            .unwrap();
+    }
+    {
+        let engine = builder(&dir, &clock)
+            .namespace("orders", small())
+            .build()
+            .unwrap();
+        assert_eq!(engine.unconfigured_namespaces(), ["refunds".to_owned()]);
+        assert_eq!(
+            engine.namespace("refunds").unwrap_err(),
+            Error::UnknownNamespace("refunds".into())
+        );
+        assert_eq!(engine.namespace_names(), ["orders".to_owned()]);
+        duplicate(&engine.namespace("orders").unwrap(), b"o-1");
+    }
+    assert_eq!(
+        column_families(&dir),
+        [
+            "claims:orders",
+            "claims:refunds",
+            "default",
+            "done:orders",
+            "done:refunds"
+        ]
+    );
+    let engine = builder(&dir, &clock)
+        .namespace("orders", small())
+        .namespace("refunds", small())
+        .build()
+        .unwrap();
+    assert_eq!(engine.unconfigured_namespaces(), &[] as &[String]);
+    let done = duplicate(&engine.namespace("refunds").unwrap(), b"r-1");
+    assert_eq!(done.result(), Some(&b"refunded"[..]));
+    assert_eq!(done.completed_at_ms(), T0);
+    duplicate(&engine.namespace("orders").unwrap(), b"o-1");
+}
+
+// 9. Co-commits.
+
+#[test]
+fn a_co_commit_stores_state_with_the_completion() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    {
+        let (engine, ns) = open_ledger(&dir, &clock, small());
+        let mut changes = StateChanges::new();
+        assert!(changes.is_empty());
+        changes
+            .put("ledger", b"acct-1", b"10")
+            .put("ledger", b"acct-2", b"5");
+        acquire(&ns, b"pay-1")
+            .complete_with(Some(b"r"), changes)
+            .unwrap();
+        assert_eq!(
+            engine.read_state("ledger", b"acct-1").unwrap(),
+            Some(b"10".to_vec())
+        );
+        assert_eq!(
+            engine.read_state("ledger", b"acct-2").unwrap(),
+            Some(b"5".to_vec())
+        );
+        assert_eq!(engine.read_state("ledger", b"acct-3").unwrap(), None);
+        assert_eq!(duplicate(&ns, b"pay-1").result(), Some(&b"r"[..]));
+        // Deletes too, and no result.
+        let mut changes = StateChanges::new();
+        changes
+            .delete("ledger", b"acct-2")
+            .put("ledger", b"acct-1", b"15");
+        acquire(&ns, b"pay-2").complete_with(None, changes).unwrap();
+        assert_eq!(duplicate(&ns, b"pay-2").result(), None);
+    }
+    let (engine, ns) = open_ledger(&dir, &clock, small());
+    assert_eq!(
+        engine.read_state("ledger", b"acct-1").unwrap(),
+        Some(b"15".to_vec())
+    );
+    assert_eq!(engine.read_state("ledger", b"acct-2").unwrap(), None);
+    assert_eq!(duplicate(&ns, b"pay-1").result(), Some(&b"r"[..]));
+    assert_eq!(duplicate(&ns, b"pay-2").result(), None);
+}
+
+#[test]
+fn a_co_commit_that_cannot_be_written_stores_nothing_whatever_the_policy() {
+    for policy in [FailurePolicy::FailClosed, FailurePolicy::FailOpen] {
+        let dir = TempDir::new();
+        let clock = ManualClock::new(T0);
+        let cfg = small().on_store_error(policy);
+        {
+            let (engine, ns) = open_ledger(&dir, &clock, cfg.clone());
+            let mut changes = StateChanges::new();
+            changes.put("ledger", b"acct-1", b"10");
+            acquire(&ns, b"pay-1").complete_with(None, changes).unwrap();
+
+            let g = acquire(&ns, b"pay-2");
+            engine.debug_fail_store_writes(true);
+            let mut changes = StateChanges::new();
+            changes
+                .put("ledger", b"acct-1", b"20")
+                .put("ledger", b"acct-9", b"1");
+            let err = g.complete_with(Some(b"r"), changes).unwrap_err();
+            assert!(is_store_error(&err), "{policy:?}: {err:?}");
+            assert_eq!(
+                engine.read_state("ledger", b"acct-1").unwrap(),
+                Some(b"10".to_vec()),
+                "{policy:?}"
+            );
+            assert_eq!(engine.read_state("ledger", b"acct-9").unwrap(), None);
+            // The claim was released, not completed.
+            assert_eq!(ns.check(b"pay-2").unwrap(), None, "{policy:?}");
+            assert_eq!(engine.stats().completions, 1, "{policy:?}");
+            assert_eq!(engine.stats().fail_open_decisions, 0, "{policy:?}");
+            engine.debug_fail_store_writes(false);
+            // Claimable again once the failure is cleared (the guard, dropped, releases
+            // it and deletes the claim marker the failed write could not).
+            acquire(&ns, b"pay-2");
+        }
+        let (engine, ns) = open_ledger(&dir, &clock, cfg);
+        assert!(engine.orphans().is_empty(), "{:?}", engine.orphans());
+        assert_eq!(
+            engine.read_state("ledger", b"acct-1").unwrap(),
+            Some(b"10".to_vec()),
+            "{policy:?}"
+        );
+        assert_eq!(engine.read_state("ledger", b"acct-9").unwrap(), None);
+        duplicate(&ns, b"pay-1");
+        acquire(&ns, b"pay-2");
+    }
+}
+
+#[test]
+fn a_co_commit_to_an_unknown_family_is_refused_and_the_claim_stays_held() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (engine, ns) = open_ledger(&dir, &clock, small());
+    let g = acquire(&ns, b"pay-1");
+    let mut changes = StateChanges::new();
+    changes
+        .put("ledger", b"acct-1", b"10")
+        .put("nope", b"x", b"1");
+    assert_eq!(
+        g.complete_with(None, changes).unwrap_err(),
+        Error::UnknownStateFamily("nope".into())
+    );
+    assert_eq!(
+        engine.read_state("nope", b"x").unwrap_err(),
+        Error::UnknownStateFamily("nope".into())
+    );
+    assert_eq!(engine.read_state("ledger", b"acct-1").unwrap(), None);
+    assert_eq!(in_progress(&ns, b"pay-1").lease_expires_at_ms(), T0 + 5_000);
+    assert_eq!(engine.stats().completions, 0);
+    clock.set(T0 + 5_000);
+    acquire(&ns, b"pay-1");
+}
+
+#[test]
+fn a_co_commit_needs_a_durable_tier() {
+    let (engine, ns, _clock) = engine_with(small());
+    let g = acquire(&ns, b"pay-1");
+    let mut changes = StateChanges::new();
+    changes.put("ledger", b"acct-1", b"10");
+    assert_eq!(
+        g.complete_with(Some(b"r"), changes).unwrap_err(),
+        Error::NotDurable
+    );
+    assert_eq!(
+        engine.read_state("ledger", b"acct-1").unwrap_err(),
+        Error::NotDurable
+    );
+    in_progress(&ns, b"pay-1");
+}
+
+// 10. A full hot tier in front of a durable tier.
+
+#[test]
+fn a_full_hot_tier_evicts_done_keys_but_never_held_ones() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (engine, ns) = open(&dir, &clock, small().max_keys(10));
+    for i in 0..30 {
+        acquire(&ns, key(i).as_bytes()).complete().unwrap();
+    }
+    let s = engine.stats();
+    assert!(s.evictions > 0, "{s:?}");
+    assert!(s.resident_keys <= 10, "{s:?}");
+    assert_eq!(s.capacity_refusals, 0);
+    for i in 0..30 {
+        duplicate(&ns, key(i).as_bytes());
+    }
+    assert_eq!(engine.stats().duplicates, 30);
+
+    // Held claims are never evicted: ten of them fill the namespace.
+    let held: Vec<ClaimGuard> = (100..110)
+        .map(|i| acquire(&ns, key(i).as_bytes()))
+        .collect();
+    assert_eq!(engine.stats().resident_keys, 10);
+    assert_eq!(
+        ns.claim(key(110).as_bytes()).unwrap_err(),
+        Error::CapacityExceeded {
+            namespace: "ns".into(),
+            max_keys: 10
+        }
+    );
+    assert_eq!(engine.stats().capacity_refusals, 1);
+    for i in 100..110 {
+        in_progress(&ns, key(i).as_bytes());
+    }
+    // Completed keys are still answered from the durable tier, just not cached.
+    for i in 0..30 {
+        duplicate(&ns, key(i).as_bytes());
+    }
+    assert_eq!(engine.stats().resident_keys, 10);
+    // A completion makes a done key, which can leave to make room.
+    let mut held = held.into_iter();
+    held.next().unwrap().complete().unwrap();
+    acquire(&ns, key(110).as_bytes()).complete().unwrap();
+    duplicate(&ns, key(100).as_bytes());
+    for i in 101..110 {
+        in_progress(&ns, key(i).as_bytes());
+    }
+}
+
+// 11. Orphans.
+
+#[test]
+fn a_claim_marker_left_behind_is_an_orphan_at_the_next_open() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let seeded = |clock: &ManualClock| {
+        let engine = builder(&dir, clock)
+            .seed(7)
+            .namespace("ns", small())
+            .build()
+            .unwrap();
+        let ns = engine.namespace("ns").unwrap();
+        (engine, ns)
+    };
+    {
+        let (engine, ns) = seeded(&clock);
+        assert!(engine.orphans().is_empty(), "{:?}", engine.orphans());
+        let g = acquire(&ns, b"ord-7");
+        assert_eq!(g.lease_expires_at_ms(), T0 + 5_000);
+        engine.debug_fail_store_writes(true);
+        drop(g); // released here, but its claim marker cannot be deleted
+        assert_eq!(ns.check(b"ord-7").unwrap(), None);
+        engine.debug_fail_store_writes(false);
+    }
+    clock.set(T0 + 1_000);
+    {
+        let (engine, ns) = seeded(&clock);
+        let orphans = engine.orphans();
+        assert_eq!(orphans.len(), 1, "{orphans:?}");
+        let o = &orphans[0];
+        assert_eq!(o.namespace, "ns");
+        assert_eq!(o.fingerprint, fingerprint(b"ord-7", 7));
+        assert_eq!(o.claimed_at_ms, T0);
+        assert_eq!(o.lease_expires_at_ms, T0 + 5_000);
+        assert_eq!(o.corrupt, None);
+        // The key is held until the orphan's lease runs out.
+        let busy = in_progress(&ns, b"ord-7");
+        assert_eq!(busy.lease_expires_at_ms(), T0 + 5_000);
+        assert_eq!(busy.retry_after(), ms(4_000));
+        match ns.check(b"ord-7").unwrap() {
+            Some(KeyState::InProgress {
+                lease_expires_at_ms,
+                ..
+            }) => assert_eq!(lease_expires_at_ms, T0 + 5_000),
+            other => panic!("expected InProgress, got {other:?}"),
+        }
+        clock.set(T0 + 4_999);
+        in_progress(&ns, b"ord-7");
+        clock.set(T0 + 5_000);
+        acquire(&ns, b"ord-7").complete().unwrap();
+    }
+    let (engine, ns) = seeded(&clock);
+    assert!(engine.orphans().is_empty(), "{:?}", engine.orphans());
+    duplicate(&ns, b"ord-7");
+}
+
+#[test]
+fn an_orphan_whose_lease_already_ran_out_is_reported_once() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    {
+        let (engine, ns) = open(&dir, &clock, small());
+        let g = acquire(&ns, b"ord-8");
+        engine.debug_fail_store_writes(true);
+        drop(g);
+        engine.debug_fail_store_writes(false);
+    }
+    clock.set(T0 + 60_000);
+    {
+        let (engine, ns) = open(&dir, &clock, small());
+        assert_eq!(engine.orphans().len(), 1);
+        assert_eq!(engine.orphans()[0].lease_expires_at_ms, T0 + 5_000);
+        assert_eq!(engine.stats().resident_keys, 0);
+        acquire(&ns, b"ord-8");
+    }
+    {
+        let (engine, _ns) = open(&dir, &clock, small());
+        assert!(engine.orphans().is_empty(), "{:?}", engine.orphans());
+    }
+    // The expired marker was deleted at the first open; the re-claim's was released.
+    assert!(entries(&raw_db(&dir), "claims:ns").is_empty());
+}
+
+// 12. Batches.
+
+#[test]
+fn batches_claim_and_complete_with_one_durable_write_each() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    {
+        let (engine, ns) = open(&dir, &clock, small());
+        // One bad key refuses the whole batch.
+        assert_eq!(
+            ns.claim_batch(&[b"a", b"", b"c"]).unwrap_err(),
+            Error::InvalidKey(KeyError::Empty)
+        );
+        assert_eq!(ns.check(b"a").unwrap(), None);
+        assert_eq!(ns.check(b"c").unwrap(), None);
+        let s = engine.stats();
+        assert_eq!((s.acquired, s.resident_keys, s.durable_writes), (0, 0, 0));
+
+        let late = acquire(&ns, b"late"); // lease until T0 + 5 s
+        clock.set(T0 + 3_000);
+        let writes = engine.stats().durable_writes;
+        let claims = ns.claim_batch(&[b"a", b"b", b"c"]).unwrap();
+        assert_eq!(engine.stats().durable_writes, writes + 1);
+        let mut guards: Vec<ClaimGuard> = claims.into_iter().map(acquired).collect();
+        guards.insert(2, late);
+        clock.set(T0 + 6_000); // "late" lost its lease; the batch holds until T0 + 8 s
+        let writes = engine.stats().durable_writes;
+        let outcomes = ns.complete_batch(guards).unwrap();
+        assert_eq!(
+            outcomes,
+            vec![Ok(()), Ok(()), Err(Error::LeaseLost), Ok(())]
+        );
+        assert_eq!(engine.stats().durable_writes, writes + 1);
+        let s = engine.stats();
+        assert_eq!((s.completions, s.lease_lost), (3, 1));
+        for k in [&b"a"[..], b"b", b"c"] {
+            assert_eq!(duplicate(&ns, k).completed_at_ms(), T0 + 6_000);
+        }
+        acquire(&ns, b"late").release().unwrap();
+    }
+    let (engine, ns) = open(&dir, &clock, small());
+    assert!(engine.orphans().is_empty(), "{:?}", engine.orphans());
+    for k in [&b"a"[..], b"b", b"c"] {
+        assert_eq!(duplicate(&ns, k).completed_at_ms(), T0 + 6_000);
+    }
+    acquire(&ns, b"late");
+}
+
+// 13. Payload fingerprints.
+
+#[test]
+fn payload_fingerprints_survive_a_restart() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    {
+        let (_engine, ns) = open(&dir, &clock, small());
+        acquired(ns.claim_with_payload(b"pay-1", b"amount=10").unwrap())
+            .complete()
+            .unwrap();
+    }
+    let (engine, ns) = open(&dir, &clock, small());
+    assert_eq!(
+        ns.claim_with_payload(b"pay-1", b"amount=99").unwrap_err(),
+        Error::PayloadMismatch
+    );
+    assert!(ns
+        .claim_with_payload(b"pay-1", b"amount=10")
+        .unwrap()
+        .is_duplicate());
+    // Cached in the hot tier with its payload fingerprint.
+    assert_eq!(
+        ns.claim_with_payload(b"pay-1", b"amount=99").unwrap_err(),
+        Error::PayloadMismatch
+    );
+    // And again from the durable tier once the hot TTL is over.
+    clock.advance(secs(61));
+    assert_eq!(
+        ns.claim_with_payload(b"pay-1", b"amount=99").unwrap_err(),
+        Error::PayloadMismatch
+    );
+    assert!(ns
+        .claim_with_payload(b"pay-1", b"amount=10")
+        .unwrap()
+        .is_duplicate());
+    duplicate(&ns, b"pay-1");
+    assert_eq!(engine.stats().payload_mismatches, 3);
+}
+
+// 14. Sync policies.
+
+#[test]
+fn every_sync_policy_builds_and_works() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let policies = [
+        ("always", SyncPolicy::Always),
+        ("periodic", SyncPolicy::Periodic(ms(50))),
+        ("never", SyncPolicy::Never),
+    ];
+    let build = || {
+        policies
+            .iter()
+            .fold(builder(&dir, &clock), |b, (name, policy)| {
+                b.namespace(name, small().sync(*policy))
+            })
+            .build()
+            .unwrap()
+    };
+    {
+        let engine = build();
+        for (name, _) in &policies {
+            let ns = engine.namespace(name).unwrap();
+            acquire(&ns, b"k")
+                .complete_with_result(name.as_bytes())
+                .unwrap();
+            assert_eq!(duplicate(&ns, b"k").result(), Some(name.as_bytes()));
+        }
+    }
+    let engine = build();
+    for (name, _) in &policies {
+        let ns = engine.namespace(name).unwrap();
+        assert_eq!(duplicate(&ns, b"k").result(), Some(name.as_bytes()));
+    }
+    drop(engine);
+    let err = builder(&dir, &clock)
+        .namespace("ns", small().sync(SyncPolicy::Periodic(ms(0))))
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidConfig { namespace, .. } if namespace == "ns"),
+        "{err:?}"
+    );
+}

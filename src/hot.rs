@@ -257,7 +257,12 @@ impl Params {
     #[inline]
     pub(crate) fn deadline(&self, now: Now, span_ms: u64) -> u64 {
         let rel = now.ms.saturating_sub(self.epoch_ms) + span_ms;
-        rel.div_ceil(self.tick_ms)
+        if self.tick_ms == 1 {
+            // The default tick: no division on the claim path.
+            rel
+        } else {
+            rel.div_ceil(self.tick_ms)
+        }
     }
 
     /// The first tick at or after wall-clock `ms`.
@@ -276,7 +281,10 @@ impl Params {
     pub(crate) fn now(&self, ms: u64) -> Now {
         Now {
             ms,
-            tick: ms.saturating_sub(self.epoch_ms) / self.tick_ms,
+            tick: match self.tick_ms {
+                1 => ms.saturating_sub(self.epoch_ms),
+                t => ms.saturating_sub(self.epoch_ms) / t,
+            },
         }
     }
 }

@@ -264,6 +264,17 @@ impl Engine {
         Err(Error::NotDurable)
     }
 
+    /// Compacts the durable tier now, so that records past their retention are
+    /// dropped (RocksDB otherwise compacts when it sees fit). A no-op without a
+    /// durable tier.
+    pub fn compact_store(&self) -> Result<()> {
+        #[cfg(feature = "durable")]
+        if let Some(store) = &self.shared.store {
+            return store.compact();
+        }
+        Ok(())
+    }
+
     /// Testing hook: while `fail` is true every write to the durable tier fails as a
     /// failing disk would (reads still work). Not part of the stable API.
     #[doc(hidden)]

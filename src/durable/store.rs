@@ -350,6 +350,21 @@ impl Store {
         self.db.cf_handle(&state_cf(family)).is_some()
     }
 
+    /// Flushes and compacts every done column family now, so that the retention
+    /// filter runs over everything (normally RocksDB decides when).
+    pub(crate) fn compact(&self) -> Result<(), Error> {
+        for name in
+            DB::list_cf(&Options::default(), &self.path).map_err(|e| store_err("list", e))?
+        {
+            if name.starts_with("done:") {
+                let cf = self.cf(&name)?;
+                self.db.flush_cf(cf).map_err(|e| store_err("flush", e))?;
+                self.db.compact_range_cf(cf, None::<&[u8]>, None::<&[u8]>);
+            }
+        }
+        Ok(())
+    }
+
     /// Forces the write-ahead log to disk (the `Periodic` sync policy).
     pub(crate) fn sync_wal(&self) -> Result<(), Error> {
         self.db.flush_wal(true).map_err(|e| store_err("sync", e))

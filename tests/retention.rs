@@ -1,0 +1,66 @@
+//! Past retention a key leaves the durable tier: the compaction filter drops its record,
+//! so disk use follows rate x retention.
+
+#![cfg(all(feature = "durable", not(idem_loom)))]
+
+use std::time::Duration;
+
+use idem::{Claim, Engine, ManualClock, NamespaceConfig};
+
+const T0: u64 = 1_700_000_000_000;
+
+#[test]
+fn compaction_drops_records_past_retention_and_keeps_the_others() {
+    let dir = std::env::temp_dir().join(format!("idem-retention-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let clock = ManualClock::new(T0);
+    {
+        let engine = Engine::builder()
+            .namespace(
+                "ns",
+                NamespaceConfig::new()
+                    .ttl(Duration::from_secs(60))
+                    .retention(Duration::from_secs(600)),
+            )
+            .durable(&dir)
+            .clock(clock.clone())
+            .maintenance_interval(None)
+            .build()
+            .unwrap();
+        let ns = engine.namespace("ns").unwrap();
+        for i in 0..100u32 {
+            let Claim::Acquired(g) = ns.claim(format!("old-{i}").as_bytes()).unwrap() else {
+                panic!()
+            };
+            g.complete().unwrap();
+        }
+        clock.advance(Duration::from_secs(300));
+        for i in 0..50u32 {
+            let Claim::Acquired(g) = ns.claim(format!("new-{i}").as_bytes()).unwrap() else {
+                panic!()
+            };
+            g.complete().unwrap();
+        }
+        // The old keys' retention ends at T0 + 600 s, the new ones' at T0 + 900 s.
+        clock.advance(Duration::from_secs(301));
+        let before = idem::inspect(&dir, clock_now(&clock)).unwrap();
+        assert_eq!(before.namespaces[0].expired, 100, "not compacted yet");
+        engine.compact_store().unwrap();
+        drop(ns);
+    }
+    let after = idem::inspect(&dir, clock_now(&clock)).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(
+        after.namespaces[0].expired, 0,
+        "expired records were dropped"
+    );
+    assert_eq!(
+        after.namespaces[0].done, 50,
+        "records within retention were kept"
+    );
+}
+
+fn clock_now(c: &ManualClock) -> u64 {
+    use idem::Clock;
+    c.now_ms()
+}

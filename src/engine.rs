@@ -575,44 +575,44 @@ impl NsInner {
     /// One claim, without writing its claim marker: the caller writes the markers
     /// (one write for a whole batch) and gets them back from here.
     fn claim_one(
-        self: &Arc<Self>,
+        this: &Arc<Self>,
         fp: Fp,
         payload: Option<u64>,
         markers: &mut Vec<(u128, Record)>,
     ) -> Result<Claim> {
-        let si = fp.shard(self.slots.len());
+        let si = fp.shard(this.slots.len());
         let mut retried = false;
         loop {
-            let now = self.now();
-            let cap = self.capacity(si);
+            let now = this.now();
+            let cap = this.capacity(si);
             let mut store_error = None;
             let answer = {
-                let mut shard = self.slots[si].shard.lock();
-                match &self.durable {
-                    None => shard.claim(fp, payload, &self.params, now, &cap, None),
+                let mut shard = this.slots[si].shard.lock();
+                match &this.durable {
+                    None => shard.claim(fp, payload, &this.params, now, &cap, None),
                     Some(d) => {
                         let mut look = |f: Fp| d.lookup(f, now.ms, &mut store_error);
-                        shard.claim(fp, payload, &self.params, now, &cap, Some(&mut look))
+                        shard.claim(fp, payload, &this.params, now, &cap, Some(&mut look))
                     }
                 }
             };
             return match answer {
                 ShardClaim::Acquired(lease) => {
-                    if self.durable.is_some() {
+                    if this.durable.is_some() {
                         markers.push((
                             fp.to_u128(),
                             Record {
                                 state: RecordState::InProgress,
                                 token: lease.token,
                                 at_ms: now.ms,
-                                expires_ms: self.params.tick_to_ms(lease.deadline),
+                                expires_ms: this.params.tick_to_ms(lease.deadline),
                                 payload,
                                 result: None,
                             },
                         ));
                     }
                     Ok(Claim::Acquired(ClaimGuard {
-                        ns: self.clone(),
+                        ns: Arc::clone(this),
                         fp,
                         shard: si as u32,
                         lease,
@@ -640,17 +640,17 @@ impl NsInner {
                     // Expired keys elsewhere may still hold capacity: reclaim them;
                     // with a durable tier, done keys may also leave the hot tier.
                     retried = true;
-                    self.expire_all(now);
-                    if self.durable.is_some() {
-                        self.evict(64);
+                    this.expire_all(now);
+                    if this.durable.is_some() {
+                        this.evict(64);
                     }
                     continue;
                 }
                 ShardClaim::Full => {
-                    self.slots[si].shard.lock().counters.capacity_refusals += 1;
+                    this.slots[si].shard.lock().counters.capacity_refusals += 1;
                     Err(Error::CapacityExceeded {
-                        namespace: self.name.clone(),
-                        max_keys: self.cfg.max_keys,
+                        namespace: this.name.clone(),
+                        max_keys: this.cfg.max_keys,
                     })
                 }
             };
@@ -788,7 +788,7 @@ impl Namespace {
         let ns = &self.inner;
         let fp = ns.key_fp(key)?;
         let mut markers = Vec::new();
-        let claim = ns.claim_one(fp, payload, &mut markers)?;
+        let claim = NsInner::claim_one(ns, fp, payload, &mut markers)?;
         // On failure the claim is dropped, which releases it: nothing was decided.
         ns.write_markers(&markers)?;
         Ok(claim)
@@ -807,7 +807,7 @@ impl Namespace {
         let mut markers = Vec::new();
         let mut claims = Vec::with_capacity(fps.len());
         for fp in fps {
-            claims.push(ns.claim_one(fp, None, &mut markers)?);
+            claims.push(NsInner::claim_one(ns, fp, None, &mut markers)?);
         }
         ns.write_markers(&markers)?;
         Ok(claims)

@@ -133,7 +133,8 @@ impl NamespaceConfig {
         self
     }
 
-    /// The largest result `complete_with_result` stores, in bytes (default 64 KiB).
+    /// The largest result `complete_with_result` stores, in bytes (default 64 KiB, at
+    /// most 1 MiB).
     pub fn max_result_len(mut self, max_result_len: usize) -> Self {
         self.max_result_len = max_result_len;
         self
@@ -225,6 +226,10 @@ impl NamespaceConfig {
         }
         if self.max_keys == 0 || self.max_keys > MAX_KEYS_LIMIT {
             return bad("max_keys must be between 1 and 2^31 - 1");
+        }
+        if self.max_result_len > crate::durable::codec::MAX_RESULT {
+            // The durable record could not be read back.
+            return bad("max_result_len is at most 1 MiB");
         }
         if self.max_key_len == 0 {
             return bad("max_key_len must be at least 1");

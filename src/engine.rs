@@ -12,7 +12,9 @@ use crate::config::{EngineBuilder, NamespaceConfig};
 use crate::durable::codec::{Record, RecordState};
 use crate::durable::{DurableNs, StateOp};
 use crate::error::{Error, KeyError, Result};
-use crate::hot::{Capacity, Fp, Lease, Now, Params, Refused, ShardClaim, ShardSlot, ShardState};
+use crate::hot::{
+    Capacity, DurableLookup, Fp, Lease, Now, Params, Refused, ShardClaim, ShardSlot, ShardState,
+};
 use crate::stats::Stats;
 use crate::sync::{Arc, AtomicUsize};
 
@@ -58,6 +60,11 @@ pub struct Orphan {
     pub lease_expires_at_ms: u64,
     /// Set when the claim marker could not be decoded; such markers are kept.
     pub corrupt: Option<String>,
+    /// Whether the hot tier holds the key until the lease runs out. False when the
+    /// lease had already run out, the marker is corrupt, or the namespace's
+    /// `max_keys` could not hold every orphan (its configuration shrank): such a key
+    /// is claimable at once, as after a lease expiry.
+    pub held: bool,
 }
 
 /// Changes to the consumer's own state, written in the same atomic write as a
@@ -516,25 +523,31 @@ impl NsInner {
         let now = self.now();
         let mut out = Vec::new();
         let mut expired = Vec::new();
+        let mut unheld = 0usize;
         for (fp, rec) in store.scan_claims(&self.name)? {
             match rec {
                 Ok(rec) => {
+                    let mut held = false;
+                    if rec.expires_ms > now.ms {
+                        let f = Fp::from_u128(fp);
+                        let si = f.shard(self.slots.len());
+                        let cap = self.capacity(si);
+                        let deadline = self.params.tick_at(rec.expires_ms);
+                        held = self.slots[si].shard.lock().insert_orphan(f, deadline, &cap);
+                        if !held {
+                            unheld += 1;
+                        }
+                    } else {
+                        expired.push(fp);
+                    }
                     out.push(Orphan {
                         namespace: self.name.clone(),
                         fingerprint: fp,
                         claimed_at_ms: rec.at_ms,
                         lease_expires_at_ms: rec.expires_ms,
                         corrupt: None,
+                        held,
                     });
-                    if rec.expires_ms > now.ms {
-                        let f = Fp::from_u128(fp);
-                        let si = f.shard(self.slots.len());
-                        let cap = self.capacity(si);
-                        let deadline = self.params.tick_at(rec.expires_ms);
-                        self.slots[si].shard.lock().insert_orphan(f, deadline, &cap);
-                    } else {
-                        expired.push(fp);
-                    }
                 }
                 Err(reason) => out.push(Orphan {
                     namespace: self.name.clone(),
@@ -542,6 +555,7 @@ impl NsInner {
                     claimed_at_ms: 0,
                     lease_expires_at_ms: 0,
                     corrupt: Some(reason),
+                    held: false,
                 }),
             }
         }
@@ -553,6 +567,14 @@ impl NsInner {
                 namespace = %self.name,
                 orphans = out.len(),
                 "claims in flight at the last shutdown were never completed"
+            );
+        }
+        if unheld > 0 {
+            tracing::warn!(
+                namespace = %self.name,
+                unheld,
+                max_keys = self.cfg.max_keys,
+                "max_keys cannot hold every live orphan; those keys are claimable at once"
             );
         }
         Ok(out)
@@ -789,8 +811,14 @@ impl Namespace {
         let fp = ns.key_fp(key)?;
         let mut markers = Vec::new();
         let claim = NsInner::claim_one(ns, fp, payload, &mut markers)?;
-        // On failure the claim is dropped, which releases it: nothing was decided.
-        ns.write_markers(&markers)?;
+        if let Err(e) = ns.write_markers(&markers) {
+            // Nothing was decided: the claim leaves the hot tier, and there is no
+            // marker on disk to delete.
+            if let Claim::Acquired(g) = claim {
+                g.abandon();
+            }
+            return Err(e);
+        }
         Ok(claim)
     }
 
@@ -807,9 +835,19 @@ impl Namespace {
         let mut markers = Vec::new();
         let mut claims = Vec::with_capacity(fps.len());
         for fp in fps {
-            claims.push(NsInner::claim_one(ns, fp, None, &mut markers)?);
+            match NsInner::claim_one(ns, fp, None, &mut markers) {
+                Ok(c) => claims.push(c),
+                Err(e) => {
+                    // No marker of this batch was written yet.
+                    abandon_all(claims);
+                    return Err(e);
+                }
+            }
         }
-        ns.write_markers(&markers)?;
+        if let Err(e) = ns.write_markers(&markers) {
+            abandon_all(claims);
+            return Err(e);
+        }
         Ok(claims)
     }
 
@@ -871,6 +909,8 @@ impl Namespace {
     }
 
     /// Looks `key` up without changing anything: `None` if it is unknown or expired.
+    /// With a durable tier, a key the hot tier no longer holds is looked up there
+    /// (one durable read), so a key done within retention reads as `Done`.
     /// Dead-letter replay uses it to decide before claiming.
     pub fn check(&self, key: &[u8]) -> Result<Option<KeyState>> {
         let ns = &*self.inner;
@@ -878,7 +918,25 @@ impl Namespace {
         let si = fp.shard(ns.slots.len());
         let now = ns.now();
         let cap = ns.capacity(si);
-        let state = ns.slots[si].shard.lock().check(fp, &ns.params, now, &cap);
+        let mut state = ns.slots[si].shard.lock().check(fp, &ns.params, now, &cap);
+        if state.is_none() {
+            // Not in the hot tier: the durable tier may still know it as done (its
+            // hot TTL ran out, it was evicted, or the engine restarted).
+            if let Some(d) = &ns.durable {
+                let mut err = None;
+                match d.lookup(fp, now.ms, &mut err) {
+                    DurableLookup::Done(done) => {
+                        state = Some(ShardState::Done {
+                            completed_at_ms: done.completed_at_ms,
+                            expires_at_ms: done.expires_at_ms,
+                            result: done.result,
+                        })
+                    }
+                    DurableLookup::Absent => {}
+                    DurableLookup::Failed => return Err(err.unwrap_or(Error::NotDurable)),
+                }
+            }
+        }
         Ok(state.map(|s| match s {
             ShardState::InProgress {
                 lease_expires_at_ms,
@@ -1164,6 +1222,18 @@ impl ClaimGuard {
         stored
     }
 
+    /// Gives up a claim whose marker was never written: the hot tier only.
+    fn abandon(mut self) {
+        self.armed = false;
+        let ns = &*self.ns;
+        let now = ns.now();
+        let cap = ns.capacity(self.shard as usize);
+        let _ = ns.slots[self.shard as usize]
+            .shard
+            .lock()
+            .release(self.fp, &self.lease, now, &cap);
+    }
+
     fn release_inner(&self) -> Result<()> {
         let ns = &*self.ns;
         let now = ns.now();
@@ -1185,6 +1255,15 @@ impl Drop for ClaimGuard {
         if self.armed {
             self.armed = false;
             let _ = self.release_inner();
+        }
+    }
+}
+
+/// Gives up the acquired claims of a batch whose markers were never written.
+fn abandon_all(claims: Vec<Claim>) {
+    for c in claims {
+        if let Claim::Acquired(g) = c {
+            g.abandon();
         }
     }
 }

@@ -407,6 +407,60 @@ fn a_database_that_is_not_idems_is_refused_and_left_alone() {
     );
 }
 
+#[test]
+fn a_foreign_database_with_only_the_default_family_is_refused_and_left_alone() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    {
+        let mut opts = rocksdb::Options::default();
+        opts.create_if_missing(true);
+        let db = rocksdb::DB::open(&opts, dir.path()).unwrap();
+        db.put(b"version", b"7").unwrap();
+    }
+    let err = builder(&dir, &clock)
+        .namespace("ns", small())
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        err,
+        Error::IncompatibleFormat {
+            path: dir.path().to_path_buf(),
+            found: None,
+            supported: FORMAT,
+        }
+    );
+    assert_eq!(column_families(&dir), ["default"]);
+    let db = raw_db(&dir);
+    assert_eq!(db.get(b"idem/format").unwrap(), None);
+    assert_eq!(db.get(b"version").unwrap(), Some(b"7".to_vec()));
+}
+
+#[test]
+fn an_empty_database_without_metadata_is_adopted() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    {
+        let mut opts = rocksdb::Options::default();
+        opts.create_if_missing(true);
+        rocksdb::DB::open(&opts, dir.path()).unwrap();
+    }
+    let (_engine, ns) = open(&dir, &clock, small());
+    acquire(&ns, b"k").complete().unwrap();
+    duplicate(&ns, b"k");
+    assert_eq!(raw_db_get_format(&dir), Some(FORMAT.to_le_bytes().to_vec()));
+}
+
+fn raw_db_get_format(dir: &TempDir) -> Option<Vec<u8>> {
+    let db = rocksdb::DB::open_cf_for_read_only(
+        &rocksdb::Options::default(),
+        dir.path(),
+        column_families(dir),
+        false,
+    )
+    .unwrap();
+    db.get(b"idem/format").unwrap()
+}
+
 // 6. A corrupt record.
 
 #[test]
@@ -438,11 +492,13 @@ fn a_corrupt_record_is_reported_and_other_keys_still_work() {
         // Reported again, not cached or papered over; the key is not claimed.
         let err = ns.claim(b"bad").unwrap_err();
         assert!(corrupt(&err), "{err:?}");
-        assert_eq!(ns.check(b"bad").unwrap(), None);
+        // A read-only check reports it too.
+        let err = ns.check(b"bad").unwrap_err();
+        assert!(corrupt(&err), "{err:?}");
         let s = engine.stats();
         assert_eq!(s.resident_keys, 0);
         assert_eq!(s.acquired, 0);
-        assert_eq!(s.store_errors, 2);
+        assert_eq!(s.store_errors, 3);
         // Other keys are served.
         assert_eq!(duplicate(&ns, b"good").result(), Some(&b"ok"[..]));
         acquire(&ns, b"new").complete().unwrap();
@@ -501,7 +557,10 @@ fn failing_writes_fail_closed_by_default() {
         assert!(is_store_error(&err), "{err:?}");
         let s = engine.stats();
         assert_eq!(s.fail_open_decisions, 0);
-        assert!(s.store_errors >= 3, "{s:?}");
+        // One per refused operation: two claims and a completion. A refused claim
+        // wrote no marker, so it has none to delete.
+        assert_eq!(s.store_errors, 3, "{s:?}");
+        assert_eq!(s.durable_writes, before.durable_writes + 3, "{s:?}");
         assert_eq!(s.completions, before.completions);
 
         engine.debug_fail_store_writes(false);
@@ -837,6 +896,70 @@ fn a_claim_marker_left_behind_is_an_orphan_at_the_next_open() {
     let (engine, ns) = seeded(&clock);
     assert!(engine.orphans().is_empty(), "{:?}", engine.orphans());
     duplicate(&ns, b"ord-7");
+}
+
+#[test]
+fn orphans_beyond_a_shrunken_max_keys_are_reported_as_not_held() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    {
+        let (engine, ns) = open(&dir, &clock, small());
+        let guards: Vec<_> = (0..4)
+            .map(|i| acquire(&ns, format!("k{i}").as_bytes()))
+            .collect();
+        engine.debug_fail_store_writes(true);
+        drop(guards); // released, but the markers stay on disk
+        engine.debug_fail_store_writes(false);
+    }
+    let (engine, ns) = open(&dir, &clock, small().max_keys(2).shards(1));
+    let orphans = engine.orphans();
+    assert_eq!(orphans.len(), 4, "{orphans:?}");
+    let held: Vec<_> = orphans.iter().filter(|o| o.held).collect();
+    assert_eq!(held.len(), 2, "{orphans:?}");
+    assert_eq!(engine.stats().resident_keys, 2);
+    // The held ones read as in progress, the others as unknown.
+    let states: Vec<_> = (0..4)
+        .map(|i| ns.check(format!("k{i}").as_bytes()).unwrap())
+        .collect();
+    let in_progress = states
+        .iter()
+        .filter(|s| matches!(s, Some(KeyState::InProgress { .. })))
+        .count();
+    assert_eq!(in_progress, 2, "{states:?}");
+    assert_eq!(states.iter().filter(|s| s.is_none()).count(), 2);
+}
+
+#[test]
+fn check_finds_a_key_done_in_the_durable_tier_only() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    {
+        let (engine, ns) = open(&dir, &clock, small());
+        acquire(&ns, b"k").complete_with_result(b"r").unwrap();
+        // Past the hot TTL (60 s), within retention (7 x TTL).
+        clock.advance(secs(120));
+        let reads_before = engine.stats().durable_reads;
+        match ns.check(b"k").unwrap() {
+            Some(KeyState::Done {
+                completed_at_ms,
+                result,
+                ..
+            }) => {
+                assert_eq!(completed_at_ms, T0);
+                assert_eq!(result.as_deref(), Some(&b"r"[..]));
+            }
+            other => panic!("expected Done, got {other:?}"),
+        }
+        assert_eq!(engine.stats().durable_reads, reads_before + 1);
+    }
+    let (_engine, ns) = open(&dir, &clock, small());
+    assert!(matches!(
+        ns.check(b"k").unwrap(),
+        Some(KeyState::Done { .. })
+    ));
+    assert_eq!(ns.check(b"other").unwrap(), None);
+    clock.advance(secs(7 * 60));
+    assert_eq!(ns.check(b"k").unwrap(), None);
 }
 
 #[test]

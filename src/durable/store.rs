@@ -97,6 +97,29 @@ impl Store {
             }
         }
 
+        // A database with only the default column family and without our metadata is
+        // adopted only if it holds nothing at all (one created by an open that crashed
+        // before writing the metadata). Anything else is someone else's: it is looked
+        // at read-only and refused before the open below could add column families.
+        let mut adopt_empty = false;
+        if !report.created && existing.iter().all(|c| c == "default") {
+            let foreign = || Error::IncompatibleFormat {
+                path: path.to_path_buf(),
+                found: None,
+                supported: FORMAT_VERSION,
+            };
+            let db = DB::open_for_read_only(&Options::default(), path, false)
+                .map_err(|e| store_err("open", e))?;
+            let has_format = db
+                .get(FORMAT_KEY)
+                .map_err(|e| store_err("open", e))?
+                .is_some();
+            adopt_empty = db.iterator(rocksdb::IteratorMode::Start).next().is_none();
+            if !has_format && !adopt_empty {
+                return Err(foreign());
+            }
+        }
+
         let mut wanted: BTreeSet<String> = BTreeSet::new();
         for (name, _) in namespaces {
             wanted.insert(done_cf(name));
@@ -137,7 +160,9 @@ impl Store {
 
         let db = DB::open_cf_descriptors(&db_opts, path, descriptors).map_err(|e| {
             let msg = e.into_string();
-            if msg.contains("lock") || msg.contains("Resource temporarily unavailable") {
+            // RocksDB names its LOCK file when another handle (in this process or
+            // another) holds the directory.
+            if msg.contains("/LOCK:") {
                 Error::AlreadyOpen {
                     path: path.to_path_buf(),
                 }
@@ -149,7 +174,7 @@ impl Store {
         let format = db.get(FORMAT_KEY).map_err(|e| store_err("open", e))?;
         let stored_seed = db.get(SEED_KEY).map_err(|e| store_err("open", e))?;
         let seed = match (format, stored_seed) {
-            (None, None) if report.created || existing.len() <= 1 => {
+            (None, None) if report.created || adopt_empty => {
                 let mut batch = WriteBatch::default();
                 batch.put(FORMAT_KEY, FORMAT_VERSION.to_le_bytes());
                 batch.put(SEED_KEY, seed.to_le_bytes());

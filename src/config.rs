@@ -37,6 +37,10 @@ pub struct NamespaceConfig {
     pub(crate) retention: Option<Duration>,
     pub(crate) sync: SyncPolicy,
     pub(crate) on_store_error: FailurePolicy,
+    pub(crate) expected_keys: Option<usize>,
+    /// The target false-positive rate, as `f64::to_bits` (so the type stays `Eq`).
+    pub(crate) prefilter_fpr_bits: u64,
+    pub(crate) prefilter: bool,
 }
 
 /// When a completion reaches the disk, with a durable tier.
@@ -78,6 +82,8 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 pub const DEFAULT_MAX_KEYS: usize = 1 << 20;
 /// Default longest key, in bytes.
 pub const DEFAULT_MAX_KEY_LEN: usize = 4096;
+/// Default target false-positive rate of the prefilter.
+pub const DEFAULT_PREFILTER_FPR: f64 = 0.01;
 /// Default largest stored result, in bytes.
 pub const DEFAULT_MAX_RESULT_LEN: usize = 64 * 1024;
 /// The largest `max_keys` a namespace accepts (slab indices are 31-bit).
@@ -103,7 +109,53 @@ impl NamespaceConfig {
             retention: None,
             sync: SyncPolicy::Always,
             on_store_error: FailurePolicy::FailClosed,
+            expected_keys: None,
+            prefilter_fpr_bits: DEFAULT_PREFILTER_FPR.to_bits(),
+            prefilter: true,
         }
+    }
+
+    /// With a durable tier: the worst-case number of keys within retention (peak
+    /// rate x retention), which sizes the prefilter. Default: `max_keys` x
+    /// retention / TTL (rounded up), what a namespace full at every moment would
+    /// complete within retention. More keys than this make the prefilter grow.
+    pub fn expected_keys(mut self, keys: usize) -> Self {
+        self.expected_keys = Some(keys);
+        self
+    }
+
+    /// With a durable tier: the prefilter's target false-positive rate, the share of
+    /// new keys that still cost a durable read (default 0.01; between 0 and 0.5).
+    pub fn prefilter_fpr(mut self, fpr: f64) -> Self {
+        self.prefilter_fpr_bits = fpr.to_bits();
+        self
+    }
+
+    /// With a durable tier: whether the namespace keeps a prefilter (default true).
+    /// Without one, every claim the hot tier cannot answer reads the durable tier.
+    /// Memory-only namespaces never have one: their hot tier knows every key.
+    pub fn prefilter(mut self, enabled: bool) -> Self {
+        self.prefilter = enabled;
+        self
+    }
+
+    /// The prefilter's sizing: the configured `expected_keys` or its default.
+    pub fn get_expected_keys(&self) -> usize {
+        self.expected_keys.unwrap_or_else(|| {
+            let ttl = self.ttl.as_millis().max(1);
+            let periods = self.get_retention().as_millis().div_ceil(ttl);
+            (self.max_keys as u128 * periods).min(usize::MAX as u128) as usize
+        })
+    }
+
+    /// The prefilter's target false-positive rate.
+    pub fn get_prefilter_fpr(&self) -> f64 {
+        f64::from_bits(self.prefilter_fpr_bits)
+    }
+
+    /// Whether a durable namespace keeps a prefilter.
+    pub fn get_prefilter(&self) -> bool {
+        self.prefilter
     }
 
     /// How long a completed key answers `Duplicate`, counted from its completion.
@@ -244,6 +296,13 @@ impl NamespaceConfig {
         }
         if name.contains(':') {
             return bad("namespace names may not contain ':'");
+        }
+        let fpr = self.get_prefilter_fpr();
+        if !(fpr > 0.0 && fpr <= 0.5) {
+            return bad("prefilter_fpr must be above 0 and at most 0.5");
+        }
+        if self.expected_keys == Some(0) {
+            return bad("expected_keys must be at least 1");
         }
         if let Some(s) = self.shards {
             if s == 0 || s > 4096 {

@@ -94,4 +94,8 @@ impl DurableNs {
     pub(crate) fn has_state_family(&self, _f: &str) -> bool {
         match *self {}
     }
+
+    pub(crate) fn maintain(&self, _now_ms: u64) {
+        match *self {}
+    }
 }

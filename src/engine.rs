@@ -126,7 +126,12 @@ impl Shared {
         let now_ms = self.clock.now_ms();
         self.namespaces
             .values()
-            .map(|ns| ns.expire_all(ns.params.now(now_ms)))
+            .map(|ns| {
+                if let Some(d) = &ns.durable {
+                    d.maintain(now_ms);
+                }
+                ns.expire_all(ns.params.now(now_ms))
+            })
             .sum()
     }
 }
@@ -193,9 +198,16 @@ impl Engine {
         let mut namespaces = HashMap::new();
         for (name, cfg) in b.namespaces {
             #[cfg(feature = "durable")]
-            let durable = store
-                .as_ref()
-                .map(|s| DurableNs::new(s.clone(), &name, cfg.sync, cfg.on_store_error));
+            let durable = store.as_ref().map(|s| {
+                let prefilter = cfg.get_prefilter().then(|| {
+                    crate::prefilter::Prefilter::new(
+                        cfg.get_expected_keys(),
+                        cfg.get_retention().as_millis() as u64,
+                        cfg.get_prefilter_fpr(),
+                    )
+                });
+                DurableNs::new(s.clone(), &name, cfg.sync, cfg.on_store_error, prefilter)
+            });
             #[cfg(not(feature = "durable"))]
             let durable: Option<DurableNs> = None;
             let ns = NsInner::new(
@@ -215,8 +227,13 @@ impl Engine {
         if let Some(store) = &store {
             let mut names: Vec<&String> = namespaces.keys().collect();
             names.sort();
+            let now_ms = b.clock.now_ms();
             for name in names {
-                orphans.extend(namespaces[name].load_orphans(store)?);
+                let ns = &namespaces[name];
+                if let Some(d) = &ns.durable {
+                    d.rebuild_prefilter(now_ms)?;
+                }
+                orphans.extend(ns.load_orphans(store)?);
             }
         }
         let shared = Arc::new(Shared {

@@ -52,13 +52,15 @@ mod durable;
 mod engine;
 mod error;
 mod hot;
+mod prefilter;
 mod stats;
 mod sync;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{
     EngineBuilder, FailurePolicy, NamespaceConfig, SyncPolicy, DEFAULT_LEASE, DEFAULT_MAX_KEYS,
-    DEFAULT_MAX_KEY_LEN, DEFAULT_MAX_RESULT_LEN, DEFAULT_TTL, MAX_KEYS_LIMIT,
+    DEFAULT_MAX_KEY_LEN, DEFAULT_MAX_RESULT_LEN, DEFAULT_PREFILTER_FPR, DEFAULT_TTL,
+    MAX_KEYS_LIMIT,
 };
 #[cfg(feature = "durable")]
 pub use durable::inspect::{inspect, InspectedKey, Inspection, NamespaceSummary};
@@ -82,6 +84,12 @@ pub mod __fuzz {
         crate::durable::codec::Record::decode(bytes)
             .ok()
             .map(|r| r.encode())
+    }
+
+    /// Runs a prefilter against a model of the durable tier (see
+    /// `prefilter::model_check`); panics on a key declared new while stored.
+    pub fn prefilter_model(data: &[u8]) {
+        crate::prefilter::model_check(data);
     }
 }
 

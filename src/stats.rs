@@ -48,6 +48,28 @@ pub struct Stats {
     /// Claims and completions decided from the hot tier alone because the store
     /// failed and the namespace fails open.
     pub fail_open_decisions: u64,
+    /// Claims the prefilter answered alone: it knew the key was new, so the durable
+    /// tier was not read.
+    pub prefilter_negatives: u64,
+    /// Durable reads the prefilter let through (the key may have had a record).
+    pub prefilter_passes: u64,
+    /// Reads let through that found no live record: the prefilter's false
+    /// positives (see [`Stats::prefilter_false_positive_rate`]).
+    pub prefilter_false_positives: u64,
+    /// Bytes of the prefilter's live Bloom filters.
+    pub prefilter_bytes: u64,
+    /// Live prefilter generations.
+    pub prefilter_generations: u64,
+    /// Live prefilter filters (a generation that received more keys than planned
+    /// holds more than one).
+    pub prefilter_filters: u64,
+    /// Keys held by the live filters.
+    pub prefilter_keys: u64,
+    /// Times a generation grew a further filter because more keys arrived than
+    /// `expected_keys` planned for.
+    pub prefilter_grown: u64,
+    /// Generations dropped because every record in them was past retention.
+    pub prefilter_generations_dropped: u64,
 }
 
 impl Stats {
@@ -83,6 +105,40 @@ impl Stats {
         self.durable_writes += o.durable_writes;
         self.store_errors += o.store_errors;
         self.fail_open_decisions += o.fail_open_decisions;
+        self.prefilter_negatives += o.prefilter_negatives;
+        self.prefilter_passes += o.prefilter_passes;
+        self.prefilter_false_positives += o.prefilter_false_positives;
+        self.prefilter_bytes += o.prefilter_bytes;
+        self.prefilter_generations += o.prefilter_generations;
+        self.prefilter_filters += o.prefilter_filters;
+        self.prefilter_keys += o.prefilter_keys;
+        self.prefilter_grown += o.prefilter_grown;
+        self.prefilter_generations_dropped += o.prefilter_generations_dropped;
+    }
+
+    #[cfg_attr(not(feature = "durable"), allow(dead_code))]
+    pub(crate) fn add_prefilter(&mut self, p: &crate::prefilter::PrefilterStats) {
+        self.prefilter_negatives += p.negatives;
+        self.prefilter_passes += p.passes;
+        self.prefilter_false_positives += p.false_positives;
+        self.prefilter_bytes += p.bytes;
+        self.prefilter_generations += p.generations;
+        self.prefilter_filters += p.segments;
+        self.prefilter_keys += p.items;
+        self.prefilter_grown += p.grown;
+        self.prefilter_generations_dropped += p.dropped;
+    }
+
+    /// The prefilter's observed false-positive rate: of the look-ups of keys that
+    /// had no live durable record, the share it let through to the durable tier
+    /// anyway. 0 when it has answered nothing yet.
+    pub fn prefilter_false_positive_rate(&self) -> f64 {
+        let absent = self.prefilter_negatives + self.prefilter_false_positives;
+        if absent == 0 {
+            0.0
+        } else {
+            self.prefilter_false_positives as f64 / absent as f64
+        }
     }
 
     /// Hot-tier heap bytes per resident key (0 when empty): the figure to hold against

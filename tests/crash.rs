@@ -4,28 +4,15 @@
 
 #![cfg(all(feature = "durable", not(idem_loom)))]
 
+mod util;
+
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use idem::{Claim, Clock, Engine, NamespaceConfig};
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("idem-crash-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use util::TempDir;
 
 fn key(id: u64) -> Vec<u8> {
     format!("ord-{id:016x}").into_bytes()
@@ -75,9 +62,9 @@ fn reopen(dir: &Path) -> Engine {
 }
 
 fn acknowledged_completions_survive(sync: &str) {
-    let dir = TempDir::new(sync.replace(':', "-").as_str());
-    let acked = run_and_kill(&dir.0, sync, 3000);
-    let engine = reopen(&dir.0);
+    let dir = TempDir::new();
+    let acked = run_and_kill(dir.path(), sync, 3000);
+    let engine = reopen(dir.path());
     let orders = engine.namespace("orders").unwrap();
     assert!(
         engine.orphans().len() <= 4,
@@ -96,6 +83,17 @@ fn acknowledged_completions_survive(sync: &str) {
             "the ledger entry of {id} was committed with its completion ({sync})"
         );
     }
+    // The prefilter was rebuilt from what survived: it let every acknowledged key
+    // through (none was declared new above) and answers keys never sent alone.
+    let s = engine.stats();
+    assert!(s.prefilter_keys >= acked.len() as u64, "{s:?}");
+    assert!(s.prefilter_passes >= acked.len() as u64, "{s:?}");
+    let before = s.prefilter_negatives;
+    for id in 1_000_000..1_001_000u64 {
+        assert!(orders.claim(&key(id)).unwrap().is_acquired());
+    }
+    let s = engine.stats();
+    assert!(s.prefilter_negatives - before >= 950, "{s:?}");
 }
 
 #[test]
@@ -115,8 +113,8 @@ fn sigkill_loses_no_acknowledged_completion_sync_never() {
 
 #[test]
 fn orphans_found_at_open_are_held_until_their_lease_runs_out() {
-    let dir = TempDir::new("orphans");
-    run_and_kill(&dir.0, "never", 500);
+    let dir = TempDir::new();
+    run_and_kill(dir.path(), "never", 500);
     let clock = idem::ManualClock::new(
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -126,7 +124,7 @@ fn orphans_found_at_open_are_held_until_their_lease_runs_out() {
     let engine = Engine::builder()
         .namespace("orders", NamespaceConfig::new().max_keys(4_000_000))
         .state_family("ledger")
-        .durable(&dir.0)
+        .durable(dir.path())
         .clock(clock.clone())
         .maintenance_interval(None)
         .build()

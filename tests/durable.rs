@@ -10,10 +10,6 @@
 
 mod util;
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use idem::{
     Claim, ClaimGuard, Done, Engine, EngineBuilder, Error, FailurePolicy, InFlight, KeyError,
     KeyState, ManualClock, Namespace, NamespaceConfig, StateChanges, SyncPolicy,
@@ -23,38 +19,6 @@ use xxhash_rust::xxh3::xxh3_128_with_seed;
 
 /// The format version this build writes.
 const FORMAT: u32 = 1;
-
-/// A fresh, empty directory under the system's temporary directory, removed (with
-/// everything in it) when dropped.
-struct TempDir {
-    path: PathBuf,
-}
-
-impl TempDir {
-    fn new() -> Self {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let path = std::env::temp_dir().join(format!(
-            "idem-durable-test-{}-{}-{nanos}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir(&path).expect("creating a fresh temporary directory");
-        TempDir { path }
-    }
-
-    fn path(&self) -> &Path {
-        &self.path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
-    }
-}
 
 /// A builder for a durable engine in `dir` on `clock`, with no maintenance thread.
 fn builder(dir: &TempDir, clock: &ManualClock) -> EngineBuilder {

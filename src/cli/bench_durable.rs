@@ -1,10 +1,14 @@
 //! `idem bench durable`: W4 (durable completion) and W5 (restart) of the benchmark
 //! workloads, with RocksDB used directly as the peer in the same run.
 //!
-//! `idem bench durable [--quick] [--w4] [--w5] [--keys N]`
+//! `idem bench durable [--quick] [--w3] [--w4] [--w5] [--keys N]`
 //!
 //! It lives in the binary (not under `benches/`) so that it runs on the same release
 //! build as `idem demo`: RocksDB's C++ is compiled once.
+//!
+//! W3: the mixed stream, memory-only beside a durable tier with and without the
+//! prefilter: claim latency percentiles, durable reads per claim, the share of claims
+//! the prefilter answered alone.
 //!
 //! W4: claim + complete of fresh keys per sync policy, 1 and 2 threads, beside RocksDB
 //! get + put (a check-then-write, as a consumer would use it) with the same write
@@ -190,6 +194,150 @@ fn w4(quick: bool) {
     println!();
 }
 
+/// The W3 stream: `messages` claims in which 10% redeliver a key first seen at most
+/// 60 s of stream time earlier, 1% redeliver a key older than the hot TTL, and the
+/// rest are new keys. Stream time spans three TTLs. Returns (key id, stream ms).
+fn w3_stream(messages: u64, ttl_ms: u64) -> Vec<(u64, u64)> {
+    let span_ms = 3 * ttl_ms;
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(messages as usize);
+    // (first seen at, id) of every new key, in order.
+    let mut firsts: Vec<(u64, u64)> = Vec::new();
+    let mut next_id = 0u64;
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut rand = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for m in 0..messages {
+        let at = m * span_ms / messages;
+        let roll = rand() % 100;
+        let pick = |lo_ms: u64, hi_ms: u64, r: u64, firsts: &[(u64, u64)]| {
+            let lo = firsts.partition_point(|&(t, _)| t < lo_ms);
+            let hi = firsts.partition_point(|&(t, _)| t <= hi_ms);
+            (hi > lo).then(|| firsts[lo + (r as usize) % (hi - lo)].1)
+        };
+        let id = match roll {
+            0..=9 => pick(at.saturating_sub(60_000), at, rand(), &firsts),
+            10 if at > ttl_ms => pick(0, at - ttl_ms - 1, rand(), &firsts),
+            _ => None,
+        };
+        let id = id.unwrap_or_else(|| {
+            next_id += 1;
+            firsts.push((at, next_id));
+            next_id
+        });
+        out.push((id, at));
+    }
+    out
+}
+
+struct W3Run {
+    claims_per_s: f64,
+    p50_ns: u64,
+    p99_ns: u64,
+    p999_ns: u64,
+    stats: idem::Stats,
+    missed_old: u64,
+}
+
+/// One W3 run: `durable` None is memory-only; Some(prefilter) has a durable tier
+/// with or without the prefilter.
+fn w3_run(stream: &[(u64, u64)], durable: Option<bool>) -> W3Run {
+    let ttl = Duration::from_secs(3600);
+    let distinct = stream.iter().map(|&(id, _)| id).max().unwrap_or(0) as usize + 1;
+    let clock = idem::ManualClock::new(1_700_000_000_000);
+    let mut cfg = NamespaceConfig::new()
+        .ttl(ttl)
+        .max_keys(distinct + 1024)
+        .sync(SyncPolicy::Never);
+    let dir = Dir::new("w3");
+    let mut b = Engine::builder()
+        .clock(clock.clone())
+        .maintenance_interval(None);
+    if let Some(prefilter) = durable {
+        cfg = cfg.prefilter(prefilter).expected_keys(distinct);
+        b = b.durable(&dir.0);
+    }
+    let engine = b.namespace("w3", cfg).build().unwrap();
+    let ns = engine.namespace("w3").unwrap();
+    let mut lat = Vec::with_capacity(stream.len());
+    let mut seen = std::collections::HashSet::new();
+    let mut missed_old = 0u64;
+    let mut last_at = 0;
+    let started = Instant::now();
+    for &(id, at) in stream {
+        if at != last_at {
+            clock.advance(Duration::from_millis(at - last_at));
+            last_at = at;
+        }
+        let k = key(id);
+        let t = Instant::now();
+        let c = ns.claim(&k).unwrap();
+        lat.push(t.elapsed().as_nanos() as u64);
+        match c {
+            Claim::Acquired(g) => {
+                if !seen.insert(id) {
+                    missed_old += 1;
+                }
+                g.complete().unwrap();
+            }
+            Claim::Duplicate(_) | Claim::InProgress(_) => {}
+        }
+    }
+    let elapsed = started.elapsed();
+    lat.sort_unstable();
+    W3Run {
+        claims_per_s: stream.len() as f64 / elapsed.as_secs_f64(),
+        p50_ns: percentile(&lat, 0.5),
+        p99_ns: percentile(&lat, 0.99),
+        p999_ns: percentile(&lat, 0.999),
+        stats: engine.stats(),
+        missed_old,
+    }
+}
+
+fn w3(n: u64) {
+    let messages = 10 * n;
+    let stream = w3_stream(messages, 3_600_000);
+    println!(
+        "### W3: mixed stream of {messages} claims (N = {n}), TTL 1 h, stream time 3 h
+"
+    );
+    println!("Claims and completions on one thread; claim latency is the claim call alone (for a new key it includes writing the claim marker). Durable runs use SyncPolicy::Never.
+");
+    println!("| tier | claims/s | p50 | p99 | p99.9 | durable reads per claim | claims answered by the prefilter alone | prefilter false-positive rate | prefilter memory | redeliveries past the hot TTL acquired again |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let mem = w3_run(&stream, None);
+    for (name, r) in [
+        ("memory-only", &mem),
+        ("durable + prefilter", &w3_run(&stream, Some(true))),
+        ("durable, no prefilter", &w3_run(&stream, Some(false))),
+    ] {
+        let s = &r.stats;
+        println!(
+            "| {name} | {:.0} | {:.2} us | {:.2} us | {:.2} us | {:.4} | {:.1}% | {:.3}% | {:.1} MB | {} |",
+            r.claims_per_s,
+            r.p50_ns as f64 / 1e3,
+            r.p99_ns as f64 / 1e3,
+            r.p999_ns as f64 / 1e3,
+            s.durable_reads as f64 / messages as f64,
+            100.0 * s.prefilter_negatives as f64 / messages as f64,
+            100.0 * s.prefilter_false_positive_rate(),
+            s.prefilter_bytes as f64 / 1e6,
+            r.missed_old,
+        );
+        if name != "memory-only" {
+            println!(
+                "|  | p99 vs memory-only: {:.2}x |  |  |  |  |  |  |  |  |",
+                r.p99_ns as f64 / mem.p99_ns as f64
+            );
+        }
+    }
+    println!();
+}
+
 fn peak_rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -209,7 +357,8 @@ fn w5_engine(dir: &Path, keys: u64) -> Engine {
             NamespaceConfig::new()
                 .ttl(Duration::from_secs(3600))
                 .sync(SyncPolicy::Never)
-                .max_keys(keys as usize + 1024),
+                .max_keys(keys as usize + 1024)
+                .expected_keys(keys as usize),
         )
         .durable(dir)
         .build()
@@ -253,6 +402,7 @@ fn w5_restart(dir: &Path, keys: u64) {
         "a completed key must be a duplicate after restart"
     );
     let rss_ready = peak_rss_kib();
+    let pf = engine.stats();
     let t = Instant::now();
     let mut dups = 0u64;
     for i in 0..keys {
@@ -261,13 +411,25 @@ fn w5_restart(dir: &Path, keys: u64) {
         }
     }
     let w2 = t.elapsed();
+    // New keys after the restart: how many the rebuilt prefilter answers alone.
+    let before = engine.stats();
+    let fresh = (keys / 10).max(1);
+    for i in 0..fresh {
+        drop(ns.claim(&key(keys + i)).unwrap());
+    }
+    let after = engine.stats();
     println!(
-        "RESULT {} {} {} {} {}",
+        "RESULT {} {} {} {} {} {} {} {} {} {}",
         ready.as_micros(),
         rss_ready,
         dups,
         w2.as_millis(),
-        peak_rss_kib()
+        peak_rss_kib(),
+        pf.prefilter_keys,
+        pf.prefilter_bytes,
+        pf.prefilter_filters,
+        after.durable_reads - before.durable_reads,
+        fresh
     );
 }
 
@@ -333,6 +495,18 @@ fn w5(keys: u64) {
         keys as f64 / (f[3] as f64 / 1e3)
     );
     println!("| peak RSS after W2 | {:.1} MB |", f[4] as f64 / 1024.0);
+    println!(
+        "| prefilter rebuilt at open: keys, memory, filters | {}, {:.1} MB, {} |",
+        f[5],
+        f[6] as f64 / 1e6,
+        f[7]
+    );
+    println!(
+        "| new keys after restart: durable reads per claim | {:.4} ({} of {}) |",
+        f[8] as f64 / f[9] as f64,
+        f[8],
+        f[9]
+    );
     println!();
 }
 
@@ -349,8 +523,11 @@ fn run_inner(args: &[String]) {
         return w5_restart(Path::new(&args[pos + 2]), args[pos + 1].parse().unwrap());
     }
     let quick = args.iter().any(|a| a == "--quick");
-    let only_w4 = args.iter().any(|a| a == "--w4");
-    let only_w5 = args.iter().any(|a| a == "--w5");
+    let picked: Vec<&str> = ["--w3", "--w4", "--w5"]
+        .into_iter()
+        .filter(|w| args.iter().any(|a| a == w))
+        .collect();
+    let runs = |w: &str| picked.is_empty() || picked.contains(&w);
     let keys = args
         .iter()
         .position(|a| a == "--keys")
@@ -358,10 +535,17 @@ fn run_inner(args: &[String]) {
         .and_then(|v| v.parse().ok())
         .unwrap_or(if quick { 100_000 } else { 10_000_000 });
     println!("command: idem bench durable {}\n", args.join(" "));
-    if !only_w5 {
+    if runs("--w3") {
+        w3(if quick {
+            20_000
+        } else {
+            keys.min(1_000_000) / 10
+        });
+    }
+    if runs("--w4") {
         w4(quick);
     }
-    if !only_w4 {
+    if runs("--w5") {
         w5(keys);
     }
 }

@@ -111,6 +111,25 @@ impl Record {
     }
 
     /// Decodes one record, refusing anything malformed.
+    /// The state and expiry of an encoded record, from its header alone (for scans
+    /// that need nothing else). The rest of the record is not checked.
+    pub(crate) fn peek_expiry(bytes: &[u8]) -> Result<(RecordState, u64), DecodeError> {
+        if bytes.len() < HEADER {
+            return Err(DecodeError::Truncated);
+        }
+        if bytes[0] != RECORD_VERSION {
+            return Err(DecodeError::Version(bytes[0]));
+        }
+        let state = match bytes[1] {
+            1 => RecordState::InProgress,
+            2 => RecordState::Done,
+            s => return Err(DecodeError::State(s)),
+        };
+        let mut exp = [0u8; 8];
+        exp.copy_from_slice(&bytes[16..24]);
+        Ok((state, u64::from_le_bytes(exp)))
+    }
+
     pub(crate) fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         let mut r = Reader { bytes, pos: 0 };
         let version = r.u8()?;
@@ -207,6 +226,26 @@ mod tests {
             payload: Some(0x0102_0304_0506_0708),
             result: Some(b"receipt".to_vec()),
         }
+    }
+
+    #[test]
+    fn peek_reads_the_header_and_refuses_what_decode_refuses_there() {
+        let rec = sample();
+        let bytes = rec.encode();
+        assert_eq!(
+            Record::peek_expiry(&bytes),
+            Ok((RecordState::Done, rec.expires_ms))
+        );
+        assert_eq!(
+            Record::peek_expiry(&bytes[..23]),
+            Err(DecodeError::Truncated)
+        );
+        let mut v = bytes.clone();
+        v[0] = 9;
+        assert_eq!(Record::peek_expiry(&v), Err(DecodeError::Version(9)));
+        let mut v = bytes;
+        v[1] = 3;
+        assert_eq!(Record::peek_expiry(&v), Err(DecodeError::State(3)));
     }
 
     #[test]

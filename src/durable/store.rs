@@ -8,13 +8,14 @@ use rocksdb::{
     compaction_filter::Decision, ColumnFamilyDescriptor, Options, WriteBatch, WriteOptions, DB,
 };
 
-use super::codec::Record;
+use super::codec::{Record, RecordState};
 use super::live_done;
 use super::{fp_key, StateOp};
 use crate::clock::Clock;
 use crate::config::{FailurePolicy, SyncPolicy};
 use crate::error::{Error, StoreError};
 use crate::hot::{DurableDone, DurableLookup, Fp};
+use crate::prefilter::{bloom_hash, Prefilter};
 
 /// The database format this build writes: stored under [`FORMAT_KEY`].
 use super::FORMAT_VERSION;
@@ -359,6 +360,38 @@ impl Store {
         Ok(out)
     }
 
+    /// Calls `each` with the fingerprint and the header (state, expiry) of every done
+    /// record of a namespace, or the reason its header cannot be read. Used to
+    /// rebuild the prefilter at open; reads bypass the block cache.
+    pub(crate) fn scan_done(
+        &self,
+        ns: &str,
+        mut each: impl FnMut(u128, Result<(super::codec::RecordState, u64), String>),
+    ) -> Result<u64, Error> {
+        let cf = self.cf(&done_cf(ns))?;
+        let mut ro = rocksdb::ReadOptions::default();
+        ro.fill_cache(false);
+        ro.set_readahead_size(4 << 20);
+        let mut it = self.db.raw_iterator_cf_opt(cf, ro);
+        it.seek_to_first();
+        let mut n = 0;
+        while it.valid() {
+            if let (Some(k), Some(v)) = (it.key(), it.value()) {
+                // Keys that are not 16 bytes are not ours; reads never find them.
+                if let Ok(key) = <[u8; 16]>::try_from(k) {
+                    each(
+                        u128::from_be_bytes(key),
+                        Record::peek_expiry(v).map_err(|e| e.to_string()),
+                    );
+                    n += 1;
+                }
+            }
+            it.next();
+        }
+        it.status().map_err(|e| store_err("scan done", e))?;
+        Ok(n)
+    }
+
     /// A consumer state value.
     pub(crate) fn read_state(&self, family: &str, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
         let cf = self
@@ -411,6 +444,8 @@ pub(crate) struct DurableNs {
     pub(crate) writes: AtomicU64,
     pub(crate) errors: AtomicU64,
     pub(crate) fail_open: AtomicU64,
+    /// The Bloom filters in front of the done records, if the namespace has them.
+    pub(crate) prefilter: Option<Prefilter>,
 }
 
 impl DurableNs {
@@ -419,6 +454,7 @@ impl DurableNs {
         name: &str,
         sync: SyncPolicy,
         failure: FailurePolicy,
+        prefilter: Option<Prefilter>,
     ) -> Self {
         DurableNs {
             store,
@@ -429,6 +465,29 @@ impl DurableNs {
             writes: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             fail_open: AtomicU64::new(0),
+            prefilter,
+        }
+    }
+
+    /// Fills the prefilter from the done records on disk (at open, before the
+    /// namespace serves). Records already past retention at `now_ms` are skipped;
+    /// records whose header cannot be read are kept in the filter for good, so their
+    /// keys always reach the store, which reports them. Returns the records seen.
+    pub(crate) fn rebuild_prefilter(&self, now_ms: u64) -> Result<u64, Error> {
+        let Some(p) = &self.prefilter else {
+            return Ok(0);
+        };
+        self.store.scan_done(&self.name, |fp, header| match header {
+            Ok((RecordState::Done, expires_ms)) if expires_ms <= now_ms => {}
+            Ok((_, expires_ms)) => p.insert(bloom_hash(fp), expires_ms),
+            Err(_) => p.insert_pinned(bloom_hash(fp)),
+        })
+    }
+
+    /// Periodic upkeep: drops prefilter generations past retention.
+    pub(crate) fn maintain(&self, now_ms: u64) {
+        if let Some(p) = &self.prefilter {
+            p.expire(now_ms);
         }
     }
 
@@ -453,6 +512,11 @@ impl DurableNs {
 
     /// Asks the durable tier about a key the hot tier does not hold.
     pub(crate) fn lookup(&self, fp: Fp, now_ms: u64, err: &mut Option<Error>) -> DurableLookup {
+        if let Some(p) = &self.prefilter {
+            if !p.may_contain(bloom_hash(fp.to_u128())) {
+                return DurableLookup::Absent;
+            }
+        }
         self.reads.fetch_add(1, Ordering::Relaxed);
         match self.store.get_done(&self.name, fp.to_u128()) {
             Ok(Some(rec)) if live_done(&rec, now_ms) => DurableLookup::Done(DurableDone {
@@ -461,7 +525,12 @@ impl DurableNs {
                 payload: rec.payload,
                 result: rec.result.map(std::sync::Arc::from),
             }),
-            Ok(_) => DurableLookup::Absent,
+            Ok(_) => {
+                if let Some(p) = &self.prefilter {
+                    p.note_false_positive();
+                }
+                DurableLookup::Absent
+            }
             Err(e @ Error::CorruptRecord { .. }) => {
                 // Corruption is never papered over, whatever the failure policy.
                 self.errors.fetch_add(1, Ordering::Relaxed);
@@ -504,6 +573,14 @@ impl DurableNs {
         done: &[(u128, Record)],
         state: &[(String, StateOp)],
     ) -> Result<(), Error> {
+        // Into the prefilter first: from the moment a record can be on disk, the
+        // filter admits its key. (A write that then fails leaves a harmless false
+        // positive.)
+        if let Some(p) = &self.prefilter {
+            for (fp, rec) in done {
+                p.insert(bloom_hash(*fp), rec.expires_ms);
+            }
+        }
         self.writes.fetch_add(1, Ordering::Relaxed);
         let sync = matches!(self.sync, SyncPolicy::Always);
         match self.store.write_completions(&self.name, done, state, sync) {
@@ -535,5 +612,8 @@ impl DurableNs {
         s.durable_writes += self.writes.load(Ordering::Relaxed);
         s.store_errors += self.errors.load(Ordering::Relaxed);
         s.fail_open_decisions += self.fail_open.load(Ordering::Relaxed);
+        if let Some(p) = &self.prefilter {
+            s.add_prefilter(&p.stats());
+        }
     }
 }

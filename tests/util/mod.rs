@@ -1,7 +1,9 @@
 //! Shared helpers for the integration tests.
 #![allow(dead_code)]
 
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use idem::{Engine, ManualClock, Namespace, NamespaceConfig};
 
@@ -40,4 +42,36 @@ pub fn secs(n: u64) -> Duration {
 /// The benchmark key format of WORKLOAD.md.
 pub fn key(i: u64) -> String {
     format!("ord-{i:016x}")
+}
+
+/// A fresh, empty directory under the system's temporary directory, removed (with
+/// everything in it) when dropped.
+pub struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    pub fn new() -> Self {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let path = std::env::temp_dir().join(format!(
+            "idem-test-{}-{}-{nanos}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir(&path).expect("creating a fresh temporary directory");
+        TempDir { path }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
 }

@@ -1,0 +1,440 @@
+//! The prefilter: generational Bloom filters in front of the durable tier.
+//!
+//! Most claims are of new keys. For each of them the hot tier misses and, without a
+//! prefilter, the durable tier is asked (a RocksDB point read). The prefilter holds
+//! the fingerprint of every key that has a done record in the durable tier, so a key
+//! it has never seen is answered "definitely new" without touching RocksDB.
+//!
+//! A Bloom filter cannot delete, so the prefilter is generational. Keys are grouped
+//! by the time their durable record expires: generation `e` holds the keys whose
+//! record expires in `[e * span, (e + 1) * span)`, with `span = retention / SPANS`.
+//! Once the clock passes `(e + 1) * span` every record of the generation is past
+//! retention and the generation is dropped whole. At any time at most `SPANS + 1`
+//! generations are live, so memory stays near `(1 + 1/SPANS)` times that of one
+//! filter for all keys within retention, and the false-positive rate stays near the
+//! target instead of climbing as keys expire.
+//!
+//! A query asks every live generation, so each filter is built for
+//! `fpr / (SPANS + 1)`: the union of the live filters then stays within `fpr`.
+//! A generation is sized for `expected_keys / SPANS` keys (its share of the keys
+//! within retention). When more arrive it grows: a further filter is added to the
+//! generation (counted in [`PrefilterStats::grown`]) rather than letting the
+//! full one's false-positive rate climb.
+//!
+//! Safety: a key is inserted before its done record is written, so there is no
+//! moment at which the durable tier holds a record the prefilter would deny. After a
+//! restart the filter is rebuilt from the durable tier before the engine serves (see
+//! ARCHITECTURE.md for the measurement behind that choice), so a crash cannot leave
+//! a stale filter behind.
+
+// Without the durable tier only the fuzz target and the tests use it.
+#![cfg_attr(not(feature = "durable"), allow(dead_code))]
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use fastbloom::AtomicBloomFilter;
+use parking_lot::RwLock;
+
+/// Generations per retention period.
+pub(crate) const SPANS: u64 = 4;
+
+/// A generation that is never dropped: records whose expiry cannot be read (corrupt
+/// ones) go there, so their keys always reach the durable tier, which reports them.
+const PINNED: u64 = u64::MAX;
+
+/// One Bloom filter of a generation, with its fill.
+struct Segment {
+    bloom: AtomicBloomFilter,
+    items: AtomicUsize,
+    capacity: usize,
+}
+
+impl Segment {
+    fn new(capacity: usize, fpr: f64) -> Self {
+        Segment {
+            bloom: AtomicBloomFilter::with_false_pos(fpr).expected_items(capacity.max(1)),
+            items: AtomicUsize::new(0),
+            capacity,
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        self.bloom.num_bits() / 8
+    }
+}
+
+/// The keys whose records expire within one span.
+struct Generation {
+    epoch: u64,
+    segments: Vec<Segment>,
+}
+
+/// The prefilter of one namespace.
+pub(crate) struct Prefilter {
+    span_ms: u64,
+    per_segment: usize,
+    segment_fpr: f64,
+    /// Live generations, oldest epoch first (the pinned one, if any, last).
+    gens: RwLock<Vec<Generation>>,
+    negatives: AtomicU64,
+    passes: AtomicU64,
+    false_positives: AtomicU64,
+    grown: AtomicU64,
+    dropped: AtomicU64,
+}
+
+impl std::fmt::Debug for Prefilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prefilter")
+            .field("span_ms", &self.span_ms)
+            .field("per_segment", &self.per_segment)
+            .field("segment_fpr", &self.segment_fpr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The prefilter's figures, summed into [`crate::Stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct PrefilterStats {
+    /// Look-ups answered "definitely new" without a durable read.
+    pub(crate) negatives: u64,
+    /// Look-ups let through to the durable tier.
+    pub(crate) passes: u64,
+    /// Look-ups let through that found no live record.
+    pub(crate) false_positives: u64,
+    /// Filters added beyond a generation's planned size.
+    pub(crate) grown: u64,
+    /// Generations dropped because all their records were past retention.
+    pub(crate) dropped: u64,
+    /// Live generations.
+    pub(crate) generations: u64,
+    /// Live filters (a grown generation has more than one).
+    pub(crate) segments: u64,
+    /// Keys inserted into live filters.
+    pub(crate) items: u64,
+    /// Bytes of the live filters' bit vectors.
+    pub(crate) bytes: u64,
+}
+
+/// The Bloom hash of a fingerprint: its upper 64 bits (xxh3-128 output bits are
+/// uniform; the hot tier indexes by the lower ones).
+#[inline]
+pub(crate) fn bloom_hash(fp: u128) -> u64 {
+    (fp >> 64) as u64
+}
+
+impl Prefilter {
+    /// A prefilter for `expected_keys` keys within `retention_ms`, at a target
+    /// false-positive rate of `fpr`.
+    pub(crate) fn new(expected_keys: usize, retention_ms: u64, fpr: f64) -> Self {
+        let span_ms = (retention_ms / SPANS).max(1);
+        let per_segment = expected_keys.div_ceil(SPANS as usize).max(1);
+        Prefilter {
+            span_ms,
+            per_segment,
+            segment_fpr: fpr / (SPANS + 1) as f64,
+            gens: RwLock::new(Vec::new()),
+            negatives: AtomicU64::new(0),
+            passes: AtomicU64::new(0),
+            false_positives: AtomicU64::new(0),
+            grown: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    fn epoch_of(&self, expires_ms: u64) -> u64 {
+        expires_ms / self.span_ms
+    }
+
+    /// Records that the key with Bloom hash `hash` has a done record expiring at
+    /// `expires_ms`. Call it before the record is written.
+    pub(crate) fn insert(&self, hash: u64, expires_ms: u64) {
+        self.insert_epoch(hash, self.epoch_of(expires_ms));
+    }
+
+    /// Records a key whose record is unreadable: it is kept until restart.
+    pub(crate) fn insert_pinned(&self, hash: u64) {
+        self.insert_epoch(hash, PINNED);
+    }
+
+    fn insert_epoch(&self, hash: u64, epoch: u64) {
+        {
+            let gens = self.gens.read();
+            if let Some(g) = gens.iter().find(|g| g.epoch == epoch) {
+                let seg = g.segments.last().expect("a generation has a segment");
+                if seg.items.fetch_add(1, Ordering::Relaxed) < seg.capacity {
+                    seg.bloom.insert_hash(hash);
+                    return;
+                }
+                // Full: undo the count and grow below.
+                seg.items.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        let mut gens = self.gens.write();
+        let pos = match gens.iter().position(|g| g.epoch == epoch) {
+            Some(p) => p,
+            None => {
+                let at = gens.partition_point(|g| g.epoch < epoch);
+                gens.insert(
+                    at,
+                    Generation {
+                        epoch,
+                        segments: vec![Segment::new(self.per_segment, self.segment_fpr)],
+                    },
+                );
+                at
+            }
+        };
+        let g = &mut gens[pos];
+        let last = g.segments.last().expect("a generation has a segment");
+        if last.items.load(Ordering::Relaxed) >= last.capacity {
+            g.segments
+                .push(Segment::new(self.per_segment, self.segment_fpr));
+            self.grown.fetch_add(1, Ordering::Relaxed);
+        }
+        let seg = g.segments.last().expect("a generation has a segment");
+        seg.items.fetch_add(1, Ordering::Relaxed);
+        seg.bloom.insert_hash(hash);
+    }
+
+    /// Whether the durable tier may hold a record for the key with Bloom hash
+    /// `hash`. False means definitely not (counted as a negative).
+    #[inline]
+    pub(crate) fn may_contain(&self, hash: u64) -> bool {
+        let gens = self.gens.read();
+        let hit = gens
+            .iter()
+            .any(|g| g.segments.iter().any(|s| s.bloom.contains_hash(hash)));
+        drop(gens);
+        if hit {
+            self.passes.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.negatives.fetch_add(1, Ordering::Relaxed);
+        }
+        hit
+    }
+
+    /// Counts a look-up that was let through and found nothing live.
+    pub(crate) fn note_false_positive(&self) {
+        self.false_positives.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Drops the generations whose records are all past retention at `now_ms`.
+    /// Returns how many were dropped.
+    pub(crate) fn expire(&self, now_ms: u64) -> usize {
+        let live_from = self.epoch_of(now_ms);
+        {
+            let gens = self.gens.read();
+            if !matches!(gens.first(), Some(g) if g.epoch < live_from) {
+                return 0;
+            }
+        }
+        let mut gens = self.gens.write();
+        let before = gens.len();
+        gens.retain(|g| g.epoch >= live_from);
+        let n = before - gens.len();
+        self.dropped.fetch_add(n as u64, Ordering::Relaxed);
+        n
+    }
+
+    pub(crate) fn stats(&self) -> PrefilterStats {
+        let gens = self.gens.read();
+        let mut s = PrefilterStats {
+            negatives: self.negatives.load(Ordering::Relaxed),
+            passes: self.passes.load(Ordering::Relaxed),
+            false_positives: self.false_positives.load(Ordering::Relaxed),
+            grown: self.grown.load(Ordering::Relaxed),
+            dropped: self.dropped.load(Ordering::Relaxed),
+            generations: gens.len() as u64,
+            ..PrefilterStats::default()
+        };
+        for g in gens.iter() {
+            for seg in &g.segments {
+                s.segments += 1;
+                s.items += seg.items.load(Ordering::Relaxed).min(seg.capacity) as u64;
+                s.bytes += seg.bytes() as u64;
+            }
+        }
+        s
+    }
+}
+
+/// Runs the operations encoded in `data` against a prefilter and a model of what
+/// the durable tier holds (key -> record expiry), with restarts that rebuild the
+/// filter from the model store as the engine does at open. Panics if a key the
+/// model holds within retention is ever declared new.
+#[cfg(any(test, fuzzing))]
+pub(crate) fn model_check(data: &[u8]) {
+    use std::collections::HashMap;
+
+    let mut bytes = data.iter().copied();
+    let mut next = || bytes.next();
+    let (Some(a), Some(b)) = (next(), next()) else {
+        return;
+    };
+    let retention = 1 + u64::from(a) * 97;
+    let expected = 1 + usize::from(b % 64);
+    let new_filter = || Prefilter::new(expected, retention, 0.01);
+    let hash = |k: u8| xxhash_rust::xxh3::xxh3_64(&[k]);
+    let mut filter = new_filter();
+    let mut store: HashMap<u8, u64> = HashMap::new();
+    let mut now: u64 = 1_000_000;
+    while let (Some(op), Some(arg)) = (next(), next()) {
+        match op % 6 {
+            // A completion: into the filter, then the record is written.
+            0 | 1 => {
+                let expires = now + retention;
+                filter.insert(hash(arg % 64), expires);
+                store.insert(arg % 64, expires);
+            }
+            2 => now += u64::from(arg) * u64::from(arg),
+            3 => {
+                filter.expire(now);
+            }
+            // A restart or a crash: only the store survives; the filter is rebuilt.
+            4 => {
+                store.retain(|_, &mut exp| exp > now);
+                filter = new_filter();
+                for (&k, &exp) in &store {
+                    filter.insert(hash(k), exp);
+                }
+            }
+            // forget: the record goes, the filter keeps the key (a false positive).
+            _ => {
+                store.remove(&(arg % 64));
+            }
+        }
+        for (&k, &exp) in &store {
+            if exp > now {
+                assert!(
+                    filter.may_contain(hash(k)),
+                    "key {k} expiring at {exp} declared new at {now}"
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A well-spread hash for test key `i` (as fingerprints are).
+    fn h(i: u64) -> u64 {
+        xxhash_rust::xxh3::xxh3_64(&i.to_le_bytes())
+    }
+
+    #[test]
+    fn an_inserted_key_is_never_denied_until_its_generation_expires() {
+        let p = Prefilter::new(1000, 4_000, 0.01);
+        for i in 0..1000 {
+            p.insert(h(i), 10_000 + i);
+        }
+        assert!((0..1000).all(|i| p.may_contain(h(i))));
+        // Records expire from 10_000 to 10_999; span is 1_000 ms, so the generation
+        // of 10_000..11_000 lives until 11_000.
+        assert_eq!(p.expire(10_999), 0);
+        assert!((0..1000).all(|i| p.may_contain(h(i))));
+        assert_eq!(p.expire(11_000), 1);
+        assert_eq!(p.stats().generations, 0);
+        assert!(!(0..1000).any(|i| p.may_contain(h(i))));
+    }
+
+    #[test]
+    fn generations_follow_expiry_time_and_drop_one_by_one() {
+        let p = Prefilter::new(100, 4_000, 0.01);
+        p.insert(h(1), 500);
+        p.insert(h(2), 1_500);
+        p.insert(h(3), 2_500);
+        assert_eq!(p.stats().generations, 3);
+        assert_eq!(p.expire(1_000), 1);
+        assert!(p.may_contain(h(2)) && p.may_contain(h(3)));
+        assert_eq!(p.expire(2_000), 1);
+        assert!(p.may_contain(h(3)));
+        assert_eq!(p.stats().dropped, 2);
+    }
+
+    #[test]
+    fn a_full_generation_grows_and_keeps_its_false_positive_rate() {
+        let p = Prefilter::new(4_000, 4_000, 0.01);
+        // 1_000 keys per generation planned; put 5_000 into one.
+        for i in 0..5_000 {
+            p.insert(h(i), 100);
+        }
+        let s = p.stats();
+        assert_eq!(s.generations, 1);
+        assert_eq!(s.segments, 5);
+        assert_eq!(s.grown, 4);
+        assert!((0..5_000).all(|i| p.may_contain(h(i))));
+        let probes = 100_000;
+        let fp = (1_000_000..1_000_000 + probes)
+            .filter(|&i| p.may_contain(h(i)))
+            .count();
+        // Five filters at 0.2% each: about 1%.
+        let rate = fp as f64 / probes as f64;
+        assert!(rate < 0.015, "observed false-positive rate {rate}");
+    }
+
+    #[test]
+    fn over_a_long_stream_the_false_positive_rate_stays_near_the_target() {
+        // Keys arrive at the expected rate for ten retention periods; each lives for
+        // the retention. The rate is measured on new keys throughout.
+        let retention = 10_000u64;
+        let expected = 20_000usize;
+        let per_ms = expected as u64 / retention; // 2 keys per ms
+        let p = Prefilter::new(expected, retention, 0.01);
+        let mut next = 0u64;
+        let (mut probes, mut positives) = (0u64, 0u64);
+        for now in 0..10 * retention {
+            p.expire(now);
+            for _ in 0..per_ms {
+                if p.may_contain(h(next)) {
+                    positives += 1;
+                }
+                probes += 1;
+                p.insert(h(next), now + retention);
+                next += 1;
+            }
+        }
+        let rate = positives as f64 / probes as f64;
+        assert!(rate <= 0.02, "observed {rate} against a target of 0.01");
+        let s = p.stats();
+        assert_eq!(s.grown, 0);
+        assert!(s.generations <= SPANS + 1, "{s:?}");
+        // Memory: at most (SPANS + 1) filters of expected / SPANS keys each.
+        let bits_per_key = s.bytes as f64 * 8.0 / expected as f64;
+        assert!(bits_per_key < 17.0, "{bits_per_key} bits per expected key");
+    }
+
+    #[test]
+    fn the_model_check_passes_on_random_operation_sequences() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        for _ in 0..2_000 {
+            let len = rng.gen_range(0..400);
+            let data: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+            model_check(&data);
+        }
+    }
+
+    #[test]
+    fn pinned_keys_are_never_dropped() {
+        let p = Prefilter::new(10, 1_000, 0.01);
+        p.insert_pinned(h(7));
+        assert_eq!(p.expire(u64::MAX - 1), 0);
+        assert!(p.may_contain(h(7)));
+    }
+
+    #[test]
+    fn negatives_passes_and_false_positives_are_counted() {
+        let p = Prefilter::new(10, 1_000, 0.01);
+        p.insert(h(1), 5_000);
+        assert!(p.may_contain(h(1)));
+        assert!(!p.may_contain(h(2)));
+        p.note_false_positive();
+        let s = p.stats();
+        assert_eq!((s.passes, s.negatives, s.false_positives), (1, 1, 1));
+        assert_eq!(s.items, 1);
+        assert!(s.bytes > 0);
+    }
+}

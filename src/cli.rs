@@ -6,6 +6,8 @@ mod bench_durable;
 mod consumer;
 mod demo;
 #[cfg(feature = "durable")]
+mod dlq;
+#[cfg(feature = "durable")]
 mod durable_demo;
 mod histogram;
 #[cfg(feature = "durable")]
@@ -32,6 +34,22 @@ USAGE:
         Shows a durable database: its namespaces with their done, expired and
         in-flight keys, its size on disk, and the state of one key. Read-only; works
         while an engine is serving from the database.
+    idem dlq list DIR --namespace N [--state S]... [--class C] [--id ID]... [--all] [--limit N]
+    idem dlq show DIR --namespace N --id ID
+    idem dlq replay DIR --namespace N --dry-run [selection]
+    idem dlq replay DIR --namespace N --exec CMD [--schema-cmd CMD] [--actor A] [selection]
+    idem dlq archive DIR --namespace N --id ID... --note TEXT [--actor A]
+    idem dlq health DIR --namespace N
+        The dead-letter store of a namespace: a table of its messages, one
+        message with its history, a replay (by default of every quarantined
+        message) through the schema check and the namespace's claim state, with
+        a progress bar, an archive, and its health (depth, oldest age, replay
+        success rate, arrival rate against a baseline). A replay runs CMD with
+        `sh -c`, the payload on stdin and the key in IDEM_KEY: exit 0 applied it,
+        anything else is a failure (stderr is the reason). --schema-cmd gets the
+        payload on stdin: exit 0 and no output is compatible, exit 0 with output
+        replaces the payload, any other exit is incompatible (stderr is the
+        reason). States: quarantined, under-review, replayed, archived.
     idem bench durable [--quick] [--w4] [--w5] [--keys N]
         Measures durable completion per sync policy (W4) beside RocksDB used
         directly, and restart with N completed keys (W5), printing markdown tables.
@@ -55,6 +73,10 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
         "bench" if rest.first().map(String::as_str) == Some("durable") => {
             bench_durable::run(&rest[1..])
         }
+        #[cfg(feature = "durable")]
+        "dlq" => dlq::run(rest),
+        #[cfg(feature = "durable")]
+        "__dlq_replay" => dlq::crash_replay(rest),
         #[cfg(feature = "durable")]
         "__consumer" => consumer::run(consumer::Options::parse(rest)?),
         "help" | "--help" | "-h" => {

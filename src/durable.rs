@@ -11,6 +11,8 @@
 //!   exactly the claims that were in flight (the orphans).
 //! * `state:<family>`: the consumer's own state, written by co-commits in the same
 //!   atomic write as the completion it belongs to.
+//! * `dlq:<namespace>`: the namespace's dead letters (see `store/dlq.rs`); a replayed
+//!   message's record is written in the same atomic write as its key's completion.
 //!
 //! The engine only reaches RocksDB through this module; no RocksDB type leaves it.
 
@@ -25,7 +27,7 @@ pub(crate) mod inspect;
 mod store;
 
 #[cfg(feature = "durable")]
-pub(crate) use store::{DurableNs, Store};
+pub(crate) use store::{dlq_message_key, DurableNs, Store};
 
 use codec::{Record, RecordState};
 
@@ -42,6 +44,9 @@ pub(crate) fn fp_key(fp: u128) -> [u8; 16] {
 pub(crate) enum StateOp {
     Put(Vec<u8>, Vec<u8>),
     Delete(Vec<u8>),
+    /// A dead-letter record of the completing namespace (`dlq:<namespace>`; the family
+    /// name beside it is unused), co-committed by a replay with the key's completion.
+    DeadLetter(Vec<u8>, Vec<u8>),
 }
 
 /// Whether a decoded done record still answers `Duplicate` at `now_ms`.

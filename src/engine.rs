@@ -42,6 +42,8 @@ pub(crate) struct Shared {
     unconfigured: Vec<String>,
     #[cfg(feature = "durable")]
     store: Option<std::sync::Arc<crate::durable::Store>>,
+    /// The namespaces' dead-letter stores, opened on first use.
+    dlqs: crate::dlq::Registry,
 }
 
 /// A claim found in flight when a durable engine opened: it was never completed or
@@ -243,6 +245,7 @@ impl Engine {
             unconfigured,
             #[cfg(feature = "durable")]
             store,
+            dlqs: crate::dlq::Registry::new(),
         });
         #[cfg(not(idem_loom))]
         let maintenance = b.maintenance_interval.map(|every| {
@@ -319,6 +322,21 @@ impl Engine {
                 inner: inner.clone(),
             })
             .ok_or_else(|| Error::UnknownNamespace(name.to_owned()))
+    }
+
+    /// The dead-letter store of namespace `namespace` (see [`Dlq`](crate::Dlq)).
+    /// With a durable tier it is persisted in the same database and survives
+    /// restarts; on a memory-only engine it lives in memory
+    /// ([`Dlq::is_durable`](crate::Dlq::is_durable) says which). Every call returns a
+    /// handle on the same store. [`Error::UnknownNamespace`] for a namespace that is
+    /// not configured; a store failure while loading it is returned.
+    pub fn dlq(&self, namespace: &str) -> Result<crate::dlq::Dlq> {
+        let ns = self.namespace(namespace)?;
+        #[cfg(feature = "durable")]
+        let store = self.shared.store.clone();
+        #[cfg(not(feature = "durable"))]
+        let store = None;
+        self.shared.dlqs.open(ns, self.shared.clock.clone(), store)
     }
 
     /// The names of the configured namespaces, sorted.
@@ -1171,6 +1189,14 @@ impl ClaimGuard {
             }
         }
         self.finish_with(result, &changes.ops)
+    }
+
+    /// Marks the key done and, in the same atomic write, applies the crate's own
+    /// co-committed operations (a replayed dead letter's record). Without a durable
+    /// tier, completes in the hot tier and leaves `ops` to the caller.
+    #[cfg_attr(not(feature = "durable"), allow(dead_code))]
+    pub(crate) fn complete_co_committed(mut self, ops: &[(String, StateOp)]) -> Result<()> {
+        self.finish_with(None, ops)
     }
 
     /// Gives the claim up without completing: the key is claimable again at once.

@@ -128,6 +128,43 @@ pub enum Error {
     UnknownStateFamily(String),
     /// The operation needs the durable tier and the engine is memory-only.
     NotDurable,
+    /// No dead letter has that id in the namespace's dead-letter store.
+    UnknownMessage {
+        /// The namespace.
+        namespace: String,
+        /// The id asked for.
+        id: crate::dlq::MessageId,
+    },
+    /// A dead letter cannot go from its current state to the one asked for (archiving
+    /// a replayed message, replaying an archived one, ...). Nothing changed.
+    InvalidTransition {
+        /// The message.
+        id: crate::dlq::MessageId,
+        /// Its current state.
+        from: crate::dlq::MessageState,
+        /// The state asked for.
+        to: crate::dlq::MessageState,
+    },
+    /// A payload offered to the dead-letter store is larger than it keeps.
+    PayloadTooLarge {
+        /// The payload's length in bytes.
+        len: usize,
+        /// The limit, [`MAX_DEAD_LETTER_PAYLOAD`](crate::MAX_DEAD_LETTER_PAYLOAD).
+        max: usize,
+    },
+    /// A reason, note or actor name given to the dead-letter store was refused (empty,
+    /// not starting with a classification, or too long).
+    InvalidReason(&'static str),
+    /// A stored dead letter could not be decoded. Other messages are still served.
+    CorruptDeadLetter {
+        /// The namespace.
+        namespace: String,
+        /// The message, when the damage is in a message rather than in the store's
+        /// own bookkeeping.
+        id: Option<crate::dlq::MessageId>,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A configuration value is out of range.
     InvalidConfig {
         /// The namespace concerned, or empty for an engine-wide setting.
@@ -193,6 +230,31 @@ impl fmt::Display for Error {
                 write!(f, "no state family named {name:?} was declared")
             }
             Error::NotDurable => f.write_str("the engine has no durable tier"),
+            Error::UnknownMessage { namespace, id } => {
+                write!(f, "no dead letter {id} in namespace {namespace:?}")
+            }
+            Error::InvalidTransition { id, from, to } => {
+                write!(f, "dead letter {id} cannot go from {from} to {to}")
+            }
+            Error::PayloadTooLarge { len, max } => write!(
+                f,
+                "the payload is {len} bytes long, over the dead-letter limit of {max}"
+            ),
+            Error::InvalidReason(why) => write!(f, "invalid dead-letter reason: {why}"),
+            Error::CorruptDeadLetter {
+                namespace,
+                id: Some(id),
+                reason,
+            } => write!(
+                f,
+                "corrupt dead letter {id} in namespace {namespace:?}: {reason}"
+            ),
+            Error::CorruptDeadLetter {
+                namespace, reason, ..
+            } => write!(
+                f,
+                "corrupt dead-letter store of namespace {namespace:?}: {reason}"
+            ),
             Error::InvalidConfig { namespace, reason } if namespace.is_empty() => {
                 write!(f, "invalid engine configuration: {reason}")
             }

@@ -48,6 +48,7 @@
 
 mod clock;
 mod config;
+mod dlq;
 mod durable;
 mod engine;
 mod error;
@@ -61,6 +62,12 @@ pub use config::{
     EngineBuilder, FailurePolicy, NamespaceConfig, SyncPolicy, DEFAULT_LEASE, DEFAULT_MAX_KEYS,
     DEFAULT_MAX_KEY_LEN, DEFAULT_MAX_RESULT_LEN, DEFAULT_PREFILTER_FPR, DEFAULT_TTL,
     MAX_KEYS_LIMIT,
+};
+pub use dlq::{
+    DeadLetter, Dlq, DlqHealth, DlqPolicy, MessageId, MessageState, PolicyReport, ReplayMode,
+    ReplayOutcome, ReplayReport, SchemaCheck, SchemaVerdict, Selection, Transition,
+    ACTOR_AUTO_ARCHIVE, ACTOR_AUTO_REPLAY, DEFAULT_ACTOR, DEFAULT_BASELINE_WINDOW,
+    DEFAULT_RECENT_WINDOW, MAX_ACTOR_LEN, MAX_DEAD_LETTER_PAYLOAD, MAX_REASON_LEN,
 };
 #[cfg(feature = "durable")]
 pub use durable::inspect::{inspect, InspectedKey, Inspection, NamespaceSummary};

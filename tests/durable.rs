@@ -605,6 +605,8 @@ fn an_unconfigured_namespace_keeps_its_data_until_configured_again() {
             "claims:orders",
             "claims:refunds",
             "default",
+            "dlq:orders",
+            "dlq:refunds",
             "done:orders",
             "done:refunds"
         ]

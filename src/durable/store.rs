@@ -17,6 +17,9 @@ use crate::error::{Error, StoreError};
 use crate::hot::{DurableDone, DurableLookup, Fp};
 use crate::prefilter::{bloom_hash, Prefilter};
 
+mod dlq;
+pub(crate) use dlq::message_key as dlq_message_key;
+
 /// The database format this build writes: stored under [`FORMAT_KEY`].
 use super::FORMAT_VERSION;
 const FORMAT_KEY: &[u8] = b"idem/format";
@@ -125,6 +128,7 @@ impl Store {
         for (name, _) in namespaces {
             wanted.insert(done_cf(name));
             wanted.insert(claims_cf(name));
+            wanted.insert(dlq::cf_name(name));
         }
         for f in state_families {
             wanted.insert(state_cf(f));
@@ -320,10 +324,10 @@ impl Store {
             batch.delete_cf(claims_h, fp_key(*fp));
         }
         for (family, op) in state {
-            let h = self.cf(&state_cf(family))?;
             match op {
-                StateOp::Put(k, v) => batch.put_cf(h, k, v),
-                StateOp::Delete(k) => batch.delete_cf(h, k),
+                StateOp::Put(k, v) => batch.put_cf(self.cf(&state_cf(family))?, k, v),
+                StateOp::Delete(k) => batch.delete_cf(self.cf(&state_cf(family))?, k),
+                StateOp::DeadLetter(k, v) => batch.put_cf(self.cf(&dlq::cf_name(ns))?, k, v),
             }
         }
         let mut wo = WriteOptions::default();

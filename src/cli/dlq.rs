@@ -1,0 +1,524 @@
+//! `idem dlq list|show|replay|archive|health <dir> --namespace N`: a durable
+//! database's dead-letter store, and `idem __dlq_replay`, the replaying process of
+//! the crash tests.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use idem::{
+    DeadLetter, Dlq, Engine, MessageId, MessageState, NamespaceConfig, ReplayMode, ReplayReport,
+    SchemaCheck, SchemaVerdict, Selection,
+};
+
+use super::{grouped, number};
+
+/// How many messages one replay call takes: the progress bar moves between calls.
+const CHUNK: usize = 64;
+
+#[derive(Debug, Default)]
+struct Options {
+    dir: Option<PathBuf>,
+    namespace: Option<String>,
+    ids: Vec<MessageId>,
+    states: Vec<MessageState>,
+    class: Option<String>,
+    all: bool,
+    dry_run: bool,
+    exec: Option<String>,
+    schema_cmd: Option<String>,
+    note: Option<String>,
+    actor: Option<String>,
+    limit: Option<usize>,
+}
+
+impl Options {
+    fn parse(cmd: &str, args: &[String]) -> Result<Options, String> {
+        let mut o = Options::default();
+        let mut it = args.iter();
+        let value = |flag: &str, v: Option<&String>| -> Result<String, String> {
+            v.cloned().ok_or_else(|| format!("{flag} needs a value"))
+        };
+        while let Some(a) = it.next() {
+            match a.as_str() {
+                "--namespace" | "-n" => o.namespace = Some(value(a, it.next())?),
+                "--id" => o.ids.push(MessageId::new(number(a, it.next())?)),
+                "--state" => {
+                    let v = value(a, it.next())?;
+                    o.states.push(
+                        MessageState::parse(&v)
+                            .ok_or_else(|| format!("--state: unknown state {v:?}"))?,
+                    );
+                }
+                "--class" => o.class = Some(value(a, it.next())?),
+                "--all" => o.all = true,
+                "--dry-run" => o.dry_run = true,
+                "--exec" => o.exec = Some(value(a, it.next())?),
+                "--schema-cmd" => o.schema_cmd = Some(value(a, it.next())?),
+                "--note" => o.note = Some(value(a, it.next())?),
+                "--actor" => o.actor = Some(value(a, it.next())?),
+                "--limit" => o.limit = Some(number(a, it.next())?),
+                other if other.starts_with('-') => {
+                    return Err(format!("dlq {cmd}: unknown option {other:?}"))
+                }
+                other if o.dir.is_none() => o.dir = Some(other.into()),
+                other => return Err(format!("dlq {cmd}: unexpected argument {other:?}")),
+            }
+        }
+        if o.dir.is_none() {
+            return Err(format!("dlq {cmd}: which directory?"));
+        }
+        if o.namespace.is_none() {
+            return Err(format!("dlq {cmd}: --namespace is required"));
+        }
+        Ok(o)
+    }
+
+    fn selection(&self) -> Selection {
+        let mut s = if self.all {
+            Selection::all()
+        } else {
+            Selection::default()
+        };
+        for st in &self.states {
+            s = s.state(*st);
+        }
+        if let Some(c) = &self.class {
+            s = s.reason_class(c);
+        }
+        if !self.ids.is_empty() {
+            s = s.ids(self.ids.iter().copied());
+        }
+        if let Some(n) = self.limit {
+            s = s.limit(n);
+        }
+        s
+    }
+}
+
+/// Dispatches `idem dlq <command> ...`.
+pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
+    let Some((cmd, rest)) = args.split_first() else {
+        return Err("dlq: list, show, replay, archive or health?".into());
+    };
+    let cmd = cmd.as_str();
+    if !matches!(cmd, "list" | "show" | "replay" | "archive" | "health") {
+        return Err(format!("dlq: unknown command {cmd:?}"));
+    }
+    let o = Options::parse(cmd, rest)?;
+    match cmd {
+        "show" if o.ids.len() != 1 => return Err("dlq show: give one --id".into()),
+        "archive" if o.ids.is_empty() || o.note.is_none() => {
+            return Err("dlq archive: give --id (one or more) and --note".into())
+        }
+        "replay" if !o.dry_run && o.exec.is_none() => {
+            return Err("dlq replay: give --exec CMD (or --dry-run)".into())
+        }
+        _ => {}
+    }
+    let dir = o.dir.clone().unwrap_or_default();
+    let name = o.namespace.clone().unwrap_or_default();
+    let (_engine, dlq) = match open(&dir, &name, o.actor.as_deref()) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("idem dlq: {e}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let outcome = match cmd {
+        "list" => list(&dlq, &o),
+        "show" => show(&dlq, o.ids[0]),
+        "replay" => replay(&dlq, &o),
+        "archive" => archive(&dlq, &o),
+        _ => {
+            health(&dlq);
+            Ok(())
+        }
+    };
+    match outcome {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(e) => {
+            eprintln!("idem dlq {cmd}: {e}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// An engine on an existing database with namespace `name` (default settings).
+fn open(dir: &Path, name: &str, actor: Option<&str>) -> Result<(Engine, Dlq), String> {
+    if !dir.join("CURRENT").is_file() {
+        return Err(format!("no idem database in {}", dir.display()));
+    }
+    let engine = Engine::builder()
+        .namespace(name, NamespaceConfig::new())
+        .maintenance_interval(None)
+        .durable(dir)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let mut dlq = engine.dlq(name).map_err(|e| e.to_string())?;
+    if let Some(a) = actor {
+        dlq = dlq.as_actor(a).map_err(|e| e.to_string())?;
+    }
+    Ok((engine, dlq))
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// 93_000 ms -> "1m33s".
+fn age(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..=86_399 => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+        _ => format!("{}d{:02}h", s / 86_400, (s % 86_400) / 3600),
+    }
+}
+
+fn printable(b: &[u8], max: usize) -> String {
+    let s = String::from_utf8_lossy(b);
+    let s: String = s
+        .chars()
+        .map(|c| if c.is_control() { '.' } else { c })
+        .collect();
+    if s.chars().count() > max {
+        format!(
+            "{}...",
+            s.chars().take(max.saturating_sub(3)).collect::<String>()
+        )
+    } else {
+        s
+    }
+}
+
+fn list(dlq: &Dlq, o: &Options) -> Result<(), String> {
+    let messages = dlq.list(&o.selection()).map_err(|e| e.to_string())?;
+    let now = now_ms();
+    println!(
+        "{:>8}  {:<18} {:>8} {:>9}  {:<40} key",
+        "id", "state", "attempts", "age", "reason class"
+    );
+    for m in &messages {
+        println!(
+            "{:>8}  {:<18} {:>8} {:>9}  {:<40} {}",
+            m.id().to_string(),
+            m.state().as_str(),
+            m.attempts(),
+            age(now.saturating_sub(m.quarantined_at_ms())),
+            printable(m.reason_class().as_bytes(), 40),
+            printable(m.key(), 40)
+        );
+    }
+    println!("{} message(s)", grouped(messages.len() as u64));
+    Ok(())
+}
+
+fn show(dlq: &Dlq, id: MessageId) -> Result<(), String> {
+    let m: DeadLetter = dlq.get(id).map_err(|e| e.to_string())?;
+    println!("message     {}", m.id());
+    println!("namespace   {}", dlq.namespace());
+    println!("state       {}", m.state());
+    if let Some(outcome) = m.replay_outcome() {
+        println!("outcome     {outcome:?}");
+    }
+    println!("key         {}", printable(m.key(), 200));
+    println!(
+        "payload     {} bytes: {}",
+        m.payload().len(),
+        printable(m.payload(), 200)
+    );
+    println!("reason      {}", m.reason());
+    println!("attempts    {}", m.attempts());
+    println!("quarantined {} ms", m.quarantined_at_ms());
+    println!();
+    println!(
+        "{:>15}  {:<18} {:<18} {:<20} reason",
+        "at (ms)", "from", "to", "actor"
+    );
+    for t in m.history() {
+        println!(
+            "{:>15}  {:<18} {:<18} {:<20} {}",
+            t.at_ms,
+            t.from.map_or("-", MessageState::as_str),
+            t.to.as_str(),
+            t.actor,
+            t.reason
+        );
+    }
+    Ok(())
+}
+
+fn archive(dlq: &Dlq, o: &Options) -> Result<(), String> {
+    let note = o.note.as_deref().unwrap_or_default();
+    for id in &o.ids {
+        dlq.archive(*id, note).map_err(|e| e.to_string())?;
+        println!("archived {id}");
+    }
+    Ok(())
+}
+
+fn health(dlq: &Dlq) {
+    let h = dlq.health();
+    println!("{:<28} {}", "depth (waiting)", grouped(h.depth));
+    println!("{:<28} {}", "  quarantined", grouped(h.quarantined));
+    println!("{:<28} {}", "  under review", grouped(h.under_review));
+    println!("{:<28} {}", "replayed", grouped(h.replayed));
+    println!("{:<28} {}", "archived", grouped(h.archived));
+    if h.corrupt > 0 {
+        println!("{:<28} {}", "corrupt", grouped(h.corrupt));
+    }
+    println!(
+        "{:<28} {}",
+        "oldest waiting",
+        h.oldest_age
+            .map_or("-".to_owned(), |a| age(a.as_millis() as u64))
+    );
+    println!(
+        "{:<28} {}",
+        "replay success rate",
+        h.replay_success_rate().map_or("-".to_owned(), |r| format!(
+            "{:.1}% ({} of {})",
+            r * 100.0,
+            h.replay_successes,
+            h.replay_successes + h.replay_failures
+        ))
+    );
+    println!(
+        "{:<28} {:.2}/h ({} in the last {})",
+        "arrivals, recent",
+        h.arrival_rate_recent(),
+        h.arrivals_recent,
+        age(h.recent_window.as_millis() as u64)
+    );
+    println!(
+        "{:<28} {:.2}/h ({} in the {} before)",
+        "arrivals, baseline",
+        h.arrival_rate_baseline(),
+        h.arrivals_baseline,
+        age(h.baseline_window.as_millis() as u64)
+    );
+    if let Some(r) = h.arrival_ratio() {
+        println!("{:<28} {r:.2}x", "recent / baseline");
+    }
+}
+
+/// The schema check of `--schema-cmd`: the command gets the payload on stdin. Exit 0
+/// with nothing on stdout: compatible; exit 0 with output: the output replaces the
+/// payload; any other exit: incompatible, with its stderr as the reason. Without the
+/// option every payload is compatible.
+struct CommandSchema(Option<String>);
+
+impl SchemaCheck for CommandSchema {
+    fn check(&self, payload: &[u8]) -> SchemaVerdict {
+        let Some(cmd) = &self.0 else {
+            return SchemaVerdict::Compatible;
+        };
+        match run_shell(cmd, &[], payload) {
+            Ok((true, out, _)) if out.is_empty() => SchemaVerdict::Compatible,
+            Ok((true, out, _)) => SchemaVerdict::Transform(out),
+            Ok((false, _, err)) => SchemaVerdict::Incompatible(err),
+            Err(e) => SchemaVerdict::Incompatible(format!("schema command failed: {e}")),
+        }
+    }
+}
+
+/// Runs `sh -c cmd` with `input` on stdin: (success, stdout, stderr or exit status).
+fn run_shell(
+    cmd: &str,
+    env: &[(&str, String)],
+    input: &[u8],
+) -> Result<(bool, Vec<u8>, String), String> {
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .envs(env.iter().map(|(k, v)| (*k, v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // A command that does not read its input closes the pipe early: not an error.
+        let _ = stdin.write_all(input);
+    }
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    let err = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+    let err = if err.is_empty() {
+        format!("exec-failed: {}", out.status)
+    } else {
+        err
+    };
+    Ok((out.status.success(), out.stdout, err))
+}
+
+fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
+    let mode = if o.dry_run {
+        ReplayMode::DryRun
+    } else {
+        ReplayMode::Execute
+    };
+    let schema = CommandSchema(o.schema_cmd.clone());
+    // Select once, then replay in chunks so the progress bar can move.
+    let selected: Vec<MessageId> = dlq
+        .list(&o.selection())
+        .map_err(|e| e.to_string())?
+        .iter()
+        .map(DeadLetter::id)
+        .collect();
+    let total = selected.len() as u64;
+    let mut report = ReplayReport::default();
+    let mut bar = Progress::new(total);
+    let exec = o.exec.clone().unwrap_or_default();
+    for chunk in selected.chunks(CHUNK) {
+        let sel = Selection::default().ids(chunk.iter().copied());
+        let r = dlq
+            .replay(
+                &sel,
+                &schema,
+                |key: &[u8], payload: &[u8]| {
+                    let env = [("IDEM_KEY", String::from_utf8_lossy(key).into_owned())];
+                    match run_shell(&exec, &env, payload) {
+                        Ok((true, _, _)) => Ok(()),
+                        Ok((false, _, err)) => Err(err),
+                        Err(e) => Err(format!("exec-failed: {e}")),
+                    }
+                },
+                mode,
+            )
+            .map_err(|e| e.to_string())?;
+        report.replayed.extend(r.replayed);
+        report.already_done.extend(r.already_done);
+        report.archived.extend(r.archived);
+        report.failed.extend(r.failed);
+        report.skipped_in_progress.extend(r.skipped_in_progress);
+        report.transformed.extend(r.transformed);
+        report.notes.extend(r.notes);
+        bar.set(report.total() as u64);
+    }
+    bar.finish();
+    let verb = if o.dry_run { "would be " } else { "" };
+    println!(
+        "{} ({} messages)",
+        if o.dry_run { "dry run" } else { "replay" },
+        grouped(total)
+    );
+    println!("{:<34} {:>8}", "outcome", "messages");
+    for (label, ids) in [
+        (format!("{verb}replayed"), &report.replayed),
+        (
+            format!("{verb}replayed: already done"),
+            &report.already_done,
+        ),
+        (format!("{verb}archived: schema"), &report.archived),
+        ("failed: back in quarantine".to_owned(), &report.failed),
+        (
+            "skipped: key in progress".to_owned(),
+            &report.skipped_in_progress,
+        ),
+    ] {
+        println!("{label:<34} {:>8}", grouped(ids.len() as u64));
+    }
+    if !report.notes.is_empty() {
+        println!();
+        for (id, note) in &report.notes {
+            println!("{:>8}  {note}", id.to_string());
+        }
+    }
+    Ok(())
+}
+
+/// A progress bar on a terminal, a line per quarter elsewhere (both on stderr).
+struct Progress {
+    total: u64,
+    tty: bool,
+    started: Instant,
+    next_quarter: u64,
+}
+
+impl Progress {
+    fn new(total: u64) -> Progress {
+        Progress {
+            total,
+            tty: std::io::stderr().is_terminal(),
+            started: Instant::now(),
+            next_quarter: 1,
+        }
+    }
+
+    fn set(&mut self, done: u64) {
+        let frac = done as f64 / self.total.max(1) as f64;
+        if self.tty {
+            let width = 40;
+            let filled = ((frac * width as f64) as usize).min(width);
+            eprint!(
+                "\r[{}{}] {:5.1}% {}/{} messages  {:.1}s",
+                "#".repeat(filled),
+                ".".repeat(width - filled),
+                frac * 100.0,
+                grouped(done),
+                grouped(self.total),
+                self.started.elapsed().as_secs_f64()
+            );
+            let _ = std::io::stderr().flush();
+        } else {
+            while self.next_quarter <= 4 && frac >= self.next_quarter as f64 / 4.0 {
+                eprintln!("progress: {}% of messages", self.next_quarter * 25);
+                self.next_quarter += 1;
+            }
+        }
+    }
+
+    fn finish(&mut self) {
+        if self.tty && self.total > 0 {
+            eprintln!();
+        }
+    }
+}
+
+/// `idem __dlq_replay --dir DIR`: replays every quarantined message of namespace
+/// `orders` (the consumer's database layout), printing `applied <key>` from the
+/// handler before each completion, then `done`. The crash tests SIGKILL it.
+pub(crate) fn crash_replay(args: &[String]) -> Result<ExitCode, String> {
+    let mut dir = None;
+    let mut lease_ms = 30_000u64;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--dir" => dir = Some(PathBuf::from(it.next().ok_or("--dir needs a value")?)),
+            "--lease-ms" => lease_ms = number(a, it.next())?,
+            other => return Err(format!("__dlq_replay: unknown option {other:?}")),
+        }
+    }
+    let dir = dir.ok_or("__dlq_replay: --dir is required")?;
+    let engine = Engine::builder()
+        .namespace(
+            "orders",
+            NamespaceConfig::new()
+                .ttl(Duration::from_secs(3600))
+                .lease(Duration::from_millis(lease_ms)),
+        )
+        .durable(&dir)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let dlq = engine.dlq("orders").map_err(|e| e.to_string())?;
+    let mut out = std::io::stdout();
+    dlq.replay(
+        &Selection::default(),
+        &|_: &[u8]| SchemaVerdict::Compatible,
+        |key: &[u8], _: &[u8]| {
+            let _ = writeln!(out, "applied {}", String::from_utf8_lossy(key));
+            let _ = out.flush();
+            Ok(())
+        },
+        ReplayMode::Execute,
+    )
+    .map_err(|e| e.to_string())?;
+    println!("done");
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,1465 @@
+//! Dead-letter replay: a quarantine store per namespace whose replay goes through a
+//! schema check and through the same claim state as the live path.
+//!
+//! A message moves through
+//! `Quarantined -> UnderReview -> SchemaCheck -> IdempotencyCheck -> Replayed | Archived`;
+//! a replay whose handler fails goes back to `Quarantined`. Every transition is kept in
+//! the message's history with its time, actor and reason.
+//!
+//! What is stored, and what a crash can leave behind: a message is stored only in a
+//! resting state (`Quarantined`, `UnderReview`, `Replayed`, `Archived`). The steps a
+//! replay takes (`UnderReview`, `SchemaCheck`, `IdempotencyCheck`) are held in memory
+//! while it works on the message and written into the history together with the
+//! outcome, in one write. A replayed message's record is written in the same atomic
+//! write as its key's completion, so a crash leaves every message either replayed with
+//! its key done, or as it was before the replay took it up.
+
+mod codec;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::fmt;
+use std::time::Duration;
+
+use crate::clock::Clock;
+use crate::engine::{Claim, ClaimGuard, KeyState, Namespace};
+use crate::error::{Error, KeyError, Result};
+use crate::sync::{Arc, Mutex};
+use codec::Letter;
+
+/// The largest payload the dead-letter store keeps, in bytes (1 MiB).
+pub const MAX_DEAD_LETTER_PAYLOAD: usize = 1 << 20;
+/// The longest reason or note the dead-letter store keeps, in bytes.
+pub const MAX_REASON_LEN: usize = 4096;
+/// The longest actor name, in bytes.
+pub const MAX_ACTOR_LEN: usize = 256;
+/// The recent window of [`Dlq::health`]: arrivals over the last hour...
+pub const DEFAULT_RECENT_WINDOW: Duration = Duration::from_secs(3600);
+/// ...against the baseline of the 24 hours before it.
+pub const DEFAULT_BASELINE_WINDOW: Duration = Duration::from_secs(24 * 3600);
+
+/// The actor of transitions made by an auto-archive policy.
+pub const ACTOR_AUTO_ARCHIVE: &str = "policy:auto-archive";
+/// The actor of transitions made by an auto-replay policy.
+pub const ACTOR_AUTO_REPLAY: &str = "policy:auto-replay";
+/// The actor a [`Dlq`] handle records unless given another with [`Dlq::as_actor`].
+pub const DEFAULT_ACTOR: &str = "operator";
+
+/// A dead letter's id, unique within its namespace and never reused. Ids grow in
+/// quarantine order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct MessageId(u64);
+
+impl MessageId {
+    /// The id with number `n` (as printed by `Display` and `idem dlq list`).
+    pub fn new(n: u64) -> Self {
+        MessageId(n)
+    }
+
+    /// The id's number.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for MessageId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{}", self.0)
+    }
+}
+
+/// Where a dead letter is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum MessageState {
+    /// Waiting for a replay or an operator.
+    Quarantined,
+    /// Taken up: by an operator ([`Dlq::review`], stored) or by a replay (a step).
+    UnderReview,
+    /// A replay is running the schema check on it.
+    SchemaCheck,
+    /// A replay is claiming its key in the namespace.
+    IdempotencyCheck,
+    /// Done: its key took effect, by this replay or earlier ("already done").
+    Replayed,
+    /// Done: put aside without processing (incompatible schema, retention, operator).
+    Archived,
+}
+
+impl MessageState {
+    /// Every state, in order.
+    pub const ALL: [MessageState; 6] = [
+        MessageState::Quarantined,
+        MessageState::UnderReview,
+        MessageState::SchemaCheck,
+        MessageState::IdempotencyCheck,
+        MessageState::Replayed,
+        MessageState::Archived,
+    ];
+
+    /// `Replayed` and `Archived`: no transition leaves them.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, MessageState::Replayed | MessageState::Archived)
+    }
+
+    /// The state's name, as the CLI prints it: `quarantined`, `under-review`, ...
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MessageState::Quarantined => "quarantined",
+            MessageState::UnderReview => "under-review",
+            MessageState::SchemaCheck => "schema-check",
+            MessageState::IdempotencyCheck => "idempotency-check",
+            MessageState::Replayed => "replayed",
+            MessageState::Archived => "archived",
+        }
+    }
+
+    /// The state named `name` (as [`as_str`](Self::as_str) prints it).
+    pub fn parse(name: &str) -> Option<MessageState> {
+        MessageState::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+
+    /// Whether the state machine has the edge `self -> to`.
+    pub fn can_go_to(self, to: MessageState) -> bool {
+        use MessageState::*;
+        matches!(
+            (self, to),
+            (Quarantined, UnderReview)
+                | (Quarantined, Archived)
+                | (UnderReview, SchemaCheck)
+                | (UnderReview, Archived)
+                | (SchemaCheck, IdempotencyCheck)
+                | (SchemaCheck, Archived)
+                | (IdempotencyCheck, Replayed)
+                | (IdempotencyCheck, Quarantined)
+        )
+    }
+
+    fn code(self) -> u8 {
+        match self {
+            MessageState::Quarantined => 1,
+            MessageState::UnderReview => 2,
+            MessageState::SchemaCheck => 3,
+            MessageState::IdempotencyCheck => 4,
+            MessageState::Replayed => 5,
+            MessageState::Archived => 6,
+        }
+    }
+
+    fn from_code(c: u8) -> Option<MessageState> {
+        MessageState::ALL.into_iter().find(|s| s.code() == c)
+    }
+}
+
+impl fmt::Display for MessageState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One step of a dead letter's history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Transition {
+    /// When (wall-clock ms, from the engine's clock).
+    pub at_ms: u64,
+    /// Who: an operator's name, `policy:auto-archive`, `policy:auto-replay`, ...
+    pub actor: String,
+    /// The state left; `None` for the quarantine itself.
+    pub from: Option<MessageState>,
+    /// The state entered.
+    pub to: MessageState,
+    /// Why.
+    pub reason: String,
+}
+
+/// How a replayed message took effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplayOutcome {
+    /// The replay's handler applied it.
+    Applied,
+    /// Its key was already done in the namespace: it was not processed again.
+    AlreadyDone,
+}
+
+/// A dead letter with its history, as [`Dlq::get`] and [`Dlq::list`] return it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    id: MessageId,
+    state: MessageState,
+    letter: Letter,
+}
+
+impl DeadLetter {
+    /// Its id.
+    pub fn id(&self) -> MessageId {
+        self.id
+    }
+
+    /// Its state now. While a replay in this process works on the message, the step
+    /// it is at; the history gets those steps when the replay writes the outcome.
+    pub fn state(&self) -> MessageState {
+        self.state
+    }
+
+    /// The message's key in the namespace.
+    pub fn key(&self) -> &[u8] {
+        &self.letter.key
+    }
+
+    /// The payload as quarantined (a schema transform is applied at replay, never
+    /// stored).
+    pub fn payload(&self) -> &[u8] {
+        &self.letter.payload
+    }
+
+    /// Why it was (last) quarantined: the quarantine reason, or the error of the last
+    /// replay that failed.
+    pub fn reason(&self) -> &str {
+        &self.letter.reason
+    }
+
+    /// The classification that starts [`reason`](Self::reason): everything before the
+    /// first whitespace (`downstream-unavailable:payments-api`).
+    pub fn reason_class(&self) -> &str {
+        reason_class(&self.letter.reason)
+    }
+
+    /// How many times a replay ran the handler on it.
+    pub fn attempts(&self) -> u32 {
+        self.letter.attempts
+    }
+
+    /// When it was quarantined (wall-clock ms).
+    pub fn quarantined_at_ms(&self) -> u64 {
+        self.letter.quarantined_at_ms
+    }
+
+    /// Every transition, oldest first; the first is the quarantine.
+    pub fn history(&self) -> &[Transition] {
+        &self.letter.history
+    }
+
+    /// For a replayed message, whether the replay applied it or found it done.
+    pub fn replay_outcome(&self) -> Option<ReplayOutcome> {
+        match self.letter.state {
+            MessageState::Replayed if self.letter.already_done => Some(ReplayOutcome::AlreadyDone),
+            MessageState::Replayed => Some(ReplayOutcome::Applied),
+            _ => None,
+        }
+    }
+}
+
+/// The classification of a reason: everything before its first whitespace.
+fn reason_class(reason: &str) -> &str {
+    reason.split(char::is_whitespace).next().unwrap_or("")
+}
+
+/// Whether a message of class `class` falls under the selected class `wanted`: the
+/// same class, or a sub-class of it (`downstream-unavailable` selects
+/// `downstream-unavailable:payments-api`).
+fn class_matches(class: &str, wanted: &str) -> bool {
+    class == wanted
+        || (class.len() > wanted.len()
+            && class.starts_with(wanted)
+            && class[wanted.len()..].starts_with(':'))
+}
+
+/// `s` cut to at most `max` bytes, at a character boundary.
+pub(crate) fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+fn validate_reason(reason: &str) -> Result<()> {
+    if reason.is_empty() || reason.starts_with(char::is_whitespace) {
+        return Err(Error::InvalidReason(
+            "a reason starts with its classification, e.g. \"downstream-unavailable:payments-api\"",
+        ));
+    }
+    if reason.len() > MAX_REASON_LEN {
+        return Err(Error::InvalidReason(
+            "a reason or note is at most 4096 bytes",
+        ));
+    }
+    Ok(())
+}
+
+/// The user-supplied schema check every replay passes: can today's code take this
+/// payload?
+pub trait SchemaCheck {
+    /// The verdict on one payload. It must not have side effects: a dry run calls it
+    /// too.
+    fn check(&self, payload: &[u8]) -> SchemaVerdict;
+}
+
+impl<F: Fn(&[u8]) -> SchemaVerdict> SchemaCheck for F {
+    fn check(&self, payload: &[u8]) -> SchemaVerdict {
+        self(payload)
+    }
+}
+
+/// A schema check's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SchemaVerdict {
+    /// The payload is replayed as it is.
+    Compatible,
+    /// The payload is replayed as these bytes instead (an upgrade of an old schema).
+    /// The stored payload is left unchanged.
+    Transform(Vec<u8>),
+    /// The payload cannot be replayed: the message is archived with this reason.
+    Incompatible(String),
+}
+
+/// Whether a replay acts or only says what it would do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReplayMode {
+    /// Decides and reports, changes nothing: the schema check runs, the key is looked
+    /// up with [`Namespace::check`], never claimed, and the handler is not called.
+    #[default]
+    DryRun,
+    /// Replays.
+    Execute,
+}
+
+/// Which dead letters [`Dlq::list`] and [`Dlq::replay`] take: by state, reason class,
+/// quarantine time window and id. Criteria combine with "and".
+///
+/// `Selection::default()` selects every quarantined message.
+///
+/// ```
+/// use idem::{MessageState, Selection};
+///
+/// let outage = Selection::default()
+///     .reason_class("downstream-unavailable:payments-api")
+///     .quarantined_between(1_700_000_000_000, 1_700_000_900_000);
+/// let everything = Selection::all();
+/// let reviewed = Selection::default().state(MessageState::UnderReview);
+/// # let _ = (outage, everything, reviewed);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Selection {
+    states: Option<BTreeSet<MessageState>>,
+    class: Option<String>,
+    from_ms: Option<u64>,
+    until_ms: Option<u64>,
+    ids: Option<BTreeSet<MessageId>>,
+    limit: Option<usize>,
+}
+
+impl Selection {
+    /// Every message, whatever its state.
+    pub fn all() -> Self {
+        Selection {
+            states: Some(MessageState::ALL.into_iter().collect()),
+            ..Selection::default()
+        }
+    }
+
+    /// Adds `state` to the states selected. The first call replaces the default
+    /// (quarantined only): `Selection::default().state(UnderReview)` selects the
+    /// messages under review only.
+    pub fn state(mut self, state: MessageState) -> Self {
+        self.states.get_or_insert_with(BTreeSet::new).insert(state);
+        self
+    }
+
+    /// Messages whose reason class is `class` or a sub-class of it (`class` followed
+    /// by `:`).
+    pub fn reason_class(mut self, class: &str) -> Self {
+        self.class = Some(class.to_owned());
+        self
+    }
+
+    /// Messages quarantined at or after `from_ms` and before `until_ms` (wall-clock).
+    pub fn quarantined_between(mut self, from_ms: u64, until_ms: u64) -> Self {
+        self.from_ms = Some(from_ms);
+        self.until_ms = Some(until_ms);
+        self
+    }
+
+    /// These messages only. Unless [`state`](Self::state) is also given, their state
+    /// does not matter for the selection (replay refuses those already replayed or
+    /// archived with [`Error::InvalidTransition`]); an unknown id is
+    /// [`Error::UnknownMessage`].
+    pub fn ids(mut self, ids: impl IntoIterator<Item = MessageId>) -> Self {
+        self.ids.get_or_insert_with(BTreeSet::new).extend(ids);
+        self
+    }
+
+    /// At most `n` messages (the oldest first).
+    pub fn limit(mut self, n: usize) -> Self {
+        self.limit = Some(n);
+        self
+    }
+
+    fn state_matches(&self, state: MessageState) -> bool {
+        match &self.states {
+            Some(s) => s.contains(&state),
+            None => self.ids.is_some() || state == MessageState::Quarantined,
+        }
+    }
+
+    fn time_matches(&self, at_ms: u64) -> bool {
+        self.from_ms.map_or(true, |f| at_ms >= f) && self.until_ms.map_or(true, |u| at_ms < u)
+    }
+
+    fn id_matches(&self, id: MessageId) -> bool {
+        self.ids.as_ref().map_or(true, |ids| ids.contains(&id))
+    }
+}
+
+/// What a replay did, or in a dry run would do, with each selected message. A message
+/// is in exactly one of `replayed`, `already_done`, `archived`, `failed` and
+/// `skipped_in_progress`; each list is in id order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReplayReport {
+    /// The mode the report comes from.
+    pub mode: ReplayMode,
+    /// Handled by the handler and completed (dry run: would be handed to it).
+    pub replayed: Vec<MessageId>,
+    /// Their key was already done: recorded as replayed, not processed again.
+    pub already_done: Vec<MessageId>,
+    /// Archived by the schema check.
+    pub archived: Vec<MessageId>,
+    /// The handler failed (or the claim was lost before completing): back in
+    /// quarantine with one more attempt. Always empty in a dry run.
+    pub failed: Vec<MessageId>,
+    /// Their key is held by a live claim elsewhere (or another replay works on the
+    /// message): left as they were.
+    pub skipped_in_progress: Vec<MessageId>,
+    /// The messages among `replayed` and `failed` whose payload the schema check
+    /// transformed.
+    pub transformed: Vec<MessageId>,
+    /// Why archived and failed messages ended where they did, and until when a
+    /// skipped message's key is held.
+    pub notes: BTreeMap<MessageId, String>,
+}
+
+impl ReplayReport {
+    /// How many messages the report covers.
+    pub fn total(&self) -> usize {
+        self.replayed.len()
+            + self.already_done.len()
+            + self.archived.len()
+            + self.failed.len()
+            + self.skipped_in_progress.len()
+    }
+
+    fn merge(&mut self, other: ReplayReport) {
+        self.replayed.extend(other.replayed);
+        self.already_done.extend(other.already_done);
+        self.archived.extend(other.archived);
+        self.failed.extend(other.failed);
+        self.skipped_in_progress.extend(other.skipped_in_progress);
+        self.transformed.extend(other.transformed);
+        self.notes.extend(other.notes);
+    }
+}
+
+/// The state of a dead-letter store, from [`Dlq::health`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct DlqHealth {
+    /// Messages waiting: quarantined or under review.
+    pub depth: u64,
+    /// Messages quarantined.
+    pub quarantined: u64,
+    /// Messages under review.
+    pub under_review: u64,
+    /// Messages replayed (applied or already done).
+    pub replayed: u64,
+    /// Messages archived.
+    pub archived: u64,
+    /// Stored messages that could not be decoded (they are never dropped).
+    pub corrupt: u64,
+    /// How long the oldest waiting message has waited; `None` when none waits.
+    pub oldest_age: Option<Duration>,
+    /// Replays that reached `Replayed` (applied, or found already done).
+    pub replay_successes: u64,
+    /// Replays that landed back in quarantine (the handler failed).
+    pub replay_failures: u64,
+    /// The recent window of the arrival rate.
+    pub recent_window: Duration,
+    /// The baseline window, just before the recent one.
+    pub baseline_window: Duration,
+    /// Messages quarantined within the recent window.
+    pub arrivals_recent: u64,
+    /// Messages quarantined within the baseline window.
+    pub arrivals_baseline: u64,
+}
+
+impl DlqHealth {
+    /// Successes over all replays that ran to an outcome (schema archivals and
+    /// skipped keys are not replays); `None` before the first.
+    pub fn replay_success_rate(&self) -> Option<f64> {
+        let n = self.replay_successes + self.replay_failures;
+        (n > 0).then(|| self.replay_successes as f64 / n as f64)
+    }
+
+    /// Arrivals per hour over the recent window.
+    pub fn arrival_rate_recent(&self) -> f64 {
+        per_hour(self.arrivals_recent, self.recent_window)
+    }
+
+    /// Arrivals per hour over the baseline window.
+    pub fn arrival_rate_baseline(&self) -> f64 {
+        per_hour(self.arrivals_baseline, self.baseline_window)
+    }
+
+    /// The recent arrival rate over the baseline rate (2.0: twice the usual); `None`
+    /// when the baseline saw no arrival.
+    pub fn arrival_ratio(&self) -> Option<f64> {
+        let base = self.arrival_rate_baseline();
+        (base > 0.0).then(|| self.arrival_rate_recent() / base)
+    }
+}
+
+fn per_hour(n: u64, window: Duration) -> f64 {
+    let hours = window.as_secs_f64() / 3600.0;
+    if hours > 0.0 {
+        n as f64 / hours
+    } else {
+        0.0
+    }
+}
+
+/// What runs without an explicit replay call, in [`Dlq::run_policies`]. Everything a
+/// policy does not name waits for an operator.
+///
+/// ```
+/// use std::time::Duration;
+/// use idem::DlqPolicy;
+///
+/// let policy = DlqPolicy::new()
+///     .archive_after(Duration::from_secs(14 * 24 * 3600))
+///     // The payments-api outage of this morning: replay what it quarantined.
+///     .auto_replay("downstream-unavailable:payments-api", 1_700_000_000_000, 1_700_003_600_000);
+/// # let _ = policy;
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DlqPolicy {
+    archive_after: Option<Duration>,
+    auto_replay: Vec<(String, u64, u64)>,
+}
+
+impl DlqPolicy {
+    /// No policy: nothing happens without an explicit call.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Archives quarantined messages once they have waited `retention` (messages
+    /// under review are left to their reviewer).
+    pub fn archive_after(mut self, retention: Duration) -> Self {
+        self.archive_after = Some(retention);
+        self
+    }
+
+    /// Pre-approves the replay of quarantined messages of reason class `class` (or a
+    /// sub-class) quarantined in `[from_ms, until_ms)`. They still pass the schema
+    /// check and the idempotency check.
+    pub fn auto_replay(mut self, class: &str, from_ms: u64, until_ms: u64) -> Self {
+        self.auto_replay.push((class.to_owned(), from_ms, until_ms));
+        self
+    }
+}
+
+/// What [`Dlq::run_policies`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PolicyReport {
+    /// Messages archived for retention.
+    pub archived: Vec<MessageId>,
+    /// What the pre-approved replays did.
+    pub replay: ReplayReport,
+}
+
+/// The durable store behind a dead-letter store, when there is one.
+#[cfg(feature = "durable")]
+pub(crate) type StoreHandle = std::sync::Arc<crate::durable::Store>;
+/// Without the `durable` feature there is no store: this type has no values.
+#[cfg(not(feature = "durable"))]
+pub(crate) enum StoreHandle {}
+
+/// The dead-letter stores of an engine, one per namespace, opened on first use.
+pub(crate) struct Registry(Mutex<HashMap<String, Arc<Inner>>>);
+
+impl Registry {
+    pub(crate) fn new() -> Self {
+        Registry(Mutex::new(HashMap::new()))
+    }
+
+    pub(crate) fn open(
+        &self,
+        ns: Namespace,
+        clock: std::sync::Arc<dyn Clock>,
+        store: Option<StoreHandle>,
+    ) -> Result<Dlq> {
+        let mut map = self.0.lock();
+        let inner = match map.get(ns.name()) {
+            Some(inner) => inner.clone(),
+            None => {
+                let name = ns.name().to_owned();
+                let inner = Arc::new(Inner::open(ns, clock, store)?);
+                map.insert(name, inner.clone());
+                inner
+            }
+        };
+        Ok(Dlq {
+            inner,
+            actor: DEFAULT_ACTOR.to_owned(),
+        })
+    }
+}
+
+/// What the health report needs of one message, kept in memory for every message.
+#[derive(Debug, Clone, Copy)]
+struct Summary {
+    state: MessageState,
+    quarantined_at_ms: u64,
+    successes: u32,
+    failures: u32,
+}
+
+impl Summary {
+    fn of(l: &Letter) -> Summary {
+        let mut s = Summary {
+            state: l.state,
+            quarantined_at_ms: l.quarantined_at_ms,
+            successes: 0,
+            failures: 0,
+        };
+        for t in &l.history {
+            match (t.from, t.to) {
+                (Some(MessageState::IdempotencyCheck), MessageState::Replayed) => s.successes += 1,
+                (Some(MessageState::IdempotencyCheck), MessageState::Quarantined) => {
+                    s.failures += 1
+                }
+                _ => {}
+            }
+        }
+        s
+    }
+}
+
+struct State {
+    next_id: u64,
+    /// Every message's summary, by id.
+    index: BTreeMap<u64, Summary>,
+    /// Ids whose stored bytes could not be decoded when the store was opened.
+    corrupt: BTreeSet<u64>,
+    /// The memory-only store: encoded letters by id.
+    memory: BTreeMap<u64, Vec<u8>>,
+    /// Messages a replay of this process works on, with the step it is at.
+    busy: HashMap<u64, MessageState>,
+}
+
+pub(crate) struct Inner {
+    ns: Namespace,
+    clock: std::sync::Arc<dyn Clock>,
+    store: Option<StoreHandle>,
+    /// Whether dead-letter writes are fsynced (the namespace's `SyncPolicy::Always`).
+    #[cfg_attr(not(feature = "durable"), allow(dead_code))]
+    sync: bool,
+    state: Mutex<State>,
+}
+
+impl Inner {
+    fn open(
+        ns: Namespace,
+        clock: std::sync::Arc<dyn Clock>,
+        store: Option<StoreHandle>,
+    ) -> Result<Inner> {
+        let sync = matches!(ns.config().sync, crate::config::SyncPolicy::Always);
+        #[cfg_attr(not(feature = "durable"), allow(unused_mut))]
+        let mut st = State {
+            next_id: 1,
+            index: BTreeMap::new(),
+            corrupt: BTreeSet::new(),
+            memory: BTreeMap::new(),
+            busy: HashMap::new(),
+        };
+        #[cfg(feature = "durable")]
+        if let Some(s) = &store {
+            st.next_id = s.dlq_next_id(ns.name())?;
+            for (id, bytes) in s.dlq_scan(ns.name())? {
+                match Letter::decode(&bytes) {
+                    Ok(l) => {
+                        st.index.insert(id, Summary::of(&l));
+                    }
+                    Err(e) => {
+                        tracing::warn!(namespace = %ns.name(), id, error = %e, "corrupt dead letter");
+                        st.corrupt.insert(id);
+                    }
+                }
+                // Never hand out an id that is taken, whatever the counter says.
+                st.next_id = st.next_id.max(id.saturating_add(1));
+            }
+        }
+        Ok(Inner {
+            ns,
+            clock,
+            store,
+            sync,
+            state: Mutex::new(st),
+        })
+    }
+
+    fn corrupt(&self, id: u64, reason: String) -> Error {
+        Error::CorruptDeadLetter {
+            namespace: self.ns.name().to_owned(),
+            id: Some(MessageId(id)),
+            reason,
+        }
+    }
+
+    fn unknown(&self, id: u64) -> Error {
+        Error::UnknownMessage {
+            namespace: self.ns.name().to_owned(),
+            id: MessageId(id),
+        }
+    }
+
+    /// The stored letter `id`: unknown and corrupt ids are errors.
+    fn load(&self, st: &State, id: u64) -> Result<Letter> {
+        #[allow(unused_mut)]
+        let mut bytes = st.memory.get(&id).cloned();
+        #[cfg(feature = "durable")]
+        if let Some(s) = &self.store {
+            bytes = s.dlq_get(self.ns.name(), id)?;
+        }
+        let Some(bytes) = bytes else {
+            return Err(self.unknown(id));
+        };
+        Letter::decode(&bytes).map_err(|e| self.corrupt(id, e.to_string()))
+    }
+
+    /// Stores `letter` as message `id` (with the id counter when `next` is given).
+    fn store_letter(
+        &self,
+        st: &mut State,
+        id: u64,
+        letter: &Letter,
+        next: Option<u64>,
+    ) -> Result<()> {
+        let bytes = letter.encode();
+        match &self.store {
+            #[cfg(feature = "durable")]
+            Some(s) => s.dlq_put(self.ns.name(), id, &bytes, next, self.sync)?,
+            #[cfg(not(feature = "durable"))]
+            Some(never) => match *never {},
+            None => {
+                let _ = next;
+                st.memory.insert(id, bytes);
+            }
+        }
+        st.index.insert(id, Summary::of(letter));
+        Ok(())
+    }
+
+    /// Completes a replayed message's claim and stores its `Replayed` record: with a
+    /// durable tier in one atomic write.
+    fn complete_replayed(&self, guard: ClaimGuard, id: u64, letter: &Letter) -> Result<()> {
+        match &self.store {
+            #[cfg(feature = "durable")]
+            Some(_) => {
+                let key = crate::durable::dlq_message_key(id).to_vec();
+                let op = crate::durable::StateOp::DeadLetter(key, letter.encode());
+                guard.complete_co_committed(&[(String::new(), op)])?;
+                self.state.lock().index.insert(id, Summary::of(letter));
+                Ok(())
+            }
+            #[cfg(not(feature = "durable"))]
+            Some(never) => match *never {},
+            None => {
+                guard.complete()?;
+                let mut st = self.state.lock();
+                st.memory.insert(id, letter.encode());
+                st.index.insert(id, Summary::of(letter));
+                Ok(())
+            }
+        }
+    }
+
+    /// The ids `sel` picks among the stored messages (index order: oldest first).
+    /// Explicitly named ids must exist.
+    fn select(&self, st: &State, sel: &Selection) -> Result<Vec<u64>> {
+        if let Some(ids) = &sel.ids {
+            for id in ids {
+                if st.corrupt.contains(&id.0) {
+                    return Err(self.corrupt(id.0, "undecodable at open".to_owned()));
+                }
+                if !st.index.contains_key(&id.0) {
+                    return Err(self.unknown(id.0));
+                }
+            }
+        }
+        let mut out: Vec<u64> = st
+            .index
+            .iter()
+            .filter(|(id, s)| {
+                sel.id_matches(MessageId(**id))
+                    && sel.state_matches(s.state)
+                    && sel.time_matches(s.quarantined_at_ms)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        if let Some(class) = &sel.class {
+            let mut kept = Vec::with_capacity(out.len());
+            for id in out {
+                if class_matches(reason_class(&self.load(st, id)?.reason), class) {
+                    kept.push(id);
+                }
+            }
+            out = kept;
+        }
+        if let Some(n) = sel.limit {
+            out.truncate(n);
+        }
+        Ok(out)
+    }
+
+    fn dead_letter(&self, st: &State, id: u64, letter: Letter) -> DeadLetter {
+        DeadLetter {
+            id: MessageId(id),
+            state: st.busy.get(&id).copied().unwrap_or(letter.state),
+            letter,
+        }
+    }
+
+    /// Moves message `id` to `to` (an operator's or a policy's transition).
+    fn transition(&self, id: u64, to: MessageState, actor: &str, note: &str) -> Result<()> {
+        validate_reason(note)?;
+        let mut st = self.state.lock();
+        if let Some(step) = st.busy.get(&id) {
+            return Err(Error::InvalidTransition {
+                id: MessageId(id),
+                from: *step,
+                to,
+            });
+        }
+        let mut letter = self.load(&st, id)?;
+        if !letter.state.can_go_to(to) {
+            return Err(Error::InvalidTransition {
+                id: MessageId(id),
+                from: letter.state,
+                to,
+            });
+        }
+        letter.history.push(Transition {
+            at_ms: self.clock.now_ms(),
+            actor: actor.to_owned(),
+            from: Some(letter.state),
+            to,
+            reason: note.to_owned(),
+        });
+        letter.state = to;
+        self.store_letter(&mut st, id, &letter, None)
+    }
+}
+
+/// Marks a message as taken up by a replay of this process, until dropped.
+struct Busy<'a> {
+    inner: &'a Inner,
+    id: u64,
+}
+
+impl Busy<'_> {
+    fn step(&self, step: MessageState) {
+        self.inner.state.lock().busy.insert(self.id, step);
+    }
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.inner.state.lock().busy.remove(&self.id);
+    }
+}
+
+/// The dead-letter store of one namespace, from [`Engine::dlq`](crate::Engine::dlq).
+///
+/// With a durable tier it lives in the same RocksDB database (column family
+/// `dlq:<namespace>`) and survives restarts and crashes; on a memory-only engine it
+/// is kept in memory and lost with the process ([`is_durable`](Self::is_durable)
+/// says which). Handles are cheap to clone and share one store.
+///
+/// Replay goes through the namespace's own claim state: a key the namespace knows as
+/// done is never processed again, in any mode.
+///
+/// ```
+/// use idem::{Engine, MessageState, NamespaceConfig, ReplayMode, SchemaVerdict, Selection};
+///
+/// let engine = Engine::builder()
+///     .namespace("payments", NamespaceConfig::new())
+///     .build()?; // with `.durable(dir)` the store survives restarts
+/// let dlq = engine.dlq("payments")?;
+/// let id = dlq.quarantine(
+///     b"pay-1001",
+///     b"v2:amount=10.00",
+///     "downstream-unavailable:payments-api 503 after 5 retries",
+/// )?;
+///
+/// // Payloads from before the v2 migration cannot be replayed.
+/// let schema = |payload: &[u8]| {
+///     if payload.starts_with(b"v2:") {
+///         SchemaVerdict::Compatible
+///     } else {
+///         SchemaVerdict::Incompatible("pre-v2 payload".into())
+///     }
+/// };
+/// let charge = |_key: &[u8], _payload: &[u8]| -> Result<(), String> { Ok(()) };
+///
+/// let plan = dlq.replay(&Selection::default(), &schema, charge, ReplayMode::DryRun)?;
+/// let done = dlq.replay(&Selection::default(), &schema, charge, ReplayMode::Execute)?;
+/// assert_eq!(plan.replayed, done.replayed);
+/// assert_eq!(dlq.get(id)?.state(), MessageState::Replayed);
+/// // The key is done in the namespace: the live path now sees a duplicate.
+/// assert!(engine.namespace("payments")?.claim(b"pay-1001")?.is_duplicate());
+/// # Ok::<(), idem::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Dlq {
+    inner: Arc<Inner>,
+    actor: String,
+}
+
+impl fmt::Debug for Dlq {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Dlq")
+            .field("namespace", &self.inner.ns.name())
+            .field("durable", &self.is_durable())
+            .field("actor", &self.actor)
+            .finish()
+    }
+}
+
+/// A replay handler: applies one message (key, payload), or says why it could not.
+type Handler<'a> = dyn FnMut(&[u8], &[u8]) -> std::result::Result<(), String> + 'a;
+
+impl Dlq {
+    /// The namespace this store belongs to.
+    pub fn namespace(&self) -> &str {
+        self.inner.ns.name()
+    }
+
+    /// Whether the store is persisted in the durable tier. `false` on a memory-only
+    /// engine: the dead letters are then lost when the process ends.
+    pub fn is_durable(&self) -> bool {
+        self.inner.store.is_some()
+    }
+
+    /// A handle that records `actor` as the author of its transitions (default
+    /// `"operator"`). Refused with [`Error::InvalidReason`] if empty, longer than
+    /// [`MAX_ACTOR_LEN`] or containing whitespace.
+    pub fn as_actor(&self, actor: &str) -> Result<Dlq> {
+        if actor.is_empty() || actor.len() > MAX_ACTOR_LEN || actor.contains(char::is_whitespace) {
+            return Err(Error::InvalidReason(
+                "an actor is 1 to 256 bytes with no whitespace",
+            ));
+        }
+        Ok(Dlq {
+            inner: self.inner.clone(),
+            actor: actor.to_owned(),
+        })
+    }
+
+    /// The actor this handle records.
+    pub fn actor(&self) -> &str {
+        &self.actor
+    }
+
+    /// Puts a message that exhausted its retries in quarantine and returns its id.
+    ///
+    /// `reason` starts with a classification without whitespace (for example
+    /// `downstream-unavailable:payments-api`); free text may follow after a space.
+    /// Refused without any change: an invalid key ([`Error::InvalidKey`], by the
+    /// namespace's rules), a payload over [`MAX_DEAD_LETTER_PAYLOAD`]
+    /// ([`Error::PayloadTooLarge`]), an empty or oversized reason
+    /// ([`Error::InvalidReason`]), a store failure ([`Error::Store`]).
+    pub fn quarantine(&self, key: &[u8], payload: &[u8], reason: &str) -> Result<MessageId> {
+        let max_key = self.inner.ns.config().max_key_len;
+        if key.is_empty() {
+            return Err(KeyError::Empty.into());
+        }
+        if key.len() > max_key {
+            return Err(KeyError::TooLong {
+                len: key.len(),
+                max: max_key,
+            }
+            .into());
+        }
+        if payload.len() > MAX_DEAD_LETTER_PAYLOAD {
+            return Err(Error::PayloadTooLarge {
+                len: payload.len(),
+                max: MAX_DEAD_LETTER_PAYLOAD,
+            });
+        }
+        validate_reason(reason)?;
+        let now = self.inner.clock.now_ms();
+        let letter = Letter {
+            state: MessageState::Quarantined,
+            already_done: false,
+            attempts: 0,
+            quarantined_at_ms: now,
+            key: key.to_vec(),
+            payload: payload.to_vec(),
+            reason: reason.to_owned(),
+            history: vec![Transition {
+                at_ms: now,
+                actor: self.actor.clone(),
+                from: None,
+                to: MessageState::Quarantined,
+                reason: reason.to_owned(),
+            }],
+        };
+        let mut st = self.inner.state.lock();
+        let id = st.next_id;
+        self.inner
+            .store_letter(&mut st, id, &letter, Some(id + 1))?;
+        st.next_id = id + 1;
+        Ok(MessageId(id))
+    }
+
+    /// The message `id` with its history. [`Error::UnknownMessage`] if there is none,
+    /// [`Error::CorruptDeadLetter`] if it cannot be decoded.
+    pub fn get(&self, id: MessageId) -> Result<DeadLetter> {
+        let st = self.inner.state.lock();
+        let letter = self.inner.load(&st, id.0)?;
+        Ok(self.inner.dead_letter(&st, id.0, letter))
+    }
+
+    /// The messages `selection` picks, oldest first, each with its history.
+    pub fn list(&self, selection: &Selection) -> Result<Vec<DeadLetter>> {
+        let st = self.inner.state.lock();
+        let ids = self.inner.select(&st, selection)?;
+        ids.into_iter()
+            .map(|id| {
+                let letter = self.inner.load(&st, id)?;
+                Ok(self.inner.dead_letter(&st, id, letter))
+            })
+            .collect()
+    }
+
+    /// Takes a quarantined message up for review (`Quarantined -> UnderReview`):
+    /// [`Selection::default`], and so the auto-archive and auto-replay policies, no
+    /// longer pick it; an explicit replay or [`archive`](Self::archive) still can.
+    pub fn review(&self, id: MessageId, note: &str) -> Result<()> {
+        self.inner
+            .transition(id.0, MessageState::UnderReview, &self.actor, note)
+    }
+
+    /// Archives a quarantined or reviewed message with `note` as the reason. A
+    /// message already replayed or archived, or one a replay is working on, is
+    /// refused with [`Error::InvalidTransition`]; nothing changes.
+    pub fn archive(&self, id: MessageId, note: &str) -> Result<()> {
+        self.inner
+            .transition(id.0, MessageState::Archived, &self.actor, note)
+    }
+
+    /// Replays the selected messages (quarantined or under review), oldest first.
+    ///
+    /// Each passes the schema check, then the idempotency check: its key is claimed in
+    /// the namespace exactly as the live path claims it (by key). `Duplicate`: the
+    /// message is recorded as replayed, already done, and not processed. `InProgress`:
+    /// it is left as it was. `Acquired`: `handler(key, payload)` runs (on the
+    /// transformed payload if the check transformed it); on `Ok` the key is completed
+    /// and the message recorded as replayed in the same atomic write, on `Err` the
+    /// claim is released and the message goes back to quarantine with one more
+    /// attempt and the error as its reason.
+    ///
+    /// [`ReplayMode::DryRun`] takes the same decisions with [`Namespace::check`] and
+    /// changes nothing; right after it (with nothing changing in between) `Execute`
+    /// produces the same partition, except that handler failures move messages
+    /// from `replayed` to `failed`.
+    ///
+    /// Errors: a selection naming an unknown message or one already replayed or
+    /// archived is refused before anything is done. A claim or store error stops the
+    /// replay and is returned: messages handled before it keep their outcome, the
+    /// message at hand is left as it was.
+    pub fn replay(
+        &self,
+        selection: &Selection,
+        schema: &dyn SchemaCheck,
+        mut handler: impl FnMut(&[u8], &[u8]) -> std::result::Result<(), String>,
+        mode: ReplayMode,
+    ) -> Result<ReplayReport> {
+        self.replay_as(&self.actor, selection, schema, &mut handler, mode)
+    }
+
+    fn replay_as(
+        &self,
+        actor: &str,
+        selection: &Selection,
+        schema: &dyn SchemaCheck,
+        handler: &mut Handler<'_>,
+        mode: ReplayMode,
+    ) -> Result<ReplayReport> {
+        let ids = {
+            let st = self.inner.state.lock();
+            let ids = self.inner.select(&st, selection)?;
+            let mut replayable = Vec::with_capacity(ids.len());
+            for id in ids {
+                let state = st.index[&id].state;
+                if state.is_terminal() {
+                    if selection.ids.is_some() {
+                        return Err(Error::InvalidTransition {
+                            id: MessageId(id),
+                            from: state,
+                            to: MessageState::UnderReview,
+                        });
+                    }
+                    continue;
+                }
+                replayable.push(id);
+            }
+            replayable
+        };
+        let mut report = ReplayReport {
+            mode,
+            ..ReplayReport::default()
+        };
+        match mode {
+            ReplayMode::DryRun => {
+                let mut will_be_done = HashSet::new();
+                for id in ids {
+                    self.decide(id, schema, &mut will_be_done, &mut report)?;
+                }
+            }
+            ReplayMode::Execute => {
+                for id in ids {
+                    self.replay_one(actor, id, schema, handler, &mut report)?;
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// A dry run's decision for message `id`.
+    fn decide(
+        &self,
+        id: u64,
+        schema: &dyn SchemaCheck,
+        will_be_done: &mut HashSet<Vec<u8>>,
+        report: &mut ReplayReport,
+    ) -> Result<()> {
+        let mid = MessageId(id);
+        let letter = {
+            let st = self.inner.state.lock();
+            if st.busy.contains_key(&id) {
+                report.skipped_in_progress.push(mid);
+                return Ok(());
+            }
+            self.inner.load(&st, id)?
+        };
+        match schema.check(&letter.payload) {
+            SchemaVerdict::Incompatible(why) => {
+                report
+                    .notes
+                    .insert(mid, format!("schema-incompatible: {why}"));
+                report.archived.push(mid);
+                return Ok(());
+            }
+            SchemaVerdict::Transform(_) => report.transformed.push(mid),
+            SchemaVerdict::Compatible => {}
+        }
+        // An earlier message of this run with the same key would have completed it.
+        if will_be_done.contains(&letter.key) {
+            report.already_done.push(mid);
+            return Ok(());
+        }
+        match self.inner.ns.check(&letter.key)? {
+            Some(KeyState::Done { .. }) => report.already_done.push(mid),
+            Some(KeyState::InProgress {
+                lease_expires_at_ms,
+            }) => {
+                report.notes.insert(
+                    mid,
+                    format!("key held by a live claim until {lease_expires_at_ms} ms"),
+                );
+                report.skipped_in_progress.push(mid);
+            }
+            None => {
+                will_be_done.insert(letter.key);
+                report.replayed.push(mid);
+            }
+        }
+        Ok(())
+    }
+
+    /// Replays message `id`.
+    fn replay_one(
+        &self,
+        actor: &str,
+        id: u64,
+        schema: &dyn SchemaCheck,
+        handler: &mut Handler<'_>,
+        report: &mut ReplayReport,
+    ) -> Result<()> {
+        use MessageState::*;
+        let inner = &*self.inner;
+        let mid = MessageId(id);
+        let (busy, mut letter) = {
+            let mut st = inner.state.lock();
+            if st.busy.contains_key(&id) {
+                report.skipped_in_progress.push(mid);
+                return Ok(());
+            }
+            let letter = inner.load(&st, id)?;
+            if letter.state.is_terminal() {
+                // Replayed or archived since the selection: nothing left to do.
+                return Ok(());
+            }
+            st.busy.insert(id, UnderReview);
+            (Busy { inner, id }, letter)
+        };
+        let step = |from: MessageState, to: MessageState, reason: String| Transition {
+            at_ms: inner.clock.now_ms(),
+            actor: actor.to_owned(),
+            from: Some(from),
+            to,
+            reason,
+        };
+        let mut steps = Vec::new();
+        if letter.state == Quarantined {
+            steps.push(step(
+                Quarantined,
+                UnderReview,
+                "replay-requested".to_owned(),
+            ));
+        }
+        steps.push(step(UnderReview, SchemaCheck, "schema-check".to_owned()));
+        busy.step(SchemaCheck);
+        let transformed = match schema.check(&letter.payload) {
+            SchemaVerdict::Incompatible(why) => {
+                let why =
+                    truncate(&format!("schema-incompatible: {why}"), MAX_REASON_LEN).to_owned();
+                steps.push(step(SchemaCheck, Archived, why.clone()));
+                letter.history.append(&mut steps);
+                letter.state = Archived;
+                inner.store_letter(&mut inner.state.lock(), id, &letter, None)?;
+                report.notes.insert(mid, why);
+                report.archived.push(mid);
+                return Ok(());
+            }
+            SchemaVerdict::Transform(p) => {
+                let why = format!(
+                    "schema-transformed: {} -> {} bytes",
+                    letter.payload.len(),
+                    p.len()
+                );
+                steps.push(step(SchemaCheck, IdempotencyCheck, why));
+                report.transformed.push(mid);
+                Some(p)
+            }
+            SchemaVerdict::Compatible => {
+                steps.push(step(
+                    SchemaCheck,
+                    IdempotencyCheck,
+                    "schema-compatible".to_owned(),
+                ));
+                None
+            }
+        };
+        busy.step(IdempotencyCheck);
+        let guard = match inner.ns.claim(&letter.key)? {
+            Claim::InProgress(held) => {
+                // Someone holds the key: the message stays exactly as it was.
+                report.notes.insert(
+                    mid,
+                    format!(
+                        "key held by a live claim until {} ms",
+                        held.lease_expires_at_ms()
+                    ),
+                );
+                report.skipped_in_progress.push(mid);
+                return Ok(());
+            }
+            Claim::Duplicate(done) => {
+                let why = format!("already-done: completed at {} ms", done.completed_at_ms());
+                steps.push(step(IdempotencyCheck, Replayed, why));
+                letter.history.append(&mut steps);
+                letter.state = Replayed;
+                letter.already_done = true;
+                inner.store_letter(&mut inner.state.lock(), id, &letter, None)?;
+                report.already_done.push(mid);
+                return Ok(());
+            }
+            Claim::Acquired(guard) => guard,
+        };
+        let outcome = handler(
+            &letter.key,
+            transformed.as_deref().unwrap_or(&letter.payload),
+        );
+        letter.attempts = letter.attempts.saturating_add(1);
+        let failure = match outcome {
+            Ok(()) => {
+                let mut done = letter.clone();
+                done.history.extend(steps.iter().cloned());
+                done.history
+                    .push(step(IdempotencyCheck, Replayed, "applied".to_owned()));
+                done.state = Replayed;
+                match inner.complete_replayed(guard, id, &done) {
+                    Ok(()) => {
+                        report.replayed.push(mid);
+                        return Ok(());
+                    }
+                    Err(Error::LeaseLost) => {
+                        "lease-lost: the replay's claim ran out before it completed".to_owned()
+                    }
+                    // Nothing was written (one atomic write): the message is as it was.
+                    Err(e) => return Err(e),
+                }
+            }
+            Err(e) => {
+                // A release refused as LeaseLost leaves the key claimable all the same.
+                let _ = guard.release();
+                let e = e.trim();
+                if e.is_empty() {
+                    "replay-failed".to_owned()
+                } else {
+                    truncate(e, MAX_REASON_LEN).to_owned()
+                }
+            }
+        };
+        steps.push(step(IdempotencyCheck, Quarantined, failure.clone()));
+        letter.history.append(&mut steps);
+        letter.state = Quarantined;
+        letter.reason = failure.clone();
+        inner.store_letter(&mut inner.state.lock(), id, &letter, None)?;
+        report.notes.insert(mid, failure);
+        report.failed.push(mid);
+        drop(busy);
+        Ok(())
+    }
+
+    /// Runs the policies once, as of the engine's clock: first the auto-archive of
+    /// quarantined messages past the retention (actor `policy:auto-archive`, the
+    /// retention recorded as the reason), then each pre-approved replay (actor
+    /// `policy:auto-replay`) through both checks, with `schema` and `handler`.
+    /// Everything else is left for an explicit call.
+    pub fn run_policies(
+        &self,
+        policy: &DlqPolicy,
+        schema: &dyn SchemaCheck,
+        mut handler: impl FnMut(&[u8], &[u8]) -> std::result::Result<(), String>,
+    ) -> Result<PolicyReport> {
+        let mut out = PolicyReport {
+            replay: ReplayReport {
+                mode: ReplayMode::Execute,
+                ..ReplayReport::default()
+            },
+            ..PolicyReport::default()
+        };
+        if let Some(retention) = policy.archive_after {
+            let cutoff = self
+                .inner
+                .clock
+                .now_ms()
+                .saturating_sub(retention.as_millis().min(u64::MAX as u128) as u64);
+            let due: Vec<u64> = {
+                let st = self.inner.state.lock();
+                st.index
+                    .iter()
+                    .filter(|(id, s)| {
+                        s.state == MessageState::Quarantined
+                            && s.quarantined_at_ms <= cutoff
+                            && !st.busy.contains_key(id)
+                    })
+                    .map(|(id, _)| *id)
+                    .collect()
+            };
+            let note = format!(
+                "retention: quarantined for {} s or more",
+                retention.as_secs()
+            );
+            for id in due {
+                self.inner
+                    .transition(id, MessageState::Archived, ACTOR_AUTO_ARCHIVE, &note)?;
+                out.archived.push(MessageId(id));
+            }
+        }
+        for (class, from_ms, until_ms) in &policy.auto_replay {
+            let sel = Selection::default()
+                .reason_class(class)
+                .quarantined_between(*from_ms, *until_ms);
+            let r = self.replay_as(
+                ACTOR_AUTO_REPLAY,
+                &sel,
+                schema,
+                &mut handler,
+                ReplayMode::Execute,
+            )?;
+            out.replay.merge(r);
+        }
+        Ok(out)
+    }
+
+    /// Depth, age of the oldest waiting message, replay success rate and arrival
+    /// rate over the last hour against the 24 hours before it.
+    pub fn health(&self) -> DlqHealth {
+        self.health_over(DEFAULT_RECENT_WINDOW, DEFAULT_BASELINE_WINDOW)
+    }
+
+    /// [`health`](Self::health) with the arrival rate over the last `recent`
+    /// against the `baseline` before it.
+    pub fn health_over(&self, recent: Duration, baseline: Duration) -> DlqHealth {
+        let now = self.inner.clock.now_ms();
+        let ms = |d: Duration| d.as_millis().min(u64::MAX as u128) as u64;
+        let recent_from = now.saturating_sub(ms(recent));
+        let baseline_from = recent_from.saturating_sub(ms(baseline));
+        let st = self.inner.state.lock();
+        let mut h = DlqHealth {
+            depth: 0,
+            quarantined: 0,
+            under_review: 0,
+            replayed: 0,
+            archived: 0,
+            corrupt: st.corrupt.len() as u64,
+            oldest_age: None,
+            replay_successes: 0,
+            replay_failures: 0,
+            recent_window: recent,
+            baseline_window: baseline,
+            arrivals_recent: 0,
+            arrivals_baseline: 0,
+        };
+        let mut oldest: Option<u64> = None;
+        for s in st.index.values() {
+            match s.state {
+                MessageState::Replayed => h.replayed += 1,
+                MessageState::Archived => h.archived += 1,
+                waiting => {
+                    if waiting == MessageState::UnderReview {
+                        h.under_review += 1;
+                    } else {
+                        h.quarantined += 1;
+                    }
+                    oldest =
+                        Some(oldest.map_or(s.quarantined_at_ms, |o| o.min(s.quarantined_at_ms)));
+                }
+            }
+            h.replay_successes += u64::from(s.successes);
+            h.replay_failures += u64::from(s.failures);
+            if s.quarantined_at_ms >= recent_from && s.quarantined_at_ms < now.saturating_add(1) {
+                h.arrivals_recent += 1;
+            } else if s.quarantined_at_ms >= baseline_from && s.quarantined_at_ms < recent_from {
+                h.arrivals_baseline += 1;
+            }
+        }
+        h.depth = h.quarantined + h.under_review;
+        h.oldest_age = oldest.map(|o| Duration::from_millis(now.saturating_sub(o)));
+        h
+    }
+}
+
+#[allow(dead_code)]
+fn _assert_send_sync() {
+    fn is<T: Send + Sync + 'static>() {}
+    is::<Dlq>();
+}

@@ -1,0 +1,106 @@
+//! The dead-letter store of each namespace, in the column family `dlq:<namespace>`.
+//!
+//! ```text
+//! key                         value
+//! "m" + id (u64, big-endian)  an encoded dead letter (crate::dlq::codec)
+//! "next"                      the next id to hand out (u64, little-endian)
+//! ```
+//!
+//! Ids are big-endian so that a scan returns messages in quarantine order. The
+//! counter is written in the same atomic write as the message that takes an id.
+
+use rocksdb::{WriteBatch, WriteOptions};
+
+use super::{store_err, Store};
+use crate::error::Error;
+
+const NEXT_KEY: &[u8] = b"next";
+const MESSAGE_TAG: u8 = b'm';
+
+/// The column family of namespace `ns`'s dead letters.
+pub(super) fn cf_name(ns: &str) -> String {
+    format!("dlq:{ns}")
+}
+
+/// The store key of dead letter `id`.
+pub(crate) fn message_key(id: u64) -> [u8; 9] {
+    let mut k = [0u8; 9];
+    k[0] = MESSAGE_TAG;
+    k[1..].copy_from_slice(&id.to_be_bytes());
+    k
+}
+
+impl Store {
+    /// The next dead-letter id of `ns` (1 for a namespace that never quarantined).
+    pub(crate) fn dlq_next_id(&self, ns: &str) -> Result<u64, Error> {
+        let cf = self.cf(&cf_name(ns))?;
+        let v = self
+            .db
+            .get_cf(cf, NEXT_KEY)
+            .map_err(|e| store_err("read dead letters", e))?;
+        match v {
+            None => Ok(1),
+            Some(b) => <[u8; 8]>::try_from(b.as_slice())
+                .map(u64::from_le_bytes)
+                .map_err(|_| Error::CorruptDeadLetter {
+                    namespace: ns.to_owned(),
+                    id: None,
+                    reason: "the id counter is not 8 bytes".to_owned(),
+                }),
+        }
+    }
+
+    /// The stored bytes of dead letter `id`, if any.
+    pub(crate) fn dlq_get(&self, ns: &str, id: u64) -> Result<Option<Vec<u8>>, Error> {
+        let cf = self.cf(&cf_name(ns))?;
+        self.db
+            .get_cf(cf, message_key(id))
+            .map_err(|e| store_err("read dead letter", e))
+    }
+
+    /// Every dead letter of `ns`, by ascending id.
+    pub(crate) fn dlq_scan(&self, ns: &str) -> Result<Vec<(u64, Vec<u8>)>, Error> {
+        let cf = self.cf(&cf_name(ns))?;
+        let mut out = Vec::new();
+        let from = [MESSAGE_TAG];
+        let mode = rocksdb::IteratorMode::From(&from, rocksdb::Direction::Forward);
+        for item in self.db.iterator_cf(cf, mode) {
+            let (k, v) = item.map_err(|e| store_err("scan dead letters", e))?;
+            if k.first() != Some(&MESSAGE_TAG) {
+                break;
+            }
+            let Ok(id) = <[u8; 8]>::try_from(&k[1..]) else {
+                return Err(Error::CorruptDeadLetter {
+                    namespace: ns.to_owned(),
+                    id: None,
+                    reason: format!("a dead-letter key is {} bytes long", k.len()),
+                });
+            };
+            out.push((u64::from_be_bytes(id), v.into_vec()));
+        }
+        Ok(out)
+    }
+
+    /// Stores dead letter `id`; with `next`, also the id counter, in the same write.
+    pub(crate) fn dlq_put(
+        &self,
+        ns: &str,
+        id: u64,
+        bytes: &[u8],
+        next: Option<u64>,
+        sync: bool,
+    ) -> Result<(), Error> {
+        self.check_writable()?;
+        let cf = self.cf(&cf_name(ns))?;
+        let mut batch = WriteBatch::default();
+        batch.put_cf(cf, message_key(id), bytes);
+        if let Some(n) = next {
+            batch.put_cf(cf, NEXT_KEY, n.to_le_bytes());
+        }
+        let mut wo = WriteOptions::default();
+        wo.set_sync(sync);
+        self.db
+            .write_opt(batch, &wo)
+            .map_err(|e| store_err("write dead letter", e))
+    }
+}

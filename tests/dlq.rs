@@ -1,0 +1,1002 @@
+//! Dead-letter replay: the incident walkthrough, dry run against execute, handler
+//! failures, keys held elsewhere, schema transforms, bad input, history, policies,
+//! health, restarts, corrupt records and store failures.
+//!
+//! Every test runs on a manual clock. Durable tests (feature `durable`) work in their own temporary
+//! directory; a restart drops the engine and every handle, then reopens the directory.
+
+#![cfg(not(idem_loom))]
+
+mod util;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+#[cfg(feature = "durable")]
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+#[cfg(feature = "durable")]
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use idem::{
+    Claim, DeadLetter, Dlq, DlqPolicy, Engine, Error, KeyError, KeyState, ManualClock, MessageId,
+    MessageState, Namespace, NamespaceConfig, ReplayMode, ReplayOutcome, SchemaVerdict, Selection,
+    MAX_DEAD_LETTER_PAYLOAD,
+};
+use util::*;
+
+const OUTAGE: &str = "downstream-unavailable:payments-api";
+
+#[cfg(feature = "durable")]
+struct TempDir {
+    path: PathBuf,
+}
+
+#[cfg(feature = "durable")]
+impl TempDir {
+    fn new() -> Self {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let path = std::env::temp_dir().join(format!(
+            "idem-dlq-test-{}-{}-{nanos}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir(&path).expect("creating a fresh temporary directory");
+        TempDir { path }
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+#[cfg(feature = "durable")]
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+fn config() -> NamespaceConfig {
+    small().max_keys(100_000)
+}
+
+#[cfg(feature = "durable")]
+/// A durable engine with namespace "ns" in `dir` on `clock`.
+fn open(dir: &TempDir, clock: &ManualClock) -> (Engine, Namespace, Dlq) {
+    let engine = Engine::builder()
+        .namespace("ns", config())
+        .clock(clock.clone())
+        .maintenance_interval(None)
+        .durable(dir.path())
+        .build()
+        .expect("opening the durable engine");
+    let ns = engine.namespace("ns").unwrap();
+    let dlq = engine.dlq("ns").unwrap();
+    (engine, ns, dlq)
+}
+
+/// A memory-only engine with namespace "ns".
+fn memory() -> (Engine, Namespace, Dlq, ManualClock) {
+    let (engine, ns, clock) = engine_with(config());
+    let dlq = engine.dlq("ns").unwrap();
+    (engine, ns, dlq, clock)
+}
+
+/// The schema after the migration: payloads start with "v2:". "v1:" payloads are
+/// from before it.
+fn schema_v2(payload: &[u8]) -> SchemaVerdict {
+    if payload.starts_with(b"v2:") {
+        SchemaVerdict::Compatible
+    } else {
+        SchemaVerdict::Incompatible(format!(
+            "unknown schema {:?}",
+            String::from_utf8_lossy(&payload[..payload.len().min(3)])
+        ))
+    }
+}
+
+fn any_schema(_: &[u8]) -> SchemaVerdict {
+    SchemaVerdict::Compatible
+}
+
+/// Side effects by key, as a test handler applies them.
+#[derive(Default)]
+struct Ledger(RefCell<HashMap<Vec<u8>, u32>>);
+
+impl Ledger {
+    fn apply(&self, key: &[u8]) {
+        *self.0.borrow_mut().entry(key.to_vec()).or_insert(0) += 1;
+    }
+
+    fn count(&self, key: &[u8]) -> u32 {
+        self.0.borrow().get(key).copied().unwrap_or(0)
+    }
+
+    fn total(&self) -> u32 {
+        self.0.borrow().values().sum()
+    }
+}
+
+/// The live path: claim, apply, complete.
+fn live_apply(ns: &Namespace, ledger: &Ledger, key: &[u8]) {
+    match ns.claim(key).unwrap() {
+        Claim::Acquired(g) => {
+            ledger.apply(key);
+            g.complete().unwrap();
+        }
+        other => panic!("expected Acquired, got {other:?}"),
+    }
+}
+
+fn ids(v: &[DeadLetter]) -> Vec<MessageId> {
+    v.iter().map(DeadLetter::id).collect()
+}
+
+fn everything(dlq: &Dlq) -> Vec<DeadLetter> {
+    dlq.list(&Selection::all()).unwrap()
+}
+
+/// The classic incident: 200 messages quarantined during an outage; 12 of them went
+/// through afterwards on a delayed retry, 3 carry a payload from before a schema
+/// migration. The replay reports 185 / 12 / 3 and the ledger shows 185 new effects,
+/// each key applied exactly once overall.
+fn incident_walkthrough(ns: &Namespace, dlq: &Dlq, clock: &ManualClock) -> Ledger {
+    let ledger = Ledger::default();
+    let key = |i: u32| format!("pay-{i:04}").into_bytes();
+    let mut quarantined = Vec::new();
+    for i in 0..200u32 {
+        let payload = if (50..53).contains(&i) {
+            format!("v1:amount={i}")
+        } else {
+            format!("v2:{{\"amount\":{i}}}")
+        };
+        let reason = format!("{OUTAGE} 503 Service Unavailable after 5 retries");
+        quarantined.push(
+            dlq.quarantine(&key(i), payload.as_bytes(), &reason)
+                .unwrap(),
+        );
+        clock.advance(ms(10));
+    }
+    // The delayed retries that succeeded through the live path after the outage.
+    let retried: Vec<u32> = (0..12).map(|j| 100 + j * 7).collect();
+    for &i in &retried {
+        live_apply(ns, &ledger, &key(i));
+    }
+    assert_eq!(ledger.total(), 12);
+    clock.advance(secs(30));
+
+    let handler = |k: &[u8], _p: &[u8]| -> Result<(), String> {
+        ledger.apply(k);
+        Ok(())
+    };
+    let dry = dlq
+        .replay(
+            &Selection::default(),
+            &schema_v2,
+            handler,
+            ReplayMode::DryRun,
+        )
+        .unwrap();
+    assert_eq!(ledger.total(), 12, "a dry run runs no handler");
+    assert_eq!(
+        (
+            dry.replayed.len(),
+            dry.already_done.len(),
+            dry.archived.len(),
+            dry.failed.len(),
+            dry.skipped_in_progress.len()
+        ),
+        (185, 12, 3, 0, 0)
+    );
+    for id in &quarantined {
+        assert_eq!(dlq.get(*id).unwrap().state(), MessageState::Quarantined);
+    }
+
+    let run = dlq
+        .replay(
+            &Selection::default(),
+            &schema_v2,
+            |k: &[u8], _p: &[u8]| {
+                ledger.apply(k);
+                Ok(())
+            },
+            ReplayMode::Execute,
+        )
+        .unwrap();
+    assert_eq!(run.mode, ReplayMode::Execute);
+    assert_eq!(run.replayed, dry.replayed, "dry run and execute agree");
+    assert_eq!(run.already_done, dry.already_done);
+    assert_eq!(run.archived, dry.archived);
+    assert_eq!(run.skipped_in_progress, dry.skipped_in_progress);
+    assert!(run.failed.is_empty());
+    assert_eq!(
+        (
+            run.replayed.len(),
+            run.already_done.len(),
+            run.archived.len()
+        ),
+        (185, 12, 3)
+    );
+    // 185 new effects; every key took effect exactly once, except the archived ones.
+    assert_eq!(ledger.total(), 12 + 185);
+    for i in 0..200u32 {
+        let expected = u32::from(!(50..53).contains(&i));
+        assert_eq!(ledger.count(&key(i)), expected, "pay-{i:04}");
+    }
+    let expected_done: Vec<MessageId> = retried.iter().map(|&i| quarantined[i as usize]).collect();
+    assert_eq!(run.already_done, expected_done);
+    assert_eq!(run.archived, quarantined[50..53].to_vec());
+    for id in &run.archived {
+        assert!(run.notes[id].starts_with("schema-incompatible: unknown schema"));
+    }
+    ledger
+}
+
+fn check_outcome(dlq: &Dlq, ns: &Namespace) {
+    let all = everything(dlq);
+    assert_eq!(all.len(), 200);
+    let count = |f: &dyn Fn(&DeadLetter) -> bool| all.iter().filter(|m| f(m)).count();
+    assert_eq!(
+        count(&|m| m.replay_outcome() == Some(ReplayOutcome::Applied)),
+        185
+    );
+    assert_eq!(
+        count(&|m| m.replay_outcome() == Some(ReplayOutcome::AlreadyDone)),
+        12
+    );
+    assert_eq!(count(&|m| m.state() == MessageState::Archived), 3);
+    for m in &all {
+        // Every replayed message's key is done; no archived one's is.
+        let done = matches!(ns.check(m.key()).unwrap(), Some(KeyState::Done { .. }));
+        assert_eq!(done, m.state() == MessageState::Replayed, "{}", m.id());
+        let steps: Vec<(Option<MessageState>, MessageState)> =
+            m.history().iter().map(|t| (t.from, t.to)).collect();
+        use MessageState::*;
+        let mut expected = vec![
+            (None, Quarantined),
+            (Some(Quarantined), UnderReview),
+            (Some(UnderReview), SchemaCheck),
+        ];
+        if m.state() == Archived {
+            expected.push((Some(SchemaCheck), Archived));
+        } else {
+            expected.push((Some(SchemaCheck), IdempotencyCheck));
+            expected.push((Some(IdempotencyCheck), Replayed));
+        }
+        assert_eq!(steps, expected, "{}", m.id());
+    }
+    // Nothing is left to replay, and replaying an explicit replayed message is refused.
+    assert!(dlq.list(&Selection::default()).unwrap().is_empty());
+    let first = all[0].id();
+    let before = everything(dlq);
+    let err = dlq
+        .replay(
+            &Selection::default().ids([first]),
+            &any_schema,
+            |_: &[u8], _: &[u8]| panic!("no handler may run"),
+            ReplayMode::Execute,
+        )
+        .unwrap_err();
+    assert_eq!(
+        err,
+        Error::InvalidTransition {
+            id: first,
+            from: MessageState::Replayed,
+            to: MessageState::UnderReview
+        }
+    );
+    assert_eq!(everything(dlq), before);
+}
+
+#[cfg(feature = "durable")]
+#[test]
+fn incident_walkthrough_durable_survives_a_restart() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    {
+        let (_engine, ns, dlq) = open(&dir, &clock);
+        assert!(dlq.is_durable());
+        incident_walkthrough(&ns, &dlq, &clock);
+        check_outcome(&dlq, &ns);
+    }
+    let (_engine, ns, dlq) = open(&dir, &clock);
+    check_outcome(&dlq, &ns);
+    let h = dlq.health();
+    assert_eq!((h.replayed, h.archived, h.depth), (197, 3, 0));
+    assert_eq!(h.replay_success_rate(), Some(1.0));
+}
+
+#[test]
+fn incident_walkthrough_memory_only() {
+    let (_engine, ns, dlq, clock) = memory();
+    assert!(!dlq.is_durable());
+    incident_walkthrough(&ns, &dlq, &clock);
+    check_outcome(&dlq, &ns);
+}
+
+#[test]
+fn a_dry_run_changes_nothing() {
+    let (_engine, ns, dlq, _clock) = memory();
+    for i in 0..5u64 {
+        dlq.quarantine(key(i).as_bytes(), b"p", OUTAGE).unwrap();
+    }
+    live_apply(&ns, &Ledger::default(), key(3).as_bytes());
+    let before = everything(&dlq);
+    let calls = AtomicUsize::new(0);
+    let report = dlq
+        .replay(
+            &Selection::default(),
+            &any_schema,
+            |_: &[u8], _: &[u8]| {
+                calls.fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            },
+            ReplayMode::DryRun,
+        )
+        .unwrap();
+    assert_eq!(report.mode, ReplayMode::DryRun);
+    assert_eq!(report.replayed.len(), 4);
+    assert_eq!(report.already_done, vec![before[3].id()]);
+    assert_eq!(calls.load(Ordering::Relaxed), 0);
+    assert_eq!(everything(&dlq), before, "no message changed");
+    for i in [0u64, 1, 2, 4] {
+        assert_eq!(ns.check(key(i).as_bytes()).unwrap(), None, "never claimed");
+    }
+}
+
+#[test]
+fn two_dead_letters_of_one_key_take_effect_once_and_the_dry_run_says_so() {
+    let (_engine, _ns, dlq, _clock) = memory();
+    let a = dlq.quarantine(b"k", b"p", OUTAGE).unwrap();
+    let b = dlq.quarantine(b"k", b"p", OUTAGE).unwrap();
+    let dry = dlq
+        .replay(
+            &Selection::default(),
+            &any_schema,
+            |_: &[u8], _: &[u8]| Ok(()),
+            ReplayMode::DryRun,
+        )
+        .unwrap();
+    let ledger = Ledger::default();
+    let run = dlq
+        .replay(
+            &Selection::default(),
+            &any_schema,
+            |k: &[u8], _: &[u8]| {
+                ledger.apply(k);
+                Ok(())
+            },
+            ReplayMode::Execute,
+        )
+        .unwrap();
+    assert_eq!(
+        (dry.replayed.clone(), dry.already_done.clone()),
+        (vec![a], vec![b])
+    );
+    assert_eq!(
+        (run.replayed, run.already_done),
+        (dry.replayed, dry.already_done)
+    );
+    assert_eq!(ledger.count(b"k"), 1);
+}
+
+#[cfg(feature = "durable")]
+#[test]
+fn a_failing_handler_sends_the_message_back_with_its_attempts_and_reason() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let id;
+    {
+        let (_engine, ns, dlq) = open(&dir, &clock);
+        id = dlq.quarantine(b"pay-1", b"v2:x", OUTAGE).unwrap();
+        clock.advance(secs(1));
+        let report = dlq
+            .replay(
+                &Selection::default(),
+                &any_schema,
+                |_: &[u8], _: &[u8]| Err("downstream-unavailable:ledger-api timeout".into()),
+                ReplayMode::Execute,
+            )
+            .unwrap();
+        assert_eq!(report.failed, vec![id]);
+        assert_eq!(
+            report.notes[&id],
+            "downstream-unavailable:ledger-api timeout"
+        );
+        let m = dlq.get(id).unwrap();
+        assert_eq!(m.state(), MessageState::Quarantined);
+        assert_eq!(m.attempts(), 1);
+        assert_eq!(m.reason_class(), "downstream-unavailable:ledger-api");
+        let last = m.history().last().unwrap();
+        assert_eq!(
+            (last.from, last.to, last.reason.as_str(), last.at_ms),
+            (
+                Some(MessageState::IdempotencyCheck),
+                MessageState::Quarantined,
+                "downstream-unavailable:ledger-api timeout",
+                T0 + 1000
+            )
+        );
+        // The claim was released: the key is not done and can be claimed at once.
+        assert_eq!(ns.check(b"pay-1").unwrap(), None);
+        let h = dlq.health();
+        assert_eq!((h.replay_successes, h.replay_failures), (0, 1));
+        assert_eq!(h.replay_success_rate(), Some(0.0));
+    }
+    // After a restart the next replay succeeds: two attempts, one failure, one success.
+    let (_engine, ns, dlq) = open(&dir, &clock);
+    let report = dlq
+        .replay(
+            &Selection::default().reason_class("downstream-unavailable"),
+            &any_schema,
+            |_: &[u8], _: &[u8]| Ok(()),
+            ReplayMode::Execute,
+        )
+        .unwrap();
+    assert_eq!(report.replayed, vec![id]);
+    let m = dlq.get(id).unwrap();
+    assert_eq!((m.state(), m.attempts()), (MessageState::Replayed, 2));
+    assert!(matches!(
+        ns.check(b"pay-1").unwrap(),
+        Some(KeyState::Done { .. })
+    ));
+    assert_eq!(dlq.health().replay_success_rate(), Some(0.5));
+}
+
+#[test]
+fn a_key_held_by_a_live_claim_is_left_quarantined() {
+    let (_engine, ns, dlq, _clock) = memory();
+    let id = dlq.quarantine(b"k", b"p", OUTAGE).unwrap();
+    let guard = match ns.claim(b"k").unwrap() {
+        Claim::Acquired(g) => g,
+        other => panic!("{other:?}"),
+    };
+    let before = dlq.get(id).unwrap();
+    for mode in [ReplayMode::DryRun, ReplayMode::Execute] {
+        let r = dlq
+            .replay(
+                &Selection::default(),
+                &any_schema,
+                |_: &[u8], _: &[u8]| panic!("the key is held elsewhere"),
+                mode,
+            )
+            .unwrap();
+        assert_eq!(r.skipped_in_progress, vec![id], "{mode:?}");
+        assert!(r.notes[&id].starts_with("key held by a live claim until"));
+        assert_eq!(dlq.get(id).unwrap(), before, "{mode:?}");
+    }
+    // Once the live path completes the key, the replay records it as already done.
+    guard.complete().unwrap();
+    let r = dlq
+        .replay(
+            &Selection::default(),
+            &any_schema,
+            |_: &[u8], _: &[u8]| panic!("already done"),
+            ReplayMode::Execute,
+        )
+        .unwrap();
+    assert_eq!(r.already_done, vec![id]);
+    assert_eq!(
+        dlq.get(id).unwrap().replay_outcome(),
+        Some(ReplayOutcome::AlreadyDone)
+    );
+}
+
+#[test]
+fn a_transform_feeds_the_handler_and_leaves_the_stored_payload() {
+    let (_engine, _ns, dlq, _clock) = memory();
+    let id = dlq.quarantine(b"k", b"v1:7", OUTAGE).unwrap();
+    let upgrade = |p: &[u8]| match p.strip_prefix(b"v1:") {
+        Some(rest) => SchemaVerdict::Transform([&b"v2:"[..], rest].concat()),
+        None => SchemaVerdict::Compatible,
+    };
+    let seen = RefCell::new(Vec::new());
+    let r = dlq
+        .replay(
+            &Selection::default(),
+            &upgrade,
+            |_: &[u8], p: &[u8]| {
+                seen.borrow_mut().push(p.to_vec());
+                Ok(())
+            },
+            ReplayMode::Execute,
+        )
+        .unwrap();
+    assert_eq!(
+        (r.replayed.clone(), r.transformed.clone()),
+        (vec![id], vec![id])
+    );
+    assert_eq!(seen.into_inner(), vec![b"v2:7".to_vec()]);
+    let m = dlq.get(id).unwrap();
+    assert_eq!(m.payload(), b"v1:7");
+    assert!(m
+        .history()
+        .iter()
+        .any(|t| t.reason == "schema-transformed: 4 -> 4 bytes"));
+}
+
+#[test]
+fn bad_input_is_a_typed_error_and_changes_nothing() {
+    let (_engine, _ns, dlq, _clock) = memory();
+    let id = dlq.quarantine(b"k", b"p", OUTAGE).unwrap();
+    let done = dlq.quarantine(b"k2", b"p", OUTAGE).unwrap();
+    dlq.archive(done, "duplicate-of:#1 archived by hand")
+        .unwrap();
+    let before = everything(&dlq);
+    let unknown = MessageId::new(999);
+    let no_such = Error::UnknownMessage {
+        namespace: "ns".into(),
+        id: unknown,
+    };
+    assert_eq!(dlq.get(unknown).unwrap_err(), no_such);
+    assert_eq!(dlq.archive(unknown, "x").unwrap_err(), no_such);
+    assert_eq!(dlq.review(unknown, "x").unwrap_err(), no_such);
+    assert_eq!(
+        dlq.list(&Selection::default().ids([id, unknown]))
+            .unwrap_err(),
+        no_such
+    );
+    assert_eq!(
+        dlq.archive(done, "again").unwrap_err(),
+        Error::InvalidTransition {
+            id: done,
+            from: MessageState::Archived,
+            to: MessageState::Archived
+        }
+    );
+    let big = vec![0u8; MAX_DEAD_LETTER_PAYLOAD + 1];
+    assert_eq!(
+        dlq.quarantine(b"k3", &big, OUTAGE).unwrap_err(),
+        Error::PayloadTooLarge {
+            len: MAX_DEAD_LETTER_PAYLOAD + 1,
+            max: MAX_DEAD_LETTER_PAYLOAD
+        }
+    );
+    assert_eq!(
+        dlq.quarantine(b"", b"p", OUTAGE).unwrap_err(),
+        Error::InvalidKey(KeyError::Empty)
+    );
+    assert!(matches!(
+        dlq.quarantine(&[b'k'; 5000], b"p", OUTAGE),
+        Err(Error::InvalidKey(KeyError::TooLong {
+            len: 5000,
+            max: 4096
+        }))
+    ));
+    for reason in ["", " leading-space", "x".repeat(5000).as_str()] {
+        assert!(matches!(
+            dlq.quarantine(b"k3", b"p", reason),
+            Err(Error::InvalidReason(_))
+        ));
+    }
+    assert!(matches!(dlq.archive(id, ""), Err(Error::InvalidReason(_))));
+    assert!(matches!(
+        dlq.as_actor("two words"),
+        Err(Error::InvalidReason(_))
+    ));
+    // A replay naming an unknown or archived message is refused before doing anything.
+    for sel in [
+        Selection::default().ids([id, unknown]),
+        Selection::default().ids([id, done]),
+    ] {
+        assert!(dlq
+            .replay(
+                &sel,
+                &any_schema,
+                |_: &[u8], _: &[u8]| panic!("refused before any handler"),
+                ReplayMode::Execute,
+            )
+            .is_err());
+    }
+    assert_eq!(everything(&dlq), before);
+    // The payload limit is inclusive, and ids are not reused after refusals.
+    let at_limit = dlq
+        .quarantine(b"k3", &big[..MAX_DEAD_LETTER_PAYLOAD], OUTAGE)
+        .unwrap();
+    assert_eq!(at_limit.get(), done.get() + 1);
+    assert!(matches!(
+        Engine::builder().build().unwrap().dlq("nope"),
+        Err(Error::UnknownNamespace(_))
+    ));
+}
+
+#[test]
+fn history_records_time_actor_and_reason_of_every_transition() {
+    let (_engine, _ns, dlq, clock) = memory();
+    let consumer = dlq.as_actor("consumer:orders-7").unwrap();
+    let alice = dlq.as_actor("alice").unwrap();
+    let id = consumer
+        .quarantine(b"k", b"p", "poison:json unexpected token at 17")
+        .unwrap();
+    clock.advance(secs(5));
+    alice.review(id, "looking at the parser bug").unwrap();
+    assert_eq!(dlq.get(id).unwrap().state(), MessageState::UnderReview);
+    // Under review: not picked by the default selection, picked when named.
+    assert!(dlq.list(&Selection::default()).unwrap().is_empty());
+    clock.advance(secs(5));
+    alice
+        .replay(
+            &Selection::default().state(MessageState::UnderReview),
+            &any_schema,
+            |_: &[u8], _: &[u8]| Ok(()),
+            ReplayMode::Execute,
+        )
+        .unwrap();
+    let m = dlq.get(id).unwrap();
+    let h: Vec<(u64, &str, Option<MessageState>, MessageState, &str)> = m
+        .history()
+        .iter()
+        .map(|t| (t.at_ms, t.actor.as_str(), t.from, t.to, t.reason.as_str()))
+        .collect();
+    use MessageState::*;
+    assert_eq!(
+        h,
+        vec![
+            (
+                T0,
+                "consumer:orders-7",
+                None,
+                Quarantined,
+                "poison:json unexpected token at 17"
+            ),
+            (
+                T0 + 5000,
+                "alice",
+                Some(Quarantined),
+                UnderReview,
+                "looking at the parser bug"
+            ),
+            (
+                T0 + 10_000,
+                "alice",
+                Some(UnderReview),
+                SchemaCheck,
+                "schema-check"
+            ),
+            (
+                T0 + 10_000,
+                "alice",
+                Some(SchemaCheck),
+                IdempotencyCheck,
+                "schema-compatible"
+            ),
+            (
+                T0 + 10_000,
+                "alice",
+                Some(IdempotencyCheck),
+                Replayed,
+                "applied"
+            ),
+        ]
+    );
+    assert_eq!(m.reason_class(), "poison:json");
+    assert_eq!(m.quarantined_at_ms(), T0);
+}
+
+#[test]
+fn selection_by_state_class_window_and_limit() {
+    let (_engine, _ns, dlq, clock) = memory();
+    let a = dlq
+        .quarantine(b"a", b"p", "downstream-unavailable:payments-api x")
+        .unwrap();
+    clock.advance(secs(10));
+    let b = dlq
+        .quarantine(b"b", b"p", "downstream-unavailable:ledger-api")
+        .unwrap();
+    clock.advance(secs(10));
+    let c = dlq.quarantine(b"c", b"p", "poison:json").unwrap();
+    let d = dlq
+        .quarantine(b"d", b"p", "downstream-unavailable-ish")
+        .unwrap();
+    let e = dlq.quarantine(b"e", b"p", "poison:json").unwrap();
+    dlq.archive(e, "test").unwrap();
+    let pick = |s: Selection| ids(&dlq.list(&s).unwrap());
+    assert_eq!(pick(Selection::default()), vec![a, b, c, d]);
+    assert_eq!(pick(Selection::all()), vec![a, b, c, d, e]);
+    assert_eq!(
+        pick(Selection::default().state(MessageState::Archived)),
+        vec![e]
+    );
+    assert_eq!(
+        pick(Selection::default().reason_class("downstream-unavailable")),
+        vec![a, b],
+        "a class selects its sub-classes, not names that merely share a prefix"
+    );
+    assert_eq!(
+        pick(Selection::default().reason_class("downstream-unavailable:payments-api")),
+        vec![a]
+    );
+    assert_eq!(
+        pick(Selection::default().quarantined_between(T0 + 10_000, T0 + 20_000)),
+        vec![b],
+        "the window includes its start and excludes its end"
+    );
+    assert_eq!(pick(Selection::default().limit(2)), vec![a, b]);
+    assert_eq!(pick(Selection::default().ids([c, e])), vec![c, e]);
+    assert_eq!(
+        pick(
+            Selection::default()
+                .ids([c, e])
+                .state(MessageState::Quarantined)
+        ),
+        vec![c]
+    );
+}
+
+#[test]
+fn policies_auto_archive_past_retention_and_auto_replay_only_what_is_approved() {
+    let (_engine, ns, dlq, clock) = memory();
+    let old = dlq.quarantine(b"old", b"v2:", "poison:json").unwrap();
+    let reviewed = dlq.quarantine(b"rev", b"v2:", "poison:json").unwrap();
+    dlq.review(reviewed, "keep").unwrap();
+    clock.advance(secs(10 * 24 * 3600));
+    let from = clock_now(&clock);
+    let approved = dlq.quarantine(b"ok", b"v2:", OUTAGE).unwrap();
+    let approved_old_schema = dlq.quarantine(b"v1", b"v1:", OUTAGE).unwrap();
+    let approved_done = dlq.quarantine(b"done", b"v2:", OUTAGE).unwrap();
+    let other_class = dlq.quarantine(b"other", b"v2:", "poison:json").unwrap();
+    clock.advance(secs(3600));
+    let after_window = dlq.quarantine(b"late", b"v2:", OUTAGE).unwrap();
+    clock.advance(secs(5 * 24 * 3600));
+    // A delayed retry went through the live path (within the namespace's TTL).
+    live_apply(&ns, &Ledger::default(), b"done");
+
+    let policy = DlqPolicy::new()
+        .archive_after(secs(14 * 24 * 3600))
+        .auto_replay(OUTAGE, from, from + 3_600_000);
+    let ledger = Ledger::default();
+    let r = dlq
+        .run_policies(&policy, &schema_v2, |k: &[u8], _: &[u8]| {
+            ledger.apply(k);
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(r.archived, vec![old]);
+    assert_eq!(r.replay.replayed, vec![approved]);
+    assert_eq!(r.replay.archived, vec![approved_old_schema]);
+    assert_eq!(r.replay.already_done, vec![approved_done]);
+    assert_eq!(ledger.total(), 1);
+    let m = dlq.get(old).unwrap();
+    let last = m.history().last().unwrap();
+    assert_eq!(
+        (last.actor.as_str(), last.to, last.reason.as_str()),
+        (
+            idem::ACTOR_AUTO_ARCHIVE,
+            MessageState::Archived,
+            "retention: quarantined for 1209600 s or more"
+        )
+    );
+    assert_eq!(
+        dlq.get(approved).unwrap().history().last().unwrap().actor,
+        idem::ACTOR_AUTO_REPLAY
+    );
+    // Everything else waits for an explicit call.
+    assert_eq!(
+        dlq.get(reviewed).unwrap().state(),
+        MessageState::UnderReview
+    );
+    assert_eq!(
+        dlq.get(other_class).unwrap().state(),
+        MessageState::Quarantined
+    );
+    assert_eq!(
+        dlq.get(after_window).unwrap().state(),
+        MessageState::Quarantined
+    );
+    // Running the policies again finds nothing new to do.
+    let again = dlq
+        .run_policies(&policy, &schema_v2, |_: &[u8], _: &[u8]| {
+            panic!("nothing left")
+        })
+        .unwrap();
+    assert!(again.archived.is_empty());
+    assert_eq!(again.replay.total(), 0);
+}
+
+fn clock_now(clock: &ManualClock) -> u64 {
+    use idem::Clock;
+    clock.now_ms()
+}
+
+#[test]
+fn health_reports_depth_age_success_rate_and_arrival_rates() {
+    let (_engine, _ns, dlq, clock) = memory();
+    let h = dlq.health();
+    assert_eq!(
+        (h.depth, h.oldest_age, h.replay_success_rate()),
+        (0, None, None)
+    );
+    // Baseline: 4 arrivals over the 24 hours before the recent hour.
+    for n in 0..4 {
+        dlq.quarantine(format!("base-{n}").as_bytes(), b"p", OUTAGE)
+            .unwrap();
+        clock.advance(secs(6 * 3600));
+    }
+    clock.advance(secs(3600));
+    // Recent hour: 12 arrivals (a spike).
+    for i in 0..12u64 {
+        dlq.quarantine(key(i).as_bytes(), b"p", OUTAGE).unwrap();
+        clock.advance(secs(60));
+    }
+    let now = clock_now(&clock);
+    assert_eq!(now, T0 + 25 * 3_600_000 + 12 * 60_000);
+    let h = dlq.health_over(secs(3600), secs(24 * 3600));
+    assert_eq!(h.depth, 16);
+    assert_eq!(h.oldest_age, Some(ms(now - T0)));
+    assert_eq!(h.arrivals_recent, 12);
+    // The baseline window is [now - 25 h, now - 1 h): it holds the arrivals at
+    // T0 + 6 h, 12 h and 18 h, not the one at T0 (12 minutes before its start).
+    assert_eq!(h.arrivals_baseline, 3);
+    assert_eq!(h.arrival_rate_recent(), 12.0);
+    assert_eq!(h.arrival_rate_baseline(), 3.0 / 24.0);
+    assert_eq!(h.arrival_ratio(), Some(96.0));
+    // Replays: one success, one failure; archivals are not replays.
+    let first = dlq.list(&Selection::default().limit(3)).unwrap();
+    dlq.replay(
+        &Selection::default().ids([first[0].id()]),
+        &any_schema,
+        |_: &[u8], _: &[u8]| Ok(()),
+        ReplayMode::Execute,
+    )
+    .unwrap();
+    dlq.replay(
+        &Selection::default().ids([first[1].id()]),
+        &any_schema,
+        |_: &[u8], _: &[u8]| Err("boom".into()),
+        ReplayMode::Execute,
+    )
+    .unwrap();
+    dlq.archive(first[2].id(), "test").unwrap();
+    let h = dlq.health();
+    assert_eq!(
+        (h.depth, h.quarantined, h.replayed, h.archived),
+        (14, 14, 1, 1)
+    );
+    assert_eq!((h.replay_successes, h.replay_failures), (1, 1));
+    assert_eq!(h.replay_success_rate(), Some(0.5));
+    // The oldest waiting message is now the one whose replay failed: back in
+    // quarantine, it keeps its first quarantine time (T0 + 6 h).
+    assert_eq!(h.oldest_age, Some(ms(now - (T0 + 6 * 3_600_000))));
+}
+
+#[cfg(feature = "durable")]
+#[test]
+fn ids_continue_after_a_restart_and_messages_keep_their_history() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (a, before) = {
+        let (_engine, _ns, dlq) = open(&dir, &clock);
+        let a = dlq.quarantine(b"a", b"pa", OUTAGE).unwrap();
+        let b = dlq.quarantine(b"b", b"pb", OUTAGE).unwrap();
+        dlq.review(b, "mine").unwrap();
+        (a, everything(&dlq))
+    };
+    let (_engine, _ns, dlq) = open(&dir, &clock);
+    assert_eq!(everything(&dlq), before);
+    let c = dlq.quarantine(b"c", b"pc", OUTAGE).unwrap();
+    assert_eq!(c.get(), a.get() + 2);
+    assert_eq!(dlq.health().depth, 3);
+}
+
+#[cfg(feature = "durable")]
+#[test]
+fn replay_never_processes_a_key_done_before_a_restart_long_ago() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let id = {
+        let (_engine, ns, dlq) = open(&dir, &clock);
+        let id = dlq.quarantine(b"k", b"p", OUTAGE).unwrap();
+        live_apply(&ns, &Ledger::default(), b"k");
+        id
+    };
+    // The hot TTL (60 s) ran out long ago; retention (7 x TTL) has not.
+    clock.advance(secs(300));
+    let (_engine, _ns, dlq) = open(&dir, &clock);
+    for mode in [ReplayMode::DryRun, ReplayMode::Execute] {
+        let r = dlq
+            .replay(
+                &Selection::default(),
+                &any_schema,
+                |_: &[u8], _: &[u8]| panic!("the key is done"),
+                mode,
+            )
+            .unwrap();
+        assert_eq!(r.already_done, vec![id], "{mode:?}");
+    }
+}
+
+#[cfg(feature = "durable")]
+#[test]
+fn a_store_failure_leaves_every_message_as_it_was() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (engine, ns, dlq) = open(&dir, &clock);
+    let id = dlq.quarantine(b"k", b"p", OUTAGE).unwrap();
+    let before = everything(&dlq);
+    engine.debug_fail_store_writes(true);
+    assert!(matches!(
+        dlq.quarantine(b"k2", b"p", OUTAGE),
+        Err(Error::Store(_))
+    ));
+    assert!(matches!(dlq.archive(id, "x"), Err(Error::Store(_))));
+    // The claim marker cannot be written: fail closed before the handler.
+    let err = dlq
+        .replay(
+            &Selection::default(),
+            &any_schema,
+            |_: &[u8], _: &[u8]| panic!("refused before the handler"),
+            ReplayMode::Execute,
+        )
+        .unwrap_err();
+    assert!(matches!(err, Error::Store(_)));
+    assert_eq!(everything(&dlq), before);
+    engine.debug_fail_store_writes(false);
+    // The completion write fails after the handler ran: the key is not done and the
+    // message is still quarantined (one atomic write for both).
+    let fail_now = || engine.debug_fail_store_writes(true);
+    let err = dlq
+        .replay(
+            &Selection::default(),
+            &any_schema,
+            |_: &[u8], _: &[u8]| {
+                fail_now();
+                Ok(())
+            },
+            ReplayMode::Execute,
+        )
+        .unwrap_err();
+    assert!(matches!(err, Error::Store(_)));
+    engine.debug_fail_store_writes(false);
+    assert_eq!(everything(&dlq), before);
+    assert_eq!(ns.check(b"k").unwrap(), None);
+    let next = dlq.quarantine(b"k2", b"p", OUTAGE).unwrap();
+    assert_eq!(
+        next.get(),
+        id.get() + 1,
+        "the refused quarantine took no id"
+    );
+}
+
+#[cfg(feature = "durable")]
+#[test]
+fn a_corrupt_dead_letter_is_reported_and_the_others_are_served() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (a, b) = {
+        let (_engine, _ns, dlq) = open(&dir, &clock);
+        (
+            dlq.quarantine(b"a", b"p", OUTAGE).unwrap(),
+            dlq.quarantine(b"b", b"p", OUTAGE).unwrap(),
+        )
+    };
+    {
+        let opts = rocksdb::Options::default();
+        let cfs = rocksdb::DB::list_cf(&opts, dir.path()).unwrap();
+        assert!(cfs.iter().any(|c| c == "dlq:ns"), "{cfs:?}");
+        let db = rocksdb::DB::open_cf(&opts, dir.path(), &cfs).unwrap();
+        let cf = db.cf_handle("dlq:ns").unwrap();
+        let mut k = vec![b'm'];
+        k.extend_from_slice(&b.get().to_be_bytes());
+        db.put_cf(cf, k, b"\x01\x09garbage").unwrap();
+    }
+    let (_engine, _ns, dlq) = open(&dir, &clock);
+    assert!(matches!(
+        dlq.get(b),
+        Err(Error::CorruptDeadLetter { id: Some(id), .. }) if id == b
+    ));
+    assert_eq!(dlq.get(a).unwrap().state(), MessageState::Quarantined);
+    assert_eq!(ids(&everything(&dlq)), vec![a]);
+    assert_eq!(dlq.health().corrupt, 1);
+    assert!(matches!(
+        dlq.archive(b, "x"),
+        Err(Error::CorruptDeadLetter { .. })
+    ));
+    // A new message never takes the corrupt one's id.
+    assert_eq!(
+        dlq.quarantine(b"c", b"p", OUTAGE).unwrap().get(),
+        b.get() + 1
+    );
+}

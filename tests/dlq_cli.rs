@@ -1,0 +1,233 @@
+//! `idem dlq`: list, show, a dry run and a replay through shell commands, archive,
+//! health, and refused arguments.
+
+#![cfg(all(feature = "durable", not(idem_loom)))]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use idem::{Claim, Engine, NamespaceConfig};
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!("idem-dlq-cli-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn idem(args: &[&str]) -> (bool, Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(args)
+        .output()
+        .expect("the idem binary runs");
+    (
+        out.status.success(),
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Namespace `orders` with five dead letters: #1..#3 replay cleanly, #4 has an old
+/// payload, #5's key went through the live path.
+fn populate(db: &Path) {
+    let engine = Engine::builder()
+        .namespace("orders", NamespaceConfig::new())
+        .durable(db)
+        .maintenance_interval(None)
+        .build()
+        .unwrap();
+    let dlq = engine.dlq("orders").unwrap();
+    for (key, payload) in [
+        ("ord-1", "v2:a"),
+        ("ord-2", "v2:b"),
+        ("ord-3", "v2:c"),
+        ("ord-4", "v1:d"),
+        ("ord-5", "v2:e"),
+    ] {
+        dlq.quarantine(
+            key.as_bytes(),
+            payload.as_bytes(),
+            "downstream-unavailable:payments-api 503",
+        )
+        .unwrap();
+    }
+    match engine.namespace("orders").unwrap().claim(b"ord-5").unwrap() {
+        Claim::Acquired(g) => g.complete().unwrap(),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn row<'a>(out: &'a str, label: &str) -> Vec<&'a str> {
+    out.lines()
+        .find(|l| l.starts_with(label))
+        .unwrap_or_else(|| panic!("no line {label:?} in:\n{out}"))
+        .split_whitespace()
+        .collect()
+}
+
+#[test]
+fn list_dry_run_replay_show_archive_and_health() {
+    let tmp = TempDir::new("flow");
+    let db = tmp.0.join("db");
+    populate(&db);
+    let dbs = db.to_str().unwrap();
+    let ledger = tmp.0.join("ledger.txt");
+
+    let (ok, _, out, err) = idem(&["dlq", "list", dbs, "--namespace", "orders"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("5 message(s)"), "{out}");
+    assert_eq!(row(&out, "      #4")[1], "quarantined", "{out}");
+    assert!(out.contains("downstream-unavailable:payments-api"), "{out}");
+
+    let schema = r#"grep -q '^v2:'"#;
+    let (ok, _, dry, err) = idem(&[
+        "dlq",
+        "replay",
+        dbs,
+        "--namespace",
+        "orders",
+        "--dry-run",
+        "--schema-cmd",
+        schema,
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(row(&dry, "would be replayed ")[3], "3", "{dry}");
+    assert_eq!(
+        row(&dry, "would be replayed: already done")[5],
+        "1",
+        "{dry}"
+    );
+    assert_eq!(row(&dry, "would be archived: schema")[4], "1", "{dry}");
+    assert!(!ledger.exists(), "a dry run runs nothing");
+
+    let exec = format!("printf '%s\\n' \"$IDEM_KEY\" >> {}", ledger.display());
+    let (ok, _, run, err) = idem(&[
+        "dlq",
+        "replay",
+        dbs,
+        "--namespace",
+        "orders",
+        "--exec",
+        &exec,
+        "--schema-cmd",
+        schema,
+        "--actor",
+        "alice",
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(row(&run, "replayed ")[1], "3", "{run}");
+    assert_eq!(row(&run, "replayed: already done")[3], "1", "{run}");
+    assert_eq!(row(&run, "archived: schema")[2], "1", "{run}");
+    assert!(err.contains("progress: 100% of messages"), "{err}");
+    let applied = std::fs::read_to_string(&ledger).unwrap();
+    assert_eq!(
+        applied.lines().collect::<Vec<_>>(),
+        ["ord-1", "ord-2", "ord-3"]
+    );
+
+    let (ok, _, show, err) = idem(&["dlq", "show", dbs, "--namespace", "orders", "--id", "1"]);
+    assert!(ok, "{err}");
+    assert!(row(&show, "state").contains(&"replayed"), "{show}");
+    for step in ["under-review", "schema-check", "idempotency-check"] {
+        assert!(show.contains(step), "{show}");
+    }
+    assert!(show.contains("alice"), "{show}");
+
+    // Nothing is left; archiving a replayed message is refused.
+    let (ok, _, out, _) = idem(&["dlq", "list", dbs, "--namespace", "orders"]);
+    assert!(ok && out.contains("0 message(s)"), "{out}");
+    let (ok, code, _, err) = idem(&[
+        "dlq",
+        "archive",
+        dbs,
+        "--namespace",
+        "orders",
+        "--id",
+        "1",
+        "--note",
+        "no",
+    ]);
+    assert!(!ok && code == Some(1), "{err}");
+    assert!(err.contains("cannot go from replayed to archived"), "{err}");
+
+    let (ok, _, health, err) = idem(&["dlq", "health", dbs, "--namespace", "orders"]);
+    assert!(ok, "{err}");
+    assert_eq!(row(&health, "depth")[2], "0", "{health}");
+    assert_eq!(row(&health, "replayed")[1], "4", "{health}");
+    assert_eq!(row(&health, "archived")[1], "1", "{health}");
+    assert_eq!(row(&health, "replay success rate")[3], "100.0%", "{health}");
+}
+
+#[test]
+fn a_failing_command_sends_the_message_back_to_quarantine() {
+    let tmp = TempDir::new("fail");
+    let db = tmp.0.join("db");
+    populate(&db);
+    let dbs = db.to_str().unwrap();
+    let (ok, _, run, err) = idem(&[
+        "dlq",
+        "replay",
+        dbs,
+        "--namespace",
+        "orders",
+        "--id",
+        "2",
+        "--exec",
+        "echo 'downstream-unavailable:ledger-api timeout' >&2; exit 3",
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(row(&run, "failed")[4], "1", "{run}");
+    assert!(
+        run.contains("downstream-unavailable:ledger-api timeout"),
+        "{run}"
+    );
+    let (_, _, out, _) = idem(&["dlq", "list", dbs, "--namespace", "orders", "--id", "2"]);
+    let cols = row(&out, "      #2");
+    assert_eq!((cols[1], cols[2]), ("quarantined", "1"), "{out}");
+    assert!(out.contains("downstream-unavailable:ledger-api"), "{out}");
+}
+
+#[test]
+fn bad_arguments_are_refused() {
+    let tmp = TempDir::new("bad");
+    for args in [
+        &["dlq"][..],
+        &["dlq", "frobnicate", "x", "--namespace", "n"],
+        &["dlq", "list", "--namespace", "n"],
+        &["dlq", "list", "x"],
+        &["dlq", "show", "x", "--namespace", "n"],
+        &["dlq", "replay", "x", "--namespace", "n"],
+        &["dlq", "archive", "x", "--namespace", "n", "--id", "1"],
+        &[
+            "dlq",
+            "list",
+            "x",
+            "--namespace",
+            "n",
+            "--state",
+            "sleeping",
+        ],
+        &["dlq", "list", "x", "--namespace", "n", "--id", "one"],
+    ] {
+        let (_, code, _, err) = idem(args);
+        assert_eq!(code, Some(2), "{args:?}");
+        assert!(!err.is_empty());
+    }
+    // A directory without a database is not created.
+    let missing = tmp.0.join("nothing-here");
+    let (_, code, _, err) = idem(&["dlq", "list", missing.to_str().unwrap(), "--namespace", "n"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("no idem database"), "{err}");
+    assert!(!missing.exists());
+}

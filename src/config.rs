@@ -41,6 +41,7 @@ pub struct NamespaceConfig {
     /// The target false-positive rate, as `f64::to_bits` (so the type stays `Eq`).
     pub(crate) prefilter_fpr_bits: u64,
     pub(crate) prefilter: bool,
+    pub(crate) claim_markers: ClaimMarkers,
 }
 
 /// When a completion reaches the disk, with a durable tier.
@@ -72,6 +73,25 @@ pub enum FailurePolicy {
     /// The claim is decided from the hot tier alone; each such decision is counted in
     /// `Stats::fail_open_decisions` and logged through `tracing`.
     FailOpen,
+}
+
+/// When a claim's marker (the record that makes a claim in flight at a crash an
+/// orphan at the next open) is written, with a durable tier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClaimMarkers {
+    /// Before `claim` returns (the default): every claim in flight at a crash is an
+    /// orphan at the next open, and a failing disk refuses the claim itself under
+    /// `FailClosed`. Costs one unsynced RocksDB write per acquired claim.
+    #[default]
+    Immediate,
+    /// Kept in memory and written by the maintenance pass (every
+    /// `EngineBuilder::maintenance_interval`), and at a clean shutdown. A claim
+    /// completed or released before the next pass never writes a marker at all, so
+    /// `claim` does no I/O for new keys. The price: a crash forgets the claims
+    /// acquired since the last pass (they are claimable at once after the restart
+    /// instead of held as orphans until their lease runs out), and a failing disk is
+    /// reported at completion rather than at the claim.
+    Deferred,
 }
 
 /// Default TTL of a completed key.
@@ -112,7 +132,16 @@ impl NamespaceConfig {
             expected_keys: None,
             prefilter_fpr_bits: DEFAULT_PREFILTER_FPR.to_bits(),
             prefilter: true,
+            claim_markers: ClaimMarkers::Immediate,
         }
+    }
+
+    /// With a durable tier: when claim markers are written (default
+    /// [`ClaimMarkers::Immediate`]; see [`ClaimMarkers::Deferred`] for a claim path
+    /// without I/O).
+    pub fn claim_markers(mut self, markers: ClaimMarkers) -> Self {
+        self.claim_markers = markers;
+        self
     }
 
     /// With a durable tier: the worst-case number of keys within retention (peak

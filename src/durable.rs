@@ -103,4 +103,20 @@ impl DurableNs {
     pub(crate) fn maintain(&self, _now_ms: u64) {
         match *self {}
     }
+
+    pub(crate) fn defers_markers(&self) -> bool {
+        match *self {}
+    }
+
+    pub(crate) fn defer_markers(&self, _m: &[(u128, Record)]) {
+        match *self {}
+    }
+
+    pub(crate) fn settle_marker(&self, _fp: u128) -> bool {
+        match *self {}
+    }
+
+    pub(crate) fn flush_markers(&self) {
+        match *self {}
+    }
 }

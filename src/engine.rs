@@ -208,7 +208,14 @@ impl Engine {
                         cfg.get_prefilter_fpr(),
                     )
                 });
-                DurableNs::new(s.clone(), &name, cfg.sync, cfg.on_store_error, prefilter)
+                DurableNs::new(
+                    s.clone(),
+                    &name,
+                    cfg.sync,
+                    cfg.on_store_error,
+                    prefilter,
+                    cfg.claim_markers == crate::config::ClaimMarkers::Deferred,
+                )
             });
             #[cfg(not(feature = "durable"))]
             let durable: Option<DurableNs> = None;
@@ -393,6 +400,13 @@ impl Drop for Engine {
         }
         if let Some(t) = self.wal_sync.take() {
             t.stop();
+        }
+        // Deferred claim markers of claims still held reach the store, so they are
+        // orphans at the next open, as with immediate markers.
+        for ns in self.shared.namespaces.values() {
+            if let Some(d) = &ns.durable {
+                d.flush_markers();
+            }
         }
     }
 }
@@ -718,7 +732,14 @@ impl NsInner {
     /// fail open on, the claims are released (dropped) and the error returned.
     fn write_markers(&self, markers: &[(u128, Record)]) -> Result<()> {
         match &self.durable {
-            Some(d) if !markers.is_empty() => d.write_claims(markers),
+            Some(d) if !markers.is_empty() => {
+                if d.defers_markers() {
+                    d.defer_markers(markers);
+                    Ok(())
+                } else {
+                    d.write_claims(markers)
+                }
+            }
             _ => Ok(()),
         }
     }
@@ -1287,7 +1308,9 @@ impl ClaimGuard {
             .release(self.fp, &self.lease, now, &cap);
         r.map_err(|Refused::LeaseLost| Error::LeaseLost)?;
         if let Some(d) = &ns.durable {
-            d.delete_claims(&[self.fp.to_u128()]);
+            if !d.settle_marker(self.fp.to_u128()) {
+                d.delete_claims(&[self.fp.to_u128()]);
+            }
         }
         Ok(())
     }

@@ -59,9 +59,9 @@ mod sync;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{
-    EngineBuilder, FailurePolicy, NamespaceConfig, SyncPolicy, DEFAULT_LEASE, DEFAULT_MAX_KEYS,
-    DEFAULT_MAX_KEY_LEN, DEFAULT_MAX_RESULT_LEN, DEFAULT_PREFILTER_FPR, DEFAULT_TTL,
-    MAX_KEYS_LIMIT,
+    ClaimMarkers, EngineBuilder, FailurePolicy, NamespaceConfig, SyncPolicy, DEFAULT_LEASE,
+    DEFAULT_MAX_KEYS, DEFAULT_MAX_KEY_LEN, DEFAULT_MAX_RESULT_LEN, DEFAULT_PREFILTER_FPR,
+    DEFAULT_TTL, MAX_KEYS_LIMIT,
 };
 pub use dlq::{
     DeadLetter, Dlq, DlqHealth, DlqPolicy, MessageId, MessageState, PolicyReport, ReplayMode,

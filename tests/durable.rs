@@ -11,8 +11,8 @@
 mod util;
 
 use idem::{
-    Claim, ClaimGuard, Done, Engine, EngineBuilder, Error, FailurePolicy, InFlight, KeyError,
-    KeyState, ManualClock, Namespace, NamespaceConfig, StateChanges, SyncPolicy,
+    Claim, ClaimGuard, ClaimMarkers, Done, Engine, EngineBuilder, Error, FailurePolicy, InFlight,
+    KeyError, KeyState, ManualClock, Namespace, NamespaceConfig, StateChanges, SyncPolicy,
 };
 use util::*;
 use xxhash_rust::xxh3::xxh3_128_with_seed;
@@ -926,6 +926,65 @@ fn check_finds_a_key_done_in_the_durable_tier_only() {
     assert_eq!(ns.check(b"other").unwrap(), None);
     clock.advance(secs(7 * 60));
     assert_eq!(ns.check(b"k").unwrap(), None);
+}
+
+#[test]
+fn deferred_markers_are_written_only_for_claims_still_held_at_maintenance() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small().claim_markers(ClaimMarkers::Deferred);
+    let seeded = || {
+        let engine = builder(&dir, &clock)
+            .seed(7)
+            .namespace("ns", cfg.clone())
+            .build()
+            .unwrap();
+        let ns = engine.namespace("ns").unwrap();
+        (engine, ns)
+    };
+    {
+        let (engine, ns) = seeded();
+        let w0 = engine.stats().durable_writes;
+        acquire(&ns, b"quick").complete().unwrap();
+        drop(acquire(&ns, b"released"));
+        // The completion is the only write: neither claim wrote a marker.
+        assert_eq!(engine.stats().durable_writes, w0 + 1);
+        let held = acquire(&ns, b"held");
+        let done_later = acquire(&ns, b"done-later");
+        assert_eq!(engine.stats().durable_writes, w0 + 1);
+        engine.run_maintenance();
+        // One write for both markers.
+        assert_eq!(engine.stats().durable_writes, w0 + 2);
+        // A completion after the flush deletes its marker.
+        done_later.complete().unwrap();
+        // A release that cannot delete its marker leaves an orphan.
+        engine.debug_fail_store_writes(true);
+        drop(held);
+        engine.debug_fail_store_writes(false);
+    }
+    let (engine, ns) = seeded();
+    let orphans: Vec<u128> = engine.orphans().iter().map(|o| o.fingerprint).collect();
+    assert_eq!(orphans, vec![fingerprint(b"held", 7)]);
+    duplicate(&ns, b"quick");
+    duplicate(&ns, b"done-later");
+    in_progress(&ns, b"held");
+}
+
+#[test]
+fn deferred_markers_of_held_claims_are_written_at_a_clean_shutdown() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small().claim_markers(ClaimMarkers::Deferred);
+    let (engine, ns) = open(&dir, &clock, cfg);
+    let held = acquire(&ns, b"held");
+    let w0 = ns.stats().durable_writes;
+    drop(engine);
+    assert_eq!(ns.stats().durable_writes, w0 + 1, "the marker was flushed");
+    drop(held);
+    // Released after the flush: the release deleted the marker again.
+    assert_eq!(ns.stats().durable_writes, w0 + 2);
+    drop(ns);
+    assert!(entries(&raw_db(&dir), "claims:ns").is_empty());
 }
 
 #[test]

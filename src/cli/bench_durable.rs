@@ -21,7 +21,7 @@ use std::process::Command;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use idem::{Claim, Engine, NamespaceConfig, SyncPolicy};
+use idem::{Claim, ClaimMarkers, Engine, NamespaceConfig, SyncPolicy};
 
 fn key(i: u64) -> [u8; 20] {
     let mut k = [0u8; 20];
@@ -96,7 +96,7 @@ fn drive(threads: usize, per_thread: u64, op: &(dyn Fn(usize, u64) -> u64 + Sync
     }
 }
 
-fn w4_idem(policy: SyncPolicy, threads: usize, per_thread: u64) -> Run {
+fn w4_idem(policy: SyncPolicy, markers: ClaimMarkers, threads: usize, per_thread: u64) -> Run {
     let dir = Dir::new("w4");
     let engine = Engine::builder()
         .namespace(
@@ -104,6 +104,7 @@ fn w4_idem(policy: SyncPolicy, threads: usize, per_thread: u64) -> Run {
             NamespaceConfig::new()
                 .ttl(Duration::from_secs(3600))
                 .sync(policy)
+                .claim_markers(markers)
                 .max_keys(4_000_000),
         )
         .durable(&dir.0)
@@ -154,8 +155,8 @@ fn w4_rocksdb(policy: SyncPolicy, threads: usize, per_thread: u64) -> Run {
 
 fn w4(quick: bool) {
     println!("### W4: durable completion (claim + complete of fresh keys)\n");
-    println!("| sync | threads | idem claim+complete /s | RocksDB get+put /s | idem / RocksDB | idem complete p50 / p99 | RocksDB put p50 / p99 |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| sync | threads | RocksDB get+put /s | idem claim+complete /s, immediate markers | idem / RocksDB | idem claim+complete /s, deferred markers | idem / RocksDB | idem complete p50 / p99 (immediate) | RocksDB put p50 / p99 |");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for policy in [
         SyncPolicy::Always,
         SyncPolicy::Periodic(Duration::from_secs(1)),
@@ -170,24 +171,30 @@ fn w4(quick: bool) {
                 (_, false) => 100_000,
             };
             let raw = w4_rocksdb(policy, threads, per);
-            let idem = w4_idem(policy, threads, per);
+            let idem = w4_idem(policy, ClaimMarkers::Immediate, threads, per);
+            let deferred = w4_idem(policy, ClaimMarkers::Deferred, threads, per);
             if threads == 1 {
                 one = idem.ops_per_s;
             }
             println!(
-                "| {} | {} | {:.0} | {:.0} | {:.2} | {:.1} / {:.1} us | {:.1} / {:.1} us |",
+                "| {} | {} | {:.0} | {:.0} | {:.2} | {:.0} | {:.2} | {:.1} / {:.1} us | {:.1} / {:.1} us |",
                 policy_name(policy),
                 threads,
-                idem.ops_per_s,
                 raw.ops_per_s,
+                idem.ops_per_s,
                 idem.ops_per_s / raw.ops_per_s,
+                deferred.ops_per_s,
+                deferred.ops_per_s / raw.ops_per_s,
                 idem.p50_ns as f64 / 1e3,
                 idem.p99_ns as f64 / 1e3,
                 raw.p50_ns as f64 / 1e3,
                 raw.p99_ns as f64 / 1e3,
             );
             if threads == 2 {
-                println!("|  | 2 vs 1 |  |  | {:.2}x |  |  |", idem.ops_per_s / one);
+                println!(
+                    "|  | 2 vs 1 (immediate) | {:.2}x |  |  |  |  |  |  |",
+                    idem.ops_per_s / one
+                );
             }
         }
     }
@@ -242,9 +249,9 @@ struct W3Run {
     missed_old: u64,
 }
 
-/// One W3 run: `durable` None is memory-only; Some(prefilter) has a durable tier
-/// with or without the prefilter.
-fn w3_run(stream: &[(u64, u64)], durable: Option<bool>) -> W3Run {
+/// One W3 run: `durable` None is memory-only; Some((prefilter, markers)) has a
+/// durable tier with or without the prefilter, with the given claim markers.
+fn w3_run(stream: &[(u64, u64)], durable: Option<(bool, ClaimMarkers)>) -> W3Run {
     let ttl = Duration::from_secs(3600);
     let distinct = stream.iter().map(|&(id, _)| id).max().unwrap_or(0) as usize + 1;
     let clock = idem::ManualClock::new(1_700_000_000_000);
@@ -256,8 +263,11 @@ fn w3_run(stream: &[(u64, u64)], durable: Option<bool>) -> W3Run {
     let mut b = Engine::builder()
         .clock(clock.clone())
         .maintenance_interval(None);
-    if let Some(prefilter) = durable {
-        cfg = cfg.prefilter(prefilter).expected_keys(distinct);
+    if let Some((prefilter, markers)) = durable {
+        cfg = cfg
+            .prefilter(prefilter)
+            .claim_markers(markers)
+            .expected_keys(distinct);
         b = b.durable(&dir.0);
     }
     let engine = b.namespace("w3", cfg).build().unwrap();
@@ -312,8 +322,18 @@ fn w3(n: u64) {
     let mem = w3_run(&stream, None);
     for (name, r) in [
         ("memory-only", &mem),
-        ("durable + prefilter", &w3_run(&stream, Some(true))),
-        ("durable, no prefilter", &w3_run(&stream, Some(false))),
+        (
+            "durable + prefilter",
+            &w3_run(&stream, Some((true, ClaimMarkers::Immediate))),
+        ),
+        (
+            "durable + prefilter, deferred markers",
+            &w3_run(&stream, Some((true, ClaimMarkers::Deferred))),
+        ),
+        (
+            "durable, no prefilter",
+            &w3_run(&stream, Some((false, ClaimMarkers::Immediate))),
+        ),
     ] {
         let s = &r.stats;
         println!(

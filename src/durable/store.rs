@@ -450,6 +450,17 @@ pub(crate) struct DurableNs {
     pub(crate) fail_open: AtomicU64,
     /// The Bloom filters in front of the done records, if the namespace has them.
     pub(crate) prefilter: Option<Prefilter>,
+    /// Claim markers not written yet (`ClaimMarkers::Deferred`).
+    pub(crate) deferred: Option<DeferredMarkers>,
+}
+
+/// Claim markers kept in memory until the maintenance pass writes them.
+#[derive(Debug, Default)]
+pub(crate) struct DeferredMarkers {
+    pending: parking_lot::Mutex<std::collections::HashMap<u128, Record>>,
+    /// Held while drained markers are being written, so that a completion or release
+    /// of one of them deletes it only after it reached the store.
+    flushing: parking_lot::Mutex<()>,
 }
 
 impl DurableNs {
@@ -459,6 +470,7 @@ impl DurableNs {
         sync: SyncPolicy,
         failure: FailurePolicy,
         prefilter: Option<Prefilter>,
+        deferred: bool,
     ) -> Self {
         DurableNs {
             store,
@@ -470,6 +482,61 @@ impl DurableNs {
             errors: AtomicU64::new(0),
             fail_open: AtomicU64::new(0),
             prefilter,
+            deferred: deferred.then(DeferredMarkers::default),
+        }
+    }
+
+    /// Whether claim markers wait for the maintenance pass.
+    pub(crate) fn defers_markers(&self) -> bool {
+        self.deferred.is_some()
+    }
+
+    /// Keeps claim markers in memory until the next flush.
+    pub(crate) fn defer_markers(&self, markers: &[(u128, Record)]) {
+        if let Some(d) = &self.deferred {
+            let mut pending = d.pending.lock();
+            for (fp, rec) in markers {
+                pending.insert(*fp, rec.clone());
+            }
+        }
+    }
+
+    /// Called before a claim's completion or release is written. True if its marker
+    /// was still in memory (it is dropped there and never written); otherwise the
+    /// marker may be on disk, and any write of it in progress has finished, so the
+    /// caller's delete lands after it.
+    pub(crate) fn settle_marker(&self, fp: u128) -> bool {
+        let Some(d) = &self.deferred else {
+            return false;
+        };
+        if d.pending.lock().remove(&fp).is_some() {
+            return true;
+        }
+        drop(d.flushing.lock());
+        false
+    }
+
+    /// Writes the deferred claim markers (the maintenance pass, and a clean
+    /// shutdown). A failed write is counted and logged; its markers are lost (those
+    /// claims would not be reported as orphans after a crash).
+    pub(crate) fn flush_markers(&self) {
+        let Some(d) = &self.deferred else {
+            return;
+        };
+        let _writing = d.flushing.lock();
+        let batch: Vec<(u128, Record)> = d.pending.lock().drain().collect();
+        if batch.is_empty() {
+            return;
+        }
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = self.store.put_claims(&self.name, &batch) {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                namespace = %self.name,
+                markers = batch.len(),
+                error = %e,
+                "could not write deferred claim markers"
+            );
         }
     }
 
@@ -488,8 +555,10 @@ impl DurableNs {
         })
     }
 
-    /// Periodic upkeep: drops prefilter generations past retention.
+    /// Periodic upkeep: writes deferred claim markers, drops prefilter generations
+    /// past retention.
     pub(crate) fn maintain(&self, now_ms: u64) {
+        self.flush_markers();
         if let Some(p) = &self.prefilter {
             p.expire(now_ms);
         }
@@ -584,6 +653,11 @@ impl DurableNs {
             for (fp, rec) in done {
                 p.insert(bloom_hash(*fp), rec.expires_ms);
             }
+        }
+        // A deferred marker still in memory is never written; one being written
+        // finishes first, so the batch's delete of it lands after it.
+        for (fp, _) in done {
+            self.settle_marker(*fp);
         }
         self.writes.fetch_add(1, Ordering::Relaxed);
         let sync = matches!(self.sync, SyncPolicy::Always);

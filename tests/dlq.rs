@@ -11,11 +11,7 @@ mod util;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-#[cfg(feature = "durable")]
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-#[cfg(feature = "durable")]
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use idem::{
     Claim, DeadLetter, Dlq, DlqPolicy, Engine, Error, KeyError, KeyState, ManualClock, MessageId,
@@ -25,39 +21,6 @@ use idem::{
 use util::*;
 
 const OUTAGE: &str = "downstream-unavailable:payments-api";
-
-#[cfg(feature = "durable")]
-struct TempDir {
-    path: PathBuf,
-}
-
-#[cfg(feature = "durable")]
-impl TempDir {
-    fn new() -> Self {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let path = std::env::temp_dir().join(format!(
-            "idem-dlq-test-{}-{}-{nanos}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir(&path).expect("creating a fresh temporary directory");
-        TempDir { path }
-    }
-
-    fn path(&self) -> &Path {
-        &self.path
-    }
-}
-
-#[cfg(feature = "durable")]
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
-    }
-}
 
 fn config() -> NamespaceConfig {
     small().max_keys(100_000)

@@ -370,14 +370,21 @@ impl Store {
     pub(crate) fn scan_done(
         &self,
         ns: &str,
+        part: (usize, usize),
         mut each: impl FnMut(u128, Result<(super::codec::RecordState, u64), String>),
     ) -> Result<u64, Error> {
         let cf = self.cf(&done_cf(ns))?;
         let mut ro = rocksdb::ReadOptions::default();
         ro.fill_cache(false);
         ro.set_readahead_size(4 << 20);
+        // Part `i` of `n`: the fingerprints whose first byte falls in its share.
+        let (i, n) = part;
+        let bound = |i: usize| (i * 256 / n) as u8;
+        if i + 1 < n {
+            ro.set_iterate_upper_bound(vec![bound(i + 1)]);
+        }
         let mut it = self.db.raw_iterator_cf_opt(cf, ro);
-        it.seek_to_first();
+        it.seek([bound(i)]);
         let mut n = 0;
         while it.valid() {
             if let (Some(k), Some(v)) = (it.key(), it.value()) {
@@ -548,10 +555,31 @@ impl DurableNs {
         let Some(p) = &self.prefilter else {
             return Ok(0);
         };
-        self.store.scan_done(&self.name, |fp, header| match header {
-            Ok((RecordState::Done, expires_ms)) if expires_ms <= now_ms => {}
-            Ok((_, expires_ms)) => p.insert(bloom_hash(fp), expires_ms),
-            Err(_) => p.insert_pinned(bloom_hash(fp)),
+        // One scan per core over disjoint key ranges: the filter takes concurrent
+        // inserts.
+        let parts = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, 4);
+        let scan = |part: usize| {
+            self.store
+                .scan_done(&self.name, (part, parts), |fp, header| match header {
+                    Ok((RecordState::Done, expires_ms)) if expires_ms <= now_ms => {}
+                    Ok((_, expires_ms)) => p.insert(bloom_hash(fp), expires_ms),
+                    Err(_) => p.insert_pinned(bloom_hash(fp)),
+                })
+        };
+        std::thread::scope(|s| {
+            let others: Vec<_> = (1..parts).map(|i| s.spawn(move || scan(i))).collect();
+            let mut total = scan(0)?;
+            for h in others {
+                total += h.join().map_err(|_| {
+                    Error::Store(StoreError::new(
+                        "scan done",
+                        "a prefilter scan thread panicked".to_owned(),
+                    ))
+                })??;
+            }
+            Ok(total)
         })
     }
 

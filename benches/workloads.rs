@@ -849,6 +849,98 @@ fn table(o: &Opts, all: &[Sample], w: Workload) -> String {
     t
 }
 
+/// The targets, checked against this run's medians (1 thread unless stated).
+fn targets(o: &Opts, all: &[Sample]) -> String {
+    let cell = |peer: &str, w: Workload, n: usize, threads: usize| -> Vec<&Sample> {
+        all.iter()
+            .filter(|s| s.peer == peer && s.w == w && s.n == n && s.threads == threads)
+            .collect()
+    };
+    let rate = |peer: &str, w: Workload, n: usize, threads: usize| {
+        let c = cell(peer, w, n, threads);
+        (!c.is_empty()).then(|| rates(&c).0)
+    };
+    let heap = |peer: &str, n: usize| {
+        let c = cell(peer, Workload::W1, n, 1);
+        (!c.is_empty()).then(|| per_key(&c, |s| s.heap))
+    };
+    let mut t = String::new();
+    let _ = writeln!(t, "### Targets, from this run's medians\n");
+    let _ = writeln!(t, "| N | target | measured | verdict |");
+    let _ = writeln!(t, "|---:|---|---:|---|");
+    let mut row = |n: usize, what: &str, measured: Option<f64>, want: f64, at_least: bool| {
+        let (m, verdict) = match measured {
+            None => ("not run".to_owned(), "-"),
+            Some(m) if at_least == (m >= want) => (format!("{m:.2}x"), "met"),
+            Some(m) => (format!("{m:.2}x"), "**missed**"),
+        };
+        let _ = writeln!(t, "| {n} | {what} | {m} | {verdict} |");
+    };
+    let ratio = |a: Option<f64>, b: Option<f64>| Some(a? / b?);
+    for &n in &o.ns {
+        let w1 = |p: &str| rate(p, Workload::W1, n, 1);
+        let w2 = |p: &str| rate(p, Workload::W2, n, 1);
+        row(
+            n,
+            "W1 1T: idem / Redis one at a time >= 40x",
+            ratio(w1("idem"), w1("redis")),
+            40.0,
+            true,
+        );
+        row(
+            n,
+            "W1 1T: idem / Redis pipelined 64 >= 4x",
+            ratio(w1("idem"), w1("redis-p64")),
+            4.0,
+            true,
+        );
+        row(
+            n,
+            "W1 1T: idem / moka >= 3x",
+            ratio(w1("idem"), w1("moka")),
+            3.0,
+            true,
+        );
+        row(
+            n,
+            "W1 1T: idem / floor >= 0.5x (within 2x)",
+            ratio(w1("idem"), w1("floor")),
+            0.5,
+            true,
+        );
+        row(
+            n,
+            "W2 1T: idem / moka >= 3x",
+            ratio(w2("idem"), w2("moka")),
+            3.0,
+            true,
+        );
+        row(
+            n,
+            "W2: idem 2 threads / 1 thread >= 1.7x",
+            ratio(rate("idem", Workload::W2, n, 2), w2("idem")),
+            1.7,
+            true,
+        );
+        let redis_heap = heap("redis-p64", n).or_else(|| heap("redis", n));
+        row(
+            n,
+            "W1 memory per key: idem / Redis <= 0.33x",
+            ratio(heap("idem", n), redis_heap),
+            1.0 / 3.0,
+            false,
+        );
+        row(
+            n,
+            "W1 memory per key: idem / floor <= 1.5x",
+            ratio(heap("idem", n), heap("floor", n)),
+            1.5,
+            false,
+        );
+    }
+    t
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if let Some(pos) = args.iter().position(|a| a == "--child") {
@@ -943,6 +1035,8 @@ fn main() -> ExitCode {
     print!("{}", table(&o, &all, Workload::W1));
     println!();
     print!("{}", table(&o, &all, Workload::W2));
+    println!();
+    print!("{}", targets(&o, &all));
     println!(
         "\nTotal wall time {:.0} s. Figures are claims per second over N keys; spreads are min-max over the runs.",
         started.elapsed().as_secs_f64()

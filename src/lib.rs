@@ -52,6 +52,7 @@ mod durable;
 mod engine;
 mod error;
 mod hot;
+mod plan;
 mod stats;
 mod sync;
 
@@ -66,6 +67,7 @@ pub use engine::{
     Claim, ClaimGuard, Done, Engine, InFlight, KeyState, Namespace, Orphan, StateChanges,
 };
 pub use error::{Error, KeyError, Result, StoreError};
+pub use plan::{Plan, Sizing, SizingError, SizingWarning};
 pub use stats::Stats;
 
 /// The README's examples, compiled and run as doc tests.

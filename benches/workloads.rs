@@ -959,13 +959,21 @@ fn main() -> ExitCode {
     println!("## idem workloads W1/W2 ({})\n", o.label);
     if !args.iter().any(|a| a == "--bench") {
         println!("- command: test mode (run without `--bench`, as `cargo test --benches` does)");
-    } else if shown.is_empty() {
-        println!("- command: `cargo bench --bench workloads`");
     } else {
-        println!(
-            "- command: `cargo bench --bench workloads -- {}`",
-            shown.join(" ")
-        );
+        // The package's features apply to its benches too: say how this was built.
+        let features = if cfg!(feature = "durable") {
+            ""
+        } else {
+            " --no-default-features"
+        };
+        if shown.is_empty() {
+            println!("- command: `cargo bench{features} --bench workloads`");
+        } else {
+            println!(
+                "- command: `cargo bench{features} --bench workloads -- {}`",
+                shown.join(" ")
+            );
+        }
     }
     println!("- date: {}", utc_now());
     println!("- machine: {}", machine());

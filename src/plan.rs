@@ -28,11 +28,20 @@ const HOT_BYTES_PER_KEY: f64 = 34.2;
 /// (162.6 - 34.3 - 64 at 1 M; 162.3 - 34.0 - 64 at 10 M).
 const RESULT_OVERHEAD_PER_KEY: f64 = 64.3;
 
-/// Disk bytes per completed key in the durable tier (done records without a result,
-/// after flush and compaction: the SST files).
+/// Disk bytes per completed key in the durable tier: the done records' SST files
+/// after flush and compaction, records without a result.
 ///
-/// Measured: `idem bench durable --disk --keys 1000000`.
-const DURABLE_BYTES_PER_KEY: f64 = 30.0;
+/// Measured: `idem bench durable --disk --keys 1000000` (49.8 B per key: 1,000,000
+/// records in 49.8 MB; the write-ahead log and the claim markers' files come on top
+/// until they are recycled).
+const DURABLE_BYTES_PER_KEY: f64 = 49.8;
+
+/// Disk bytes per key that a stored result adds to the done record besides its own
+/// bytes (records are not compressed).
+///
+/// Measured: `idem bench durable --disk --keys 1000000 --result-bytes 64` (118.3 B per
+/// key), minus the 49.8 above, minus 64.
+const DURABLE_RESULT_OVERHEAD_PER_KEY: f64 = 4.5;
 
 /// Redis memory per key for `SET key 1 NX EX ttl` with 20-byte keys (`used_memory`
 /// delta over `DBSIZE`).
@@ -177,7 +186,11 @@ impl Sizing {
         };
         let ln2 = std::f64::consts::LN_2;
         let prefilter_bits_per_key = -p.ln() / (ln2 * ln2);
-        let durable_bytes_per_key = DURABLE_BYTES_PER_KEY + result;
+        let durable_bytes_per_key = if self.result_bytes == 0 {
+            DURABLE_BYTES_PER_KEY
+        } else {
+            DURABLE_BYTES_PER_KEY + DURABLE_RESULT_OVERHEAD_PER_KEY + result
+        };
         let redis_bytes_per_key = REDIS_BYTES_PER_KEY + result;
         let total = |keys: u64, per_key: f64| (keys as f64 * per_key).ceil() as u64;
         Ok(Plan {
@@ -227,8 +240,8 @@ pub struct Plan {
     pub prefilter_bits_per_key: f64,
     /// Prefilter memory for the retained keys (estimate, as its bits per key).
     pub prefilter_bytes: u64,
-    /// Durable-tier disk bytes per retained key (SST files after compaction; the
-    /// result's bytes are added as stored, uncompressed).
+    /// Durable-tier disk bytes per retained key (the done records' SST files after
+    /// compaction; a result is stored uncompressed).
     pub durable_bytes_per_key: f64,
     /// Durable-tier disk bytes at peak, without the write-ahead log and the memtables
     /// not yet flushed.
@@ -371,7 +384,10 @@ mod tests {
             r.hot_bytes_per_key,
             HOT_BYTES_PER_KEY + RESULT_OVERHEAD_PER_KEY + 64.0
         );
-        assert_eq!(r.durable_bytes_per_key, DURABLE_BYTES_PER_KEY + 64.0);
+        assert_eq!(
+            r.durable_bytes_per_key,
+            DURABLE_BYTES_PER_KEY + DURABLE_RESULT_OVERHEAD_PER_KEY + 64.0
+        );
         assert_eq!(r.redis_bytes_per_key, REDIS_BYTES_PER_KEY + 64.0);
     }
 

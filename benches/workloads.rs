@@ -3,9 +3,17 @@
 //!
 //! ```text
 //! cargo bench --bench workloads -- [--quick] [--n 1000000,10000000] [--threads 1,2]
-//!                                  [--runs 3] [--peers idem,floor,dashmap,moka]
-//!                                  [--moka-max-n 1000000]
+//!                                  [--runs 3] [--peers idem,floor,dashmap,moka,redis,redis-p64]
+//!                                  [--moka-max-n 1000000] [--redis-max-n 1000000]
+//!                                  [--redis-sample 100000]
 //! ```
+//!
+//! Peers: `idem`, `idem-r64` (idem completing every key with a 64-byte result: the
+//! memory a stored result costs; not in the default set), `floor`, `dashmap`, `moka`,
+//! `redis` (one request at a time) and `redis-p64` (pipelined 64 deep). The Redis peers
+//! run when `redis-server` is on `PATH` (the child starts its own server on a free
+//! loopback port with no persistence, and stops it); without it they are skipped with
+//! a note. See `workloads/redis.rs`.
 //!
 //! Every (peer, workload, N, threads) measurement runs in a child process of its own
 //! (this executable, re-run with a hidden `--child` argument), so no peer's memory or
@@ -33,6 +41,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use idem::{Claim, Engine, NamespaceConfig};
 use xxhash_rust::xxh3::xxh3_128_with_seed;
+
+#[path = "workloads/redis.rs"]
+mod redis;
 
 // ---------------------------------------------------------------------------------
 // Counting allocator
@@ -125,8 +136,13 @@ fn live_heap() -> isize {
 
 /// Resident set size in bytes, from `/proc/self/statm` (4 KiB pages on this x86-64).
 fn rss_bytes() -> isize {
+    rss_of("/proc/self/statm")
+}
+
+/// Resident set size in bytes from a `statm` file.
+fn rss_of(statm: &str) -> isize {
     const PAGE: isize = 4096;
-    std::fs::read_to_string("/proc/self/statm")
+    std::fs::read_to_string(statm)
         .ok()
         .and_then(|s| s.split_whitespace().nth(1)?.parse::<isize>().ok())
         .map_or(0, |pages| pages * PAGE)
@@ -177,10 +193,12 @@ trait Peer: Sync {
 struct Idem {
     _engine: Engine,
     ns: idem::Namespace,
+    /// Stored with every completion when not empty (`idem-r64`).
+    result: Vec<u8>,
 }
 
 impl Idem {
-    fn new(n: usize) -> Self {
+    fn new(n: usize, result_bytes: usize) -> Self {
         let engine = Engine::builder()
             .namespace("w", NamespaceConfig::new().ttl(TTL).max_keys(n))
             .build()
@@ -189,6 +207,7 @@ impl Idem {
         Idem {
             _engine: engine,
             ns,
+            result: vec![0x5A; result_bytes],
         }
     }
 }
@@ -197,7 +216,8 @@ impl Peer for Idem {
     #[inline]
     fn fresh(&self, key: &Key) -> bool {
         match self.ns.claim(key) {
-            Ok(Claim::Acquired(g)) => g.complete().is_ok(),
+            Ok(Claim::Acquired(g)) if self.result.is_empty() => g.complete().is_ok(),
+            Ok(Claim::Acquired(g)) => g.complete_with_result(&self.result).is_ok(),
             _ => false,
         }
     }
@@ -298,17 +318,25 @@ impl Peer for Moka {
     }
 }
 
-const PEERS: [&str; 4] = ["idem", "floor", "dashmap", "moka"];
+const PEERS: [&str; 6] = ["idem", "floor", "dashmap", "moka", "redis", "redis-p64"];
 
 fn peer_label(peer: &str, w: Workload) -> &'static str {
     match peer {
         "idem" if w == Workload::W1 => "idem (claim + complete)",
         "idem" => "idem",
+        "idem-r64" if w == Workload::W1 => "idem (claim + complete, 64-byte result)",
+        "idem-r64" => "idem (keys with a 64-byte result)",
         "floor" => "floor: `Mutex<hashbrown::HashMap<[u8; 16], u32>>`",
         "dashmap" => "`DashMap<u128, u32>` entry",
         "moka" => "`moka::sync::Cache<String, ()>` TTL",
+        "redis" => "Redis `SET NX EX`, one at a time",
+        "redis-p64" => "Redis `SET NX EX`, pipelined 64",
         _ => "?",
     }
+}
+
+fn is_redis(peer: &str) -> bool {
+    peer.starts_with("redis")
 }
 
 // ---------------------------------------------------------------------------------
@@ -401,11 +429,12 @@ fn measure<P: Peer>(
 fn child(args: &[String]) -> ExitCode {
     // A fifth argument repeats W2's timed phase (for profiling the duplicate path
     // alone); the time reported is the first pass.
+    // The Redis peers take the size of their timed sample instead.
     let (peer, workload, n, threads, repeat) = match args {
         [p, w, n, t] => (p, w, n, t, 1),
         [p, w, n, t, r] => (p, w, n, t, r.parse().expect("repeat")),
         _ => {
-            eprintln!("--child needs: peer workload n threads [repeat]");
+            eprintln!("--child needs: peer workload n threads [repeat | redis sample]");
             return ExitCode::from(2);
         }
     };
@@ -418,7 +447,10 @@ fn child(args: &[String]) -> ExitCode {
     };
     let keys = keys(n);
     let r = match peer.as_str() {
-        "idem" => measure(|| Idem::new(n), &keys, w2, threads, repeat),
+        "idem" => measure(|| Idem::new(n, 0), &keys, w2, threads, repeat),
+        "idem-r64" => measure(|| Idem::new(n, 64), &keys, w2, threads, repeat),
+        "redis" => redis::measure(&keys, w2, threads, 1, repeat),
+        "redis-p64" => redis::measure(&keys, w2, threads, 64, repeat),
         "floor" => measure(
             || Floor(parking_lot::Mutex::new(hashbrown::HashMap::new())),
             &keys,
@@ -459,6 +491,8 @@ struct Opts {
     runs: usize,
     peers: Vec<String>,
     moka_max_n: usize,
+    redis_max_n: usize,
+    redis_sample: usize,
     label: &'static str,
 }
 
@@ -478,11 +512,14 @@ fn parse_opts(args: &[String]) -> Opts {
         runs: 3,
         peers: PEERS.iter().map(|s| s.to_string()).collect(),
         moka_max_n: 1_000_000,
+        redis_max_n: 1_000_000,
+        redis_sample: 100_000,
         label: "full",
     };
     if !bench_mode {
         o.ns = vec![10_000];
         o.runs = 1;
+        o.redis_sample = 2_000;
         o.label = "smoke (test mode)";
     }
     let mut it = args.iter();
@@ -496,6 +533,7 @@ fn parse_opts(args: &[String]) -> Opts {
             "--quick" => {
                 o.ns = vec![100_000];
                 o.runs = 1;
+                o.redis_sample = 20_000;
                 o.label = "quick";
             }
             "--n" => o.ns = parse_list(&val()),
@@ -503,6 +541,12 @@ fn parse_opts(args: &[String]) -> Opts {
             "--runs" => o.runs = val().parse().expect("--runs"),
             "--peers" => o.peers = val().split(',').map(str::to_owned).collect(),
             "--moka-max-n" => o.moka_max_n = val().replace('_', "").parse().expect("--moka-max-n"),
+            "--redis-max-n" => {
+                o.redis_max_n = val().replace('_', "").parse().expect("--redis-max-n")
+            }
+            "--redis-sample" => {
+                o.redis_sample = val().replace('_', "").parse().expect("--redis-sample")
+            }
             "--bench" => {}
             other => panic!("unknown argument {other}"),
         }
@@ -596,18 +640,20 @@ struct Sample {
     own: i64,
 }
 
-fn run_child(peer: &str, w: Workload, n: usize, threads: usize) -> Sample {
+fn run_child(o: &Opts, peer: &str, w: Workload, n: usize, threads: usize) -> Sample {
     let exe = std::env::current_exe().expect("current_exe");
-    let out = Command::new(exe)
-        .args([
-            "--child",
-            peer,
-            w.arg(),
-            &n.to_string(),
-            &threads.to_string(),
-        ])
-        .output()
-        .expect("spawning a child");
+    let mut cmd = Command::new(exe);
+    cmd.args([
+        "--child",
+        peer,
+        w.arg(),
+        &n.to_string(),
+        &threads.to_string(),
+    ]);
+    if is_redis(peer) {
+        cmd.arg(o.redis_sample.to_string());
+    }
+    let out = cmd.output().expect("spawning a child");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let line = stdout
         .lines()
@@ -649,8 +695,13 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
+/// Claims per second in millions, or in thousands below 100,000 (Redis one at a time).
 fn mega(x: f64) -> String {
-    format!("{:.2} M", x / 1e6)
+    if x < 1e5 {
+        format!("{:.1} k", x / 1e3)
+    } else {
+        format!("{:.2} M", x / 1e6)
+    }
 }
 
 /// Median, min and max of claims/s over the runs of one cell.
@@ -798,12 +849,108 @@ fn table(o: &Opts, all: &[Sample], w: Workload) -> String {
     t
 }
 
+/// The issue's targets, checked against this run's medians (1 thread unless stated).
+fn targets(o: &Opts, all: &[Sample]) -> String {
+    let cell = |peer: &str, w: Workload, n: usize, threads: usize| -> Vec<&Sample> {
+        all.iter()
+            .filter(|s| s.peer == peer && s.w == w && s.n == n && s.threads == threads)
+            .collect()
+    };
+    let rate = |peer: &str, w: Workload, n: usize, threads: usize| {
+        let c = cell(peer, w, n, threads);
+        (!c.is_empty()).then(|| rates(&c).0)
+    };
+    let heap = |peer: &str, n: usize| {
+        let c = cell(peer, Workload::W1, n, 1);
+        (!c.is_empty()).then(|| per_key(&c, |s| s.heap))
+    };
+    let mut t = String::new();
+    let _ = writeln!(t, "### Targets, from this run's medians\n");
+    let _ = writeln!(t, "| N | target | measured | verdict |");
+    let _ = writeln!(t, "|---:|---|---:|---|");
+    let mut row = |n: usize, what: &str, measured: Option<f64>, want: f64, at_least: bool| {
+        let (m, verdict) = match measured {
+            None => ("not run".to_owned(), "-"),
+            Some(m) if at_least == (m >= want) => (format!("{m:.2}x"), "met"),
+            Some(m) => (format!("{m:.2}x"), "**missed**"),
+        };
+        let _ = writeln!(t, "| {n} | {what} | {m} | {verdict} |");
+    };
+    let ratio = |a: Option<f64>, b: Option<f64>| Some(a? / b?);
+    for &n in &o.ns {
+        let w1 = |p: &str| rate(p, Workload::W1, n, 1);
+        let w2 = |p: &str| rate(p, Workload::W2, n, 1);
+        row(
+            n,
+            "W1 1T: idem / Redis one at a time >= 40x",
+            ratio(w1("idem"), w1("redis")),
+            40.0,
+            true,
+        );
+        row(
+            n,
+            "W1 1T: idem / Redis pipelined 64 >= 4x",
+            ratio(w1("idem"), w1("redis-p64")),
+            4.0,
+            true,
+        );
+        row(
+            n,
+            "W1 1T: idem / moka >= 3x",
+            ratio(w1("idem"), w1("moka")),
+            3.0,
+            true,
+        );
+        row(
+            n,
+            "W1 1T: idem / floor >= 0.5x (within 2x)",
+            ratio(w1("idem"), w1("floor")),
+            0.5,
+            true,
+        );
+        row(
+            n,
+            "W2 1T: idem / moka >= 3x",
+            ratio(w2("idem"), w2("moka")),
+            3.0,
+            true,
+        );
+        row(
+            n,
+            "W2: idem 2 threads / 1 thread >= 1.7x",
+            ratio(rate("idem", Workload::W2, n, 2), w2("idem")),
+            1.7,
+            true,
+        );
+        let redis_heap = heap("redis-p64", n).or_else(|| heap("redis", n));
+        row(
+            n,
+            "W1 memory per key: idem / Redis <= 0.33x",
+            ratio(heap("idem", n), redis_heap),
+            1.0 / 3.0,
+            false,
+        );
+        row(
+            n,
+            "W1 memory per key: idem / floor <= 1.5x",
+            ratio(heap("idem", n), heap("floor", n)),
+            1.5,
+            false,
+        );
+    }
+    t
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if let Some(pos) = args.iter().position(|a| a == "--child") {
         return child(&args[pos + 1..]);
     }
-    let o = parse_opts(&args);
+    let mut o = parse_opts(&args);
+    let redis_skipped = o.peers.iter().any(|p| is_redis(p)) && !redis::available();
+    if redis_skipped {
+        o.peers.retain(|p| !is_redis(p));
+    }
     let shown: Vec<&str> = args
         .iter()
         .map(String::as_str)
@@ -812,13 +959,21 @@ fn main() -> ExitCode {
     println!("## idem workloads W1/W2 ({})\n", o.label);
     if !args.iter().any(|a| a == "--bench") {
         println!("- command: test mode (run without `--bench`, as `cargo test --benches` does)");
-    } else if shown.is_empty() {
-        println!("- command: `cargo bench --bench workloads`");
     } else {
-        println!(
-            "- command: `cargo bench --bench workloads -- {}`",
-            shown.join(" ")
-        );
+        // The package's features apply to its benches too: say how this was built.
+        let features = if cfg!(feature = "durable") {
+            ""
+        } else {
+            " --no-default-features"
+        };
+        if shown.is_empty() {
+            println!("- command: `cargo bench{features} --bench workloads`");
+        } else {
+            println!(
+                "- command: `cargo bench{features} --bench workloads -- {}`",
+                shown.join(" ")
+            );
+        }
     }
     println!("- date: {}", utc_now());
     println!("- machine: {}", machine());
@@ -840,6 +995,17 @@ fn main() -> ExitCode {
             o.moka_max_n
         );
     }
+    if redis_skipped {
+        println!("- Redis peers skipped: `redis-server` is not on PATH (install it to compare)");
+    } else if o.peers.iter().any(|p| is_redis(p)) {
+        println!(
+            "- Redis: a `redis-server` started by each child on a free loopback port (`--save \"\" --appendonly no`), stopped after; one connection per thread; `SET key 1 NX EX 3600`; at most the first {} claims of a run are timed (split between the threads), the rest are sent pipelined 64 deep, untimed, so that memory covers all N keys; B/key is `used_memory` after minus before over `DBSIZE`, RSS the server's; Redis runs at N <= {} (`--redis-max-n`)",
+            o.redis_sample, o.redis_max_n
+        );
+        if let Ok(v) = Command::new("redis-server").arg("--version").output() {
+            println!("- {}", String::from_utf8_lossy(&v.stdout).trim());
+        }
+    }
     println!();
     let _ = std::io::stdout().flush();
 
@@ -850,10 +1016,11 @@ fn main() -> ExitCode {
             for &threads in &o.threads {
                 for w in [Workload::W1, Workload::W2] {
                     for peer in &o.peers {
-                        if peer == "moka" && n > o.moka_max_n {
+                        if peer == "moka" && n > o.moka_max_n || is_redis(peer) && n > o.redis_max_n
+                        {
                             continue;
                         }
-                        let s = run_child(peer, w, n, threads);
+                        let s = run_child(&o, peer, w, n, threads);
                         eprintln!(
                             "[{:>6.1} s] run {} {} n={} t={} {}: {:.3} M/s, heap {:.1} B/key, rss {:.1} B/key, failures {}",
                             started.elapsed().as_secs_f64(),
@@ -876,6 +1043,8 @@ fn main() -> ExitCode {
     print!("{}", table(&o, &all, Workload::W1));
     println!();
     print!("{}", table(&o, &all, Workload::W2));
+    println!();
+    print!("{}", targets(&o, &all));
     println!(
         "\nTotal wall time {:.0} s. Figures are claims per second over N keys; spreads are min-max over the runs.",
         started.elapsed().as_secs_f64()

@@ -1,5 +1,6 @@
 //! Command dispatch and argument parsing (no dependencies: a handful of flags).
 
+mod bench;
 #[cfg(feature = "durable")]
 mod bench_durable;
 #[cfg(feature = "durable")]
@@ -12,6 +13,7 @@ mod durable_demo;
 mod histogram;
 #[cfg(feature = "durable")]
 mod inspect;
+mod plan;
 
 use std::process::ExitCode;
 
@@ -50,9 +52,26 @@ USAGE:
         payload on stdin: exit 0 and no output is compatible, exit 0 with output
         replaces the payload, any other exit is incompatible (stderr is the
         reason). States: quarantined, under-review, replayed, archived.
+    idem bench [--quick] [--no-durable | --durable-only] [--source DIR]
+               [--n LIST] [--threads LIST] [--runs N] [--peers LIST]
+               [--moka-max-n N] [--redis-max-n N] [--redis-sample N]
+        The comparison with the peers, in one run, as markdown tables with ratios
+        to idem: W1/W2 against a hashbrown floor, dashmap, moka and Redis (when
+        redis-server is installed), through cargo and the workloads harness of the
+        source tree DIR (default: where this binary was built from), then W4/W5.
+        --quick runs in under a minute.
     idem bench durable [--quick] [--w4] [--w5] [--keys N]
         Measures durable completion per sync policy (W4) beside RocksDB used
         directly, and restart with N completed keys (W5), printing markdown tables.
+    idem bench durable --disk [--keys N] [--result-bytes N]
+        Disk bytes per completed key after flush and compaction.
+    idem plan --rate RATE --ttl DURATION [--retention DURATION] [--fpr P]
+              [--result-bytes N]
+        Prints what a namespace costs at a peak rate (500/s, 30000/m, 1.8e6/h) and
+        TTL (90s, 30m, 24h, 7d): resident keys, hot-tier memory, prefilter memory,
+        durable disk, and Redis's memory for the same keys; warns when the hot tier
+        would not fit in this machine's memory. Retention defaults to 7 x TTL, the
+        prefilter's false-positive rate to 0.01, stored results to none.
     idem help
         Prints this text.
     idem version
@@ -67,12 +86,14 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
     };
     match cmd.as_str() {
         "demo" => demo_command(rest),
+        "plan" => plan::run(rest),
         #[cfg(feature = "durable")]
         "inspect" => inspect::run(rest),
         #[cfg(feature = "durable")]
         "bench" if rest.first().map(String::as_str) == Some("durable") => {
             bench_durable::run(&rest[1..])
         }
+        "bench" => bench::run(rest),
         #[cfg(feature = "durable")]
         "dlq" => dlq::run(rest),
         #[cfg(feature = "durable")]

@@ -53,6 +53,7 @@ mod durable;
 mod engine;
 mod error;
 mod hot;
+mod plan;
 mod prefilter;
 mod stats;
 mod sync;
@@ -75,6 +76,7 @@ pub use engine::{
     Claim, ClaimGuard, Done, Engine, InFlight, KeyState, Namespace, Orphan, StateChanges,
 };
 pub use error::{Error, KeyError, Result, StoreError};
+pub use plan::{Plan, Sizing, SizingError, SizingWarning};
 pub use stats::Stats;
 
 /// The README's examples, compiled and run as doc tests.

@@ -126,3 +126,27 @@ fn help_and_version() {
         format!("idem {}", env!("CARGO_PKG_VERSION"))
     );
 }
+
+#[test]
+fn plan_prints_the_sizing_and_refuses_bad_input() {
+    let out = idem(&["plan", "--rate", "500/s", "--ttl", "24h"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    // 500/s x 24 h resident, x 7 d retained.
+    assert!(stdout.contains("43,200,000"), "{stdout}");
+    assert!(stdout.contains("302,400,000"), "{stdout}");
+    assert!(stdout.contains("Redis"), "{stdout}");
+
+    for bad in [
+        &["plan", "--rate", "500", "--ttl", "24h"][..],
+        &["plan", "--rate", "500/s", "--ttl", "0h"],
+        &["plan", "--rate", "500/s"],
+        &["plan", "--rate", "500/s", "--ttl", "24h", "--fpr", "2"],
+    ] {
+        let out = idem(bad);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {stderr}");
+        assert!(stderr.contains("plan:"), "{bad:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{bad:?}: {stderr}");
+    }
+}

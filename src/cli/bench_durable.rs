@@ -2,6 +2,7 @@
 //! workloads, with RocksDB used directly as the peer in the same run.
 //!
 //! `idem bench durable [--quick] [--w3] [--w4] [--w5] [--keys N]`
+//! `idem bench durable --disk [--keys N] [--result-bytes N]`
 //!
 //! It lives in the binary (not under `benches/`) so that it runs on the same release
 //! build as `idem demo`: RocksDB's C++ is compiled once.
@@ -410,6 +411,80 @@ fn w5_fill(dir: &Path, keys: u64) {
     }
 }
 
+/// Disk bytes per completed key: N keys completed (sync Never), then the done records
+/// flushed and compacted (`Engine::compact_store`); the SST files over N, and the
+/// whole directory (write-ahead log, manifest, options files included) beside it.
+/// Sizes do not depend on the build profile, so any build measures them.
+fn disk(keys: u64, result_bytes: usize) {
+    let dir = Dir::new("disk");
+    let engine = w5_engine(&dir.0, keys);
+    let ns = engine.namespace("w5").unwrap();
+    let result = vec![0xA5u8; result_bytes];
+    let mut i = 0;
+    while i < keys {
+        let end = (i + 1024).min(keys);
+        let ks: Vec<[u8; 20]> = (i..end).map(key).collect();
+        let refs: Vec<&[u8]> = ks.iter().map(|k| &k[..]).collect();
+        let guards: Vec<_> = ns
+            .claim_batch(&refs)
+            .unwrap()
+            .into_iter()
+            .map(|c| match c {
+                Claim::Acquired(g) => g,
+                _ => panic!("fresh key not acquired"),
+            })
+            .collect();
+        if result.is_empty() {
+            for r in ns.complete_batch(guards).unwrap() {
+                r.unwrap();
+            }
+        } else {
+            for g in guards {
+                g.complete_with_result(&result).unwrap();
+            }
+        }
+        i = end;
+    }
+    engine.compact_store().unwrap();
+    let (mut sst, mut total) = (0u64, 0u64);
+    for e in std::fs::read_dir(&dir.0).unwrap().filter_map(|e| e.ok()) {
+        let len = e.metadata().map_or(0, |m| m.len());
+        total += len;
+        if e.file_name().to_string_lossy().ends_with(".sst") {
+            sst += len;
+        }
+    }
+    drop(ns);
+    drop(engine);
+    // The done records' own SST files (the claim markers' column family may have
+    // flushed too, with markers and their deletions).
+    let opts = rocksdb::Options::default();
+    let cfs = rocksdb::DB::list_cf(&opts, &dir.0).unwrap();
+    let db = rocksdb::DB::open_cf_for_read_only(&opts, &dir.0, &cfs, false).unwrap();
+    let (mut done, mut done_entries) = (0u64, 0u64);
+    for f in db.live_files().unwrap() {
+        if f.column_family_name.starts_with("done:") {
+            done += f.size as u64;
+            done_entries += f.num_entries;
+        }
+    }
+    println!("### Durable tier: disk per completed key\n");
+    println!("| keys | result bytes | done records' SST files | per key | all SST files | per key | whole directory | per key |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mb = |b: u64| b as f64 / 1e6;
+    let per = |b: u64| b as f64 / keys as f64;
+    println!(
+        "| {keys} | {result_bytes} | {:.1} MB ({done_entries} records) | {:.1} | {:.1} MB | {:.1} | {:.1} MB | {:.1} |",
+        mb(done),
+        per(done),
+        mb(sst),
+        per(sst),
+        mb(total),
+        per(total)
+    );
+    println!();
+}
+
 /// Child: reopen, time the first claim, then claim every key again.
 fn w5_restart(dir: &Path, keys: u64) {
     let t = Instant::now();
@@ -555,6 +630,15 @@ fn run_inner(args: &[String]) {
         .and_then(|v| v.parse().ok())
         .unwrap_or(if quick { 100_000 } else { 10_000_000 });
     println!("command: idem bench durable {}\n", args.join(" "));
+    if args.iter().any(|a| a == "--disk") {
+        let result_bytes = args
+            .iter()
+            .position(|a| a == "--result-bytes")
+            .and_then(|p| args.get(p + 1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        return disk(keys, result_bytes);
+    }
     if runs("--w3") {
         w3(if quick {
             20_000

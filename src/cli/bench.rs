@@ -1,0 +1,155 @@
+//! `idem bench`: the comparison with the peers, in one run.
+//!
+//! W1 and W2 (memory-only idem against the hashbrown floor, dashmap, moka and Redis)
+//! run in the workloads harness, `benches/workloads.rs`: the peers are development
+//! dependencies, and the harness counts heap bytes with a global allocator that the
+//! `idem` binary itself should not carry. This command builds and runs it through
+//! cargo in the source tree (release profile, without the durable feature, which
+//! W1/W2 do not use), then runs W4/W5 in this binary (`idem bench durable`) when it
+//! has the durable tier.
+
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+
+/// What `idem bench` was asked to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Options {
+    quick: bool,
+    durable: bool,
+    workloads: bool,
+    source: PathBuf,
+    /// Passed to the workloads harness as they are.
+    harness_args: Vec<String>,
+}
+
+/// Options of the workloads harness that take a value, passed through.
+const HARNESS_VALUED: [&str; 7] = [
+    "--n",
+    "--threads",
+    "--runs",
+    "--peers",
+    "--moka-max-n",
+    "--redis-max-n",
+    "--redis-sample",
+];
+
+impl Options {
+    pub(crate) fn parse(args: &[String]) -> Result<Options, String> {
+        let mut o = Options {
+            quick: false,
+            durable: cfg!(feature = "durable"),
+            workloads: true,
+            source: PathBuf::from(env!("CARGO_MANIFEST_DIR")),
+            harness_args: Vec::new(),
+        };
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            match a.as_str() {
+                "--quick" => {
+                    o.quick = true;
+                    o.harness_args.push(a.clone());
+                }
+                "--no-durable" => o.durable = false,
+                "--durable-only" => o.workloads = false,
+                "--source" => {
+                    o.source = it.next().ok_or("bench: --source needs a directory")?.into()
+                }
+                flag if HARNESS_VALUED.contains(&flag) => {
+                    let v = it.next().ok_or(format!("bench: {flag} needs a value"))?;
+                    o.harness_args.push(a.clone());
+                    o.harness_args.push(v.clone());
+                }
+                other => return Err(format!("bench: unknown option {other:?}")),
+            }
+        }
+        if !o.workloads && !o.durable {
+            return Err("bench: --durable-only needs a build with the durable tier".into());
+        }
+        Ok(o)
+    }
+
+    /// The cargo command line that runs the workloads harness.
+    fn cargo_args(&self) -> Vec<String> {
+        let mut v: Vec<String> = [
+            "bench",
+            "--no-default-features",
+            "--bench",
+            "workloads",
+            "--",
+        ]
+        .map(String::from)
+        .to_vec();
+        v.extend(self.harness_args.iter().cloned());
+        v
+    }
+}
+
+/// Runs `idem bench`.
+pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
+    let o = Options::parse(args)?;
+    let mut ok = true;
+    if o.workloads {
+        if !o.source.join("benches/workloads.rs").is_file() {
+            return Err(format!(
+                "bench: the workloads harness is not at {}; give the source tree with --source DIR (or use --durable-only)",
+                o.source.join("benches/workloads.rs").display()
+            ));
+        }
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        eprintln!("idem bench: cargo {}", o.cargo_args().join(" "));
+        let status = Command::new(&cargo)
+            .args(o.cargo_args())
+            .current_dir(&o.source)
+            .status()
+            .map_err(|e| format!("bench: cannot run cargo ({e}); W1/W2 need a Rust toolchain"))?;
+        ok &= status.success();
+        println!();
+    }
+    #[cfg(feature = "durable")]
+    if o.durable {
+        let mut d = Vec::new();
+        if o.quick {
+            d.push("--quick".to_owned());
+        }
+        super::bench_durable::run(&d)?;
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn harness_options_pass_through_to_cargo() {
+        let o =
+            Options::parse(&args(&["--quick", "--peers", "idem,redis", "--runs", "5"])).unwrap();
+        assert!(o.quick);
+        assert_eq!(
+            o.cargo_args().join(" "),
+            "bench --no-default-features --bench workloads -- --quick --peers idem,redis --runs 5"
+        );
+        let o = Options::parse(&args(&["--no-durable"])).unwrap();
+        assert!(!o.durable && o.workloads);
+    }
+
+    #[test]
+    fn bad_options_are_refused() {
+        assert!(Options::parse(&args(&["--bogus"]))
+            .unwrap_err()
+            .contains("--bogus"));
+        assert!(Options::parse(&args(&["--runs"]))
+            .unwrap_err()
+            .contains("--runs needs a value"));
+        assert!(Options::parse(&args(&["--source"])).is_err());
+        assert!(Options::parse(&args(&["--durable-only", "--no-durable"])).is_err());
+    }
+}

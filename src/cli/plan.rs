@@ -1,0 +1,452 @@
+//! `idem plan`: what a configuration costs (memory, disk, and Redis for comparison)
+//! before it is deployed.
+//!
+//! `idem plan --rate 500/s --ttl 24h [--retention 7d] [--fpr 0.01] [--result-bytes 64]`
+
+use std::fmt;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use idem::{Plan, Sizing, SizingError};
+
+use super::grouped;
+
+/// A bad `idem plan` argument.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum ArgError {
+    /// A flag without its value.
+    Missing(&'static str),
+    /// A required flag that was not given.
+    Required(&'static str),
+    /// A flag this command does not know.
+    Unknown(String),
+    /// A rate that is not `NUMBER/s`, `/m` or `/h`.
+    Rate(String),
+    /// A duration that is not a whole number followed by `s`, `m`, `h` or `d`.
+    Duration(&'static str, String),
+    /// A value that is not a number.
+    Number(&'static str, String),
+    /// The inputs parse but are out of range.
+    Sizing(SizingError),
+}
+
+impl fmt::Display for ArgError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ArgError::Missing(flag) => write!(f, "plan: {flag} needs a value"),
+            ArgError::Required(flag) => write!(f, "plan: {flag} is required"),
+            ArgError::Unknown(a) => write!(f, "plan: unknown option {a:?}"),
+            ArgError::Rate(v) => write!(
+                f,
+                "plan: --rate {v:?} is not a rate: write a number of keys per second, minute or hour, like 500/s, 30000/m or 1.8e6/h"
+            ),
+            ArgError::Duration(flag, v) => write!(
+                f,
+                "plan: {flag} {v:?} is not a duration: write a whole number with a unit s, m, h or d, like 90s, 30m, 24h or 7d"
+            ),
+            ArgError::Number(flag, v) => write!(f, "plan: {flag} {v:?} is not a valid number"),
+            ArgError::Sizing(e) => write!(f, "plan: {e}"),
+        }
+    }
+}
+
+/// Parses `500/s`, `30000/m`, `1.8e6/h` (underscores allowed in the number) into keys
+/// per second.
+pub(crate) fn parse_rate(v: &str) -> Result<f64, ArgError> {
+    let bad = || ArgError::Rate(v.to_owned());
+    let (num, unit) = v.trim().split_once('/').ok_or_else(bad)?;
+    let per_sec = match unit.trim() {
+        "s" | "sec" => 1.0,
+        "m" | "min" => 60.0,
+        "h" | "hour" => 3600.0,
+        _ => return Err(bad()),
+    };
+    let n: f64 = num.trim().replace('_', "").parse().map_err(|_| bad())?;
+    if !(n.is_finite() && n > 0.0) {
+        return Err(bad());
+    }
+    Ok(n / per_sec)
+}
+
+/// Parses `90s`, `30m`, `24h`, `7d` (a whole number of seconds, minutes, hours or days).
+pub(crate) fn parse_duration(flag: &'static str, v: &str) -> Result<Duration, ArgError> {
+    let bad = || ArgError::Duration(flag, v.to_owned());
+    let t = v.trim();
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '_')
+        .ok_or_else(bad)?;
+    let (num, unit) = t.split_at(split);
+    let secs_per = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(bad()),
+    };
+    let n: u64 = num.replace('_', "").parse().map_err(|_| bad())?;
+    let secs = n.checked_mul(secs_per).ok_or_else(bad)?;
+    if secs == 0 {
+        return Err(bad());
+    }
+    Ok(Duration::from_secs(secs))
+}
+
+/// What `idem plan` was asked.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Options {
+    pub(crate) sizing: Sizing,
+    /// The arguments as given, for the header.
+    pub(crate) rate: String,
+    pub(crate) ttl: String,
+    pub(crate) retention: Option<String>,
+}
+
+impl Options {
+    pub(crate) fn parse(args: &[String]) -> Result<Options, ArgError> {
+        let (mut rate, mut ttl, mut retention) = (None, None, None);
+        let (mut fpr, mut result_bytes) = (None, None);
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            let flag: &'static str = match a.as_str() {
+                "--rate" => "--rate",
+                "--ttl" => "--ttl",
+                "--retention" => "--retention",
+                "--fpr" => "--fpr",
+                "--result-bytes" => "--result-bytes",
+                other => return Err(ArgError::Unknown(other.to_owned())),
+            };
+            let v = it.next().ok_or(ArgError::Missing(flag))?;
+            match flag {
+                "--rate" => rate = Some((parse_rate(v)?, v.clone())),
+                "--ttl" => ttl = Some((parse_duration(flag, v)?, v.clone())),
+                "--retention" => retention = Some((parse_duration(flag, v)?, v.clone())),
+                "--fpr" => {
+                    fpr = Some(
+                        v.trim()
+                            .parse::<f64>()
+                            .map_err(|_| ArgError::Number(flag, v.clone()))?,
+                    )
+                }
+                _ => {
+                    result_bytes = Some(
+                        v.trim()
+                            .replace('_', "")
+                            .parse::<usize>()
+                            .map_err(|_| ArgError::Number(flag, v.clone()))?,
+                    )
+                }
+            }
+        }
+        let (rate, rate_arg) = rate.ok_or(ArgError::Required("--rate"))?;
+        let (ttl, ttl_arg) = ttl.ok_or(ArgError::Required("--ttl"))?;
+        let mut sizing = Sizing::new(rate, ttl);
+        if let Some((r, _)) = &retention {
+            sizing = sizing.retention(*r);
+        }
+        if let Some(p) = fpr {
+            sizing = sizing.false_positive_rate(p);
+        }
+        if let Some(b) = result_bytes {
+            sizing = sizing.result_bytes(b);
+        }
+        // Out-of-range values are refused here, before anything is printed.
+        sizing.plan().map_err(ArgError::Sizing)?;
+        Ok(Options {
+            sizing,
+            rate: rate_arg,
+            ttl: ttl_arg,
+            retention: retention.map(|(_, a)| a),
+        })
+    }
+}
+
+/// This machine's memory in bytes, from `/proc/meminfo` (`None` where unreadable).
+pub(crate) fn machine_memory() -> Option<u64> {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()?
+        .lines()
+        .find_map(|l| {
+            let kb: u64 = l
+                .strip_prefix("MemTotal:")?
+                .trim()
+                .strip_suffix("kB")?
+                .trim()
+                .parse()
+                .ok()?;
+            Some(kb * 1024)
+        })
+}
+
+/// Bytes in binary units with three significant figures: "1.41 GiB".
+pub(crate) fn bytes(b: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut x = b as f64;
+    let mut u = 0;
+    while x >= 1024.0 && u + 1 < UNITS.len() {
+        x /= 1024.0;
+        u += 1;
+    }
+    match (u, x) {
+        (0, _) => format!("{b} B"),
+        (_, x) if x >= 100.0 => format!("{x:.0} {}", UNITS[u]),
+        (_, x) if x >= 10.0 => format!("{x:.1} {}", UNITS[u]),
+        _ => format!("{x:.2} {}", UNITS[u]),
+    }
+}
+
+/// 43200000 -> "43_200_000", as a Rust literal.
+fn underscored(n: u64) -> String {
+    grouped(n).replace(',', "_")
+}
+
+/// A duration in the largest whole unit that divides it: "7d", "36h", "90s".
+fn short(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        s if s % 86_400 == 0 => format!("{}d", s / 86_400),
+        s if s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
+/// The plan as printed by `idem plan`.
+pub(crate) fn render(o: &Options, plan: &Plan, memory: Option<u64>) -> String {
+    let mut out = String::new();
+    let retention = match &o.retention {
+        Some(r) => r.clone(),
+        None => format!("{} (7 x TTL)", short(plan.retention)),
+    };
+    let result = if plan.result_bytes == 0 {
+        "no stored result".to_owned()
+    } else {
+        format!("a {}-byte result per key", plan.result_bytes)
+    };
+    out += &format!(
+        "idem plan: peak {} ({:.1} keys/s), TTL {}, retention {}, prefilter fpr {}, {}\n\n",
+        o.rate, plan.rate_per_sec, o.ttl, retention, plan.false_positive_rate, result
+    );
+    let rows = [
+        (
+            "hot tier (memory)",
+            grouped(plan.resident_keys),
+            "rate x TTL",
+            format!("{:.1} B", plan.hot_bytes_per_key),
+            bytes(plan.hot_bytes),
+        ),
+        (
+            "prefilter (memory, estimate)",
+            grouped(plan.retained_keys),
+            "rate x retention",
+            format!("{:.2} bits", plan.prefilter_bits_per_key),
+            bytes(plan.prefilter_bytes),
+        ),
+        (
+            "durable tier (disk)",
+            grouped(plan.retained_keys),
+            "rate x retention",
+            format!("{:.1} B", plan.durable_bytes_per_key),
+            bytes(plan.durable_bytes),
+        ),
+        (
+            "Redis SET NX EX (memory)",
+            grouped(plan.resident_keys),
+            "rate x TTL",
+            format!("{:.1} B", plan.redis_bytes_per_key),
+            bytes(plan.redis_bytes),
+        ),
+    ];
+    let w0 = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
+    let w1 = rows.iter().map(|r| r.1.len()).max().unwrap_or(0);
+    let w2 = rows.iter().map(|r| r.2.len()).max().unwrap_or(0);
+    let w3 = rows.iter().map(|r| r.3.len()).max().unwrap_or(0);
+    out += &format!(
+        "{:<w0$}  {:>w1$}  {:<w2$}  {:>w3$}  {}\n",
+        "", "keys", "", "per key", "total"
+    );
+    for (what, keys, why, per, total) in &rows {
+        out += &format!("{what:<w0$}  {keys:>w1$}  {why:<w2$}  {per:>w3$}  {total}\n");
+    }
+    out += &format!(
+        "\nconfigure: NamespaceConfig::new()\n    .ttl(Duration::from_secs({}))\n    .retention(Duration::from_secs({}))\n    .max_keys({})\n",
+        plan.ttl.as_secs(),
+        plan.retention.as_secs(),
+        underscored(plan.resident_keys)
+    );
+    out += "\nnotes:\n";
+    out += "- per-key figures were measured by the benchmark harness (BENCHMARKS.md); Stats::bytes_per_key() reports the live hot-tier figure\n";
+    out +=
+        "- the prefilter figure is the textbook Bloom filter size, -ln(fpr)/ln(2)^2 bits per key\n";
+    out += "- the durable figure counts compacted SST files, not the write-ahead log or unflushed memtables\n";
+    if plan.result_bytes > 0 {
+        out += "- Redis with a stored result: its bytes are added to the measured per-key figure, a lower bound\n";
+    }
+    if let Some(m) = memory {
+        out += &format!(
+            "- this machine has {} of memory; the hot tier would take {:.1} % of it\n",
+            bytes(m),
+            plan.hot_bytes as f64 / m as f64 * 100.0
+        );
+    }
+    let warnings = plan.warnings(memory);
+    if !warnings.is_empty() {
+        out += "\n";
+        for w in warnings {
+            out += &format!("warning: {w}\n");
+        }
+    }
+    out
+}
+
+/// Runs `idem plan`.
+pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
+    let o = Options::parse(args).map_err(|e| e.to_string())?;
+    let plan = o.sizing.plan().map_err(|e| format!("plan: {e}"))?;
+    print!("{}", render(&o, &plan, machine_memory()));
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn rates_per_second_minute_and_hour() {
+        assert_eq!(parse_rate("500/s"), Ok(500.0));
+        assert_eq!(parse_rate("30000/m"), Ok(500.0));
+        assert_eq!(parse_rate("1_800_000/h"), Ok(500.0));
+        assert_eq!(parse_rate("1.8e6/h"), Ok(500.0));
+        assert_eq!(parse_rate("0.5/s"), Ok(0.5));
+        for bad in [
+            "500", "500/x", "/s", "abc/s", "0/s", "-5/s", "inf/s", "NaN/s", "",
+        ] {
+            assert_eq!(
+                parse_rate(bad),
+                Err(ArgError::Rate(bad.to_owned())),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn durations_in_seconds_minutes_hours_days() {
+        let d = |v| parse_duration("--ttl", v);
+        assert_eq!(d("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(d("30m"), Ok(Duration::from_secs(1800)));
+        assert_eq!(d("24h"), Ok(Duration::from_secs(86_400)));
+        assert_eq!(d("7d"), Ok(Duration::from_secs(604_800)));
+        for bad in [
+            "24",
+            "h",
+            "0h",
+            "1.5h",
+            "-1h",
+            "24 h",
+            "3w",
+            "99999999999999999999d",
+        ] {
+            assert_eq!(
+                d(bad),
+                Err(ArgError::Duration("--ttl", bad.to_owned())),
+                "{bad}"
+            );
+        }
+        // u64 seconds overflow is an error, not a wrap or a panic; the largest
+        // duration that fits plans without a panic.
+        assert!(d("213503982334602d").is_err());
+        let o = Options::parse(&args(&["--rate", "1/s", "--ttl", "213503982334601d"])).unwrap();
+        assert!(o.sizing.plan().is_ok());
+    }
+
+    #[test]
+    fn options_defaults_and_errors() {
+        let o = Options::parse(&args(&["--rate", "500/s", "--ttl", "24h"])).unwrap();
+        let p = o.sizing.plan().unwrap();
+        assert_eq!(p.retention, Duration::from_secs(7 * 86_400));
+        assert_eq!(p.false_positive_rate, 0.01);
+        assert_eq!(p.result_bytes, 0);
+        let o = Options::parse(&args(&[
+            "--ttl",
+            "1h",
+            "--rate",
+            "10/s",
+            "--retention",
+            "2d",
+            "--fpr",
+            "0.001",
+            "--result-bytes",
+            "64",
+        ]))
+        .unwrap();
+        let p = o.sizing.plan().unwrap();
+        assert_eq!(
+            (p.resident_keys, p.retained_keys, p.result_bytes),
+            (36_000, 1_728_000, 64)
+        );
+        assert_eq!(p.false_positive_rate, 0.001);
+
+        let e = |v: &[&str]| Options::parse(&args(v)).unwrap_err();
+        assert_eq!(e(&["--ttl", "1h"]), ArgError::Required("--rate"));
+        assert_eq!(e(&["--rate", "1/s"]), ArgError::Required("--ttl"));
+        assert_eq!(e(&["--rate"]), ArgError::Missing("--rate"));
+        assert_eq!(e(&["--bogus"]), ArgError::Unknown("--bogus".into()));
+        assert_eq!(
+            e(&["--rate", "1/s", "--ttl", "1h", "--fpr", "x"]),
+            ArgError::Number("--fpr", "x".into())
+        );
+        assert_eq!(
+            e(&["--rate", "1/s", "--ttl", "1h", "--result-bytes", "-1"]),
+            ArgError::Number("--result-bytes", "-1".into())
+        );
+        assert_eq!(
+            e(&["--rate", "1/s", "--ttl", "1h", "--fpr", "1.5"]),
+            ArgError::Sizing(SizingError::FalsePositiveRate(1.5))
+        );
+        assert_eq!(
+            e(&["--rate", "1/s", "--ttl", "2d", "--retention", "1d"]),
+            ArgError::Sizing(SizingError::RetentionShorterThanTtl)
+        );
+        // Every message names the flag and says what to write.
+        assert!(e(&["--rate", "5", "--ttl", "1h"])
+            .to_string()
+            .contains("500/s"));
+        assert!(e(&["--rate", "5/s", "--ttl", "1"])
+            .to_string()
+            .contains("24h"));
+    }
+
+    #[test]
+    fn render_shows_every_figure_and_warns_past_memory() {
+        let o = Options::parse(&args(&["--rate", "500/s", "--ttl", "24h"])).unwrap();
+        let p = o.sizing.plan().unwrap();
+        let text = render(&o, &p, Some(64 << 30));
+        assert!(text.contains("43,200,000"), "{text}");
+        assert!(text.contains("302,400,000"), "{text}");
+        assert!(text.contains(&bytes(p.hot_bytes)), "{text}");
+        assert!(text.contains(&bytes(p.prefilter_bytes)), "{text}");
+        assert!(text.contains(&bytes(p.durable_bytes)), "{text}");
+        assert!(text.contains(&bytes(p.redis_bytes)), "{text}");
+        assert!(text.contains(".max_keys(43_200_000)"), "{text}");
+        assert!(
+            text.contains(".retention(Duration::from_secs(604800))"),
+            "{text}"
+        );
+        assert!(!text.contains("warning:"), "{text}");
+        let small = render(&o, &p, Some(1 << 30));
+        assert!(small.contains("warning: the hot tier needs"), "{small}");
+    }
+
+    #[test]
+    fn bytes_and_short_durations() {
+        assert_eq!(bytes(512), "512 B");
+        assert_eq!(bytes(1536), "1.50 KiB");
+        assert_eq!(bytes(5 << 30), "5.00 GiB");
+        assert_eq!(short(Duration::from_secs(7 * 86_400)), "7d");
+        assert_eq!(short(Duration::from_secs(36 * 3600)), "36h");
+        assert_eq!(short(Duration::from_secs(90)), "90s");
+    }
+}

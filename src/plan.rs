@@ -1,0 +1,492 @@
+//! Sizing: what a namespace will cost, computed before it is deployed (`idem plan`).
+//!
+//! The figures are per-key constants measured by the benchmark harness (the commands
+//! are given beside each constant) multiplied by key counts: resident keys are peak
+//! rate x TTL, retained keys peak rate x retention. `Stats::bytes_per_key()` on a live
+//! engine is the figure to hold against [`Plan::hot_bytes_per_key`] in production.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::config::MAX_KEYS_LIMIT;
+use crate::durable::codec::MAX_RESULT;
+
+/// Hot-tier heap bytes per resident key, all-in (entry, index share, wheel, shard
+/// overhead), for a namespace whose `max_keys` is its resident key count, keys
+/// completed without a result.
+///
+/// Measured: `cargo bench --no-default-features --bench workloads -- --n
+/// 1000000,10000000 --threads 1 --runs 3 --peers idem,idem-r64,floor,redis-p64
+/// --redis-max-n 10000000`, W1, "heap B/key" of idem (34.3 at 1 M, 34.0 at 10 M; the
+/// allocator's count, which `Stats::hot_bytes` matches to 0.1 B).
+const HOT_BYTES_PER_KEY: f64 = 34.2;
+
+/// Hot-tier heap bytes per key that a stored result adds besides its own bytes: the
+/// key's row in its shard's side table and the result's allocation header.
+///
+/// Measured by the same command: idem-r64's "heap B/key" minus idem's, minus 64
+/// (162.6 - 34.3 - 64 at 1 M; 162.3 - 34.0 - 64 at 10 M).
+const RESULT_OVERHEAD_PER_KEY: f64 = 64.3;
+
+/// Disk bytes per completed key in the durable tier: the done records' SST files
+/// after flush and compaction, records without a result.
+///
+/// Measured: `idem bench durable --disk --keys 1000000` (49.8 B per key: 1,000,000
+/// records in 49.8 MB; the write-ahead log and the claim markers' files come on top
+/// until they are recycled).
+const DURABLE_BYTES_PER_KEY: f64 = 49.8;
+
+/// Disk bytes per key that a stored result adds to the done record besides its own
+/// bytes (records are not compressed).
+///
+/// Measured: `idem bench durable --disk --keys 1000000 --result-bytes 64` (118.3 B per
+/// key), minus the 49.8 above, minus 64.
+const DURABLE_RESULT_OVERHEAD_PER_KEY: f64 = 4.5;
+
+/// Redis memory per key for `SET key 1 NX EX ttl` with 20-byte keys (`used_memory`
+/// delta over `DBSIZE`).
+///
+/// Measured by the workloads command above, W1, "heap B/key" of Redis pipelined 64:
+/// 129.6 at 10 M keys, the figure used (112.8 at 1 M: Redis's two hash tables are
+/// power-of-two arrays, so the figure moves with where N falls between powers of
+/// two). Redis 7.0.15 with jemalloc 5.3.
+const REDIS_BYTES_PER_KEY: f64 = 129.6;
+
+/// The TTL and lease limit at the default 1 ms tick (2^30 ticks).
+const MAX_SPAN_DEFAULT_TICK: Duration = Duration::from_millis(1 << 30);
+
+/// What a workload looks like: the input of [`Sizing::plan`].
+///
+/// ```
+/// use std::time::Duration;
+/// use idem::Sizing;
+///
+/// let plan = Sizing::new(500.0, Duration::from_secs(24 * 3600)).plan()?;
+/// assert_eq!(plan.resident_keys, 43_200_000);
+/// assert_eq!(plan.retained_keys, 7 * 43_200_000);
+/// # Ok::<(), idem::SizingError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sizing {
+    rate_per_sec: f64,
+    ttl: Duration,
+    retention: Option<Duration>,
+    false_positive_rate: f64,
+    result_bytes: usize,
+}
+
+/// Why a [`Sizing`] cannot be planned.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub enum SizingError {
+    /// The peak rate is not a positive, finite number of keys per second.
+    Rate(f64),
+    /// The TTL is shorter than 1 ms.
+    TtlTooShort,
+    /// The retention is shorter than the TTL.
+    RetentionShorterThanTtl,
+    /// The prefilter's false-positive rate is not strictly between 0 and 1.
+    FalsePositiveRate(f64),
+    /// The stored result is larger than a namespace accepts (1 MiB).
+    ResultTooLarge(usize),
+}
+
+impl fmt::Display for SizingError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SizingError::Rate(r) => {
+                write!(
+                    f,
+                    "the rate must be a positive number of keys per second, not {r}"
+                )
+            }
+            SizingError::TtlTooShort => f.write_str("the TTL must be at least 1 ms"),
+            SizingError::RetentionShorterThanTtl => {
+                f.write_str("the retention must be at least the TTL")
+            }
+            SizingError::FalsePositiveRate(p) => write!(
+                f,
+                "the false-positive rate must lie strictly between 0 and 1, not {p}"
+            ),
+            SizingError::ResultTooLarge(n) => {
+                write!(f, "a stored result is at most {MAX_RESULT} bytes, not {n}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for SizingError {}
+
+impl Sizing {
+    /// A workload of `rate_per_sec` new keys per second at peak, each kept a duplicate
+    /// for `ttl`; retention 7 x TTL, a 1 % prefilter false-positive rate and no stored
+    /// results unless set otherwise.
+    pub fn new(rate_per_sec: f64, ttl: Duration) -> Self {
+        Sizing {
+            rate_per_sec,
+            ttl,
+            retention: None,
+            false_positive_rate: 0.01,
+            result_bytes: 0,
+        }
+    }
+
+    /// How long the durable tier keeps a completed key (default 7 x TTL, as
+    /// `NamespaceConfig::retention`).
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.retention = Some(retention);
+        self
+    }
+
+    /// The prefilter's target false-positive rate (default 0.01).
+    pub fn false_positive_rate(mut self, p: f64) -> Self {
+        self.false_positive_rate = p;
+        self
+    }
+
+    /// The size of the result stored with every completion (default 0: none stored).
+    pub fn result_bytes(mut self, bytes: usize) -> Self {
+        self.result_bytes = bytes;
+        self
+    }
+
+    /// The retention in effect: the configured one, or 7 x TTL.
+    pub fn get_retention(&self) -> Duration {
+        self.retention.unwrap_or(self.ttl.saturating_mul(7))
+    }
+
+    /// Computes the plan, or says which input is out of range.
+    pub fn plan(&self) -> Result<Plan, SizingError> {
+        let rate = self.rate_per_sec;
+        if !(rate.is_finite() && rate > 0.0) {
+            return Err(SizingError::Rate(rate));
+        }
+        if self.ttl < Duration::from_millis(1) {
+            return Err(SizingError::TtlTooShort);
+        }
+        let retention = self.get_retention();
+        if retention < self.ttl {
+            return Err(SizingError::RetentionShorterThanTtl);
+        }
+        let p = self.false_positive_rate;
+        if !(p > 0.0 && p < 1.0) {
+            return Err(SizingError::FalsePositiveRate(p));
+        }
+        if self.result_bytes > MAX_RESULT {
+            return Err(SizingError::ResultTooLarge(self.result_bytes));
+        }
+        let keys = |d: Duration| (rate * d.as_secs_f64()).ceil() as u64;
+        let resident_keys = keys(self.ttl);
+        let retained_keys = keys(retention);
+        let result = self.result_bytes as f64;
+        let hot_bytes_per_key = if self.result_bytes == 0 {
+            HOT_BYTES_PER_KEY
+        } else {
+            HOT_BYTES_PER_KEY + RESULT_OVERHEAD_PER_KEY + result
+        };
+        let ln2 = std::f64::consts::LN_2;
+        let prefilter_bits_per_key = -p.ln() / (ln2 * ln2);
+        let durable_bytes_per_key = if self.result_bytes == 0 {
+            DURABLE_BYTES_PER_KEY
+        } else {
+            DURABLE_BYTES_PER_KEY + DURABLE_RESULT_OVERHEAD_PER_KEY + result
+        };
+        let redis_bytes_per_key = REDIS_BYTES_PER_KEY + result;
+        let total = |keys: u64, per_key: f64| (keys as f64 * per_key).ceil() as u64;
+        Ok(Plan {
+            rate_per_sec: rate,
+            ttl: self.ttl,
+            retention,
+            false_positive_rate: p,
+            result_bytes: self.result_bytes,
+            resident_keys,
+            retained_keys,
+            hot_bytes_per_key,
+            hot_bytes: total(resident_keys, hot_bytes_per_key),
+            prefilter_bits_per_key,
+            prefilter_bytes: total(retained_keys, prefilter_bits_per_key / 8.0),
+            durable_bytes_per_key,
+            durable_bytes: total(retained_keys, durable_bytes_per_key),
+            redis_bytes_per_key,
+            redis_bytes: total(resident_keys, redis_bytes_per_key),
+        })
+    }
+}
+
+/// What a workload costs: the output of [`Sizing::plan`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Plan {
+    /// The peak rate, keys per second.
+    pub rate_per_sec: f64,
+    /// How long a completed key answers `Duplicate` from the hot tier.
+    pub ttl: Duration,
+    /// How long the durable tier keeps a completed key.
+    pub retention: Duration,
+    /// The prefilter's target false-positive rate.
+    pub false_positive_rate: f64,
+    /// Bytes of the result stored with each completion (0: none).
+    pub result_bytes: usize,
+    /// Keys resident in the hot tier at peak: rate x TTL. Use it as `max_keys`.
+    pub resident_keys: u64,
+    /// Keys the durable tier holds at peak: rate x retention.
+    pub retained_keys: u64,
+    /// Hot-tier heap bytes per resident key (compare with `Stats::bytes_per_key()`).
+    pub hot_bytes_per_key: f64,
+    /// Hot-tier heap bytes at peak.
+    pub hot_bytes: u64,
+    /// Bloom-filter bits per retained key for the false-positive rate, from the
+    /// textbook formula -ln(p) / ln(2)^2: an estimate until the prefilter is measured.
+    pub prefilter_bits_per_key: f64,
+    /// Prefilter memory for the retained keys (estimate, as its bits per key).
+    pub prefilter_bytes: u64,
+    /// Durable-tier disk bytes per retained key (the done records' SST files after
+    /// compaction; a result is stored uncompressed).
+    pub durable_bytes_per_key: f64,
+    /// Durable-tier disk bytes at peak, without the write-ahead log and the memtables
+    /// not yet flushed.
+    pub durable_bytes: u64,
+    /// Redis memory per key for the same keys (`SET key value NX EX ttl`); with a
+    /// result, its bytes are added: a lower bound.
+    pub redis_bytes_per_key: f64,
+    /// Redis memory for the resident keys.
+    pub redis_bytes: u64,
+}
+
+/// Something about a [`Plan`] that needs attention before deploying it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SizingWarning {
+    /// The hot tier needs more memory than the machine has.
+    HotTierExceedsMemory {
+        /// Hot-tier bytes at peak.
+        needed: u64,
+        /// The machine's memory, bytes.
+        available: u64,
+    },
+    /// More resident keys than one namespace can hold (`MAX_KEYS_LIMIT`).
+    TooManyKeysForOneNamespace {
+        /// Resident keys at peak.
+        keys: u64,
+    },
+    /// The TTL is longer than the default 1 ms tick allows (2^30 ticks); the engine
+    /// needs a coarser `EngineBuilder::tick`.
+    TtlNeedsCoarserTick {
+        /// The smallest whole-millisecond tick that allows the TTL.
+        min_tick_ms: u64,
+    },
+}
+
+impl fmt::Display for SizingWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SizingWarning::HotTierExceedsMemory { needed, available } => write!(
+                f,
+                "the hot tier needs {}, more than this machine's {} of memory",
+                human_bytes(*needed),
+                human_bytes(*available)
+            ),
+            SizingWarning::TooManyKeysForOneNamespace { keys } => write!(
+                f,
+                "{keys} resident keys is more than one namespace holds ({MAX_KEYS_LIMIT}): split the stream over several namespaces"
+            ),
+            SizingWarning::TtlNeedsCoarserTick { min_tick_ms } => write!(
+                f,
+                "the TTL is longer than 2^30 ticks of the default 1 ms: build the engine with `.tick(Duration::from_millis({min_tick_ms}))` or coarser"
+            ),
+        }
+    }
+}
+
+impl Plan {
+    /// The warnings for this plan on a machine with `machine_memory` bytes of memory
+    /// (`None`: unknown, not checked).
+    pub fn warnings(&self, machine_memory: Option<u64>) -> Vec<SizingWarning> {
+        let mut w = Vec::new();
+        if let Some(available) = machine_memory {
+            if self.hot_bytes > available {
+                w.push(SizingWarning::HotTierExceedsMemory {
+                    needed: self.hot_bytes,
+                    available,
+                });
+            }
+        }
+        if self.resident_keys > MAX_KEYS_LIMIT as u64 {
+            w.push(SizingWarning::TooManyKeysForOneNamespace {
+                keys: self.resident_keys,
+            });
+        }
+        if self.ttl > MAX_SPAN_DEFAULT_TICK {
+            let min_tick_ms = self
+                .ttl
+                .as_millis()
+                .div_ceil(MAX_SPAN_DEFAULT_TICK.as_millis()) as u64;
+            w.push(SizingWarning::TtlNeedsCoarserTick { min_tick_ms });
+        }
+        w
+    }
+}
+
+/// Bytes in binary units with three significant figures: "1.41 GiB".
+pub(crate) fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut x = b as f64;
+    let mut u = 0;
+    while x >= 1024.0 && u + 1 < UNITS.len() {
+        x /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else if x >= 100.0 {
+        format!("{x:.0} {}", UNITS[u])
+    } else if x >= 10.0 {
+        format!("{x:.1} {}", UNITS[u])
+    } else {
+        format!("{x:.2} {}", UNITS[u])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DAY: Duration = Duration::from_secs(24 * 3600);
+
+    #[test]
+    fn keys_are_rate_times_ttl_and_rate_times_retention() {
+        let p = Sizing::new(500.0, DAY).plan().unwrap();
+        assert_eq!(p.resident_keys, 500 * 86_400);
+        assert_eq!(p.retention, 7 * DAY);
+        assert_eq!(p.retained_keys, 7 * 500 * 86_400);
+        let p = Sizing::new(0.5, Duration::from_secs(3))
+            .retention(Duration::from_secs(5))
+            .plan()
+            .unwrap();
+        // Fractions of a key round up: 1.5 resident keys need room for 2.
+        assert_eq!((p.resident_keys, p.retained_keys), (2, 3));
+    }
+
+    #[test]
+    fn totals_are_keys_times_the_per_key_constants() {
+        let p = Sizing::new(1000.0, Duration::from_secs(1000))
+            .plan()
+            .unwrap();
+        assert_eq!(p.hot_bytes_per_key, HOT_BYTES_PER_KEY);
+        assert_eq!(p.hot_bytes, (1e6 * HOT_BYTES_PER_KEY).ceil() as u64);
+        assert_eq!(p.durable_bytes, (7e6 * DURABLE_BYTES_PER_KEY).ceil() as u64);
+        assert_eq!(p.redis_bytes, (1e6 * REDIS_BYTES_PER_KEY).ceil() as u64);
+        let r = Sizing::new(1000.0, Duration::from_secs(1000))
+            .result_bytes(64)
+            .plan()
+            .unwrap();
+        assert_eq!(
+            r.hot_bytes_per_key,
+            HOT_BYTES_PER_KEY + RESULT_OVERHEAD_PER_KEY + 64.0
+        );
+        assert_eq!(
+            r.durable_bytes_per_key,
+            DURABLE_BYTES_PER_KEY + DURABLE_RESULT_OVERHEAD_PER_KEY + 64.0
+        );
+        assert_eq!(r.redis_bytes_per_key, REDIS_BYTES_PER_KEY + 64.0);
+    }
+
+    #[test]
+    fn prefilter_follows_the_textbook_bloom_formula() {
+        // -ln(0.01) / ln(2)^2 = 9.585 bits per key; 0.001 needs 1.5x as many.
+        let p = Sizing::new(100.0, Duration::from_secs(100)).plan().unwrap();
+        assert!((p.prefilter_bits_per_key - 9.585).abs() < 0.001);
+        assert_eq!(
+            p.prefilter_bytes,
+            (70_000.0 * 9.585_058 / 8.0_f64).ceil() as u64
+        );
+        let q = Sizing::new(100.0, Duration::from_secs(100))
+            .false_positive_rate(0.001)
+            .plan()
+            .unwrap();
+        assert!((q.prefilter_bits_per_key / p.prefilter_bits_per_key - 1.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn bad_inputs_are_typed_errors() {
+        let s = |r: f64| Sizing::new(r, DAY).plan();
+        assert_eq!(s(0.0), Err(SizingError::Rate(0.0)));
+        assert_eq!(s(-3.0), Err(SizingError::Rate(-3.0)));
+        assert!(matches!(s(f64::NAN), Err(SizingError::Rate(_))));
+        assert_eq!(s(f64::INFINITY), Err(SizingError::Rate(f64::INFINITY)));
+        assert_eq!(
+            Sizing::new(1.0, Duration::from_micros(999)).plan(),
+            Err(SizingError::TtlTooShort)
+        );
+        assert_eq!(
+            Sizing::new(1.0, DAY).retention(DAY / 2).plan(),
+            Err(SizingError::RetentionShorterThanTtl)
+        );
+        for p in [0.0, 1.0, -0.1, 2.0, f64::NAN] {
+            assert!(matches!(
+                Sizing::new(1.0, DAY).false_positive_rate(p).plan(),
+                Err(SizingError::FalsePositiveRate(_))
+            ));
+        }
+        assert_eq!(
+            Sizing::new(1.0, DAY).result_bytes(MAX_RESULT + 1).plan(),
+            Err(SizingError::ResultTooLarge(MAX_RESULT + 1))
+        );
+        assert!(Sizing::new(1.0, DAY)
+            .result_bytes(MAX_RESULT)
+            .plan()
+            .is_ok());
+        // Every error says what is wrong in words.
+        assert!(SizingError::TtlTooShort.to_string().contains("TTL"));
+    }
+
+    #[test]
+    fn warnings_for_memory_key_count_and_tick() {
+        let p = Sizing::new(500.0, DAY).plan().unwrap();
+        assert_eq!(p.warnings(None), vec![]);
+        assert_eq!(p.warnings(Some(p.hot_bytes)), vec![]);
+        assert_eq!(
+            p.warnings(Some(p.hot_bytes - 1)),
+            vec![SizingWarning::HotTierExceedsMemory {
+                needed: p.hot_bytes,
+                available: p.hot_bytes - 1
+            }]
+        );
+        // 2^31 keys: one more than a namespace holds.
+        let big = Sizing::new((1u64 << 31) as f64, Duration::from_secs(1))
+            .plan()
+            .unwrap();
+        assert!(big
+            .warnings(None)
+            .contains(&SizingWarning::TooManyKeysForOneNamespace { keys: 1 << 31 }));
+        // 2^30 ms is the longest TTL at 1 ms ticks; one ms more needs a 2 ms tick.
+        let at_limit = Sizing::new(1.0, Duration::from_millis(1 << 30))
+            .plan()
+            .unwrap();
+        assert_eq!(at_limit.warnings(None), vec![]);
+        let over = Sizing::new(1.0, Duration::from_millis((1 << 30) + 1))
+            .plan()
+            .unwrap();
+        assert_eq!(
+            over.warnings(None),
+            vec![SizingWarning::TtlNeedsCoarserTick { min_tick_ms: 2 }]
+        );
+    }
+
+    #[test]
+    fn huge_inputs_saturate_instead_of_panicking() {
+        let p = Sizing::new(f64::MAX, Duration::MAX).plan().unwrap();
+        assert_eq!(p.retention, Duration::MAX);
+        assert_eq!((p.resident_keys, p.hot_bytes), (u64::MAX, u64::MAX));
+        assert!(!p.warnings(Some(1 << 40)).is_empty());
+    }
+
+    #[test]
+    fn human_bytes_uses_binary_units() {
+        assert_eq!(human_bytes(0), "0 B");
+        assert_eq!(human_bytes(1023), "1023 B");
+        assert_eq!(human_bytes(1024), "1.00 KiB");
+        assert_eq!(human_bytes(15 << 20), "15.0 MiB");
+        assert_eq!(human_bytes(300 << 30), "300 GiB");
+    }
+}

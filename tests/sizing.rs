@@ -1,0 +1,97 @@
+//! Sizing: `Stats::bytes_per_key` reports the live hot-tier figure, and the planner's
+//! prediction holds against a live engine filled to its plan.
+
+#![cfg(not(idem_loom))]
+
+mod util;
+
+use std::time::Duration;
+
+use idem::{Claim, NamespaceConfig, Sizing};
+use util::engine_with;
+
+fn key(i: u64) -> Vec<u8> {
+    format!("ord-{:016x}", i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).into_bytes()
+}
+
+/// Claims and completes keys 0..n, with `result` stored when it is not empty.
+fn fill(ns: &idem::Namespace, n: u64, result: &[u8]) {
+    for i in 0..n {
+        match ns.claim(&key(i)).expect("claim") {
+            Claim::Acquired(g) if result.is_empty() => g.complete().expect("complete"),
+            Claim::Acquired(g) => g.complete_with_result(result).expect("complete"),
+            _ => panic!("key {i} was not fresh"),
+        }
+    }
+}
+
+#[test]
+fn bytes_per_key_is_hot_bytes_over_resident_keys() {
+    let (engine, ns, _clock) = engine_with(NamespaceConfig::new().max_keys(10_000));
+    let empty = engine.stats();
+    assert_eq!(empty.resident_keys, 0);
+    assert_eq!(empty.bytes_per_key(), 0.0);
+
+    fill(&ns, 5_000, b"");
+    let s = engine.stats();
+    assert_eq!(s.resident_keys, 5_000);
+    assert_eq!(s.bytes_per_key(), s.hot_bytes as f64 / 5_000.0);
+    // An entry alone is 28 bytes, so a resident key can never cost less.
+    assert!(s.bytes_per_key() > 28.0, "{}", s.bytes_per_key());
+    // The namespace's own view agrees with the engine's (one namespace).
+    assert_eq!(ns.stats().bytes_per_key(), s.bytes_per_key());
+}
+
+#[test]
+fn stored_results_count_in_bytes_per_key() {
+    let (plain, ns, _c) = engine_with(NamespaceConfig::new().max_keys(10_000));
+    fill(&ns, 5_000, b"");
+    let (with, ns_r, _c2) = engine_with(NamespaceConfig::new().max_keys(10_000));
+    fill(&ns_r, 5_000, &[7u8; 200]);
+    let (a, b) = (plain.stats().bytes_per_key(), with.stats().bytes_per_key());
+    // At least the 200 result bytes themselves more per key.
+    assert!(b - a >= 200.0, "plain {a}, with results {b}");
+}
+
+/// A memory-only namespace sized by the plan (`max_keys` = resident keys) and filled
+/// with that many completed keys: `Stats::bytes_per_key` within 10 % of the plan.
+fn check_plan_against_live_engine(result_bytes: usize) {
+    const KEYS: u64 = 200_000;
+    // 2,000 keys/s for 100 s: 200,000 resident keys.
+    let plan = Sizing::new(2_000.0, Duration::from_secs(100))
+        .result_bytes(result_bytes)
+        .plan()
+        .expect("a valid sizing");
+    assert_eq!(plan.resident_keys, KEYS);
+    let (engine, ns, _clock) = engine_with(
+        NamespaceConfig::new()
+            .ttl(plan.ttl)
+            .max_keys(plan.resident_keys as usize),
+    );
+    fill(&ns, KEYS, &vec![0xA5; result_bytes]);
+    let live = engine.stats();
+    assert_eq!(live.resident_keys, KEYS);
+    let (live_bpk, planned) = (live.bytes_per_key(), plan.hot_bytes_per_key);
+    let off = (live_bpk - planned).abs() / planned;
+    eprintln!("result {result_bytes} B: live {live_bpk:.1} B/key, planned {planned:.1} B/key");
+    assert!(
+        off <= 0.10,
+        "result {result_bytes} B: live {live_bpk:.1} B/key, planned {planned:.1} B/key ({:.1} % off)",
+        off * 100.0
+    );
+}
+
+#[test]
+fn plan_matches_a_live_engine_without_results() {
+    check_plan_against_live_engine(0);
+}
+
+#[test]
+fn plan_matches_a_live_engine_with_64_byte_results() {
+    check_plan_against_live_engine(64);
+}
+
+#[test]
+fn plan_matches_a_live_engine_with_1_kib_results() {
+    check_plan_against_live_engine(1024);
+}

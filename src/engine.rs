@@ -583,6 +583,9 @@ impl NsInner {
                         let cap = self.capacity(si);
                         let deadline = self.params.tick_at(rec.expires_ms);
                         held = self.slots[si].shard.lock().insert_orphan(f, deadline, &cap);
+                        if let Some(d) = &self.durable {
+                            d.note_marker_on_disk(fp);
+                        }
                         if !held {
                             unheld += 1;
                         }

@@ -971,6 +971,34 @@ fn deferred_markers_are_written_only_for_claims_still_held_at_maintenance() {
 }
 
 #[test]
+fn a_deferred_claim_of_an_orphaned_key_deletes_the_old_marker() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small().claim_markers(ClaimMarkers::Deferred);
+    {
+        // An immediate marker left behind by a claim that never finished.
+        let (engine, ns) = open(&dir, &clock, small());
+        let g = acquire(&ns, b"k");
+        engine.debug_fail_store_writes(true);
+        drop(g);
+        engine.debug_fail_store_writes(false);
+    }
+    {
+        let (engine, ns) = open(&dir, &clock, cfg.clone());
+        assert_eq!(engine.orphans().len(), 1);
+        clock.advance(secs(5)); // the orphan's lease runs out
+        acquire(&ns, b"k").complete().unwrap();
+        // A key never orphaned writes no marker and deletes none.
+        acquire(&ns, b"fresh").complete().unwrap();
+    }
+    let (engine, ns) = open(&dir, &clock, cfg);
+    assert!(engine.orphans().is_empty(), "{:?}", engine.orphans());
+    duplicate(&ns, b"k");
+    drop((engine, ns));
+    assert!(entries(&raw_db(&dir), "claims:ns").is_empty());
+}
+
+#[test]
 fn deferred_markers_of_held_claims_are_written_at_a_clean_shutdown() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);

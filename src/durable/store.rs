@@ -307,11 +307,13 @@ impl Store {
     }
 
     /// Stores completions atomically: each done record, the removal of its claim
-    /// marker, and the consumer's state changes, in one write.
+    /// marker (unless `unwritten_marker[i]` says it never reached the store), and
+    /// the consumer's state changes, in one write.
     pub(crate) fn write_completions(
         &self,
         ns: &str,
         done: &[(u128, Record)],
+        unwritten_marker: &[bool],
         state: &[(String, StateOp)],
         sync: bool,
     ) -> Result<(), Error> {
@@ -319,9 +321,11 @@ impl Store {
         let done_h = self.cf(&done_cf(ns))?;
         let claims_h = self.cf(&claims_cf(ns))?;
         let mut batch = WriteBatch::default();
-        for (fp, rec) in done {
+        for (i, (fp, rec)) in done.iter().enumerate() {
             batch.put_cf(done_h, fp_key(*fp), rec.encode());
-            batch.delete_cf(claims_h, fp_key(*fp));
+            if !unwritten_marker.get(i).copied().unwrap_or(false) {
+                batch.delete_cf(claims_h, fp_key(*fp));
+            }
         }
         for (family, op) in state {
             match op {
@@ -468,6 +472,8 @@ pub(crate) struct DeferredMarkers {
     /// Held while drained markers are being written, so that a completion or release
     /// of one of them deletes it only after it reached the store.
     flushing: parking_lot::Mutex<()>,
+    /// Markers of the previous run still on disk (live orphans).
+    on_disk: parking_lot::Mutex<std::collections::HashSet<u128>>,
 }
 
 impl DurableNs {
@@ -517,10 +523,20 @@ impl DurableNs {
             return false;
         };
         if d.pending.lock().remove(&fp).is_some() {
-            return true;
+            // Unless a marker of an earlier claim of the key (an orphan of the last
+            // run) is still on disk: then the delete is needed after all.
+            return !d.on_disk.lock().remove(&fp);
         }
         drop(d.flushing.lock());
         false
+    }
+
+    /// Notes a claim marker found on disk at open and kept (a live orphan), so that
+    /// the completion of a later claim of its key deletes it.
+    pub(crate) fn note_marker_on_disk(&self, fp: u128) {
+        if let Some(d) = &self.deferred {
+            d.on_disk.lock().insert(fp);
+        }
     }
 
     /// Writes the deferred claim markers (the maintenance pass, and a clean
@@ -682,14 +698,16 @@ impl DurableNs {
                 p.insert(bloom_hash(*fp), rec.expires_ms);
             }
         }
-        // A deferred marker still in memory is never written; one being written
-        // finishes first, so the batch's delete of it lands after it.
-        for (fp, _) in done {
-            self.settle_marker(*fp);
-        }
+        // A deferred marker still in memory is never written (and needs no delete);
+        // one being written finishes first, so the batch's delete of it lands after
+        // it.
+        let unwritten: Vec<bool> = done.iter().map(|(fp, _)| self.settle_marker(*fp)).collect();
         self.writes.fetch_add(1, Ordering::Relaxed);
         let sync = matches!(self.sync, SyncPolicy::Always);
-        match self.store.write_completions(&self.name, done, state, sync) {
+        match self
+            .store
+            .write_completions(&self.name, done, &unwritten, state, sync)
+        {
             Ok(()) => Ok(()),
             // State changes cannot be applied from the hot tier: never fail open.
             Err(e) if !state.is_empty() => {

@@ -119,4 +119,8 @@ impl DurableNs {
     pub(crate) fn flush_markers(&self) {
         match *self {}
     }
+
+    pub(crate) fn save_prefilter(&self) {
+        match *self {}
+    }
 }

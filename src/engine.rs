@@ -240,7 +240,7 @@ impl Engine {
             for name in names {
                 let ns = &namespaces[name];
                 if let Some(d) = &ns.durable {
-                    d.rebuild_prefilter(now_ms)?;
+                    d.open_prefilter(now_ms)?;
                 }
                 orphans.extend(ns.load_orphans(store)?);
             }
@@ -406,6 +406,7 @@ impl Drop for Engine {
         for ns in self.shared.namespaces.values() {
             if let Some(d) = &ns.durable {
                 d.flush_markers();
+                d.save_prefilter();
             }
         }
     }

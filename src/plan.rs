@@ -184,8 +184,7 @@ impl Sizing {
         } else {
             HOT_BYTES_PER_KEY + RESULT_OVERHEAD_PER_KEY + result
         };
-        let ln2 = std::f64::consts::LN_2;
-        let prefilter_bits_per_key = -p.ln() / (ln2 * ln2);
+        let prefilter_bits_per_key = crate::prefilter::planned_bits_per_key(p);
         let durable_bytes_per_key = if self.result_bytes == 0 {
             DURABLE_BYTES_PER_KEY
         } else {
@@ -236,9 +235,10 @@ pub struct Plan {
     /// Hot-tier heap bytes at peak.
     pub hot_bytes: u64,
     /// Bloom-filter bits per retained key for the false-positive rate, from the
-    /// textbook formula -ln(p) / ln(2)^2: an estimate until the prefilter is measured.
+    /// prefilter's own sizing (five generational filters of a quarter of the keys each,
+    /// each at p / 5), held against live filters by a test.
     pub prefilter_bits_per_key: f64,
-    /// Prefilter memory for the retained keys (estimate, as its bits per key).
+    /// Prefilter memory for the retained keys.
     pub prefilter_bytes: u64,
     /// Durable-tier disk bytes per retained key (the done records' SST files after
     /// compaction; a result is stored uncompressed).
@@ -392,19 +392,20 @@ mod tests {
     }
 
     #[test]
-    fn prefilter_follows_the_textbook_bloom_formula() {
-        // -ln(0.01) / ln(2)^2 = 9.585 bits per key; 0.001 needs 1.5x as many.
+    fn prefilter_follows_the_generational_filter_sizing() {
+        // Five filters of a quarter of the keys each, each at 0.2 %:
+        // -ln(0.002) / ln(2)^2 = 12.935 bits, times 5/4 = 16.17 bits per retained key.
         let p = Sizing::new(100.0, Duration::from_secs(100)).plan().unwrap();
-        assert!((p.prefilter_bits_per_key - 9.585).abs() < 0.001);
+        assert!((p.prefilter_bits_per_key - 16.169).abs() < 0.001);
         assert_eq!(
             p.prefilter_bytes,
-            (70_000.0 * 9.585_058 / 8.0_f64).ceil() as u64
+            (70_000.0 * p.prefilter_bits_per_key / 8.0_f64).ceil() as u64
         );
         let q = Sizing::new(100.0, Duration::from_secs(100))
             .false_positive_rate(0.001)
             .plan()
             .unwrap();
-        assert!((q.prefilter_bits_per_key / p.prefilter_bits_per_key - 1.5).abs() < 1e-9);
+        assert!(q.prefilter_bits_per_key > p.prefilter_bits_per_key);
     }
 
     #[test]

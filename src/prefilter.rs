@@ -116,6 +116,16 @@ pub(crate) struct PrefilterStats {
     pub(crate) bytes: u64,
 }
 
+/// Bits of prefilter per key within retention, at target rate `fpr`, when every live
+/// generation is full: `SPANS + 1` filters, each of `1 / SPANS` of the keys, each
+/// built for `fpr / (SPANS + 1)` (the textbook `-ln(p) / ln(2)^2` bits per key).
+/// The sizing planner uses it; a test holds it against live filters.
+pub(crate) fn planned_bits_per_key(fpr: f64) -> f64 {
+    let ln2 = std::f64::consts::LN_2;
+    let per_filter = -(fpr / (SPANS + 1) as f64).ln() / (ln2 * ln2);
+    per_filter * (SPANS + 1) as f64 / SPANS as f64
+}
+
 /// The Bloom hash of a fingerprint: its upper 64 bits (xxh3-128 output bits are
 /// uniform; the hot tier indexes by the lower ones).
 #[inline]
@@ -256,6 +266,134 @@ impl Prefilter {
             }
         }
         s
+    }
+}
+
+/// The saved-filter file's magic and format version.
+const FILE_MAGIC: &[u8; 8] = b"IDEMPF01";
+
+/// Why a saved filter was not used (the engine then rebuilds it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stale {
+    /// Too short, wrong magic, a length that does not add up, trailing bytes.
+    Malformed,
+    /// The checksum does not match: torn or damaged.
+    Checksum,
+    /// Saved with other settings (retention, expected keys, rate).
+    Settings,
+    /// The database changed after the filter was saved.
+    Sequence,
+}
+
+struct Bytes<'a>(&'a [u8]);
+
+impl Bytes<'_> {
+    fn u64(&mut self) -> Result<u64, Stale> {
+        let (head, rest) = self.0.split_first_chunk::<8>().ok_or(Stale::Malformed)?;
+        self.0 = rest;
+        Ok(u64::from_le_bytes(*head))
+    }
+
+    fn u32(&mut self) -> Result<u32, Stale> {
+        let (head, rest) = self.0.split_first_chunk::<4>().ok_or(Stale::Malformed)?;
+        self.0 = rest;
+        Ok(u32::from_le_bytes(*head))
+    }
+}
+
+impl Prefilter {
+    /// The filter as bytes, stamped with the database's sequence number `seq` at
+    /// the moment of saving, and checksummed.
+    pub(crate) fn encode(&self, seq: u64) -> Vec<u8> {
+        let gens = self.gens.read();
+        let mut out = Vec::new();
+        out.extend_from_slice(FILE_MAGIC);
+        for v in [
+            seq,
+            self.span_ms,
+            self.per_segment as u64,
+            self.segment_fpr.to_bits(),
+        ] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.extend_from_slice(&(gens.len() as u32).to_le_bytes());
+        for g in gens.iter() {
+            out.extend_from_slice(&g.epoch.to_le_bytes());
+            out.extend_from_slice(&(g.segments.len() as u32).to_le_bytes());
+            for seg in &g.segments {
+                let words: Vec<u64> = seg.bloom.iter().collect();
+                out.extend_from_slice(&(seg.capacity as u64).to_le_bytes());
+                out.extend_from_slice(&(seg.items.load(Ordering::Relaxed) as u64).to_le_bytes());
+                out.extend_from_slice(&seg.bloom.num_hashes().to_le_bytes());
+                out.extend_from_slice(&(words.len() as u64).to_le_bytes());
+                for w in words {
+                    out.extend_from_slice(&w.to_le_bytes());
+                }
+            }
+        }
+        let sum = xxhash_rust::xxh3::xxh3_64(&out);
+        out.extend_from_slice(&sum.to_le_bytes());
+        out
+    }
+
+    /// Takes the generations saved in `bytes` if they were saved by a filter of the
+    /// same settings at database sequence number `seq`; otherwise says why not and
+    /// changes nothing. Never trusts the bytes further than their checksum and
+    /// lengths.
+    pub(crate) fn load(&self, bytes: &[u8], seq: u64) -> Result<u64, Stale> {
+        let (body, sum) = bytes.split_last_chunk::<8>().ok_or(Stale::Malformed)?;
+        if !body.starts_with(FILE_MAGIC) {
+            return Err(Stale::Malformed);
+        }
+        if xxhash_rust::xxh3::xxh3_64(body) != u64::from_le_bytes(*sum) {
+            return Err(Stale::Checksum);
+        }
+        let mut r = Bytes(&body[FILE_MAGIC.len()..]);
+        let saved_seq = r.u64()?;
+        let settings = (r.u64()?, r.u64()?, r.u64()?);
+        if settings
+            != (
+                self.span_ms,
+                self.per_segment as u64,
+                self.segment_fpr.to_bits(),
+            )
+        {
+            return Err(Stale::Settings);
+        }
+        if saved_seq != seq {
+            return Err(Stale::Sequence);
+        }
+        let mut gens = Vec::new();
+        let mut keys = 0u64;
+        for _ in 0..r.u32()? {
+            let epoch = r.u64()?;
+            let mut segments = Vec::new();
+            for _ in 0..r.u32()? {
+                let capacity = r.u64()? as usize;
+                let items = r.u64()? as usize;
+                let hashes = r.u32()?;
+                let n = r.u64()? as usize;
+                if n == 0 || hashes == 0 || n > r.0.len() / 8 || items > capacity {
+                    return Err(Stale::Malformed);
+                }
+                let words = (0..n).map(|_| r.u64()).collect::<Result<Vec<_>, _>>()?;
+                keys += items as u64;
+                segments.push(Segment {
+                    bloom: AtomicBloomFilter::from_vec(words).hashes(hashes),
+                    items: AtomicUsize::new(items),
+                    capacity,
+                });
+            }
+            if segments.is_empty() {
+                return Err(Stale::Malformed);
+            }
+            gens.push(Generation { epoch, segments });
+        }
+        if !r.0.is_empty() || !gens.windows(2).all(|w| w[0].epoch < w[1].epoch) {
+            return Err(Stale::Malformed);
+        }
+        *self.gens.write() = gens;
+        Ok(keys)
     }
 }
 
@@ -414,6 +552,53 @@ mod tests {
             let len = rng.gen_range(0..400);
             let data: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
             model_check(&data);
+        }
+    }
+
+    #[test]
+    fn the_planned_size_matches_live_filters_within_ten_percent() {
+        for fpr in [0.01, 0.001] {
+            let expected = 400_000;
+            let p = Prefilter::new(expected, 4_000, fpr);
+            // Every live generation allocated: one key in each is enough.
+            for e in 0..=SPANS {
+                p.insert(h(e), e * 1_000 + 1);
+            }
+            let live = p.stats().bytes as f64 * 8.0 / expected as f64;
+            let planned = planned_bits_per_key(fpr);
+            assert!(
+                (live / planned - 1.0).abs() < 0.10,
+                "fpr {fpr}: {live} bits live, {planned} planned"
+            );
+        }
+    }
+
+    #[test]
+    fn a_saved_filter_loads_only_when_whole_current_and_of_the_same_settings() {
+        let p = Prefilter::new(1_000, 4_000, 0.01);
+        for i in 0..500 {
+            p.insert(h(i), 1_000 * (i % 5) + 10);
+        }
+        p.insert_pinned(h(9_999));
+        let bytes = p.encode(42);
+        let q = Prefilter::new(1_000, 4_000, 0.01);
+        assert_eq!(q.load(&bytes, 42), Ok(501));
+        assert!((0..500).all(|i| q.may_contain(h(i))) && q.may_contain(h(9_999)));
+        assert_eq!(q.stats().generations, p.stats().generations);
+        // Stale, other settings, damaged, truncated, empty: refused, nothing changed.
+        let fresh = || Prefilter::new(1_000, 4_000, 0.01);
+        assert_eq!(fresh().load(&bytes, 43), Err(Stale::Sequence));
+        assert_eq!(
+            Prefilter::new(2_000, 4_000, 0.01).load(&bytes, 42),
+            Err(Stale::Settings)
+        );
+        let mut bad = bytes.clone();
+        bad[40] ^= 1;
+        assert_eq!(fresh().load(&bad, 42), Err(Stale::Checksum));
+        for cut in [0, 7, 8, 30, bytes.len() / 2, bytes.len() - 1] {
+            let f = fresh();
+            assert!(f.load(&bytes[..cut], 42).is_err(), "cut at {cut}");
+            assert_eq!(f.stats().generations, 0);
         }
     }
 

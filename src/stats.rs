@@ -70,6 +70,11 @@ pub struct Stats {
     pub prefilter_grown: u64,
     /// Generations dropped because every record in them was past retention.
     pub prefilter_generations_dropped: u64,
+    /// Opens that took the prefilter saved at the last clean shutdown.
+    pub prefilter_loads: u64,
+    /// Opens that rebuilt the prefilter from the durable tier (no saved filter, or
+    /// one that was stale, damaged or of other settings).
+    pub prefilter_rebuilds: u64,
 }
 
 impl Stats {
@@ -114,6 +119,8 @@ impl Stats {
         self.prefilter_keys += o.prefilter_keys;
         self.prefilter_grown += o.prefilter_grown;
         self.prefilter_generations_dropped += o.prefilter_generations_dropped;
+        self.prefilter_loads += o.prefilter_loads;
+        self.prefilter_rebuilds += o.prefilter_rebuilds;
     }
 
     #[cfg_attr(not(feature = "durable"), allow(dead_code))]

@@ -86,6 +86,8 @@ fn acknowledged_completions_survive(sync: &str) {
     // The prefilter was rebuilt from what survived: it let every acknowledged key
     // through (none was declared new above) and answers keys never sent alone.
     let s = engine.stats();
+    // No clean shutdown, so no saved filter: it was rebuilt.
+    assert_eq!((s.prefilter_loads, s.prefilter_rebuilds), (0, 1), "{s:?}");
     assert!(s.prefilter_keys >= acked.len() as u64, "{s:?}");
     assert!(s.prefilter_passes >= acked.len() as u64, "{s:?}");
     let before = s.prefilter_negatives;

@@ -485,6 +485,24 @@ fn disk(keys: u64, result_bytes: usize) {
     println!();
 }
 
+/// Child: reopen and time the first claim only; prints how the prefilter came.
+fn w5_open(dir: &Path, keys: u64) {
+    let t = Instant::now();
+    let engine = w5_engine(dir, keys);
+    let ns = engine.namespace("w5").unwrap();
+    let first = ns.claim(&key(0)).unwrap();
+    let ready = t.elapsed();
+    assert!(first.is_duplicate());
+    let s = engine.stats();
+    println!(
+        "OPEN {} {} {} {}",
+        ready.as_micros(),
+        peak_rss_kib(),
+        s.prefilter_loads,
+        s.prefilter_rebuilds
+    );
+}
+
 /// Child: reopen, time the first claim, then claim every key again.
 fn w5_restart(dir: &Path, keys: u64) {
     let t = Instant::now();
@@ -507,6 +525,7 @@ fn w5_restart(dir: &Path, keys: u64) {
     }
     let w2 = t.elapsed();
     // New keys after the restart: how many the rebuilt prefilter answers alone.
+    let loads = engine.stats().prefilter_loads;
     let before = engine.stats();
     let fresh = (keys / 10).max(1);
     for i in 0..fresh {
@@ -514,7 +533,7 @@ fn w5_restart(dir: &Path, keys: u64) {
     }
     let after = engine.stats();
     println!(
-        "RESULT {} {} {} {} {} {} {} {} {} {}",
+        "RESULT {} {} {} {} {} {} {} {} {} {} {}",
         ready.as_micros(),
         rss_ready,
         dups,
@@ -524,7 +543,8 @@ fn w5_restart(dir: &Path, keys: u64) {
         pf.prefilter_bytes,
         pf.prefilter_filters,
         after.durable_reads - before.durable_reads,
-        fresh
+        fresh,
+        loads
     );
 }
 
@@ -556,6 +576,41 @@ fn w5(keys: u64) {
         .skip(1)
         .map(|v| v.parse().unwrap())
         .collect();
+    // The crash path: no saved filter (a SIGKILL leaves none), so open rebuilds it
+    // from the done records; and a second clean open, which loads the saved one.
+    let open_child = || {
+        let out = Command::new(&exe)
+            .args(["bench", "durable", "--child-open", &keys.to_string()])
+            .arg(&dir.0)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("OPEN"))
+            .unwrap()
+            .to_owned();
+        line.split_whitespace()
+            .skip(1)
+            .map(|v| v.parse::<u64>().unwrap())
+            .collect::<Vec<u64>>()
+    };
+    for entry in std::fs::read_dir(&dir.0).unwrap().flatten() {
+        if entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with("idem-prefilter-")
+        {
+            std::fs::remove_file(entry.path()).unwrap();
+        }
+    }
+    let rebuilt = open_child();
+    let loaded = open_child();
     let disk: u64 = std::fs::read_dir(&dir.0)
         .unwrap()
         .filter_map(|e| e.ok()?.metadata().ok())
@@ -574,8 +629,25 @@ fn w5(keys: u64) {
         disk as f64 / keys as f64
     );
     println!(
-        "| open to first claim served | {:.1} ms |",
+        "| open to first claim served (after the fill's clean shutdown; prefilter {}) | {:.1} ms |",
+        if f[10] == 1 {
+            "loaded from its saved file"
+        } else {
+            "rebuilt"
+        },
         f[0] as f64 / 1e3
+    );
+    println!(
+        "| open to first claim served, no saved filter (the crash path; prefilter {}) | {:.1} ms, peak RSS {:.1} MB |",
+        if rebuilt[3] == 1 { "rebuilt" } else { "loaded" },
+        rebuilt[0] as f64 / 1e3,
+        rebuilt[1] as f64 / 1024.0
+    );
+    println!(
+        "| open to first claim served, again after a clean shutdown (prefilter {}) | {:.1} ms, peak RSS {:.1} MB |",
+        if loaded[2] == 1 { "loaded" } else { "rebuilt" },
+        loaded[0] as f64 / 1e3,
+        loaded[1] as f64 / 1024.0
     );
     println!(
         "| peak RSS when the first claim was served | {:.1} MB |",
@@ -613,6 +685,9 @@ pub(crate) fn run(args: &[String]) -> Result<std::process::ExitCode, String> {
 fn run_inner(args: &[String]) {
     if let Some(pos) = args.iter().position(|a| a == "--child-fill") {
         return w5_fill(Path::new(&args[pos + 2]), args[pos + 1].parse().unwrap());
+    }
+    if let Some(pos) = args.iter().position(|a| a == "--child-open") {
+        return w5_open(Path::new(&args[pos + 2]), args[pos + 1].parse().unwrap());
     }
     if let Some(pos) = args.iter().position(|a| a == "--child-restart") {
         return w5_restart(Path::new(&args[pos + 2]), args[pos + 1].parse().unwrap());

@@ -237,6 +237,17 @@ impl Store {
         self.seed
     }
 
+    /// The sequence number of the last write to the database: any write moves it.
+    pub(crate) fn latest_sequence(&self) -> u64 {
+        self.db.latest_sequence_number()
+    }
+
+    /// Where a namespace's prefilter is saved at a clean shutdown.
+    pub(crate) fn prefilter_file(&self, ns: &str) -> PathBuf {
+        let hex: String = ns.bytes().map(|b| format!("{b:02x}")).collect();
+        self.path.join(format!("idem-prefilter-{hex}.bin"))
+    }
+
     pub(crate) fn set_fail_writes(&self, fail: bool) {
         self.fail_writes.store(fail, Ordering::SeqCst);
     }
@@ -463,6 +474,8 @@ pub(crate) struct DurableNs {
     pub(crate) prefilter: Option<Prefilter>,
     /// Claim markers not written yet (`ClaimMarkers::Deferred`).
     pub(crate) deferred: Option<DeferredMarkers>,
+    prefilter_loads: AtomicU64,
+    prefilter_rebuilds: AtomicU64,
 }
 
 /// Claim markers kept in memory until the maintenance pass writes them.
@@ -496,6 +509,8 @@ impl DurableNs {
             fail_open: AtomicU64::new(0),
             prefilter,
             deferred: deferred.then(DeferredMarkers::default),
+            prefilter_loads: AtomicU64::new(0),
+            prefilter_rebuilds: AtomicU64::new(0),
         }
     }
 
@@ -560,6 +575,57 @@ impl DurableNs {
                 error = %e,
                 "could not write deferred claim markers"
             );
+        }
+    }
+
+    /// Sets up the prefilter at open, before the namespace serves: from the file
+    /// saved at the last clean shutdown if it is whole, of the same settings and
+    /// saved at the database's current sequence number (so no write happened since);
+    /// otherwise rebuilt from the done records. The file is removed either way: it
+    /// is good for one open only.
+    pub(crate) fn open_prefilter(&self, now_ms: u64) -> Result<(), Error> {
+        let Some(p) = &self.prefilter else {
+            return Ok(());
+        };
+        let file = self.store.prefilter_file(&self.name);
+        let saved = std::fs::read(&file).ok();
+        if saved.is_some() {
+            let _ = std::fs::remove_file(&file);
+        }
+        if let Some(bytes) = saved {
+            match p.load(&bytes, self.store.latest_sequence()) {
+                Ok(_) => {
+                    p.expire(now_ms);
+                    self.prefilter_loads.fetch_add(1, Ordering::Relaxed);
+                    return Ok(());
+                }
+                Err(why) => tracing::warn!(
+                    namespace = %self.name,
+                    reason = ?why,
+                    "the saved prefilter cannot be used; rebuilding it from the durable tier"
+                ),
+            }
+        }
+        self.rebuild_prefilter(now_ms)?;
+        self.prefilter_rebuilds.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Saves the prefilter for the next open (a clean shutdown). The sequence
+    /// number is read before the filter: every write up to it had its key in the
+    /// filter first, and any later write makes the saved file stale.
+    pub(crate) fn save_prefilter(&self) {
+        let Some(p) = &self.prefilter else {
+            return;
+        };
+        let seq = self.store.latest_sequence();
+        let bytes = p.encode(seq);
+        let file = self.store.prefilter_file(&self.name);
+        let tmp = file.with_extension("tmp");
+        let written = std::fs::write(&tmp, &bytes).and_then(|()| std::fs::rename(&tmp, &file));
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
+            tracing::warn!(namespace = %self.name, error = %e, "could not save the prefilter");
         }
     }
 
@@ -739,5 +805,7 @@ impl DurableNs {
         if let Some(p) = &self.prefilter {
             s.add_prefilter(&p.stats());
         }
+        s.prefilter_loads += self.prefilter_loads.load(Ordering::Relaxed);
+        s.prefilter_rebuilds += self.prefilter_rebuilds.load(Ordering::Relaxed);
     }
 }

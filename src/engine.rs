@@ -406,6 +406,15 @@ impl Drop for Engine {
         for ns in self.shared.namespaces.values() {
             if let Some(d) = &ns.durable {
                 d.flush_markers();
+            }
+        }
+        // Memtables to disk, so the next open replays no log.
+        #[cfg(feature = "durable")]
+        if let Some(store) = &self.shared.store {
+            store.flush_memtables();
+        }
+        for ns in self.shared.namespaces.values() {
+            if let Some(d) = &ns.durable {
                 d.save_prefilter();
             }
         }

@@ -336,6 +336,22 @@ fn another_format_version_is_refused() {
     duplicate(&ns, b"k");
 }
 
+/// Opening an engine on `dir` is refused: the database is not idem's.
+fn assert_refused_as_foreign(dir: &TempDir, clock: &ManualClock) {
+    let err = builder(dir, clock)
+        .namespace("ns", small())
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        err,
+        Error::IncompatibleFormat {
+            path: dir.path().to_path_buf(),
+            found: None,
+            supported: FORMAT,
+        }
+    );
+}
+
 #[test]
 fn a_database_that_is_not_idems_is_refused_and_left_alone() {
     let dir = TempDir::new();
@@ -349,18 +365,7 @@ fn a_database_that_is_not_idems_is_refused_and_left_alone() {
             .unwrap();
         db.put(b"version", b"7").unwrap();
     }
-    let err = builder(&dir, &clock)
-        .namespace("ns", small())
-        .build()
-        .unwrap_err();
-    assert_eq!(
-        err,
-        Error::IncompatibleFormat {
-            path: dir.path().to_path_buf(),
-            found: None,
-            supported: FORMAT,
-        }
-    );
+    assert_refused_as_foreign(&dir, &clock);
     assert_eq!(column_families(&dir), ["default", "users"]);
     let db = raw_db(&dir);
     assert_eq!(db.get(b"idem/format").unwrap(), None);
@@ -381,18 +386,7 @@ fn a_foreign_database_with_only_the_default_family_is_refused_and_left_alone() {
         let db = rocksdb::DB::open(&opts, dir.path()).unwrap();
         db.put(b"version", b"7").unwrap();
     }
-    let err = builder(&dir, &clock)
-        .namespace("ns", small())
-        .build()
-        .unwrap_err();
-    assert_eq!(
-        err,
-        Error::IncompatibleFormat {
-            path: dir.path().to_path_buf(),
-            found: None,
-            supported: FORMAT,
-        }
-    );
+    assert_refused_as_foreign(&dir, &clock);
     assert_eq!(column_families(&dir), ["default"]);
     let db = raw_db(&dir);
     assert_eq!(db.get(b"idem/format").unwrap(), None);

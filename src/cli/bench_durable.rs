@@ -559,28 +559,10 @@ fn w5(keys: u64) {
         .unwrap();
     assert!(st.success());
     let fill = t.elapsed();
-    let out = Command::new(&exe)
-        .args(["bench", "durable", "--child-restart", &keys.to_string()])
-        .arg(&dir.0)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text.lines().find(|l| l.starts_with("RESULT")).unwrap();
-    let f: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .map(|v| v.parse().unwrap())
-        .collect();
-    // The crash path: no saved filter (a SIGKILL leaves none), so open rebuilds it
-    // from the done records; and a second clean open, which loads the saved one.
-    let open_child = || {
+    // Runs a child mode on the database and returns the numbers of its `tag` line.
+    let child = |mode: &str, tag: &str| -> Vec<u64> {
         let out = Command::new(&exe)
-            .args(["bench", "durable", "--child-open", &keys.to_string()])
+            .args(["bench", "durable", mode, &keys.to_string()])
             .arg(&dir.0)
             .output()
             .unwrap();
@@ -589,17 +571,17 @@ fn w5(keys: u64) {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let line = text
-            .lines()
-            .find(|l| l.starts_with("OPEN"))
-            .unwrap()
-            .to_owned();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text.lines().find(|l| l.starts_with(tag)).unwrap();
         line.split_whitespace()
             .skip(1)
-            .map(|v| v.parse::<u64>().unwrap())
-            .collect::<Vec<u64>>()
+            .map(|v| v.parse().unwrap())
+            .collect()
     };
+    let f = child("--child-restart", "RESULT");
+    // The crash path: no saved filter (a SIGKILL leaves none), so open rebuilds it
+    // from the done records; and a second clean open, which loads the saved one.
+    let open_child = || child("--child-open", "OPEN");
     for entry in std::fs::read_dir(&dir.0).unwrap().flatten() {
         if entry
             .file_name()

@@ -449,6 +449,22 @@ impl Store {
         Ok(())
     }
 
+    /// Flushes every column family's memtable to SST files, so that the next open
+    /// has no write-ahead log to replay (a clean shutdown). Failures are only
+    /// logged: the log still holds everything.
+    pub(crate) fn flush_memtables(&self) {
+        let Ok(names) = DB::list_cf(&Options::default(), &self.path) else {
+            return;
+        };
+        for name in names {
+            if let Some(cf) = self.db.cf_handle(&name) {
+                if let Err(e) = self.db.flush_cf(cf) {
+                    tracing::warn!(column_family = %name, error = %e, "flush at shutdown failed");
+                }
+            }
+        }
+    }
+
     /// Forces the write-ahead log to disk (the `Periodic` sync policy).
     pub(crate) fn sync_wal(&self) -> Result<(), Error> {
         self.db.flush_wal(true).map_err(|e| store_err("sync", e))

@@ -645,7 +645,7 @@ fn w5(keys: u64) {
     );
     println!("| peak RSS after W2 | {:.1} MB |", f[4] as f64 / 1024.0);
     println!(
-        "| prefilter rebuilt at open: keys, memory, filters | {}, {:.1} MB, {} |",
+        "| prefilter at open: keys, memory, filters | {}, {:.1} MB, {} |",
         f[5],
         f[6] as f64 / 1e6,
         f[7]

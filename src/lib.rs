@@ -46,6 +46,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![forbid(unsafe_code)]
 
+mod bytes;
 mod clock;
 mod config;
 mod dlq;

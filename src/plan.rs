@@ -299,6 +299,12 @@ impl fmt::Display for SizingWarning {
 }
 
 impl Plan {
+    /// How plans print a size: binary units, three significant figures
+    /// ("1.41 GiB").
+    pub fn format_bytes(bytes: u64) -> String {
+        human_bytes(bytes)
+    }
+
     /// The warnings for this plan on a machine with `machine_memory` bytes of memory
     /// (`None`: unknown, not checked).
     pub fn warnings(&self, machine_memory: Option<u64>) -> Vec<SizingWarning> {

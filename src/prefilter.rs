@@ -33,6 +33,8 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use fastbloom::AtomicBloomFilter;
+
+use crate::bytes::{Reader, Truncated};
 use parking_lot::RwLock;
 
 /// Generations per retention period.
@@ -285,19 +287,9 @@ pub(crate) enum Stale {
     Sequence,
 }
 
-struct Bytes<'a>(&'a [u8]);
-
-impl Bytes<'_> {
-    fn u64(&mut self) -> Result<u64, Stale> {
-        let (head, rest) = self.0.split_first_chunk::<8>().ok_or(Stale::Malformed)?;
-        self.0 = rest;
-        Ok(u64::from_le_bytes(*head))
-    }
-
-    fn u32(&mut self) -> Result<u32, Stale> {
-        let (head, rest) = self.0.split_first_chunk::<4>().ok_or(Stale::Malformed)?;
-        self.0 = rest;
-        Ok(u32::from_le_bytes(*head))
+impl From<Truncated> for Stale {
+    fn from(_: Truncated) -> Self {
+        Stale::Malformed
     }
 }
 
@@ -348,7 +340,7 @@ impl Prefilter {
         if xxhash_rust::xxh3::xxh3_64(body) != u64::from_le_bytes(*sum) {
             return Err(Stale::Checksum);
         }
-        let mut r = Bytes(&body[FILE_MAGIC.len()..]);
+        let mut r = Reader::new(&body[FILE_MAGIC.len()..]);
         let saved_seq = r.u64()?;
         let settings = (r.u64()?, r.u64()?, r.u64()?);
         if settings
@@ -373,7 +365,7 @@ impl Prefilter {
                 let items = r.u64()? as usize;
                 let hashes = r.u32()?;
                 let n = r.u64()? as usize;
-                if n == 0 || hashes == 0 || n > r.0.len() / 8 || items > capacity {
+                if n == 0 || hashes == 0 || n > r.remaining() / 8 || items > capacity {
                     return Err(Stale::Malformed);
                 }
                 let words = (0..n).map(|_| r.u64()).collect::<Result<Vec<_>, _>>()?;
@@ -389,7 +381,7 @@ impl Prefilter {
             }
             gens.push(Generation { epoch, segments });
         }
-        if !r.0.is_empty() || !gens.windows(2).all(|w| w[0].epoch < w[1].epoch) {
+        if r.remaining() != 0 || !gens.windows(2).all(|w| w[0].epoch < w[1].epoch) {
             return Err(Stale::Malformed);
         }
         *self.gens.write() = gens;

@@ -386,40 +386,9 @@ fn w5_engine(dir: &Path, keys: u64) -> Engine {
         .unwrap()
 }
 
-/// Child: fill the database with `keys` completed keys.
-fn w5_fill(dir: &Path, keys: u64) {
-    let engine = w5_engine(dir, keys);
-    let ns = engine.namespace("w5").unwrap();
-    let mut i = 0;
-    while i < keys {
-        let end = (i + 1024).min(keys);
-        let ks: Vec<[u8; 20]> = (i..end).map(key).collect();
-        let refs: Vec<&[u8]> = ks.iter().map(|k| &k[..]).collect();
-        let guards = ns
-            .claim_batch(&refs)
-            .unwrap()
-            .into_iter()
-            .map(|c| match c {
-                Claim::Acquired(g) => g,
-                _ => panic!("fresh key not acquired"),
-            })
-            .collect();
-        for r in ns.complete_batch(guards).unwrap() {
-            r.unwrap();
-        }
-        i = end;
-    }
-}
-
-/// Disk bytes per completed key: N keys completed (sync Never), then the done records
-/// flushed and compacted (`Engine::compact_store`); the SST files over N, and the
-/// whole directory (write-ahead log, manifest, options files included) beside it.
-/// Sizes do not depend on the build profile, so any build measures them.
-fn disk(keys: u64, result_bytes: usize) {
-    let dir = Dir::new("disk");
-    let engine = w5_engine(&dir.0, keys);
-    let ns = engine.namespace("w5").unwrap();
-    let result = vec![0xA5u8; result_bytes];
+/// Completes `keys` fresh keys in batches of 1,024 claims: one `complete_batch` per
+/// batch, or with `result` stored, one `complete_with_result` per key.
+fn fill(ns: &idem::Namespace, keys: u64, result: &[u8]) {
     let mut i = 0;
     while i < keys {
         let end = (i + 1024).min(keys);
@@ -440,11 +409,28 @@ fn disk(keys: u64, result_bytes: usize) {
             }
         } else {
             for g in guards {
-                g.complete_with_result(&result).unwrap();
+                g.complete_with_result(result).unwrap();
             }
         }
         i = end;
     }
+}
+
+/// Child: fill the database with `keys` completed keys.
+fn w5_fill(dir: &Path, keys: u64) {
+    let engine = w5_engine(dir, keys);
+    fill(&engine.namespace("w5").unwrap(), keys, &[]);
+}
+
+/// Disk bytes per completed key: N keys completed (sync Never), then the done records
+/// flushed and compacted (`Engine::compact_store`); the SST files over N, and the
+/// whole directory (write-ahead log, manifest, options files included) beside it.
+/// Sizes do not depend on the build profile, so any build measures them.
+fn disk(keys: u64, result_bytes: usize) {
+    let dir = Dir::new("disk");
+    let engine = w5_engine(&dir.0, keys);
+    let ns = engine.namespace("w5").unwrap();
+    fill(&ns, keys, &vec![0xA5u8; result_bytes]);
     engine.compact_store().unwrap();
     let (mut sst, mut total) = (0u64, 0u64);
     for e in std::fs::read_dir(&dir.0).unwrap().filter_map(|e| e.ok()) {

@@ -179,19 +179,7 @@ pub(crate) fn machine_memory() -> Option<u64> {
 
 /// Bytes in binary units with three significant figures: "1.41 GiB".
 pub(crate) fn bytes(b: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut x = b as f64;
-    let mut u = 0;
-    while x >= 1024.0 && u + 1 < UNITS.len() {
-        x /= 1024.0;
-        u += 1;
-    }
-    match (u, x) {
-        (0, _) => format!("{b} B"),
-        (_, x) if x >= 100.0 => format!("{x:.0} {}", UNITS[u]),
-        (_, x) if x >= 10.0 => format!("{x:.1} {}", UNITS[u]),
-        _ => format!("{x:.2} {}", UNITS[u]),
-    }
+    idem::Plan::format_bytes(b)
 }
 
 /// 43200000 -> "43_200_000", as a Rust literal.

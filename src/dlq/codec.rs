@@ -22,6 +22,7 @@
 use std::fmt;
 
 use super::{MessageState, Transition, MAX_DEAD_LETTER_PAYLOAD};
+use crate::bytes::{Reader, Truncated};
 
 /// The dead-letter format this build writes and reads.
 pub(crate) const LETTER_VERSION: u8 = 1;
@@ -118,12 +119,12 @@ impl Letter {
 
     /// Decodes one dead letter, refusing anything malformed.
     pub(crate) fn decode(bytes: &[u8]) -> Result<Letter, DecodeError> {
-        let mut r = Reader { bytes, pos: 0 };
+        let mut r = Reader::new(bytes);
         let version = r.u8()?;
         if version != LETTER_VERSION {
             return Err(DecodeError::Version(version));
         }
-        let state = r.state()?;
+        let state = read_state(&mut r)?;
         let flags = r.u8()?;
         if flags & !FLAG_ALREADY_DONE != 0 {
             return Err(DecodeError::Flags(flags));
@@ -141,7 +142,7 @@ impl Letter {
             return Err(DecodeError::PayloadTooLong(payload_len));
         }
         let payload = r.take(payload_len as usize)?.to_vec();
-        let reason = r.text16()?;
+        let reason = text16(&mut r)?;
         let count = r.u32()? as usize;
         // Never trust a count for an allocation: each entry takes bytes that must be there.
         let mut history = Vec::with_capacity(count.min(r.remaining() / MIN_TRANSITION));
@@ -151,9 +152,9 @@ impl Letter {
                 0 => None,
                 c => Some(MessageState::from_code(c).ok_or(DecodeError::State(c))?),
             };
-            let to = r.state()?;
-            let actor = r.text16()?;
-            let reason = r.text16()?;
+            let to = read_state(&mut r)?;
+            let actor = text16(&mut r)?;
+            let reason = text16(&mut r)?;
             history.push(Transition {
                 at_ms,
                 actor,
@@ -162,7 +163,7 @@ impl Letter {
                 reason,
             });
         }
-        if r.pos != bytes.len() {
+        if r.remaining() != 0 {
             return Err(DecodeError::TrailingBytes);
         }
         Ok(Letter {
@@ -178,58 +179,22 @@ impl Letter {
     }
 }
 
-struct Reader<'a> {
-    bytes: &'a [u8],
-    pos: usize,
+impl From<Truncated> for DecodeError {
+    fn from(_: Truncated) -> Self {
+        DecodeError::Truncated
+    }
 }
 
-impl<'a> Reader<'a> {
-    fn remaining(&self) -> usize {
-        self.bytes.len() - self.pos
-    }
+fn read_state(r: &mut Reader<'_>) -> Result<MessageState, DecodeError> {
+    let c = r.u8()?;
+    MessageState::from_code(c).ok_or(DecodeError::State(c))
+}
 
-    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
-        let end = self.pos.checked_add(n).ok_or(DecodeError::Truncated)?;
-        let s = self
-            .bytes
-            .get(self.pos..end)
-            .ok_or(DecodeError::Truncated)?;
-        self.pos = end;
-        Ok(s)
-    }
-
-    fn u8(&mut self) -> Result<u8, DecodeError> {
-        Ok(self.take(1)?[0])
-    }
-
-    fn u16(&mut self) -> Result<u16, DecodeError> {
-        let mut b = [0; 2];
-        b.copy_from_slice(self.take(2)?);
-        Ok(u16::from_le_bytes(b))
-    }
-
-    fn u32(&mut self) -> Result<u32, DecodeError> {
-        let mut b = [0; 4];
-        b.copy_from_slice(self.take(4)?);
-        Ok(u32::from_le_bytes(b))
-    }
-
-    fn u64(&mut self) -> Result<u64, DecodeError> {
-        let mut b = [0; 8];
-        b.copy_from_slice(self.take(8)?);
-        Ok(u64::from_le_bytes(b))
-    }
-
-    fn state(&mut self) -> Result<MessageState, DecodeError> {
-        let c = self.u8()?;
-        MessageState::from_code(c).ok_or(DecodeError::State(c))
-    }
-
-    fn text16(&mut self) -> Result<String, DecodeError> {
-        let n = self.u16()? as usize;
-        let b = self.take(n)?;
-        String::from_utf8(b.to_vec()).map_err(|_| DecodeError::NotUtf8)
-    }
+/// A string of at most 65,535 bytes, prefixed by its length.
+fn text16(r: &mut Reader<'_>) -> Result<String, DecodeError> {
+    let n = r.u16()? as usize;
+    let b = r.take(n)?;
+    String::from_utf8(b.to_vec()).map_err(|_| DecodeError::NotUtf8)
 }
 
 #[cfg(test)]

@@ -17,6 +17,8 @@
 
 use std::fmt;
 
+use crate::bytes::{Reader, Truncated};
+
 /// The record format this build writes and reads.
 pub(crate) const RECORD_VERSION: u8 = 1;
 /// The largest result a record may carry.
@@ -131,7 +133,7 @@ impl Record {
     }
 
     pub(crate) fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
-        let mut r = Reader { bytes, pos: 0 };
+        let mut r = Reader::new(bytes);
         let version = r.u8()?;
         if version != RECORD_VERSION {
             return Err(DecodeError::Version(version));
@@ -166,7 +168,7 @@ impl Record {
         } else {
             None
         };
-        if r.pos != bytes.len() {
+        if r.remaining() != 0 {
             return Err(DecodeError::TrailingBytes);
         }
         Ok(Record {
@@ -180,36 +182,9 @@ impl Record {
     }
 }
 
-struct Reader<'a> {
-    bytes: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
-        let end = self.pos.checked_add(n).ok_or(DecodeError::Truncated)?;
-        let s = self
-            .bytes
-            .get(self.pos..end)
-            .ok_or(DecodeError::Truncated)?;
-        self.pos = end;
-        Ok(s)
-    }
-
-    fn u8(&mut self) -> Result<u8, DecodeError> {
-        Ok(self.take(1)?[0])
-    }
-
-    fn u32(&mut self) -> Result<u32, DecodeError> {
-        let mut b = [0; 4];
-        b.copy_from_slice(self.take(4)?);
-        Ok(u32::from_le_bytes(b))
-    }
-
-    fn u64(&mut self) -> Result<u64, DecodeError> {
-        let mut b = [0; 8];
-        b.copy_from_slice(self.take(8)?);
-        Ok(u64::from_le_bytes(b))
+impl From<Truncated> for DecodeError {
+    fn from(_: Truncated) -> Self {
+        DecodeError::Truncated
     }
 }
 

@@ -21,13 +21,40 @@ pub trait Clock: Send + Sync + 'static {
 pub struct SystemClock;
 
 impl Clock for SystemClock {
+    /// One `clock_gettime(CLOCK_REALTIME)` (a vDSO call on Linux), turned into whole
+    /// milliseconds (the division by a constant compiles to a multiply). The
+    /// portable route through `SystemTime::duration_since` costs about 100 more
+    /// instructions per read, and every claim and completion reads the clock.
+    #[cfg(unix)]
+    #[inline]
+    #[allow(unsafe_code)]
+    fn now_ms(&self) -> u64 {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid, writable timespec for the call's duration, and
+        // CLOCK_REALTIME is supported on every unix.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+        if rc != 0 || ts.tv_sec < 0 {
+            return portable_now_ms();
+        }
+        ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+    }
+
+    #[cfg(not(unix))]
     #[inline]
     fn now_ms(&self) -> u64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0)
+        portable_now_ms()
     }
+}
+
+/// The system clock through `std`: before 1970 reads as 0.
+fn portable_now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// A clock that only moves when told to: tests of TTLs, leases and retention use it
@@ -83,5 +110,26 @@ impl fmt::Debug for ManualClock {
         f.debug_struct("ManualClock")
             .field("now_ms", &self.now_ms())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn system_clock_reads_the_same_time_as_std() {
+        // Two std reads bracket ours: the same clock, truncated the same way.
+        let before = portable_now_ms();
+        let ours = SystemClock.now_ms();
+        let after = portable_now_ms();
+        assert!(
+            before <= ours && ours <= after,
+            "{before} <= {ours} <= {after}"
+        );
+        assert!(
+            ours > 1_600_000_000_000,
+            "milliseconds since 1970, not seconds: {ours}"
+        );
     }
 }

@@ -380,11 +380,21 @@ mod tests {
             let shards = default_shards(max_keys);
             assert!((32..=1024).contains(&shards), "{max_keys}: {shards}");
             let per_shard = max_keys.div_ceil(shards);
-            let buckets = (per_shard * 8 / 7).next_power_of_two();
-            // At most 7/8 full (no further growth), and at least 7/16 (not oversized).
-            assert!(per_shard <= buckets * 7 / 8, "{max_keys}");
+            // The smallest bucket count that holds a full shard.
+            let buckets = (0..)
+                .map(|b| 1usize << b)
+                .find(|&b| crate::hot::index_capacity(b) >= per_shard)
+                .unwrap();
+            // Not oversized: half the buckets would not have done, and the full
+            // shards sit just under the threshold. Small namespaces, where the
+            // minimum shard count governs, are exempt.
+            let small = shards == 32;
             assert!(
-                per_shard * 16 > buckets * 7 * 97 / 100 || max_keys < 32 * 16,
+                crate::hot::index_capacity(buckets / 2) < per_shard || small,
+                "{max_keys}"
+            );
+            assert!(
+                per_shard * 100 > crate::hot::index_capacity(buckets) * 95 || small,
                 "{max_keys}"
             );
         }
@@ -507,15 +517,15 @@ mod maintenance {
 
 /// The shard count for a namespace of `max_keys` keys.
 ///
-/// A shard's index is a SwissTable whose bucket count is a power of two filled to at
-/// most 7/8. The count is chosen so that, when the namespace is full, every shard sits
-/// just under such a threshold (with 3% headroom for uneven spread): at the sizing
-/// point each key then costs about 8/7 index slots instead of up to 16/7.
+/// A shard's index has a power-of-two number of 12-slot buckets, filled to at most
+/// 7/8 of its slots. The count is chosen so that, when the namespace is full, every
+/// shard sits just under such a threshold (with 3% headroom for uneven spread): at the
+/// sizing point each key then costs about 8/7 index slots instead of up to 16/7.
 pub(crate) fn default_shards(max_keys: usize) -> usize {
     const MIN: usize = 32;
     const MAX: usize = 1024;
     for bits in (4..=24).rev() {
-        let per_shard = (1usize << bits) * 7 / 8 * 97 / 100;
+        let per_shard = crate::hot::index_capacity(1usize << bits) * 97 / 100;
         let shards = max_keys.div_ceil(per_shard);
         if shards >= MIN {
             return shards.min(MAX);

@@ -16,13 +16,16 @@
 //! The table is the truth and the wheel a hint: a read checks the entry's deadline
 //! itself, and the wheel only makes sure expired entries are reclaimed without traffic.
 
+mod index;
 pub(crate) mod wheel;
 
-use hashbrown::{hash_table, HashMap, HashTable};
+use hashbrown::HashMap;
 
 use crossbeam::utils::CachePadded;
 
 use crate::sync::{AtomicUsize, Mutex, Ordering};
+pub(crate) use index::capacity as index_capacity;
+use index::Index;
 use wheel::{widen, Links, Wheel, NIL};
 
 /// A key's 128-bit fingerprint (seeded xxh3).
@@ -135,7 +138,8 @@ const CHUNK: usize = 1 << CHUNK_BITS;
 /// Entries in fixed-size chunks, with a free list threaded through `next`.
 #[derive(Debug, Default)]
 pub(crate) struct Slab {
-    chunks: Vec<Box<[Entry]>>,
+    /// Fixed-length arrays, so an index within a chunk (masked) needs no bounds check.
+    chunks: Vec<Box<[Entry; CHUNK]>>,
     /// Slots handed out so far (high-water mark).
     len: u32,
     /// Head of the free list.
@@ -162,8 +166,13 @@ impl Slab {
         }
         let i = self.len;
         if i as usize == self.chunks.len() * CHUNK {
-            self.chunks
-                .push(vec![Entry::FREE; CHUNK].into_boxed_slice());
+            // Built on the heap (a 14 KiB array would otherwise pass through the stack).
+            let chunk: Box<[Entry; CHUNK]> =
+                match vec![Entry::FREE; CHUNK].into_boxed_slice().try_into() {
+                    Ok(c) => c,
+                    Err(_) => unreachable!("a CHUNK-long vector converts to a CHUNK array"),
+                };
+            self.chunks.push(chunk);
         }
         self.len += 1;
         *self.get_mut(i) = entry;
@@ -180,7 +189,7 @@ impl Slab {
     }
 
     fn bytes(&self) -> usize {
-        self.chunks.capacity() * std::mem::size_of::<Box<[Entry]>>()
+        self.chunks.capacity() * std::mem::size_of::<Box<[Entry; CHUNK]>>()
             + self.chunks.len() * CHUNK * std::mem::size_of::<Entry>()
     }
 }
@@ -208,13 +217,34 @@ impl Links for Slab {
     }
 }
 
-/// What a done entry may carry beyond its 28 bytes.
-#[derive(Debug, Clone, Default)]
+/// What a done entry may carry beyond its 28 bytes: 24 bytes, a 32-byte row with its
+/// key in the side table.
+#[derive(Debug, Clone)]
 pub(crate) struct Extra {
     pub(crate) result: Option<std::sync::Arc<[u8]>>,
-    /// Completion time, kept only for sliding windows (fixed windows derive it).
-    pub(crate) completed_at_ms: Option<u64>,
+    /// Completion time, kept only for sliding windows (fixed windows derive it);
+    /// [`Extra::NO_TIME`] when not kept (an `Option` would cost 8 bytes more a row).
+    completed_at_ms: u64,
 }
+
+impl Default for Extra {
+    fn default() -> Self {
+        Extra {
+            result: None,
+            completed_at_ms: Extra::NO_TIME,
+        }
+    }
+}
+
+impl Extra {
+    const NO_TIME: u64 = u64::MAX;
+
+    fn completed_at_ms(&self) -> Option<u64> {
+        (self.completed_at_ms != Extra::NO_TIME).then_some(self.completed_at_ms)
+    }
+}
+
+const _: () = assert!(std::mem::size_of::<(u32, Extra)>() == 32);
 
 /// Counters of one shard, updated under its lock and summed by `stats()`.
 #[derive(Debug, Clone, Copy, Default)]
@@ -457,7 +487,7 @@ impl Capacity<'_> {
 /// One lock shard's contents.
 #[derive(Debug)]
 pub(crate) struct Shard {
-    index: HashTable<u32>,
+    index: Index,
     slab: Slab,
     wheel: Wheel,
     payloads: HashMap<u32, u64>,
@@ -471,7 +501,7 @@ pub(crate) struct Shard {
 
 /// Removes entry `idx` (already unlinked from the wheel) from index, side tables and slab.
 fn remove_unlinked(
-    index: &mut HashTable<u32>,
+    index: &mut Index,
     slab: &mut Slab,
     payloads: &mut HashMap<u32, u64>,
     extras: &mut HashMap<u32, Extra>,
@@ -479,9 +509,7 @@ fn remove_unlinked(
     idx: u32,
 ) {
     let e = *slab.get(idx);
-    if let Ok(found) = index.find_entry(e.lo(), |&i| i == idx) {
-        found.remove();
-    }
+    index.remove(e.lo(), idx);
     if e.has_payload() {
         payloads.remove(&idx);
     }
@@ -495,7 +523,7 @@ fn remove_unlinked(
 impl Shard {
     pub(crate) fn new(now_tick: u64) -> Self {
         Shard {
-            index: HashTable::new(),
+            index: Index::default(),
             slab: Slab::default(),
             wheel: Wheel::new(now_tick),
             payloads: HashMap::new(),
@@ -520,7 +548,7 @@ impl Shard {
             .map(|x| x.result.as_ref().map_or(0, |r| r.len() + 16))
             .sum();
         self.slab.bytes()
-            + table_bytes(self.index.capacity(), 4)
+            + self.index.bytes()
             + table_bytes(self.payloads.capacity(), std::mem::size_of::<(u32, u64)>())
             + table_bytes(self.extras.capacity(), std::mem::size_of::<(u32, Extra)>())
             + results
@@ -529,7 +557,7 @@ impl Shard {
     #[inline]
     fn find(&self, fp: Fp) -> Option<u32> {
         let slab = &self.slab;
-        self.index.find(fp.lo, |&i| slab.get(i).is(fp)).copied()
+        self.index.find(fp.lo, |i| slab.get(i).is(fp))
     }
 
     /// Keeps the wheel within serial-arithmetic range of `now` when nothing else has
@@ -560,7 +588,7 @@ impl Shard {
             None
         };
         let completed_at_ms = extra
-            .and_then(|s| s.completed_at_ms)
+            .and_then(Extra::completed_at_ms)
             .unwrap_or_else(|| expires_at_ms.saturating_sub(p.ttl_ms).min(now.ms));
         // With a durable tier the key stays a duplicate until its retention ends.
         let expires_at_ms = match p.retention_ms {
@@ -612,13 +640,9 @@ impl Shard {
         self.catch_up(now, cap);
         let lease_deadline = p.deadline(now, p.lease_ms);
         let slab = &self.slab;
-        // One probe serves both outcomes: the entry API finds the key or the slot for it.
-        let entry = self
-            .index
-            .entry(fp.lo, |&i| slab.get(i).is(fp), |&i| slab.get(i).lo());
-        let idx = match entry {
-            hash_table::Entry::Occupied(o) => *o.get(),
-            hash_table::Entry::Vacant(v) => {
+        let idx = match self.index.find(fp.lo, |i| slab.get(i).is(fp)) {
+            Some(idx) => idx,
+            None => {
                 let found = match durable.as_mut() {
                     Some(look) => look(fp),
                     None => DurableLookup::Absent,
@@ -664,7 +688,8 @@ impl Shard {
                     prev: NIL,
                     next: NIL,
                 });
-                v.insert(idx);
+                let slab = &self.slab;
+                self.index.insert(fp.lo, idx, |i| slab.get(i).lo());
                 self.wheel.schedule(&mut self.slab, idx, deadline);
                 self.live += 1;
                 return self.after_insert(idx, payload, found, lease_deadline);
@@ -752,7 +777,7 @@ impl Shard {
                     self.set_payload(idx, pl);
                 }
                 let x = self.extra_mut(idx);
-                x.completed_at_ms = Some(d.completed_at_ms);
+                x.completed_at_ms = d.completed_at_ms;
                 x.result = d.result.clone();
                 self.counters.duplicates += 1;
                 ShardClaim::Duplicate {
@@ -798,7 +823,7 @@ impl Shard {
             next: NIL,
         });
         let slab = &self.slab;
-        self.index.insert_unique(fp.lo, idx, |&i| slab.get(i).lo());
+        self.index.insert(fp.lo, idx, |i| slab.get(i).lo());
         self.wheel.schedule(&mut self.slab, idx, lease_deadline);
         self.live += 1;
         true
@@ -873,7 +898,7 @@ impl Shard {
             self.extra_mut(idx).result = Some(std::sync::Arc::from(r));
         }
         if p.sliding {
-            self.extra_mut(idx).completed_at_ms = Some(now.ms);
+            self.extra_mut(idx).completed_at_ms = now.ms;
         }
         self.counters.completions += 1;
     }

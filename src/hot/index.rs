@@ -1,0 +1,381 @@
+//! A shard's fingerprint index: open addressing over 64-byte buckets, each holding 12
+//! one-byte tags and the 12 slab indices they stand for, in one cache line.
+//!
+//! A look-up reads one bucket (its home, from the hash's low bits), compares the
+//! tags, and checks the slab entry of each tag that matches. That is one cache miss
+//! for the bucket and one for the entry. A SwissTable keeps its control bytes and its
+//! slots in different lines, so the same look-up there costs three.
+//!
+//! A full bucket overflows into the next one (linear probing by bucket). Each bucket
+//! counts the entries that live past it because it was full on their way (`over`), so
+//! a look-up stops at the first bucket with no overflow, and removal leaves no
+//! tombstone: it lowers the counts it raised. A count that reaches 255 stays there
+//! (look-ups past that bucket then always go on), which only costs probes.
+
+/// Slots per bucket.
+const SLOTS: usize = 12;
+/// The table grows past 7/8 of its slots.
+const LOAD_NUM: usize = 7;
+const LOAD_DEN: usize = 8;
+/// An overflow count that has saturated.
+const STICKY: u8 = u8::MAX;
+
+#[derive(Debug, Clone, Copy)]
+#[repr(C, align(64))]
+struct Bucket {
+    /// 0 marks a free slot; otherwise the tag of the slot's hash.
+    tags: [u8; SLOTS],
+    /// Entries placed past this bucket because it was full when they arrived.
+    over: u8,
+    _pad: [u8; 3],
+    slots: [u32; SLOTS],
+}
+
+const _: () = assert!(std::mem::size_of::<Bucket>() == 64);
+
+impl Bucket {
+    const EMPTY: Bucket = Bucket {
+        tags: [0; SLOTS],
+        over: 0,
+        _pad: [0; 3],
+        slots: [0; SLOTS],
+    };
+
+    /// A bit per slot whose tag is `t`: the 12 tags compared eight and four at a
+    /// time inside ordinary registers.
+    #[inline]
+    fn matches(&self, t: u8) -> u32 {
+        let g = &self.tags;
+        let lo = u64::from_le_bytes([g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7]]);
+        let hi = u32::from_le_bytes([g[8], g[9], g[10], g[11]]) as u64;
+        let t = t as u64 * 0x0101_0101_0101_0101;
+        zero_bytes(lo ^ t) | (zero_bytes(hi ^ t) & 0xF) << 8
+    }
+}
+
+/// A bit per zero byte of `x` (bit i for byte i), exactly.
+#[inline]
+fn zero_bytes(x: u64) -> u32 {
+    const LOW7: u64 = 0x7F7F_7F7F_7F7F_7F7F;
+    // A byte's top bit ends up set iff the byte is zero; no carry crosses bytes.
+    let zero = !(((x & LOW7) + LOW7) | x | LOW7);
+    // Gather the eight top bits into one byte (the partial products never overlap).
+    ((zero >> 7).wrapping_mul(0x0102_0408_1020_4080) >> 56) as u32
+}
+
+/// The tag of a hash: its top byte, never 0.
+#[inline]
+fn tag(h: u64) -> u8 {
+    match (h >> 56) as u8 {
+        0 => 1,
+        t => t,
+    }
+}
+
+/// How many entries an index of `buckets` buckets holds before it grows.
+pub(crate) fn capacity(buckets: usize) -> usize {
+    buckets * SLOTS * LOAD_NUM / LOAD_DEN
+}
+
+/// A map from 64-bit hashes to `u32` slab indices; equality is decided by the caller
+/// (several indices may share a hash's tag, or even the hash).
+#[derive(Debug, Default)]
+pub(crate) struct Index {
+    buckets: Vec<Bucket>,
+    len: usize,
+}
+
+impl Index {
+    /// Entries held.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Heap bytes.
+    pub(crate) fn bytes(&self) -> usize {
+        self.buckets.capacity() * std::mem::size_of::<Bucket>()
+    }
+
+    #[inline]
+    fn mask(&self) -> usize {
+        self.buckets.len().wrapping_sub(1)
+    }
+
+    /// The index whose slab entry `eq` accepts, among those stored under `h`.
+    #[inline]
+    pub(crate) fn find(&self, h: u64, eq: impl FnMut(u32) -> bool) -> Option<u32> {
+        self.position(h, eq).map(|(b, i)| self.buckets[b].slots[i])
+    }
+
+    /// Bucket and slot of the index that `eq` accepts, among those stored under `h`.
+    #[inline]
+    fn position(&self, h: u64, mut eq: impl FnMut(u32) -> bool) -> Option<(usize, usize)> {
+        if self.buckets.is_empty() {
+            return None;
+        }
+        let t = tag(h);
+        let mask = self.mask();
+        let mut b = h as usize & mask;
+        for _ in 0..self.buckets.len() {
+            let bucket = &self.buckets[b];
+            let mut m = bucket.matches(t);
+            while m != 0 {
+                let i = m.trailing_zeros() as usize;
+                m &= m - 1;
+                if eq(bucket.slots[i]) {
+                    return Some((b, i));
+                }
+            }
+            if bucket.over == 0 {
+                return None;
+            }
+            b = (b + 1) & mask;
+        }
+        None
+    }
+
+    /// Stores `idx` under `h` (the caller knows it is not there yet). `hash_of` gives
+    /// the hash of any stored index, for growth.
+    pub(crate) fn insert(&mut self, h: u64, idx: u32, hash_of: impl Fn(u32) -> u64) {
+        if self.len + 1 > capacity(self.buckets.len()) {
+            self.grow(hash_of);
+        }
+        self.place(h, idx);
+        self.len += 1;
+    }
+
+    /// Puts `idx` in the first free slot on `h`'s probe path, raising the overflow
+    /// count of every full bucket passed. There is always a free slot: the load
+    /// stays under 7/8.
+    fn place(&mut self, h: u64, idx: u32) {
+        let t = tag(h);
+        let mask = self.mask();
+        let mut b = h as usize & mask;
+        loop {
+            let bucket = &mut self.buckets[b];
+            let free = bucket.matches(0);
+            if free != 0 {
+                let i = free.trailing_zeros() as usize;
+                bucket.tags[i] = t;
+                bucket.slots[i] = idx;
+                return;
+            }
+            if bucket.over != STICKY {
+                bucket.over += 1;
+            }
+            b = (b + 1) & mask;
+        }
+    }
+
+    /// Removes `idx` stored under `h`. False if it is not there.
+    pub(crate) fn remove(&mut self, h: u64, idx: u32) -> bool {
+        let Some((b, i)) = self.position(h, |s| s == idx) else {
+            return false;
+        };
+        let bucket = &mut self.buckets[b];
+        bucket.tags[i] = 0;
+        bucket.slots[i] = 0;
+        // Lower the counts this entry raised on its way here.
+        let mask = self.mask();
+        let mut p = h as usize & mask;
+        while p != b {
+            let over = &mut self.buckets[p].over;
+            if *over != STICKY {
+                *over -= 1;
+            }
+            p = (p + 1) & mask;
+        }
+        self.len -= 1;
+        true
+    }
+
+    /// Doubles the buckets (or makes the first) and places every entry again.
+    fn grow(&mut self, hash_of: impl Fn(u32) -> u64) {
+        let n = (self.buckets.len() * 2).max(1);
+        let old = std::mem::replace(&mut self.buckets, vec![Bucket::EMPTY; n]);
+        for bucket in &old {
+            let mut m = !bucket.matches(0) & ((1 << SLOTS) - 1);
+            while m != 0 {
+                let i = m.trailing_zeros() as usize;
+                m &= m - 1;
+                let idx = bucket.slots[i];
+                self.place(hash_of(idx), idx);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// A deterministic hash stream (splitmix64).
+    fn mix(mut z: u64) -> u64 {
+        z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Checks every stored index is found and the overflow counts are exactly what
+    /// the placements imply (no count has saturated in these tests).
+    fn check(ix: &Index, model: &HashMap<u32, u64>) {
+        assert_eq!(ix.len(), model.len());
+        for (&idx, &h) in model {
+            assert_eq!(ix.find(h, |i| i == idx), Some(idx), "index {idx} lost");
+        }
+        if ix.buckets.is_empty() {
+            return;
+        }
+        let mask = ix.mask();
+        let mut want = vec![0u32; ix.buckets.len()];
+        for (b, bucket) in ix.buckets.iter().enumerate() {
+            for i in 0..SLOTS {
+                if bucket.tags[i] != 0 {
+                    let h = model[&bucket.slots[i]];
+                    assert_eq!(bucket.tags[i], tag(h));
+                    let mut p = h as usize & mask;
+                    while p != b {
+                        want[p] += 1;
+                        p = (p + 1) & mask;
+                    }
+                }
+            }
+        }
+        for (b, bucket) in ix.buckets.iter().enumerate() {
+            assert_eq!(bucket.over as u32, want[b], "overflow count of bucket {b}");
+        }
+    }
+
+    #[test]
+    fn tag_matching_agrees_with_a_byte_loop() {
+        let mut b = Bucket::EMPTY;
+        for round in 0..5_000u64 {
+            let r = mix(round);
+            for (i, t) in b.tags.iter_mut().enumerate() {
+                // Few distinct values, so matches are common; 0 and 0x80 included.
+                *t = [0u8, 1, 0x7F, 0x80, 0xFF][(r >> (i * 3)) as usize % 5];
+            }
+            for t in [0u8, 1, 0x7F, 0x80, 0xFF, 0x42] {
+                let want = (0..SLOTS).fold(0u32, |m, i| m | ((b.tags[i] == t) as u32) << i);
+                assert_eq!(b.matches(t), want, "tags {:?}, t {t}", b.tags);
+            }
+        }
+    }
+
+    #[test]
+    fn random_inserts_and_removes_agree_with_a_map() {
+        let mut ix = Index::default();
+        let mut model: HashMap<u32, u64> = HashMap::new();
+        let mut next = 0u32;
+        for step in 0..20_000u64 {
+            let r = mix(step);
+            if r % 3 != 0 || model.is_empty() {
+                let h = mix(r);
+                let m = &model;
+                ix.insert(h, next, |i| m[&i]);
+                model.insert(next, h);
+                next += 1;
+            } else {
+                let victim = *model.keys().nth((r >> 8) as usize % model.len()).unwrap();
+                let h = model.remove(&victim).unwrap();
+                assert!(ix.remove(h, victim));
+                assert!(!ix.remove(h, victim), "removed twice");
+                assert_eq!(ix.find(h, |i| i == victim), None);
+            }
+            if step % 997 == 0 {
+                check(&ix, &model);
+            }
+        }
+        check(&ix, &model);
+        assert!(ix.len() > 5_000);
+    }
+
+    #[test]
+    fn overflow_chains_wrap_and_shrink_back() {
+        // Every hash has the same home bucket (the last one: low bits all set) and
+        // the same tag: the worst case.
+        let mut ix = Index::default();
+        let mut model = HashMap::new();
+        for idx in 0..40u32 {
+            let h = 0xAB00_0000_0000_00FF | (idx as u64) << 20;
+            let m = &model;
+            ix.insert(h, idx, |i| m[&i]);
+            model.insert(idx, h);
+        }
+        check(&ix, &model);
+        // 40 entries on the last of 4 buckets: the chain wraps round to the first.
+        assert_eq!(ix.buckets.len(), 4);
+        assert_eq!(ix.buckets[3].over, 28);
+        assert_eq!(ix.buckets[0].over, 16);
+        // Remove in an order that empties the home bucket first.
+        for idx in 0..40u32 {
+            let h = model.remove(&idx).unwrap();
+            assert!(ix.remove(h, idx));
+            check(&ix, &model);
+        }
+        assert!(ix
+            .buckets
+            .iter()
+            .all(|b| b.over == 0 && b.matches(0) == (1 << SLOTS) - 1));
+    }
+
+    #[test]
+    fn look_ups_of_absent_hashes_stop() {
+        let mut ix = Index::default();
+        assert_eq!(ix.find(7, |_| true), None);
+        assert!(!ix.remove(7, 0));
+        let mut model = HashMap::new();
+        for idx in 0..1000u32 {
+            let h = mix(idx as u64);
+            let m = &model;
+            ix.insert(h, idx, |i| m[&i]);
+            model.insert(idx, h);
+        }
+        // A hash whose tag matches stored entries is still refused by `eq`.
+        for idx in 0..1000u32 {
+            let h = model[&idx];
+            assert_eq!(ix.find(h, |_| false), None);
+        }
+    }
+
+    #[test]
+    fn a_saturated_overflow_count_stays_and_look_ups_still_end() {
+        let mut ix = Index::default();
+        let mut model = HashMap::new();
+        // 300 entries on one home: more than 255 pass its bucket.
+        for idx in 0..300u32 {
+            let h = 0x5500_0000_0000_0000 | (idx as u64) << 24;
+            let m = &model;
+            ix.insert(h, idx, |i| m[&i]);
+            model.insert(idx, h);
+        }
+        assert_eq!(ix.buckets[0].over, STICKY);
+        for idx in 0..300u32 {
+            let h = model.remove(&idx).unwrap();
+            assert!(ix.remove(h, idx));
+        }
+        assert_eq!(
+            ix.buckets[0].over, STICKY,
+            "a saturated count is never lowered"
+        );
+        assert_eq!(ix.find(0x5500_0000_0000_0000, |_| true), None);
+        assert_eq!(ix.len(), 0);
+    }
+
+    #[test]
+    fn memory_is_a_cache_line_per_twelve_slots() {
+        let mut ix = Index::default();
+        let model: HashMap<u32, u64> = (0..10_000u32).map(|i| (i, mix(i as u64))).collect();
+        for i in 0..10_000u32 {
+            ix.insert(model[&i], i, |j| model[&j]);
+        }
+        let buckets = ix.bytes() / 64;
+        assert!(buckets.is_power_of_two());
+        // At most 7/8 full, at least half of that.
+        assert!(10_000 * 8 <= buckets * SLOTS * 7);
+        assert!(10_000 * 16 > buckets * SLOTS * 7);
+    }
+}

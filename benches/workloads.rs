@@ -3,13 +3,16 @@
 //!
 //! ```text
 //! cargo bench --bench workloads -- [--quick] [--n 1000000,10000000] [--threads 1,2]
-//!                                  [--runs 3] [--peers idem,floor,dashmap,moka,redis,redis-p64]
+//!                                  [--runs 3]
+//!                                  [--peers idem,idem-b64,floor,dashmap,moka,redis,redis-p64]
 //!                                  [--moka-max-n 1000000] [--redis-max-n 1000000]
 //!                                  [--redis-sample 100000]
 //! ```
 //!
-//! Peers: `idem`, `idem-r64` (idem completing every key with a 64-byte result: the
-//! memory a stored result costs; not in the default set), `floor`, `dashmap`, `moka`,
+//! Peers: `idem`, `idem-b64` (idem through `claim_batch` / `complete_batch`, 64 keys a
+//! call: the counterpart of Redis's 64-deep pipeline), `idem-r64` (idem completing
+//! every key with a 64-byte result: the memory a stored result costs; not in the
+//! default set), `floor`, `dashmap`, `moka`,
 //! `redis` (one request at a time) and `redis-p64` (pipelined 64 deep). The Redis peers
 //! run when `redis-server` is on `PATH` (the child starts its own server on a free
 //! loopback port with no persistence, and stops it); without it they are skipped with
@@ -182,6 +185,15 @@ trait Peer: Sync {
     fn fresh(&self, key: &Key) -> bool;
     /// W2: a key claimed before. True if the answer was "duplicate".
     fn duplicate(&self, key: &Key) -> bool;
+    /// W1 over a batch of keys (at most [`BATCH`]): how many were not taken. Peers
+    /// without a batch form take the keys one by one.
+    fn fresh_many(&self, keys: &[Key]) -> u64 {
+        keys.iter().filter(|k| !self.fresh(k)).count() as u64
+    }
+    /// W2 over a batch of keys: how many did not answer "duplicate".
+    fn duplicate_many(&self, keys: &[Key]) -> u64 {
+        keys.iter().filter(|k| !self.duplicate(k)).count() as u64
+    }
     /// Work the peer defers to after the inserts (moka's pending housekeeping).
     fn settle(&self) {}
     /// The structure's own idea of its heap size, where it has one.
@@ -229,6 +241,68 @@ impl Peer for Idem {
 
     fn own_bytes(&self) -> Option<u64> {
         Some(self.ns.stats().hot_bytes)
+    }
+}
+
+/// The batch size of the batched peers (`idem-b64`), as deep as Redis's pipeline.
+const BATCH: usize = 64;
+
+/// idem through its batch calls: `claim_batch` of 64 keys, then `complete_batch` of
+/// the guards (W1); `claim_batch` of 64 keys (W2).
+struct IdemBatch(Idem);
+
+impl Peer for IdemBatch {
+    fn fresh(&self, key: &Key) -> bool {
+        self.0.fresh(key)
+    }
+
+    fn duplicate(&self, key: &Key) -> bool {
+        self.0.duplicate(key)
+    }
+
+    #[inline]
+    fn fresh_many(&self, keys: &[Key]) -> u64 {
+        let mut refs: [&[u8]; BATCH] = [&[]; BATCH];
+        for (r, k) in refs.iter_mut().zip(keys) {
+            *r = k;
+        }
+        let Ok(claims) = self.0.ns.claim_batch(&refs[..keys.len()]) else {
+            return keys.len() as u64;
+        };
+        let mut failed = 0;
+        let guards: Vec<_> = claims
+            .into_iter()
+            .filter_map(|c| match c {
+                Claim::Acquired(g) => Some(g),
+                _ => {
+                    failed += 1;
+                    None
+                }
+            })
+            .collect();
+        match self.0.ns.complete_batch(guards) {
+            Ok(done) => failed + done.iter().filter(|r| r.is_err()).count() as u64,
+            Err(_) => keys.len() as u64,
+        }
+    }
+
+    #[inline]
+    fn duplicate_many(&self, keys: &[Key]) -> u64 {
+        let mut refs: [&[u8]; BATCH] = [&[]; BATCH];
+        for (r, k) in refs.iter_mut().zip(keys) {
+            *r = k;
+        }
+        match self.0.ns.claim_batch(&refs[..keys.len()]) {
+            Ok(claims) => claims
+                .iter()
+                .filter(|c| !matches!(c, Claim::Duplicate(_)))
+                .count() as u64,
+            Err(_) => keys.len() as u64,
+        }
+    }
+
+    fn own_bytes(&self) -> Option<u64> {
+        self.0.own_bytes()
     }
 }
 
@@ -318,7 +392,15 @@ impl Peer for Moka {
     }
 }
 
-const PEERS: [&str; 6] = ["idem", "floor", "dashmap", "moka", "redis", "redis-p64"];
+const PEERS: [&str; 7] = [
+    "idem",
+    "idem-b64",
+    "floor",
+    "dashmap",
+    "moka",
+    "redis",
+    "redis-p64",
+];
 
 fn peer_label(peer: &str, w: Workload) -> &'static str {
     match peer {
@@ -326,6 +408,8 @@ fn peer_label(peer: &str, w: Workload) -> &'static str {
         "idem" => "idem",
         "idem-r64" if w == Workload::W1 => "idem (claim + complete, 64-byte result)",
         "idem-r64" => "idem (keys with a 64-byte result)",
+        "idem-b64" if w == Workload::W1 => "idem, batches of 64 (`claim_batch` + `complete_batch`)",
+        "idem-b64" => "idem, batches of 64 (`claim_batch`)",
         "floor" => "floor: `Mutex<hashbrown::HashMap<[u8; 16], u32>>`",
         "dashmap" => "`DashMap<u128, u32>` entry",
         "moka" => "`moka::sync::Cache<String, ()>` TTL",
@@ -350,7 +434,7 @@ fn run_split<P: Peer>(
     peer: &P,
     keys: &[Key],
     threads: usize,
-    op: fn(&P, &Key) -> bool,
+    op: fn(&P, &[Key]) -> u64,
 ) -> (Duration, u64) {
     let part = keys.len().div_ceil(threads);
     let start = Barrier::new(threads + 1);
@@ -362,10 +446,8 @@ fn run_split<P: Peer>(
                 s.spawn(move || {
                     start.wait();
                     let mut failed = 0u64;
-                    for k in chunk {
-                        if !op(peer, k) {
-                            failed += 1;
-                        }
+                    for batch in chunk.chunks(BATCH) {
+                        failed += op(peer, batch);
                     }
                     failed
                 })
@@ -396,7 +478,7 @@ fn measure<P: Peer>(
     let heap0 = live_heap();
     let rss0 = rss_bytes();
     let peer = build();
-    let (fill, fill_failed) = run_split(&peer, keys, threads, P::fresh);
+    let (fill, fill_failed) = run_split(&peer, keys, threads, P::fresh_many);
     let t_settle = Instant::now();
     peer.settle();
     let fill = fill + t_settle.elapsed();
@@ -412,9 +494,9 @@ fn measure<P: Peer>(
             own,
         };
     }
-    let (dup, dup_failed) = run_split(&peer, keys, threads, P::duplicate);
+    let (dup, dup_failed) = run_split(&peer, keys, threads, P::duplicate_many);
     for _ in 1..repeat {
-        run_split(&peer, keys, threads, P::duplicate);
+        run_split(&peer, keys, threads, P::duplicate_many);
     }
     ChildResult {
         secs: dup.as_secs_f64(),
@@ -449,6 +531,7 @@ fn child(args: &[String]) -> ExitCode {
     let r = match peer.as_str() {
         "idem" => measure(|| Idem::new(n, 0), &keys, w2, threads, repeat),
         "idem-r64" => measure(|| Idem::new(n, 64), &keys, w2, threads, repeat),
+        "idem-b64" => measure(|| IdemBatch(Idem::new(n, 0)), &keys, w2, threads, repeat),
         "redis" => redis::measure(&keys, w2, threads, 1, repeat),
         "redis-p64" => redis::measure(&keys, w2, threads, 64, repeat),
         "floor" => measure(

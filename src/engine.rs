@@ -668,16 +668,18 @@ impl NsInner {
 
     /// One claim, without writing its claim marker: the caller writes the markers
     /// (one write for a whole batch) and gets them back from here.
+    ///
+    /// `now` is the time the claim is made at (a batch reads the clock once).
     fn claim_one(
         this: &Arc<Self>,
         fp: Fp,
         payload: Option<u64>,
+        mut now: Now,
         markers: &mut Vec<(u128, Record)>,
     ) -> Result<Claim> {
         let si = fp.shard(this.slots.len());
         let mut retried = false;
         loop {
-            let now = this.now();
             let cap = this.capacity(si);
             let mut store_error = None;
             let answer = {
@@ -738,6 +740,7 @@ impl NsInner {
                     if this.durable.is_some() {
                         this.evict(64);
                     }
+                    now = this.now();
                     continue;
                 }
                 ShardClaim::Full => {
@@ -765,6 +768,13 @@ impl NsInner {
             }
             _ => Ok(()),
         }
+    }
+
+    /// Starts loading the index bucket of `fp` into the cache, ahead of its claim.
+    #[inline]
+    fn prefetch(&self, fp: Fp) {
+        let slot = &self.slots[fp.shard(self.slots.len())];
+        crate::hot::prefetch(slot.hint.load(crate::sync::Ordering::Relaxed), fp.lo);
     }
 
     #[inline]
@@ -888,8 +898,11 @@ impl Namespace {
     fn claim_fp(&self, key: &[u8], payload: Option<u64>) -> Result<Claim> {
         let ns = &self.inner;
         let fp = ns.key_fp(key)?;
+        // The bucket's cache miss overlaps the clock read and the lock.
+        ns.prefetch(fp);
+        let now = ns.now();
         let mut markers = Vec::new();
-        let claim = NsInner::claim_one(ns, fp, payload, &mut markers)?;
+        let claim = NsInner::claim_one(ns, fp, payload, now, &mut markers)?;
         if let Err(e) = ns.write_markers(&markers) {
             // Nothing was decided: the claim leaves the hot tier, and there is no
             // marker on disk to delete.
@@ -905,16 +918,26 @@ impl Namespace {
     /// markers. Every key is checked first: one bad key refuses the whole batch and
     /// changes nothing. If a claim fails (payload mismatch, capacity, store), the
     /// claims already acquired in the batch are released and the error returned.
+    ///
+    /// The answers are those of claiming the keys one by one, in order (a key twice
+    /// in a batch is `Acquired`, then `InProgress`), all at one reading of the clock.
+    /// It is faster per key than [`Namespace::claim`]: the clock is read once, and
+    /// every key's index bucket is requested from memory before the first claim, so
+    /// the batch's cache misses overlap.
     pub fn claim_batch(&self, keys: &[&[u8]]) -> Result<Vec<Claim>> {
         let ns = &self.inner;
         let fps = keys
             .iter()
             .map(|k| ns.key_fp(k))
             .collect::<Result<Vec<_>>>()?;
+        for &fp in &fps {
+            ns.prefetch(fp);
+        }
+        let now = ns.now();
         let mut markers = Vec::new();
         let mut claims = Vec::with_capacity(fps.len());
         for fp in fps {
-            match NsInner::claim_one(ns, fp, None, &mut markers) {
+            match NsInner::claim_one(ns, fp, None, now, &mut markers) {
                 Ok(c) => claims.push(c),
                 Err(e) => {
                     // No marker of this batch was written yet.
@@ -943,10 +966,14 @@ impl Namespace {
                 reason: "complete_batch was given a guard of another namespace",
             });
         }
-        let Some(d) = &ns.durable else {
-            return Ok(guards.into_iter().map(|g| g.complete()).collect());
-        };
+        // One clock reading for the batch.
         let now = ns.now();
+        let Some(d) = &ns.durable else {
+            return Ok(guards
+                .into_iter()
+                .map(|mut g| g.finish_at(None, &[], now))
+                .collect());
+        };
         let mut outcomes = Vec::with_capacity(guards.len());
         let mut begun = Vec::new();
         let mut records = Vec::new();
@@ -1271,10 +1298,20 @@ impl ClaimGuard {
     }
 
     fn finish_with(&mut self, result: Option<&[u8]>, state: &[(String, StateOp)]) -> Result<()> {
+        let now = self.ns.now();
+        self.finish_at(result, state, now)
+    }
+
+    /// Completes at time `now`.
+    fn finish_at(
+        &mut self,
+        result: Option<&[u8]>,
+        state: &[(String, StateOp)],
+        now: Now,
+    ) -> Result<()> {
         self.armed = false;
         let ns = &*self.ns;
         let si = self.shard as usize;
-        let now = ns.now();
         let cap = ns.capacity(si);
         let Some(d) = &ns.durable else {
             let r = ns.slots[si].shard.lock().complete(

@@ -25,6 +25,7 @@ use crossbeam::utils::CachePadded;
 
 use crate::sync::{AtomicUsize, Mutex, Ordering};
 pub(crate) use index::capacity as index_capacity;
+pub(crate) use index::prefetch;
 use index::Index;
 use wheel::{widen, Links, Wheel, NIL};
 
@@ -418,6 +419,9 @@ pub(crate) struct ShardSlot {
     /// Slots this shard may fill without touching the namespace's pool. Only the holder
     /// of `shard`'s lock takes from it; anyone may add to it, or steal it all.
     pub(crate) reserve: AtomicUsize,
+    /// The shard index's [`index::Index::hint`], republished under the lock whenever
+    /// the index grows, read without it to [`prefetch`] a key's bucket.
+    pub(crate) hint: AtomicUsize,
 }
 
 impl ShardSlot {
@@ -425,6 +429,7 @@ impl ShardSlot {
         ShardSlot {
             shard: Mutex::new(Shard::new(now_tick)),
             reserve: AtomicUsize::new(0),
+            hint: AtomicUsize::new(0),
         }
     }
 }
@@ -477,6 +482,11 @@ impl Capacity<'_> {
             }
         }
         false
+    }
+
+    /// Publishes a grown index's new [`index::Index::hint`].
+    fn publish_hint(&self, hint: usize) {
+        self.slots[self.me].hint.store(hint, Ordering::Relaxed);
     }
 
     fn give_back(&self) {
@@ -602,6 +612,14 @@ impl Shard {
         )
     }
 
+    /// Adds slab entry `idx` (fingerprint `fp`) to the index.
+    fn index_insert(&mut self, fp: Fp, idx: u32, cap: &Capacity<'_>) {
+        let slab = &self.slab;
+        if self.index.insert(fp.lo, idx, |i| slab.get(i).lo()) {
+            cap.publish_hint(self.index.hint());
+        }
+    }
+
     fn set_payload(&mut self, idx: u32, payload: u64) {
         self.slab.get_mut(idx).meta |= PAYLOAD_BIT;
         self.payloads.insert(idx, payload);
@@ -688,8 +706,7 @@ impl Shard {
                     prev: NIL,
                     next: NIL,
                 });
-                let slab = &self.slab;
-                self.index.insert(fp.lo, idx, |i| slab.get(i).lo());
+                self.index_insert(fp, idx, cap);
                 self.wheel.schedule(&mut self.slab, idx, deadline);
                 self.live += 1;
                 return self.after_insert(idx, payload, found, lease_deadline);
@@ -822,8 +839,7 @@ impl Shard {
             prev: NIL,
             next: NIL,
         });
-        let slab = &self.slab;
-        self.index.insert(fp.lo, idx, |i| slab.get(i).lo());
+        self.index_insert(fp, idx, cap);
         self.wheel.schedule(&mut self.slab, idx, lease_deadline);
         self.live += 1;
         true

@@ -31,7 +31,8 @@ struct Bucket {
     slots: [u32; SLOTS],
 }
 
-const _: () = assert!(std::mem::size_of::<Bucket>() == 64);
+const _: () = assert!(std::mem::size_of::<Bucket>() == BUCKET_ALIGN);
+const _: () = assert!(std::mem::align_of::<Bucket>() == BUCKET_ALIGN);
 
 impl Bucket {
     const EMPTY: Bucket = Bucket {
@@ -71,6 +72,35 @@ fn tag(h: u64) -> u8 {
         t => t,
     }
 }
+
+/// Asks the processor to start loading the bucket where hash `h` lives, in an index
+/// whose [`Index::hint`] was `hint` (read without the shard's lock, so it may be stale:
+/// then the load is merely wasted). Look-ups that follow find the line on its way, so
+/// a batch of claims overlaps its cache misses instead of taking them one by one.
+#[inline]
+pub(crate) fn prefetch(hint: usize, h: u64) {
+    if hint == 0 {
+        return;
+    }
+    let base = hint & !(BUCKET_ALIGN - 1);
+    let mask = (1usize << (hint & (BUCKET_ALIGN - 1))) - 1;
+    let addr = base.wrapping_add((h as usize & mask) * BUCKET_ALIGN);
+    #[cfg(target_arch = "x86_64")]
+    #[allow(unsafe_code)]
+    // SAFETY: a prefetch is only a hint: it never faults and changes nothing the
+    // program can observe, whatever the address (a stale or freed one included). The
+    // pointer is never dereferenced.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        _mm_prefetch::<_MM_HINT_T0>(addr as *const i8);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = addr;
+}
+
+/// A bucket's size and alignment: the low bits of a bucket array's address are free to
+/// carry the log2 of its length in [`Index::hint`].
+const BUCKET_ALIGN: usize = 64;
 
 /// How many entries an index of `buckets` buckets holds before it grows.
 pub(crate) fn capacity(buckets: usize) -> usize {
@@ -136,13 +166,25 @@ impl Index {
     }
 
     /// Stores `idx` under `h` (the caller knows it is not there yet). `hash_of` gives
-    /// the hash of any stored index, for growth.
-    pub(crate) fn insert(&mut self, h: u64, idx: u32, hash_of: impl Fn(u32) -> u64) {
-        if self.len + 1 > capacity(self.buckets.len()) {
+    /// the hash of any stored index, for growth. True if the index grew (and its
+    /// [`Index::hint`] changed).
+    pub(crate) fn insert(&mut self, h: u64, idx: u32, hash_of: impl Fn(u32) -> u64) -> bool {
+        let grow = self.len + 1 > capacity(self.buckets.len());
+        if grow {
             self.grow(hash_of);
         }
         self.place(h, idx);
         self.len += 1;
+        grow
+    }
+
+    /// Where the buckets are, for [`prefetch`]: the array's address with the log2 of
+    /// its length in the low bits (free: buckets are 64-byte aligned). 0 when empty.
+    pub(crate) fn hint(&self) -> usize {
+        if self.buckets.is_empty() {
+            return 0;
+        }
+        self.buckets.as_ptr() as usize | self.buckets.len().trailing_zeros() as usize
     }
 
     /// Puts `idx` in the first free slot on `h`'s probe path, raising the overflow
@@ -363,6 +405,30 @@ mod tests {
         );
         assert_eq!(ix.find(0x5500_0000_0000_0000, |_| true), None);
         assert_eq!(ix.len(), 0);
+    }
+
+    #[test]
+    fn the_hint_names_the_bucket_array_and_its_size() {
+        let mut ix = Index::default();
+        assert_eq!(ix.hint(), 0);
+        prefetch(0, 42); // nothing to prefetch: no effect
+        let model: HashMap<u32, u64> = (0..500u32).map(|i| (i, mix(i as u64))).collect();
+        let mut grew = 0;
+        for i in 0..500u32 {
+            let before = ix.hint();
+            if ix.insert(model[&i], i, |j| model[&j]) {
+                grew += 1;
+                assert_ne!(ix.hint(), before);
+            } else {
+                assert_eq!(ix.hint(), before);
+            }
+            let hint = ix.hint();
+            assert_eq!(hint & !(BUCKET_ALIGN - 1), ix.buckets.as_ptr() as usize);
+            assert_eq!(1 << (hint & (BUCKET_ALIGN - 1)), ix.buckets.len());
+            prefetch(hint, model[&i]);
+        }
+        // 1, 2, 4, 8, 16, 32, 64 buckets.
+        assert_eq!(grew, 7);
     }
 
     #[test]

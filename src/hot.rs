@@ -1,12 +1,13 @@
-//! The hot tier: lock shards, each a fingerprint table over a slab of 32-byte entries,
+//! The hot tier: lock shards, each a fingerprint table over a slab of 28-byte entries,
 //! with a hierarchical timing wheel threaded through the same slab.
 //!
 //! Layout of one shard:
 //!
 //! * `slab`: fixed-size chunks of [`Entry`] (fingerprint, deadline, state, wheel links).
 //!   Chunks are never reallocated, so growth costs no copy and no doubling slack.
-//! * `index`: a SwissTable of `u32` slab indices, hashed by the fingerprint's low
-//!   64 bits (the fingerprint is already a keyed hash: no second hash).
+//! * `index`: 64-byte buckets of tags and `u32` slab indices, hashed by the
+//!   fingerprint's low 64 bits (the fingerprint is already a keyed hash: no second
+//!   hash).
 //! * `wheel`: the TTL/lease timing wheel; its bucket lists are linked through the
 //!   entries' `prev`/`next` fields, so scheduling allocates nothing.
 //! * `payloads` and `extras`: what only some entries have (a payload fingerprint; a

@@ -32,9 +32,9 @@
 //!
 //! Keys are reduced to 128-bit seeded xxh3 fingerprints; only fingerprints are stored,
 //! so memory per key does not depend on key length. The hot tier is a set of lock
-//! shards per namespace, each a SwissTable of 32-bit indices into a slab of 32-byte
-//! entries, with a hierarchical timing wheel threaded through the same entries for
-//! TTLs and leases. The table is the truth (every read checks the deadline itself); the
+//! shards per namespace, each an index of 64-byte buckets (12 tags and 12 slab
+//! indices per cache line) over a slab of 28-byte entries, with a hierarchical timing
+//! wheel threaded through the same entries for TTLs and leases. The table is the truth (every read checks the deadline itself); the
 //! wheel reclaims expired keys without traffic. See ARCHITECTURE.md for the map.
 
 #![warn(
@@ -44,7 +44,8 @@
     rust_2018_idioms
 )]
 #![deny(unsafe_op_in_unsafe_fn)]
-// The one exception is the system clock read (src/clock.rs), allowed there by name.
+// Two exceptions, each allowed by name: the system clock read (src/clock.rs) and the
+// index bucket prefetch (src/hot/index.rs).
 #![deny(unsafe_code)]
 
 mod bytes;

@@ -14,15 +14,21 @@
 //! * `fingerprint`: the seeded xxh3-128 of one 20-byte key, alone.
 //!
 //! `claim_fresh` and `claim_duplicate` also run `DashMap<u128, u32>` insert-if-absent
-//! on the same keys, for a side-by-side figure.
+//! on the same keys, for a side-by-side figure; `claim_duplicate/idem_batch_64` claims
+//! the same probes 64 at a time through `claim_batch` (time per key).
 //!
-//! Run with `cargo bench --bench claim`.
+//! After the criterion groups, `latency` times single calls (1,000,000 of each, one
+//! `Instant` pair around each call) and prints their percentiles as a markdown table:
+//! a fresh claim + complete, a duplicate claim, and an empty timer pair (the
+//! measurement's own cost, included in every other row).
+//!
+//! Run with `cargo bench --bench claim` (`-- latency` for the percentiles alone).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::measurement::WallTime;
-use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
+use criterion::{criterion_group, BenchmarkGroup, Criterion, Throughput};
 use idem::{Claim, ClaimGuard, Engine, Namespace, NamespaceConfig};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -39,7 +45,7 @@ const SEED: u64 = 0x1DE4_BE4C_0000_0001;
 const HOUR: Duration = Duration::from_secs(3600);
 /// Lock shards of every namespace here: the default for `max_keys` = 1 M, fixed so that
 /// the larger namespace of `claim_fresh` has the same layout.
-const SHARDS: usize = 61;
+const SHARDS: usize = 48;
 
 fn key(i: u64) -> Key {
     let s = format!("ord-{:016x}", i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
@@ -180,6 +186,21 @@ fn claim_duplicate(c: &mut Criterion) {
         });
     }
     {
+        let (_engine, ns) = namespace(RESIDENT as usize);
+        fill_done(&ns);
+        let refs: Vec<&[u8]> = probe.iter().map(|k| &k[..]).collect();
+        let mut j = 0;
+        g.throughput(Throughput::Elements(64));
+        g.bench_function("idem_batch_64", |b| {
+            b.iter(|| {
+                let at = (j * 64) & (PROBES - 1);
+                j += 1;
+                ns.claim_batch(black_box(&refs[at..at + 64]))
+            });
+        });
+        g.throughput(Throughput::Elements(1));
+    }
+    {
         let map = dash_filled();
         let mut j = 0;
         g.bench_function("dashmap_insert_if_absent", |b| {
@@ -249,6 +270,63 @@ fn fingerprint(c: &mut Criterion) {
     g.finish();
 }
 
+/// Percentiles of `samples` (nanoseconds), sorted in place.
+fn percentiles(samples: &mut [u32]) -> [u32; 4] {
+    samples.sort_unstable();
+    let at = |q: f64| samples[((samples.len() as f64 * q) as usize).min(samples.len() - 1)];
+    [at(0.5), at(0.99), at(0.999), samples[samples.len() - 1]]
+}
+
+/// Times `n` single calls of `op(i)`, one `Instant` pair each.
+fn time_each(n: u64, mut op: impl FnMut(u64)) -> Vec<u32> {
+    (0..n)
+        .map(|i| {
+            let t0 = Instant::now();
+            op(i);
+            t0.elapsed().as_nanos().min(u32::MAX as u128) as u32
+        })
+        .collect()
+}
+
+/// Latency percentiles of single claim calls on a namespace of 1 M resident keys.
+fn latency() {
+    const N: u64 = 1_000_000;
+    let mut rows: Vec<(&str, [u32; 4])> = Vec::new();
+    rows.push((
+        "timer pair alone",
+        percentiles(&mut time_each(N, |i| {
+            black_box(i);
+        })),
+    ));
+    {
+        let (_engine, ns) = namespace(8_000_000);
+        fill_done(&ns);
+        let fresh: Vec<Key> = (RESIDENT..RESIDENT + N).map(key).collect();
+        let mut t = time_each(N, |i| match ns.claim(black_box(&fresh[i as usize])) {
+            Ok(Claim::Acquired(guard)) => guard.complete().expect("complete"),
+            _ => panic!("a fresh key was not acquired"),
+        });
+        rows.push((
+            "claim + complete, fresh key (1 M resident, growing)",
+            percentiles(&mut t),
+        ));
+        let probe = probes(5, 0);
+        let mut t = time_each(N, |i| {
+            assert!(ns
+                .claim(black_box(&probe[i as usize & (PROBES - 1)]))
+                .expect("claim")
+                .is_duplicate());
+        });
+        rows.push(("claim, duplicate (uniform over 1 M)", percentiles(&mut t)));
+    }
+    println!();
+    println!("| single call, 1,000,000 samples | p50 | p99 | p99.9 | max |");
+    println!("|---|---:|---:|---:|---:|");
+    for (name, [p50, p99, p999, max]) in rows {
+        println!("| {name} | {p50} ns | {p99} ns | {p999} ns | {max} ns |");
+    }
+}
+
 criterion_group!(
     benches,
     claim_fresh,
@@ -257,4 +335,17 @@ criterion_group!(
     check,
     fingerprint
 );
-criterion_main!(benches);
+
+fn main() {
+    let only_latency = std::env::args().any(|a| a == "latency");
+    // `cargo test --benches` runs benches without `--bench`: criterion then runs each
+    // function once as a test, and the latency table (seconds of work) is left out.
+    let measuring = std::env::args().any(|a| a == "--bench");
+    if !only_latency {
+        benches();
+        Criterion::default().configure_from_args().final_summary();
+    }
+    if measuring {
+        latency();
+    }
+}

@@ -37,6 +37,8 @@ pub struct Engine {
 
 pub(crate) struct Shared {
     namespaces: HashMap<String, Arc<NsInner>>,
+    /// Each namespace's pins, shared by all its handles (see [`Pin`]).
+    pins: HashMap<String, std::sync::Arc<[Pin]>>,
     clock: std::sync::Arc<dyn Clock>,
     orphans: Vec<Orphan>,
     unconfigured: Vec<String>,
@@ -245,8 +247,13 @@ impl Engine {
                 orphans.extend(ns.load_orphans(store)?);
             }
         }
+        let pins = namespaces
+            .iter()
+            .map(|(name, ns)| (name.clone(), new_pins(ns)))
+            .collect();
         let shared = Arc::new(Shared {
             namespaces,
+            pins,
             clock: b.clock,
             orphans,
             unconfigured,
@@ -327,6 +334,7 @@ impl Engine {
             .get(name)
             .map(|inner| Namespace {
                 inner: inner.clone(),
+                pins: self.shared.pins[name].clone(),
             })
             .ok_or_else(|| Error::UnknownNamespace(name.to_owned()))
     }
@@ -672,6 +680,7 @@ impl NsInner {
     /// `now` is the time the claim is made at (a batch reads the clock once).
     fn claim_one(
         this: &Arc<Self>,
+        pins: &[Pin],
         fp: Fp,
         payload: Option<u64>,
         mut now: Now,
@@ -708,7 +717,7 @@ impl NsInner {
                         ));
                     }
                     Ok(Claim::Acquired(ClaimGuard {
-                        ns: Arc::clone(this),
+                        pin: Arc::clone(&pins[si % pins.len()]),
                         fp,
                         shard: si as u32,
                         lease,
@@ -836,6 +845,24 @@ impl NsInner {
 #[derive(Clone)]
 pub struct Namespace {
     inner: Arc<NsInner>,
+    pins: std::sync::Arc<[Pin]>,
+}
+
+/// What a claim guard holds to keep its namespace alive: one of [`PINS`] separately
+/// counted references to it, chosen by the key's shard. A guard cloned straight from
+/// the namespace's own `Arc` would make every fresh claim and its completion write the
+/// same reference count, a cache line that then moves between the cores of threads
+/// claiming in parallel. With pins, two threads share a count only when their keys'
+/// shards pick the same pin.
+type Pin = Arc<CachePadded<Arc<NsInner>>>;
+
+/// Pins per namespace.
+const PINS: usize = 16;
+
+fn new_pins(ns: &Arc<NsInner>) -> std::sync::Arc<[Pin]> {
+    (0..PINS)
+        .map(|_| Arc::new(CachePadded::new(Arc::clone(ns))))
+        .collect()
 }
 
 impl fmt::Debug for Namespace {
@@ -902,7 +929,7 @@ impl Namespace {
         ns.prefetch(fp);
         let now = ns.now();
         let mut markers = Vec::new();
-        let claim = NsInner::claim_one(ns, fp, payload, now, &mut markers)?;
+        let claim = NsInner::claim_one(ns, &self.pins, fp, payload, now, &mut markers)?;
         if let Err(e) = ns.write_markers(&markers) {
             // Nothing was decided: the claim leaves the hot tier, and there is no
             // marker on disk to delete.
@@ -937,7 +964,7 @@ impl Namespace {
         let mut markers = Vec::new();
         let mut claims = Vec::with_capacity(fps.len());
         for fp in fps {
-            match NsInner::claim_one(ns, fp, None, now, &mut markers) {
+            match NsInner::claim_one(ns, &self.pins, fp, None, now, &mut markers) {
                 Ok(c) => claims.push(c),
                 Err(e) => {
                     // No marker of this batch was written yet.
@@ -960,7 +987,7 @@ impl Namespace {
     /// is returned.
     pub fn complete_batch(&self, guards: Vec<ClaimGuard>) -> Result<Vec<Result<()>>> {
         let ns = &*self.inner;
-        if guards.iter().any(|g| !Arc::ptr_eq(&g.ns, &self.inner)) {
+        if guards.iter().any(|g| !Arc::ptr_eq(g.ns(), &self.inner)) {
             return Err(Error::InvalidConfig {
                 namespace: ns.name.clone(),
                 reason: "complete_batch was given a guard of another namespace",
@@ -1189,7 +1216,7 @@ pub enum KeyState {
 /// redelivery can retry. If the lease runs out first, the key may be claimed again and
 /// this guard's calls fail with [`Error::LeaseLost`].
 pub struct ClaimGuard {
-    ns: Arc<NsInner>,
+    pin: Pin,
     fp: Fp,
     shard: u32,
     lease: Lease,
@@ -1199,7 +1226,7 @@ pub struct ClaimGuard {
 impl fmt::Debug for ClaimGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClaimGuard")
-            .field("namespace", &self.ns.name)
+            .field("namespace", &self.ns().name)
             .field("lease_expires_at_ms", &self.lease_expires_at_ms())
             .field("token", &self.lease.token)
             .finish()
@@ -1207,9 +1234,15 @@ impl fmt::Debug for ClaimGuard {
 }
 
 impl ClaimGuard {
+    /// The guard's namespace.
+    #[inline]
+    fn ns(&self) -> &Arc<NsInner> {
+        &self.pin
+    }
+
     /// When this claim's lease runs out (wall-clock ms).
     pub fn lease_expires_at_ms(&self) -> u64 {
-        self.ns.params.tick_to_ms(self.lease.deadline)
+        self.ns().params.tick_to_ms(self.lease.deadline)
     }
 
     /// Marks the key done: it answers `Duplicate` for the namespace's TTL.
@@ -1223,7 +1256,7 @@ impl ClaimGuard {
     /// [`Error::ResultTooLarge`] and changes nothing: the claim stays held until its
     /// lease runs out.
     pub fn complete_with_result(mut self, result: &[u8]) -> Result<()> {
-        let max = self.ns.cfg.max_result_len;
+        let max = self.ns().cfg.max_result_len;
         if result.len() > max {
             self.armed = false;
             return Err(Error::ResultTooLarge {
@@ -1244,7 +1277,7 @@ impl ClaimGuard {
     /// the claim (so a redelivery retries) and is returned, whatever the namespace's
     /// failure policy: state changes are never applied from the hot tier alone.
     pub fn complete_with(mut self, result: Option<&[u8]>, changes: StateChanges) -> Result<()> {
-        let Some(d) = &self.ns.durable else {
+        let Some(d) = &self.ns().durable else {
             self.armed = false;
             return Err(Error::NotDurable);
         };
@@ -1253,7 +1286,7 @@ impl ClaimGuard {
             return Err(Error::UnknownStateFamily(family.clone()));
         }
         if let Some(r) = result {
-            let max = self.ns.cfg.max_result_len;
+            let max = self.ns().cfg.max_result_len;
             if r.len() > max {
                 self.armed = false;
                 return Err(Error::ResultTooLarge { len: r.len(), max });
@@ -1298,7 +1331,7 @@ impl ClaimGuard {
     }
 
     fn finish_with(&mut self, result: Option<&[u8]>, state: &[(String, StateOp)]) -> Result<()> {
-        let now = self.ns.now();
+        let now = self.ns().now();
         self.finish_at(result, state, now)
     }
 
@@ -1310,7 +1343,7 @@ impl ClaimGuard {
         now: Now,
     ) -> Result<()> {
         self.armed = false;
-        let ns = &*self.ns;
+        let ns = &**self.ns();
         let si = self.shard as usize;
         let cap = ns.capacity(si);
         let Some(d) = &ns.durable else {
@@ -1349,7 +1382,7 @@ impl ClaimGuard {
     /// Gives up a claim whose marker was never written: the hot tier only.
     fn abandon(mut self) {
         self.armed = false;
-        let ns = &*self.ns;
+        let ns = &**self.ns();
         let now = ns.now();
         let cap = ns.capacity(self.shard as usize);
         let _ = ns.slots[self.shard as usize]
@@ -1359,7 +1392,7 @@ impl ClaimGuard {
     }
 
     fn release_inner(&self) -> Result<()> {
-        let ns = &*self.ns;
+        let ns = &**self.ns();
         let now = ns.now();
         let cap = ns.capacity(self.shard as usize);
         let r = ns.slots[self.shard as usize]

@@ -408,6 +408,58 @@ mod tests {
         }
         assert_eq!(default_shards(1), 32);
     }
+
+    fn memory_namespace() -> (super::Engine, super::Namespace) {
+        let engine = super::Engine::builder()
+            .namespace("n", crate::NamespaceConfig::new().max_keys(100_000))
+            .build()
+            .unwrap();
+        let ns = engine.namespace("n").unwrap();
+        (engine, ns)
+    }
+
+    #[test]
+    fn every_shard_publishes_its_grown_index_for_prefetch() {
+        let (_engine, ns) = memory_namespace();
+        for i in 0..20_000u32 {
+            let g = match ns.claim(format!("k{i}").as_bytes()).unwrap() {
+                crate::Claim::Acquired(g) => g,
+                other => panic!("{other:?}"),
+            };
+            g.complete().unwrap();
+        }
+        for slot in ns.inner.slots.iter() {
+            let published = slot.hint.load(crate::sync::Ordering::Relaxed);
+            assert_ne!(published, 0);
+            assert_eq!(published, slot.shard.lock().index_hint());
+        }
+    }
+
+    #[test]
+    fn guards_spread_over_the_namespace_pins() {
+        let (_engine, ns) = memory_namespace();
+        let guards: Vec<super::ClaimGuard> = (0..2_000u32)
+            .map(|i| match ns.claim(format!("k{i}").as_bytes()).unwrap() {
+                crate::Claim::Acquired(g) => g,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        let mut used: Vec<*const super::NsInner> = Vec::new();
+        for g in &guards {
+            // Every pin leads to this namespace.
+            assert!(super::Arc::ptr_eq(g.ns(), &ns.inner));
+            let pin = &*g.pin as *const _ as *const super::NsInner;
+            if !used.contains(&pin) {
+                used.push(pin);
+            }
+            // The pin is the one of the guard's shard.
+            assert!(super::Arc::ptr_eq(
+                &g.pin,
+                &ns.pins[g.shard as usize % super::PINS]
+            ));
+        }
+        assert_eq!(used.len(), super::PINS);
+    }
 }
 
 #[cfg(not(idem_loom))]

@@ -546,6 +546,12 @@ impl Shard {
         }
     }
 
+    /// The index's prefetch hint, as it should be published.
+    #[cfg(test)]
+    pub(crate) fn index_hint(&self) -> usize {
+        self.index.hint()
+    }
+
     /// Resident entries (including expired ones not yet reclaimed).
     pub(crate) fn len(&self) -> usize {
         self.live

@@ -171,3 +171,72 @@ fn guard_is_send_and_completes_from_another_thread() {
         .unwrap();
     assert!(ns.claim(b"k").unwrap().is_duplicate());
 }
+
+#[test]
+fn a_batch_answers_as_claims_made_one_by_one_in_order() {
+    let (_e, ns, _c) = engine_with(small());
+    let Claim::Acquired(done) = ns.claim(b"done").unwrap() else {
+        panic!()
+    };
+    done.complete().unwrap();
+    let Claim::Acquired(_held) = ns.claim(b"held").unwrap() else {
+        panic!()
+    };
+    let claims = ns
+        .claim_batch(&[b"a", b"b", b"a", b"done", b"held"])
+        .unwrap();
+    let kinds: Vec<&str> = claims
+        .iter()
+        .map(|c| match c {
+            Claim::Acquired(_) => "acquired",
+            Claim::Duplicate(_) => "duplicate",
+            Claim::InProgress(_) => "in progress",
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "acquired",
+            "acquired",
+            "in progress",
+            "duplicate",
+            "in progress"
+        ]
+    );
+    // The batch's guards complete together; their keys are then duplicates.
+    let guards = claims
+        .into_iter()
+        .filter_map(|c| match c {
+            Claim::Acquired(g) => Some(g),
+            _ => None,
+        })
+        .collect();
+    let outcomes = ns.complete_batch(guards).unwrap();
+    assert_eq!(outcomes.len(), 2);
+    assert!(outcomes.iter().all(|r| r.is_ok()));
+    assert!(ns.claim(b"a").unwrap().is_duplicate());
+    assert!(ns.claim(b"b").unwrap().is_duplicate());
+}
+
+#[test]
+fn a_memory_only_batch_completion_refuses_lost_leases_and_completes_the_rest() {
+    let (_e, ns, clock) = engine_with(small());
+    let Claim::Acquired(old) = ns.claim(b"old").unwrap() else {
+        panic!()
+    };
+    // `old`'s lease runs out and another worker takes the key over.
+    clock.advance(ms(small().get_lease().as_millis() as u64 + 1));
+    let Claim::Acquired(new_holder) = ns.claim(b"old").unwrap() else {
+        panic!("an expired lease is claimable")
+    };
+    let Claim::Acquired(fresh) = ns.claim(b"fresh").unwrap() else {
+        panic!()
+    };
+    let outcomes = ns.complete_batch(vec![old, fresh]).unwrap();
+    assert!(matches!(outcomes[0], Err(idem::Error::LeaseLost)));
+    assert!(outcomes[1].is_ok());
+    assert!(ns.claim(b"fresh").unwrap().is_duplicate());
+    // The key taken over is still held by its new holder.
+    assert!(ns.claim(b"old").unwrap().is_in_progress());
+    new_holder.complete().unwrap();
+}

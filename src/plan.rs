@@ -16,9 +16,9 @@ use crate::durable::codec::MAX_RESULT;
 /// completed without a result.
 ///
 /// Measured: `cargo bench --no-default-features --bench workloads -- --n
-/// 1000000,10000000 --threads 1 --runs 3 --peers idem,idem-r64,floor,redis-p64
-/// --redis-max-n 10000000`, W1, "heap B/key" of idem (34.7 at 1 M, 34.4 at 10 M; the
-/// allocator's count, which `Stats::hot_bytes` matches to 0.1 B).
+/// 1000000,10000000 --threads 1 --runs 1 --peers idem,idem-r64`, W1, "heap B/key" of
+/// idem (34.7 at 1 M, 34.4 at 10 M; the allocator's count, which `Stats::hot_bytes`
+/// matches to 0.1 B; memory figures repeat exactly between runs).
 const HOT_BYTES_PER_KEY: f64 = 34.6;
 
 /// Hot-tier heap bytes per key that a stored result adds besides its own bytes: the
@@ -46,7 +46,9 @@ const DURABLE_RESULT_OVERHEAD_PER_KEY: f64 = 4.5;
 /// Redis memory per key for `SET key 1 NX EX ttl` with 20-byte keys (`used_memory`
 /// delta over `DBSIZE`).
 ///
-/// Measured by the workloads command above, W1, "heap B/key" of Redis pipelined 64:
+/// Measured: `cargo bench --no-default-features --bench workloads -- --n
+/// 1000000,10000000 --threads 1 --runs 3 --peers idem,idem-r64,floor,redis-p64
+/// --redis-max-n 10000000`, W1, "heap B/key" of Redis pipelined 64:
 /// 129.6 at 10 M keys, the figure used (112.8 at 1 M: Redis's two hash tables are
 /// power-of-two arrays, so the figure moves with where N falls between powers of
 /// two). Redis 7.0.15 with jemalloc 5.3.

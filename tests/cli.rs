@@ -108,6 +108,10 @@ fn bad_arguments_exit_with_usage_error() {
         &["demo", "--bogus"],
         &["frobnicate"],
         &["demo", "--workers"],
+        #[cfg(feature = "durable")]
+        &["bench", "durable", "--help"],
+        #[cfg(feature = "durable")]
+        &["bench", "durable", "--keys", "many"],
     ] {
         let out = idem(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");

@@ -646,53 +646,112 @@ fn w5(keys: u64) {
 }
 
 pub(crate) fn run(args: &[String]) -> Result<std::process::ExitCode, String> {
-    run_inner(args);
+    if let Some(pos) = args.iter().position(|a| a == "--child-fill") {
+        w5_fill(Path::new(&args[pos + 2]), args[pos + 1].parse().unwrap());
+    } else if let Some(pos) = args.iter().position(|a| a == "--child-open") {
+        w5_open(Path::new(&args[pos + 2]), args[pos + 1].parse().unwrap());
+    } else if let Some(pos) = args.iter().position(|a| a == "--child-restart") {
+        w5_restart(Path::new(&args[pos + 2]), args[pos + 1].parse().unwrap());
+    } else {
+        run_benches(args, &Opts::parse(args)?);
+    }
     Ok(std::process::ExitCode::SUCCESS)
 }
 
-fn run_inner(args: &[String]) {
-    if let Some(pos) = args.iter().position(|a| a == "--child-fill") {
-        return w5_fill(Path::new(&args[pos + 2]), args[pos + 1].parse().unwrap());
+const USAGE: &str = "usage: idem bench durable [--quick] [--w3] [--w4] [--w5] [--keys N]\n       idem bench durable --disk [--keys N] [--result-bytes N]";
+
+/// The options of `idem bench durable`; anything else is a usage error.
+#[derive(Debug, PartialEq)]
+struct Opts {
+    quick: bool,
+    disk: bool,
+    /// The workloads picked (`--w3` ...); none picked runs them all.
+    picked: Vec<&'static str>,
+    keys: Option<u64>,
+    result_bytes: usize,
+}
+
+impl Opts {
+    fn parse(args: &[String]) -> Result<Opts, String> {
+        let mut o = Opts {
+            quick: false,
+            disk: false,
+            picked: Vec::new(),
+            keys: None,
+            result_bytes: 0,
+        };
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            let mut value = |name: &str| -> Result<u64, String> {
+                it.next()
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .filter(|&v| v > 0 || name == "--result-bytes")
+                    .ok_or_else(|| format!("{name} needs a positive whole number\n{USAGE}"))
+            };
+            match a.as_str() {
+                "--quick" => o.quick = true,
+                "--disk" => o.disk = true,
+                "--w3" => o.picked.push("--w3"),
+                "--w4" => o.picked.push("--w4"),
+                "--w5" => o.picked.push("--w5"),
+                "--keys" => o.keys = Some(value("--keys")?),
+                "--result-bytes" => o.result_bytes = value("--result-bytes")? as usize,
+                other => return Err(format!("unknown option {other}\n{USAGE}")),
+            }
+        }
+        Ok(o)
     }
-    if let Some(pos) = args.iter().position(|a| a == "--child-open") {
-        return w5_open(Path::new(&args[pos + 2]), args[pos + 1].parse().unwrap());
-    }
-    if let Some(pos) = args.iter().position(|a| a == "--child-restart") {
-        return w5_restart(Path::new(&args[pos + 2]), args[pos + 1].parse().unwrap());
-    }
-    let quick = args.iter().any(|a| a == "--quick");
-    let picked: Vec<&str> = ["--w3", "--w4", "--w5"]
-        .into_iter()
-        .filter(|w| args.iter().any(|a| a == w))
-        .collect();
-    let runs = |w: &str| picked.is_empty() || picked.contains(&w);
-    let keys = args
-        .iter()
-        .position(|a| a == "--keys")
-        .and_then(|p| args.get(p + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(if quick { 100_000 } else { 10_000_000 });
+}
+
+fn run_benches(args: &[String], o: &Opts) {
+    let runs = |w: &str| o.picked.is_empty() || o.picked.contains(&w);
+    let keys = o.keys.unwrap_or(if o.quick { 100_000 } else { 10_000_000 });
     println!("command: idem bench durable {}\n", args.join(" "));
-    if args.iter().any(|a| a == "--disk") {
-        let result_bytes = args
-            .iter()
-            .position(|a| a == "--result-bytes")
-            .and_then(|p| args.get(p + 1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        return disk(keys, result_bytes);
+    if o.disk {
+        return disk(keys, o.result_bytes);
     }
     if runs("--w3") {
-        w3(if quick {
+        w3(if o.quick {
             20_000
         } else {
             keys.min(1_000_000) / 10
         });
     }
     if runs("--w4") {
-        w4(quick);
+        w4(o.quick);
     }
     if runs("--w5") {
         w5(keys);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Opts;
+
+    fn parse(args: &[&str]) -> Result<Opts, String> {
+        Opts::parse(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn options_and_their_errors() {
+        let o = parse(&["--quick", "--w3", "--keys", "5000"]).unwrap();
+        assert!(o.quick && !o.disk);
+        assert_eq!(o.picked, ["--w3"]);
+        assert_eq!(o.keys, Some(5000));
+        let o = parse(&["--disk", "--result-bytes", "64"]).unwrap();
+        assert!(o.disk);
+        assert_eq!(o.result_bytes, 64);
+        for bad in [
+            &["--help"][..],
+            &["--w6"],
+            &["--keys"],
+            &["--keys", "0"],
+            &["--keys", "ten"],
+            &["--result-bytes", "-1"],
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert!(e.contains("usage: idem bench durable"), "{bad:?}: {e}");
+        }
     }
 }

@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use rocksdb::{
-    compaction_filter::Decision, ColumnFamilyDescriptor, Options, WriteBatch, WriteOptions, DB,
+    compaction_filter::Decision, ColumnFamilyDescriptor, Options, ReadOptions, WriteBatch,
+    WriteOptions, DB,
 };
 
 use super::codec::{Record, RecordState};
@@ -68,6 +69,11 @@ pub(crate) struct Store {
     seed: u64,
     /// Testing hook: make every write fail as a failing disk would.
     fail_writes: AtomicBool,
+    /// Options of every point read and write, built once: each `Default` is a C++
+    /// allocation through the FFI, and the claim path reads and writes per message.
+    point_read: ReadOptions,
+    write_nosync: WriteOptions,
+    write_sync: WriteOptions,
 }
 
 impl std::fmt::Debug for Store {
@@ -249,6 +255,13 @@ impl Store {
                 path: path.to_path_buf(),
                 seed,
                 fail_writes: AtomicBool::new(false),
+                point_read: ReadOptions::default(),
+                write_nosync: WriteOptions::default(),
+                write_sync: {
+                    let mut wo = WriteOptions::default();
+                    wo.set_sync(true);
+                    wo
+                },
             },
             report,
         ))
@@ -288,7 +301,7 @@ impl Store {
         let cf = self.cf(&done_cf(ns))?;
         let Some(bytes) = self
             .db
-            .get_pinned_cf(cf, fp_key(fp))
+            .get_pinned_cf_opt(cf, fp_key(fp), &self.point_read)
             .map_err(|e| store_err("read", e))?
         else {
             return Ok(None);
@@ -321,7 +334,7 @@ impl Store {
             batch.put_cf(cf, fp_key(*fp), rec.encode());
         }
         self.db
-            .write_opt(batch, &WriteOptions::default())
+            .write_opt(batch, &self.write_nosync)
             .map_err(|e| store_err("write claim", e))
     }
 
@@ -334,7 +347,7 @@ impl Store {
             batch.delete_cf(cf, fp_key(*fp));
         }
         self.db
-            .write_opt(batch, &WriteOptions::default())
+            .write_opt(batch, &self.write_nosync)
             .map_err(|e| store_err("delete claim", e))
     }
 
@@ -366,10 +379,13 @@ impl Store {
                 StateOp::DeadLetter(k, v) => batch.put_cf(self.cf(&dlq::cf_name(ns))?, k, v),
             }
         }
-        let mut wo = WriteOptions::default();
-        wo.set_sync(sync);
+        let wo = if sync {
+            &self.write_sync
+        } else {
+            &self.write_nosync
+        };
         self.db
-            .write_opt(batch, &wo)
+            .write_opt(batch, wo)
             .map_err(|e| store_err("write completion", e))
     }
 
@@ -380,7 +396,7 @@ impl Store {
         batch.delete_cf(self.cf(&done_cf(ns))?, fp_key(fp));
         batch.delete_cf(self.cf(&claims_cf(ns))?, fp_key(fp));
         self.db
-            .write_opt(batch, &WriteOptions::default())
+            .write_opt(batch, &self.write_nosync)
             .map_err(|e| store_err("forget", e))
     }
 
@@ -410,7 +426,7 @@ impl Store {
         mut each: impl FnMut(u128, Result<(super::codec::RecordState, u64), String>),
     ) -> Result<u64, Error> {
         let cf = self.cf(&done_cf(ns))?;
-        let mut ro = rocksdb::ReadOptions::default();
+        let mut ro = ReadOptions::default();
         ro.fill_cache(false);
         ro.set_readahead_size(4 << 20);
         // The whole column family, in key order, whatever its memtable.

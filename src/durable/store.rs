@@ -171,10 +171,8 @@ impl Store {
                 continue;
             }
             let mut cf_opts = Options::default();
-            if name.starts_with("done:") {
-                done_cf_options(&mut cf_opts);
-            }
             if let Some(ns) = name.strip_prefix("done:") {
+                done_cf_options(&mut cf_opts);
                 if namespaces.iter().any(|(n, _)| n == ns) {
                     let clock = clock.clone();
                     cf_opts.set_compaction_filter("idem-retention", move |_level, _key, value| {

@@ -261,6 +261,13 @@ mod tests {
         z ^ (z >> 31)
     }
 
+    /// Stores `idx` under `h` in the index and in the model.
+    fn put(ix: &mut Index, model: &mut HashMap<u32, u64>, idx: u32, h: u64) {
+        let m = &*model;
+        ix.insert(h, idx, |i| m[&i]);
+        model.insert(idx, h);
+    }
+
     /// Checks every stored index is found and the overflow counts are exactly what
     /// the placements imply (no count has saturated in these tests).
     fn check(ix: &Index, model: &HashMap<u32, u64>) {
@@ -316,9 +323,7 @@ mod tests {
             let r = mix(step);
             if r % 3 != 0 || model.is_empty() {
                 let h = mix(r);
-                let m = &model;
-                ix.insert(h, next, |i| m[&i]);
-                model.insert(next, h);
+                put(&mut ix, &mut model, next, h);
                 next += 1;
             } else {
                 let victim = *model.keys().nth((r >> 8) as usize % model.len()).unwrap();
@@ -343,9 +348,7 @@ mod tests {
         let mut model = HashMap::new();
         for idx in 0..40u32 {
             let h = 0xAB00_0000_0000_00FF | (idx as u64) << 20;
-            let m = &model;
-            ix.insert(h, idx, |i| m[&i]);
-            model.insert(idx, h);
+            put(&mut ix, &mut model, idx, h);
         }
         check(&ix, &model);
         // 40 entries on the last of 4 buckets: the chain wraps round to the first.
@@ -372,9 +375,7 @@ mod tests {
         let mut model = HashMap::new();
         for idx in 0..1000u32 {
             let h = mix(idx as u64);
-            let m = &model;
-            ix.insert(h, idx, |i| m[&i]);
-            model.insert(idx, h);
+            put(&mut ix, &mut model, idx, h);
         }
         // A hash whose tag matches stored entries is still refused by `eq`.
         for idx in 0..1000u32 {
@@ -390,9 +391,7 @@ mod tests {
         // 300 entries on one home: more than 255 pass its bucket.
         for idx in 0..300u32 {
             let h = 0x5500_0000_0000_0000 | (idx as u64) << 24;
-            let m = &model;
-            ix.insert(h, idx, |i| m[&i]);
-            model.insert(idx, h);
+            put(&mut ix, &mut model, idx, h);
         }
         assert_eq!(ix.buckets[0].over, STICKY);
         for idx in 0..300u32 {

@@ -190,6 +190,17 @@ impl Slab {
         self.free = Some(i);
     }
 
+    /// Every entry in use, with its index hash, in slab order (a sequential read).
+    fn live(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
+        self.chunks
+            .iter()
+            .flat_map(|c| c.iter())
+            .take(self.len as usize)
+            .zip(0u32..)
+            .filter(|(e, _)| e.state() != STATE_FREE)
+            .map(|(e, i)| (e.lo(), i))
+    }
+
     fn bytes(&self) -> usize {
         self.chunks.capacity() * std::mem::size_of::<Box<[Entry; CHUNK]>>()
             + self.chunks.len() * CHUNK * std::mem::size_of::<Entry>()
@@ -622,7 +633,9 @@ impl Shard {
     /// Adds slab entry `idx` (fingerprint `fp`) to the index.
     fn index_insert(&mut self, fp: Fp, idx: u32, cap: &Capacity<'_>) {
         let slab = &self.slab;
-        if self.index.insert(fp.lo, idx, |i| slab.get(i).lo()) {
+        // Growth re-places every other live entry, read from the slab in order.
+        let others = || slab.live().filter(move |&(_, i)| i != idx);
+        if self.index.insert(fp.lo, idx, others) {
             cap.publish_hint(self.index.hint());
         }
     }

@@ -165,13 +165,18 @@ impl Index {
         None
     }
 
-    /// Stores `idx` under `h` (the caller knows it is not there yet). `hash_of` gives
-    /// the hash of any stored index, for growth. True if the index grew (and its
-    /// [`Index::hint`] changed).
-    pub(crate) fn insert(&mut self, h: u64, idx: u32, hash_of: impl Fn(u32) -> u64) -> bool {
+    /// Stores `idx` under `h` (the caller knows it is not there yet). When the index
+    /// must grow first, `entries` lists every index already stored with its hash (the
+    /// caller reads them from wherever they are cheapest to read in order: a shard
+    /// scans its slab front to back rather than chase each bucket's slots into it).
+    /// True if the index grew (and its [`Index::hint`] changed).
+    pub(crate) fn insert<I>(&mut self, h: u64, idx: u32, entries: impl FnOnce() -> I) -> bool
+    where
+        I: IntoIterator<Item = (u64, u32)>,
+    {
         let grow = self.len + 1 > capacity(self.buckets.len());
         if grow {
-            self.grow(hash_of);
+            self.grow(entries());
         }
         self.place(h, idx);
         self.len += 1;
@@ -232,19 +237,17 @@ impl Index {
         true
     }
 
-    /// Doubles the buckets (or makes the first) and places every entry again.
-    fn grow(&mut self, hash_of: impl Fn(u32) -> u64) {
+    /// Doubles the buckets (or makes the first) and places `entries` (every stored
+    /// index, with its hash) again.
+    fn grow(&mut self, entries: impl IntoIterator<Item = (u64, u32)>) {
         let n = (self.buckets.len() * 2).max(1);
-        let old = std::mem::replace(&mut self.buckets, vec![Bucket::EMPTY; n]);
-        for bucket in &old {
-            let mut m = !bucket.matches(0) & ((1 << SLOTS) - 1);
-            while m != 0 {
-                let i = m.trailing_zeros() as usize;
-                m &= m - 1;
-                let idx = bucket.slots[i];
-                self.place(hash_of(idx), idx);
-            }
+        self.buckets = vec![Bucket::EMPTY; n];
+        let mut placed = 0;
+        for (h, idx) in entries {
+            self.place(h, idx);
+            placed += 1;
         }
+        debug_assert_eq!(placed, self.len, "growth was given every stored entry");
     }
 }
 
@@ -264,8 +267,18 @@ mod tests {
     /// Stores `idx` under `h` in the index and in the model.
     fn put(ix: &mut Index, model: &mut HashMap<u32, u64>, idx: u32, h: u64) {
         let m = &*model;
-        ix.insert(h, idx, |i| m[&i]);
+        ix.insert(h, idx, || m.iter().map(|(&i, &h)| (h, i)));
         model.insert(idx, h);
+    }
+
+    /// The entries of `model` below index `below`, as growth is given them (the tests
+    /// that use it insert indices in increasing order).
+    fn stored(model: &HashMap<u32, u64>, below: u32) -> Vec<(u64, u32)> {
+        model
+            .iter()
+            .filter(|&(&i, _)| i < below)
+            .map(|(&i, &h)| (h, i))
+            .collect()
     }
 
     /// Checks every stored index is found and the overflow counts are exactly what
@@ -415,7 +428,7 @@ mod tests {
         let mut grew = 0;
         for i in 0..500u32 {
             let before = ix.hint();
-            if ix.insert(model[&i], i, |j| model[&j]) {
+            if ix.insert(model[&i], i, || stored(&model, i)) {
                 grew += 1;
                 assert_ne!(ix.hint(), before);
             } else {
@@ -435,7 +448,7 @@ mod tests {
         let mut ix = Index::default();
         let model: HashMap<u32, u64> = (0..10_000u32).map(|i| (i, mix(i as u64))).collect();
         for i in 0..10_000u32 {
-            ix.insert(model[&i], i, |j| model[&j]);
+            ix.insert(model[&i], i, || stored(&model, i));
         }
         let buckets = ix.bytes() / 64;
         assert!(buckets.is_power_of_two());

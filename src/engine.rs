@@ -1005,12 +1005,19 @@ impl Namespace {
     /// the batch's cache misses overlap.
     pub fn claim_batch(&self, keys: &[&[u8]]) -> Result<Vec<Claim>> {
         let ns = &self.inner;
-        let fps = keys
-            .iter()
-            .map(|k| ns.key_fp(k))
-            .collect::<Result<Vec<_>>>()?;
-        for &fp in &fps {
+        let mut fps = Vec::with_capacity(keys.len());
+        for k in keys {
+            let fp = ns.key_fp(k)?;
             ns.prefetch(fp);
+            fps.push(fp);
+        }
+        // With the buckets on their way, find each key's likely entry and request it
+        // too: a duplicate's look-up then waits on neither of its two misses.
+        for &fp in &fps {
+            ns.slots[fp.shard(ns.slots.len())]
+                .shard
+                .lock()
+                .prefetch_entry(fp);
         }
         let now = ns.now();
         let mut markers = Vec::new();

@@ -582,6 +582,19 @@ impl Shard {
             + results
     }
 
+    /// Starts loading the slab entry a claim of `fp` will most likely read (the first
+    /// whose tag matches in its home bucket), if any: the second of a look-up's two
+    /// cache misses, taken ahead of time by a batch.
+    #[inline]
+    pub(crate) fn prefetch_entry(&self, fp: Fp) {
+        if let Some(i) = self.index.candidate(fp.lo) {
+            let at = self.slab.get(i) as *const Entry as usize;
+            // An entry is 28 bytes: it may end on the next line.
+            index::prefetch_line(at);
+            index::prefetch_line(at + std::mem::size_of::<Entry>() - 1);
+        }
+    }
+
     #[inline]
     fn find(&self, fp: Fp) -> Option<u32> {
         let slab = &self.slab;

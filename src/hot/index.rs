@@ -84,7 +84,12 @@ pub(crate) fn prefetch(hint: usize, h: u64) {
     }
     let base = hint & !(BUCKET_ALIGN - 1);
     let mask = (1usize << (hint & (BUCKET_ALIGN - 1))) - 1;
-    let addr = base.wrapping_add((h as usize & mask) * BUCKET_ALIGN);
+    prefetch_line(base.wrapping_add((h as usize & mask) * BUCKET_ALIGN));
+}
+
+/// Asks the processor to start loading the cache line holding address `addr`.
+#[inline]
+pub(crate) fn prefetch_line(addr: usize) {
     #[cfg(target_arch = "x86_64")]
     #[allow(unsafe_code)]
     // SAFETY: a prefetch is only a hint: it never faults and changes nothing the
@@ -136,6 +141,15 @@ impl Index {
     #[inline]
     pub(crate) fn find(&self, h: u64, eq: impl FnMut(u32) -> bool) -> Option<u32> {
         self.position(h, eq).map(|(b, i)| self.buckets[b].slots[i])
+    }
+
+    /// The first index in `h`'s home bucket whose tag matches: most likely the entry a
+    /// look-up of `h` will check, found without reading any entry (to prefetch it).
+    #[inline]
+    pub(crate) fn candidate(&self, h: u64) -> Option<u32> {
+        let bucket = self.buckets.get(h as usize & self.mask())?;
+        let m = bucket.matches(tag(h));
+        (m != 0).then(|| bucket.slots[m.trailing_zeros() as usize])
     }
 
     /// Bucket and slot of the index that `eq` accepts, among those stored under `h`.
@@ -378,6 +392,27 @@ mod tests {
             .buckets
             .iter()
             .all(|b| b.over == 0 && b.matches(0) == (1 << SLOTS) - 1));
+    }
+
+    #[test]
+    fn the_candidate_is_the_home_buckets_first_slot_with_the_tag() {
+        let mut ix = Index::default();
+        let h = 0xAB00_0000_0000_0005u64;
+        assert_eq!(ix.candidate(h), None, "an empty index has no candidate");
+        let mut model = HashMap::new();
+        // Same home bucket, other tags.
+        put(&mut ix, &mut model, 7, 0x1100_0000_0000_0005);
+        put(&mut ix, &mut model, 8, 0x2200_0000_0000_0005);
+        assert_eq!(ix.candidate(h), None, "no slot there has the tag");
+        put(&mut ix, &mut model, 9, h);
+        assert_eq!(ix.candidate(h), Some(9));
+        // Another tag in the same bucket: none. A hash sharing the tag and the home
+        // bucket names the first such slot, which its look-up checks first.
+        assert_eq!(ix.candidate(h ^ 0xFF00_0000_0000_0000), None);
+        let twin = h ^ 0x0000_FF00_0000_0000;
+        assert_eq!(ix.candidate(twin), Some(9));
+        assert_eq!(ix.find(twin, |i| i == 9), Some(9));
+        check(&ix, &model);
     }
 
     #[test]

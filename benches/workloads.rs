@@ -1070,7 +1070,7 @@ fn main() -> ExitCode {
     println!(
         "- each cell is a child process of its own; W2 children fill the structure first (untimed)"
     );
-    println!("- idem: `NamespaceConfig::new().ttl(3600 s).max_keys(N)`, default shards, maintenance thread, SystemClock, random seed");
+    println!("- idem: `NamespaceConfig::new().ttl(3600 s).max_keys(N)`, default shards, maintenance thread, the default clock (CoarseClock), random seed");
     println!("- peers key by `xxh3_128_with_seed` fingerprints (floor: `[u8; 16]`, dashmap: `u128`); moka keys are the 20-byte strings, its fill time includes `run_pending_tasks()` at the end");
     if o.peers.iter().any(|p| p == "moka") && o.ns.iter().any(|&n| n > o.moka_max_n) {
         println!(

@@ -49,6 +49,44 @@ impl Clock for SystemClock {
     }
 }
 
+/// The system's real-time clock at the kernel's tick resolution, the engine's default.
+///
+/// On Linux it reads `CLOCK_REALTIME_COARSE`: the time of the kernel's last timer
+/// tick (every 1-4 ms, as the kernel is built), a few nanoseconds a read against some
+/// tens for the exact [`SystemClock`]. It lags real time by less than one tick and
+/// never runs ahead of it, so a lease or TTL read from it ends at most a tick late,
+/// never early. Elsewhere it is [`SystemClock`].
+///
+/// Pass [`SystemClock`] to [`EngineBuilder::clock`](crate::EngineBuilder::clock) where
+/// deadlines must be exact to the millisecond.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CoarseClock;
+
+impl Clock for CoarseClock {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[inline]
+    #[allow(unsafe_code)]
+    fn now_ms(&self) -> u64 {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid, writable timespec for the call's duration, and
+        // CLOCK_REALTIME_COARSE is supported on Linux since 2.6.32.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
+        if rc != 0 || ts.tv_sec < 0 {
+            return SystemClock.now_ms();
+        }
+        ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+    }
+
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    #[inline]
+    fn now_ms(&self) -> u64 {
+        SystemClock.now_ms()
+    }
+}
+
 /// The system clock through `std`: before 1970 reads as 0.
 fn portable_now_ms() -> u64 {
     SystemTime::now()
@@ -130,6 +168,19 @@ mod tests {
         assert!(
             ours > 1_600_000_000_000,
             "milliseconds since 1970, not seconds: {ours}"
+        );
+    }
+
+    #[test]
+    fn the_coarse_clock_never_leads_and_lags_by_less_than_a_tick() {
+        let before = SystemClock.now_ms();
+        let coarse = CoarseClock.now_ms();
+        let after = SystemClock.now_ms();
+        assert!(coarse <= after, "never ahead: {coarse} <= {after}");
+        // A kernel tick is at most 10 ms (HZ = 100); allow for a descheduled thread.
+        assert!(
+            coarse + 1_000 >= before,
+            "at most a tick behind: {coarse} vs {before}"
         );
     }
 }

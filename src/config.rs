@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{Clock, CoarseClock};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 
@@ -384,12 +384,12 @@ impl Default for EngineBuilder {
 }
 
 impl EngineBuilder {
-    /// A builder with no namespaces, the system clock, 1 ms ticks and a maintenance
-    /// pass every 100 ms.
+    /// A builder with no namespaces, the system clock at tick resolution
+    /// ([`CoarseClock`]), 1 ms ticks and a maintenance pass every 100 ms.
     pub fn new() -> Self {
         Self {
             namespaces: Vec::new(),
-            clock: std::sync::Arc::new(SystemClock),
+            clock: std::sync::Arc::new(CoarseClock),
             tick: Duration::from_millis(1),
             maintenance_interval: Some(Duration::from_millis(100)),
             seed: None,
@@ -421,7 +421,8 @@ impl EngineBuilder {
         self
     }
 
-    /// The clock every deadline is read from (default [`SystemClock`]).
+    /// The clock every deadline is read from (default [`CoarseClock`]; [`SystemClock`](crate::SystemClock)
+    /// where deadlines must be exact to the millisecond).
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = std::sync::Arc::new(clock);
         self

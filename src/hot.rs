@@ -190,15 +190,22 @@ impl Slab {
         self.free = Some(i);
     }
 
-    /// Every entry in use, with its index hash, in slab order (a sequential read).
-    fn live(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
-        self.chunks
-            .iter()
-            .flat_map(|c| c.iter())
-            .take(self.len as usize)
-            .zip(0u32..)
-            .filter(|(e, _)| e.state() != STATE_FREE)
-            .map(|(e, i)| (e.lo(), i))
+    /// Every entry in use but `except`, with its index hash, in slab order (a
+    /// sequential read), collected for an index growth.
+    fn live_except(&self, except: u32) -> Vec<(u64, u32)> {
+        let mut out = Vec::with_capacity(self.len as usize);
+        let mut base = 0u32;
+        for chunk in &self.chunks {
+            let n = (self.len - base).min(CHUNK as u32) as usize;
+            for (j, e) in chunk[..n].iter().enumerate() {
+                let i = base + j as u32;
+                if e.state() != STATE_FREE && i != except {
+                    out.push((e.lo(), i));
+                }
+            }
+            base += CHUNK as u32;
+        }
+        out
     }
 
     fn bytes(&self) -> usize {
@@ -647,8 +654,7 @@ impl Shard {
     fn index_insert(&mut self, fp: Fp, idx: u32, cap: &Capacity<'_>) {
         let slab = &self.slab;
         // Growth re-places every other live entry, read from the slab in order.
-        let others = || slab.live().filter(move |&(_, i)| i != idx);
-        if self.index.insert(fp.lo, idx, others) {
+        if self.index.insert(fp.lo, idx, || slab.live_except(idx)) {
             cap.publish_hint(self.index.hint());
         }
     }

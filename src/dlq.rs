@@ -14,7 +14,7 @@
 //! write as its key's completion, so a crash leaves every message either replayed with
 //! its key done, or as it was before the replay took it up.
 
-mod codec;
+pub(crate) mod codec;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;

@@ -98,6 +98,13 @@ pub mod __fuzz {
             .map(|r| r.encode())
     }
 
+    /// Decodes a stored dead letter; on success returns its re-encoding.
+    pub fn letter_roundtrip(bytes: &[u8]) -> Option<Vec<u8>> {
+        crate::dlq::codec::Letter::decode(bytes)
+            .ok()
+            .map(|l| l.encode())
+    }
+
     /// Runs a prefilter against a model of the durable tier (see
     /// `prefilter::model_check`); panics on a key declared new while stored.
     pub fn prefilter_model(data: &[u8]) {

@@ -727,7 +727,8 @@ impl NsInner {
     }
 
     /// One claim, without writing its claim marker: the caller writes the markers
-    /// (one write for a whole batch) and gets them back from here.
+    /// (one write for a whole batch) and gets them back from here, in `marker` (one
+    /// slot, so that a single claim needs no vector).
     ///
     /// `now` is the time the claim is made at (a batch reads the clock once).
     fn claim_one(
@@ -736,7 +737,7 @@ impl NsInner {
         fp: Fp,
         payload: Option<u64>,
         mut now: Now,
-        markers: &mut Vec<(u128, Record)>,
+        marker: &mut Option<(u128, Record)>,
     ) -> Result<Claim> {
         let si = fp.shard(this.slots.len());
         let mut retried = false;
@@ -756,7 +757,7 @@ impl NsInner {
             return match answer {
                 ShardClaim::Acquired(lease) => {
                     if this.durable.is_some() {
-                        markers.push((
+                        *marker = Some((
                             fp.to_u128(),
                             Record {
                                 state: RecordState::InProgress,
@@ -980,9 +981,9 @@ impl Namespace {
         // The bucket's cache miss overlaps the clock read and the lock.
         ns.prefetch(fp);
         let now = ns.now();
-        let mut markers = Vec::new();
-        let claim = NsInner::claim_one(ns, &self.pins, fp, payload, now, &mut markers)?;
-        if let Err(e) = ns.write_markers(&markers) {
+        let mut marker = None;
+        let claim = NsInner::claim_one(ns, &self.pins, fp, payload, now, &mut marker)?;
+        if let Err(e) = ns.write_markers(marker.as_slice()) {
             // Nothing was decided: the claim leaves the hot tier, and there is no
             // marker on disk to delete.
             if let Claim::Acquired(g) = claim {
@@ -1023,8 +1024,12 @@ impl Namespace {
         let mut markers = Vec::new();
         let mut claims = Vec::with_capacity(fps.len());
         for fp in fps {
-            match NsInner::claim_one(ns, &self.pins, fp, None, now, &mut markers) {
-                Ok(c) => claims.push(c),
+            let mut marker = None;
+            match NsInner::claim_one(ns, &self.pins, fp, None, now, &mut marker) {
+                Ok(c) => {
+                    claims.push(c);
+                    markers.extend(marker);
+                }
                 Err(e) => {
                     // No marker of this batch was written yet.
                     abandon_all(claims);

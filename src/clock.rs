@@ -54,8 +54,12 @@ impl Clock for SystemClock {
 /// On Linux it reads `CLOCK_REALTIME_COARSE`: the time of the kernel's last timer
 /// tick (every 1-4 ms, as the kernel is built), a few nanoseconds a read against some
 /// tens for the exact [`SystemClock`]. It lags real time by less than one tick and
-/// never runs ahead of it, so a lease or TTL read from it ends at most a tick late,
-/// never early. Elsewhere it is [`SystemClock`].
+/// never runs ahead of it, so the absolute deadlines the engine reports
+/// ([`InFlight::lease_expires_at_ms`](crate::InFlight::lease_expires_at_ms),
+/// [`Done::expires_at_ms`](crate::Done::expires_at_ms)) are never passed early in
+/// real time. A span measured with it (a lease, a TTL) lasts its configured length
+/// give or take one tick, since each of its two ends is read up to a tick late.
+/// Elsewhere it is [`SystemClock`].
 ///
 /// Pass [`SystemClock`] to [`EngineBuilder::clock`](crate::EngineBuilder::clock) where
 /// deadlines must be exact to the millisecond.

@@ -108,13 +108,6 @@ impl Store {
         // The done column families use a hash memtable (below), which takes its writes
         // one at a time: RocksDB's write group leader inserts for the whole group.
         db_opts.set_allow_concurrent_memtable_write(false);
-        // Flushes and compactions run at the lowest CPU priority: on a small machine
-        // they must not take a core from the consumer's claims.
-        if let Ok(mut env) = rocksdb::Env::new() {
-            env.lower_thread_pool_cpu_priority();
-            env.lower_high_priority_thread_pool_cpu_priority();
-            db_opts.set_env(&env);
-        }
 
         let existing: BTreeSet<String> = match DB::list_cf(&db_opts, path) {
             Ok(cfs) => cfs.into_iter().collect(),

@@ -25,28 +25,29 @@ impl Clock for SystemClock {
     /// milliseconds (the division by a constant compiles to a multiply). The
     /// portable route through `SystemTime::duration_since` costs about 100 more
     /// instructions per read, and every claim and completion reads the clock.
-    #[cfg(unix)]
     #[inline]
-    #[allow(unsafe_code)]
     fn now_ms(&self) -> u64 {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `ts` is a valid, writable timespec for the call's duration, and
-        // CLOCK_REALTIME is supported on every unix.
-        let rc = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-        if rc != 0 || ts.tv_sec < 0 {
-            return portable_now_ms();
+        #[cfg(unix)]
+        if let Some(ms) = clock_gettime_ms(libc::CLOCK_REALTIME) {
+            return ms;
         }
-        ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
-    }
-
-    #[cfg(not(unix))]
-    #[inline]
-    fn now_ms(&self) -> u64 {
         portable_now_ms()
     }
+}
+
+/// Milliseconds since the epoch on the clock `id`, or `None` if the system refuses it.
+#[cfg(unix)]
+#[inline]
+#[allow(unsafe_code)]
+fn clock_gettime_ms(id: libc::clockid_t) -> Option<u64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call's duration; an
+    // unsupported clock id is reported through the return code, not undefined.
+    let rc = unsafe { libc::clock_gettime(id, &mut ts) };
+    (rc == 0 && ts.tv_sec >= 0).then(|| ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000)
 }
 
 /// The system's real-time clock at the kernel's tick resolution, the engine's default.
@@ -67,26 +68,12 @@ impl Clock for SystemClock {
 pub struct CoarseClock;
 
 impl Clock for CoarseClock {
-    #[cfg(any(target_os = "linux", target_os = "android"))]
     #[inline]
-    #[allow(unsafe_code)]
     fn now_ms(&self) -> u64 {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `ts` is a valid, writable timespec for the call's duration, and
-        // CLOCK_REALTIME_COARSE is supported on Linux since 2.6.32.
-        let rc = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
-        if rc != 0 || ts.tv_sec < 0 {
-            return SystemClock.now_ms();
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        if let Some(ms) = clock_gettime_ms(libc::CLOCK_REALTIME_COARSE) {
+            return ms;
         }
-        ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
-    }
-
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    #[inline]
-    fn now_ms(&self) -> u64 {
         SystemClock.now_ms()
     }
 }

@@ -44,7 +44,7 @@
     rust_2018_idioms
 )]
 #![deny(unsafe_op_in_unsafe_fn)]
-// Exceptions, each allowed by name: the two system clock reads (src/clock.rs) and the
+// Exceptions, each allowed by name: the system clock read (src/clock.rs) and the
 // index bucket prefetch (src/hot/index.rs).
 #![deny(unsafe_code)]
 

@@ -16,7 +16,7 @@ use crate::hot::{
     Capacity, DurableLookup, Fp, Lease, Now, Params, Refused, ShardClaim, ShardSlot, ShardState,
 };
 use crate::stats::Stats;
-use crate::sync::{Arc, AtomicUsize};
+use crate::sync::{Arc, AtomicU64, AtomicUsize, Ordering};
 
 /// Mixed into the seed for payload fingerprints, so a payload never fingerprints like
 /// a key.
@@ -327,6 +327,30 @@ impl Engine {
         let _ = fail;
     }
 
+    /// Testing hook: while `hold` is true, every write of completions to the durable
+    /// tier waits before it starts (the entries stay marked as completing), so a test
+    /// can act in that window. [`Engine::debug_held_completions`] counts the waiting
+    /// writes. Not part of the stable API.
+    #[doc(hidden)]
+    pub fn debug_hold_completions(&self, hold: bool) {
+        #[cfg(feature = "durable")]
+        if let Some(store) = &self.shared.store {
+            store.set_hold_completions(hold);
+        }
+        let _ = hold;
+    }
+
+    /// Testing hook: how many completion writes are waiting on
+    /// [`Engine::debug_hold_completions`]. Not part of the stable API.
+    #[doc(hidden)]
+    pub fn debug_held_completions(&self) -> usize {
+        #[cfg(feature = "durable")]
+        if let Some(store) = &self.shared.store {
+            return store.held_completions();
+        }
+        0
+    }
+
     /// A handle on the namespace called `name`.
     pub fn namespace(&self, name: &str) -> Result<Namespace> {
         self.shared
@@ -604,6 +628,8 @@ pub(crate) struct NsInner {
     slots: Box<[CachePadded<ShardSlot>]>,
     pool: AtomicUsize,
     durable: Option<DurableNs>,
+    /// Forgets that found the key's completion being written and waited for it.
+    forget_waits: AtomicU64,
 }
 
 impl NsInner {
@@ -641,6 +667,7 @@ impl NsInner {
             slots,
             pool,
             durable,
+            forget_waits: AtomicU64::new(0),
         }
     }
 
@@ -1154,18 +1181,56 @@ impl Namespace {
 
     /// Deletes `key` in whatever state it is: the next claim acquires it. A guard that
     /// held it gets [`Error::LeaseLost`] on complete. Returns whether an unexpired
-    /// entry was removed.
+    /// entry was removed, from either tier.
+    ///
+    /// With a durable tier, a forget that meets a completion whose record is being
+    /// written waits for that write, then deletes the record it wrote: the forget
+    /// takes effect after the completion, never before it, so a completion cannot
+    /// bring a forgotten key back.
     pub fn forget(&self, key: &[u8]) -> Result<bool> {
         let ns = &*self.inner;
         let fp = ns.key_fp(key)?;
         let si = fp.shard(ns.slots.len());
-        if let Some(d) = &ns.durable {
-            d.forget(fp)?;
-        }
-        let now = ns.now();
         let cap = ns.capacity(si);
-        let removed = ns.slots[si].shard.lock().forget(fp, now, &cap);
-        Ok(removed)
+        let mut waited = false;
+        let mut durable_live = false;
+        loop {
+            // The durable record goes first, then the hot entry: a claim between the
+            // two that re-read the record into the hot tier is removed with it.
+            if let Some(d) = &ns.durable {
+                if !waited {
+                    // A key whose hot entry is gone may still be done here.
+                    let mut err = None;
+                    match d.lookup(fp, ns.now().ms, &mut err) {
+                        DurableLookup::Done(_) => durable_live = true,
+                        DurableLookup::Absent => {}
+                        DurableLookup::Failed => return Err(err.unwrap_or(Error::NotDurable)),
+                    }
+                }
+                d.forget(fp)?;
+            }
+            let now = ns.now();
+            if let Some(removed) = ns.slots[si].shard.lock().forget(fp, now, &cap) {
+                return Ok(removed || durable_live);
+            }
+            // A completion holds the entry while its record is written, without the
+            // lock; the record may land after the delete above. Wait for it to finish
+            // (written or not), then start again.
+            if !waited {
+                waited = true;
+                ns.forget_waits.fetch_add(1, Ordering::Relaxed);
+            }
+            while ns.slots[si].shard.lock().is_completing(fp) {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Testing hook: how many forgets of this namespace waited for a completion
+    /// being written. Not part of the stable API.
+    #[doc(hidden)]
+    pub fn debug_forget_waits(&self) -> u64 {
+        self.inner.forget_waits.load(Ordering::Relaxed)
     }
 
     /// This namespace's counters and gauges.

@@ -1072,20 +1072,31 @@ impl Shard {
         })
     }
 
-    /// Deletes a key in any state. True if an unexpired entry was removed.
-    pub(crate) fn forget(&mut self, fp: Fp, now: Now, cap: &Capacity<'_>) -> bool {
+    /// Deletes a key in any state. `Some(true)` if an unexpired entry was removed;
+    /// `None`, removing nothing, if the key's completion is being written.
+    pub(crate) fn forget(&mut self, fp: Fp, now: Now, cap: &Capacity<'_>) -> Option<bool> {
         self.catch_up(now, cap);
         let Some(idx) = self.find(fp) else {
-            return false;
+            return Some(false);
         };
-        let live = !expired(self.slab.get(idx).deadline, now.tick);
+        let e = self.slab.get(idx);
+        if e.meta & COMPLETING_BIT != 0 {
+            return None;
+        }
+        let live = !expired(e.deadline, now.tick);
         self.remove(idx, cap);
         if live {
             self.counters.forgotten += 1;
         } else {
             self.counters.expirations += 1;
         }
-        live
+        Some(live)
+    }
+
+    /// Whether `fp`'s completion is being written (begun, not finished).
+    pub(crate) fn is_completing(&self, fp: Fp) -> bool {
+        self.find(fp)
+            .is_some_and(|idx| self.slab.get(idx).meta & COMPLETING_BIT != 0)
     }
 
     /// Reclaims every entry whose deadline has passed. Returns how many.

@@ -1169,3 +1169,89 @@ fn every_sync_policy_builds_and_works() {
         "{err:?}"
     );
 }
+
+#[test]
+fn forget_deletes_a_key_from_both_tiers_across_a_restart() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(1_000_000);
+    let cfg = || NamespaceConfig::new().ttl(secs(10)).retention(secs(100));
+    {
+        let (_engine, ns) = open(&dir, &clock, cfg());
+        acquire(&ns, b"kept").complete().unwrap();
+        acquire(&ns, b"gone").complete().unwrap();
+        // Past the hot TTL, "gone" is in the durable tier only: forget must reach it.
+        clock.advance(secs(20));
+        assert!(ns.check(b"gone").unwrap().is_some());
+        assert!(
+            ns.forget(b"gone").unwrap(),
+            "a live durable record was removed"
+        );
+        assert!(ns.check(b"gone").unwrap().is_none());
+        assert!(!ns.forget(b"gone").unwrap(), "nothing left to remove");
+        acquire(&ns, b"gone").release().unwrap();
+    }
+    let (_engine, ns) = open(&dir, &clock, cfg());
+    duplicate(&ns, b"kept");
+    acquire(&ns, b"gone").release().unwrap();
+}
+
+#[test]
+fn a_forget_racing_a_completion_takes_effect_after_it() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(1_000_000);
+    let (engine, ns) = open(&dir, &clock, NamespaceConfig::new());
+    let guard = acquire(&ns, b"k");
+
+    // The completion marks the entry as completing, then waits before its write.
+    engine.debug_hold_completions(true);
+    let completer = std::thread::spawn(move || guard.complete());
+    while engine.debug_held_completions() == 0 {
+        std::thread::yield_now();
+    }
+    // The forget deletes the (not yet written) record, finds the entry completing,
+    // and must wait: removing it now would let the record land after the delete.
+    let forgetter = {
+        let ns = ns.clone();
+        std::thread::spawn(move || ns.forget(b"k"))
+    };
+    while ns.debug_forget_waits() == 0 && !forgetter.is_finished() {
+        std::thread::yield_now();
+    }
+    engine.debug_hold_completions(false);
+    let completed = completer.join().unwrap();
+    let forgot = forgetter.join().unwrap().unwrap();
+
+    assert_eq!(completed, Ok(()));
+    assert!(forgot, "the forget removed the completed key");
+    // Completed, then forgotten: gone from both tiers, now and after a restart.
+    assert!(ns.check(b"k").unwrap().is_none());
+    assert_eq!(
+        ns.debug_forget_waits(),
+        1,
+        "the forget waited for the write"
+    );
+    acquire(&ns, b"k").release().unwrap();
+    drop((ns, engine));
+    let (_engine, ns) = open(&dir, &clock, NamespaceConfig::new());
+    acquire(&ns, b"k").release().unwrap();
+}
+
+#[test]
+fn forgetting_a_held_claim_drops_its_deferred_marker() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small().claim_markers(ClaimMarkers::Deferred);
+    {
+        let (engine, ns) = open(&dir, &clock, cfg.clone());
+        let held = acquire(&ns, b"k");
+        assert!(ns.forget(b"k").unwrap());
+        // The marker would have been written here, after the forget.
+        engine.run_maintenance();
+        assert_eq!(held.complete(), Err(Error::LeaseLost));
+    }
+    let (engine, ns) = open(&dir, &clock, cfg);
+    assert!(engine.orphans().is_empty(), "{:?}", engine.orphans());
+    acquire(&ns, b"k").release().unwrap();
+    drop((engine, ns));
+    assert!(entries(&raw_db(&dir), "claims:ns").is_empty());
+}

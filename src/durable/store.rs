@@ -69,6 +69,10 @@ pub(crate) struct Store {
     seed: u64,
     /// Testing hook: make every write fail as a failing disk would.
     fail_writes: AtomicBool,
+    /// Testing hook: completion writes wait while this is set ...
+    hold_completions: AtomicBool,
+    /// ... and this counts the writes waiting.
+    held_completions: std::sync::atomic::AtomicUsize,
     /// Options of every point read and write, built once: each `Default` is a C++
     /// allocation through the FFI, and the claim path reads and writes per message.
     point_read: ReadOptions,
@@ -253,6 +257,8 @@ impl Store {
                 path: path.to_path_buf(),
                 seed,
                 fail_writes: AtomicBool::new(false),
+                hold_completions: AtomicBool::new(false),
+                held_completions: std::sync::atomic::AtomicUsize::new(0),
                 point_read: ReadOptions::default(),
                 write_nosync: WriteOptions::default(),
                 write_sync: {
@@ -282,6 +288,25 @@ impl Store {
 
     pub(crate) fn set_fail_writes(&self, fail: bool) {
         self.fail_writes.store(fail, Ordering::SeqCst);
+    }
+
+    pub(crate) fn set_hold_completions(&self, hold: bool) {
+        self.hold_completions.store(hold, Ordering::SeqCst);
+    }
+
+    pub(crate) fn held_completions(&self) -> usize {
+        self.held_completions.load(Ordering::SeqCst)
+    }
+
+    /// Testing hook: waits while completions are held.
+    fn wait_if_held(&self) {
+        if self.hold_completions.load(Ordering::Relaxed) {
+            self.held_completions.fetch_add(1, Ordering::SeqCst);
+            while self.hold_completions.load(Ordering::SeqCst) {
+                std::thread::yield_now();
+            }
+            self.held_completions.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 
     fn cf(&self, name: &str) -> Result<&rocksdb::ColumnFamily, Error> {
@@ -360,6 +385,7 @@ impl Store {
         state: &[(String, StateOp)],
         sync: bool,
     ) -> Result<(), Error> {
+        self.wait_if_held();
         self.check_writable()?;
         let done_h = self.cf(&done_cf(ns))?;
         let claims_h = self.cf(&claims_cf(ns))?;
@@ -839,6 +865,9 @@ impl DurableNs {
 
     /// Deletes a key's durable records.
     pub(crate) fn forget(&self, fp: Fp) -> Result<(), Error> {
+        // A held claim's marker still waiting in memory would otherwise be written
+        // at the next flush and read back as an orphan at the next open.
+        self.settle_marker(fp.to_u128());
         self.writes.fetch_add(1, Ordering::Relaxed);
         match self.store.forget(&self.name, fp.to_u128()) {
             Ok(()) => Ok(()),

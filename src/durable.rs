@@ -22,6 +22,8 @@
 
 pub(crate) mod codec;
 #[cfg(feature = "durable")]
+mod group;
+#[cfg(feature = "durable")]
 pub(crate) mod inspect;
 #[cfg(feature = "durable")]
 mod store;

@@ -186,6 +186,7 @@ impl Engine {
                     b.clock.clone(),
                     seed,
                     b.seed.is_some(),
+                    b.commit_delay,
                 )?;
                 seed = store.seed();
                 for name in &report.unconfigured {
@@ -390,6 +391,10 @@ impl Engine {
         let mut total = Stats::default();
         for ns in self.shared.namespaces.values() {
             total.merge(&ns.stats());
+        }
+        #[cfg(feature = "durable")]
+        if let Some(store) = &self.shared.store {
+            total.wal_group_syncs = store.group_syncs();
         }
         total
     }

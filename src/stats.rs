@@ -48,6 +48,11 @@ pub struct Stats {
     /// Claims and completions decided from the hot tier alone because the store
     /// failed and the namespace fails open.
     pub fail_open_decisions: u64,
+    /// Fsyncs of the write-ahead log issued by grouped completions (`SyncPolicy::Always`
+    /// with [`EngineBuilder::commit_delay`](crate::EngineBuilder::commit_delay)); with
+    /// `completions`, how many completions shared each. Engine-wide: only
+    /// [`Engine::stats`](crate::Engine::stats) reports it.
+    pub wal_group_syncs: u64,
     /// Claims the prefilter answered alone: it knew the key was new, so the durable
     /// tier was not read.
     pub prefilter_negatives: u64,
@@ -110,6 +115,7 @@ impl Stats {
         self.durable_writes += o.durable_writes;
         self.store_errors += o.store_errors;
         self.fail_open_decisions += o.fail_open_decisions;
+        self.wal_group_syncs += o.wal_group_syncs;
         self.prefilter_negatives += o.prefilter_negatives;
         self.prefilter_passes += o.prefilter_passes;
         self.prefilter_false_positives += o.prefilter_false_positives;

@@ -4,7 +4,7 @@
 
 mod util;
 
-use idem::{Claim, Engine, Error, KeyError, NamespaceConfig};
+use idem::{Engine, Error, KeyError, NamespaceConfig};
 use util::*;
 
 #[test]
@@ -56,9 +56,7 @@ fn unknown_namespace() {
 #[test]
 fn oversized_result_is_refused_and_the_claim_stays_held() {
     let (e, ns, clock) = engine_with(small().max_result_len(8));
-    let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
-        panic!()
-    };
+    let g = acquire(&ns, b"k");
     assert_eq!(
         g.complete_with_result(&[0u8; 9]).unwrap_err(),
         Error::ResultTooLarge { len: 9, max: 8 }

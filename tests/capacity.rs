@@ -43,9 +43,7 @@ fn exact_bound_accepts_max_keys_and_refuses_the_next() {
 fn done_keys_are_never_evicted_to_make_room() {
     let (_e, ns, clock) = engine_with(small().max_keys(100));
     for i in 0..100u64 {
-        let Claim::Acquired(g) = ns.claim(key(i).as_bytes()).unwrap() else {
-            panic!()
-        };
+        let g = acquire(&ns, key(i).as_bytes());
         g.complete().unwrap();
     }
     clock.advance(secs(59));
@@ -62,9 +60,7 @@ fn done_keys_are_never_evicted_to_make_room() {
 fn expired_keys_free_capacity_even_without_a_maintenance_pass() {
     let (_e, ns, clock) = engine_with(small().max_keys(100));
     for i in 0..100u64 {
-        let Claim::Acquired(g) = ns.claim(key(i).as_bytes()).unwrap() else {
-            panic!()
-        };
+        let g = acquire(&ns, key(i).as_bytes());
         g.complete().unwrap();
     }
     clock.advance(secs(60));

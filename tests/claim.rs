@@ -27,9 +27,7 @@ fn first_claim_acquires_and_completion_makes_duplicates() {
 #[test]
 fn stored_result_is_returned_to_duplicates_and_check() {
     let (_e, ns, clock) = engine_with(small());
-    let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
-        panic!()
-    };
+    let g = acquire(&ns, b"k");
     clock.advance(ms(1500));
     g.complete_with_result(b"receipt-9").unwrap();
     let Claim::Duplicate(d) = ns.claim(b"k").unwrap() else {
@@ -53,9 +51,7 @@ fn stored_result_is_returned_to_duplicates_and_check() {
 #[test]
 fn a_held_key_answers_in_progress_with_its_lease() {
     let (_e, ns, clock) = engine_with(small());
-    let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
-        panic!()
-    };
+    let g = acquire(&ns, b"k");
     clock.advance(ms(1000));
     match ns.claim(b"k").unwrap() {
         Claim::InProgress(f) => {
@@ -78,9 +74,7 @@ fn a_held_key_answers_in_progress_with_its_lease() {
 #[test]
 fn release_makes_the_key_claimable_at_once() {
     let (e, ns, _c) = engine_with(small());
-    let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
-        panic!()
-    };
+    let g = acquire(&ns, b"k");
     g.release().unwrap();
     assert_eq!(ns.check(b"k").unwrap(), None);
     assert_eq!(e.stats().resident_keys, 0);
@@ -102,9 +96,7 @@ fn dropping_a_guard_releases_the_claim() {
 #[test]
 fn forget_deletes_a_done_key() {
     let (e, ns, _c) = engine_with(small());
-    let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
-        panic!()
-    };
+    let g = acquire(&ns, b"k");
     g.complete().unwrap();
     assert!(ns.forget(b"k").unwrap());
     assert!(!ns.forget(b"k").unwrap());
@@ -124,9 +116,7 @@ fn keys_are_independent_and_namespaces_are_independent() {
         .unwrap();
     let a = engine.namespace("a").unwrap();
     let b = engine.namespace("b").unwrap();
-    let Claim::Acquired(g) = a.claim(b"same").unwrap() else {
-        panic!()
-    };
+    let g = acquire(&a, b"same");
     g.complete().unwrap();
     assert!(a.claim(b"same").unwrap().is_duplicate());
     assert!(a.claim(b"other").unwrap().is_acquired());
@@ -143,9 +133,7 @@ fn keys_are_independent_and_namespaces_are_independent() {
 #[test]
 fn stats_count_each_answer() {
     let (e, ns, _c) = engine_with(small());
-    let Claim::Acquired(g) = ns.claim(b"a").unwrap() else {
-        panic!()
-    };
+    let g = acquire(&ns, b"a");
     assert!(ns.claim(b"a").unwrap().is_in_progress());
     g.complete().unwrap();
     assert!(ns.claim(b"a").unwrap().is_duplicate());
@@ -163,9 +151,7 @@ fn stats_count_each_answer() {
 #[test]
 fn guard_is_send_and_completes_from_another_thread() {
     let (_e, ns, _c) = engine_with(small());
-    let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
-        panic!()
-    };
+    let g = acquire(&ns, b"k");
     std::thread::spawn(move || g.complete().unwrap())
         .join()
         .unwrap();
@@ -175,13 +161,9 @@ fn guard_is_send_and_completes_from_another_thread() {
 #[test]
 fn a_batch_answers_as_claims_made_one_by_one_in_order() {
     let (_e, ns, _c) = engine_with(small());
-    let Claim::Acquired(done) = ns.claim(b"done").unwrap() else {
-        panic!()
-    };
+    let done = acquire(&ns, b"done");
     done.complete().unwrap();
-    let Claim::Acquired(_held) = ns.claim(b"held").unwrap() else {
-        panic!()
-    };
+    let _held = acquire(&ns, b"held");
     let claims = ns
         .claim_batch(&[b"a", b"b", b"a", b"done", b"held"])
         .unwrap();
@@ -221,17 +203,13 @@ fn a_batch_answers_as_claims_made_one_by_one_in_order() {
 #[test]
 fn a_memory_only_batch_completion_refuses_lost_leases_and_completes_the_rest() {
     let (_e, ns, clock) = engine_with(small());
-    let Claim::Acquired(old) = ns.claim(b"old").unwrap() else {
-        panic!()
-    };
+    let old = acquire(&ns, b"old");
     // `old`'s lease runs out and another worker takes the key over.
     clock.advance(ms(small().get_lease().as_millis() as u64 + 1));
     let Claim::Acquired(new_holder) = ns.claim(b"old").unwrap() else {
         panic!("an expired lease is claimable")
     };
-    let Claim::Acquired(fresh) = ns.claim(b"fresh").unwrap() else {
-        panic!()
-    };
+    let fresh = acquire(&ns, b"fresh");
     let outcomes = ns.complete_batch(vec![old, fresh]).unwrap();
     assert!(matches!(outcomes[0], Err(idem::Error::LeaseLost)));
     assert!(outcomes[1].is_ok());

@@ -21,10 +21,16 @@ fn key(id: u64) -> Vec<u8> {
 /// Runs the consumer on `dir` and SIGKILLs it after `kill_after` acknowledgements.
 /// Returns the acknowledged ids.
 fn run_and_kill(dir: &Path, sync: &str, kill_after: usize) -> Vec<u64> {
+    run_and_kill_with(dir, sync, &[], kill_after)
+}
+
+/// [`run_and_kill`] with more consumer options.
+fn run_and_kill_with(dir: &Path, sync: &str, more: &[&str], kill_after: usize) -> Vec<u64> {
     let mut child = Command::new(env!("CARGO_BIN_EXE_idem"))
         .args(["__consumer", "--dir"])
         .arg(dir)
         .args(["--messages", "50000", "--workers", "4", "--sync", sync])
+        .args(more)
         .stdout(Stdio::piped())
         .spawn()
         .expect("the consumer starts");
@@ -62,8 +68,12 @@ fn reopen(dir: &Path) -> Engine {
 }
 
 fn acknowledged_completions_survive(sync: &str) {
+    acknowledged_completions_survive_with(sync, &[]);
+}
+
+fn acknowledged_completions_survive_with(sync: &str, more: &[&str]) {
     let dir = TempDir::new();
-    let acked = run_and_kill(dir.path(), sync, 3000);
+    let acked = run_and_kill_with(dir.path(), sync, more, 3000);
     let engine = reopen(dir.path());
     let orders = engine.namespace("orders").unwrap();
     assert!(
@@ -101,6 +111,11 @@ fn acknowledged_completions_survive(sync: &str) {
 #[test]
 fn sigkill_loses_no_acknowledged_completion_sync_always() {
     acknowledged_completions_survive("always");
+}
+
+#[test]
+fn sigkill_loses_no_acknowledged_completion_sync_always_grouped() {
+    acknowledged_completions_survive_with("always", &["--commit-delay-us", "200"]);
 }
 
 #[test]

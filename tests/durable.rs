@@ -60,13 +60,6 @@ fn acquired(claim: Claim) -> ClaimGuard {
     }
 }
 
-fn acquire(ns: &Namespace, key: &[u8]) -> ClaimGuard {
-    match ns.claim(key) {
-        Ok(Claim::Acquired(g)) => g,
-        other => panic!("{}: expected Acquired, got {other:?}", show(key)),
-    }
-}
-
 fn duplicate(ns: &Namespace, key: &[u8]) -> Done {
     match ns.claim(key) {
         Ok(Claim::Duplicate(d)) => d,
@@ -1254,4 +1247,65 @@ fn forgetting_a_held_claim_drops_its_deferred_marker() {
     acquire(&ns, b"k").release().unwrap();
     drop((engine, ns));
     assert!(entries(&raw_db(&dir), "claims:ns").is_empty());
+}
+
+#[test]
+fn a_commit_delay_over_100_ms_is_refused() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let err = builder(&dir, &clock)
+        .commit_delay(std::time::Duration::from_millis(101))
+        .namespace("ns", small())
+        .build()
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidConfig { .. }), "{err:?}");
+    // Nothing was created.
+    assert!(std::fs::read_dir(dir.path()).map_or(true, |mut d| d.next().is_none()));
+}
+
+#[test]
+fn grouped_completions_are_synced_counted_and_survive_a_restart() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = || small().sync(SyncPolicy::Always);
+    let open_grouped = || {
+        let engine = builder(&dir, &clock)
+            .commit_delay(std::time::Duration::from_micros(200))
+            .namespace("ns", cfg())
+            .build()
+            .unwrap();
+        let ns = engine.namespace("ns").unwrap();
+        (engine, ns)
+    };
+    {
+        let (engine, ns) = open_grouped();
+        std::thread::scope(|s| {
+            for t in 0..2 {
+                let ns = ns.clone();
+                s.spawn(move || {
+                    for i in 0..20 {
+                        acquire(&ns, format!("{t}-{i}").as_bytes())
+                            .complete()
+                            .unwrap();
+                    }
+                });
+            }
+        });
+        let syncs = engine.stats().wal_group_syncs;
+        assert!(
+            (1..=40).contains(&syncs),
+            "{syncs} fsyncs for 40 completions"
+        );
+        // Without a commit delay the count stays zero: RocksDB syncs the writes.
+        let plain_dir = TempDir::new();
+        let (plain, pns) = open(&plain_dir, &clock, cfg());
+        acquire(&pns, b"k").complete().unwrap();
+        assert_eq!(plain.stats().wal_group_syncs, 0);
+    }
+    let (_engine, ns) = open_grouped();
+    for t in 0..2 {
+        for i in 0..20 {
+            duplicate(&ns, format!("{t}-{i}").as_bytes());
+        }
+    }
 }

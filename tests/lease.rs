@@ -10,9 +10,7 @@ use util::*;
 #[test]
 fn lease_holds_until_its_last_millisecond() {
     let (_e, ns, clock) = engine_with(small());
-    let Claim::Acquired(_g) = ns.claim(b"k").unwrap() else {
-        panic!()
-    };
+    let _g = acquire(&ns, b"k");
     clock.advance(ms(4999));
     assert!(ns.claim(b"k").unwrap().is_in_progress());
     clock.advance(ms(1));
@@ -25,13 +23,9 @@ fn lease_holds_until_its_last_millisecond() {
 #[test]
 fn stale_guard_cannot_complete_after_reclaim() {
     let (e, ns, clock) = engine_with(small());
-    let Claim::Acquired(old) = ns.claim(b"k").unwrap() else {
-        panic!()
-    };
+    let old = acquire(&ns, b"k");
     clock.advance(secs(6));
-    let Claim::Acquired(new) = ns.claim(b"k").unwrap() else {
-        panic!()
-    };
+    let new = acquire(&ns, b"k");
     assert_eq!(old.complete(), Err(Error::LeaseLost));
     // The new holder is unaffected.
     assert!(ns.claim(b"k").unwrap().is_in_progress());
@@ -46,13 +40,9 @@ fn stale_guard_cannot_complete_after_reclaim() {
 #[test]
 fn stale_guard_cannot_release_the_new_holders_claim() {
     let (_e, ns, clock) = engine_with(small());
-    let Claim::Acquired(old) = ns.claim(b"k").unwrap() else {
-        panic!()
-    };
+    let old = acquire(&ns, b"k");
     clock.advance(secs(5));
-    let Claim::Acquired(_new) = ns.claim(b"k").unwrap() else {
-        panic!()
-    };
+    let _new = acquire(&ns, b"k");
     assert_eq!(old.release(), Err(Error::LeaseLost));
     assert!(ns.claim(b"k").unwrap().is_in_progress());
 }
@@ -60,13 +50,9 @@ fn stale_guard_cannot_release_the_new_holders_claim() {
 #[test]
 fn dropping_a_stale_guard_leaves_the_new_claim_alone() {
     let (_e, ns, clock) = engine_with(small());
-    let Claim::Acquired(old) = ns.claim(b"k").unwrap() else {
-        panic!()
-    };
+    let old = acquire(&ns, b"k");
     clock.advance(secs(5));
-    let Claim::Acquired(_new) = ns.claim(b"k").unwrap() else {
-        panic!()
-    };
+    let _new = acquire(&ns, b"k");
     drop(old);
     assert!(ns.claim(b"k").unwrap().is_in_progress());
 }
@@ -74,9 +60,7 @@ fn dropping_a_stale_guard_leaves_the_new_claim_alone() {
 #[test]
 fn complete_after_lease_expiry_is_refused_even_without_reclaim() {
     let (_e, ns, clock) = engine_with(small());
-    let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
-        panic!()
-    };
+    let g = acquire(&ns, b"k");
     clock.advance(secs(5));
     assert_eq!(g.complete(), Err(Error::LeaseLost));
     assert!(ns.claim(b"k").unwrap().is_acquired());
@@ -85,13 +69,9 @@ fn complete_after_lease_expiry_is_refused_even_without_reclaim() {
 #[test]
 fn forget_while_in_progress_fences_the_holder() {
     let (_e, ns, _c) = engine_with(small());
-    let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
-        panic!()
-    };
+    let g = acquire(&ns, b"k");
     assert!(ns.forget(b"k").unwrap());
-    let Claim::Acquired(g2) = ns.claim(b"k").unwrap() else {
-        panic!()
-    };
+    let g2 = acquire(&ns, b"k");
     assert_eq!(g.complete(), Err(Error::LeaseLost));
     g2.complete().unwrap();
 }
@@ -100,9 +80,7 @@ fn forget_while_in_progress_fences_the_holder() {
 fn expired_lease_is_reclaimed_by_maintenance() {
     let (e, _ns, clock) = engine_with(small());
     let ns = e.namespace("ns").unwrap();
-    let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
-        panic!()
-    };
+    let g = acquire(&ns, b"k");
     assert_eq!(e.stats().resident_keys, 1);
     clock.advance(ms(4999));
     assert_eq!(e.run_maintenance(), 0);
@@ -118,17 +96,13 @@ fn expired_lease_is_reclaimed_by_maintenance() {
 fn a_guard_held_across_a_clock_jump_of_weeks_is_refused() {
     // Longer than the 2^31 ticks that 32-bit deadlines can tell apart.
     let (_e, ns, clock) = engine_with(small());
-    let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
-        panic!()
-    };
+    let g = acquire(&ns, b"k");
     clock.advance(ms((1 << 31) + 1000));
     assert_eq!(g.lease_expires_at_ms(), T0 + 5000);
     assert_eq!(g.complete(), Err(Error::LeaseLost));
     assert!(ns.claim(b"k").unwrap().is_acquired());
 
-    let Claim::Acquired(g) = ns.claim(b"j").unwrap() else {
-        panic!()
-    };
+    let g = acquire(&ns, b"j");
     clock.advance(ms((1 << 32) + 5000));
     assert_eq!(g.release(), Err(Error::LeaseLost));
 }

@@ -98,8 +98,21 @@ fn drive(threads: usize, per_thread: u64, op: &(dyn Fn(usize, u64) -> u64 + Sync
 }
 
 fn w4_idem(policy: SyncPolicy, markers: ClaimMarkers, threads: usize, per_thread: u64) -> Run {
+    w4_grouped(policy, markers, threads, per_thread, Duration::ZERO).0
+}
+
+/// W4 on idem with a commit delay; also returns the WAL fsyncs the grouped commits
+/// issued.
+fn w4_grouped(
+    policy: SyncPolicy,
+    markers: ClaimMarkers,
+    threads: usize,
+    per_thread: u64,
+    commit_delay: Duration,
+) -> (Run, u64) {
     let dir = Dir::new("w4");
     let engine = Engine::builder()
+        .commit_delay(commit_delay)
         .namespace(
             "w4",
             NamespaceConfig::new()
@@ -112,7 +125,7 @@ fn w4_idem(policy: SyncPolicy, markers: ClaimMarkers, threads: usize, per_thread
         .build()
         .unwrap();
     let ns = engine.namespace("w4").unwrap();
-    drive(threads, per_thread, &|t, i| {
+    let run = drive(threads, per_thread, &|t, i| {
         let k = key(t as u64 * 1_000_000_000 + i);
         let Claim::Acquired(g) = ns.claim(&k).unwrap() else {
             panic!("fresh key not acquired")
@@ -120,7 +133,54 @@ fn w4_idem(policy: SyncPolicy, markers: ClaimMarkers, threads: usize, per_thread
         let c = Instant::now();
         g.complete().unwrap();
         c.elapsed().as_nanos() as u64
-    })
+    });
+    (run, engine.stats().wal_group_syncs)
+}
+
+/// W4 under `Always` with group commit: claim+complete per second on 1 and 2 threads
+/// for a few commit delays (deferred markers, so the completion's write is the only
+/// one).
+fn w4_group_commit(quick: bool) {
+    let per = if quick { 200 } else { 2_000 };
+    println!(
+        "W4 under Always with a commit delay (`EngineBuilder::commit_delay`; deferred markers):\n"
+    );
+    println!("| commit delay | threads | idem claim+complete /s | WAL fsyncs per completion | complete p50 / p99 | vs 1 thread, same delay | vs 1 thread, no delay |");
+    println!("|---|---|---|---|---|---|---|");
+    let mut no_delay_one = 0.0;
+    for delay_us in [0u64, 50, 200] {
+        let delay = Duration::from_micros(delay_us);
+        let mut one = 0.0;
+        for threads in [1usize, 2] {
+            let (r, syncs) = w4_grouped(
+                SyncPolicy::Always,
+                ClaimMarkers::Deferred,
+                threads,
+                per,
+                delay,
+            );
+            if threads == 1 {
+                one = r.ops_per_s;
+                if delay_us == 0 {
+                    no_delay_one = r.ops_per_s;
+                }
+            }
+            let per_completion = if delay_us == 0 {
+                "(RocksDB's)".to_owned()
+            } else {
+                format!("{:.2}", syncs as f64 / (threads as u64 * per) as f64)
+            };
+            println!(
+                "| {delay_us} us | {threads} | {:.0} | {per_completion} | {:.1} / {:.1} us | {:.2}x | {:.2}x |",
+                r.ops_per_s,
+                r.p50_ns as f64 / 1e3,
+                r.p99_ns as f64 / 1e3,
+                r.ops_per_s / one,
+                r.ops_per_s / no_delay_one,
+            );
+        }
+    }
+    println!();
 }
 
 fn w4_rocksdb(policy: SyncPolicy, threads: usize, per_thread: u64) -> Run {
@@ -200,6 +260,7 @@ fn w4(quick: bool) {
         }
     }
     println!();
+    w4_group_commit(quick);
 }
 
 /// The W3 stream: `messages` claims in which 10% redeliver a key first seen at most

@@ -25,6 +25,8 @@ pub(crate) struct Options {
     pub(crate) workers: usize,
     pub(crate) sync: SyncPolicy,
     pub(crate) lease_ms: u64,
+    /// `EngineBuilder::commit_delay`, in microseconds.
+    pub(crate) commit_delay_us: u64,
 }
 
 impl Options {
@@ -35,6 +37,7 @@ impl Options {
             workers: 4,
             sync: SyncPolicy::Always,
             lease_ms: 1000,
+            commit_delay_us: 0,
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -43,6 +46,7 @@ impl Options {
                 "--messages" => o.messages = number(a, it.next())?,
                 "--workers" => o.workers = number(a, it.next())?,
                 "--lease-ms" => o.lease_ms = number(a, it.next())?,
+                "--commit-delay-us" => o.commit_delay_us = number(a, it.next())?,
                 "--sync" => o.sync = parse_sync(it.next().map(String::as_str))?,
                 other => return Err(format!("__consumer: unknown option {other:?}")),
             }
@@ -81,7 +85,18 @@ pub(crate) fn key_of(id: u64) -> Vec<u8> {
 
 /// The demo's engine over `dir`: namespace `orders`, state family `ledger`.
 pub(crate) fn open(dir: &std::path::Path, sync: SyncPolicy, lease_ms: u64) -> idem::Result<Engine> {
+    open_with(dir, sync, lease_ms, Duration::ZERO)
+}
+
+/// [`open`] with a commit delay (group commit under `SyncPolicy::Always`).
+pub(crate) fn open_with(
+    dir: &std::path::Path,
+    sync: SyncPolicy,
+    lease_ms: u64,
+    commit_delay: Duration,
+) -> idem::Result<Engine> {
     Engine::builder()
+        .commit_delay(commit_delay)
         .namespace(
             "orders",
             NamespaceConfig::new()
@@ -116,7 +131,13 @@ pub(crate) fn stream(messages: u64) -> Vec<u64> {
 }
 
 pub(crate) fn run(o: Options) -> Result<std::process::ExitCode, String> {
-    let engine = open(&o.dir, o.sync, o.lease_ms).map_err(|e| e.to_string())?;
+    let engine = open_with(
+        &o.dir,
+        o.sync,
+        o.lease_ms,
+        Duration::from_micros(o.commit_delay_us),
+    )
+    .map_err(|e| e.to_string())?;
     let orders = engine.namespace("orders").map_err(|e| e.to_string())?;
     let out = Mutex::new(std::io::stdout());
     let say = |line: String| {

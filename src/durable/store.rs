@@ -78,6 +78,9 @@ pub(crate) struct Store {
     point_read: ReadOptions,
     write_nosync: WriteOptions,
     write_sync: WriteOptions,
+    /// Shares fsyncs between completions under `SyncPolicy::Always`, when the engine
+    /// has a commit delay; without one, RocksDB syncs each write group itself.
+    group: Option<super::group::GroupCommit>,
 }
 
 impl std::fmt::Debug for Store {
@@ -103,6 +106,7 @@ impl Store {
         clock: std::sync::Arc<dyn Clock>,
         seed: u64,
         seed_fixed: bool,
+        commit_delay: std::time::Duration,
     ) -> Result<(Store, OpenReport), Error> {
         let mut report = OpenReport::default();
         let mut db_opts = Options::default();
@@ -257,6 +261,8 @@ impl Store {
                 path: path.to_path_buf(),
                 seed,
                 fail_writes: AtomicBool::new(false),
+                group: (!commit_delay.is_zero())
+                    .then(|| super::group::GroupCommit::new(commit_delay)),
                 hold_completions: AtomicBool::new(false),
                 held_completions: std::sync::atomic::AtomicUsize::new(0),
                 point_read: ReadOptions::default(),
@@ -403,14 +409,28 @@ impl Store {
                 StateOp::DeadLetter(k, v) => batch.put_cf(self.cf(&dlq::cf_name(ns))?, k, v),
             }
         }
-        let wo = if sync {
-            &self.write_sync
-        } else {
-            &self.write_nosync
-        };
-        self.db
-            .write_opt(batch, wo)
-            .map_err(|e| store_err("write completion", e))
+        match (&self.group, sync) {
+            (Some(group), true) => {
+                self.db
+                    .write_opt(batch, &self.write_nosync)
+                    .map_err(|e| store_err("write completion", e))?;
+                group.commit(|| self.sync_wal())
+            }
+            (None, true) => self
+                .db
+                .write_opt(batch, &self.write_sync)
+                .map_err(|e| store_err("write completion", e)),
+            (_, false) => self
+                .db
+                .write_opt(batch, &self.write_nosync)
+                .map_err(|e| store_err("write completion", e)),
+        }
+    }
+
+    /// Fsyncs of the write-ahead log shared by grouped completions (zero without a
+    /// commit delay).
+    pub(crate) fn group_syncs(&self) -> u64 {
+        self.group.as_ref().map_or(0, |g| g.syncs())
     }
 
     /// Deletes a key's records (forget).

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use idem::{Engine, ManualClock, Namespace, NamespaceConfig};
+use idem::{Claim, ClaimGuard, Engine, ManualClock, Namespace, NamespaceConfig};
 
 /// Start of the manual clock in every test: an arbitrary wall-clock time.
 pub const T0: u64 = 1_700_000_000_000;
@@ -25,6 +25,17 @@ pub fn engine_with(cfg: NamespaceConfig) -> (Engine, Namespace, ManualClock) {
 }
 
 /// Short-lived defaults used across tests: TTL 60 s, lease 5 s.
+/// Claims `key`, which must be acquired.
+pub fn acquire(ns: &Namespace, key: &[u8]) -> ClaimGuard {
+    match ns.claim(key) {
+        Ok(Claim::Acquired(g)) => g,
+        other => panic!(
+            "{}: expected Acquired, got {other:?}",
+            String::from_utf8_lossy(key)
+        ),
+    }
+}
+
 pub fn small() -> NamespaceConfig {
     NamespaceConfig::new()
         .ttl(Duration::from_secs(60))

@@ -1,0 +1,184 @@
+//! Group commit for `SyncPolicy::Always` with a commit delay
+//! ([`EngineBuilder::commit_delay`](crate::EngineBuilder::commit_delay)).
+//!
+//! Each completion writes its batch without a sync, then takes a ticket and waits until
+//! a sync of the write-ahead log that started after its write has finished. One
+//! waiter at a time leads: it syncs for every ticket taken so far. A leader that is
+//! alone (no other write is waiting for a sync) first waits up to the commit delay for
+//! one more write to join, so that two completions share one fsync where, without the
+//! wait, the second one's write would arrive just after the first one's fsync began
+//! and need an fsync of its own.
+//!
+//! The logic is independent of RocksDB (the sync is a closure), so it is tested on its
+//! own, deterministically.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::error::Error;
+
+/// Shares fsyncs of the write-ahead log between concurrent completions.
+#[derive(Debug)]
+pub(crate) struct GroupCommit {
+    delay: Duration,
+    state: Mutex<State>,
+    changed: Condvar,
+    syncs: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Tickets handed out: writes that have returned and wait to be synced.
+    written: u64,
+    /// Every ticket up to this one is durable.
+    synced: u64,
+    /// A waiter is syncing (or waiting for company before it does).
+    leading: bool,
+    /// The last failed sync: every ticket up to `.0` not synced before it fails.
+    failed: Option<(u64, Error)>,
+}
+
+impl GroupCommit {
+    pub(crate) fn new(delay: Duration) -> Self {
+        GroupCommit {
+            delay,
+            state: Mutex::new(State::default()),
+            changed: Condvar::new(),
+            syncs: AtomicU64::new(0),
+        }
+    }
+
+    /// Syncs issued so far.
+    pub(crate) fn syncs(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
+    }
+
+    /// Called after a write has returned: waits until a `sync` that started after it
+    /// has finished, leading one if nobody is. The error of a failed sync is returned
+    /// to every write it was to cover.
+    pub(crate) fn commit(&self, sync: impl Fn() -> Result<(), Error>) -> Result<(), Error> {
+        let mut st = self.state.lock();
+        st.written += 1;
+        let ticket = st.written;
+        // A leader waiting for company wakes up.
+        self.changed.notify_all();
+        loop {
+            if st.synced >= ticket {
+                return Ok(());
+            }
+            if let Some((through, e)) = &st.failed {
+                if ticket <= *through {
+                    return Err(e.clone());
+                }
+            }
+            if st.leading {
+                self.changed.wait(&mut st);
+                continue;
+            }
+            st.leading = true;
+            if !self.delay.is_zero() && st.written == st.synced + 1 {
+                // Alone: give another completion a moment to join this sync.
+                let until = Instant::now() + self.delay;
+                let alone = st.written;
+                while st.written == alone {
+                    if self.changed.wait_until(&mut st, until).timed_out() {
+                        break;
+                    }
+                }
+            }
+            let through = st.written;
+            drop(st);
+            let r = sync();
+            self.syncs.fetch_add(1, Ordering::Relaxed);
+            st = self.state.lock();
+            st.leading = false;
+            match r {
+                Ok(()) => st.synced = st.synced.max(through),
+                Err(e) => st.failed = Some((through, e)),
+            }
+            self.changed.notify_all();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    fn store_error() -> Error {
+        Error::Store(crate::error::StoreError::new(
+            "sync",
+            "disk gone".to_owned(),
+        ))
+    }
+
+    /// Spins (yielding) until `f` holds.
+    fn until(f: impl Fn() -> bool) {
+        while !f() {
+            std::thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn a_lone_commit_without_delay_syncs_once() {
+        let g = GroupCommit::new(Duration::ZERO);
+        g.commit(|| Ok(())).unwrap();
+        g.commit(|| Ok(())).unwrap();
+        assert_eq!(g.syncs(), 2);
+    }
+
+    #[test]
+    fn a_leader_waits_for_company_and_one_sync_covers_both() {
+        // A delay far longer than the test: only the second write ends the wait.
+        let g = Arc::new(GroupCommit::new(Duration::from_secs(3600)));
+        let first = {
+            let g = g.clone();
+            std::thread::spawn(move || g.commit(|| Ok(())))
+        };
+        until(|| g.state.lock().leading);
+        g.commit(|| Ok(())).unwrap();
+        first.join().unwrap().unwrap();
+        assert_eq!(g.syncs(), 1, "one fsync for both writes");
+    }
+
+    #[test]
+    fn a_write_after_a_sync_began_waits_for_the_next_one() {
+        let g = Arc::new(GroupCommit::new(Duration::ZERO));
+        let release = Arc::new(AtomicBool::new(false));
+        let syncing = Arc::new(AtomicBool::new(false));
+        let first = {
+            let (g, release, syncing) = (g.clone(), release.clone(), syncing.clone());
+            std::thread::spawn(move || {
+                g.commit(|| {
+                    syncing.store(true, Ordering::SeqCst);
+                    until(|| release.load(Ordering::SeqCst));
+                    Ok(())
+                })
+            })
+        };
+        until(|| syncing.load(Ordering::SeqCst));
+        // The first sync is under way: this write is not covered by it.
+        let second = {
+            let g = g.clone();
+            std::thread::spawn(move || g.commit(|| Ok(())))
+        };
+        until(|| g.state.lock().written == 2);
+        assert_eq!(g.syncs(), 0);
+        release.store(true, Ordering::SeqCst);
+        first.join().unwrap().unwrap();
+        second.join().unwrap().unwrap();
+        assert_eq!(g.syncs(), 2, "the second write needed a sync of its own");
+    }
+
+    #[test]
+    fn a_failed_sync_fails_the_writes_it_covered_and_not_later_ones() {
+        let g = GroupCommit::new(Duration::ZERO);
+        assert_eq!(g.commit(|| Err(store_error())), Err(store_error()));
+        g.commit(|| Ok(())).unwrap();
+        assert_eq!(g.syncs(), 2);
+    }
+}

@@ -9,6 +9,10 @@
 //! wait, the second one's write would arrive just after the first one's fsync began
 //! and need an fsync of its own.
 //!
+//! It waits only while completions are concurrent: when the last sync covered more
+//! than one write, or another write arrived while it ran. A single worker's syncs never
+//! see company, so it never waits and pays nothing for the delay.
+//!
 //! The logic is independent of RocksDB (the sync is a closure), so it is tested on its
 //! own, deterministically.
 
@@ -26,6 +30,7 @@ pub(crate) struct GroupCommit {
     state: Mutex<State>,
     changed: Condvar,
     syncs: AtomicU64,
+    waits: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -38,6 +43,9 @@ struct State {
     leading: bool,
     /// The last failed sync: every ticket up to `.0` not synced before it fails.
     failed: Option<(u64, Error)>,
+    /// The last sync had company: it covered more than one write, or another write
+    /// arrived while it ran.
+    concurrent: bool,
 }
 
 impl GroupCommit {
@@ -47,7 +55,13 @@ impl GroupCommit {
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
             syncs: AtomicU64::new(0),
+            waits: AtomicU64::new(0),
         }
+    }
+
+    /// Times a leader waited for company.
+    pub(crate) fn waits(&self) -> u64 {
+        self.waits.load(Ordering::Relaxed)
     }
 
     /// Syncs issued so far.
@@ -78,8 +92,10 @@ impl GroupCommit {
                 continue;
             }
             st.leading = true;
-            if !self.delay.is_zero() && st.written == st.synced + 1 {
-                // Alone: give another completion a moment to join this sync.
+            if !self.delay.is_zero() && st.concurrent && st.written == st.synced + 1 {
+                // Alone, while completions are concurrent: give another one a moment
+                // to join this sync.
+                self.waits.fetch_add(1, Ordering::Relaxed);
                 let until = Instant::now() + self.delay;
                 let alone = st.written;
                 while st.written == alone {
@@ -89,11 +105,13 @@ impl GroupCommit {
                 }
             }
             let through = st.written;
+            let covered = through - st.synced;
             drop(st);
             let r = sync();
             self.syncs.fetch_add(1, Ordering::Relaxed);
             st = self.state.lock();
             st.leading = false;
+            st.concurrent = covered > 1 || st.written > through;
             match r {
                 Ok(()) => st.synced = st.synced.max(through),
                 Err(e) => st.failed = Some((through, e)),
@@ -124,30 +142,26 @@ mod tests {
     }
 
     #[test]
-    fn a_lone_commit_without_delay_syncs_once() {
-        let g = GroupCommit::new(Duration::ZERO);
-        g.commit(|| Ok(())).unwrap();
-        g.commit(|| Ok(())).unwrap();
-        assert_eq!(g.syncs(), 2);
+    fn commits_one_after_another_sync_each_and_never_wait() {
+        let g = GroupCommit::new(Duration::from_millis(10));
+        for _ in 0..3 {
+            g.commit(|| Ok(())).unwrap();
+        }
+        assert_eq!(g.syncs(), 3);
+        assert_eq!(g.waits(), 0, "a single worker pays nothing for the delay");
     }
 
-    #[test]
-    fn a_leader_waits_for_company_and_one_sync_covers_both() {
-        // A delay far longer than the test: only the second write ends the wait.
-        let g = Arc::new(GroupCommit::new(Duration::from_secs(3600)));
-        let first = {
-            let g = g.clone();
-            std::thread::spawn(move || g.commit(|| Ok(())))
-        };
-        until(|| g.state.lock().leading);
-        g.commit(|| Ok(())).unwrap();
-        first.join().unwrap().unwrap();
-        assert_eq!(g.syncs(), 1, "one fsync for both writes");
-    }
-
-    #[test]
-    fn a_write_after_a_sync_began_waits_for_the_next_one() {
-        let g = Arc::new(GroupCommit::new(Duration::ZERO));
+    /// Commits once on another thread with a sync that blocks until released, and a
+    /// second commit (on another thread) while that sync runs. Returns the release
+    /// flag and both threads.
+    #[allow(clippy::type_complexity)]
+    fn overlap(
+        g: &Arc<GroupCommit>,
+    ) -> (
+        Arc<AtomicBool>,
+        std::thread::JoinHandle<Result<(), Error>>,
+        std::thread::JoinHandle<Result<(), Error>>,
+    ) {
         let release = Arc::new(AtomicBool::new(false));
         let syncing = Arc::new(AtomicBool::new(false));
         let first = {
@@ -167,6 +181,27 @@ mod tests {
             std::thread::spawn(move || g.commit(|| Ok(())))
         };
         until(|| g.state.lock().written == 2);
+        (release, first, second)
+    }
+
+    #[test]
+    fn once_commits_overlap_a_lone_leader_waits_for_company_and_one_sync_covers_both() {
+        // A delay far longer than the test: only a third write ends the wait.
+        let g = Arc::new(GroupCommit::new(Duration::from_secs(3600)));
+        let (release, first, second) = overlap(&g);
+        release.store(true, Ordering::SeqCst);
+        first.join().unwrap().unwrap();
+        // The second write now leads, alone, after a sync that saw it arrive: it waits.
+        until(|| g.waits() == 1);
+        g.commit(|| Ok(())).unwrap();
+        second.join().unwrap().unwrap();
+        assert_eq!(g.syncs(), 2, "the second and third writes shared one fsync");
+    }
+
+    #[test]
+    fn a_write_after_a_sync_began_waits_for_the_next_one() {
+        let g = Arc::new(GroupCommit::new(Duration::ZERO));
+        let (release, first, second) = overlap(&g);
         assert_eq!(g.syncs(), 0);
         release.store(true, Ordering::SeqCst);
         first.join().unwrap().unwrap();

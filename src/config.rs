@@ -446,16 +446,25 @@ impl EngineBuilder {
         self
     }
 
-    /// Group commit for [`SyncPolicy::Always`]: a completion whose fsync would run
-    /// alone (no other completion waiting for one) first waits up to `delay` for
-    /// another completion's write, so that one fsync covers both. Every completion
-    /// still returns only after an fsync that began after its own write.
+    /// Group commit for [`SyncPolicy::Always`]: while completions are concurrent, a
+    /// completion whose fsync would run alone (no other completion waiting for one)
+    /// first waits up to `delay` for another completion's write, so that one fsync
+    /// covers both. Every completion still returns only after an fsync that began
+    /// after its own write. Completions count as concurrent when the last fsync
+    /// covered more than one or another arrived while it ran, so a single worker
+    /// never waits.
     ///
     /// Zero (the default) leaves syncing to RocksDB, which syncs each group of
     /// writers that arrive together; with few threads such groups seldom form, since
     /// a second write arrives just after the first one's fsync has begun. The delay
-    /// is added latency for a completion with no company: set it near the time a
+    /// is added latency for a completion that waits in vain: set it near the time a
     /// worker takes between two completions. At most 100 ms.
+    ///
+    /// One difference from the default path: with a delay the record is written
+    /// before the fsync, so if the fsync fails, `complete` returns the error but the
+    /// record is readable (a redelivery answers `Duplicate`) and may or may not
+    /// survive a power loss. RocksDB's own path does not apply a write whose sync
+    /// failed.
     pub fn commit_delay(mut self, delay: Duration) -> Self {
         self.commit_delay = delay;
         self

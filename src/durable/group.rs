@@ -60,7 +60,8 @@ impl GroupCommit {
     }
 
     /// Times a leader waited for company.
-    pub(crate) fn waits(&self) -> u64 {
+    #[cfg(test)]
+    fn waits(&self) -> u64 {
         self.waits.load(Ordering::Relaxed)
     }
 

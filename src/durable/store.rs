@@ -577,15 +577,45 @@ pub(crate) struct DurableNs {
     prefilter_rebuilds: AtomicU64,
 }
 
+/// Hashes a fingerprint by folding its two halves: fingerprints are seeded xxh3
+/// hashes already, uniform and not chosen by whoever picks the keys, so hashing them
+/// again (SipHash, the std default) is wasted work on every deferred claim.
+#[derive(Debug, Default, Clone, Copy)]
+struct FpHasher(u64);
+
+impl std::hash::Hasher for FpHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write_u128(&mut self, v: u128) {
+        self.0 ^= v as u64 ^ (v >> 64) as u64;
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `u128` keys are hashed here; any other input still hashes correctly.
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+/// A map or set keyed by fingerprint.
+type FpMap<V> = std::collections::HashMap<u128, V, std::hash::BuildHasherDefault<FpHasher>>;
+type FpSet = std::collections::HashSet<u128, std::hash::BuildHasherDefault<FpHasher>>;
+
 /// Claim markers kept in memory until the maintenance pass writes them.
 #[derive(Debug, Default)]
 pub(crate) struct DeferredMarkers {
-    pending: parking_lot::Mutex<std::collections::HashMap<u128, Record>>,
+    pending: parking_lot::Mutex<FpMap<Record>>,
     /// Held while drained markers are being written, so that a completion or release
     /// of one of them deletes it only after it reached the store.
     flushing: parking_lot::Mutex<()>,
     /// Markers of the previous run still on disk (live orphans).
-    on_disk: parking_lot::Mutex<std::collections::HashSet<u128>>,
+    on_disk: parking_lot::Mutex<FpSet>,
+    /// Whether `on_disk` ever held one (set at open, before the namespace serves), so
+    /// that a run without orphans never takes its lock.
+    any_on_disk: std::sync::atomic::AtomicBool,
 }
 
 impl DurableNs {
@@ -639,7 +669,7 @@ impl DurableNs {
         if d.pending.lock().remove(&fp).is_some() {
             // Unless a marker of an earlier claim of the key (an orphan of the last
             // run) is still on disk: then the delete is needed after all.
-            return !d.on_disk.lock().remove(&fp);
+            return !(d.any_on_disk.load(Ordering::Acquire) && d.on_disk.lock().remove(&fp));
         }
         drop(d.flushing.lock());
         false
@@ -650,6 +680,7 @@ impl DurableNs {
     pub(crate) fn note_marker_on_disk(&self, fp: u128) {
         if let Some(d) = &self.deferred {
             d.on_disk.lock().insert(fp);
+            d.any_on_disk.store(true, Ordering::Release);
         }
     }
 

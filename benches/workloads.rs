@@ -211,8 +211,19 @@ struct Idem {
 
 impl Idem {
     fn new(n: usize, result_bytes: usize) -> Self {
+        Idem::with(n, result_bytes, false)
+    }
+
+    /// With `preallocate`, every shard's index is sized for `n` keys at build.
+    fn with(n: usize, result_bytes: usize, preallocate: bool) -> Self {
         let engine = Engine::builder()
-            .namespace("w", NamespaceConfig::new().ttl(TTL).max_keys(n))
+            .namespace(
+                "w",
+                NamespaceConfig::new()
+                    .ttl(TTL)
+                    .max_keys(n)
+                    .preallocate(preallocate),
+            )
             .build()
             .expect("engine");
         let ns = engine.namespace("w").expect("namespace");
@@ -408,6 +419,8 @@ fn peer_label(peer: &str, w: Workload) -> &'static str {
         "idem" => "idem",
         "idem-r64" if w == Workload::W1 => "idem (claim + complete, 64-byte result)",
         "idem-r64" => "idem (keys with a 64-byte result)",
+        "idem-pre" if w == Workload::W1 => "idem, preallocated (claim + complete)",
+        "idem-pre" => "idem, preallocated",
         "idem-b64" if w == Workload::W1 => "idem, batches of 64 (`claim_batch` + `complete_batch`)",
         "idem-b64" => "idem, batches of 64 (`claim_batch`)",
         "floor" => "floor: `Mutex<hashbrown::HashMap<[u8; 16], u32>>`",
@@ -531,6 +544,7 @@ fn child(args: &[String]) -> ExitCode {
     let r = match peer.as_str() {
         "idem" => measure(|| Idem::new(n, 0), &keys, w2, threads, repeat),
         "idem-r64" => measure(|| Idem::new(n, 64), &keys, w2, threads, repeat),
+        "idem-pre" => measure(|| Idem::with(n, 0, true), &keys, w2, threads, repeat),
         "idem-b64" => measure(|| IdemBatch(Idem::new(n, 0)), &keys, w2, threads, repeat),
         "redis" => redis::measure(&keys, w2, threads, 1, repeat),
         "redis-p64" => redis::measure(&keys, w2, threads, 64, repeat),

@@ -465,6 +465,48 @@ mod tests {
     }
 
     #[test]
+    fn a_preallocated_namespace_fills_without_growing_its_index() {
+        let hints = |ns: &super::Namespace| -> Vec<usize> {
+            ns.inner
+                .slots
+                .iter()
+                .map(|s| s.hint.load(crate::sync::Ordering::Relaxed))
+                .collect()
+        };
+        for preallocate in [false, true] {
+            let engine = super::Engine::builder()
+                .seed(7)
+                .namespace(
+                    "n",
+                    crate::NamespaceConfig::new()
+                        .max_keys(40_000)
+                        .preallocate(preallocate),
+                )
+                .build()
+                .unwrap();
+            let ns = engine.namespace("n").unwrap();
+            let before = hints(&ns);
+            let bytes_before = ns.stats().hot_bytes;
+            for i in 0..20_000u32 {
+                match ns.claim(format!("k{i}").as_bytes()).unwrap() {
+                    crate::Claim::Acquired(g) => g.complete().unwrap(),
+                    other => panic!("{other:?}"),
+                }
+            }
+            assert_eq!(ns.stats().resident_keys, 20_000);
+            let after = hints(&ns);
+            if preallocate {
+                assert!(before.iter().all(|&h| h != 0), "published at build");
+                assert_eq!(before, after, "no shard's index grew");
+                assert!(bytes_before >= 6 * 40_000, "{bytes_before}");
+            } else {
+                assert!(before.iter().all(|&h| h == 0));
+                assert!(before.iter().zip(&after).all(|(b, a)| b != a));
+            }
+        }
+    }
+
+    #[test]
     fn guards_spread_over_the_namespace_pins() {
         let (_engine, ns) = memory_namespace();
         let guards: Vec<super::ClaimGuard> = (0..2_000u32)
@@ -659,8 +701,13 @@ impl NsInner {
                 .map(|_| cfg.get_retention().as_millis() as u64),
         };
         let now_tick = params.now(clock.now_ms()).tick;
+        let room = if cfg.preallocate {
+            cfg.max_keys.div_ceil(shards)
+        } else {
+            0
+        };
         let slots = (0..shards)
-            .map(|_| CachePadded::new(ShardSlot::new(now_tick)))
+            .map(|_| CachePadded::new(ShardSlot::new(now_tick, room)))
             .collect();
         let pool = AtomicUsize::new(cfg.max_keys);
         NsInner {

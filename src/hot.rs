@@ -444,11 +444,14 @@ pub(crate) struct ShardSlot {
 }
 
 impl ShardSlot {
-    pub(crate) fn new(now_tick: u64) -> Self {
+    /// A shard whose index has room for `room` entries before it first grows.
+    pub(crate) fn new(now_tick: u64, room: usize) -> Self {
+        let shard = Shard::new(now_tick, room);
+        let hint = if room > 0 { shard.index.hint() } else { 0 };
         ShardSlot {
-            shard: Mutex::new(Shard::new(now_tick)),
+            shard: Mutex::new(shard),
             reserve: AtomicUsize::new(0),
-            hint: AtomicUsize::new(0),
+            hint: AtomicUsize::new(hint),
         }
     }
 }
@@ -550,9 +553,9 @@ fn remove_unlinked(
 }
 
 impl Shard {
-    pub(crate) fn new(now_tick: u64) -> Self {
+    pub(crate) fn new(now_tick: u64, room: usize) -> Self {
         Shard {
-            index: Index::default(),
+            index: Index::with_room(room),
             slab: Slab::default(),
             wheel: Wheel::new(now_tick),
             payloads: HashMap::new(),

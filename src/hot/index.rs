@@ -121,6 +121,21 @@ pub(crate) struct Index {
 }
 
 impl Index {
+    /// An empty index with room for `entries` before it first grows.
+    pub(crate) fn with_room(entries: usize) -> Self {
+        if entries == 0 {
+            return Index::default();
+        }
+        let mut n = 1;
+        while capacity(n) < entries {
+            n *= 2;
+        }
+        Index {
+            buckets: vec![Bucket::EMPTY; n],
+            len: 0,
+        }
+    }
+
     /// Entries held.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {

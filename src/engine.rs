@@ -341,6 +341,17 @@ impl Engine {
         let _ = hold;
     }
 
+    /// Testing hook: while `panic` is true every write of completions to the durable
+    /// tier panics before it starts, as a bug in it would. Not part of the stable API.
+    #[doc(hidden)]
+    pub fn debug_panic_completions(&self, panic: bool) {
+        #[cfg(feature = "durable")]
+        if let Some(store) = &self.shared.store {
+            store.set_panic_completions(panic);
+        }
+        let _ = panic;
+    }
+
     /// Testing hook: how many completion writes are waiting on
     /// [`Engine::debug_hold_completions`]. Not part of the stable API.
     #[doc(hidden)]
@@ -1167,7 +1178,7 @@ impl Namespace {
                 Err(Refused::LeaseLost) => outcomes.push(Err(Error::LeaseLost)),
             }
         }
-        let stored = d.write_completions(&records, &[]);
+        let stored = write_unwinding(|| d.write_completions(&records, &[]));
         for g in &begun {
             let si = g.shard as usize;
             let cap = ns.capacity(si);
@@ -1177,11 +1188,11 @@ impl Namespace {
                 None,
                 &ns.params,
                 now,
-                stored.is_ok(),
+                matches!(stored, Ok(Ok(()))),
                 &cap,
             );
         }
-        stored.map(|()| outcomes)
+        finished(stored).map(|()| outcomes)
     }
 
     /// Looks `key` up without changing anything: `None` if it is unknown or expired.
@@ -1547,17 +1558,17 @@ impl ClaimGuard {
             .begin_complete(self.fp, &self.lease, now, &cap)
             .map_err(|Refused::LeaseLost| Error::LeaseLost)?;
         let record = self.done_record(now, ns.params.retention_ms.unwrap_or(0), payload, result);
-        let stored = d.write_completions(&[(self.fp.to_u128(), record)], state);
+        let stored = write_unwinding(|| d.write_completions(&[(self.fp.to_u128(), record)], state));
         ns.slots[si].shard.lock().finish_complete(
             self.fp,
             &self.lease,
             result,
             &ns.params,
             now,
-            stored.is_ok(),
+            matches!(stored, Ok(Ok(()))),
             &cap,
         );
-        stored
+        finished(stored)
     }
 
     /// Gives up a claim whose marker was never written: the hot tier only.
@@ -1597,6 +1608,20 @@ impl Drop for ClaimGuard {
             let _ = self.release_inner();
         }
     }
+}
+
+/// A completion's durable write, with a panic caught so that the caller can release
+/// the entries it marked as completing (they would otherwise stay held for good)
+/// before [`finished`] lets the panic go on.
+type Unwinding<T> = std::thread::Result<Result<T>>;
+
+fn write_unwinding<T>(write: impl FnOnce() -> Result<T>) -> Unwinding<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(write))
+}
+
+/// The write's result, or its panic resumed.
+fn finished<T>(stored: Unwinding<T>) -> Result<T> {
+    stored.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
 /// Gives up the acquired claims of a batch whose markers were never written.

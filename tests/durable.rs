@@ -1309,3 +1309,25 @@ fn grouped_completions_are_synced_counted_and_survive_a_restart() {
         }
     }
 }
+
+#[test]
+fn a_completion_whose_write_panics_releases_its_claim() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (engine, ns) = open(&dir, &clock, small());
+    let single = acquire(&ns, b"single");
+    let batch = vec![acquire(&ns, b"b1"), acquire(&ns, b"b2")];
+    engine.debug_panic_completions(true);
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| single.complete()));
+    assert!(panicked.is_err(), "the panic reaches the caller");
+    let panicked =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ns.complete_batch(batch)));
+    assert!(panicked.is_err(), "the panic reaches the caller");
+    engine.debug_panic_completions(false);
+    // The entries are not left marked as completing: each key is claimable at once,
+    // and completes.
+    for k in [&b"single"[..], b"b1", b"b2"] {
+        acquire(&ns, k).complete().unwrap();
+        duplicate(&ns, k);
+    }
+}

@@ -73,6 +73,8 @@ pub(crate) struct Store {
     hold_completions: AtomicBool,
     /// ... and this counts the writes waiting.
     held_completions: std::sync::atomic::AtomicUsize,
+    /// Testing hook: completion writes panic while this is set.
+    panic_completions: AtomicBool,
     /// Options of every point read and write, built once: each `Default` is a C++
     /// allocation through the FFI, and the claim path reads and writes per message.
     point_read: ReadOptions,
@@ -264,6 +266,7 @@ impl Store {
                 group: (!commit_delay.is_zero())
                     .then(|| super::group::GroupCommit::new(commit_delay)),
                 hold_completions: AtomicBool::new(false),
+                panic_completions: AtomicBool::new(false),
                 held_completions: std::sync::atomic::AtomicUsize::new(0),
                 point_read: ReadOptions::default(),
                 write_nosync: WriteOptions::default(),
@@ -300,12 +303,19 @@ impl Store {
         self.hold_completions.store(hold, Ordering::SeqCst);
     }
 
+    pub(crate) fn set_panic_completions(&self, panic: bool) {
+        self.panic_completions.store(panic, Ordering::SeqCst);
+    }
+
     pub(crate) fn held_completions(&self) -> usize {
         self.held_completions.load(Ordering::SeqCst)
     }
 
     /// Testing hook: waits while completions are held.
     fn wait_if_held(&self) {
+        if self.panic_completions.load(Ordering::Relaxed) {
+            panic!("a completion write panicked (testing hook)");
+        }
         if self.hold_completions.load(Ordering::Relaxed) {
             self.held_completions.fetch_add(1, Ordering::SeqCst);
             while self.hold_completions.load(Ordering::SeqCst) {

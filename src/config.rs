@@ -243,10 +243,10 @@ impl NamespaceConfig {
     /// instead of doubling it as keys arrive (default `false`). A doubling places
     /// every entry of the shard again while its lock is held, a pause of up to a
     /// millisecond for the claims of that shard; preallocated, a namespace filling up
-    /// to `max_keys` never pauses for it. The price: the index's full size, about 6
-    /// bytes per key of `max_keys`, is taken from the start (a shard that draws more
-    /// than its share through the common pool still grows). Memory per resident key
-    /// at full capacity is the same either way.
+    /// to `max_keys` never pauses for it. The price: the index's full size, 6 to 12
+    /// bytes per key of `max_keys` (its bucket count is a power of two), is taken from
+    /// the start, and a shard that draws more than its share through the common pool
+    /// still grows. Memory per resident key at full capacity is the same either way.
     pub fn preallocate(mut self, preallocate: bool) -> Self {
         self.preallocate = preallocate;
         self
@@ -476,9 +476,10 @@ impl EngineBuilder {
     /// worker takes between two completions. At most 100 ms.
     ///
     /// One difference from the default path: with a delay the record is written
-    /// before the fsync, so if the fsync fails, `complete` returns the error but the
-    /// record is readable (a redelivery answers `Duplicate`) and may or may not
-    /// survive a power loss. RocksDB's own path does not apply a write whose sync
+    /// before the fsync, so if the fsync fails, the record is readable (a redelivery
+    /// answers `Duplicate`) and may or may not survive a power loss, while `complete`
+    /// returns the error (under `FailurePolicy::FailOpen`: `Ok`, counted as a
+    /// fail-open decision). RocksDB's own path does not apply a write whose sync
     /// failed.
     pub fn commit_delay(mut self, delay: Duration) -> Self {
         self.commit_delay = delay;

@@ -37,12 +37,17 @@ pub(crate) struct GroupCommit {
 struct State {
     /// Tickets handed out: writes that have returned and wait to be synced.
     written: u64,
-    /// Every ticket up to this one is durable.
+    /// Every ticket up to this one was covered by a sync that has finished: durable,
+    /// unless it falls in one of the `failed` ranges.
     synced: u64,
+    /// Callers between taking their ticket and returning.
+    waiting: usize,
     /// A waiter is syncing (or waiting for company before it does).
     leading: bool,
-    /// The last failed sync: every ticket up to `.0` not synced before it fails.
-    failed: Option<(u64, Error)>,
+    /// The tickets of failed syncs, `(after, through]` with the error, kept until no
+    /// caller is waiting any more. A later sync that succeeds does not make a failed
+    /// one's writes durable, so a ticket is checked against these first.
+    failed: Vec<(u64, u64, Error)>,
     /// The last sync had company: it covered more than one write, or another write
     /// arrived while it ran.
     concurrent: bool,
@@ -72,21 +77,23 @@ impl GroupCommit {
 
     /// Called after a write has returned: waits until a `sync` that started after it
     /// has finished, leading one if nobody is. The error of a failed sync is returned
-    /// to every write it was to cover.
+    /// to every write it was to cover. If the sync panics, the writes it was to cover
+    /// fail, the next waiter leads, and the panic goes on in the leader's thread.
     pub(crate) fn commit(&self, sync: impl Fn() -> Result<(), Error>) -> Result<(), Error> {
         let mut st = self.state.lock();
         st.written += 1;
+        st.waiting += 1;
         let ticket = st.written;
         // A leader waiting for company wakes up.
         self.changed.notify_all();
         loop {
             if st.synced >= ticket {
-                return Ok(());
-            }
-            if let Some((through, e)) = &st.failed {
-                if ticket <= *through {
-                    return Err(e.clone());
-                }
+                let outcome = match st.failed.iter().find(|f| f.0 < ticket && ticket <= f.1) {
+                    Some((_, _, e)) => Err(e.clone()),
+                    None => Ok(()),
+                };
+                st.leave();
+                return outcome;
             }
             if st.leading {
                 self.changed.wait(&mut st);
@@ -105,19 +112,42 @@ impl GroupCommit {
                     }
                 }
             }
-            let through = st.written;
-            let covered = through - st.synced;
+            let (after, through) = (st.synced, st.written);
             drop(st);
-            let r = sync();
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&sync));
             self.syncs.fetch_add(1, Ordering::Relaxed);
             st = self.state.lock();
             st.leading = false;
-            st.concurrent = covered > 1 || st.written > through;
-            match r {
-                Ok(()) => st.synced = st.synced.max(through),
-                Err(e) => st.failed = Some((through, e)),
-            }
+            st.concurrent = through - after > 1 || st.written > through;
+            st.synced = through;
+            let panicked = match r {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => {
+                    st.failed.push((after, through, e));
+                    None
+                }
+                Err(panic) => {
+                    let e = crate::error::StoreError::new("sync", "the sync panicked".to_owned());
+                    st.failed.push((after, through, Error::Store(e)));
+                    Some(panic)
+                }
+            };
             self.changed.notify_all();
+            if let Some(panic) = panicked {
+                st.leave();
+                drop(st);
+                std::panic::resume_unwind(panic);
+            }
+        }
+    }
+}
+
+impl State {
+    /// A caller is done with its ticket; the last one out forgets the failures.
+    fn leave(&mut self) {
+        self.waiting -= 1;
+        if self.waiting == 0 {
+            self.failed.clear();
         }
     }
 }
@@ -216,5 +246,84 @@ mod tests {
         assert_eq!(g.commit(|| Err(store_error())), Err(store_error()));
         g.commit(|| Ok(())).unwrap();
         assert_eq!(g.syncs(), 2);
+    }
+
+    /// A commit on its own thread whose sync, if it leads, signals `syncing`, waits
+    /// for `release`, then returns what `outcome` gives.
+    fn commit_blocking(
+        g: &Arc<GroupCommit>,
+        syncing: &Arc<AtomicBool>,
+        release: &Arc<AtomicBool>,
+        outcome: fn() -> Result<(), Error>,
+    ) -> std::thread::JoinHandle<Result<(), Error>> {
+        let (g, syncing, release) = (g.clone(), syncing.clone(), release.clone());
+        std::thread::spawn(move || {
+            g.commit(|| {
+                syncing.store(true, Ordering::SeqCst);
+                until(|| release.load(Ordering::SeqCst));
+                outcome()
+            })
+        })
+    }
+
+    #[test]
+    fn every_write_of_a_failed_sync_fails_even_after_a_later_sync_succeeded() {
+        let g = Arc::new(GroupCommit::new(Duration::ZERO));
+        let flag = || Arc::new(AtomicBool::new(false));
+        let (syncing_first, release_first) = (flag(), flag());
+        let first = commit_blocking(&g, &syncing_first, &release_first, || Ok(()));
+        until(|| syncing_first.load(Ordering::SeqCst));
+        // Two writes arrive during the first sync; whichever leads the next one, that
+        // sync fails.
+        let (syncing, release) = (flag(), flag());
+        let second = commit_blocking(&g, &syncing, &release, || Err(store_error()));
+        let third = commit_blocking(&g, &syncing, &release, || Err(store_error()));
+        until(|| g.state.lock().written == 3);
+        release_first.store(true, Ordering::SeqCst);
+        first.join().unwrap().unwrap();
+        until(|| syncing.load(Ordering::SeqCst));
+        // A fourth write arrives during the failing sync; its own sync succeeds, and
+        // may finish before the follower of the failed one wakes up.
+        let fourth = {
+            let g = g.clone();
+            std::thread::spawn(move || g.commit(|| Ok(())))
+        };
+        until(|| g.state.lock().written == 4);
+        release.store(true, Ordering::SeqCst);
+        fourth.join().unwrap().unwrap();
+        assert_eq!(second.join().unwrap(), Err(store_error()));
+        assert_eq!(third.join().unwrap(), Err(store_error()));
+        assert_eq!(g.syncs(), 3);
+        assert!(
+            g.state.lock().failed.is_empty(),
+            "forgotten once nobody waits"
+        );
+    }
+
+    #[test]
+    fn a_panicking_sync_fails_its_writes_and_the_next_commit_leads() {
+        let g = Arc::new(GroupCommit::new(Duration::ZERO));
+        let flag = || Arc::new(AtomicBool::new(false));
+        let (syncing_first, release_first) = (flag(), flag());
+        let first = commit_blocking(&g, &syncing_first, &release_first, || Ok(()));
+        until(|| syncing_first.load(Ordering::SeqCst));
+        let (syncing, release) = (flag(), flag());
+        let panics = || -> Result<(), Error> { panic!("the sync panicked (on purpose)") };
+        let second = commit_blocking(&g, &syncing, &release, panics);
+        let third = commit_blocking(&g, &syncing, &release, panics);
+        until(|| g.state.lock().written == 3);
+        release_first.store(true, Ordering::SeqCst);
+        first.join().unwrap().unwrap();
+        until(|| syncing.load(Ordering::SeqCst));
+        release.store(true, Ordering::SeqCst);
+        let outcomes = [second.join(), third.join()];
+        // The leader's thread panicked; the write that shared its sync failed.
+        assert_eq!(outcomes.iter().filter(|o| o.is_err()).count(), 1);
+        assert!(outcomes
+            .iter()
+            .any(|o| matches!(o, Ok(Err(Error::Store(_))))));
+        // Nobody is left leading: the next commit syncs.
+        g.commit(|| Ok(())).unwrap();
+        assert_eq!(g.syncs(), 3);
     }
 }

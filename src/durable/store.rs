@@ -75,6 +75,8 @@ pub(crate) struct Store {
     held_completions: std::sync::atomic::AtomicUsize,
     /// Testing hook: completion writes panic while this is set.
     panic_completions: AtomicBool,
+    /// Testing hook: syncs of the write-ahead log fail while this is set.
+    fail_syncs: AtomicBool,
     /// Options of every point read and write, built once: each `Default` is a C++
     /// allocation through the FFI, and the claim path reads and writes per message.
     point_read: ReadOptions,
@@ -267,6 +269,7 @@ impl Store {
                     .then(|| super::group::GroupCommit::new(commit_delay)),
                 hold_completions: AtomicBool::new(false),
                 panic_completions: AtomicBool::new(false),
+                fail_syncs: AtomicBool::new(false),
                 held_completions: std::sync::atomic::AtomicUsize::new(0),
                 point_read: ReadOptions::default(),
                 write_nosync: WriteOptions::default(),
@@ -301,6 +304,10 @@ impl Store {
 
     pub(crate) fn set_hold_completions(&self, hold: bool) {
         self.hold_completions.store(hold, Ordering::SeqCst);
+    }
+
+    pub(crate) fn set_fail_syncs(&self, fail: bool) {
+        self.fail_syncs.store(fail, Ordering::SeqCst);
     }
 
     pub(crate) fn set_panic_completions(&self, panic: bool) {
@@ -560,6 +567,12 @@ impl Store {
 
     /// Forces the write-ahead log to disk (the `Periodic` sync policy).
     pub(crate) fn sync_wal(&self) -> Result<(), Error> {
+        if self.fail_syncs.load(Ordering::SeqCst) {
+            return Err(Error::Store(StoreError::new(
+                "sync",
+                "injected failure: the disk refuses to sync".to_owned(),
+            )));
+        }
         self.db.flush_wal(true).map_err(|e| store_err("sync", e))
     }
 }

@@ -24,7 +24,6 @@ pub fn engine_with(cfg: NamespaceConfig) -> (Engine, Namespace, ManualClock) {
     (engine, ns, clock)
 }
 
-/// Short-lived defaults used across tests: TTL 60 s, lease 5 s.
 /// Claims `key`, which must be acquired.
 pub fn acquire(ns: &Namespace, key: &[u8]) -> ClaimGuard {
     match ns.claim(key) {
@@ -36,6 +35,7 @@ pub fn acquire(ns: &Namespace, key: &[u8]) -> ClaimGuard {
     }
 }
 
+/// Short-lived defaults used across tests: TTL 60 s, lease 5 s.
 pub fn small() -> NamespaceConfig {
     NamespaceConfig::new()
         .ttl(Duration::from_secs(60))

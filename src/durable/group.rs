@@ -266,22 +266,37 @@ mod tests {
         })
     }
 
-    #[test]
-    fn every_write_of_a_failed_sync_fails_even_after_a_later_sync_succeeded() {
-        let g = Arc::new(GroupCommit::new(Duration::ZERO));
+    /// Two commits that take their tickets while a first sync runs, so that they share
+    /// the next one, whose sync (whoever leads) blocks until released and then returns
+    /// what `outcome` gives. Returns once that sync has begun, with its release flag.
+    #[allow(clippy::type_complexity)]
+    fn two_share_a_sync(
+        g: &Arc<GroupCommit>,
+        outcome: fn() -> Result<(), Error>,
+    ) -> (
+        Arc<AtomicBool>,
+        std::thread::JoinHandle<Result<(), Error>>,
+        std::thread::JoinHandle<Result<(), Error>>,
+    ) {
         let flag = || Arc::new(AtomicBool::new(false));
         let (syncing_first, release_first) = (flag(), flag());
-        let first = commit_blocking(&g, &syncing_first, &release_first, || Ok(()));
+        let first = commit_blocking(g, &syncing_first, &release_first, || Ok(()));
         until(|| syncing_first.load(Ordering::SeqCst));
-        // Two writes arrive during the first sync; whichever leads the next one, that
-        // sync fails.
         let (syncing, release) = (flag(), flag());
-        let second = commit_blocking(&g, &syncing, &release, || Err(store_error()));
-        let third = commit_blocking(&g, &syncing, &release, || Err(store_error()));
+        let second = commit_blocking(g, &syncing, &release, outcome);
+        let third = commit_blocking(g, &syncing, &release, outcome);
         until(|| g.state.lock().written == 3);
         release_first.store(true, Ordering::SeqCst);
         first.join().unwrap().unwrap();
         until(|| syncing.load(Ordering::SeqCst));
+        (release, second, third)
+    }
+
+    #[test]
+    fn every_write_of_a_failed_sync_fails_even_after_a_later_sync_succeeded() {
+        let g = Arc::new(GroupCommit::new(Duration::ZERO));
+        // Whichever of the two writes leads their shared sync, that sync fails.
+        let (release, second, third) = two_share_a_sync(&g, || Err(store_error()));
         // A fourth write arrives during the failing sync; its own sync succeeds, and
         // may finish before the follower of the failed one wakes up.
         let fourth = {
@@ -303,18 +318,8 @@ mod tests {
     #[test]
     fn a_panicking_sync_fails_its_writes_and_the_next_commit_leads() {
         let g = Arc::new(GroupCommit::new(Duration::ZERO));
-        let flag = || Arc::new(AtomicBool::new(false));
-        let (syncing_first, release_first) = (flag(), flag());
-        let first = commit_blocking(&g, &syncing_first, &release_first, || Ok(()));
-        until(|| syncing_first.load(Ordering::SeqCst));
-        let (syncing, release) = (flag(), flag());
-        let panics = || -> Result<(), Error> { panic!("the sync panicked (on purpose)") };
-        let second = commit_blocking(&g, &syncing, &release, panics);
-        let third = commit_blocking(&g, &syncing, &release, panics);
-        until(|| g.state.lock().written == 3);
-        release_first.store(true, Ordering::SeqCst);
-        first.join().unwrap().unwrap();
-        until(|| syncing.load(Ordering::SeqCst));
+        let (release, second, third) =
+            two_share_a_sync(&g, || panic!("the sync panicked (on purpose)"));
         release.store(true, Ordering::SeqCst);
         let outcomes = [second.join(), third.join()];
         // The leader's thread panicked; the write that shared its sync failed.

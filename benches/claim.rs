@@ -294,6 +294,17 @@ fn time_each(n: u64, mut op: impl FnMut(u64)) -> Vec<u32> {
         .collect()
 }
 
+/// Percentiles of `n` single claim + complete calls of keys after the resident ones.
+fn fresh_latency(ns: &Namespace, n: u64) -> [u32; 4] {
+    let fresh: Vec<Key> = (RESIDENT..RESIDENT + n).map(key).collect();
+    percentiles(&mut time_each(n, |i| {
+        match ns.claim(black_box(&fresh[i as usize])) {
+            Ok(Claim::Acquired(guard)) => guard.complete().expect("complete"),
+            _ => panic!("a fresh key was not acquired"),
+        }
+    }))
+}
+
 /// Latency percentiles of single claim calls on a namespace of 1 M resident keys.
 fn latency() {
     const N: u64 = 1_000_000;
@@ -307,14 +318,9 @@ fn latency() {
     {
         let (_engine, ns) = namespace(8_000_000);
         fill_done(&ns);
-        let fresh: Vec<Key> = (RESIDENT..RESIDENT + N).map(key).collect();
-        let mut t = time_each(N, |i| match ns.claim(black_box(&fresh[i as usize])) {
-            Ok(Claim::Acquired(guard)) => guard.complete().expect("complete"),
-            _ => panic!("a fresh key was not acquired"),
-        });
         rows.push((
             "claim + complete, fresh key (1 M resident, growing)",
-            percentiles(&mut t),
+            fresh_latency(&ns, N),
         ));
         let probe = probes(5, 0);
         let mut t = time_each(N, |i| {
@@ -330,14 +336,9 @@ fn latency() {
         // timed claims never wait for a shard's index to double.
         let (_engine, ns) = namespace_with(2 * RESIDENT as usize, true);
         fill_done(&ns);
-        let fresh: Vec<Key> = (RESIDENT..RESIDENT + N).map(key).collect();
-        let mut t = time_each(N, |i| match ns.claim(black_box(&fresh[i as usize])) {
-            Ok(Claim::Acquired(guard)) => guard.complete().expect("complete"),
-            _ => panic!("a fresh key was not acquired"),
-        });
         rows.push((
             "claim + complete, fresh key (1 M resident, preallocated for 2 M)",
-            percentiles(&mut t),
+            fresh_latency(&ns, N),
         ));
     }
     println!();

@@ -321,10 +321,10 @@ impl Engine {
     /// failing disk would (reads still work). Not part of the stable API.
     #[doc(hidden)]
     pub fn debug_fail_store_writes(&self, fail: bool) {
-        #[cfg(feature = "durable")]
-        if let Some(store) = &self.shared.store {
-            store.set_fail_writes(fail);
-        }
+        self.with_store(|_store| {
+            #[cfg(feature = "durable")]
+            _store.set_fail_writes(fail);
+        });
         let _ = fail;
     }
 
@@ -334,10 +334,10 @@ impl Engine {
     /// writes. Not part of the stable API.
     #[doc(hidden)]
     pub fn debug_hold_completions(&self, hold: bool) {
-        #[cfg(feature = "durable")]
-        if let Some(store) = &self.shared.store {
-            store.set_hold_completions(hold);
-        }
+        self.with_store(|_store| {
+            #[cfg(feature = "durable")]
+            _store.set_hold_completions(hold);
+        });
         let _ = hold;
     }
 
@@ -346,10 +346,10 @@ impl Engine {
     /// would. Not part of the stable API.
     #[doc(hidden)]
     pub fn debug_fail_syncs(&self, fail: bool) {
-        #[cfg(feature = "durable")]
-        if let Some(store) = &self.shared.store {
-            store.set_fail_syncs(fail);
-        }
+        self.with_store(|_store| {
+            #[cfg(feature = "durable")]
+            _store.set_fail_syncs(fail);
+        });
         let _ = fail;
     }
 
@@ -357,12 +357,24 @@ impl Engine {
     /// tier panics before it starts, as a bug in it would. Not part of the stable API.
     #[doc(hidden)]
     pub fn debug_panic_completions(&self, panic: bool) {
-        #[cfg(feature = "durable")]
-        if let Some(store) = &self.shared.store {
-            store.set_panic_completions(panic);
-        }
+        self.with_store(|_store| {
+            #[cfg(feature = "durable")]
+            _store.set_panic_completions(panic);
+        });
         let _ = panic;
     }
+
+    /// Runs `f` on the durable store, if the engine has one (the testing hooks).
+    #[cfg(feature = "durable")]
+    fn with_store(&self, f: impl FnOnce(&crate::durable::Store)) {
+        if let Some(store) = &self.shared.store {
+            f(store);
+        }
+    }
+
+    /// Without the durable tier there is no store: the testing hooks do nothing.
+    #[cfg(not(feature = "durable"))]
+    fn with_store(&self, _f: impl FnOnce(&())) {}
 
     /// Testing hook: how many completion writes are waiting on
     /// [`Engine::debug_hold_completions`]. Not part of the stable API.

@@ -60,6 +60,12 @@ fn acquired(claim: Claim) -> ClaimGuard {
     }
 }
 
+/// Closes the engine (and its handle), then checks that no claim marker is on disk.
+fn assert_no_markers_after_close(dir: &TempDir, open: (Engine, Namespace)) {
+    drop(open);
+    assert!(entries(&raw_db(dir), "claims:ns").is_empty());
+}
+
 fn duplicate(ns: &Namespace, key: &[u8]) -> Done {
     match ns.claim(key) {
         Ok(Claim::Duplicate(d)) => d,
@@ -988,8 +994,7 @@ fn a_deferred_claim_of_an_orphaned_key_deletes_the_old_marker() {
     let (engine, ns) = open(&dir, &clock, cfg);
     assert!(engine.orphans().is_empty(), "{:?}", engine.orphans());
     duplicate(&ns, b"k");
-    drop((engine, ns));
-    assert!(entries(&raw_db(&dir), "claims:ns").is_empty());
+    assert_no_markers_after_close(&dir, (engine, ns));
 }
 
 #[test]
@@ -1252,8 +1257,7 @@ fn forgetting_a_held_claim_drops_its_deferred_marker() {
     let (engine, ns) = open(&dir, &clock, cfg);
     assert!(engine.orphans().is_empty(), "{:?}", engine.orphans());
     acquire(&ns, b"k").release().unwrap();
-    drop((engine, ns));
-    assert!(entries(&raw_db(&dir), "claims:ns").is_empty());
+    assert_no_markers_after_close(&dir, (engine, ns));
 }
 
 #[test]

@@ -247,6 +247,8 @@ impl NamespaceConfig {
     /// bytes per key of `max_keys` (its bucket count is a power of two), is taken from
     /// the start, and a shard that draws more than its share through the common pool
     /// still grows. Memory per resident key at full capacity is the same either way.
+    /// If the allocator refuses that memory, [`EngineBuilder::build`] returns
+    /// [`Error::OutOfMemory`] instead of aborting the process.
     pub fn preallocate(mut self, preallocate: bool) -> Self {
         self.preallocate = preallocate;
         self

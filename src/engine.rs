@@ -230,7 +230,7 @@ impl Engine {
                 tick_ms,
                 b.clock.clone(),
                 durable,
-            );
+            )?;
             namespaces.insert(name, Arc::new(ns));
         }
         #[allow(unused_mut)]
@@ -543,6 +543,19 @@ mod tests {
     }
 
     #[test]
+    fn an_index_too_large_to_allocate_fails_the_build_instead_of_aborting() {
+        // 2^60 entries need more than isize::MAX bytes of buckets: the allocation is
+        // refused, not attempted, on every machine.
+        assert!(super::new_slots(4, 0, 1 << 60).is_none());
+        assert!(super::new_slots(4, 0, usize::MAX).is_none());
+        let slots = super::new_slots(4, 0, 1_000).expect("a small index allocates");
+        assert_eq!(slots.len(), 4);
+        assert!(slots
+            .iter()
+            .all(|s| s.hint.load(crate::sync::Ordering::Relaxed) != 0));
+    }
+
+    #[test]
     fn guards_spread_over_the_namespace_pins() {
         let (_engine, ns) = memory_namespace();
         let guards: Vec<super::ClaimGuard> = (0..2_000u32)
@@ -688,6 +701,14 @@ mod maintenance {
 /// 7/8 of its slots. The count is chosen so that, when the namespace is full, every
 /// shard sits just under such a threshold (with 3% headroom for uneven spread): at the
 /// sizing point each key then costs about 8/7 index slots instead of up to 16/7.
+/// `shards` empty shards whose indexes have room for `room` entries each, or `None`
+/// if those indexes cannot be allocated.
+fn new_slots(shards: usize, now_tick: u64, room: usize) -> Option<Box<[CachePadded<ShardSlot>]>> {
+    (0..shards)
+        .map(|_| ShardSlot::new(now_tick, room).map(CachePadded::new))
+        .collect()
+}
+
 pub(crate) fn default_shards(max_keys: usize) -> usize {
     const MIN: usize = 32;
     const MAX: usize = 1024;
@@ -724,7 +745,7 @@ impl NsInner {
         tick_ms: u64,
         clock: std::sync::Arc<dyn Clock>,
         durable: Option<DurableNs>,
-    ) -> Self {
+    ) -> Result<Self> {
         let shards = cfg.shards.unwrap_or_else(|| default_shards(cfg.max_keys));
         let params = Params {
             epoch_ms,
@@ -742,11 +763,12 @@ impl NsInner {
         } else {
             0
         };
-        let slots = (0..shards)
-            .map(|_| CachePadded::new(ShardSlot::new(now_tick, room)))
-            .collect();
+        let slots = new_slots(shards, now_tick, room).ok_or_else(|| Error::OutOfMemory {
+            namespace: name.clone(),
+            what: "the preallocated index (NamespaceConfig::preallocate)",
+        })?;
         let pool = AtomicUsize::new(cfg.max_keys);
-        NsInner {
+        Ok(NsInner {
             name,
             cfg,
             params,
@@ -756,7 +778,7 @@ impl NsInner {
             pool,
             durable,
             forget_waits: AtomicU64::new(0),
-        }
+        })
     }
 
     /// Reads the claim markers left by a previous run: reports each as an orphan,

@@ -172,6 +172,14 @@ pub enum Error {
         /// The setting and what is wrong with it.
         reason: &'static str,
     },
+    /// Memory that the configuration takes up front could not be allocated (a
+    /// preallocated index larger than the allocator grants). Nothing was started.
+    OutOfMemory {
+        /// The namespace concerned.
+        namespace: String,
+        /// What could not be allocated.
+        what: &'static str,
+    },
 }
 
 impl fmt::Display for Error {
@@ -260,6 +268,9 @@ impl fmt::Display for Error {
             }
             Error::InvalidConfig { namespace, reason } => {
                 write!(f, "invalid configuration of namespace {namespace:?}: {reason}")
+            }
+            Error::OutOfMemory { namespace, what } => {
+                write!(f, "namespace {namespace:?}: could not allocate {what}")
             }
         }
     }

@@ -444,15 +444,16 @@ pub(crate) struct ShardSlot {
 }
 
 impl ShardSlot {
-    /// A shard whose index has room for `room` entries before it first grows.
-    pub(crate) fn new(now_tick: u64, room: usize) -> Self {
-        let shard = Shard::new(now_tick, room);
+    /// A shard whose index has room for `room` entries before it first grows, or
+    /// `None` if that index cannot be allocated.
+    pub(crate) fn new(now_tick: u64, room: usize) -> Option<Self> {
+        let shard = Shard::new(now_tick, room)?;
         let hint = if room > 0 { shard.index.hint() } else { 0 };
-        ShardSlot {
+        Some(ShardSlot {
             shard: Mutex::new(shard),
             reserve: AtomicUsize::new(0),
             hint: AtomicUsize::new(hint),
-        }
+        })
     }
 }
 
@@ -553,9 +554,11 @@ fn remove_unlinked(
 }
 
 impl Shard {
-    pub(crate) fn new(now_tick: u64, room: usize) -> Self {
-        Shard {
-            index: Index::with_room(room),
+    /// An empty shard whose index has room for `room` entries, or `None` if that
+    /// index cannot be allocated.
+    pub(crate) fn new(now_tick: u64, room: usize) -> Option<Self> {
+        Some(Shard {
+            index: Index::try_with_room(room)?,
             slab: Slab::default(),
             wheel: Wheel::new(now_tick),
             payloads: HashMap::new(),
@@ -564,7 +567,7 @@ impl Shard {
             live: 0,
             hand: 0,
             counters: Counters::default(),
-        }
+        })
     }
 
     /// The index's prefetch hint, as it should be published.

@@ -121,19 +121,21 @@ pub(crate) struct Index {
 }
 
 impl Index {
-    /// An empty index with room for `entries` before it first grows.
-    pub(crate) fn with_room(entries: usize) -> Self {
+    /// An empty index with room for `entries` before it first grows, or `None` if
+    /// that many buckets cannot be allocated (the size overflows, or the allocator
+    /// refuses it).
+    pub(crate) fn try_with_room(entries: usize) -> Option<Self> {
         if entries == 0 {
-            return Index::default();
+            return Some(Index::default());
         }
-        let mut n = 1;
-        while capacity(n) < entries {
-            n *= 2;
+        let mut n: usize = 1;
+        while n.checked_mul(SLOTS * LOAD_NUM)? / LOAD_DEN < entries {
+            n = n.checked_mul(2)?;
         }
-        Index {
-            buckets: vec![Bucket::EMPTY; n],
-            len: 0,
-        }
+        let mut buckets = Vec::new();
+        buckets.try_reserve_exact(n).ok()?;
+        buckets.resize(n, Bucket::EMPTY);
+        Some(Index { buckets, len: 0 })
     }
 
     /// Entries held.
@@ -284,6 +286,19 @@ impl Index {
 mod tests {
     use super::*;
     use std::collections::HashMap;
+
+    #[test]
+    fn room_that_cannot_be_allocated_is_refused() {
+        assert!(Index::try_with_room(usize::MAX).is_none());
+        assert!(Index::try_with_room(1 << 60).is_none());
+        let idx = Index::try_with_room(1_000).unwrap();
+        assert!(capacity(idx.buckets.len()) >= 1_000);
+        assert!(
+            capacity(idx.buckets.len() / 2) < 1_000,
+            "the smallest that fits"
+        );
+        assert_eq!(Index::try_with_room(0).unwrap().bytes(), 0);
+    }
 
     /// A deterministic hash stream (splitmix64).
     fn mix(mut z: u64) -> u64 {

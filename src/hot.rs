@@ -675,7 +675,16 @@ impl Shard {
         self.extras.entry(idx).or_default()
     }
 
+    /// Moves entry `idx`'s deadline to tick `when`. A later deadline is only stored:
+    /// the entry stays in its bucket, and the wheel re-places it by the new deadline
+    /// when that bucket comes round (in maintenance, off the claim path; see the
+    /// wheel's contract). Only an earlier deadline moves the entry now.
     fn reschedule(&mut self, idx: u32, when: u64) {
+        let e = self.slab.get_mut(idx);
+        if e.prev != NIL && when >= widen(self.wheel.current(), e.deadline) {
+            e.deadline = when as u32;
+            return;
+        }
         self.wheel.deschedule(&mut self.slab, idx);
         self.slab.get_mut(idx).deadline = when as u32;
         self.wheel.schedule(&mut self.slab, idx, when);
@@ -1118,9 +1127,10 @@ impl Shard {
             ..
         } = self;
         let mut reclaimed = 0;
-        // The wheel fires an entry only once the tick it was scheduled for has passed,
-        // and every deadline change reschedules it, so a fired entry is due. (Comparing
-        // 32-bit deadlines here would be wrong after a jump of 2^31 ticks.)
+        // The wheel fires an entry only once its stored deadline has passed (a deadline
+        // moved later in place is re-placed when its old bucket comes round; an earlier
+        // one is rescheduled), so a fired entry is due. (Comparing 32-bit deadlines
+        // here would be wrong after a jump of 2^31 ticks.)
         wheel.advance(slab, now.tick, |slab, idx| {
             if slab.get(idx).meta & COMPLETING_BIT != 0 {
                 // Its completion is being written: look again next tick.

@@ -77,6 +77,21 @@ fn expired_keys_are_reclaimed_without_traffic() {
 }
 
 #[test]
+fn a_ttl_shorter_than_the_lease_is_reclaimed_at_the_ttl() {
+    // Completion moves the key's deadline earlier than its lease: expiry follows it.
+    let (e, ns, clock) = engine_with(small().ttl(secs(2)).lease(secs(30)));
+    for i in 0..100u64 {
+        done(&ns, key(i).as_bytes());
+    }
+    clock.advance(ms(1_999));
+    assert_eq!(e.run_maintenance(), 0);
+    assert_eq!(e.stats().resident_keys, 100);
+    clock.advance(ms(1));
+    assert_eq!(e.run_maintenance(), 100);
+    assert_eq!(e.stats().resident_keys, 0);
+}
+
+#[test]
 fn check_reports_nothing_for_an_expired_key_before_maintenance() {
     let (e, ns, clock) = engine_with(small());
     done(&ns, b"k");

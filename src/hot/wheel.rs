@@ -30,9 +30,14 @@
 //! * While an entry is in the wheel, its links belong to the wheel, and
 //!   [`Links::deadline`] must return the low 32 bits of the tick the entry was
 //!   scheduled for (the `when` given to [`Wheel::schedule`] or returned from the
-//!   `expire` callback). Cascades rely on it to re-place the entry. A `when` at or
-//!   before `current` is clamped (see [`Wheel::schedule`]); the stored deadline may
-//!   then stay at the earlier tick.
+//!   `expire` callback), or a later tick: the caller may move a scheduled entry's
+//!   deadline later in place, without descheduling it. The entry then stays in its
+//!   bucket, whose start is still no later than its deadline, and when that bucket
+//!   comes round the wheel reads the new deadline and re-places the entry (a
+//!   cascade), so it fires at the later tick. Moving a deadline *earlier* needs
+//!   [`Wheel::deschedule`] and [`Wheel::schedule`]. A `when` at or before `current`
+//!   is clamped (see [`Wheel::schedule`]); the stored deadline may then stay at the
+//!   earlier tick.
 //! * Deadlines are stored on 32 bits and widened back with serial arithmetic (see
 //!   [`widen`]), so a stored deadline must stay within `2^31` ticks of the wheel's
 //!   time, in both directions, for as long as the entry is scheduled: schedule at
@@ -609,6 +614,28 @@ mod tests {
                 assert_eq!(fire(&mut w, &mut s, when), vec![0], "{current}+{delta}");
                 assert!(w.is_empty());
                 assert_eq!((s.next(0), s.prev(0)), (NIL, NIL));
+            }
+        }
+    }
+
+    #[test]
+    fn a_deadline_moved_later_in_place_fires_at_the_later_tick() {
+        let deltas = [1u64, 63, 64, 4096, (1 << 18) + 5, (1 << 24) + 17, 1 << 30];
+        for current in [0u64, 1000, (1 << 32) - 10, 1 << 44] {
+            for first in deltas {
+                for extra in deltas {
+                    let (when, later) = (current + first, current + first + extra);
+                    let mut w = Wheel::new(current);
+                    let mut s = Slab::new(1);
+                    sched(&mut w, &mut s, 0, when);
+                    // Moved later without telling the wheel.
+                    s.deadline[0] = later;
+                    let at = format!("{current}+{first}+{extra}");
+                    assert!(fire(&mut w, &mut s, when).is_empty(), "{at}");
+                    assert!(fire(&mut w, &mut s, later - 1).is_empty(), "{at}");
+                    assert_eq!(fire(&mut w, &mut s, later), vec![0], "{at}");
+                    assert!(w.is_empty(), "{at}");
+                }
             }
         }
     }

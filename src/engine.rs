@@ -695,12 +695,6 @@ mod maintenance {
     }
 }
 
-/// The shard count for a namespace of `max_keys` keys.
-///
-/// A shard's index has a power-of-two number of 12-slot buckets, filled to at most
-/// 7/8 of its slots. The count is chosen so that, when the namespace is full, every
-/// shard sits just under such a threshold (with 3% headroom for uneven spread): at the
-/// sizing point each key then costs about 8/7 index slots instead of up to 16/7.
 /// `shards` empty shards whose indexes have room for `room` entries each, or `None`
 /// if those indexes cannot be allocated.
 fn new_slots(shards: usize, now_tick: u64, room: usize) -> Option<Box<[CachePadded<ShardSlot>]>> {
@@ -709,6 +703,12 @@ fn new_slots(shards: usize, now_tick: u64, room: usize) -> Option<Box<[CachePadd
         .collect()
 }
 
+/// The shard count for a namespace of `max_keys` keys.
+///
+/// A shard's index has a power-of-two number of 12-slot buckets, filled to at most
+/// 7/8 of its slots. The count is chosen so that, when the namespace is full, every
+/// shard sits just under such a threshold (with 3% headroom for uneven spread): at the
+/// sizing point each key then costs about 8/7 index slots instead of up to 16/7.
 pub(crate) fn default_shards(max_keys: usize) -> usize {
     const MIN: usize = 32;
     const MAX: usize = 1024;

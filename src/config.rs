@@ -227,6 +227,12 @@ impl NamespaceConfig {
     /// duplicate for `ttl` after its completion, however often it is seen again.
     /// `true` is a sliding window: every duplicate sighting restarts the TTL. Sliding
     /// windows store the completion time beside the entry, which costs memory per key.
+    /// With a durable tier the window is kept there too: when sightings carry it past
+    /// the done record's expiry (completion + retention at first), the record is
+    /// rewritten to last another retention, so the window survives a restart. That
+    /// sighting's claim then writes (with the namespace's sync policy), about once
+    /// per retention for a key seen steadily, and returns the store's error if the
+    /// write fails under [`FailurePolicy::FailClosed`].
     pub fn extend_on_duplicate(mut self, extend: bool) -> Self {
         self.extend_on_duplicate = extend;
         self

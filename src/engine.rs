@@ -13,7 +13,8 @@ use crate::durable::codec::{Record, RecordState};
 use crate::durable::{DurableNs, StateOp};
 use crate::error::{Error, KeyError, Result};
 use crate::hot::{
-    Capacity, DurableLookup, Fp, Lease, Now, Params, Refused, ShardClaim, ShardSlot, ShardState,
+    Capacity, DurableLookup, Extension, Fp, Lease, Now, Params, Refused, ShardClaim, ShardSlot,
+    ShardState,
 };
 use crate::stats::Stats;
 use crate::sync::{Arc, AtomicU64, AtomicUsize, Ordering};
@@ -924,11 +925,17 @@ impl NsInner {
                     completed_at_ms,
                     expires_at_ms,
                     result,
-                } => Ok(Claim::Duplicate(Done {
-                    completed_at_ms,
-                    expires_at_ms,
-                    result,
-                })),
+                    extend,
+                } => {
+                    if let Some(x) = &extend {
+                        this.extend_record(si, fp, x, result.as_deref())?;
+                    }
+                    Ok(Claim::Duplicate(Done {
+                        completed_at_ms,
+                        expires_at_ms,
+                        result,
+                    }))
+                }
                 ShardClaim::PayloadMismatch => Err(Error::PayloadMismatch),
                 ShardClaim::StoreFailed => Err(store_error.unwrap_or(Error::NotDurable)),
                 ShardClaim::Full if !retried => {
@@ -951,6 +958,31 @@ impl NsInner {
                 }
             };
         }
+    }
+
+    /// Rewrites a sliding window's done record with the later expiry its sighting
+    /// needs (see [`Extension`]), outside the shard lock. If the store fails (and the
+    /// namespace fails closed) the claim returns the error and the hot tier goes back
+    /// to the window the record covers, so the next sighting tries again.
+    #[cold]
+    fn extend_record(&self, si: usize, fp: Fp, x: &Extension, result: Option<&[u8]>) -> Result<()> {
+        let Some(d) = &self.durable else {
+            return Ok(());
+        };
+        let record = Record {
+            state: RecordState::Done,
+            token: x.token,
+            at_ms: x.completed_at_ms,
+            expires_ms: x.expires_ms,
+            payload: x.payload,
+            result: result.map(<[u8]>::to_vec),
+        };
+        let stored = write_unwinding(|| d.write_completions(&[(fp.to_u128(), record)], &[]));
+        self.slots[si]
+            .shard
+            .lock()
+            .finish_extension(fp, x, matches!(stored, Ok(Ok(()))));
+        finished(stored)
     }
 
     /// Writes the claim markers of `claims`. On a failure that the namespace does not

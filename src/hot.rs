@@ -315,6 +315,20 @@ impl Params {
         }
     }
 
+    /// With a durable tier: when a done key's durable record must expire so that it
+    /// covers a hot deadline of `hot_ms`. Retention after completion, extended by
+    /// whole retentions for a sliding window whose sightings pushed the hot deadline
+    /// past it: a sighting that moves the hot deadline into a later period rewrites
+    /// the record (see [`Extension`]), so a key seen steadily costs about one durable
+    /// write per retention. `None` without a durable tier.
+    #[inline]
+    pub(crate) fn durable_until(&self, completed_at_ms: u64, hot_ms: u64) -> Option<u64> {
+        let r = self.retention_ms?.max(1);
+        let first = completed_at_ms.saturating_add(r);
+        let periods = hot_ms.saturating_sub(first).div_ceil(r);
+        Some(first.saturating_add(periods.saturating_mul(r)))
+    }
+
     /// The first tick at or after wall-clock `ms`.
     #[inline]
     #[cfg_attr(not(feature = "durable"), allow(dead_code))]
@@ -393,6 +407,17 @@ fn hot_deadline(p: &Params, now: Now, expires_at_ms: u64) -> u64 {
     )
 }
 
+/// The hot deadline of a key found done in the durable tier: a sighting of a sliding
+/// window restarts its TTL (the record is then extended if it would end first, see
+/// [`Extension`]); a fixed window keeps what is left of it.
+fn found_deadline(p: &Params, now: Now, d: &DurableDone) -> u64 {
+    if p.sliding {
+        p.deadline(now, p.ttl_ms)
+    } else {
+        hot_deadline(p, now, d.expires_at_ms)
+    }
+}
+
 /// What a claim found, as the shard reports it.
 #[derive(Debug)]
 pub(crate) enum ShardClaim {
@@ -404,12 +429,33 @@ pub(crate) enum ShardClaim {
         completed_at_ms: u64,
         expires_at_ms: u64,
         result: Option<std::sync::Arc<[u8]>>,
+        /// A sliding window's sighting that the durable record must follow.
+        extend: Option<Extension>,
     },
     PayloadMismatch,
     /// The key is new and the namespace has no room.
     Full,
     /// The durable tier failed (fail closed).
     StoreFailed,
+}
+
+/// A sliding window's sighting moved a done key's hot deadline past what its durable
+/// record covers ([`Params::durable_until`]): the record must be rewritten with the
+/// later expiry, or a restart (or the entry leaving a full hot tier) would end the
+/// window early. The entry is marked completing until [`Shard::finish_extension`], so
+/// that `forget` waits for the rewrite and expiry passes it by.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Extension {
+    pub(crate) idx: u32,
+    pub(crate) token: u32,
+    pub(crate) completed_at_ms: u64,
+    /// The record's new expiry.
+    pub(crate) expires_ms: u64,
+    pub(crate) payload: Option<u64>,
+    /// The hot deadline this sighting set, and the one to go back to if the rewrite
+    /// fails (ticks).
+    deadline: u64,
+    fallback: u64,
 }
 
 /// A key's state as `check` reports it.
@@ -644,11 +690,10 @@ impl Shard {
         let completed_at_ms = extra
             .and_then(Extra::completed_at_ms)
             .unwrap_or_else(|| expires_at_ms.saturating_sub(p.ttl_ms).min(now.ms));
-        // With a durable tier the key stays a duplicate until its retention ends.
-        let expires_at_ms = match p.retention_ms {
-            Some(r) => expires_at_ms.max(completed_at_ms + r),
-            None => expires_at_ms,
-        };
+        // With a durable tier the key stays a duplicate until its record expires.
+        let expires_at_ms = p
+            .durable_until(completed_at_ms, expires_at_ms)
+            .map_or(expires_at_ms, |d| d.max(expires_at_ms));
         (
             completed_at_ms,
             expires_at_ms,
@@ -735,7 +780,7 @@ impl Shard {
                                 return ShardClaim::PayloadMismatch;
                             }
                         }
-                        (STATE_DONE, hot_deadline(p, now, d.expires_at_ms))
+                        (STATE_DONE, found_deadline(p, now, d))
                     }
                 };
                 if !cap.take() {
@@ -747,6 +792,7 @@ impl Shard {
                                 completed_at_ms: d.completed_at_ms,
                                 expires_at_ms: d.expires_at_ms,
                                 result: d.result,
+                                extend: None,
                             }
                         }
                         _ => ShardClaim::Full,
@@ -763,7 +809,7 @@ impl Shard {
                 self.index_insert(fp, idx, cap);
                 self.wheel.schedule(&mut self.slab, idx, deadline);
                 self.live += 1;
-                return self.after_insert(idx, payload, found, lease_deadline);
+                return self.after_insert(idx, payload, found, p, now, lease_deadline);
             }
         };
         let e = *self.slab.get(idx);
@@ -785,11 +831,28 @@ impl Shard {
                     lease_expires_at_ms: self.remaining_tick(p, now, e.deadline).max(now.ms),
                 };
             }
+            let mut extend = None;
             if p.sliding {
                 // Never earlier than already promised: a claimant that read the
                 // clock before a later sighting took the lock must not shorten it.
-                let when = p.deadline(now, p.ttl_ms).max(widen(now.tick, e.deadline));
-                self.reschedule(idx, when);
+                let old = widen(now.tick, e.deadline);
+                let when = p.deadline(now, p.ttl_ms).max(old);
+                let covered = self.completed_at(idx).and_then(|c| {
+                    let have = p.durable_until(c, p.tick_to_ms(old))?;
+                    Some(p.durable_until(c, p.tick_to_ms(when))? <= have)
+                });
+                if covered == Some(false) && e.meta & COMPLETING_BIT != 0 {
+                    // The record is being written (a completion or another
+                    // extension) and this sighting would need a later one: the
+                    // window is not moved, so the hot tier never promises more
+                    // than the durable tier will hold. Rare: it takes a sighting
+                    // a whole retention later during one write.
+                } else {
+                    self.reschedule(idx, when);
+                    if covered == Some(false) {
+                        extend = self.begin_extension(p, idx, when, old);
+                    }
+                }
             }
             self.counters.duplicates += 1;
             let (completed_at_ms, expires_at_ms, result) = self.done_view(p, now, idx);
@@ -797,6 +860,7 @@ impl Shard {
                 completed_at_ms,
                 expires_at_ms,
                 result,
+                extend,
             };
         }
         // Expired here. With a durable tier the key may still be a duplicate there.
@@ -822,7 +886,7 @@ impl Shard {
             self.extras.remove(&idx);
         }
         let (meta, deadline) = match &found {
-            DurableLookup::Done(d) => (STATE_DONE, hot_deadline(p, now, d.expires_at_ms)),
+            DurableLookup::Done(d) => (STATE_DONE, found_deadline(p, now, d)),
             _ => {
                 let token = self.new_token();
                 (STATE_IN_PROGRESS | token << TOKEN_SHIFT, lease_deadline)
@@ -830,7 +894,58 @@ impl Shard {
         };
         self.slab.get_mut(idx).meta = meta;
         self.reschedule(idx, deadline);
-        self.after_insert(idx, payload, found, lease_deadline)
+        self.after_insert(idx, payload, found, p, now, lease_deadline)
+    }
+
+    /// The completion time kept for a sliding window's done entry.
+    fn completed_at(&self, idx: u32) -> Option<u64> {
+        self.extras.get(&idx).and_then(Extra::completed_at_ms)
+    }
+
+    /// Marks done entry `idx` completing and describes the rewrite of its durable
+    /// record that covers hot deadline `when`; `fallback` is the deadline to restore if
+    /// the rewrite fails.
+    fn begin_extension(
+        &mut self,
+        p: &Params,
+        idx: u32,
+        when: u64,
+        fallback: u64,
+    ) -> Option<Extension> {
+        let completed_at_ms = self.completed_at(idx)?;
+        let expires_ms = p.durable_until(completed_at_ms, p.tick_to_ms(when))?;
+        let e = self.slab.get_mut(idx);
+        e.meta |= COMPLETING_BIT;
+        let (token, has_payload) = (e.token(), e.has_payload());
+        Some(Extension {
+            idx,
+            token,
+            completed_at_ms,
+            expires_ms,
+            payload: if has_payload {
+                self.payloads.get(&idx).copied()
+            } else {
+                None
+            },
+            deadline: when,
+            fallback,
+        })
+    }
+
+    /// Ends an [`Extension`] of `fp`'s entry: `stored` says whether the record was
+    /// rewritten. If not, the hot deadline goes back to what the durable tier
+    /// covers (unless another sighting has moved it since), so that the next
+    /// sighting tries again.
+    pub(crate) fn finish_extension(&mut self, fp: Fp, x: &Extension, stored: bool) {
+        let e = *self.slab.get(x.idx);
+        if !(e.is(fp) && e.state() == STATE_DONE && e.meta & COMPLETING_BIT != 0) {
+            // Forgotten, expired or evicted meanwhile.
+            return;
+        }
+        self.slab.get_mut(x.idx).meta &= !COMPLETING_BIT;
+        if !stored && e.deadline == x.deadline as u32 {
+            self.reschedule(x.idx, x.fallback);
+        }
     }
 
     /// Finishes a claim that placed entry `idx`: as a new holder, or as a duplicate
@@ -840,6 +955,8 @@ impl Shard {
         idx: u32,
         payload: Option<u64>,
         found: DurableLookup,
+        p: &Params,
+        now: Now,
         lease_deadline: u64,
     ) -> ShardClaim {
         match found {
@@ -851,10 +968,20 @@ impl Shard {
                 x.completed_at_ms = d.completed_at_ms;
                 x.result = d.result.clone();
                 self.counters.duplicates += 1;
+                // A sliding window restarts at this sighting; if that outlasts the
+                // record, the record is rewritten.
+                let when = found_deadline(p, now, &d);
+                let needed = p.durable_until(d.completed_at_ms, p.tick_to_ms(when));
+                let extend = if p.sliding && needed.is_some_and(|u| u > d.expires_at_ms) {
+                    self.begin_extension(p, idx, when, hot_deadline(p, now, d.expires_at_ms))
+                } else {
+                    None
+                };
                 ShardClaim::Duplicate {
                     completed_at_ms: d.completed_at_ms,
-                    expires_at_ms: d.expires_at_ms,
+                    expires_at_ms: extend.map_or(d.expires_at_ms, |x| x.expires_ms),
                     result: d.result,
+                    extend,
                 }
             }
             _ => {

@@ -199,6 +199,158 @@ fn past_retention_a_key_is_claimable_again_after_a_restart() {
     assert_eq!(duplicate(&ns, b"k").completed_at_ms(), T0 + 120_000);
 }
 
+/// A sliding window (TTL 60 s, retention 120 s) whose key is seen every 50 s for
+/// `sightings` sightings from `T0`, on `ns`.
+fn keep_sighting(ns: &Namespace, clock: &ManualClock, sightings: u64) {
+    for i in 1..=sightings {
+        clock.set(T0 + i * 50_000);
+        let done = duplicate(ns, b"k");
+        assert_eq!(done.completed_at_ms(), T0);
+        assert!(
+            done.expires_at_ms() >= T0 + i * 50_000 + 60_000,
+            "sighting {i}: the window reaches a TTL past it"
+        );
+    }
+}
+
+#[test]
+fn a_sliding_window_outlives_retention_across_a_restart() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small().retention(secs(120)).extend_on_duplicate(true);
+    {
+        let (engine, ns) = open(&dir, &clock, cfg.clone());
+        acquire(&ns, b"k").complete().unwrap();
+        let writes = engine.stats().durable_writes;
+        // 500 s of sightings: four times the retention.
+        keep_sighting(&ns, &clock, 10);
+        // The record follows the window, a retention at a time, not at every sighting.
+        let rewrites = engine.stats().durable_writes - writes;
+        assert!((3..=5).contains(&rewrites), "{rewrites} rewrites");
+    }
+    // After the restart the record alone holds the window: last sighting + 60 s is
+    // still a duplicate (with retention counted from completion it ended at 120 s).
+    clock.set(T0 + 500_000 + 59_999);
+    let (_engine, ns) = open(&dir, &clock, cfg);
+    let done = duplicate(&ns, b"k");
+    assert_eq!(done.completed_at_ms(), T0);
+    // That sighting restarts the window again.
+    clock.set(T0 + 500_000 + 59_999 + 59_999);
+    duplicate(&ns, b"k");
+}
+
+#[test]
+fn a_sliding_window_past_its_hot_entry_is_found_through_the_prefilter() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small().retention(secs(120)).extend_on_duplicate(true);
+    let (engine, ns) = open(&dir, &clock, cfg);
+    acquire(&ns, b"k").complete().unwrap();
+    keep_sighting(&ns, &clock, 10);
+    // The hot entry ends at 560 s; maintenance reclaims it and drops the prefilter
+    // generations past retention, the first record's (120 s) among them.
+    clock.set(T0 + 560_000);
+    engine.run_maintenance();
+    assert_eq!(engine.stats().resident_keys, 0);
+    let done = duplicate(&ns, b"k");
+    assert_eq!(done.completed_at_ms(), T0);
+    assert!(engine.stats().prefilter_passes >= 1);
+}
+
+#[test]
+fn a_sliding_window_kept_only_on_disk_is_extended_when_read_back() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small().retention(secs(120)).extend_on_duplicate(true);
+    {
+        let (_engine, ns) = open(&dir, &clock, cfg.clone());
+        acquire(&ns, b"k").complete().unwrap();
+    }
+    // Past the hot TTL, within retention: the restarted engine reads the record, and
+    // the sighting at 100 s needs it to last until 160 s.
+    clock.set(T0 + 100_000);
+    {
+        let (_engine, ns) = open(&dir, &clock, cfg.clone());
+        let done = duplicate(&ns, b"k");
+        assert!(
+            done.expires_at_ms() >= T0 + 160_000,
+            "{}",
+            done.expires_at_ms()
+        );
+    }
+    clock.set(T0 + 159_999);
+    let (_engine, ns) = open(&dir, &clock, cfg);
+    assert_eq!(duplicate(&ns, b"k").completed_at_ms(), T0);
+}
+
+#[test]
+fn a_failed_window_extension_fails_the_claim_and_is_retried() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small().retention(secs(120)).extend_on_duplicate(true);
+    {
+        let (engine, ns) = open(&dir, &clock, cfg.clone());
+        acquire(&ns, b"k").complete().unwrap();
+        acquire(&ns, b"j").complete().unwrap();
+        clock.set(T0 + 50_000); // covered by the first records (until 120 s)
+        duplicate(&ns, b"k");
+        duplicate(&ns, b"j");
+        clock.set(T0 + 100_000); // a window to 160 s needs the records rewritten
+        engine.debug_fail_store_writes(true);
+        for key in [&b"k"[..], b"j"] {
+            let e = ns.claim(key).unwrap_err();
+            assert!(is_store_error(&e), "{e:?}");
+        }
+        engine.debug_fail_store_writes(false);
+        clock.set(T0 + 105_000);
+        duplicate(&ns, b"k"); // tried again, and written
+                              // The failed sighting left j's window where the record holds it (the 50 s
+                              // sighting's, to 110 s in memory, 120 s on disk): over at 130 s.
+        clock.set(T0 + 130_000);
+        acquire(&ns, b"j").release().unwrap();
+    }
+    clock.set(T0 + 105_000 + 59_999);
+    let (_engine, ns) = open(&dir, &clock, cfg);
+    assert_eq!(duplicate(&ns, b"k").completed_at_ms(), T0);
+}
+
+#[test]
+fn a_forget_racing_a_window_extension_takes_effect_after_it() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small().retention(secs(120)).extend_on_duplicate(true);
+    let (engine, ns) = open(&dir, &clock, cfg.clone());
+    acquire(&ns, b"k").complete().unwrap();
+    clock.set(T0 + 100_000); // this sighting rewrites the record
+    engine.debug_hold_completions(true);
+    let sighting = {
+        let ns = ns.clone();
+        std::thread::spawn(move || ns.claim(b"k"))
+    };
+    while engine.debug_held_completions() == 0 {
+        std::thread::yield_now();
+    }
+    let forgetter = {
+        let ns = ns.clone();
+        std::thread::spawn(move || ns.forget(b"k"))
+    };
+    while ns.debug_forget_waits() == 0 && !forgetter.is_finished() {
+        std::thread::yield_now();
+    }
+    engine.debug_hold_completions(false);
+    assert!(sighting.join().unwrap().unwrap().is_duplicate());
+    assert!(forgetter.join().unwrap().unwrap());
+    assert!(
+        ns.debug_forget_waits() >= 1,
+        "the forget waited for the rewrite"
+    );
+    // Forgotten after the rewrite: gone from both tiers, after a restart too.
+    assert!(ns.check(b"k").unwrap().is_none());
+    drop((ns, engine));
+    let (_engine, ns) = open(&dir, &clock, cfg);
+    acquire(&ns, b"k").release().unwrap();
+}
+
 // 3. The seed.
 
 #[test]

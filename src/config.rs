@@ -254,14 +254,19 @@ impl NamespaceConfig {
     /// the start, and a shard that draws more than its share through the common pool
     /// still grows. Memory per resident key at full capacity is the same either way.
     /// If the allocator refuses that memory, [`EngineBuilder::build`] returns
-    /// [`Error::OutOfMemory`] instead of aborting the process.
+    /// [`Error::OutOfMemory`] instead of aborting the process. Under Linux's default
+    /// overcommit the allocator refuses only a request larger than the machine could
+    /// ever hold; a smaller one that the machine cannot back is granted, and filling
+    /// it can end the process (the kernel's out-of-memory killer), as any allocation
+    /// can. Size `max_keys` to the machine (`idem plan` prints the memory it takes).
     pub fn preallocate(mut self, preallocate: bool) -> Self {
         self.preallocate = preallocate;
         self
     }
 
     /// With a durable tier: how long a completed key stays a duplicate there, counted
-    /// from completion (at least the TTL; default 7 x TTL). The hot tier keeps a key
+    /// from completion (at least the TTL; default 7 x TTL; a sliding window's sightings
+    /// extend it by whole retentions, see [`NamespaceConfig::extend_on_duplicate`]). The hot tier keeps a key
     /// for the TTL; after that a claim finds it in the durable tier until retention
     /// ends, after a restart too. Past retention a compaction filter removes it.
     pub fn retention(mut self, retention: Duration) -> Self {

@@ -938,7 +938,7 @@ impl NsInner {
                 }
                 ShardClaim::PayloadMismatch => Err(Error::PayloadMismatch),
                 ShardClaim::StoreFailed => Err(store_error.unwrap_or(Error::NotDurable)),
-                ShardClaim::Full if !retried => {
+                ShardClaim::Full | ShardClaim::FullForWindow(_) if !retried => {
                     // Expired keys elsewhere may still hold capacity: reclaim them;
                     // with a durable tier, done keys may also leave the hot tier.
                     retried = true;
@@ -948,6 +948,16 @@ impl NsInner {
                     }
                     now = this.now();
                     continue;
+                }
+                ShardClaim::FullForWindow(d) => {
+                    // No room even after eviction (every resident key is in progress):
+                    // answered as the record stands, the window not restarted.
+                    this.slots[si].shard.lock().counters.duplicates += 1;
+                    Ok(Claim::Duplicate(Done {
+                        completed_at_ms: d.completed_at_ms,
+                        expires_at_ms: d.expires_at_ms,
+                        result: d.result,
+                    }))
                 }
                 ShardClaim::Full => {
                     this.slots[si].shard.lock().counters.capacity_refusals += 1;
@@ -978,10 +988,11 @@ impl NsInner {
             result: result.map(<[u8]>::to_vec),
         };
         let stored = write_unwinding(|| d.write_completions(&[(fp.to_u128(), record)], &[]));
+        let cap = self.capacity(si);
         self.slots[si]
             .shard
             .lock()
-            .finish_extension(fp, x, matches!(stored, Ok(Ok(()))));
+            .finish_extension(fp, x, matches!(stored, Ok(Ok(()))), &cap);
         finished(stored)
     }
 
@@ -1173,6 +1184,11 @@ impl Namespace {
     /// It is faster per key than [`Namespace::claim`]: the clock is read once, and
     /// every key's index bucket is requested from memory before the first claim, so
     /// the batch's cache misses overlap.
+    ///
+    /// A sliding window's duplicate whose done record must be rewritten (rare: see
+    /// [`NamespaceConfig::extend_on_duplicate`]) is written on its own, as in
+    /// [`Namespace::claim`]; if that write fails, the batch fails as above, and the
+    /// rewrites already made in it stay (they only extend windows the keys had).
     pub fn claim_batch(&self, keys: &[&[u8]]) -> Result<Vec<Claim>> {
         let ns = &self.inner;
         let mut fps = Vec::with_capacity(keys.len());

@@ -418,6 +418,13 @@ fn found_deadline(p: &Params, now: Now, d: &DurableDone) -> u64 {
     }
 }
 
+/// Whether a sliding window read back from the durable tier, restarted to hot
+/// deadline `when`, outlasts its record.
+fn needs_rewrite(p: &Params, d: &DurableDone, when: u64) -> bool {
+    p.durable_until(d.completed_at_ms, p.tick_to_ms(when))
+        .is_some_and(|u| u > d.expires_at_ms)
+}
+
 /// What a claim found, as the shard reports it.
 #[derive(Debug)]
 pub(crate) enum ShardClaim {
@@ -435,6 +442,10 @@ pub(crate) enum ShardClaim {
     PayloadMismatch,
     /// The key is new and the namespace has no room.
     Full,
+    /// The key is a sliding window's duplicate read from the durable tier whose
+    /// restarted window outlasts its record, and the hot tier has no room for the
+    /// entry that a rewrite needs (see [`Extension`]).
+    FullForWindow(DurableDone),
     /// The durable tier failed (fail closed).
     StoreFailed,
 }
@@ -452,10 +463,9 @@ pub(crate) struct Extension {
     /// The record's new expiry.
     pub(crate) expires_ms: u64,
     pub(crate) payload: Option<u64>,
-    /// The hot deadline this sighting set, and the one to go back to if the rewrite
-    /// fails (ticks).
-    deadline: u64,
-    fallback: u64,
+    /// The hot deadline to go back to if the rewrite fails (ticks), or `None` to drop
+    /// the entry then.
+    fallback: Option<u64>,
 }
 
 /// A key's state as `check` reports it.
@@ -785,6 +795,11 @@ impl Shard {
                 };
                 if !cap.take() {
                     return match found {
+                        // A sliding window that outlasts its record needs an entry to
+                        // rewrite it from: room is made, or the window stays as stored.
+                        DurableLookup::Done(d) if p.sliding && needs_rewrite(p, &d, deadline) => {
+                            ShardClaim::FullForWindow(d)
+                        }
                         // Room or not, a durable duplicate is answered (just not cached).
                         DurableLookup::Done(d) => {
                             self.counters.duplicates += 1;
@@ -838,19 +853,21 @@ impl Shard {
                 let old = widen(now.tick, e.deadline);
                 let when = p.deadline(now, p.ttl_ms).max(old);
                 let covered = self.completed_at(idx).and_then(|c| {
-                    let have = p.durable_until(c, p.tick_to_ms(old))?;
+                    // What the record holds, at least: the hot deadline is rounded up
+                    // to a tick, so the window it stands for may end a tick earlier.
+                    let window = p.tick_to_ms(old).saturating_sub(p.tick_ms - 1);
+                    let have = p.durable_until(c, window)?;
                     Some(p.durable_until(c, p.tick_to_ms(when))? <= have)
                 });
                 if covered == Some(false) && e.meta & COMPLETING_BIT != 0 {
-                    // The record is being written (a completion or another
-                    // extension) and this sighting would need a later one: the
-                    // window is not moved, so the hot tier never promises more
-                    // than the durable tier will hold. Rare: it takes a sighting
-                    // a whole retention later during one write.
+                    // The record is being rewritten and this sighting would need a
+                    // later rewrite still: the window is not moved, so the hot tier
+                    // never promises more than the durable tier will hold. Rare: it
+                    // takes a sighting a whole retention later during one write.
                 } else {
                     self.reschedule(idx, when);
                     if covered == Some(false) {
-                        extend = self.begin_extension(p, idx, when, old);
+                        extend = self.begin_extension(p, idx, when, Some(old));
                     }
                 }
             }
@@ -904,13 +921,14 @@ impl Shard {
 
     /// Marks done entry `idx` completing and describes the rewrite of its durable
     /// record that covers hot deadline `when`; `fallback` is the deadline to restore if
-    /// the rewrite fails.
+    /// the rewrite fails, or `None` to drop the entry then (it was just read from the
+    /// durable tier).
     fn begin_extension(
         &mut self,
         p: &Params,
         idx: u32,
         when: u64,
-        fallback: u64,
+        fallback: Option<u64>,
     ) -> Option<Extension> {
         let completed_at_ms = self.completed_at(idx)?;
         let expires_ms = p.durable_until(completed_at_ms, p.tick_to_ms(when))?;
@@ -927,24 +945,33 @@ impl Shard {
             } else {
                 None
             },
-            deadline: when,
             fallback,
         })
     }
 
     /// Ends an [`Extension`] of `fp`'s entry: `stored` says whether the record was
-    /// rewritten. If not, the hot deadline goes back to what the durable tier
-    /// covers (unless another sighting has moved it since), so that the next
+    /// rewritten. If not, the hot tier goes back to what the durable tier holds (the
+    /// window before this sighting, undoing any sighting made during the write, or no
+    /// entry if the sighting read the key from the durable tier), so that the next
     /// sighting tries again.
-    pub(crate) fn finish_extension(&mut self, fp: Fp, x: &Extension, stored: bool) {
+    pub(crate) fn finish_extension(
+        &mut self,
+        fp: Fp,
+        x: &Extension,
+        stored: bool,
+        cap: &Capacity<'_>,
+    ) {
         let e = *self.slab.get(x.idx);
         if !(e.is(fp) && e.state() == STATE_DONE && e.meta & COMPLETING_BIT != 0) {
-            // Forgotten, expired or evicted meanwhile.
+            // Forgotten meanwhile (nothing else removes a completing entry).
             return;
         }
         self.slab.get_mut(x.idx).meta &= !COMPLETING_BIT;
-        if !stored && e.deadline == x.deadline as u32 {
-            self.reschedule(x.idx, x.fallback);
+        if !stored {
+            match x.fallback {
+                Some(deadline) => self.reschedule(x.idx, deadline),
+                None => self.remove(x.idx, cap),
+            }
         }
     }
 
@@ -971,9 +998,8 @@ impl Shard {
                 // A sliding window restarts at this sighting; if that outlasts the
                 // record, the record is rewritten.
                 let when = found_deadline(p, now, &d);
-                let needed = p.durable_until(d.completed_at_ms, p.tick_to_ms(when));
-                let extend = if p.sliding && needed.is_some_and(|u| u > d.expires_at_ms) {
-                    self.begin_extension(p, idx, when, hot_deadline(p, now, d.expires_at_ms))
+                let extend = if p.sliding && needs_rewrite(p, &d, when) {
+                    self.begin_extension(p, idx, when, None)
                 } else {
                     None
                 };
@@ -1101,8 +1127,10 @@ impl Shard {
     }
 
     /// Drops up to `max` done entries to make room (durable namespaces only: done
-    /// entries are in the durable tier, so dropping them loses nothing). Returns how
-    /// many were dropped.
+    /// entries are in the durable tier, so dropping them loses nothing). An entry whose
+    /// record is being rewritten (a sliding window's [`Extension`]) stays until the
+    /// rewrite ends, so that a `forget` still finds it and waits. Returns how many were
+    /// dropped.
     pub(crate) fn evict_done(&mut self, max: usize, cap: &Capacity<'_>) -> usize {
         let len = self.slab.len;
         let mut dropped = 0;
@@ -1114,7 +1142,8 @@ impl Shard {
             let idx = self.hand;
             self.hand += 1;
             scanned += 1;
-            if self.slab.get(idx).state() == STATE_DONE {
+            let e = self.slab.get(idx);
+            if e.state() == STATE_DONE && e.meta & COMPLETING_BIT == 0 {
                 self.remove(idx, cap);
                 dropped += 1;
             }

@@ -80,6 +80,16 @@ fn in_progress(ns: &Namespace, key: &[u8]) -> InFlight {
     }
 }
 
+/// Yields until `cond` holds; fails the test (instead of hanging it) if it has not
+/// after 30 s.
+fn spin_until(mut cond: impl FnMut() -> bool, what: &str) {
+    let start = std::time::Instant::now();
+    while !cond() {
+        assert!(start.elapsed().as_secs() < 30, "never saw {what}");
+        std::thread::yield_now();
+    }
+}
+
 fn is_store_error(e: &Error) -> bool {
     matches!(e, Error::Store(s) if s.operation() == "write")
 }
@@ -231,11 +241,15 @@ fn a_sliding_window_outlives_retention_across_a_restart() {
     // After the restart the record alone holds the window: last sighting + 60 s is
     // still a duplicate (with retention counted from completion it ended at 120 s).
     clock.set(T0 + 500_000 + 59_999);
-    let (_engine, ns) = open(&dir, &clock, cfg);
-    let done = duplicate(&ns, b"k");
-    assert_eq!(done.completed_at_ms(), T0);
-    // That sighting restarts the window again.
+    {
+        let (_engine, ns) = open(&dir, &clock, cfg.clone());
+        let done = duplicate(&ns, b"k");
+        assert_eq!(done.completed_at_ms(), T0);
+    }
+    // That sighting, read back from disk, restarted the window and rewrote the record
+    // (which ended at 600 s): a second restart still finds it a TTL later.
     clock.set(T0 + 500_000 + 59_999 + 59_999);
+    let (_engine, ns) = open(&dir, &clock, cfg);
     duplicate(&ns, b"k");
 }
 
@@ -303,15 +317,145 @@ fn a_failed_window_extension_fails_the_claim_and_is_retried() {
         }
         engine.debug_fail_store_writes(false);
         clock.set(T0 + 105_000);
-        duplicate(&ns, b"k"); // tried again, and written
-                              // The failed sighting left j's window where the record holds it (the 50 s
-                              // sighting's, to 110 s in memory, 120 s on disk): over at 130 s.
+        // Tried again, and written.
+        duplicate(&ns, b"k");
+        // The failed sighting left j's window where the record holds it (the 50 s
+        // sighting's, to 110 s in memory, 120 s on disk): over at 130 s.
         clock.set(T0 + 130_000);
         acquire(&ns, b"j").release().unwrap();
     }
     clock.set(T0 + 105_000 + 59_999);
     let (_engine, ns) = open(&dir, &clock, cfg);
     assert_eq!(duplicate(&ns, b"k").completed_at_ms(), T0);
+}
+
+#[test]
+fn a_sighting_during_a_window_rewrite_does_not_outrun_the_record() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small().retention(secs(120)).extend_on_duplicate(true);
+    let (engine, ns) = open(&dir, &clock, cfg);
+    acquire(&ns, b"k").complete().unwrap();
+    clock.set(T0 + 50_000); // a window to 110 s, covered by the record (120 s)
+    duplicate(&ns, b"k");
+    clock.set(T0 + 100_000); // this sighting rewrites the record (to 240 s) ...
+    engine.debug_hold_completions(true);
+    let first = {
+        let ns = ns.clone();
+        std::thread::spawn(move || ns.claim(b"k"))
+    };
+    spin_until(
+        || engine.debug_held_completions() > 0,
+        "a held durable write",
+    );
+    // ... a second one meanwhile moves the window on, to 161 s, counting on it ...
+    clock.set(T0 + 101_000);
+    duplicate(&ns, b"k");
+    // ... and the rewrite fails.
+    engine.debug_fail_store_writes(true);
+    engine.debug_hold_completions(false);
+    assert!(is_store_error(&first.join().unwrap().unwrap_err()));
+    engine.debug_fail_store_writes(false);
+    // The window is the 50 s sighting's again (to 110 s in memory, 120 s on disk):
+    // both later sightings are undone, and nothing promises more than the disk holds.
+    clock.set(T0 + 125_000);
+    acquire(&ns, b"k").release().unwrap();
+}
+
+#[test]
+fn a_key_whose_record_is_being_rewritten_is_not_evicted() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small()
+        .retention(secs(120))
+        .extend_on_duplicate(true)
+        .max_keys(2)
+        .shards(1);
+    let (engine, ns) = open(&dir, &clock, cfg);
+    acquire(&ns, b"k").complete().unwrap();
+    clock.set(T0 + 100_000);
+    engine.debug_hold_completions(true);
+    let sighting = {
+        let ns = ns.clone();
+        std::thread::spawn(move || ns.claim(b"k"))
+    };
+    spin_until(
+        || engine.debug_held_completions() > 0,
+        "a held durable write",
+    );
+    // A full hot tier drops done keys to make room, but not this one: a `forget`
+    // must still find it and wait for the rewrite.
+    let held = acquire(&ns, b"x");
+    assert!(matches!(
+        ns.claim(b"y"),
+        Err(Error::CapacityExceeded { .. })
+    ));
+    assert_eq!(engine.stats().evictions, 0);
+    engine.debug_hold_completions(false);
+    assert!(sighting.join().unwrap().unwrap().is_duplicate());
+    // Once written it may go: the next new key evicts it, and it is still a duplicate
+    // from disk.
+    acquire(&ns, b"y").complete().unwrap();
+    assert_eq!(engine.stats().evictions, 1);
+    drop(held);
+    assert_eq!(duplicate(&ns, b"k").completed_at_ms(), T0);
+}
+
+#[test]
+fn a_sliding_window_read_back_into_a_full_hot_tier_is_still_rewritten() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small()
+        .retention(secs(120))
+        .extend_on_duplicate(true)
+        .max_keys(1)
+        .shards(1);
+    {
+        let (_engine, ns) = open(&dir, &clock, cfg.clone());
+        acquire(&ns, b"k").complete().unwrap();
+        // Past k's hot TTL, another key takes the only slot.
+        clock.set(T0 + 70_000);
+        acquire(&ns, b"d").complete().unwrap();
+        // k is read from disk into the full hot tier: d (done) makes way, and k's
+        // record is rewritten to cover the window to 160 s.
+        clock.set(T0 + 100_000);
+        duplicate(&ns, b"k");
+    }
+    clock.set(T0 + 159_999);
+    let (_engine, ns) = open(&dir, &clock, cfg);
+    assert_eq!(duplicate(&ns, b"k").completed_at_ms(), T0);
+}
+
+#[test]
+fn a_sliding_window_with_a_coarse_tick_is_rewritten_in_time() {
+    // TTL and retention 1 s on 10 ms ticks, completed 3 ms into a tick: the hot
+    // deadline, rounded up to a tick (1.010 s), lies past the record's expiry
+    // (1.003 s), which must not count as covering a period more.
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0 + 5);
+    let cfg = small()
+        .ttl(secs(1))
+        .retention(secs(1))
+        .extend_on_duplicate(true);
+    let open_coarse = |clock: &ManualClock| {
+        let engine = builder(&dir, clock)
+            .tick(ms(10))
+            .namespace("ns", cfg.clone())
+            .build()
+            .unwrap();
+        let ns = engine.namespace("ns").unwrap();
+        (engine, ns)
+    };
+    {
+        let (_engine, ns) = open_coarse(&clock);
+        clock.set(T0 + 8);
+        acquire(&ns, b"k").complete().unwrap();
+        clock.set(T0 + 8 + 900); // the window now runs to 1.9 s: past the record
+        duplicate(&ns, b"k");
+    }
+    clock.set(T0 + 8 + 1_500);
+    let (_engine, ns) = open_coarse(&clock);
+    assert_eq!(duplicate(&ns, b"k").completed_at_ms(), T0 + 8);
 }
 
 #[test]
@@ -327,9 +471,10 @@ fn a_forget_racing_a_window_extension_takes_effect_after_it() {
         let ns = ns.clone();
         std::thread::spawn(move || ns.claim(b"k"))
     };
-    while engine.debug_held_completions() == 0 {
-        std::thread::yield_now();
-    }
+    spin_until(
+        || engine.debug_held_completions() > 0,
+        "a held durable write",
+    );
     let forgetter = {
         let ns = ns.clone();
         std::thread::spawn(move || ns.forget(b"k"))
@@ -1362,9 +1507,10 @@ fn a_forget_racing_a_completion_takes_effect_after_it() {
     // The completion marks the entry as completing, then waits before its write.
     engine.debug_hold_completions(true);
     let completer = std::thread::spawn(move || guard.complete());
-    while engine.debug_held_completions() == 0 {
-        std::thread::yield_now();
-    }
+    spin_until(
+        || engine.debug_held_completions() > 0,
+        "a held durable write",
+    );
     // The forget deletes the (not yet written) record, finds the entry completing,
     // and must wait: removing it now would let the record land after the delete.
     let forgetter = {

@@ -202,8 +202,10 @@ impl Wheel {
     ///
     /// Buckets are processed in order of their start tick. Each is detached whole
     /// before its entries are looked at, so linking into the wheel meanwhile is
-    /// safe. An entry of a coarse bucket that is not yet due is re-placed relative
-    /// to the bucket's start tick; an entry that is due (its widened deadline is at
+    /// safe. An entry that is not yet due is re-placed relative to the bucket's
+    /// start tick: an entry of a coarse bucket, or one of any level whose deadline
+    /// the caller moved later in place (so an entry may be re-placed more than once
+    /// per level); an entry that is due (its widened deadline is at
     /// or before the bucket's start tick, which for a level-0 bucket is the exact
     /// tick) is unlinked, its links set to [`NIL`], and handed to
     /// `expire(links, i)`. Entries of one bucket fire in no particular order; all

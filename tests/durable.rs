@@ -496,6 +496,36 @@ fn a_forget_racing_a_window_extension_takes_effect_after_it() {
     acquire(&ns, b"k").release().unwrap();
 }
 
+#[test]
+fn done_records_on_disk_carry_a_bloom_filter() {
+    // A point read of a present key then probes only the files that may hold it: the
+    // read of every key past its hot TTL, and of every key after a restart.
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    {
+        let (engine, ns) = open(&dir, &clock, small());
+        for i in 0..1_000u64 {
+            acquire(&ns, key(i).as_bytes()).complete().unwrap();
+        }
+        engine.compact_store().unwrap();
+    }
+    let db = raw_db(&dir);
+    let props = db
+        .property_value_cf(
+            db.cf_handle("done:ns").unwrap(),
+            "rocksdb.aggregated-table-properties",
+        )
+        .unwrap()
+        .expect("the done family has table files");
+    let filter = props
+        .split(';')
+        .find_map(|p| p.trim().strip_prefix("filter block size="))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .expect("a filter block size property");
+    // About 10 bits a key.
+    assert!(filter >= 1_000, "{props}");
+}
+
 // 3. The seed.
 
 #[test]

@@ -31,16 +31,16 @@ const RESULT_OVERHEAD_PER_KEY: f64 = 68.0;
 /// Disk bytes per completed key in the durable tier: the done records' SST files
 /// after flush and compaction, records without a result.
 ///
-/// Measured: `idem bench durable --disk --keys 1000000` (52.3 B per key: 1,000,000
-/// records in 52.3 MB, their Bloom filter blocks included; the write-ahead log and the
+/// Measured: `idem bench durable --disk --keys 1000000` (51.0 B per key: 1,000,000
+/// records in 51.0 MB, their Bloom filter blocks included; the write-ahead log and the
 /// claim markers' files come on top until they are recycled).
-const DURABLE_BYTES_PER_KEY: f64 = 52.3;
+const DURABLE_BYTES_PER_KEY: f64 = 51.0;
 
 /// Disk bytes per key that a stored result adds to the done record besides its own
 /// bytes (records are not compressed).
 ///
-/// Measured: `idem bench durable --disk --keys 1000000 --result-bytes 64` (120.8 B per
-/// key), minus the 52.3 above, minus 64.
+/// Measured: `idem bench durable --disk --keys 1000000 --result-bytes 64` (119.5 B per
+/// key), minus the 51.0 above, minus 64.
 const DURABLE_RESULT_OVERHEAD_PER_KEY: f64 = 4.5;
 
 /// Redis memory per key for `SET key 1 NX EX ttl` with 20-byte keys (`used_memory`

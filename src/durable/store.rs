@@ -51,13 +51,16 @@ fn done_cf_options(opts: &mut Options) {
         height: 4,
         branching_factor: 4,
     });
-    // Whole-key Bloom filters in the SST files (10 bits a key, held by the table
-    // readers): a point read probes only the files that may hold the key, where it
-    // would otherwise search the index and a data block of every level's candidate.
-    // Reads of present keys (past the hot TTL, after a restart) took half the time in
-    // W5; the price is about 2.5 bytes a key on disk and 1.25 in memory.
+    // Bloom filters in the SST files (10 bits a key, held by the table readers): a
+    // point read probes only the files that may hold the key, where it would otherwise
+    // search the index and a data block of every level's candidate. They hold the
+    // 8-byte prefixes only: the fingerprint's first 8 bytes are as selective as the
+    // whole key, and a whole-key filter beside the prefix extractor would store both
+    // (20 bits a key). Reads of present keys (past the hot TTL, after a restart) took
+    // half the time in W5 (BENCHMARKS.md).
     let mut table = rocksdb::BlockBasedOptions::default();
     table.set_bloom_filter(10.0, false);
+    table.set_whole_key_filtering(false);
     opts.set_block_based_table_factory(&table);
 }
 

@@ -732,8 +732,8 @@ impl Shard {
 
     /// Moves entry `idx`'s deadline to tick `when`. A later deadline is only stored:
     /// the entry stays in its bucket, and the wheel re-places it by the new deadline
-    /// when that bucket comes round (in maintenance, off the claim path; see the
-    /// wheel's contract). Only an earlier deadline moves the entry now.
+    /// when that bucket comes round (in maintenance, or in a claim that advances the
+    /// wheel; see the wheel's contract). Only an earlier deadline moves the entry now.
     fn reschedule(&mut self, idx: u32, when: u64) {
         let e = self.slab.get_mut(idx);
         if e.prev != NIL && when >= widen(self.wheel.current(), e.deadline) {

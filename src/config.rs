@@ -266,9 +266,10 @@ impl NamespaceConfig {
 
     /// With a durable tier: how long a completed key stays a duplicate there, counted
     /// from completion (at least the TTL; default 7 x TTL; a sliding window's sightings
-    /// extend it by whole retentions, see [`NamespaceConfig::extend_on_duplicate`]). The hot tier keeps a key
-    /// for the TTL; after that a claim finds it in the durable tier until retention
-    /// ends, after a restart too. Past retention a compaction filter removes it.
+    /// extend it by whole retentions, see [`NamespaceConfig::extend_on_duplicate`]).
+    /// The hot tier keeps a key for the TTL; after that a claim finds it in the durable
+    /// tier until retention ends, after a restart too. Past retention a compaction
+    /// filter removes it.
     pub fn retention(mut self, retention: Duration) -> Self {
         self.retention = Some(retention);
         self

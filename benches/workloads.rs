@@ -18,9 +18,11 @@
 //! loopback port with no persistence, and stops it); without it they are skipped with
 //! a note. See `workloads/redis.rs`.
 //!
-//! Every (peer, workload, N, threads) measurement runs in a child process of its own
-//! (this executable, re-run with a hidden `--child` argument), so no peer's memory or
-//! allocator state is seen by another. The parent interleaves the peers within each
+//! Every (peer, N, threads) measurement runs in a child process of its own (this
+//! executable, re-run with a hidden `--child` argument), so no peer's memory or
+//! allocator state is seen by another. The child runs W1 (timed; memory is measured
+//! after it), then W2 over the same keys in the same structure (timed): W2's fill is
+//! W1 itself. The parent interleaves the peers within each
 //! run, collects one result line per child and prints markdown tables of medians with
 //! the min-max spread.
 //!
@@ -474,13 +476,19 @@ fn run_split<P: Peer>(
 }
 
 struct ChildResult {
+    /// W1: the fill's time and the keys it could not take.
     secs: f64,
     failures: u64,
     heap: isize,
     rss: isize,
     own: Option<u64>,
+    /// W2, when it ran: its time, and the keys that did not answer Duplicate.
+    dup: Option<(f64, u64)>,
 }
 
+/// W1 over `keys` (timed, memory measured after it), then, if `w2`, W2 over the same
+/// keys in the same structure (timed); `repeat` runs W2's pass that many times and
+/// reports the first.
 fn measure<P: Peer>(
     build: impl FnOnce() -> P,
     keys: &[Key],
@@ -498,26 +506,21 @@ fn measure<P: Peer>(
     let heap = live_heap() - heap0;
     let rss = rss_bytes() - rss0;
     let own = peer.own_bytes();
-    if !w2 {
-        return ChildResult {
-            secs: fill.as_secs_f64(),
-            failures: fill_failed,
-            heap,
-            rss,
-            own,
-        };
-    }
-    let (dup, dup_failed) = run_split(&peer, keys, threads, P::duplicate_many);
-    for _ in 1..repeat {
-        run_split(&peer, keys, threads, P::duplicate_many);
-    }
-    ChildResult {
-        secs: dup.as_secs_f64(),
+    let dup = w2.then(|| {
+        let (dup, dup_failed) = run_split(&peer, keys, threads, P::duplicate_many);
+        for _ in 1..repeat {
+            run_split(&peer, keys, threads, P::duplicate_many);
+        }
         // A key the fill could not take cannot answer Duplicate either: count both.
-        failures: dup_failed.max(fill_failed),
+        (dup.as_secs_f64(), dup_failed.max(fill_failed))
+    });
+    ChildResult {
+        secs: fill.as_secs_f64(),
+        failures: fill_failed,
         heap,
         rss,
         own,
+        dup,
     }
 }
 
@@ -535,9 +538,11 @@ fn child(args: &[String]) -> ExitCode {
     };
     let n: usize = n.parse().expect("n");
     let threads: usize = threads.parse().expect("threads");
+    // `w12` is what the parent runs: W1, then W2 over the same keys. `w1` and `w2`
+    // report one of the two (for profiling one path alone).
     let w2 = match workload.as_str() {
         "w1" => false,
-        "w2" => true,
+        "w2" | "w12" => true,
         other => panic!("unknown workload {other}"),
     };
     let keys = keys(n);
@@ -565,14 +570,21 @@ fn child(args: &[String]) -> ExitCode {
         ),
         other => panic!("unknown peer {other}"),
     };
-    println!(
-        "RESULT secs={} failures={} heap={} rss={} own={}",
-        r.secs,
-        r.failures,
-        r.heap,
-        r.rss,
-        r.own.map_or(-1, |b| b as i64)
-    );
+    let own = r.own.map_or(-1, |b| b as i64);
+    match (workload.as_str(), r.dup) {
+        ("w12", Some((dup_secs, dup_failures))) => println!(
+            "RESULT secs={} failures={} heap={} rss={} own={own} w2_secs={dup_secs} w2_failures={dup_failures}",
+            r.secs, r.failures, r.heap, r.rss
+        ),
+        (_, Some((dup_secs, dup_failures))) => println!(
+            "RESULT secs={dup_secs} failures={dup_failures} heap={} rss={} own={own}",
+            r.heap, r.rss
+        ),
+        (_, None) => println!(
+            "RESULT secs={} failures={} heap={} rss={} own={own}",
+            r.secs, r.failures, r.heap, r.rss
+        ),
+    }
     let _ = std::io::stdout().flush();
     // Skip tearing down tens of millions of entries: the process is done.
     std::process::exit(0)
@@ -737,16 +749,12 @@ struct Sample {
     own: i64,
 }
 
-fn run_child(o: &Opts, peer: &str, w: Workload, n: usize, threads: usize) -> Sample {
+/// Runs one child: W1, then W2 over the same keys, for `peer` at `n` keys on
+/// `threads` threads. Returns the W1 sample and the W2 sample.
+fn run_child(o: &Opts, peer: &str, n: usize, threads: usize) -> [Sample; 2] {
     let exe = std::env::current_exe().expect("current_exe");
     let mut cmd = Command::new(exe);
-    cmd.args([
-        "--child",
-        peer,
-        w.arg(),
-        &n.to_string(),
-        &threads.to_string(),
-    ]);
+    cmd.args(["--child", peer, "w12", &n.to_string(), &threads.to_string()]);
     if is_redis(peer) {
         cmd.arg(o.redis_sample.to_string());
     }
@@ -757,8 +765,7 @@ fn run_child(o: &Opts, peer: &str, w: Workload, n: usize, threads: usize) -> Sam
         .find(|l| l.starts_with("RESULT "))
         .unwrap_or_else(|| {
             panic!(
-                "child {peer} {} n={n} t={threads} failed ({}): {}",
-                w.arg(),
+                "child {peer} n={n} t={threads} failed ({}): {}",
                 out.status,
                 String::from_utf8_lossy(&out.stderr)
             )
@@ -768,18 +775,24 @@ fn run_child(o: &Opts, peer: &str, w: Workload, n: usize, threads: usize) -> Sam
             .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
             .unwrap_or_else(|| panic!("no {name} in {line}"))
     };
-    let secs: f64 = field("secs").parse().expect("secs");
-    Sample {
-        peer: peer.to_owned(),
-        w,
-        n,
-        threads,
-        rate: n as f64 / secs,
-        failures: field("failures").parse().expect("failures"),
-        heap: field("heap").parse().expect("heap"),
-        rss: field("rss").parse().expect("rss"),
-        own: field("own").parse().expect("own"),
-    }
+    let sample = |w: Workload, secs: &str, failures: &str| {
+        let secs: f64 = field(secs).parse().expect("secs");
+        Sample {
+            peer: peer.to_owned(),
+            w,
+            n,
+            threads,
+            rate: n as f64 / secs,
+            failures: field(failures).parse().expect("failures"),
+            heap: field("heap").parse().expect("heap"),
+            rss: field("rss").parse().expect("rss"),
+            own: field("own").parse().expect("own"),
+        }
+    };
+    [
+        sample(Workload::W1, "secs", "failures"),
+        sample(Workload::W2, "w2_secs", "w2_failures"),
+    ]
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -1082,7 +1095,7 @@ fn main() -> ExitCode {
         o.peers.join(", ")
     );
     println!(
-        "- each cell is a child process of its own; W2 children fill the structure first (untimed)"
+        "- each peer, N and thread count is a child process of its own per run: it runs W1 (timed; memory is measured after it), then W2 over the same keys in the same structure (timed)"
     );
     println!("- idem: `NamespaceConfig::new().ttl(3600 s).max_keys(N)`, default shards, maintenance thread, the default clock (CoarseClock), random seed");
     println!("- peers key by `xxh3_128_with_seed` fingerprints (floor: `[u8; 16]`, dashmap: `u128`); moka keys are the 20-byte strings, its fill time includes `run_pending_tasks()` at the end");
@@ -1111,18 +1124,16 @@ fn main() -> ExitCode {
     for run in 0..o.runs {
         for &n in &o.ns {
             for &threads in &o.threads {
-                for w in [Workload::W1, Workload::W2] {
-                    for peer in &o.peers {
-                        if peer == "moka" && n > o.moka_max_n || is_redis(peer) && n > o.redis_max_n
-                        {
-                            continue;
-                        }
-                        let s = run_child(&o, peer, w, n, threads);
+                for peer in &o.peers {
+                    if peer == "moka" && n > o.moka_max_n || is_redis(peer) && n > o.redis_max_n {
+                        continue;
+                    }
+                    for s in run_child(&o, peer, n, threads) {
                         eprintln!(
                             "[{:>6.1} s] run {} {} n={} t={} {}: {:.3} M/s, heap {:.1} B/key, rss {:.1} B/key, failures {}",
                             started.elapsed().as_secs_f64(),
                             run + 1,
-                            w.arg(),
+                            s.w.arg(),
                             n,
                             threads,
                             peer,

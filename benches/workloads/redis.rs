@@ -316,8 +316,8 @@ fn phase(
     })
 }
 
-/// One measurement of the Redis peer: W1 (`w2` false: fresh keys, each must be
-/// taken) or W2 (the keys loaded first, untimed, then each claim must find the key).
+/// One measurement of the Redis peer: W1 (fresh keys, each must be taken), then, if
+/// `w2`, W2 over the same keys (each claim must find the key).
 /// At most `sample` claims are timed (the first ones of each thread's part); the rest
 /// are sent pipelined, untimed, so that memory is measured over all of `keys`.
 pub(crate) fn measure(
@@ -332,26 +332,27 @@ pub(crate) fn measure(
     let mem0 = admin.used_memory().expect("INFO memory");
     let rss0 = server.rss();
     let timed = sample.min(keys.len());
-    let (mut secs, mut n, mut failures) = phase(&server, keys, threads, timed, depth, true);
+    let (secs, n, failures) = phase(&server, keys, threads, timed, depth, true);
     let mem = admin.used_memory().expect("INFO memory");
     let rss = server.rss() - rss0;
     let resident = admin.dbsize().expect("DBSIZE").max(1) as isize;
-    if w2 {
-        let dup;
-        (secs, n, dup) = phase(&server, keys, threads, timed, depth, false);
+    // The parent divides by N: times are scaled to N keys from the timed sample.
+    let scaled = |secs: f64, n: usize| secs * keys.len() as f64 / n.max(1) as f64;
+    let dup = w2.then(|| {
+        let (dup_secs, dup_n, dup) = phase(&server, keys, threads, timed, depth, false);
         // A key the fill could not take cannot answer duplicate either: count both.
-        failures = failures.max(dup);
-    }
+        (scaled(dup_secs, dup_n), failures.max(dup))
+    });
     drop(admin);
     drop(server);
-    // The parent divides by N; report the totals scaled to N keys from the per-key
-    // figures over DBSIZE.
+    // Memory totals scaled to N keys from the per-key figures over DBSIZE.
     let scale = |bytes: isize| bytes * keys.len() as isize / resident;
     ChildResult {
-        secs: secs * keys.len() as f64 / n.max(1) as f64,
+        secs: scaled(secs, n),
         failures,
         heap: scale(mem - mem0),
         rss: scale(rss),
         own: None,
+        dup,
     }
 }

@@ -974,11 +974,33 @@ impl NsInner {
     /// needs (see [`Extension`]), outside the shard lock. If the store fails (and the
     /// namespace fails closed) the claim returns the error and the hot tier goes back
     /// to the window the record covers, so the next sighting tries again.
+    ///
+    /// The record is read first (unless the sighting has just read it), and left as
+    /// it is if it already lasts as long: the hot tier knows what the record covers
+    /// only from the completion time and its own deadline, which can fall short of
+    /// the record (a clock set back across a restart, or a deadline rounded to a
+    /// coarse tick), and a rewrite from there would shorten the record.
     #[cold]
     fn extend_record(&self, si: usize, fp: Fp, x: &Extension, result: Option<&[u8]>) -> Result<()> {
         let Some(d) = &self.durable else {
             return Ok(());
         };
+        let cap = self.capacity(si);
+        if !x.read_back() {
+            let mut err = None;
+            let stored = match d.lookup(fp, self.now().ms, &mut err) {
+                DurableLookup::Done(r) if r.expires_at_ms >= x.expires_ms => Some(Ok(())),
+                DurableLookup::Failed => Some(Err(err.unwrap_or(Error::NotDurable))),
+                DurableLookup::Done(_) | DurableLookup::Absent => None,
+            };
+            if let Some(stored) = stored {
+                self.slots[si]
+                    .shard
+                    .lock()
+                    .finish_extension(fp, x, stored.is_ok(), &cap);
+                return stored;
+            }
+        }
         let record = Record {
             state: RecordState::Done,
             token: x.token,
@@ -988,7 +1010,6 @@ impl NsInner {
             result: result.map(<[u8]>::to_vec),
         };
         let stored = write_unwinding(|| d.write_completions(&[(fp.to_u128(), record)], &[]));
-        let cap = self.capacity(si);
         self.slots[si]
             .shard
             .lock()

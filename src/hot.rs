@@ -468,6 +468,14 @@ pub(crate) struct Extension {
     fallback: Option<u64>,
 }
 
+impl Extension {
+    /// Whether the sighting read the record from the durable tier (and compared its
+    /// expiry) just before: the rewrite then needs no second read.
+    pub(crate) fn read_back(&self) -> bool {
+        self.fallback.is_none()
+    }
+}
+
 /// A key's state as `check` reports it.
 #[derive(Debug)]
 pub(crate) enum ShardState {

@@ -457,6 +457,38 @@ fn a_sliding_window_with_a_coarse_tick_is_rewritten_in_time() {
 }
 
 #[test]
+fn a_rewrite_never_shortens_a_record_after_the_clock_is_set_back() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = sliding();
+    {
+        let (_engine, ns) = open(&dir, &clock, cfg.clone());
+        acquire(&ns, b"k").complete().unwrap();
+        // Sightings to 500 s carry the record to 600 s.
+        keep_sighting(&ns, &clock, 10);
+    }
+    // The clock is set back across the restart, to 130 s. Read back, the window runs
+    // to 190 s, which the record covers; the hot tier reckons from the completion
+    // time that the record holds to 240 s only.
+    clock.set(T0 + 130_000);
+    let (engine, ns) = open(&dir, &clock, cfg);
+    duplicate(&ns, b"k");
+    clock.set(T0 + 180_000);
+    duplicate(&ns, b"k");
+    // This sighting's window (to 290 s) passes 240 s: a rewrite to 360 s would cut the
+    // record's 600 s short. The record is read, found longer, and left alone.
+    let writes = engine.stats().durable_writes;
+    clock.set(T0 + 230_000);
+    duplicate(&ns, b"k");
+    assert_eq!(engine.stats().durable_writes, writes);
+    // Long after the hot entry ended (290 s), past 360 s: still the record's duplicate.
+    clock.set(T0 + 400_000);
+    engine.run_maintenance();
+    assert_eq!(engine.stats().resident_keys, 0);
+    assert_eq!(duplicate(&ns, b"k").completed_at_ms(), T0);
+}
+
+#[test]
 fn a_failed_rewrite_of_a_key_read_back_from_disk_leaves_it_on_disk_only() {
     let (_dir, clock, engine, ns) = completed_k(sliding());
     clock.set(T0 + 100_000); // past the hot TTL: read back, and the window needs 160 s

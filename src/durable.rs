@@ -78,6 +78,14 @@ impl DurableNs {
         match *self {}
     }
 
+    pub(crate) fn needs_extension(
+        &self,
+        _fp: crate::hot::Fp,
+        _expires_ms: u64,
+    ) -> Result<bool, crate::error::Error> {
+        match *self {}
+    }
+
     pub(crate) fn delete_claims(&self, _fps: &[u128]) {
         match *self {}
     }

@@ -329,6 +329,17 @@ impl Engine {
         let _ = fail;
     }
 
+    /// Testing hook: while `fail` is true every point read of a done record in the
+    /// durable tier fails as a failing disk would. Not part of the stable API.
+    #[doc(hidden)]
+    pub fn debug_fail_store_reads(&self, fail: bool) {
+        self.with_store(|_store| {
+            #[cfg(feature = "durable")]
+            _store.set_fail_reads(fail);
+        });
+        let _ = fail;
+    }
+
     /// Testing hook: while `hold` is true, every write of completions to the durable
     /// tier waits before it starts (the entries stay marked as completing), so a test
     /// can act in that window. [`Engine::debug_held_completions`] counts the waiting
@@ -985,22 +996,6 @@ impl NsInner {
         let Some(d) = &self.durable else {
             return Ok(());
         };
-        let cap = self.capacity(si);
-        if !x.read_back() {
-            let mut err = None;
-            let stored = match d.lookup(fp, self.now().ms, &mut err) {
-                DurableLookup::Done(r) if r.expires_at_ms >= x.expires_ms => Some(Ok(())),
-                DurableLookup::Failed => Some(Err(err.unwrap_or(Error::NotDurable))),
-                DurableLookup::Done(_) | DurableLookup::Absent => None,
-            };
-            if let Some(stored) = stored {
-                self.slots[si]
-                    .shard
-                    .lock()
-                    .finish_extension(fp, x, stored.is_ok(), &cap);
-                return stored;
-            }
-        }
         let record = Record {
             state: RecordState::Done,
             token: x.token,
@@ -1009,7 +1004,15 @@ impl NsInner {
             payload: x.payload,
             result: result.map(<[u8]>::to_vec),
         };
-        let stored = write_unwinding(|| d.write_completions(&[(fp.to_u128(), record)], &[]));
+        // The read and the write both unwind through here, so that the entry is
+        // never left marked completing.
+        let stored = write_unwinding(|| {
+            if !x.read_back() && !d.needs_extension(fp, x.expires_ms)? {
+                return Ok(());
+            }
+            d.write_completions(&[(fp.to_u128(), record)], &[])
+        });
+        let cap = self.capacity(si);
         self.slots[si]
             .shard
             .lock()
@@ -1420,6 +1423,19 @@ impl Namespace {
                 }
             }
         }
+    }
+
+    /// Testing hook: overwrites `key`'s done record in the durable tier with bytes
+    /// that do not decode (nothing without a durable tier). Not part of the stable API.
+    #[doc(hidden)]
+    pub fn debug_corrupt_record(&self, key: &[u8]) -> Result<()> {
+        let fp = self.inner.key_fp(key)?;
+        #[cfg(feature = "durable")]
+        if let Some(d) = &self.inner.durable {
+            return d.store.corrupt_done(&d.name, fp.to_u128());
+        }
+        let _ = fp;
+        Ok(())
     }
 
     /// Testing hook: how many forgets of this namespace waited for a completion

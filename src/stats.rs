@@ -38,7 +38,8 @@ pub struct Stats {
     /// Done keys dropped from a full hot tier to make room (durable namespaces only:
     /// the durable tier still answers for them).
     pub evictions: u64,
-    /// Point look-ups of the durable tier (claims the hot tier could not answer).
+    /// Point look-ups of the durable tier (claims the hot tier could not answer, and
+    /// the read before a sliding window's record is rewritten).
     pub durable_reads: u64,
     /// Writes to the durable tier (claim markers, completions, releases, forgets;
     /// a batch counts once).

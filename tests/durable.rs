@@ -489,6 +489,51 @@ fn a_rewrite_never_shortens_a_record_after_the_clock_is_set_back() {
 }
 
 #[test]
+fn a_rewrite_replaces_a_corrupt_record_from_the_hot_tier() {
+    let (dir, clock, engine, ns) = completed_k(sliding());
+    keep_sighting(&ns, &clock, 1); // at 50 s: the window runs to 110 s
+    ns.debug_corrupt_record(b"k").unwrap();
+    // The sighting at 100 s needs the record to last to 160 s: the read before the
+    // rewrite finds garbage, and the rewrite replaces it with what the hot tier holds.
+    clock.set(T0 + 100_000);
+    assert_eq!(duplicate(&ns, b"k").completed_at_ms(), T0);
+    drop((engine, ns));
+    // Past the first retention (120 s), after a restart: the rewritten record answers.
+    clock.set(T0 + 150_000);
+    let (_engine, ns) = open(&dir, &clock, sliding());
+    assert_eq!(duplicate(&ns, b"k").completed_at_ms(), T0);
+}
+
+#[test]
+fn a_failed_read_before_a_rewrite_follows_the_failure_policy() {
+    let is_read_error = |e: &Error| matches!(e, Error::Store(s) if s.operation() == "read");
+    // Failing closed: the claim returns the error, and the next sighting rewrites.
+    let (_dir, clock, engine, ns) = completed_k(sliding());
+    keep_sighting(&ns, &clock, 1); // at 50 s: the window runs to 110 s
+    engine.debug_fail_store_reads(true);
+    let writes = engine.stats().durable_writes;
+    // The sighting at 100 s needs the record to last to 160 s.
+    clock.set(T0 + 100_000);
+    let err = ns.claim(b"k").unwrap_err();
+    assert!(is_read_error(&err), "{err:?}");
+    engine.debug_fail_store_reads(false);
+    assert_eq!(engine.stats().durable_writes, writes);
+    duplicate(&ns, b"k");
+    assert_eq!(engine.stats().durable_writes, writes + 1);
+    // Failing open: the duplicate is answered from the hot tier, and nothing is
+    // written blind over a record that might last longer.
+    let (_dir, clock, engine, ns) = completed_k(sliding().on_store_error(FailurePolicy::FailOpen));
+    keep_sighting(&ns, &clock, 1);
+    engine.debug_fail_store_reads(true);
+    let writes = engine.stats().durable_writes;
+    clock.set(T0 + 100_000);
+    assert_eq!(duplicate(&ns, b"k").completed_at_ms(), T0);
+    let s = engine.stats();
+    assert_eq!(s.durable_writes, writes);
+    assert_eq!(s.fail_open_decisions, 1);
+}
+
+#[test]
 fn a_failed_rewrite_of_a_key_read_back_from_disk_leaves_it_on_disk_only() {
     let (_dir, clock, engine, ns) = completed_k(sliding());
     clock.set(T0 + 100_000); // past the hot TTL: read back, and the window needs 160 s

@@ -80,6 +80,8 @@ pub(crate) struct Store {
     seed: u64,
     /// Testing hook: make every write fail as a failing disk would.
     fail_writes: AtomicBool,
+    /// Testing hook: make every point read of a done record fail.
+    fail_reads: AtomicBool,
     /// Testing hook: completion writes wait while this is set ...
     hold_completions: AtomicBool,
     /// ... and this counts the writes waiting.
@@ -281,6 +283,7 @@ impl Store {
                 hold_completions: AtomicBool::new(false),
                 panic_completions: AtomicBool::new(false),
                 fail_syncs: AtomicBool::new(false),
+                fail_reads: AtomicBool::new(false),
                 held_completions: std::sync::atomic::AtomicUsize::new(0),
                 point_read: ReadOptions::default(),
                 write_nosync: WriteOptions::default(),
@@ -311,6 +314,17 @@ impl Store {
 
     pub(crate) fn set_fail_writes(&self, fail: bool) {
         self.fail_writes.store(fail, Ordering::SeqCst);
+    }
+
+    pub(crate) fn set_fail_reads(&self, fail: bool) {
+        self.fail_reads.store(fail, Ordering::SeqCst);
+    }
+
+    /// Testing hook: overwrites the done record of `fp` with bytes that do not decode.
+    pub(crate) fn corrupt_done(&self, ns: &str, fp: u128) -> Result<(), Error> {
+        self.db
+            .put_cf(self.cf(&done_cf(ns))?, fp_key(fp), b"garbage")
+            .map_err(|e| store_err("write", e))
     }
 
     pub(crate) fn set_hold_completions(&self, hold: bool) {
@@ -355,6 +369,12 @@ impl Store {
     /// The completed record of `fp` in namespace `ns`, if any (expired or not: the
     /// caller judges retention against its clock).
     pub(crate) fn get_done(&self, ns: &str, fp: u128) -> Result<Option<Record>, Error> {
+        if self.fail_reads.load(Ordering::SeqCst) {
+            return Err(Error::Store(StoreError::new(
+                "read",
+                "injected failure: the disk refuses reads".to_owned(),
+            )));
+        }
         let cf = self.cf(&done_cf(ns))?;
         let Some(bytes) = self
             .db
@@ -891,6 +911,25 @@ impl DurableNs {
                     DurableLookup::Failed
                 }
             },
+        }
+    }
+
+    /// Whether a sliding window's done record must be rewritten to expire at
+    /// `expires_ms`: not if the stored record already lasts as long (a rewrite must
+    /// never shorten it). A missing or corrupt record is (re)written. A failed read
+    /// goes through the failure policy: the error under `FailClosed`; under `FailOpen`
+    /// no rewrite, the hot tier deciding alone as it does when a write fails.
+    pub(crate) fn needs_extension(&self, fp: Fp, expires_ms: u64) -> Result<bool, Error> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        match self.store.get_done(&self.name, fp.to_u128()) {
+            Ok(Some(rec)) => Ok(rec.state != RecordState::Done || rec.expires_ms < expires_ms),
+            Ok(None) => Ok(true),
+            Err(Error::CorruptRecord { .. }) => {
+                // Replaced by the rewrite, from what the hot tier holds.
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                Ok(true)
+            }
+            Err(e) => self.on_failure(e, "read").map(|()| false),
         }
     }
 

@@ -13,8 +13,8 @@ use crate::durable::codec::{Record, RecordState};
 use crate::durable::{DurableNs, StateOp};
 use crate::error::{Error, KeyError, Result};
 use crate::hot::{
-    Capacity, DurableLookup, Extension, Fp, Lease, Now, Params, Refused, ShardClaim, ShardSlot,
-    ShardState,
+    new_chunk, Capacity, DurableLookup, Extension, Fp, Lease, Now, Params, Refused, ShardClaim,
+    ShardSlot, ShardState,
 };
 use crate::stats::Stats;
 use crate::sync::{Arc, AtomicU64, AtomicUsize, Ordering};
@@ -568,6 +568,45 @@ mod tests {
     }
 
     #[test]
+    fn a_growing_shard_gets_its_next_chunk_ahead_and_uses_it() {
+        let engine = super::Engine::builder()
+            .maintenance_interval(None)
+            .namespace(
+                "n",
+                crate::NamespaceConfig::new().max_keys(10_000).shards(1),
+            )
+            .build()
+            .unwrap();
+        let ns = engine.namespace("n").unwrap();
+        let chunks = || ns.inner.slots[0].shard.lock().chunk_addrs();
+        let mut next = 0u32;
+        let mut fill_to = |n: u32| {
+            while next < n {
+                match ns.claim(format!("k{next}").as_bytes()).unwrap() {
+                    crate::Claim::Acquired(g) => g.complete().unwrap(),
+                    other => panic!("{other:?}"),
+                }
+                next += 1;
+            }
+        };
+        let chunk = crate::hot::CHUNK as u32;
+        fill_to(chunk * 3 / 4 - 1);
+        assert_eq!(chunks().0.len(), 1);
+        assert_eq!(chunks().1, None, "no spare before three quarters");
+        // The claim that fills three quarters of the chunk brings the next one.
+        fill_to(chunk * 3 / 4);
+        let spare = chunks().1.expect("a spare chunk");
+        fill_to(chunk);
+        assert_eq!(chunks().1, Some(spare), "kept until it is needed");
+        // The next key goes into the spare: no allocation under the lock.
+        fill_to(chunk + 1);
+        let (list, none) = chunks();
+        assert_eq!((list.len(), list[1], none), (2, spare, None));
+        fill_to(chunk + chunk * 3 / 4);
+        assert!(chunks().1.is_some(), "and again for the chunk after");
+    }
+
+    #[test]
     fn guards_spread_over_the_namespace_pins() {
         let (_engine, ns) = memory_namespace();
         let guards: Vec<super::ClaimGuard> = (0..2_000u32)
@@ -904,7 +943,12 @@ impl NsInner {
                 }
             };
             return match answer {
-                ShardClaim::Acquired(lease) => {
+                ShardClaim::Acquired { lease, wants_spare } => {
+                    if wants_spare {
+                        // Outside the lock: see `Slab::wants_spare`.
+                        let chunk = new_chunk();
+                        this.slots[si].shard.lock().give_spare(chunk);
+                    }
                     if this.durable.is_some() {
                         *marker = Some((
                             fp.to_u128(),

@@ -135,13 +135,28 @@ impl Entry {
 }
 
 const CHUNK_BITS: u32 = 9;
-const CHUNK: usize = 1 << CHUNK_BITS;
+pub(crate) const CHUNK: usize = 1 << CHUNK_BITS;
+
+/// One chunk of slab entries.
+pub(crate) type Chunk = Box<[Entry; CHUNK]>;
+
+/// A chunk of free entries, allocated and written (so its pages are in memory).
+pub(crate) fn new_chunk() -> Chunk {
+    // Built on the heap (a 14 KiB array would otherwise pass through the stack).
+    match vec![Entry::FREE; CHUNK].into_boxed_slice().try_into() {
+        Ok(c) => c,
+        Err(_) => unreachable!("a CHUNK-long vector converts to a CHUNK array"),
+    }
+}
 
 /// Entries in fixed-size chunks, with a free list threaded through `next`.
 #[derive(Debug, Default)]
 pub(crate) struct Slab {
     /// Fixed-length arrays, so an index within a chunk (masked) needs no bounds check.
-    chunks: Vec<Box<[Entry; CHUNK]>>,
+    chunks: Vec<Chunk>,
+    /// The next chunk, allocated ahead outside the shard's lock (see
+    /// [`Shard::wants_spare`]).
+    spare: Option<Chunk>,
     /// Slots handed out so far (high-water mark).
     len: u32,
     /// Head of the free list.
@@ -168,12 +183,7 @@ impl Slab {
         }
         let i = self.len;
         if i as usize == self.chunks.len() * CHUNK {
-            // Built on the heap (a 14 KiB array would otherwise pass through the stack).
-            let chunk: Box<[Entry; CHUNK]> =
-                match vec![Entry::FREE; CHUNK].into_boxed_slice().try_into() {
-                    Ok(c) => c,
-                    Err(_) => unreachable!("a CHUNK-long vector converts to a CHUNK array"),
-                };
+            let chunk = self.spare.take().unwrap_or_else(new_chunk);
             self.chunks.push(chunk);
         }
         self.len += 1;
@@ -208,9 +218,24 @@ impl Slab {
         out
     }
 
+    /// Whether the slab is growing into its last chunk with no chunk ready after it:
+    /// the slot just handed out from the high-water mark fills three quarters of the
+    /// last chunk, and there is no spare. A shard of a few hundred keys never asks. The claimant that is told so (in
+    /// [`ShardClaim::Acquired`]) allocates a chunk after releasing the lock and hands
+    /// it over with [`Shard::give_spare`]: a new chunk's allocation and first touch
+    /// (page faults, several microseconds) then happen outside the lock, where they
+    /// delay no other thread's claim of this shard.
+    #[inline]
+    fn wants_spare(&self) -> bool {
+        // Asked once per chunk, at the slot that fills three quarters of it.
+        (self.len as usize + CHUNK / 4) % CHUNK == 0 && self.spare.is_none()
+    }
+
     fn bytes(&self) -> usize {
-        self.chunks.capacity() * std::mem::size_of::<Box<[Entry; CHUNK]>>()
-            + self.chunks.len() * CHUNK * std::mem::size_of::<Entry>()
+        self.chunks.capacity() * std::mem::size_of::<Chunk>()
+            + (self.chunks.len() + usize::from(self.spare.is_some()))
+                * CHUNK
+                * std::mem::size_of::<Entry>()
     }
 }
 
@@ -428,7 +453,11 @@ fn needs_rewrite(p: &Params, d: &DurableDone, when: u64) -> bool {
 /// What a claim found, as the shard reports it.
 #[derive(Debug)]
 pub(crate) enum ShardClaim {
-    Acquired(Lease),
+    Acquired {
+        lease: Lease,
+        /// The slab may need a chunk soon: see [`Shard::wants_spare`].
+        wants_spare: bool,
+    },
     InProgress {
         lease_expires_at_ms: u64,
     },
@@ -643,6 +672,24 @@ impl Shard {
     /// Resident entries (including expired ones not yet reclaimed).
     pub(crate) fn len(&self) -> usize {
         self.live
+    }
+
+    /// For tests: the slab's chunks, in order, and its spare, as addresses.
+    #[cfg(test)]
+    pub(crate) fn chunk_addrs(&self) -> (Vec<usize>, Option<usize>) {
+        let addr = |c: &Chunk| c.as_ptr() as usize;
+        (
+            self.slab.chunks.iter().map(addr).collect(),
+            self.slab.spare.as_ref().map(addr),
+        )
+    }
+
+    /// Keeps `chunk` as the slab's next chunk, unless it has one already (another
+    /// claimant was first): then `chunk` is dropped.
+    pub(crate) fn give_spare(&mut self, chunk: Chunk) {
+        if self.slab.spare.is_none() {
+            self.slab.spare = Some(chunk);
+        }
     }
 
     /// Heap bytes held by this shard's structures.
@@ -1023,11 +1070,14 @@ impl Shard {
                     self.set_payload(idx, pl);
                 }
                 self.counters.acquired += 1;
-                ShardClaim::Acquired(Lease {
-                    idx,
-                    token: self.slab.get(idx).token(),
-                    deadline: lease_deadline,
-                })
+                ShardClaim::Acquired {
+                    lease: Lease {
+                        idx,
+                        token: self.slab.get(idx).token(),
+                        deadline: lease_deadline,
+                    },
+                    wants_spare: self.slab.wants_spare(),
+                }
             }
         }
     }

@@ -155,7 +155,7 @@ pub(crate) struct Slab {
     /// Fixed-length arrays, so an index within a chunk (masked) needs no bounds check.
     chunks: Vec<Chunk>,
     /// The next chunk, allocated ahead outside the shard's lock (see
-    /// [`Shard::wants_spare`]).
+    /// [`Slab::wants_spare`]).
     spare: Option<Chunk>,
     /// Slots handed out so far (high-water mark).
     len: u32,
@@ -220,11 +220,12 @@ impl Slab {
 
     /// Whether the slab is growing into its last chunk with no chunk ready after it:
     /// the slot just handed out from the high-water mark fills three quarters of the
-    /// last chunk, and there is no spare. A shard of a few hundred keys never asks. The claimant that is told so (in
-    /// [`ShardClaim::Acquired`]) allocates a chunk after releasing the lock and hands
-    /// it over with [`Shard::give_spare`]: a new chunk's allocation and first touch
-    /// (page faults, several microseconds) then happen outside the lock, where they
-    /// delay no other thread's claim of this shard.
+    /// last chunk, and there is no spare. A shard of a few hundred keys never asks.
+    /// The claimant that is told so (in [`ShardClaim::Acquired`]) allocates a chunk
+    /// after releasing the lock and hands it over with [`Shard::give_spare`]: a new
+    /// chunk's allocation and first touch (page faults, several microseconds) then
+    /// happen outside the lock, where they delay no other thread's claim of this
+    /// shard.
     #[inline]
     fn wants_spare(&self) -> bool {
         // Asked once per chunk, at the slot that fills three quarters of it.
@@ -455,7 +456,7 @@ fn needs_rewrite(p: &Params, d: &DurableDone, when: u64) -> bool {
 pub(crate) enum ShardClaim {
     Acquired {
         lease: Lease,
-        /// The slab may need a chunk soon: see [`Shard::wants_spare`].
+        /// The slab may need a chunk soon: see [`Slab::wants_spare`].
         wants_spare: bool,
     },
     InProgress {

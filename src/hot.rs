@@ -740,6 +740,7 @@ impl Shard {
         p.tick_to_ms(widen(now.tick, deadline))
     }
 
+    #[inline(always)]
     fn done_view(
         &self,
         p: &Params,
@@ -821,11 +822,13 @@ impl Shard {
         mut durable: Option<&mut dyn FnMut(Fp) -> DurableLookup>,
     ) -> ShardClaim {
         self.catch_up(now, cap);
-        let lease_deadline = p.deadline(now, p.lease_ms);
+        // Worked out only where a claim may be acquired: a duplicate has no use for it.
+        let lease_deadline = || p.deadline(now, p.lease_ms);
         let slab = &self.slab;
         let idx = match self.index.find(fp.lo, |i| slab.get(i).is(fp)) {
             Some(idx) => idx,
             None => {
+                let lease_deadline = lease_deadline();
                 let found = match durable.as_mut() {
                     Some(look) => look(fp),
                     None => DurableLookup::Absent,
@@ -937,6 +940,7 @@ impl Shard {
             };
         }
         // Expired here. With a durable tier the key may still be a duplicate there.
+        let lease_deadline = lease_deadline();
         let found = match durable.as_mut() {
             Some(look) => look(fp),
             None => DurableLookup::Absent,

@@ -73,6 +73,18 @@ pub(crate) struct OpenReport {
     pub(crate) created: bool,
 }
 
+/// A testing hook's failure: while `on` is set, `operation` fails as a failing disk
+/// would ("the disk refuses {refuses}").
+fn injected(on: &AtomicBool, operation: &'static str, refuses: &str) -> Result<(), Error> {
+    if on.load(Ordering::SeqCst) {
+        return Err(Error::Store(StoreError::new(
+            operation,
+            format!("injected failure: the disk refuses {refuses}"),
+        )));
+    }
+    Ok(())
+}
+
 /// The open database.
 pub(crate) struct Store {
     db: DB,
@@ -369,12 +381,7 @@ impl Store {
     /// The completed record of `fp` in namespace `ns`, if any (expired or not: the
     /// caller judges retention against its clock).
     pub(crate) fn get_done(&self, ns: &str, fp: u128) -> Result<Option<Record>, Error> {
-        if self.fail_reads.load(Ordering::SeqCst) {
-            return Err(Error::Store(StoreError::new(
-                "read",
-                "injected failure: the disk refuses reads".to_owned(),
-            )));
-        }
+        injected(&self.fail_reads, "read", "reads")?;
         let cf = self.cf(&done_cf(ns))?;
         let Some(bytes) = self
             .db
@@ -393,13 +400,7 @@ impl Store {
     }
 
     fn check_writable(&self) -> Result<(), Error> {
-        if self.fail_writes.load(Ordering::SeqCst) {
-            return Err(Error::Store(StoreError::new(
-                "write",
-                "injected failure: the disk refuses writes".to_owned(),
-            )));
-        }
-        Ok(())
+        injected(&self.fail_writes, "write", "writes")
     }
 
     /// Writes claim markers (no fsync: they only serve orphan reporting).
@@ -598,12 +599,7 @@ impl Store {
 
     /// Forces the write-ahead log to disk (the `Periodic` sync policy).
     pub(crate) fn sync_wal(&self) -> Result<(), Error> {
-        if self.fail_syncs.load(Ordering::SeqCst) {
-            return Err(Error::Store(StoreError::new(
-                "sync",
-                "injected failure: the disk refuses to sync".to_owned(),
-            )));
-        }
+        injected(&self.fail_syncs, "sync", "to sync")?;
         self.db.flush_wal(true).map_err(|e| store_err("sync", e))
     }
 }

@@ -934,11 +934,26 @@ impl NsInner {
             let mut store_error = None;
             let answer = {
                 let mut shard = this.slots[si].shard.lock();
+                let found = shard.look_up(fp, now, &cap);
+                let p = &this.params;
+                // The common duplicate is answered here, without the general path.
+                if let Some(idx) = found {
+                    if let Some((completed_at_ms, expires_at_ms, result)) =
+                        shard.live_duplicate(idx, payload, p, now)
+                    {
+                        drop(shard);
+                        return Ok(Claim::Duplicate(Done {
+                            completed_at_ms,
+                            expires_at_ms,
+                            result,
+                        }));
+                    }
+                }
                 match &this.durable {
-                    None => shard.claim(fp, payload, &this.params, now, &cap, None),
+                    None => shard.claim_found(found, fp, payload, p, now, &cap, None),
                     Some(d) => {
                         let mut look = |f: Fp| d.lookup(f, now.ms, &mut store_error);
-                        shard.claim(fp, payload, &this.params, now, &cap, Some(&mut look))
+                        shard.claim_found(found, fp, payload, p, now, &cap, Some(&mut look))
                     }
                 }
             };

@@ -451,6 +451,10 @@ fn needs_rewrite(p: &Params, d: &DurableDone, when: u64) -> bool {
         .is_some_and(|u| u > d.expires_at_ms)
 }
 
+/// What a duplicate answers: when the key was completed, when it stops being a
+/// duplicate (both wall-clock ms) and its stored result.
+pub(crate) type DoneView = (u64, u64, Option<std::sync::Arc<[u8]>>);
+
 /// What a claim found, as the shard reports it.
 #[derive(Debug)]
 pub(crate) enum ShardClaim {
@@ -741,12 +745,7 @@ impl Shard {
     }
 
     #[inline(always)]
-    fn done_view(
-        &self,
-        p: &Params,
-        now: Now,
-        idx: u32,
-    ) -> (u64, u64, Option<std::sync::Arc<[u8]>>) {
+    fn done_view(&self, p: &Params, now: Now, idx: u32) -> DoneView {
         let e = self.slab.get(idx);
         let expires_at_ms = self.remaining_tick(p, now, e.deadline);
         let extra = if e.has_extra() {
@@ -807,13 +806,51 @@ impl Shard {
         self.next_token
     }
 
-    /// The atomic claim of one fingerprint.
+    /// The slab entry of `fp`, if the hot tier holds one (live or not), after
+    /// bringing the wheel within range of `now`: the first step of every claim, which
+    /// [`Shard::claim_found`] continues.
+    #[inline(always)]
+    pub(crate) fn look_up(&mut self, fp: Fp, now: Now, cap: &Capacity<'_>) -> Option<u32> {
+        self.catch_up(now, cap);
+        self.find(fp)
+    }
+
+    /// The answer to a claim that finds entry `idx` done and live, when nothing else
+    /// has to happen for it: the duplicate is counted and its view returned. `None`
+    /// sends the claim down the general path ([`Shard::claim_found`]): an expired,
+    /// in-progress or completing entry, a payload to compare, or a sliding window
+    /// (which may move the deadline and rewrite the record).
+    ///
+    /// This is the whole of a duplicate claim in the common case, kept small enough to
+    /// inline into the caller: the fewer instructions it retires, the more of the next
+    /// claim's cache misses the processor overlaps with this one's.
+    #[inline(always)]
+    pub(crate) fn live_duplicate(
+        &mut self,
+        idx: u32,
+        payload: Option<u64>,
+        p: &Params,
+        now: Now,
+    ) -> Option<DoneView> {
+        let e = self.slab.get(idx);
+        let plain = e.meta & (STATE_MASK | COMPLETING_BIT) == STATE_DONE;
+        if !plain || expired(e.deadline, now.tick) || p.sliding || payload.is_some() {
+            return None;
+        }
+        self.counters.duplicates += 1;
+        Some(self.done_view(p, now, idx))
+    }
+
+    /// The atomic claim of one fingerprint, continued from its [`Shard::look_up`],
+    /// which found `found` (the shard's lock held since).
     ///
     /// `durable`, when the namespace has a durable tier, is asked about keys the hot
     /// tier does not hold (absent, or expired here): a live done record there makes
     /// the claim a duplicate (and the key is cached in the hot tier again).
-    pub(crate) fn claim(
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn claim_found(
         &mut self,
+        found: Option<u32>,
         fp: Fp,
         payload: Option<u64>,
         p: &Params,
@@ -821,11 +858,9 @@ impl Shard {
         cap: &Capacity<'_>,
         mut durable: Option<&mut dyn FnMut(Fp) -> DurableLookup>,
     ) -> ShardClaim {
-        self.catch_up(now, cap);
         // Worked out only where a claim may be acquired: a duplicate has no use for it.
         let lease_deadline = || p.deadline(now, p.lease_ms);
-        let slab = &self.slab;
-        let idx = match self.index.find(fp.lo, |i| slab.get(i).is(fp)) {
+        let idx = match found {
             Some(idx) => idx,
             None => {
                 let lease_deadline = lease_deadline();

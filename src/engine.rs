@@ -1245,7 +1245,12 @@ impl Namespace {
         ns.prefetch(fp);
         let now = ns.now();
         let mut marker = None;
-        let claim = NsInner::claim_one(ns, &self.pins, fp, payload, now, &mut marker)?;
+        let claim = NsInner::claim_one(ns, &self.pins, fp, payload, now, &mut marker);
+        if marker.is_none() {
+            // No marker to write (a memory-only namespace, or no claim acquired).
+            return claim;
+        }
+        let claim = claim?;
         if let Err(e) = ns.write_markers(marker.as_slice()) {
             // Nothing was decided: the claim leaves the hot tier, and there is no
             // marker on disk to delete.

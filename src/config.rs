@@ -43,6 +43,7 @@ pub struct NamespaceConfig {
     pub(crate) prefilter_fpr_bits: u64,
     pub(crate) prefilter: bool,
     pub(crate) claim_markers: ClaimMarkers,
+    pub(crate) journal_slots: usize,
 }
 
 /// When a completion reaches the disk, with a durable tier.
@@ -80,11 +81,25 @@ pub enum FailurePolicy {
 /// orphan at the next open) is written, with a durable tier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ClaimMarkers {
-    /// Before `claim` returns (the default): every claim in flight at a crash is an
-    /// orphan at the next open, and a failing disk refuses the claim itself under
-    /// `FailClosed`. Costs one unsynced RocksDB write per acquired claim.
-    #[default]
+    /// Before `claim` returns, into the durable tier (RocksDB): every claim in
+    /// flight at a crash is an orphan at the next open, and a failing disk refuses
+    /// the claim itself under `FailClosed`. Costs one unsynced RocksDB write per
+    /// acquired claim, and the marker's deletion in the completion's write.
     Immediate,
+    /// Before `claim` returns, into a memory-mapped file of the database directory
+    /// (the default): a few stores into memory, no system call and no RocksDB
+    /// write. What was stored belongs to the kernel's page cache, so it survives a
+    /// crash of the process (SIGKILL included) exactly as `Immediate`'s unsynced
+    /// write does, and like it not a crash of the machine before the kernel writes
+    /// the page back: every claim in flight at a process crash is an orphan at the
+    /// next open. The file's blocks are allocated when it is created, so a store
+    /// never meets a full disk; a failing disk is reported at completion. A
+    /// completion clears its marker after its own write; a release clears it at
+    /// once. When more claims are in flight than the journal has slots
+    /// ([`NamespaceConfig::journal_slots`]), the extra markers are written as
+    /// `Immediate` ones (counted in `Stats::journal_overflows`).
+    #[default]
+    Journal,
     /// Kept in memory and written by the maintenance pass (every
     /// `EngineBuilder::maintenance_interval`), and at a clean shutdown. A claim
     /// completed or released before the next pass never writes a marker at all, so
@@ -105,6 +120,10 @@ pub const DEFAULT_MAX_KEYS: usize = 1 << 20;
 pub const DEFAULT_MAX_KEY_LEN: usize = 4096;
 /// Default target false-positive rate of the prefilter.
 pub const DEFAULT_PREFILTER_FPR: f64 = 0.01;
+/// Default number of claim-marker journal slots per namespace.
+pub const DEFAULT_JOURNAL_SLOTS: usize = 1 << 15;
+/// The most claim-marker journal slots a namespace accepts.
+pub const MAX_JOURNAL_SLOTS: usize = 1 << 24;
 /// Default largest stored result, in bytes.
 pub const DEFAULT_MAX_RESULT_LEN: usize = 64 * 1024;
 /// The largest `max_keys` a namespace accepts (slab indices are 31-bit).
@@ -134,16 +153,30 @@ impl NamespaceConfig {
             expected_keys: None,
             prefilter_fpr_bits: DEFAULT_PREFILTER_FPR.to_bits(),
             prefilter: true,
-            claim_markers: ClaimMarkers::Immediate,
+            claim_markers: ClaimMarkers::Journal,
+            journal_slots: DEFAULT_JOURNAL_SLOTS,
         }
     }
 
-    /// With a durable tier: when claim markers are written (default
-    /// [`ClaimMarkers::Immediate`]; see [`ClaimMarkers::Deferred`] for a claim path
-    /// without I/O).
+    /// With a durable tier: when and where claim markers are written (default
+    /// [`ClaimMarkers::Journal`]).
     pub fn claim_markers(mut self, markers: ClaimMarkers) -> Self {
         self.claim_markers = markers;
         self
+    }
+
+    /// With a durable tier and [`ClaimMarkers::Journal`]: how many claims may be in
+    /// flight with their marker in the journal (default 32,768, between 1 and
+    /// 16,777,216). Each slot takes 64 bytes of the journal file, allocated when the
+    /// engine opens; further claims in flight write their markers to RocksDB.
+    pub fn journal_slots(mut self, slots: usize) -> Self {
+        self.journal_slots = slots;
+        self
+    }
+
+    /// The configured journal size, in slots.
+    pub fn get_journal_slots(&self) -> usize {
+        self.journal_slots
     }
 
     /// With a durable tier: the worst-case number of keys within retention (peak
@@ -321,6 +354,9 @@ impl NamespaceConfig {
         let max_span_ms = (1u64 << 30).saturating_mul(tick_ms);
         if name.is_empty() {
             return bad("the namespace name is empty");
+        }
+        if self.journal_slots == 0 || self.journal_slots > MAX_JOURNAL_SLOTS {
+            return bad("journal_slots must be between 1 and 16,777,216");
         }
         if self.ttl.as_millis() == 0 {
             return bad("ttl must be at least 1 ms");

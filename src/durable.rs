@@ -25,6 +25,7 @@ pub(crate) mod codec;
 mod group;
 #[cfg(feature = "durable")]
 pub(crate) mod inspect;
+pub(crate) mod journal;
 #[cfg(feature = "durable")]
 mod store;
 

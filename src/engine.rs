@@ -218,7 +218,8 @@ impl Engine {
                     cfg.sync,
                     cfg.on_store_error,
                     prefilter,
-                    cfg.claim_markers == crate::config::ClaimMarkers::Deferred,
+                    cfg.claim_markers,
+                    cfg.journal_slots as u32,
                 )
             });
             #[cfg(not(feature = "durable"))]
@@ -243,10 +244,12 @@ impl Engine {
             let now_ms = b.clock.now_ms();
             for name in names {
                 let ns = &namespaces[name];
+                let mut damaged = Vec::new();
                 if let Some(d) = &ns.durable {
                     d.open_prefilter(now_ms)?;
+                    damaged = d.open_journal()?;
                 }
-                orphans.extend(ns.load_orphans(store)?);
+                orphans.extend(ns.load_orphans(store, damaged)?);
             }
         }
         let pins = namespaces
@@ -327,6 +330,19 @@ impl Engine {
             _store.set_fail_writes(fail);
         });
         let _ = fail;
+    }
+
+    /// Testing hook: while `keep` is true, claim markers in the journal
+    /// ([`ClaimMarkers::Journal`](crate::ClaimMarkers::Journal)) stay on disk when
+    /// their claims complete or are released, as a crash right after the
+    /// completion's write would leave them. Not part of the stable API.
+    #[doc(hidden)]
+    pub fn debug_keep_journal_markers(&self, keep: bool) {
+        self.with_store(|_store| {
+            #[cfg(feature = "durable")]
+            _store.set_keep_journal(keep);
+        });
+        let _ = keep;
     }
 
     /// Testing hook: while `fail` is true every point read of a done record in the
@@ -836,12 +852,16 @@ impl NsInner {
     /// places the live ones in the hot tier until their lease runs out, and deletes
     /// the markers of the expired ones.
     #[cfg(feature = "durable")]
-    fn load_orphans(&self, store: &crate::durable::Store) -> Result<Vec<Orphan>> {
+    fn load_orphans(
+        &self,
+        store: &crate::durable::Store,
+        damaged: Vec<(u128, std::result::Result<Record, String>)>,
+    ) -> Result<Vec<Orphan>> {
         let now = self.now();
         let mut out = Vec::new();
         let mut expired = Vec::new();
         let mut unheld = 0usize;
-        for (fp, rec) in store.scan_claims(&self.name)? {
+        for (fp, rec) in store.scan_claims(&self.name)?.into_iter().chain(damaged) {
             match rec {
                 Ok(rec) => {
                     let mut held = false;

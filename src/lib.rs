@@ -63,9 +63,9 @@ mod sync;
 
 pub use clock::{Clock, CoarseClock, ManualClock, SystemClock};
 pub use config::{
-    ClaimMarkers, EngineBuilder, FailurePolicy, NamespaceConfig, SyncPolicy, DEFAULT_LEASE,
-    DEFAULT_MAX_KEYS, DEFAULT_MAX_KEY_LEN, DEFAULT_MAX_RESULT_LEN, DEFAULT_PREFILTER_FPR,
-    DEFAULT_TTL, MAX_KEYS_LIMIT,
+    ClaimMarkers, EngineBuilder, FailurePolicy, NamespaceConfig, SyncPolicy, DEFAULT_JOURNAL_SLOTS,
+    DEFAULT_LEASE, DEFAULT_MAX_KEYS, DEFAULT_MAX_KEY_LEN, DEFAULT_MAX_RESULT_LEN,
+    DEFAULT_PREFILTER_FPR, DEFAULT_TTL, MAX_JOURNAL_SLOTS, MAX_KEYS_LIMIT,
 };
 pub use dlq::{
     DeadLetter, Dlq, DlqHealth, DlqPolicy, MessageId, MessageState, PolicyReport, ReplayMode,
@@ -103,6 +103,12 @@ pub mod __fuzz {
         crate::dlq::codec::Letter::decode(bytes)
             .ok()
             .map(|l| l.encode())
+    }
+
+    /// Parses any bytes as a claim-marker journal (see `durable::journal::fuzz_parse`);
+    /// panics if a marker read back does not encode to the words it came from.
+    pub fn journal_parse(bytes: &[u8]) {
+        crate::durable::journal::fuzz_parse(bytes);
     }
 
     /// Runs a prefilter against a model of the durable tier (see

@@ -81,6 +81,12 @@ pub struct Stats {
     /// Opens that rebuilt the prefilter from the durable tier (no saved filter, or
     /// one that was stale, damaged or of other settings).
     pub prefilter_rebuilds: u64,
+    /// Claim markers held in the memory-mapped journal now
+    /// ([`ClaimMarkers::Journal`](crate::ClaimMarkers::Journal)): the claims in flight.
+    pub journal_markers: u64,
+    /// Claim markers that found the journal full and were written to RocksDB instead
+    /// (more claims in flight than `NamespaceConfig::journal_slots`).
+    pub journal_overflows: u64,
 }
 
 impl Stats {
@@ -128,6 +134,8 @@ impl Stats {
         self.prefilter_generations_dropped += o.prefilter_generations_dropped;
         self.prefilter_loads += o.prefilter_loads;
         self.prefilter_rebuilds += o.prefilter_rebuilds;
+        self.journal_markers += o.journal_markers;
+        self.journal_overflows += o.journal_overflows;
     }
 
     #[cfg_attr(not(feature = "durable"), allow(dead_code))]

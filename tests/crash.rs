@@ -178,3 +178,43 @@ fn orphans_found_at_open_are_held_until_their_lease_runs_out() {
         }
     }
 }
+
+/// Runs the consumer holding five claims (`held-0` to `held-4`) from its start, kills
+/// it, and checks that the five are orphans held in progress after reopening.
+fn held_claims_are_orphans_after_sigkill(more: &[&str]) {
+    let dir = TempDir::new();
+    let mut args = vec!["--hold", "5", "--lease-ms", "600000"];
+    args.extend_from_slice(more);
+    run_and_kill_with(dir.path(), "never", &args, 200);
+    let engine = reopen(dir.path());
+    let orders = engine.namespace("orders").unwrap();
+    for i in 0..5 {
+        let k = format!("held-{i}");
+        assert!(
+            matches!(
+                orders.check(k.as_bytes()).unwrap(),
+                Some(idem::KeyState::InProgress { .. })
+            ),
+            "{k} was in flight at the kill ({more:?})"
+        );
+    }
+    let orphans = engine.orphans();
+    // The five, and at most one claim per worker besides.
+    assert!((5..=9).contains(&orphans.len()), "{}", orphans.len());
+    assert!(orphans.iter().all(|o| o.corrupt.is_none() && o.held));
+}
+
+#[test]
+fn claims_held_at_a_sigkill_are_orphans_with_the_journal() {
+    held_claims_are_orphans_after_sigkill(&[]);
+}
+
+#[test]
+fn claims_held_at_a_sigkill_are_orphans_with_a_full_journal() {
+    held_claims_are_orphans_after_sigkill(&["--journal-slots", "3"]);
+}
+
+#[test]
+fn claims_held_at_a_sigkill_are_orphans_with_immediate_markers() {
+    held_claims_are_orphans_after_sigkill(&["--markers", "immediate"]);
+}

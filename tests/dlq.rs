@@ -885,17 +885,24 @@ fn a_store_failure_leaves_every_message_as_it_was() {
         Err(Error::Store(_))
     ));
     assert!(matches!(dlq.archive(id, "x"), Err(Error::Store(_))));
-    // The claim marker cannot be written: fail closed before the handler.
+    // The claim's marker goes to the journal (no store write), so the handler runs;
+    // the completion's write fails: nothing changed.
+    let calls = std::cell::Cell::new(0);
     let err = dlq
         .replay(
             &Selection::default(),
             &any_schema,
-            |_: &[u8], _: &[u8]| panic!("refused before the handler"),
+            |_: &[u8], _: &[u8]| {
+                calls.set(calls.get() + 1);
+                Ok(())
+            },
             ReplayMode::Execute,
         )
         .unwrap_err();
     assert!(matches!(err, Error::Store(_)));
+    assert_eq!(calls.get(), 1);
     assert_eq!(everything(&dlq), before);
+    assert_eq!(ns.check(b"k").unwrap(), None);
     engine.debug_fail_store_writes(false);
     // The completion write fails after the handler ran: the key is not done and the
     // message is still quarantined (one atomic write for both).

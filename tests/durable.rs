@@ -17,6 +17,13 @@ use idem::{
 use util::*;
 use xxhash_rust::xxh3::xxh3_128_with_seed;
 
+/// [`small`] with claim markers written to RocksDB before `claim` returns: the
+/// tests of that mode's own behaviour (a failing disk refuses the claim; a marker
+/// whose deletion failed stays behind) use it.
+fn immediate() -> NamespaceConfig {
+    small().claim_markers(ClaimMarkers::Immediate)
+}
+
 /// The format version this build writes.
 const FORMAT: u32 = 1;
 
@@ -924,7 +931,7 @@ fn failing_writes_fail_closed_by_default() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);
     {
-        let (engine, ns) = open(&dir, &clock, small());
+        let (engine, ns) = open(&dir, &clock, immediate());
         acquire(&ns, b"done-before").complete().unwrap();
         let held = acquire(&ns, b"held");
         let before = engine.stats();
@@ -959,7 +966,7 @@ fn failing_writes_fail_closed_by_default() {
         duplicate(&ns, b"new");
         assert_eq!(duplicate(&ns, b"held").result(), Some(&b"r"[..]));
     }
-    let (engine, ns) = open(&dir, &clock, small());
+    let (engine, ns) = open(&dir, &clock, immediate());
     assert!(engine.orphans().is_empty(), "{:?}", engine.orphans());
     duplicate(&ns, b"done-before");
     duplicate(&ns, b"new");
@@ -970,7 +977,7 @@ fn failing_writes_fail_closed_by_default() {
 fn failing_writes_fail_open_on_request() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);
-    let cfg = small().on_store_error(FailurePolicy::FailOpen);
+    let cfg = immediate().on_store_error(FailurePolicy::FailOpen);
     {
         let (engine, ns) = open(&dir, &clock, cfg.clone());
         engine.debug_fail_store_writes(true);
@@ -1242,7 +1249,7 @@ fn a_claim_marker_left_behind_is_an_orphan_at_the_next_open() {
     let seeded = |clock: &ManualClock| {
         let engine = builder(&dir, clock)
             .seed(7)
-            .namespace("ns", small())
+            .namespace("ns", immediate())
             .build()
             .unwrap();
         let ns = engine.namespace("ns").unwrap();
@@ -1295,7 +1302,7 @@ fn orphans_beyond_a_shrunken_max_keys_are_reported_as_not_held() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);
     {
-        let (engine, ns) = open(&dir, &clock, small());
+        let (engine, ns) = open(&dir, &clock, immediate());
         let guards: Vec<_> = (0..4)
             .map(|i| acquire(&ns, format!("k{i}").as_bytes()))
             .collect();
@@ -1303,7 +1310,7 @@ fn orphans_beyond_a_shrunken_max_keys_are_reported_as_not_held() {
         drop(guards); // released, but the markers stay on disk
         engine.debug_fail_store_writes(false);
     }
-    let (engine, ns) = open(&dir, &clock, small().max_keys(2).shards(1));
+    let (engine, ns) = open(&dir, &clock, immediate().max_keys(2).shards(1));
     let orphans = engine.orphans();
     assert_eq!(orphans.len(), 4, "{orphans:?}");
     let held: Vec<_> = orphans.iter().filter(|o| o.held).collect();
@@ -1403,7 +1410,7 @@ fn a_deferred_claim_of_an_orphaned_key_deletes_the_old_marker() {
     let cfg = small().claim_markers(ClaimMarkers::Deferred);
     {
         // An immediate marker left behind by a claim that never finished.
-        let (engine, ns) = open(&dir, &clock, small());
+        let (engine, ns) = open(&dir, &clock, immediate());
         let g = acquire(&ns, b"k");
         engine.debug_fail_store_writes(true);
         drop(g);
@@ -1445,7 +1452,7 @@ fn an_orphan_whose_lease_already_ran_out_is_reported_once() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);
     {
-        let (engine, ns) = open(&dir, &clock, small());
+        let (engine, ns) = open(&dir, &clock, immediate());
         let g = acquire(&ns, b"ord-8");
         engine.debug_fail_store_writes(true);
         drop(g);
@@ -1453,14 +1460,14 @@ fn an_orphan_whose_lease_already_ran_out_is_reported_once() {
     }
     clock.set(T0 + 60_000);
     {
-        let (engine, ns) = open(&dir, &clock, small());
+        let (engine, ns) = open(&dir, &clock, immediate());
         assert_eq!(engine.orphans().len(), 1);
         assert_eq!(engine.orphans()[0].lease_expires_at_ms, T0 + 5_000);
         assert_eq!(engine.stats().resident_keys, 0);
         acquire(&ns, b"ord-8");
     }
     {
-        let (engine, _ns) = open(&dir, &clock, small());
+        let (engine, _ns) = open(&dir, &clock, immediate());
         assert!(engine.orphans().is_empty(), "{:?}", engine.orphans());
     }
     // The expired marker was deleted at the first open; the re-claim's was released.
@@ -1474,7 +1481,7 @@ fn batches_claim_and_complete_with_one_durable_write_each() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);
     {
-        let (engine, ns) = open(&dir, &clock, small());
+        let (engine, ns) = open(&dir, &clock, immediate());
         // One bad key refuses the whole batch.
         assert_eq!(
             ns.claim_batch(&[b"a", b"", b"c"]).unwrap_err(),
@@ -1507,7 +1514,7 @@ fn batches_claim_and_complete_with_one_durable_write_each() {
         }
         acquire(&ns, b"late").release().unwrap();
     }
-    let (engine, ns) = open(&dir, &clock, small());
+    let (engine, ns) = open(&dir, &clock, immediate());
     assert!(engine.orphans().is_empty(), "{:?}", engine.orphans());
     for k in [&b"a"[..], b"b", b"c"] {
         assert_eq!(duplicate(&ns, k).completed_at_ms(), T0 + 6_000);
@@ -1793,4 +1800,222 @@ fn a_grouped_completion_waits_for_its_fsync_and_fails_with_it() {
     duplicate(&ns, b"k");
     acquire(&ns, b"k2").complete().unwrap();
     assert_eq!(engine.stats().wal_group_syncs, 2);
+}
+
+// 13. The claim-marker journal (the default marker mode).
+
+/// The journal file of namespace "ns".
+fn journal_file(dir: &TempDir) -> std::path::PathBuf {
+    dir.path().join("idem-journal-6e73.bin")
+}
+
+/// Fingerprints of the orphans an engine reported, sorted.
+fn orphan_fps(engine: &Engine) -> Vec<u128> {
+    let mut v: Vec<u128> = engine.orphans().iter().map(|o| o.fingerprint).collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn journal_markers_left_behind_are_orphans_unless_their_key_was_completed() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let seeded = || builder(&dir, &clock).seed(3).namespace("ns", small());
+    {
+        let engine = seeded().build().unwrap();
+        let ns = engine.namespace("ns").unwrap();
+        let w0 = engine.stats().durable_writes;
+        let gone = acquire(&ns, b"gone");
+        let held = acquire(&ns, b"held");
+        let done = acquire(&ns, b"done");
+        let s = engine.stats();
+        assert_eq!(
+            s.durable_writes, w0,
+            "journaled markers take no store write"
+        );
+        assert_eq!(s.journal_markers, 3, "{s:?}");
+        gone.release().unwrap();
+        assert_eq!(engine.stats().journal_markers, 2);
+        // From here markers stay on disk when their claims end, as a crash right
+        // after each would leave them.
+        engine.debug_keep_journal_markers(true);
+        drop(held);
+        done.complete().unwrap();
+        assert_eq!(engine.stats().durable_writes, w0 + 1, "the completion only");
+    }
+    let engine = seeded().build().unwrap();
+    let ns = engine.namespace("ns").unwrap();
+    // "done" was completed before its marker could be cleared: settled, not an
+    // orphan; "gone" was released: its marker was cleared.
+    assert_eq!(orphan_fps(&engine), vec![fingerprint(b"held", 3)]);
+    let o = &engine.orphans()[0];
+    assert_eq!((o.claimed_at_ms, o.lease_expires_at_ms), (T0, T0 + 5_000));
+    assert!(o.held && o.corrupt.is_none());
+    in_progress(&ns, b"held");
+    duplicate(&ns, b"done");
+    let g = acquire(&ns, b"gone");
+    assert_eq!(
+        engine.stats().journal_markers,
+        1,
+        "this run's journal holds the new claim only"
+    );
+    drop(g);
+    drop((engine, ns));
+    // The orphan's marker moved into RocksDB at the open.
+    let markers = entries(&raw_db(&dir), "claims:ns");
+    assert_eq!(markers.len(), 1);
+    assert_eq!(markers[0].0, fingerprint(b"held", 3).to_be_bytes());
+}
+
+#[test]
+fn with_the_journal_a_failing_disk_is_found_at_completion() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    {
+        let (engine, ns) = open(&dir, &clock, small());
+        acquire(&ns, b"ok").complete().unwrap();
+        assert_eq!(
+            engine.stats().journal_markers,
+            0,
+            "a completion clears its marker"
+        );
+        engine.debug_fail_store_writes(true);
+        let g = acquire(&ns, b"k");
+        assert_eq!(engine.stats().store_errors, 0);
+        let err = g.complete().unwrap_err();
+        assert!(is_store_error(&err), "{err:?}");
+        // Refused and released: no longer in flight, so no marker either.
+        assert_eq!(ns.check(b"k").unwrap(), None);
+        let s = engine.stats();
+        assert_eq!((s.journal_markers, s.store_errors), (0, 1), "{s:?}");
+        assert_eq!(s.journal_overflows, 0);
+        engine.debug_fail_store_writes(false);
+    }
+    let (engine, ns) = open(&dir, &clock, small());
+    assert!(engine.orphans().is_empty(), "{:?}", engine.orphans());
+    acquire(&ns, b"k");
+}
+
+#[test]
+fn a_full_journal_writes_further_markers_to_rocksdb() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let seeded = || {
+        let engine = builder(&dir, &clock)
+            .seed(3)
+            .namespace("ns", small().journal_slots(2))
+            .build()
+            .unwrap();
+        let ns = engine.namespace("ns").unwrap();
+        (engine, ns)
+    };
+    let keys: [&[u8]; 3] = [b"a", b"b", b"c"];
+    {
+        let (engine, ns) = seeded();
+        let w0 = engine.stats().durable_writes;
+        let guards: Vec<_> = keys.iter().map(|k| acquire(&ns, k)).collect();
+        let s = engine.stats();
+        assert_eq!((s.journal_markers, s.journal_overflows), (2, 1), "{s:?}");
+        assert_eq!(s.durable_writes, w0 + 1, "the overflowing marker's write");
+        // All three stay on disk when released, as after a crash.
+        engine.debug_keep_journal_markers(true);
+        engine.debug_fail_store_writes(true);
+        drop(guards);
+        engine.debug_fail_store_writes(false);
+    }
+    let (engine, ns) = seeded();
+    let mut want: Vec<u128> = keys.iter().map(|k| fingerprint(k, 3)).collect();
+    want.sort();
+    assert_eq!(orphan_fps(&engine), want);
+    for k in keys {
+        in_progress(&ns, k);
+    }
+}
+
+/// Leaves claims of `keys` in the journal of a closed engine (seed 3), as a crash
+/// with those claims in flight would.
+fn leave_journal_markers(dir: &TempDir, clock: &ManualClock, keys: &[&[u8]]) {
+    let engine = builder(dir, clock)
+        .seed(3)
+        .namespace("ns", small())
+        .build()
+        .unwrap();
+    let ns = engine.namespace("ns").unwrap();
+    let guards: Vec<_> = keys.iter().map(|k| acquire(&ns, k)).collect();
+    engine.debug_keep_journal_markers(true);
+    drop(guards);
+}
+
+#[test]
+fn a_damaged_journal_slot_is_reported_and_the_journal_kept_aside() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    leave_journal_markers(&dir, &clock, &[b"first", b"second"]);
+    let mut bytes = std::fs::read(journal_file(&dir)).unwrap();
+    // The first claim took slot 0 (64 bytes of header before it): damage its
+    // claim time.
+    bytes[64 + 16] ^= 0x10;
+    std::fs::write(journal_file(&dir), &bytes).unwrap();
+    let engine = builder(&dir, &clock)
+        .seed(3)
+        .namespace("ns", small())
+        .build()
+        .unwrap();
+    let ns = engine.namespace("ns").unwrap();
+    let orphans = engine.orphans();
+    assert_eq!(orphans.len(), 2, "{orphans:?}");
+    let bad: Vec<_> = orphans.iter().filter(|o| o.corrupt.is_some()).collect();
+    assert_eq!(bad.len(), 1, "{orphans:?}");
+    assert_eq!(bad[0].fingerprint, fingerprint(b"first", 3));
+    in_progress(&ns, b"second");
+    let kept: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("idem-journal-6e73.bin.damaged-"))
+        .collect();
+    assert_eq!(kept.len(), 1, "the damaged journal is kept beside");
+    assert_eq!(
+        std::fs::read(dir.path().join(&kept[0])).unwrap(),
+        bytes,
+        "as it was found"
+    );
+}
+
+#[test]
+fn a_journal_of_another_version_refuses_the_open_and_is_left_as_it_is() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    leave_journal_markers(&dir, &clock, &[b"k"]);
+    let mut bytes = std::fs::read(journal_file(&dir)).unwrap();
+    bytes[8..12].copy_from_slice(&99u32.to_le_bytes());
+    std::fs::write(journal_file(&dir), &bytes).unwrap();
+    match builder(&dir, &clock)
+        .seed(3)
+        .namespace("ns", small())
+        .build()
+    {
+        Err(Error::IncompatibleFormat { found, .. }) => assert_eq!(found, Some(99)),
+        other => panic!("expected IncompatibleFormat, got {:?}", other.map(|_| ())),
+    }
+    assert_eq!(std::fs::read(journal_file(&dir)).unwrap(), bytes);
+}
+
+#[test]
+fn journal_markers_are_read_whatever_the_marker_mode_of_the_next_run() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    leave_journal_markers(&dir, &clock, &[b"k"]);
+    for _ in 0..2 {
+        let engine = builder(&dir, &clock)
+            .seed(3)
+            .namespace("ns", immediate())
+            .build()
+            .unwrap();
+        assert_eq!(orphan_fps(&engine), vec![fingerprint(b"k", 3)]);
+        in_progress(&engine.namespace("ns").unwrap(), b"k");
+        assert!(
+            !journal_file(&dir).exists(),
+            "a namespace without a journal removes the file once its markers moved"
+        );
+    }
 }

@@ -5,7 +5,9 @@
 //! counter in the state family `ledger` is incremented in the same atomic write as
 //! the completion. After a completion returns `Ok` the process prints `ack <id>`;
 //! a duplicate prints `dup <id>`. At start it prints `orphans <n>`, at the end `done`.
-//! A parent may kill it with SIGKILL at any moment.
+//! With `--hold <n>` it first claims the keys `held-<i>` for i < n, prints
+//! `held <n>` and keeps those claims in flight until it exits. A parent may kill it
+//! with SIGKILL at any moment.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -13,7 +15,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crossbeam::channel;
-use idem::{Claim, Engine, NamespaceConfig, StateChanges, SyncPolicy};
+use idem::{Claim, ClaimMarkers, Engine, NamespaceConfig, StateChanges, SyncPolicy};
 
 use super::number;
 
@@ -27,6 +29,10 @@ pub(crate) struct Options {
     pub(crate) lease_ms: u64,
     /// `EngineBuilder::commit_delay`, in microseconds.
     pub(crate) commit_delay_us: u64,
+    /// Claims held in flight from the start (`held-<i>`), never completed.
+    pub(crate) hold: u64,
+    pub(crate) markers: ClaimMarkers,
+    pub(crate) journal_slots: usize,
 }
 
 impl Options {
@@ -38,6 +44,9 @@ impl Options {
             sync: SyncPolicy::Always,
             lease_ms: 1000,
             commit_delay_us: 0,
+            hold: 0,
+            markers: ClaimMarkers::default(),
+            journal_slots: idem::DEFAULT_JOURNAL_SLOTS,
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -47,6 +56,20 @@ impl Options {
                 "--workers" => o.workers = number(a, it.next())?,
                 "--lease-ms" => o.lease_ms = number(a, it.next())?,
                 "--commit-delay-us" => o.commit_delay_us = number(a, it.next())?,
+                "--hold" => o.hold = number(a, it.next())?,
+                "--journal-slots" => o.journal_slots = number(a, it.next())?,
+                "--markers" => {
+                    o.markers = match it.next().map(String::as_str) {
+                        Some("journal") => ClaimMarkers::Journal,
+                        Some("immediate") => ClaimMarkers::Immediate,
+                        Some("deferred") => ClaimMarkers::Deferred,
+                        other => {
+                            return Err(format!(
+                                "--markers takes journal, immediate or deferred, not {other:?}"
+                            ))
+                        }
+                    }
+                }
                 "--sync" => o.sync = parse_sync(it.next().map(String::as_str))?,
                 other => return Err(format!("__consumer: unknown option {other:?}")),
             }
@@ -85,25 +108,29 @@ pub(crate) fn key_of(id: u64) -> Vec<u8> {
 
 /// The demo's engine over `dir`: namespace `orders`, state family `ledger`.
 pub(crate) fn open(dir: &std::path::Path, sync: SyncPolicy, lease_ms: u64) -> idem::Result<Engine> {
-    open_with(dir, sync, lease_ms, Duration::ZERO)
+    open_with(dir, sync, lease_ms, Duration::ZERO, |c| c)
 }
 
-/// [`open`] with a commit delay (group commit under `SyncPolicy::Always`).
+/// [`open`] with a commit delay (group commit under `SyncPolicy::Always`) and more
+/// namespace settings.
 pub(crate) fn open_with(
     dir: &std::path::Path,
     sync: SyncPolicy,
     lease_ms: u64,
     commit_delay: Duration,
+    more: impl FnOnce(NamespaceConfig) -> NamespaceConfig,
 ) -> idem::Result<Engine> {
     Engine::builder()
         .commit_delay(commit_delay)
         .namespace(
             "orders",
-            NamespaceConfig::new()
-                .ttl(Duration::from_secs(3600))
-                .lease(Duration::from_millis(lease_ms))
-                .sync(sync)
-                .max_keys(4_000_000),
+            more(
+                NamespaceConfig::new()
+                    .ttl(Duration::from_secs(3600))
+                    .lease(Duration::from_millis(lease_ms))
+                    .sync(sync)
+                    .max_keys(4_000_000),
+            ),
         )
         .state_family("ledger")
         .durable(dir)
@@ -136,6 +163,7 @@ pub(crate) fn run(o: Options) -> Result<std::process::ExitCode, String> {
         o.sync,
         o.lease_ms,
         Duration::from_micros(o.commit_delay_us),
+        |c| c.claim_markers(o.markers).journal_slots(o.journal_slots),
     )
     .map_err(|e| e.to_string())?;
     let orders = engine.namespace("orders").map_err(|e| e.to_string())?;
@@ -146,6 +174,19 @@ pub(crate) fn run(o: Options) -> Result<std::process::ExitCode, String> {
         let _ = w.flush();
     };
     say(format!("orphans {}", engine.orphans().len()));
+    let mut held = Vec::new();
+    for i in 0..o.hold {
+        match orders
+            .claim(format!("held-{i}").as_bytes())
+            .map_err(|e| e.to_string())?
+        {
+            Claim::Acquired(g) => held.push(g),
+            other => return Err(format!("held-{i}: expected Acquired, got {other:?}")),
+        }
+    }
+    if o.hold > 0 {
+        say(format!("held {}", o.hold));
+    }
 
     let (tx, rx) = channel::unbounded::<u64>();
     let all = stream(o.messages);
@@ -197,5 +238,6 @@ pub(crate) fn run(o: Options) -> Result<std::process::ExitCode, String> {
         Ok(())
     })?;
     say("done".to_string());
+    drop(held);
     Ok(std::process::ExitCode::SUCCESS)
 }

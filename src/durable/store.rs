@@ -10,10 +10,11 @@ use rocksdb::{
 };
 
 use super::codec::{Record, RecordState};
+use super::journal::{self, Journal};
 use super::live_done;
 use super::{fp_key, StateOp};
 use crate::clock::Clock;
-use crate::config::{FailurePolicy, SyncPolicy};
+use crate::config::{ClaimMarkers, FailurePolicy, SyncPolicy};
 use crate::error::{Error, StoreError};
 use crate::hot::{DurableDone, DurableLookup, Fp};
 use crate::prefilter::{bloom_hash, Prefilter};
@@ -94,6 +95,9 @@ pub(crate) struct Store {
     fail_writes: AtomicBool,
     /// Testing hook: make every point read of a done record fail.
     fail_reads: AtomicBool,
+    /// Testing hook: journal markers are left in place when their claims end, as a
+    /// crash between a completion's write and the marker's clearing leaves them.
+    keep_journal: AtomicBool,
     /// Testing hook: completion writes wait while this is set ...
     hold_completions: AtomicBool,
     /// ... and this counts the writes waiting.
@@ -296,6 +300,7 @@ impl Store {
                 panic_completions: AtomicBool::new(false),
                 fail_syncs: AtomicBool::new(false),
                 fail_reads: AtomicBool::new(false),
+                keep_journal: AtomicBool::new(false),
                 held_completions: std::sync::atomic::AtomicUsize::new(0),
                 point_read: ReadOptions::default(),
                 write_nosync: WriteOptions::default(),
@@ -326,6 +331,10 @@ impl Store {
 
     pub(crate) fn set_fail_writes(&self, fail: bool) {
         self.fail_writes.store(fail, Ordering::SeqCst);
+    }
+
+    pub(crate) fn set_keep_journal(&self, keep: bool) {
+        self.keep_journal.store(keep, Ordering::SeqCst);
     }
 
     pub(crate) fn set_fail_reads(&self, fail: bool) {
@@ -623,6 +632,17 @@ pub(crate) struct DurableNs {
     pub(crate) prefilter: Option<Prefilter>,
     /// Claim markers not written yet (`ClaimMarkers::Deferred`).
     pub(crate) deferred: Option<DeferredMarkers>,
+    /// The memory-mapped claim-marker journal (`ClaimMarkers::Journal`), with its
+    /// size in slots; set up at open ([`DurableNs::open_journal`]).
+    journal: std::sync::OnceLock<Journal>,
+    journal_slots: Option<u32>,
+    /// Markers that found the journal full and went to RocksDB instead.
+    journal_overflows: AtomicU64,
+    /// Markers of the previous run still on disk (live orphans).
+    on_disk: parking_lot::Mutex<FpSet>,
+    /// Whether `on_disk` ever held one (set at open, before the namespace serves), so
+    /// that a run without orphans never takes its lock.
+    any_on_disk: AtomicBool,
     prefilter_loads: AtomicU64,
     prefilter_rebuilds: AtomicU64,
 }
@@ -631,7 +651,7 @@ pub(crate) struct DurableNs {
 /// hashes already, uniform and not chosen by whoever picks the keys, so hashing them
 /// again (SipHash, the std default) is wasted work on every deferred claim.
 #[derive(Debug, Default, Clone, Copy)]
-struct FpHasher(u64);
+pub(crate) struct FpHasher(u64);
 
 impl std::hash::Hasher for FpHasher {
     fn finish(&self) -> u64 {
@@ -651,7 +671,8 @@ impl std::hash::Hasher for FpHasher {
 }
 
 /// A map or set keyed by fingerprint.
-type FpMap<V> = std::collections::HashMap<u128, V, std::hash::BuildHasherDefault<FpHasher>>;
+pub(crate) type FpMap<V> =
+    std::collections::HashMap<u128, V, std::hash::BuildHasherDefault<FpHasher>>;
 type FpSet = std::collections::HashSet<u128, std::hash::BuildHasherDefault<FpHasher>>;
 
 /// Claim markers kept in memory until the maintenance pass writes them.
@@ -661,11 +682,6 @@ pub(crate) struct DeferredMarkers {
     /// Held while drained markers are being written, so that a completion or release
     /// of one of them deletes it only after it reached the store.
     flushing: parking_lot::Mutex<()>,
-    /// Markers of the previous run still on disk (live orphans).
-    on_disk: parking_lot::Mutex<FpSet>,
-    /// Whether `on_disk` ever held one (set at open, before the namespace serves), so
-    /// that a run without orphans never takes its lock.
-    any_on_disk: std::sync::atomic::AtomicBool,
 }
 
 impl DurableNs {
@@ -675,7 +691,8 @@ impl DurableNs {
         sync: SyncPolicy,
         failure: FailurePolicy,
         prefilter: Option<Prefilter>,
-        deferred: bool,
+        markers: ClaimMarkers,
+        journal_slots: u32,
     ) -> Self {
         DurableNs {
             store,
@@ -687,7 +704,12 @@ impl DurableNs {
             errors: AtomicU64::new(0),
             fail_open: AtomicU64::new(0),
             prefilter,
-            deferred: deferred.then(DeferredMarkers::default),
+            deferred: (markers == ClaimMarkers::Deferred).then(DeferredMarkers::default),
+            journal: std::sync::OnceLock::new(),
+            journal_slots: (markers == ClaimMarkers::Journal).then_some(journal_slots),
+            journal_overflows: AtomicU64::new(0),
+            on_disk: parking_lot::Mutex::new(FpSet::default()),
+            any_on_disk: AtomicBool::new(false),
             prefilter_loads: AtomicU64::new(0),
             prefilter_rebuilds: AtomicU64::new(0),
         }
@@ -712,26 +734,110 @@ impl DurableNs {
     /// was still in memory (it is dropped there and never written); otherwise the
     /// marker may be on disk, and any write of it in progress has finished, so the
     /// caller's delete lands after it.
+    ///
+    /// With a journal, the marker is cleared from it here (a release, a forget): the
+    /// claim is no longer in flight. A completion clears it only after its write
+    /// ([`DurableNs::write_completions`]).
     pub(crate) fn settle_marker(&self, fp: u128) -> bool {
+        if let Some(j) = self.journal.get() {
+            return self.clear_journal(j, fp) && !self.take_marker_on_disk(fp);
+        }
         let Some(d) = &self.deferred else {
             return false;
         };
         if d.pending.lock().remove(&fp).is_some() {
-            // Unless a marker of an earlier claim of the key (an orphan of the last
-            // run) is still on disk: then the delete is needed after all.
-            return !(d.any_on_disk.load(Ordering::Acquire) && d.on_disk.lock().remove(&fp));
+            return !self.take_marker_on_disk(fp);
         }
         drop(d.flushing.lock());
         false
     }
 
+    /// Clears the journal marker of `fp` (true if it had one), or under the testing
+    /// hook only forgets it, leaving it on disk as a crash would.
+    fn clear_journal(&self, j: &Journal, fp: u128) -> bool {
+        if self.store.keep_journal.load(Ordering::SeqCst) {
+            j.forget(fp)
+        } else {
+            j.remove(fp)
+        }
+    }
+
+    /// Whether a marker of an earlier claim of `fp` (an orphan of the last run) is
+    /// still on disk, forgetting it: a marker kept off disk then needs the delete
+    /// after all.
+    fn take_marker_on_disk(&self, fp: u128) -> bool {
+        self.any_on_disk.load(Ordering::Acquire) && self.on_disk.lock().remove(&fp)
+    }
+
     /// Notes a claim marker found on disk at open and kept (a live orphan), so that
     /// the completion of a later claim of its key deletes it.
     pub(crate) fn note_marker_on_disk(&self, fp: u128) {
-        if let Some(d) = &self.deferred {
-            d.on_disk.lock().insert(fp);
-            d.any_on_disk.store(true, Ordering::Release);
+        if self.deferred.is_some() || self.journal_slots.is_some() {
+            self.on_disk.lock().insert(fp);
+            self.any_on_disk.store(true, Ordering::Release);
         }
+    }
+
+    /// At open, before the namespace serves and before the orphans are read: moves
+    /// the markers of the journal left by the last run (whatever this run's marker
+    /// mode) into the `claims:` family, synced, then starts this run's journal (or
+    /// removes the file if the namespace does not journal). A marker whose key has
+    /// since been completed (a crash between the completion's write and the
+    /// marker's clearing) is settled, not moved. A journal with damaged slots is
+    /// kept beside, renamed, and its damaged slots are returned to be reported.
+    pub(crate) fn open_journal(&self) -> Result<Vec<ScannedClaim>, Error> {
+        let dir = self.store.path.as_path();
+        let seed = self.store.seed;
+        let mut damaged = Vec::new();
+        if let Some(slots) = journal::read(dir, &self.name, seed)? {
+            let mut moved = Vec::new();
+            for (fp, rec) in slots {
+                match rec {
+                    Ok(rec) => {
+                        let completed = matches!(
+                            self.store.get_done(&self.name, fp),
+                            Ok(Some(d)) if d.state == RecordState::Done && d.at_ms >= rec.at_ms
+                        );
+                        if !completed {
+                            moved.push((fp, rec));
+                        }
+                    }
+                    Err(reason) => damaged.push((fp, Err(reason))),
+                }
+            }
+            if !moved.is_empty() {
+                self.store.put_claims(&self.name, &moved)?;
+                self.store.sync_wal()?;
+            }
+            if !damaged.is_empty() {
+                let from = journal::path(dir, &self.name);
+                let mut to = from.clone().into_os_string();
+                let stamp = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis());
+                to.push(format!(".damaged-{stamp}"));
+                std::fs::rename(&from, &to).map_err(|e| {
+                    Error::Store(crate::error::StoreError::new(
+                        "keep damaged journal",
+                        e.to_string(),
+                    ))
+                })?;
+                tracing::warn!(
+                    namespace = %self.name,
+                    slots = damaged.len(),
+                    kept = %std::path::Path::new(&to).display(),
+                    "the claim-marker journal has damaged slots; the file is kept"
+                );
+            }
+        }
+        match self.journal_slots {
+            Some(slots) => {
+                let j = Journal::create(dir, &self.name, seed, slots)?;
+                let _ = self.journal.set(j);
+            }
+            None => journal::remove(dir, &self.name)?,
+        }
+        Ok(damaged)
     }
 
     /// Writes the deferred claim markers (the maintenance pass, and a clean
@@ -931,10 +1037,34 @@ impl DurableNs {
 
     /// Writes claim markers for keys just acquired.
     pub(crate) fn write_claims(&self, claims: &[(u128, Record)]) -> Result<(), Error> {
+        let overflow;
+        let to_store = match self.journal.get() {
+            Some(j) => {
+                overflow = j.put(claims);
+                if overflow.is_empty() {
+                    return Ok(());
+                }
+                self.journal_overflows
+                    .fetch_add(overflow.len() as u64, Ordering::Relaxed);
+                &overflow[..]
+            }
+            None => claims,
+        };
         self.writes.fetch_add(1, Ordering::Relaxed);
-        match self.store.put_claims(&self.name, claims) {
+        match self.store.put_claims(&self.name, to_store) {
             Ok(()) => Ok(()),
-            Err(e) => self.on_failure(e, "claim"),
+            Err(e) => {
+                let r = self.on_failure(e, "claim");
+                if r.is_err() {
+                    // The claims are refused: none of their markers may stay.
+                    if let Some(j) = self.journal.get() {
+                        for (fp, _) in claims {
+                            j.remove(*fp);
+                        }
+                    }
+                }
+                r
+            }
         }
     }
 
@@ -965,14 +1095,28 @@ impl DurableNs {
         }
         // A deferred marker still in memory is never written (and needs no delete);
         // one being written finishes first, so the batch's delete of it lands after
-        // it.
-        let unwritten: Vec<bool> = done.iter().map(|(fp, _)| self.settle_marker(*fp)).collect();
+        // it. A journaled marker needs no delete either, and stays in the journal
+        // until the write is over: a crash before then leaves the claim an orphan.
+        let unwritten: Vec<bool> = match self.journal.get() {
+            Some(j) => done
+                .iter()
+                .map(|(fp, _)| j.holds(*fp) && !self.take_marker_on_disk(*fp))
+                .collect(),
+            None => done.iter().map(|(fp, _)| self.settle_marker(*fp)).collect(),
+        };
         self.writes.fetch_add(1, Ordering::Relaxed);
         let sync = matches!(self.sync, SyncPolicy::Always);
-        match self
+        let written = self
             .store
-            .write_completions(&self.name, done, &unwritten, state, sync)
-        {
+            .write_completions(&self.name, done, &unwritten, state, sync);
+        // Written or not, the claims are no longer in flight: a failed completion
+        // releases its claim.
+        if let Some(j) = self.journal.get() {
+            for (fp, _) in done {
+                self.clear_journal(j, *fp);
+            }
+        }
+        match written {
             Ok(()) => Ok(()),
             // State changes cannot be applied from the hot tier: never fail open.
             Err(e) if !state.is_empty() => {
@@ -1009,5 +1153,7 @@ impl DurableNs {
         }
         s.prefilter_loads += self.prefilter_loads.load(Ordering::Relaxed);
         s.prefilter_rebuilds += self.prefilter_rebuilds.load(Ordering::Relaxed);
+        s.journal_markers += self.journal.get().map_or(0, |j| j.len() as u64);
+        s.journal_overflows += self.journal_overflows.load(Ordering::Relaxed);
     }
 }

@@ -1,0 +1,611 @@
+//! The claim-marker journal ([`ClaimMarkers::Journal`](crate::ClaimMarkers::Journal)):
+//! one memory-mapped file per namespace in the database directory, holding the
+//! markers of the claims this process has in flight.
+//!
+//! A marker is written into a free 64-byte slot of a shared file mapping with plain
+//! stores: no system call, no RocksDB write. The pages belong to the kernel's page
+//! cache, so what was stored survives a crash of the process (SIGKILL included) as
+//! an unsynced RocksDB write does; neither survives a crash of the machine before
+//! the kernel writes the page back. A completion or release clears its slot.
+//!
+//! ```text
+//! header, 64 bytes:
+//! 0   8  magic "IDEMJRNL"
+//! 8   4  journal format version (JOURNAL_VERSION)
+//! 12  4  slots
+//! 16  8  the database's fingerprint seed
+//! 24  8  xxh3-64 of the namespace name
+//! 32 32  zero
+//! slot i at 64 + 64 i, eight little-endian u64 words:
+//! 0  fingerprint, high half          4  token (low 32 bits) | flags << 32 (bit 0: payload)
+//! 1  fingerprint, low half           5  payload fingerprint (if flag bit 0)
+//! 2  claimed at (ms)                 6  zero
+//! 3  lease expires (ms)              7  check: xxh3-64 of words 0-6, never 0; 0 = free
+//! ```
+//!
+//! The check word is stored last when a slot is filled and cleared first when it is
+//! freed, and a slot is only ever filled while free: a process killed in the middle
+//! of filling one leaves it reading free (that claim had not been answered yet). A
+//! slot whose check is set but does not match its words was damaged at rest, and is
+//! reported, never dropped in silence.
+//!
+//! At open the journal left by the previous run is read whatever the namespace's
+//! marker mode is now: its markers are written into the namespace's `claims:` column
+//! family (synced) and the file is then reset, so every later step (orphans, their
+//! leases, their deletion) is the one immediate markers take.
+
+#[cfg(feature = "durable")]
+use std::fs::{File, OpenOptions};
+#[cfg(feature = "durable")]
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+#[cfg(feature = "durable")]
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use xxhash_rust::xxh3::xxh3_64;
+
+use super::codec::{Record, RecordState};
+#[cfg(feature = "durable")]
+use crate::error::{Error, StoreError};
+
+/// The journal format this build writes and reads.
+pub(crate) const JOURNAL_VERSION: u32 = 1;
+const MAGIC: &[u8; 8] = b"IDEMJRNL";
+const HEADER: usize = 64;
+const SLOT: usize = 64;
+const WORDS: usize = SLOT / 8;
+const FLAG_PAYLOAD: u64 = 1;
+
+/// The journal file of namespace `ns` in the database directory `dir`.
+pub(crate) fn path(dir: &Path, ns: &str) -> PathBuf {
+    let hex: String = ns.bytes().map(|b| format!("{b:02x}")).collect();
+    dir.join(format!("idem-journal-{hex}.bin"))
+}
+
+#[cfg(feature = "durable")]
+fn io_err(op: &'static str, file: &Path, e: std::io::Error) -> Error {
+    Error::Store(StoreError::new(op, format!("{}: {e}", file.display())))
+}
+
+fn header(slots: u32, seed: u64, ns: &str) -> [u8; HEADER] {
+    let mut h = [0u8; HEADER];
+    h[..8].copy_from_slice(MAGIC);
+    h[8..12].copy_from_slice(&JOURNAL_VERSION.to_le_bytes());
+    h[12..16].copy_from_slice(&slots.to_le_bytes());
+    h[16..24].copy_from_slice(&seed.to_le_bytes());
+    h[24..32].copy_from_slice(&xxh3_64(ns.as_bytes()).to_le_bytes());
+    h
+}
+
+fn check(words: &[u64; WORDS - 1]) -> u64 {
+    let mut bytes = [0u8; (WORDS - 1) * 8];
+    for (i, w) in words.iter().enumerate() {
+        bytes[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+    }
+    xxh3_64(&bytes).max(1)
+}
+
+fn encode(fp: u128, rec: &Record) -> [u64; WORDS - 1] {
+    let flags = if rec.payload.is_some() {
+        FLAG_PAYLOAD
+    } else {
+        0
+    };
+    [
+        (fp >> 64) as u64,
+        fp as u64,
+        rec.at_ms,
+        rec.expires_ms,
+        u64::from(rec.token) | flags << 32,
+        rec.payload.unwrap_or(0),
+        0,
+    ]
+}
+
+/// One slot of a journal read back: a marker, or why its words are not one.
+pub(crate) type ReadSlot = (u128, Result<Record, String>);
+
+/// Decodes slot words; `None` for a free slot.
+fn decode(w: &[u64; WORDS]) -> Option<ReadSlot> {
+    if w[WORDS - 1] == 0 {
+        return None;
+    }
+    let body: [u64; WORDS - 1] = std::array::from_fn(|i| w[i]);
+    let fp = u128::from(w[0]) << 64 | u128::from(w[1]);
+    if check(&body) != w[WORDS - 1] {
+        return Some((fp, Err("journal slot fails its check".to_owned())));
+    }
+    let flags = w[4] >> 32;
+    if flags & !FLAG_PAYLOAD != 0 || w[6] != 0 || (flags & FLAG_PAYLOAD == 0 && w[5] != 0) {
+        return Some((fp, Err("journal slot has unknown flags".to_owned())));
+    }
+    Some((
+        fp,
+        Ok(Record {
+            state: RecordState::InProgress,
+            token: w[4] as u32,
+            at_ms: w[2],
+            expires_ms: w[3],
+            payload: (flags & FLAG_PAYLOAD != 0).then_some(w[5]),
+            result: None,
+        }),
+    ))
+}
+
+/// The markers in a journal file's bytes (header included), or the reason the file
+/// is not a journal this build can read for this namespace and database. Never
+/// panics, whatever the bytes (the `journal` fuzz target holds it to that).
+pub(crate) fn parse(bytes: &[u8], seed: u64, ns: &str) -> Result<Vec<ReadSlot>, ParseError> {
+    if bytes.len() < HEADER || &bytes[..8] != MAGIC {
+        return Err(ParseError::NotAJournal);
+    }
+    let le32 =
+        |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+    let le64 = |at: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&bytes[at..at + 8]);
+        u64::from_le_bytes(b)
+    };
+    let version = le32(8);
+    if version != JOURNAL_VERSION {
+        return Err(ParseError::Version(version));
+    }
+    let slots = le32(12) as usize;
+    if le64(16) != seed || le64(24) != xxh3_64(ns.as_bytes()) {
+        return Err(ParseError::Foreign);
+    }
+    if bytes.len() != HEADER + slots * SLOT {
+        return Err(ParseError::Length);
+    }
+    let mut out = Vec::new();
+    for s in 0..slots {
+        let at = HEADER + s * SLOT;
+        let w: [u64; WORDS] = std::array::from_fn(|i| le64(at + i * 8));
+        out.extend(decode(&w));
+    }
+    Ok(out)
+}
+
+/// Why a journal file was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ParseError {
+    /// Too short for the header, or without the magic bytes.
+    NotAJournal,
+    /// Written by another journal format version.
+    Version(u32),
+    /// Written for another database (seed) or another namespace.
+    Foreign,
+    /// The length does not match the slot count of the header.
+    Length,
+}
+
+#[cfg(feature = "durable")]
+/// Reads the journal file of `ns` if there is one: `Ok(None)` if there is none.
+/// A file that is not a journal of this build, database and namespace is an
+/// [`Error::IncompatibleFormat`], and is left as it is.
+pub(crate) fn read(dir: &Path, ns: &str, seed: u64) -> Result<Option<Vec<ReadSlot>>, Error> {
+    let file = path(dir, ns);
+    let mut bytes = Vec::new();
+    match File::open(&file) {
+        Ok(mut f) => f
+            .read_to_end(&mut bytes)
+            .map_err(|e| io_err("read journal", &file, e))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_err("open journal", &file, e)),
+    };
+    match parse(&bytes, seed, ns) {
+        Ok(slots) => Ok(Some(slots)),
+        Err(e) => Err(Error::IncompatibleFormat {
+            path: file,
+            found: match e {
+                ParseError::Version(v) => Some(v),
+                _ => None,
+            },
+            supported: JOURNAL_VERSION,
+        }),
+    }
+}
+
+#[cfg(feature = "durable")]
+/// Removes the journal file of `ns`, if any.
+pub(crate) fn remove(dir: &Path, ns: &str) -> Result<(), Error> {
+    let file = path(dir, ns);
+    match std::fs::remove_file(&file) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_err("remove journal", &file, e)),
+    }
+}
+
+#[cfg(feature = "durable")]
+/// A shared, writable mapping of a journal file, seen as 64-bit words.
+struct Mapping {
+    ptr: std::ptr::NonNull<AtomicU64>,
+    words: usize,
+}
+
+#[cfg(feature = "durable")]
+// SAFETY: the mapping is plain shared memory, reached only through `AtomicU64`s,
+// which may be used from any thread; it lives until the `Mapping` is dropped.
+#[allow(unsafe_code)]
+unsafe impl Send for Mapping {}
+#[cfg(feature = "durable")]
+// SAFETY: as above: every access is an atomic load or store.
+#[allow(unsafe_code)]
+unsafe impl Sync for Mapping {}
+
+#[cfg(feature = "durable")]
+impl Mapping {
+    /// Maps the whole of `file`, `len` bytes long (a multiple of 8).
+    fn new(file: &File, len: usize, at: &Path) -> Result<Self, Error> {
+        use std::os::fd::AsRawFd;
+        #[allow(unsafe_code)]
+        // SAFETY: a fresh shared mapping of an open file of `len` bytes; the kernel
+        // picks the address. Nothing else in this process maps or truncates the
+        // file: the database directory is held by this engine alone (RocksDB's lock).
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io_err("map journal", at, std::io::Error::last_os_error()));
+        }
+        let ptr = std::ptr::NonNull::new(ptr.cast::<AtomicU64>())
+            .ok_or_else(|| io_err("map journal", at, std::io::Error::other("null mapping")))?;
+        Ok(Mapping {
+            ptr,
+            words: len / 8,
+        })
+    }
+
+    fn words(&self) -> &[AtomicU64] {
+        #[allow(unsafe_code)]
+        // SAFETY: the mapping is `words` u64s long, page-aligned, readable and
+        // writable for as long as `self` lives; `AtomicU64` has the layout of `u64`
+        // and every byte of a file mapping is initialised.
+        unsafe {
+            std::slice::from_raw_parts(self.ptr.as_ptr(), self.words)
+        }
+    }
+}
+
+#[cfg(feature = "durable")]
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        #[allow(unsafe_code)]
+        // SAFETY: unmaps exactly what `new` mapped; no reference from `words` can
+        // outlive `self`.
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast(), self.words * 8);
+        }
+    }
+}
+
+#[cfg(feature = "durable")]
+/// The journal of one namespace in this run: the mapping, and which slot holds
+/// which claim's marker.
+pub(crate) struct Journal {
+    map: Mapping,
+    slots: u32,
+    state: parking_lot::Mutex<Slots>,
+}
+
+#[cfg(feature = "durable")]
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal")
+            .field("slots", &self.slots)
+            .finish()
+    }
+}
+
+#[cfg(feature = "durable")]
+#[derive(Default)]
+struct Slots {
+    /// The slot of each fingerprint with a marker here.
+    of: super::store::FpMap<u32>,
+    /// Free slots, most recently freed last (reused first: their pages are warm).
+    free: Vec<u32>,
+}
+
+#[cfg(feature = "durable")]
+impl Journal {
+    /// Creates (or replaces) the journal file of `ns` with `slots` free slots, its
+    /// blocks allocated up front so that a store into the mapping never needs space
+    /// the file system does not have. The file is synced before it is used.
+    pub(crate) fn create(dir: &Path, ns: &str, seed: u64, slots: u32) -> Result<Self, Error> {
+        let file_path = path(dir, ns);
+        let len = HEADER + slots as usize * SLOT;
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&file_path)
+            .map_err(|e| io_err("create journal", &file_path, e))?;
+        file.write_all(&header(slots, seed, ns))
+            .map_err(|e| io_err("create journal", &file_path, e))?;
+        {
+            use std::os::fd::AsRawFd;
+            #[allow(unsafe_code)]
+            // SAFETY: a plain system call on an open file descriptor.
+            let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
+            if rc != 0 {
+                return Err(io_err(
+                    "allocate journal",
+                    &file_path,
+                    std::io::Error::from_raw_os_error(rc),
+                ));
+            }
+        }
+        file.sync_all()
+            .map_err(|e| io_err("sync journal", &file_path, e))?;
+        if let Some(parent) = file_path.parent() {
+            if let Ok(d) = File::open(parent) {
+                let _ = d.sync_all();
+            }
+        }
+        let map = Mapping::new(&file, len, &file_path)?;
+        Ok(Journal {
+            map,
+            slots,
+            state: parking_lot::Mutex::new(Slots {
+                of: Default::default(),
+                free: (0..slots).rev().collect(),
+            }),
+        })
+    }
+
+    fn slot_words(&self, slot: u32) -> &[AtomicU64] {
+        let at = (HEADER + slot as usize * SLOT) / 8;
+        &self.map.words()[at..at + WORDS]
+    }
+
+    fn fill(&self, slot: u32, fp: u128, rec: &Record) {
+        let body = encode(fp, rec);
+        let w = self.slot_words(slot);
+        for (word, v) in w.iter().zip(body) {
+            word.store(v.to_le(), Ordering::Relaxed);
+        }
+        w[WORDS - 1].store(check(&body).to_le(), Ordering::Release);
+    }
+
+    fn clear(&self, slot: u32) {
+        self.slot_words(slot)[WORDS - 1].store(0, Ordering::Release);
+    }
+
+    /// Writes the markers that find a free slot; returns those that do not (the
+    /// journal is full), for the caller to store elsewhere. A key that already has a
+    /// marker here (a claim whose lease ran out before it finished, the key since
+    /// acquired again) has it replaced, as a put replaces a stored marker.
+    pub(crate) fn put(&self, markers: &[(u128, Record)]) -> Vec<(u128, Record)> {
+        let mut st = self.state.lock();
+        let mut left = Vec::new();
+        for (fp, rec) in markers {
+            let slot = match st.of.get(fp) {
+                Some(&s) => Some(s),
+                None => st.free.pop(),
+            };
+            match slot {
+                Some(s) => {
+                    if st.of.contains_key(fp) {
+                        // Free it first, so a crash mid-refill reads it free, not torn.
+                        self.clear(s);
+                    }
+                    self.fill(s, *fp, rec);
+                    st.of.insert(*fp, s);
+                }
+                None => left.push((*fp, rec.clone())),
+            }
+        }
+        left
+    }
+
+    /// Whether `fp` has a marker here.
+    pub(crate) fn holds(&self, fp: u128) -> bool {
+        self.state.lock().of.contains_key(&fp)
+    }
+
+    /// Clears the marker of `fp`, if it has one here; true if it had.
+    pub(crate) fn remove(&self, fp: u128) -> bool {
+        let mut st = self.state.lock();
+        match st.of.remove(&fp) {
+            Some(s) => {
+                self.clear(s);
+                st.free.push(s);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Stops tracking the marker of `fp` but leaves it on disk, its slot taken for
+    /// the rest of the run (the testing hook that stands for a crash before a
+    /// marker is cleared); true if it had one.
+    pub(crate) fn forget(&self, fp: u128) -> bool {
+        self.state.lock().of.remove(&fp).is_some()
+    }
+
+    /// Markers held here now.
+    pub(crate) fn len(&self) -> usize {
+        self.state.lock().of.len()
+    }
+}
+
+/// The fuzz target's property: any bytes parse to markers or an error, never a
+/// panic; with the header made to match (so the slots are reached), every marker
+/// read back encodes to the very words it was read from.
+#[cfg(fuzzing)]
+pub(crate) fn fuzz_parse(data: &[u8]) {
+    let _ = parse(data, 0, "ns");
+    let mut bytes = data.to_vec();
+    if bytes.len() < HEADER {
+        bytes.resize(HEADER, 0);
+    }
+    let slots = (bytes.len() - HEADER) / SLOT;
+    bytes.truncate(HEADER + slots * SLOT);
+    bytes[..8].copy_from_slice(MAGIC);
+    bytes[8..12].copy_from_slice(&JOURNAL_VERSION.to_le_bytes());
+    bytes[12..16].copy_from_slice(&(slots as u32).to_le_bytes());
+    bytes[16..24].copy_from_slice(&0u64.to_le_bytes());
+    bytes[24..32].copy_from_slice(&xxh3_64(b"ns").to_le_bytes());
+    let read = parse(&bytes, 0, "ns").expect("a matching header parses");
+    let mut at = HEADER;
+    for (fp, rec) in read {
+        // Find the slot this marker came from: the next one with a check word.
+        let words = loop {
+            let w: [u64; WORDS] = std::array::from_fn(|i| {
+                let o = at + i * 8;
+                u64::from_le_bytes(bytes[o..o + 8].try_into().unwrap())
+            });
+            at += SLOT;
+            if w[WORDS - 1] != 0 {
+                break w;
+            }
+        };
+        assert_eq!(fp, u128::from(words[0]) << 64 | u128::from(words[1]));
+        if let Ok(rec) = rec {
+            let body = encode(fp, &rec);
+            assert_eq!(&body[..], &words[..WORDS - 1]);
+            assert_eq!(check(&body), words[WORDS - 1]);
+        }
+    }
+}
+
+#[cfg(all(test, feature = "durable"))]
+mod tests {
+    use super::*;
+
+    fn rec(token: u32, payload: Option<u64>) -> Record {
+        Record {
+            state: RecordState::InProgress,
+            token,
+            at_ms: 1_000 + u64::from(token),
+            expires_ms: 31_000 + u64::from(token),
+            payload,
+            result: None,
+        }
+    }
+
+    /// A fresh directory under the system's temporary one, removed when dropped.
+    struct Dir(PathBuf);
+
+    impl Dir {
+        fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn tempdir() -> Dir {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let d = std::env::temp_dir().join(format!(
+            "idem-journal-test-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&d).unwrap();
+        Dir(d)
+    }
+
+    fn file_bytes(dir: &Path, ns: &str) -> Vec<u8> {
+        std::fs::read(path(dir, ns)).unwrap()
+    }
+
+    #[test]
+    fn markers_written_are_read_back_and_cleared_ones_are_not() {
+        let dir = tempdir();
+        let j = Journal::create(dir.path(), "orders", 7, 4).unwrap();
+        let left = j.put(&[(1, rec(1, None)), (2, rec(2, Some(99))), (3, rec(3, None))]);
+        assert!(left.is_empty());
+        assert!(j.remove(1));
+        assert!(!j.remove(1), "a cleared marker is gone");
+        let mut got = parse(&file_bytes(dir.path(), "orders"), 7, "orders").unwrap();
+        got.sort_by_key(|(fp, _)| *fp);
+        assert_eq!(got, vec![(2, Ok(rec(2, Some(99)))), (3, Ok(rec(3, None)))]);
+        assert_eq!(j.len(), 2);
+    }
+
+    #[test]
+    fn a_full_journal_hands_back_what_it_could_not_hold_and_reuses_freed_slots() {
+        let dir = tempdir();
+        let j = Journal::create(dir.path(), "n", 1, 2).unwrap();
+        let left = j.put(&[(1, rec(1, None)), (2, rec(2, None)), (3, rec(3, None))]);
+        assert_eq!(left, vec![(3, rec(3, None))]);
+        assert!(j.remove(2));
+        assert!(j.put(&[(3, rec(3, None))]).is_empty());
+        let got = parse(&file_bytes(dir.path(), "n"), 1, "n").unwrap();
+        assert_eq!(got.len(), 2);
+        assert!(got.contains(&(3, Ok(rec(3, None)))));
+    }
+
+    #[test]
+    fn a_second_marker_of_a_key_replaces_the_first() {
+        let dir = tempdir();
+        let j = Journal::create(dir.path(), "n", 1, 4).unwrap();
+        j.put(&[(5, rec(1, None))]);
+        j.put(&[(5, rec(2, None))]);
+        let got = parse(&file_bytes(dir.path(), "n"), 1, "n").unwrap();
+        assert_eq!(got, vec![(5, Ok(rec(2, None)))]);
+        assert_eq!(j.len(), 1);
+    }
+
+    #[test]
+    fn a_damaged_slot_is_reported_and_a_half_written_one_reads_free() {
+        let dir = tempdir();
+        let j = Journal::create(dir.path(), "n", 1, 3).unwrap();
+        j.put(&[(1, rec(1, None)), (2, rec(2, None))]);
+        let mut bytes = file_bytes(dir.path(), "n");
+        // Slot 0 holds fingerprint 1: flip a bit of its claim time.
+        bytes[HEADER + 16] ^= 1;
+        // Slot 2 was never filled: words without a check, as a fill cut short leaves it.
+        bytes[HEADER + 2 * SLOT..HEADER + 2 * SLOT + 8].copy_from_slice(&9u64.to_le_bytes());
+        let got = parse(&bytes, 1, "n").unwrap();
+        assert_eq!(got.len(), 2);
+        assert!(got.contains(&(2, Ok(rec(2, None)))));
+        assert!(got.iter().any(|(fp, r)| *fp == 1 && r.is_err()));
+    }
+
+    #[test]
+    fn a_file_of_another_version_database_or_namespace_is_refused() {
+        let dir = tempdir();
+        drop(Journal::create(dir.path(), "n", 1, 2).unwrap());
+        let bytes = file_bytes(dir.path(), "n");
+        assert_eq!(parse(&bytes, 2, "n"), Err(ParseError::Foreign));
+        assert_eq!(parse(&bytes, 1, "m"), Err(ParseError::Foreign));
+        assert_eq!(
+            parse(&bytes[..bytes.len() - 1], 1, "n"),
+            Err(ParseError::Length)
+        );
+        assert_eq!(parse(&bytes[..10], 1, "n"), Err(ParseError::NotAJournal));
+        let mut v2 = bytes.clone();
+        v2[8..12].copy_from_slice(&2u32.to_le_bytes());
+        assert_eq!(parse(&v2, 1, "n"), Err(ParseError::Version(2)));
+        std::fs::write(path(dir.path(), "n"), &v2).unwrap();
+        match read(dir.path(), "n", 1) {
+            Err(Error::IncompatibleFormat {
+                found, supported, ..
+            }) => {
+                assert_eq!((found, supported), (Some(2), JOURNAL_VERSION));
+            }
+            other => panic!("expected IncompatibleFormat, got {other:?}"),
+        }
+        assert_eq!(
+            file_bytes(dir.path(), "n"),
+            v2,
+            "a refused file is left as it is"
+        );
+        assert!(read(dir.path(), "absent", 1).unwrap().is_none());
+    }
+}

@@ -8,7 +8,9 @@
 //! * `claims:<namespace>`: fingerprint -> in-progress [`Record`]: the claim markers.
 //!   They are written without fsync when a key is acquired and deleted in the same
 //!   atomic write that stores the completion, so the markers left after a crash are
-//!   exactly the claims that were in flight (the orphans).
+//!   exactly the claims that were in flight (the orphans). By default markers go to
+//!   the namespace's memory-mapped journal instead (`journal.rs`), which the next open
+//!   moves into this family.
 //! * `state:<family>`: the consumer's own state, written by co-commits in the same
 //!   atomic write as the completion it belongs to.
 //! * `dlq:<namespace>`: the namespace's dead letters (see `store/dlq.rs`); a replayed
@@ -123,11 +125,15 @@ impl DurableNs {
         match *self {}
     }
 
-    pub(crate) fn settle_marker(&self, _fp: u128) -> bool {
+    pub(crate) fn settle_marker(&self, _fp: u128, _token: u32) -> bool {
         match *self {}
     }
 
     pub(crate) fn flush_markers(&self) {
+        match *self {}
+    }
+
+    pub(crate) fn lease_lost(&self, _fp: u128, _token: u32) {
         match *self {}
     }
 

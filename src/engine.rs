@@ -242,12 +242,20 @@ impl Engine {
             let mut names: Vec<&String> = namespaces.keys().collect();
             names.sort();
             let now_ms = b.clock.now_ms();
-            for name in names {
+            // Every journal is read (and a foreign one refused) before anything changes.
+            let mut journals = Vec::with_capacity(names.len());
+            for name in &names {
+                match &namespaces[*name].durable {
+                    Some(d) => journals.push(d.read_journal()?),
+                    None => journals.push(None),
+                }
+            }
+            for (name, journal) in names.into_iter().zip(journals) {
                 let ns = &namespaces[name];
                 let mut damaged = Vec::new();
                 if let Some(d) = &ns.durable {
                     d.open_prefilter(now_ms)?;
-                    damaged = d.open_journal()?;
+                    damaged = d.open_journal(journal)?;
                 }
                 orphans.extend(ns.load_orphans(store, damaged)?);
             }
@@ -1378,7 +1386,10 @@ impl Namespace {
                     outcomes.push(Ok(()));
                     begun.push(g);
                 }
-                Err(Refused::LeaseLost) => outcomes.push(Err(Error::LeaseLost)),
+                Err(Refused::LeaseLost) => {
+                    d.lease_lost(g.fp.to_u128(), g.lease.token);
+                    outcomes.push(Err(Error::LeaseLost));
+                }
             }
         }
         let stored = write_unwinding(|| d.write_completions(&records, &[]));
@@ -1785,11 +1796,14 @@ impl ClaimGuard {
         // Mark the entry as completing, write without holding the shard lock (so an
         // fsync never blocks other keys, and concurrent completions share one), then
         // mark it done.
-        let payload = ns.slots[si]
+        let begun = ns.slots[si]
             .shard
             .lock()
-            .begin_complete(self.fp, &self.lease, now, &cap)
-            .map_err(|Refused::LeaseLost| Error::LeaseLost)?;
+            .begin_complete(self.fp, &self.lease, now, &cap);
+        let Ok(payload) = begun else {
+            d.lease_lost(self.fp.to_u128(), self.lease.token);
+            return Err(Error::LeaseLost);
+        };
         let record = self.done_record(now, ns.params.retention_ms.unwrap_or(0), payload, result);
         let stored = write_unwinding(|| d.write_completions(&[(self.fp.to_u128(), record)], state));
         ns.slots[si].shard.lock().finish_complete(
@@ -1824,9 +1838,14 @@ impl ClaimGuard {
             .shard
             .lock()
             .release(self.fp, &self.lease, now, &cap);
-        r.map_err(|Refused::LeaseLost| Error::LeaseLost)?;
+        if r.is_err() {
+            if let Some(d) = &ns.durable {
+                d.lease_lost(self.fp.to_u128(), self.lease.token);
+            }
+            return Err(Error::LeaseLost);
+        }
         if let Some(d) = &ns.durable {
-            if !d.settle_marker(self.fp.to_u128()) {
+            if !d.settle_marker(self.fp.to_u128(), self.lease.token) {
                 d.delete_claims(&[self.fp.to_u128()]);
             }
         }

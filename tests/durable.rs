@@ -1806,7 +1806,15 @@ fn a_grouped_completion_waits_for_its_fsync_and_fails_with_it() {
 
 /// The journal file of namespace "ns".
 fn journal_file(dir: &TempDir) -> std::path::PathBuf {
-    dir.path().join("idem-journal-6e73.bin")
+    dir.path().join(journal_name())
+}
+
+/// The journal file's name: named by the xxh3-64 of the namespace name.
+fn journal_name() -> String {
+    format!(
+        "idem-journal-{:016x}.bin",
+        xxhash_rust::xxh3::xxh3_64(b"ns")
+    )
 }
 
 /// Fingerprints of the orphans an engine reported, sorted.
@@ -1971,7 +1979,7 @@ fn a_damaged_journal_slot_is_reported_and_the_journal_kept_aside() {
     let kept: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("idem-journal-6e73.bin.damaged-"))
+        .filter(|n| n.starts_with(&format!("{}.damaged-", journal_name())))
         .collect();
     assert_eq!(kept.len(), 1, "the damaged journal is kept beside");
     assert_eq!(
@@ -2018,4 +2026,142 @@ fn journal_markers_are_read_whatever_the_marker_mode_of_the_next_run() {
             "a namespace without a journal removes the file once its markers moved"
         );
     }
+}
+
+#[test]
+fn a_claim_that_lost_its_lease_never_clears_the_marker_of_the_next_claim() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let seeded = || {
+        let engine = builder(&dir, &clock)
+            .seed(3)
+            .namespace("ns", small())
+            .build()
+            .unwrap();
+        let ns = engine.namespace("ns").unwrap();
+        (engine, ns)
+    };
+    {
+        let (engine, ns) = seeded();
+        let first = acquire(&ns, b"k");
+        clock.advance(secs(6)); // past the 5 s lease
+        let second = acquire(&ns, b"k");
+        drop(first); // LeaseLost: its marker was replaced by the second claim's
+        assert_eq!(engine.stats().journal_markers, 1);
+        let other = acquire(&ns, b"other");
+        clock.advance(secs(6));
+        // Its own lease lost, a completion frees its slot.
+        assert_eq!(other.complete().unwrap_err(), Error::LeaseLost);
+        assert_eq!(engine.stats().journal_markers, 1);
+        engine.debug_keep_journal_markers(true);
+        drop(second);
+    }
+    let (engine, _ns) = seeded();
+    assert_eq!(orphan_fps(&engine), vec![fingerprint(b"k", 3)]);
+}
+
+#[test]
+fn a_refused_forget_keeps_the_journal_marker() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    {
+        let (engine, ns) = open(&dir, &clock, small());
+        let g = acquire(&ns, b"k");
+        engine.debug_fail_store_writes(true);
+        assert!(ns.forget(b"k").is_err());
+        assert_eq!(engine.stats().journal_markers, 1, "nothing changed");
+        engine.debug_fail_store_writes(false);
+        engine.debug_keep_journal_markers(true);
+        drop(g);
+    }
+    let (engine, ns) = open(&dir, &clock, small());
+    assert_eq!(engine.orphans().len(), 1);
+    in_progress(&ns, b"k");
+}
+
+#[test]
+fn a_completion_decided_from_the_hot_tier_alone_keeps_its_journal_marker() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small().on_store_error(FailurePolicy::FailOpen);
+    {
+        let (engine, ns) = open(&dir, &clock, cfg.clone());
+        let g = acquire(&ns, b"k");
+        engine.debug_fail_store_writes(true);
+        g.complete().unwrap();
+        duplicate(&ns, b"k");
+        // Nothing on disk says it is done: the claim stays a marker, as with an
+        // immediate marker whose delete was in the failed write.
+        assert_eq!(engine.stats().journal_markers, 1);
+        engine.debug_fail_store_writes(false);
+    }
+    let (engine, ns) = open(&dir, &clock, cfg);
+    assert_eq!(engine.orphans().len(), 1);
+    in_progress(&ns, b"k");
+}
+
+#[test]
+fn a_marker_left_by_a_completed_claim_is_settled_even_after_the_clock_went_back() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0 + 10_000);
+    {
+        let (engine, ns) = open(&dir, &clock, small());
+        let g = acquire(&ns, b"k"); // marker claimed at T0 + 10 s
+        clock.set(T0);
+        engine.debug_keep_journal_markers(true);
+        g.complete().unwrap(); // done record completed at T0
+    }
+    let (engine, ns) = open(&dir, &clock, small());
+    assert!(engine.orphans().is_empty(), "{:?}", engine.orphans());
+    duplicate(&ns, b"k");
+}
+
+#[test]
+fn a_refused_journal_refuses_the_open_before_any_namespace_changed() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let two = || {
+        builder(&dir, &clock)
+            .namespace("a", small())
+            .namespace("b", small())
+    };
+    {
+        let engine = two().build().unwrap();
+        let (a, b) = (
+            engine.namespace("a").unwrap(),
+            engine.namespace("b").unwrap(),
+        );
+        let guards = [acquire(&a, b"k"), acquire(&b, b"k")];
+        engine.debug_keep_journal_markers(true);
+        drop(guards);
+    }
+    let b_file = dir.path().join(format!(
+        "idem-journal-{:016x}.bin",
+        xxhash_rust::xxh3::xxh3_64(b"b")
+    ));
+    let good = std::fs::read(&b_file).unwrap();
+    let mut bad = good.clone();
+    bad[8..12].copy_from_slice(&99u32.to_le_bytes());
+    std::fs::write(&b_file, &bad).unwrap();
+    clock.advance(secs(6)); // both leases have run out: reported once, then deleted
+    assert!(matches!(
+        two().build(),
+        Err(Error::IncompatibleFormat {
+            found: Some(99),
+            ..
+        })
+    ));
+    std::fs::write(&b_file, &good).unwrap();
+    let engine = two().build().unwrap();
+    let mut names: Vec<&str> = engine
+        .orphans()
+        .iter()
+        .map(|o| o.namespace.as_str())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["a", "b"],
+        "namespace a's expired orphan was not consumed by the refused open"
+    );
 }

@@ -36,7 +36,8 @@ pub struct NamespaceSummary {
     pub done: u64,
     /// Completed keys past retention that compaction has not removed yet.
     pub expired: u64,
-    /// Claim markers: claims in flight (or orphans of a crash).
+    /// Claim markers, in RocksDB and in the namespace's journal: claims in flight (or
+    /// orphans of a crash).
     pub in_flight: u64,
     /// Records that could not be decoded.
     pub corrupt: u64,
@@ -135,6 +136,13 @@ pub fn inspect(path: impl AsRef<Path>, now_ms: u64) -> Result<Inspection, Error>
                     Ok(_) => s.in_flight += 1,
                     Err(_) => s.corrupt += 1,
                 }
+            }
+        }
+        // Claims whose markers are in the namespace's journal (the default).
+        for (_, r) in super::journal::read(path, &name, seed)?.unwrap_or_default() {
+            match r {
+                Ok(_) => s.in_flight += 1,
+                Err(_) => s.corrupt += 1,
             }
         }
         namespaces.push(s);

@@ -39,7 +39,7 @@ use std::fs::{File, OpenOptions};
 #[cfg(feature = "durable")]
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-#[cfg(feature = "durable")]
+#[cfg(all(feature = "durable", target_os = "linux"))]
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use xxhash_rust::xxh3::xxh3_64;
@@ -56,10 +56,11 @@ const SLOT: usize = 64;
 const WORDS: usize = SLOT / 8;
 const FLAG_PAYLOAD: u64 = 1;
 
-/// The journal file of namespace `ns` in the database directory `dir`.
+/// The journal file of namespace `ns` in the database directory `dir`: named by a
+/// hash of the name (a name of any length gives a short file name; the header holds
+/// the hash again, checked on read).
 pub(crate) fn path(dir: &Path, ns: &str) -> PathBuf {
-    let hex: String = ns.bytes().map(|b| format!("{b:02x}")).collect();
-    dir.join(format!("idem-journal-{hex}.bin"))
+    dir.join(format!("idem-journal-{:016x}.bin", xxh3_64(ns.as_bytes())))
 }
 
 #[cfg(feature = "durable")]
@@ -217,24 +218,24 @@ pub(crate) fn remove(dir: &Path, ns: &str) -> Result<(), Error> {
     }
 }
 
-#[cfg(feature = "durable")]
+#[cfg(all(feature = "durable", target_os = "linux"))]
 /// A shared, writable mapping of a journal file, seen as 64-bit words.
 struct Mapping {
     ptr: std::ptr::NonNull<AtomicU64>,
     words: usize,
 }
 
-#[cfg(feature = "durable")]
+#[cfg(all(feature = "durable", target_os = "linux"))]
 // SAFETY: the mapping is plain shared memory, reached only through `AtomicU64`s,
 // which may be used from any thread; it lives until the `Mapping` is dropped.
 #[allow(unsafe_code)]
 unsafe impl Send for Mapping {}
-#[cfg(feature = "durable")]
+#[cfg(all(feature = "durable", target_os = "linux"))]
 // SAFETY: as above: every access is an atomic load or store.
 #[allow(unsafe_code)]
 unsafe impl Sync for Mapping {}
 
-#[cfg(feature = "durable")]
+#[cfg(all(feature = "durable", target_os = "linux"))]
 impl Mapping {
     /// Maps the whole of `file`, `len` bytes long (a multiple of 8).
     fn new(file: &File, len: usize, at: &Path) -> Result<Self, Error> {
@@ -275,7 +276,7 @@ impl Mapping {
     }
 }
 
-#[cfg(feature = "durable")]
+#[cfg(all(feature = "durable", target_os = "linux"))]
 impl Drop for Mapping {
     fn drop(&mut self) {
         #[allow(unsafe_code)]
@@ -287,7 +288,7 @@ impl Drop for Mapping {
     }
 }
 
-#[cfg(feature = "durable")]
+#[cfg(all(feature = "durable", target_os = "linux"))]
 /// The journal of one namespace in this run: the mapping, and which slot holds
 /// which claim's marker.
 pub(crate) struct Journal {
@@ -296,7 +297,7 @@ pub(crate) struct Journal {
     state: parking_lot::Mutex<Slots>,
 }
 
-#[cfg(feature = "durable")]
+#[cfg(all(feature = "durable", target_os = "linux"))]
 impl std::fmt::Debug for Journal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Journal")
@@ -305,30 +306,38 @@ impl std::fmt::Debug for Journal {
     }
 }
 
-#[cfg(feature = "durable")]
+#[cfg(all(feature = "durable", target_os = "linux"))]
 #[derive(Default)]
 struct Slots {
-    /// The slot of each fingerprint with a marker here.
-    of: super::store::FpMap<u32>,
+    /// The slot of each fingerprint with a marker here, and the fencing token of the
+    /// claim it stands for.
+    of: super::store::FpMap<(u32, u32)>,
     /// Free slots, most recently freed last (reused first: their pages are warm).
     free: Vec<u32>,
 }
 
-#[cfg(feature = "durable")]
+#[cfg(all(feature = "durable", target_os = "linux"))]
 impl Journal {
     /// Creates (or replaces) the journal file of `ns` with `slots` free slots, its
-    /// blocks allocated up front so that a store into the mapping never needs space
-    /// the file system does not have. The file is synced before it is used.
+    /// blocks allocated up front so that a store into the mapping needs no new space
+    /// (on file systems that write in place: a copy-on-write one, btrfs or ZFS, may
+    /// still need space when a page is written back, and a full disk there can end
+    /// the process with SIGBUS). The file is made whole under a temporary name,
+    /// synced, then renamed over the old one, so a crash while creating it leaves the
+    /// old journal or the new one, never a part of one.
     pub(crate) fn create(dir: &Path, ns: &str, seed: u64, slots: u32) -> Result<Self, Error> {
         let file_path = path(dir, ns);
+        let mut tmp_name = file_path.clone().into_os_string();
+        tmp_name.push(".new");
+        let tmp = PathBuf::from(tmp_name);
         let len = HEADER + slots as usize * SLOT;
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(true)
-            .open(&file_path)
-            .map_err(|e| io_err("create journal", &file_path, e))?;
+            .open(&tmp)
+            .map_err(|e| io_err("create journal", &tmp, e))?;
         file.write_all(&header(slots, seed, ns))
             .map_err(|e| io_err("create journal", &file_path, e))?;
         {
@@ -346,10 +355,11 @@ impl Journal {
         }
         file.sync_all()
             .map_err(|e| io_err("sync journal", &file_path, e))?;
+        std::fs::rename(&tmp, &file_path).map_err(|e| io_err("create journal", &file_path, e))?;
         if let Some(parent) = file_path.parent() {
-            if let Ok(d) = File::open(parent) {
-                let _ = d.sync_all();
-            }
+            File::open(parent)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| io_err("sync journal", &file_path, e))?;
         }
         let map = Mapping::new(&file, len, &file_path)?;
         Ok(Journal {
@@ -388,18 +398,15 @@ impl Journal {
         let mut st = self.state.lock();
         let mut left = Vec::new();
         for (fp, rec) in markers {
-            let slot = match st.of.get(fp) {
-                Some(&s) => Some(s),
-                None => st.free.pop(),
-            };
-            match slot {
+            let old = st.of.get(fp).map(|&(s, _)| s);
+            match old.or_else(|| st.free.pop()) {
                 Some(s) => {
-                    if st.of.contains_key(fp) {
+                    if old.is_some() {
                         // Free it first, so a crash mid-refill reads it free, not torn.
                         self.clear(s);
                     }
                     self.fill(s, *fp, rec);
-                    st.of.insert(*fp, s);
+                    st.of.insert(*fp, (s, rec.token));
                 }
                 None => left.push((*fp, rec.clone())),
             }
@@ -407,34 +414,77 @@ impl Journal {
         left
     }
 
-    /// Whether `fp` has a marker here.
-    pub(crate) fn holds(&self, fp: u128) -> bool {
-        self.state.lock().of.contains_key(&fp)
+    /// Whether `fp` has a marker here (of the claim with fencing token `token`, if
+    /// given).
+    pub(crate) fn holds(&self, fp: u128, token: Option<u32>) -> bool {
+        self.state
+            .lock()
+            .of
+            .get(&fp)
+            .is_some_and(|&(_, t)| token.is_none_or(|want| want == t))
     }
 
-    /// Clears the marker of `fp`, if it has one here; true if it had.
-    pub(crate) fn remove(&self, fp: u128) -> bool {
+    /// Clears the marker of `fp` if it has one here (of the claim with fencing token
+    /// `token`, if given: a claim that ended never clears the marker of a later
+    /// claim of its key); true if it did.
+    pub(crate) fn remove(&self, fp: u128, token: Option<u32>) -> bool {
+        self.untrack(fp, token, true)
+    }
+
+    /// [`Journal::remove`], but the marker stays on disk, its slot taken for the rest
+    /// of the run (the testing hook that stands for a crash before a marker is
+    /// cleared).
+    pub(crate) fn forget(&self, fp: u128, token: Option<u32>) -> bool {
+        self.untrack(fp, token, false)
+    }
+
+    fn untrack(&self, fp: u128, token: Option<u32>, clear: bool) -> bool {
         let mut st = self.state.lock();
-        match st.of.remove(&fp) {
-            Some(s) => {
-                self.clear(s);
-                st.free.push(s);
+        match st.of.get(&fp) {
+            Some(&(s, t)) if token.is_none_or(|want| want == t) => {
+                st.of.remove(&fp);
+                if clear {
+                    self.clear(s);
+                    st.free.push(s);
+                }
                 true
             }
-            None => false,
+            _ => false,
         }
-    }
-
-    /// Stops tracking the marker of `fp` but leaves it on disk, its slot taken for
-    /// the rest of the run (the testing hook that stands for a crash before a
-    /// marker is cleared); true if it had one.
-    pub(crate) fn forget(&self, fp: u128) -> bool {
-        self.state.lock().of.remove(&fp).is_some()
     }
 
     /// Markers held here now.
     pub(crate) fn len(&self) -> usize {
         self.state.lock().of.len()
+    }
+}
+
+/// Without Linux there is no journal: `ClaimMarkers::Journal` writes its markers
+/// as `Immediate` does (the type has no values, so the engine never holds one).
+#[cfg(all(feature = "durable", not(target_os = "linux")))]
+#[derive(Debug)]
+pub(crate) enum Journal {}
+
+#[cfg(all(feature = "durable", not(target_os = "linux")))]
+impl Journal {
+    pub(crate) fn put(&self, _m: &[(u128, Record)]) -> Vec<(u128, Record)> {
+        match *self {}
+    }
+
+    pub(crate) fn holds(&self, _fp: u128, _token: Option<u32>) -> bool {
+        match *self {}
+    }
+
+    pub(crate) fn remove(&self, _fp: u128, _token: Option<u32>) -> bool {
+        match *self {}
+    }
+
+    pub(crate) fn forget(&self, _fp: u128, _token: Option<u32>) -> bool {
+        match *self {}
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        match *self {}
     }
 }
 
@@ -478,7 +528,7 @@ pub(crate) fn fuzz_parse(data: &[u8]) {
     }
 }
 
-#[cfg(all(test, feature = "durable"))]
+#[cfg(all(test, feature = "durable", target_os = "linux"))]
 mod tests {
     use super::*;
 
@@ -529,8 +579,12 @@ mod tests {
         let j = Journal::create(dir.path(), "orders", 7, 4).unwrap();
         let left = j.put(&[(1, rec(1, None)), (2, rec(2, Some(99))), (3, rec(3, None))]);
         assert!(left.is_empty());
-        assert!(j.remove(1));
-        assert!(!j.remove(1), "a cleared marker is gone");
+        assert!(
+            !j.remove(1, Some(9)),
+            "another claim's token clears nothing"
+        );
+        assert!(j.remove(1, Some(1)));
+        assert!(!j.remove(1, None), "a cleared marker is gone");
         let mut got = parse(&file_bytes(dir.path(), "orders"), 7, "orders").unwrap();
         got.sort_by_key(|(fp, _)| *fp);
         assert_eq!(got, vec![(2, Ok(rec(2, Some(99)))), (3, Ok(rec(3, None)))]);
@@ -543,7 +597,7 @@ mod tests {
         let j = Journal::create(dir.path(), "n", 1, 2).unwrap();
         let left = j.put(&[(1, rec(1, None)), (2, rec(2, None)), (3, rec(3, None))]);
         assert_eq!(left, vec![(3, rec(3, None))]);
-        assert!(j.remove(2));
+        assert!(j.remove(2, None));
         assert!(j.put(&[(3, rec(3, None))]).is_empty());
         let got = parse(&file_bytes(dir.path(), "n"), 1, "n").unwrap();
         assert_eq!(got.len(), 2);

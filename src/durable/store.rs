@@ -735,12 +735,13 @@ impl DurableNs {
     /// marker may be on disk, and any write of it in progress has finished, so the
     /// caller's delete lands after it.
     ///
-    /// With a journal, the marker is cleared from it here (a release, a forget): the
-    /// claim is no longer in flight. A completion clears it only after its write
-    /// ([`DurableNs::write_completions`]).
-    pub(crate) fn settle_marker(&self, fp: u128) -> bool {
+    /// With a journal, a release's marker (`token`: the claim's fencing token, so
+    /// that a later claim's marker is never the one cleared) is cleared from it
+    /// here: the claim is no longer in flight. A completion and a forget clear it
+    /// only after their write ([`DurableNs::write_completions`], [`DurableNs::forget`]).
+    pub(crate) fn settle_marker(&self, fp: u128, token: u32) -> bool {
         if let Some(j) = self.journal.get() {
-            return self.clear_journal(j, fp) && !self.take_marker_on_disk(fp);
+            return self.clear_journal(j, fp, Some(token)) && !self.take_marker_on_disk(fp);
         }
         let Some(d) = &self.deferred else {
             return false;
@@ -754,12 +755,27 @@ impl DurableNs {
 
     /// Clears the journal marker of `fp` (true if it had one), or under the testing
     /// hook only forgets it, leaving it on disk as a crash would.
-    fn clear_journal(&self, j: &Journal, fp: u128) -> bool {
+    fn clear_journal(&self, j: &Journal, fp: u128, token: Option<u32>) -> bool {
         if self.store.keep_journal.load(Ordering::SeqCst) {
-            j.forget(fp)
+            j.forget(fp, token)
         } else {
-            j.remove(fp)
+            j.remove(fp, token)
         }
+    }
+
+    /// A claim that lost its lease ends here: its journal marker (if still its own)
+    /// is cleared, so that the slot is not held for the rest of the run. A RocksDB
+    /// marker is left alone: a later claim of the key may have written over it.
+    pub(crate) fn lease_lost(&self, fp: u128, token: u32) {
+        if let Some(j) = self.journal.get() {
+            self.clear_journal(j, fp, Some(token));
+        }
+    }
+
+    /// Whether a marker of an earlier claim of `fp` (an orphan of the last run) is
+    /// still on disk, without forgetting it.
+    fn has_marker_on_disk(&self, fp: u128) -> bool {
+        self.any_on_disk.load(Ordering::Acquire) && self.on_disk.lock().contains(&fp)
     }
 
     /// Whether a marker of an earlier claim of `fp` (an orphan of the last run) is
@@ -785,19 +801,27 @@ impl DurableNs {
     /// since been completed (a crash between the completion's write and the
     /// marker's clearing) is settled, not moved. A journal with damaged slots is
     /// kept beside, renamed, and its damaged slots are returned to be reported.
-    pub(crate) fn open_journal(&self) -> Result<Vec<ScannedClaim>, Error> {
+    ///
+    /// `found` is what [`DurableNs::read_journal`] read: every namespace's journal is
+    /// read (and a foreign one refused) before any is changed.
+    pub(crate) fn open_journal(
+        &self,
+        found: Option<Vec<ScannedClaim>>,
+    ) -> Result<Vec<ScannedClaim>, Error> {
         let dir = self.store.path.as_path();
         let seed = self.store.seed;
         let mut damaged = Vec::new();
-        if let Some(slots) = journal::read(dir, &self.name, seed)? {
+        if let Some(slots) = found {
             let mut moved = Vec::new();
             for (fp, rec) in slots {
                 match rec {
                     Ok(rec) => {
-                        let completed = matches!(
-                            self.store.get_done(&self.name, fp),
-                            Ok(Some(d)) if d.state == RecordState::Done && d.at_ms >= rec.at_ms
-                        );
+                        // The claim's own completion (same fencing token) was written.
+                        let completed = match self.store.get_done(&self.name, fp) {
+                            Ok(Some(d)) => d.state == RecordState::Done && d.token == rec.token,
+                            Ok(None) | Err(Error::CorruptRecord { .. }) => false,
+                            Err(e) => return Err(e),
+                        };
                         if !completed {
                             moved.push((fp, rec));
                         }
@@ -831,13 +855,21 @@ impl DurableNs {
             }
         }
         match self.journal_slots {
+            #[cfg(target_os = "linux")]
             Some(slots) => {
                 let j = Journal::create(dir, &self.name, seed, slots)?;
                 let _ = self.journal.set(j);
             }
-            None => journal::remove(dir, &self.name)?,
+            _ => journal::remove(dir, &self.name)?,
         }
         Ok(damaged)
+    }
+
+    /// Reads the journal the last run left for this namespace, if any, changing
+    /// nothing: a file that is not a journal of this build, database and namespace
+    /// is an [`Error::IncompatibleFormat`].
+    pub(crate) fn read_journal(&self) -> Result<Option<Vec<ScannedClaim>>, Error> {
+        journal::read(self.store.path.as_path(), &self.name, self.store.seed)
     }
 
     /// Writes the deferred claim markers (the maintenance pass, and a clean
@@ -1058,8 +1090,8 @@ impl DurableNs {
                 if r.is_err() {
                     // The claims are refused: none of their markers may stay.
                     if let Some(j) = self.journal.get() {
-                        for (fp, _) in claims {
-                            j.remove(*fp);
+                        for (fp, r) in claims {
+                            j.remove(*fp, Some(r.token));
                         }
                     }
                 }
@@ -1100,23 +1132,20 @@ impl DurableNs {
         let unwritten: Vec<bool> = match self.journal.get() {
             Some(j) => done
                 .iter()
-                .map(|(fp, _)| j.holds(*fp) && !self.take_marker_on_disk(*fp))
+                .map(|(fp, r)| j.holds(*fp, Some(r.token)) && !self.has_marker_on_disk(*fp))
                 .collect(),
-            None => done.iter().map(|(fp, _)| self.settle_marker(*fp)).collect(),
+            None => done
+                .iter()
+                .map(|(fp, r)| self.settle_marker(*fp, r.token))
+                .collect(),
         };
         self.writes.fetch_add(1, Ordering::Relaxed);
         let sync = matches!(self.sync, SyncPolicy::Always);
         let written = self
             .store
             .write_completions(&self.name, done, &unwritten, state, sync);
-        // Written or not, the claims are no longer in flight: a failed completion
-        // releases its claim.
-        if let Some(j) = self.journal.get() {
-            for (fp, _) in done {
-                self.clear_journal(j, *fp);
-            }
-        }
-        match written {
+        let stored = written.is_ok();
+        let answer = match written {
             Ok(()) => Ok(()),
             // State changes cannot be applied from the hot tier: never fail open.
             Err(e) if !state.is_empty() => {
@@ -1124,19 +1153,43 @@ impl DurableNs {
                 Err(e)
             }
             Err(e) => self.on_failure(e, "complete"),
+        };
+        // A journaled claim is no longer in flight once its completion is written, or
+        // refused (the claim is then released). A completion decided from the hot
+        // tier alone (fail open) keeps its marker: nothing on disk says it is done.
+        if let Some(j) = self.journal.get() {
+            if stored || answer.is_err() {
+                for (fp, r) in done {
+                    self.clear_journal(j, *fp, Some(r.token));
+                    if stored {
+                        // The batch deleted an orphan's marker of the key, if any.
+                        self.take_marker_on_disk(*fp);
+                    }
+                }
+            }
         }
+        answer
     }
 
     /// Deletes a key's durable records.
     pub(crate) fn forget(&self, fp: Fp) -> Result<(), Error> {
         // A held claim's marker still waiting in memory would otherwise be written
         // at the next flush and read back as an orphan at the next open.
-        self.settle_marker(fp.to_u128());
+        if let Some(d) = &self.deferred {
+            d.pending.lock().remove(&fp.to_u128());
+            drop(d.flushing.lock());
+        }
         self.writes.fetch_add(1, Ordering::Relaxed);
-        match self.store.forget(&self.name, fp.to_u128()) {
+        let r = match self.store.forget(&self.name, fp.to_u128()) {
             Ok(()) => Ok(()),
             Err(e) => self.on_failure(e, "forget"),
+        };
+        // A journaled marker goes only with the key: a refused forget changes
+        // nothing.
+        if let (Some(j), Ok(())) = (self.journal.get(), &r) {
+            self.clear_journal(j, fp.to_u128(), None);
         }
+        r
     }
 
     pub(crate) fn has_state_family(&self, family: &str) -> bool {

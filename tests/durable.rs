@@ -1817,6 +1817,18 @@ fn journal_name() -> String {
     )
 }
 
+/// A durable engine with one namespace "ns" and the fixed seed 3 (so the tests know
+/// the keys' fingerprints).
+fn open_seeded(dir: &TempDir, clock: &ManualClock, cfg: NamespaceConfig) -> (Engine, Namespace) {
+    let engine = builder(dir, clock)
+        .seed(3)
+        .namespace("ns", cfg)
+        .build()
+        .expect("opening the durable engine");
+    let ns = engine.namespace("ns").expect("configured namespace");
+    (engine, ns)
+}
+
 /// Fingerprints of the orphans an engine reported, sorted.
 fn orphan_fps(engine: &Engine) -> Vec<u128> {
     let mut v: Vec<u128> = engine.orphans().iter().map(|o| o.fingerprint).collect();
@@ -1828,10 +1840,8 @@ fn orphan_fps(engine: &Engine) -> Vec<u128> {
 fn journal_markers_left_behind_are_orphans_unless_their_key_was_completed() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);
-    let seeded = || builder(&dir, &clock).seed(3).namespace("ns", small());
     {
-        let engine = seeded().build().unwrap();
-        let ns = engine.namespace("ns").unwrap();
+        let (engine, ns) = open_seeded(&dir, &clock, small());
         let w0 = engine.stats().durable_writes;
         let gone = acquire(&ns, b"gone");
         let held = acquire(&ns, b"held");
@@ -1851,8 +1861,7 @@ fn journal_markers_left_behind_are_orphans_unless_their_key_was_completed() {
         done.complete().unwrap();
         assert_eq!(engine.stats().durable_writes, w0 + 1, "the completion only");
     }
-    let engine = seeded().build().unwrap();
-    let ns = engine.namespace("ns").unwrap();
+    let (engine, ns) = open_seeded(&dir, &clock, small());
     // "done" was completed before its marker could be cleared: settled, not an
     // orphan; "gone" was released: its marker was cleared.
     assert_eq!(orphan_fps(&engine), vec![fingerprint(b"held", 3)]);
@@ -1908,15 +1917,7 @@ fn with_the_journal_a_failing_disk_is_found_at_completion() {
 fn a_full_journal_writes_further_markers_to_rocksdb() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);
-    let seeded = || {
-        let engine = builder(&dir, &clock)
-            .seed(3)
-            .namespace("ns", small().journal_slots(2))
-            .build()
-            .unwrap();
-        let ns = engine.namespace("ns").unwrap();
-        (engine, ns)
-    };
+    let seeded = || open_seeded(&dir, &clock, small().journal_slots(2));
     let keys: [&[u8]; 3] = [b"a", b"b", b"c"];
     {
         let (engine, ns) = seeded();
@@ -1943,12 +1944,7 @@ fn a_full_journal_writes_further_markers_to_rocksdb() {
 /// Leaves claims of `keys` in the journal of a closed engine (seed 3), as a crash
 /// with those claims in flight would.
 fn leave_journal_markers(dir: &TempDir, clock: &ManualClock, keys: &[&[u8]]) {
-    let engine = builder(dir, clock)
-        .seed(3)
-        .namespace("ns", small())
-        .build()
-        .unwrap();
-    let ns = engine.namespace("ns").unwrap();
+    let (engine, ns) = open_seeded(dir, clock, small());
     let guards: Vec<_> = keys.iter().map(|k| acquire(&ns, k)).collect();
     engine.debug_keep_journal_markers(true);
     drop(guards);
@@ -1964,12 +1960,7 @@ fn a_damaged_journal_slot_is_reported_and_the_journal_kept_aside() {
     // claim time.
     bytes[64 + 16] ^= 0x10;
     std::fs::write(journal_file(&dir), &bytes).unwrap();
-    let engine = builder(&dir, &clock)
-        .seed(3)
-        .namespace("ns", small())
-        .build()
-        .unwrap();
-    let ns = engine.namespace("ns").unwrap();
+    let (engine, ns) = open_seeded(&dir, &clock, small());
     let orphans = engine.orphans();
     assert_eq!(orphans.len(), 2, "{orphans:?}");
     let bad: Vec<_> = orphans.iter().filter(|o| o.corrupt.is_some()).collect();
@@ -2014,13 +2005,9 @@ fn journal_markers_are_read_whatever_the_marker_mode_of_the_next_run() {
     let clock = ManualClock::new(T0);
     leave_journal_markers(&dir, &clock, &[b"k"]);
     for _ in 0..2 {
-        let engine = builder(&dir, &clock)
-            .seed(3)
-            .namespace("ns", immediate())
-            .build()
-            .unwrap();
+        let (engine, ns) = open_seeded(&dir, &clock, immediate());
         assert_eq!(orphan_fps(&engine), vec![fingerprint(b"k", 3)]);
-        in_progress(&engine.namespace("ns").unwrap(), b"k");
+        in_progress(&ns, b"k");
         assert!(
             !journal_file(&dir).exists(),
             "a namespace without a journal removes the file once its markers moved"
@@ -2032,15 +2019,7 @@ fn journal_markers_are_read_whatever_the_marker_mode_of_the_next_run() {
 fn a_claim_that_lost_its_lease_never_clears_the_marker_of_the_next_claim() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);
-    let seeded = || {
-        let engine = builder(&dir, &clock)
-            .seed(3)
-            .namespace("ns", small())
-            .build()
-            .unwrap();
-        let ns = engine.namespace("ns").unwrap();
-        (engine, ns)
-    };
+    let seeded = || open_seeded(&dir, &clock, small());
     {
         let (engine, ns) = seeded();
         let first = acquire(&ns, b"k");

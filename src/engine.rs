@@ -1833,22 +1833,38 @@ impl ClaimGuard {
     fn release_inner(&self) -> Result<()> {
         let ns = &**self.ns();
         let now = ns.now();
-        let cap = ns.capacity(self.shard as usize);
-        let r = ns.slots[self.shard as usize]
+        let si = self.shard as usize;
+        let cap = ns.capacity(si);
+        let Some(d) = &ns.durable else {
+            let r = ns.slots[si]
+                .shard
+                .lock()
+                .release(self.fp, &self.lease, now, &cap);
+            return r.map_err(|Refused::LeaseLost| Error::LeaseLost);
+        };
+        // The entry stays held (marked completing, as by a completion) while the
+        // marker is settled, and is released only after: no new claim of the key can
+        // write a marker in between for this release to remove.
+        let begun = ns.slots[si]
             .shard
             .lock()
-            .release(self.fp, &self.lease, now, &cap);
-        if r.is_err() {
-            if let Some(d) = &ns.durable {
-                d.lease_lost(self.fp.to_u128(), self.lease.token);
-            }
+            .begin_complete(self.fp, &self.lease, now, &cap);
+        if begun.is_err() {
+            d.lease_lost(self.fp.to_u128(), self.lease.token);
             return Err(Error::LeaseLost);
         }
-        if let Some(d) = &ns.durable {
-            if !d.settle_marker(self.fp.to_u128(), self.lease.token) {
-                d.delete_claims(&[self.fp.to_u128()]);
-            }
+        if !d.settle_marker(self.fp.to_u128(), self.lease.token) {
+            d.delete_claims(&[self.fp.to_u128()]);
         }
+        ns.slots[si].shard.lock().finish_complete(
+            self.fp,
+            &self.lease,
+            None,
+            &ns.params,
+            now,
+            false,
+            &cap,
+        );
         Ok(())
     }
 }

@@ -900,7 +900,8 @@ fn a_store_failure_leaves_every_message_as_it_was() {
         )
         .unwrap_err();
     assert!(matches!(err, Error::Store(_)));
-    assert_eq!(calls.get(), 1);
+    // (Without Linux there is no journal: the marker's write refuses the claim.)
+    assert_eq!(calls.get(), usize::from(cfg!(target_os = "linux")));
     assert_eq!(everything(&dlq), before);
     assert_eq!(ns.check(b"k").unwrap(), None);
     engine.debug_fail_store_writes(false);

@@ -1802,13 +1802,16 @@ fn a_grouped_completion_waits_for_its_fsync_and_fails_with_it() {
     assert_eq!(engine.stats().wal_group_syncs, 2);
 }
 
-// 13. The claim-marker journal (the default marker mode).
+// 13. The claim-marker journal (the default marker mode; Linux only: elsewhere the
+// markers go to RocksDB as immediate ones).
 
+#[cfg(target_os = "linux")]
 /// The journal file of namespace "ns".
 fn journal_file(dir: &TempDir) -> std::path::PathBuf {
     dir.path().join(journal_name())
 }
 
+#[cfg(target_os = "linux")]
 /// The journal file's name: named by the xxh3-64 of the namespace name.
 fn journal_name() -> String {
     format!(
@@ -1817,6 +1820,7 @@ fn journal_name() -> String {
     )
 }
 
+#[cfg(target_os = "linux")]
 /// A durable engine with one namespace "ns" and the fixed seed 3 (so the tests know
 /// the keys' fingerprints).
 fn open_seeded(dir: &TempDir, clock: &ManualClock, cfg: NamespaceConfig) -> (Engine, Namespace) {
@@ -1829,6 +1833,7 @@ fn open_seeded(dir: &TempDir, clock: &ManualClock, cfg: NamespaceConfig) -> (Eng
     (engine, ns)
 }
 
+#[cfg(target_os = "linux")]
 /// Fingerprints of the orphans an engine reported, sorted.
 fn orphan_fps(engine: &Engine) -> Vec<u128> {
     let mut v: Vec<u128> = engine.orphans().iter().map(|o| o.fingerprint).collect();
@@ -1836,6 +1841,7 @@ fn orphan_fps(engine: &Engine) -> Vec<u128> {
     v
 }
 
+#[cfg(target_os = "linux")]
 #[test]
 fn journal_markers_left_behind_are_orphans_unless_their_key_was_completed() {
     let dir = TempDir::new();
@@ -1884,6 +1890,7 @@ fn journal_markers_left_behind_are_orphans_unless_their_key_was_completed() {
     assert_eq!(markers[0].0, fingerprint(b"held", 3).to_be_bytes());
 }
 
+#[cfg(target_os = "linux")]
 #[test]
 fn with_the_journal_a_failing_disk_is_found_at_completion() {
     let dir = TempDir::new();
@@ -1913,6 +1920,7 @@ fn with_the_journal_a_failing_disk_is_found_at_completion() {
     acquire(&ns, b"k");
 }
 
+#[cfg(target_os = "linux")]
 #[test]
 fn a_full_journal_writes_further_markers_to_rocksdb() {
     let dir = TempDir::new();
@@ -1941,6 +1949,7 @@ fn a_full_journal_writes_further_markers_to_rocksdb() {
     }
 }
 
+#[cfg(target_os = "linux")]
 /// Leaves claims of `keys` in the journal of a closed engine (seed 3), as a crash
 /// with those claims in flight would.
 fn leave_journal_markers(dir: &TempDir, clock: &ManualClock, keys: &[&[u8]]) {
@@ -1950,6 +1959,7 @@ fn leave_journal_markers(dir: &TempDir, clock: &ManualClock, keys: &[&[u8]]) {
     drop(guards);
 }
 
+#[cfg(target_os = "linux")]
 #[test]
 fn a_damaged_journal_slot_is_reported_and_the_journal_kept_aside() {
     let dir = TempDir::new();
@@ -1980,6 +1990,7 @@ fn a_damaged_journal_slot_is_reported_and_the_journal_kept_aside() {
     );
 }
 
+#[cfg(target_os = "linux")]
 #[test]
 fn a_journal_of_another_version_refuses_the_open_and_is_left_as_it_is() {
     let dir = TempDir::new();
@@ -1999,6 +2010,7 @@ fn a_journal_of_another_version_refuses_the_open_and_is_left_as_it_is() {
     assert_eq!(std::fs::read(journal_file(&dir)).unwrap(), bytes);
 }
 
+#[cfg(target_os = "linux")]
 #[test]
 fn journal_markers_are_read_whatever_the_marker_mode_of_the_next_run() {
     let dir = TempDir::new();
@@ -2015,6 +2027,7 @@ fn journal_markers_are_read_whatever_the_marker_mode_of_the_next_run() {
     }
 }
 
+#[cfg(target_os = "linux")]
 #[test]
 fn a_claim_that_lost_its_lease_never_clears_the_marker_of_the_next_claim() {
     let dir = TempDir::new();
@@ -2039,6 +2052,7 @@ fn a_claim_that_lost_its_lease_never_clears_the_marker_of_the_next_claim() {
     assert_eq!(orphan_fps(&engine), vec![fingerprint(b"k", 3)]);
 }
 
+#[cfg(target_os = "linux")]
 #[test]
 fn a_refused_forget_keeps_the_journal_marker() {
     let dir = TempDir::new();
@@ -2058,6 +2072,7 @@ fn a_refused_forget_keeps_the_journal_marker() {
     in_progress(&ns, b"k");
 }
 
+#[cfg(target_os = "linux")]
 #[test]
 fn a_completion_decided_from_the_hot_tier_alone_keeps_its_journal_marker() {
     let dir = TempDir::new();
@@ -2079,6 +2094,7 @@ fn a_completion_decided_from_the_hot_tier_alone_keeps_its_journal_marker() {
     in_progress(&ns, b"k");
 }
 
+#[cfg(target_os = "linux")]
 #[test]
 fn a_marker_left_by_a_completed_claim_is_settled_even_after_the_clock_went_back() {
     let dir = TempDir::new();
@@ -2095,6 +2111,7 @@ fn a_marker_left_by_a_completed_claim_is_settled_even_after_the_clock_went_back(
     duplicate(&ns, b"k");
 }
 
+#[cfg(target_os = "linux")]
 #[test]
 fn a_refused_journal_refuses_the_open_before_any_namespace_changed() {
     let dir = TempDir::new();
@@ -2143,4 +2160,27 @@ fn a_refused_journal_refuses_the_open_before_any_namespace_changed() {
         ["a", "b"],
         "namespace a's expired orphan was not consumed by the refused open"
     );
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_marker_is_not_settled_by_an_expired_record_that_happens_to_carry_its_token() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    {
+        // Each run numbers its claims from the start again: the first claim of the
+        // key's shard gets the same token in both runs.
+        let (_engine, ns) = open_seeded(&dir, &clock, small().shards(1));
+        acquire(&ns, b"k").complete().unwrap();
+    }
+    clock.advance(secs(7 * 60 + 1)); // past the 7 min retention
+    {
+        let (engine, ns) = open_seeded(&dir, &clock, small().shards(1));
+        let g = acquire(&ns, b"k");
+        engine.debug_keep_journal_markers(true);
+        drop(g);
+    }
+    let (engine, ns) = open_seeded(&dir, &clock, small().shards(1));
+    assert_eq!(orphan_fps(&engine), vec![fingerprint(b"k", 3)]);
+    in_progress(&ns, b"k");
 }

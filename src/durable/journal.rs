@@ -35,9 +35,13 @@
 //! leases, their deletion) is the one immediate markers take.
 
 #[cfg(feature = "durable")]
-use std::fs::{File, OpenOptions};
+use std::fs::File;
+#[cfg(all(feature = "durable", target_os = "linux"))]
+use std::fs::OpenOptions;
 #[cfg(feature = "durable")]
-use std::io::{Read, Write};
+use std::io::Read;
+#[cfg(all(feature = "durable", target_os = "linux"))]
+use std::io::Write;
 use std::path::{Path, PathBuf};
 #[cfg(all(feature = "durable", target_os = "linux"))]
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -68,6 +72,7 @@ fn io_err(op: &'static str, file: &Path, e: std::io::Error) -> Error {
     Error::Store(StoreError::new(op, format!("{}: {e}", file.display())))
 }
 
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 fn header(slots: u32, seed: u64, ns: &str) -> [u8; HEADER] {
     let mut h = [0u8; HEADER];
     h[..8].copy_from_slice(MAGIC);
@@ -86,6 +91,7 @@ fn check(words: &[u64; WORDS - 1]) -> u64 {
     xxh3_64(&bytes).max(1)
 }
 
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 fn encode(fp: u128, rec: &Record) -> [u64; WORDS - 1] {
     let flags = if rec.payload.is_some() {
         FLAG_PAYLOAD
@@ -208,14 +214,25 @@ pub(crate) fn read(dir: &Path, ns: &str, seed: u64) -> Result<Option<Vec<ReadSlo
 }
 
 #[cfg(feature = "durable")]
-/// Removes the journal file of `ns`, if any.
+/// Removes the journal file of `ns`, if any (and a temporary one left by a creation
+/// that did not finish).
 pub(crate) fn remove(dir: &Path, ns: &str) -> Result<(), Error> {
-    let file = path(dir, ns);
-    match std::fs::remove_file(&file) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(io_err("remove journal", &file, e)),
+    for file in [path(dir, ns), tmp_path(dir, ns)] {
+        match std::fs::remove_file(&file) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err("remove journal", &file, e)),
+        }
     }
+    Ok(())
+}
+
+/// Where a journal file is made before it is renamed into place.
+#[cfg(feature = "durable")]
+fn tmp_path(dir: &Path, ns: &str) -> PathBuf {
+    let mut name = path(dir, ns).into_os_string();
+    name.push(".new");
+    PathBuf::from(name)
 }
 
 #[cfg(all(feature = "durable", target_os = "linux"))]
@@ -326,18 +343,24 @@ impl Journal {
     /// synced, then renamed over the old one, so a crash while creating it leaves the
     /// old journal or the new one, never a part of one.
     pub(crate) fn create(dir: &Path, ns: &str, seed: u64, slots: u32) -> Result<Self, Error> {
+        let tmp = tmp_path(dir, ns);
+        let made = Self::create_at(dir, ns, seed, slots, &tmp);
+        if made.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        made
+    }
+
+    fn create_at(dir: &Path, ns: &str, seed: u64, slots: u32, tmp: &Path) -> Result<Self, Error> {
         let file_path = path(dir, ns);
-        let mut tmp_name = file_path.clone().into_os_string();
-        tmp_name.push(".new");
-        let tmp = PathBuf::from(tmp_name);
         let len = HEADER + slots as usize * SLOT;
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(true)
-            .open(&tmp)
-            .map_err(|e| io_err("create journal", &tmp, e))?;
+            .open(tmp)
+            .map_err(|e| io_err("create journal", tmp, e))?;
         file.write_all(&header(slots, seed, ns))
             .map_err(|e| io_err("create journal", &file_path, e))?;
         {
@@ -355,7 +378,7 @@ impl Journal {
         }
         file.sync_all()
             .map_err(|e| io_err("sync journal", &file_path, e))?;
-        std::fs::rename(&tmp, &file_path).map_err(|e| io_err("create journal", &file_path, e))?;
+        std::fs::rename(tmp, &file_path).map_err(|e| io_err("create journal", &file_path, e))?;
         if let Some(parent) = file_path.parent() {
             File::open(parent)
                 .and_then(|d| d.sync_all())

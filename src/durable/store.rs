@@ -746,9 +746,13 @@ impl DurableNs {
         let Some(d) = &self.deferred else {
             return false;
         };
-        if d.pending.lock().remove(&fp).is_some() {
+        let mut pending = d.pending.lock();
+        if pending.get(&fp).is_some_and(|r| r.token == token) {
+            pending.remove(&fp);
+            drop(pending);
             return !self.take_marker_on_disk(fp);
         }
+        drop(pending);
         drop(d.flushing.lock());
         false
     }
@@ -809,16 +813,23 @@ impl DurableNs {
         found: Option<Vec<ScannedClaim>>,
     ) -> Result<Vec<ScannedClaim>, Error> {
         let dir = self.store.path.as_path();
-        let seed = self.store.seed;
         let mut damaged = Vec::new();
         if let Some(slots) = found {
             let mut moved = Vec::new();
             for (fp, rec) in slots {
                 match rec {
                     Ok(rec) => {
-                        // The claim's own completion (same fencing token) was written.
+                        // The claim's own completion was written: a done record with
+                        // its fencing token that did not expire before the claim
+                        // (tokens restart every run, so an old record of the key can
+                        // carry the same one; it had expired when the key was
+                        // acquired again, or the claim would have been a duplicate).
                         let completed = match self.store.get_done(&self.name, fp) {
-                            Ok(Some(d)) => d.state == RecordState::Done && d.token == rec.token,
+                            Ok(Some(d)) => {
+                                d.state == RecordState::Done
+                                    && d.token == rec.token
+                                    && d.expires_ms > rec.at_ms
+                            }
                             Ok(None) | Err(Error::CorruptRecord { .. }) => false,
                             Err(e) => return Err(e),
                         };
@@ -857,7 +868,7 @@ impl DurableNs {
         match self.journal_slots {
             #[cfg(target_os = "linux")]
             Some(slots) => {
-                let j = Journal::create(dir, &self.name, seed, slots)?;
+                let j = Journal::create(dir, &self.name, self.store.seed, slots)?;
                 let _ = self.journal.set(j);
             }
             _ => journal::remove(dir, &self.name)?,

@@ -93,7 +93,10 @@ pub enum ClaimMarkers {
     /// write does, and like it not a crash of the machine before the kernel writes
     /// the page back: every claim in flight at a process crash is an orphan at the
     /// next open. The file's blocks are allocated when it is created, so a store
-    /// never meets a full disk; a failing disk is reported at completion. A
+    /// never meets a full disk on a file system that writes in place (on a
+    /// copy-on-write one, btrfs or ZFS, a full disk can still end the process with
+    /// SIGBUS at writeback: use `Immediate` there); a failing disk is reported at
+    /// completion. Linux only: elsewhere markers are written as `Immediate` ones. A
     /// completion clears its marker after its own write; a release clears it at
     /// once. When more claims are in flight than the journal has slots
     /// ([`NamespaceConfig::journal_slots`]), the extra markers are written as

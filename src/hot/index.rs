@@ -54,9 +54,9 @@ impl Bucket {
         };
         #[allow(unsafe_code)]
         // SAFETY: SSE2 is part of the x86_64 baseline. The load reads 16 bytes from
-        // the start of the bucket, which is 64 bytes long and 64-byte aligned
-        // (asserted below), and every one of those bytes is initialised: `tags`,
-        // `over` and `_pad` are plain bytes, laid out first by `repr(C)`.
+        // the start of the bucket, which is 64 bytes long and 64-byte aligned (both
+        // asserted beside the type), and every one of those bytes is initialised:
+        // `tags`, `over` and `_pad` are plain bytes, laid out first by `repr(C)`.
         let bits = unsafe {
             let v = _mm_load_si128(self as *const Bucket as *const __m128i);
             _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(t as i8)))

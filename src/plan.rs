@@ -208,6 +208,7 @@ impl Sizing {
             prefilter_bytes: total(retained_keys, prefilter_bits_per_key / 8.0),
             durable_bytes_per_key,
             durable_bytes: total(retained_keys, durable_bytes_per_key),
+            journal_bytes: journal_file_bytes(crate::config::DEFAULT_JOURNAL_SLOTS),
             redis_bytes_per_key,
             redis_bytes: total(resident_keys, redis_bytes_per_key),
         })
@@ -248,11 +249,20 @@ pub struct Plan {
     /// Durable-tier disk bytes at peak, without the write-ahead log and the memtables
     /// not yet flushed.
     pub durable_bytes: u64,
+    /// The namespace's claim-marker journal file (`ClaimMarkers::Journal`, the
+    /// default, with the default `journal_slots`): a fixed size, whatever the rate.
+    pub journal_bytes: u64,
     /// Redis memory per key for the same keys (`SET key value NX EX ttl`); with a
     /// result, its bytes are added: a lower bound.
     pub redis_bytes_per_key: f64,
     /// Redis memory for the resident keys.
     pub redis_bytes: u64,
+}
+
+/// The size of a claim-marker journal file of `slots` slots: a 64-byte header and 64
+/// bytes a slot, allocated when the engine opens.
+pub(crate) fn journal_file_bytes(slots: usize) -> u64 {
+    64 + 64 * slots as u64
 }
 
 /// Something about a [`Plan`] that needs attention before deploying it.
@@ -383,6 +393,7 @@ mod tests {
         assert_eq!(p.hot_bytes_per_key, HOT_BYTES_PER_KEY);
         assert_eq!(p.hot_bytes, (1e6 * HOT_BYTES_PER_KEY).ceil() as u64);
         assert_eq!(p.durable_bytes, (7e6 * DURABLE_BYTES_PER_KEY).ceil() as u64);
+        assert_eq!(p.journal_bytes, 64 + 64 * 32_768, "2 MiB and its header");
         assert_eq!(p.redis_bytes, (1e6 * REDIS_BYTES_PER_KEY).ceil() as u64);
         let r = Sizing::new(1000.0, Duration::from_secs(1000))
             .result_bytes(64)

@@ -237,6 +237,13 @@ pub(crate) fn render(o: &Options, plan: &Plan, memory: Option<u64>) -> String {
             bytes(plan.durable_bytes),
         ),
         (
+            "claim-marker journal (disk)",
+            "-".to_owned(),
+            "fixed: journal_slots x 64 B",
+            "-".to_owned(),
+            bytes(plan.journal_bytes),
+        ),
+        (
             "Redis SET NX EX (memory)",
             grouped(plan.resident_keys),
             "rate x TTL",
@@ -416,6 +423,8 @@ mod tests {
         assert!(text.contains(&bytes(p.hot_bytes)), "{text}");
         assert!(text.contains(&bytes(p.prefilter_bytes)), "{text}");
         assert!(text.contains(&bytes(p.durable_bytes)), "{text}");
+        assert!(text.contains("claim-marker journal (disk)"), "{text}");
+        assert!(text.contains(&bytes(p.journal_bytes)), "{text}");
         assert!(text.contains(&bytes(p.redis_bytes)), "{text}");
         assert!(text.contains(".max_keys(43_200_000)"), "{text}");
         assert!(

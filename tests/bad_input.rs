@@ -77,6 +77,8 @@ fn invalid_configurations_are_refused() {
         NamespaceConfig::new().shards(0),
         NamespaceConfig::new().max_result_len((1 << 20) + 1),
         NamespaceConfig::new().ttl(secs(20 * 24 * 3600)),
+        NamespaceConfig::new().journal_slots(0),
+        NamespaceConfig::new().journal_slots(idem::MAX_JOURNAL_SLOTS + 1),
     ];
     for cfg in bad {
         let r = Engine::builder().namespace("n", cfg.clone()).build();
@@ -85,6 +87,13 @@ fn invalid_configurations_are_refused() {
             "{cfg:?} must be refused"
         );
     }
+    assert!(Engine::builder()
+        .namespace(
+            "n",
+            NamespaceConfig::new().journal_slots(idem::MAX_JOURNAL_SLOTS)
+        )
+        .build()
+        .is_ok());
     // A coarser tick admits the long TTL.
     assert!(Engine::builder()
         .namespace("n", NamespaceConfig::new().ttl(secs(20 * 24 * 3600)))

@@ -1796,14 +1796,7 @@ impl ClaimGuard {
         // Mark the entry as completing, write without holding the shard lock (so an
         // fsync never blocks other keys, and concurrent completions share one), then
         // mark it done.
-        let begun = ns.slots[si]
-            .shard
-            .lock()
-            .begin_complete(self.fp, &self.lease, now, &cap);
-        let Ok(payload) = begun else {
-            d.lease_lost(self.fp.to_u128(), self.lease.token);
-            return Err(Error::LeaseLost);
-        };
+        let payload = self.hold_for_durable(ns, d, now, &cap)?;
         let record = self.done_record(now, ns.params.retention_ms.unwrap_or(0), payload, result);
         let stored = write_unwinding(|| d.write_completions(&[(self.fp.to_u128(), record)], state));
         ns.slots[si].shard.lock().finish_complete(
@@ -1816,6 +1809,28 @@ impl ClaimGuard {
             &cap,
         );
         finished(stored)
+    }
+
+    /// Marks the claim's entry completing (held whatever its lease) while its durable
+    /// write or marker settlement runs, returning its payload fingerprint; a claim
+    /// that lost its lease frees its journal slot and is refused.
+    fn hold_for_durable(
+        &self,
+        ns: &NsInner,
+        d: &DurableNs,
+        now: Now,
+        cap: &Capacity<'_>,
+    ) -> Result<Option<u64>> {
+        let begun = ns.slots[self.shard as usize].shard.lock().begin_complete(
+            self.fp,
+            &self.lease,
+            now,
+            cap,
+        );
+        begun.map_err(|Refused::LeaseLost| {
+            d.lease_lost(self.fp.to_u128(), self.lease.token);
+            Error::LeaseLost
+        })
     }
 
     /// Gives up a claim whose marker was never written: the hot tier only.
@@ -1845,14 +1860,7 @@ impl ClaimGuard {
         // The entry stays held (marked completing, as by a completion) while the
         // marker is settled, and is released only after: no new claim of the key can
         // write a marker in between for this release to remove.
-        let begun = ns.slots[si]
-            .shard
-            .lock()
-            .begin_complete(self.fp, &self.lease, now, &cap);
-        if begun.is_err() {
-            d.lease_lost(self.fp.to_u128(), self.lease.token);
-            return Err(Error::LeaseLost);
-        }
+        self.hold_for_durable(ns, d, now, &cap)?;
         if !d.settle_marker(self.fp.to_u128(), self.lease.token) {
             d.delete_claims(&[self.fp.to_u128()]);
         }

@@ -433,7 +433,8 @@ pub struct EngineBuilder {
     pub(crate) seed: Option<u64>,
     pub(crate) durable: Option<std::path::PathBuf>,
     pub(crate) state_families: Vec<String>,
-    pub(crate) commit_delay: Duration,
+    /// `None`: the adaptive wait (the default); `Some(ZERO)`: RocksDB's own sync.
+    pub(crate) commit_delay: Option<Duration>,
 }
 
 impl fmt::Debug for EngineBuilder {
@@ -464,7 +465,7 @@ impl EngineBuilder {
             seed: None,
             durable: None,
             state_families: Vec::new(),
-            commit_delay: Duration::ZERO,
+            commit_delay: None,
         }
     }
 
@@ -514,28 +515,31 @@ impl EngineBuilder {
         self
     }
 
-    /// Group commit for [`SyncPolicy::Always`]: while completions are concurrent, a
-    /// completion whose fsync would run alone (no other completion waiting for one)
-    /// first waits up to `delay` for another completion's write, so that one fsync
-    /// covers both. Every completion still returns only after an fsync that began
-    /// after its own write. Completions count as concurrent when the last fsync
-    /// covered more than one or another arrived while it ran, so a single worker
-    /// never waits.
+    /// Group commit for [`SyncPolicy::Always`]: completions write their records
+    /// without a sync and share fsyncs of the write-ahead log, one leader syncing for
+    /// every write that is waiting. While completions are concurrent, a leader whose
+    /// fsync would cover its own write alone first waits up to `delay` for another
+    /// completion's write, so that one fsync covers both. Every completion still
+    /// returns only after an fsync that began after its own write. Completions count
+    /// as concurrent when the last fsync covered more than one or another arrived
+    /// while it ran, so a single worker never waits.
     ///
-    /// Zero (the default) leaves syncing to RocksDB, which syncs each group of
-    /// writers that arrive together; with few threads such groups seldom form, since
-    /// a second write arrives just after the first one's fsync has begun. The delay
-    /// is added latency for a completion that waits in vain: set it near the time a
-    /// worker takes between two completions. At most 100 ms.
+    /// The default (without this call) is adaptive: the wait is at most half the time
+    /// the last fsync took (and at most 5 ms), since a longer wait for a companion
+    /// would cost more than the fsync it saves. A fixed `delay` replaces that bound;
+    /// set it near the time a worker takes between two completions. At most 100 ms.
     ///
-    /// One difference from the default path: with a delay the record is written
-    /// before the fsync, so if the fsync fails, the record is readable (a redelivery
-    /// answers `Duplicate`) and may or may not survive a power loss, while `complete`
-    /// returns the error (under `FailurePolicy::FailOpen`: `Ok`, counted as a
-    /// fail-open decision). RocksDB's own path does not apply a write whose sync
-    /// failed.
+    /// `Duration::ZERO` turns group commit off and leaves syncing to RocksDB, which
+    /// syncs each group of writers that arrive together; with few threads such groups
+    /// seldom form, since a second write arrives just after the first one's fsync has
+    /// begun. The difference that makes when a sync fails: with group commit the
+    /// record is written before the fsync, so if the fsync fails, the record is
+    /// readable (a redelivery answers `Duplicate`) and may or may not survive a power
+    /// loss, while `complete` returns the error (under `FailurePolicy::FailOpen`:
+    /// `Ok`, counted as a fail-open decision). RocksDB's own path does not apply a
+    /// write whose sync failed.
     pub fn commit_delay(mut self, delay: Duration) -> Self {
-        self.commit_delay = delay;
+        self.commit_delay = Some(delay);
         self
     }
 
@@ -556,7 +560,7 @@ impl EngineBuilder {
                 reason: "tick must be between 1 ms and 60 s",
             });
         }
-        if self.commit_delay > Duration::from_millis(100) {
+        if self.commit_delay > Some(Duration::from_millis(100)) {
             return Err(Error::InvalidConfig {
                 namespace: String::new(),
                 reason: "commit_delay must be at most 100 ms",

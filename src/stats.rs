@@ -49,8 +49,9 @@ pub struct Stats {
     /// Claims and completions decided from the hot tier alone because the store
     /// failed and the namespace fails open.
     pub fail_open_decisions: u64,
-    /// Fsyncs of the write-ahead log issued by grouped completions (`SyncPolicy::Always`
-    /// with [`EngineBuilder::commit_delay`](crate::EngineBuilder::commit_delay)); with
+    /// Fsyncs of the write-ahead log issued by grouped completions (`SyncPolicy::Always`,
+    /// unless [`EngineBuilder::commit_delay`](crate::EngineBuilder::commit_delay) turned
+    /// group commit off); with
     /// `completions`, how many completions shared each. Engine-wide: only
     /// [`Engine::stats`](crate::Engine::stats) reports it.
     pub wal_group_syncs: u64,

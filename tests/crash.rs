@@ -114,8 +114,13 @@ fn sigkill_loses_no_acknowledged_completion_sync_always() {
 }
 
 #[test]
-fn sigkill_loses_no_acknowledged_completion_sync_always_grouped() {
+fn sigkill_loses_no_acknowledged_completion_sync_always_fixed_commit_delay() {
     acknowledged_completions_survive_with("always", &["--commit-delay-us", "200"]);
+}
+
+#[test]
+fn sigkill_loses_no_acknowledged_completion_sync_always_group_commit_off() {
+    acknowledged_completions_survive_with("always", &["--commit-delay-us", "0"]);
 }
 
 #[test]

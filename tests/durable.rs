@@ -1741,11 +1741,22 @@ fn grouped_completions_are_synced_counted_and_survive_a_restart() {
             (1..=40).contains(&syncs),
             "{syncs} fsyncs for 40 completions"
         );
-        // Without a commit delay the count stays zero: RocksDB syncs the writes.
+        // With group commit off (a zero delay) the count stays zero: RocksDB syncs
+        // the writes.
         let plain_dir = TempDir::new();
-        let (plain, pns) = open(&plain_dir, &clock, cfg());
+        let plain = builder(&plain_dir, &clock)
+            .commit_delay(std::time::Duration::ZERO)
+            .namespace("ns", cfg())
+            .build()
+            .unwrap();
+        let pns = plain.namespace("ns").unwrap();
         acquire(&pns, b"k").complete().unwrap();
         assert_eq!(plain.stats().wal_group_syncs, 0);
+        // By default (the adaptive wait) completions are grouped.
+        let default_dir = TempDir::new();
+        let (default, dns) = open(&default_dir, &clock, cfg());
+        acquire(&dns, b"k").complete().unwrap();
+        assert_eq!(default.stats().wal_group_syncs, 1);
     }
     let (_engine, ns) = open_grouped();
     for t in 0..2 {

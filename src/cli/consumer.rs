@@ -27,8 +27,9 @@ pub(crate) struct Options {
     pub(crate) workers: usize,
     pub(crate) sync: SyncPolicy,
     pub(crate) lease_ms: u64,
-    /// `EngineBuilder::commit_delay`, in microseconds.
-    pub(crate) commit_delay_us: u64,
+    /// `EngineBuilder::commit_delay`, in microseconds (`None`: the engine's default,
+    /// the adaptive wait; 0: group commit off).
+    pub(crate) commit_delay_us: Option<u64>,
     /// Claims held in flight from the start (`held-<i>`), never completed.
     pub(crate) hold: u64,
     pub(crate) markers: ClaimMarkers,
@@ -43,7 +44,7 @@ impl Options {
             workers: 4,
             sync: SyncPolicy::Always,
             lease_ms: 1000,
-            commit_delay_us: 0,
+            commit_delay_us: None,
             hold: 0,
             markers: ClaimMarkers::default(),
             journal_slots: idem::DEFAULT_JOURNAL_SLOTS,
@@ -55,7 +56,7 @@ impl Options {
                 "--messages" => o.messages = number(a, it.next())?,
                 "--workers" => o.workers = number(a, it.next())?,
                 "--lease-ms" => o.lease_ms = number(a, it.next())?,
-                "--commit-delay-us" => o.commit_delay_us = number(a, it.next())?,
+                "--commit-delay-us" => o.commit_delay_us = Some(number(a, it.next())?),
                 "--hold" => o.hold = number(a, it.next())?,
                 "--journal-slots" => o.journal_slots = number(a, it.next())?,
                 "--markers" => {
@@ -108,20 +109,23 @@ pub(crate) fn key_of(id: u64) -> Vec<u8> {
 
 /// The demo's engine over `dir`: namespace `orders`, state family `ledger`.
 pub(crate) fn open(dir: &std::path::Path, sync: SyncPolicy, lease_ms: u64) -> idem::Result<Engine> {
-    open_with(dir, sync, lease_ms, Duration::ZERO, |c| c)
+    open_with(dir, sync, lease_ms, None, |c| c)
 }
 
-/// [`open`] with a commit delay (group commit under `SyncPolicy::Always`) and more
-/// namespace settings.
+/// [`open`] with a commit delay (group commit under `SyncPolicy::Always`; `None`: the
+/// default) and more namespace settings.
 pub(crate) fn open_with(
     dir: &std::path::Path,
     sync: SyncPolicy,
     lease_ms: u64,
-    commit_delay: Duration,
+    commit_delay: Option<Duration>,
     more: impl FnOnce(NamespaceConfig) -> NamespaceConfig,
 ) -> idem::Result<Engine> {
-    Engine::builder()
-        .commit_delay(commit_delay)
+    let mut builder = Engine::builder();
+    if let Some(d) = commit_delay {
+        builder = builder.commit_delay(d);
+    }
+    builder
         .namespace(
             "orders",
             more(
@@ -162,7 +166,7 @@ pub(crate) fn run(o: Options) -> Result<std::process::ExitCode, String> {
         &o.dir,
         o.sync,
         o.lease_ms,
-        Duration::from_micros(o.commit_delay_us),
+        o.commit_delay_us.map(Duration::from_micros),
         |c| c.claim_markers(o.markers).journal_slots(o.journal_slots),
     )
     .map_err(|e| e.to_string())?;

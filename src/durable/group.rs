@@ -1,17 +1,27 @@
-//! Group commit for `SyncPolicy::Always` with a commit delay
+//! Group commit for `SyncPolicy::Always`
 //! ([`EngineBuilder::commit_delay`](crate::EngineBuilder::commit_delay)).
 //!
 //! Each completion writes its batch without a sync, then takes a ticket and waits until
 //! a sync of the write-ahead log that started after its write has finished. One
 //! waiter at a time leads: it syncs for every ticket taken so far. A leader that is
-//! alone (no other write is waiting for a sync) first waits up to the commit delay for
-//! one more write to join, so that two completions share one fsync where, without the
-//! wait, the second one's write would arrive just after the first one's fsync began
-//! and need an fsync of its own.
+//! alone (no other write is waiting for a sync) first waits a moment for one more
+//! write to join, so that two completions share one fsync where, without the wait,
+//! the second one's write would arrive just after the first one's fsync began and
+//! need an fsync of its own. The moment is a fixed delay, or (the default) half the
+//! time the last sync took: waiting longer than that for a companion would cost the
+//! leader more than the fsync it saves the companion.
 //!
 //! It waits only while completions are concurrent: when the last sync covered more
 //! than one write, or another write arrived while it ran. A single worker's syncs never
 //! see company, so it never waits and pays nothing for the delay.
+//!
+//! Waiters spin (yielding the processor) before they park: a parked thread takes tens
+//! of microseconds to be woken in a virtual machine, a large part of an fsync, and
+//! both waits here (a follower for the leader's sync, a leader for its companion's
+//! write) usually end within one fsync's time. The spin is bounded (twice the last
+//! sync's time, at most [`SPIN_CAP`]), yields the processor after its first rounds,
+//! and is skipped while more callers wait than there are processors; past it, the
+//! waiter parks on the condition variable.
 //!
 //! The logic is independent of RocksDB (the sync is a closure), so it is tested on its
 //! own, deterministically.
@@ -19,16 +29,45 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::error::Error;
+
+/// How long a lone leader waits for company while completions are concurrent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Delay {
+    /// At most this long.
+    Fixed(Duration),
+    /// At most half as long as the last sync took, and at most [`ADAPTIVE_CAP`].
+    Adaptive,
+}
+
+/// The longest wait for company that [`Delay::Adaptive`] makes.
+pub(crate) const ADAPTIVE_CAP: Duration = Duration::from_millis(5);
+
+/// The longest a waiter spins before it parks.
+pub(crate) const SPIN_CAP: Duration = Duration::from_millis(1);
+
+/// The shortest spin budget (before any sync has been timed, or after a fast one).
+const SPIN_FLOOR: Duration = Duration::from_micros(50);
 
 /// Shares fsyncs of the write-ahead log between concurrent completions.
 #[derive(Debug)]
 pub(crate) struct GroupCommit {
-    delay: Duration,
+    delay: Delay,
+    /// The longest a waiter spins before it parks; tests set zero (park at once) or
+    /// `Duration::MAX` (never park).
+    spin_cap: Duration,
+    /// The processors this process may run on.
+    cpus: usize,
     state: Mutex<State>,
     changed: Condvar,
+    /// `State::written` and `State::synced`, published (under the lock, whenever they
+    /// change) for waiters that spin without it.
+    written: AtomicU64,
+    synced: AtomicU64,
+    /// How long the last sync took, in nanoseconds.
+    last_sync_ns: AtomicU64,
     syncs: AtomicU64,
     waits: AtomicU64,
 }
@@ -53,12 +92,47 @@ struct State {
     concurrent: bool,
 }
 
+/// Spins until `done()` holds or `budget` has passed, yielding the processor after
+/// the first few rounds; true if `done()` held.
+fn spin_until(budget: Duration, done: impl Fn() -> bool) -> bool {
+    if budget.is_zero() {
+        return done();
+    }
+    let start = Instant::now();
+    let mut round = 0u32;
+    loop {
+        if done() {
+            return true;
+        }
+        round = round.wrapping_add(1);
+        if round < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+        if round % 8 == 0 && start.elapsed() >= budget {
+            return done();
+        }
+    }
+}
+
 impl GroupCommit {
-    pub(crate) fn new(delay: Duration) -> Self {
+    pub(crate) fn new(delay: Delay) -> Self {
+        Self::with_spin(delay, SPIN_CAP)
+    }
+
+    /// As [`GroupCommit::new`], with waiters spinning at most `spin_cap` before they
+    /// park.
+    pub(crate) fn with_spin(delay: Delay, spin_cap: Duration) -> Self {
         GroupCommit {
             delay,
+            spin_cap,
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
+            written: AtomicU64::new(0),
+            synced: AtomicU64::new(0),
+            last_sync_ns: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
             waits: AtomicU64::new(0),
         }
@@ -75,6 +149,33 @@ impl GroupCommit {
         self.syncs.load(Ordering::Relaxed)
     }
 
+    fn last_sync(&self) -> Duration {
+        Duration::from_nanos(self.last_sync_ns.load(Ordering::Relaxed))
+    }
+
+    /// The longest a lone leader waits for company now.
+    fn company_wait(&self) -> Duration {
+        match self.delay {
+            Delay::Fixed(d) => d,
+            Delay::Adaptive => (self.last_sync() / 2).min(ADAPTIVE_CAP),
+        }
+    }
+
+    /// The longest a waiter spins before it parks now, with `waiting` callers in
+    /// the group: twice the last sync's time, at least [`SPIN_FLOOR`], at most the
+    /// cap (`Duration::MAX`: spin until done). Nothing while there are more callers
+    /// than processors: spinners would then take processor time from the writers
+    /// they wait for (and those groups are large, so parking is cheap per write).
+    fn spin_budget(&self, waiting: usize) -> Duration {
+        if self.spin_cap == Duration::MAX {
+            return Duration::MAX;
+        }
+        if waiting > self.cpus {
+            return Duration::ZERO;
+        }
+        (self.last_sync() * 2).max(SPIN_FLOOR).min(self.spin_cap)
+    }
+
     /// Called after a write has returned: waits until a `sync` that started after it
     /// has finished, leading one if nobody is. The error of a failed sync is returned
     /// to every write it was to cover. If the sync panics, the writes it was to cover
@@ -82,6 +183,7 @@ impl GroupCommit {
     pub(crate) fn commit(&self, sync: impl Fn() -> Result<(), Error>) -> Result<(), Error> {
         let mut st = self.state.lock();
         st.written += 1;
+        self.written.store(st.written, Ordering::Release);
         st.waiting += 1;
         let ticket = st.written;
         // A leader waiting for company wakes up.
@@ -96,16 +198,31 @@ impl GroupCommit {
                 return outcome;
             }
             if st.leading {
-                self.changed.wait(&mut st);
+                // Every sync that ends moves `synced` on (it covers at least its
+                // leader's ticket), under the lock: if it has not moved when the spin
+                // gives up, parking here (which releases the lock) misses no wake-up.
+                let seen = st.synced;
+                let budget = self.spin_budget(st.waiting);
+                MutexGuard::unlocked(&mut st, || {
+                    spin_until(budget, || self.synced.load(Ordering::Acquire) != seen)
+                });
+                if st.synced == seen {
+                    self.changed.wait(&mut st);
+                }
                 continue;
             }
             st.leading = true;
-            if !self.delay.is_zero() && st.concurrent && st.written == st.synced + 1 {
+            let wait = self.company_wait();
+            if !wait.is_zero() && st.concurrent && st.written == st.synced + 1 {
                 // Alone, while completions are concurrent: give another one a moment
                 // to join this sync.
                 self.waits.fetch_add(1, Ordering::Relaxed);
-                let until = Instant::now() + self.delay;
+                let until = Instant::now() + wait;
                 let alone = st.written;
+                let budget = self.spin_budget(st.waiting).min(wait);
+                MutexGuard::unlocked(&mut st, || {
+                    spin_until(budget, || self.written.load(Ordering::Acquire) != alone)
+                });
                 while st.written == alone {
                     if self.changed.wait_until(&mut st, until).timed_out() {
                         break;
@@ -114,12 +231,16 @@ impl GroupCommit {
             }
             let (after, through) = (st.synced, st.written);
             drop(st);
+            let began = Instant::now();
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&sync));
+            self.last_sync_ns
+                .store(began.elapsed().as_nanos() as u64, Ordering::Relaxed);
             self.syncs.fetch_add(1, Ordering::Relaxed);
             st = self.state.lock();
             st.leading = false;
             st.concurrent = through - after > 1 || st.written > through;
             st.synced = through;
+            self.synced.store(through, Ordering::Release);
             let panicked = match r {
                 Ok(Ok(())) => None,
                 Ok(Err(e)) => {
@@ -165,6 +286,60 @@ mod tests {
         ))
     }
 
+    /// Every scenario runs twice: with waiters that park at once, and with waiters
+    /// that spin until their condition holds and never park.
+    const SPINS: [Duration; 2] = [Duration::ZERO, Duration::MAX];
+
+    fn group(delay: Duration, spin: Duration) -> GroupCommit {
+        GroupCommit::with_spin(Delay::Fixed(delay), spin)
+    }
+
+    #[test]
+    fn the_adaptive_wait_is_half_the_last_sync_and_the_spin_twice_it_within_bounds() {
+        let g = GroupCommit::new(Delay::Adaptive);
+        // No sync timed yet: a lone leader does not wait; a waiter spins the floor.
+        assert_eq!(g.company_wait(), Duration::ZERO);
+        assert_eq!(g.spin_budget(1), SPIN_FLOOR);
+        let set = |d: Duration| g.last_sync_ns.store(d.as_nanos() as u64, Ordering::Relaxed);
+        set(Duration::from_micros(300));
+        assert_eq!(g.company_wait(), Duration::from_micros(150));
+        assert_eq!(g.spin_budget(1), Duration::from_micros(600));
+        // More callers than processors: nobody spins.
+        assert_eq!(g.spin_budget(g.cpus + 1), Duration::ZERO);
+        set(Duration::from_micros(10));
+        assert_eq!(g.spin_budget(1), SPIN_FLOOR);
+        set(Duration::from_secs(1));
+        assert_eq!(g.company_wait(), ADAPTIVE_CAP);
+        assert_eq!(g.spin_budget(1), SPIN_CAP);
+        // A fixed delay is what it says, whatever the syncs take.
+        let f = GroupCommit::new(Delay::Fixed(Duration::from_micros(70)));
+        f.last_sync_ns.store(1_000_000_000, Ordering::Relaxed);
+        assert_eq!(f.company_wait(), Duration::from_micros(70));
+        // A cap of zero parks at once.
+        let z = GroupCommit::with_spin(Delay::Adaptive, Duration::ZERO);
+        assert_eq!(z.spin_budget(1), Duration::ZERO);
+    }
+
+    #[test]
+    fn the_adaptive_wait_times_its_syncs() {
+        let g = GroupCommit::new(Delay::Adaptive);
+        // A sync that takes a known least time (it runs until the clock has moved on).
+        g.commit(|| {
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_micros(200) {
+                std::hint::spin_loop();
+            }
+            Ok(())
+        })
+        .unwrap();
+        assert!(
+            g.last_sync() >= Duration::from_micros(200),
+            "{:?}",
+            g.last_sync()
+        );
+        assert!(g.company_wait() >= Duration::from_micros(100));
+    }
+
     /// Spins (yielding) until `f` holds.
     fn until(f: impl Fn() -> bool) {
         while !f() {
@@ -174,12 +349,14 @@ mod tests {
 
     #[test]
     fn commits_one_after_another_sync_each_and_never_wait() {
-        let g = GroupCommit::new(Duration::from_millis(10));
-        for _ in 0..3 {
-            g.commit(|| Ok(())).unwrap();
+        for spin in SPINS {
+            let g = group(Duration::from_millis(10), spin);
+            for _ in 0..3 {
+                g.commit(|| Ok(())).unwrap();
+            }
+            assert_eq!(g.syncs(), 3);
+            assert_eq!(g.waits(), 0, "a single worker pays nothing for the delay");
         }
-        assert_eq!(g.syncs(), 3);
-        assert_eq!(g.waits(), 0, "a single worker pays nothing for the delay");
     }
 
     /// Commits once on another thread with a sync that blocks until released, and a
@@ -217,35 +394,41 @@ mod tests {
 
     #[test]
     fn once_commits_overlap_a_lone_leader_waits_for_company_and_one_sync_covers_both() {
-        // A delay far longer than the test: only a third write ends the wait.
-        let g = Arc::new(GroupCommit::new(Duration::from_secs(3600)));
-        let (release, first, second) = overlap(&g);
-        release.store(true, Ordering::SeqCst);
-        first.join().unwrap().unwrap();
-        // The second write now leads, alone, after a sync that saw it arrive: it waits.
-        until(|| g.waits() == 1);
-        g.commit(|| Ok(())).unwrap();
-        second.join().unwrap().unwrap();
-        assert_eq!(g.syncs(), 2, "the second and third writes shared one fsync");
+        for spin in SPINS {
+            // A delay far longer than the test: only a third write ends the wait.
+            let g = Arc::new(group(Duration::from_secs(3600), spin));
+            let (release, first, second) = overlap(&g);
+            release.store(true, Ordering::SeqCst);
+            first.join().unwrap().unwrap();
+            // The second write now leads, alone, after a sync that saw it arrive: it waits.
+            until(|| g.waits() == 1);
+            g.commit(|| Ok(())).unwrap();
+            second.join().unwrap().unwrap();
+            assert_eq!(g.syncs(), 2, "the second and third writes shared one fsync");
+        }
     }
 
     #[test]
     fn a_write_after_a_sync_began_waits_for_the_next_one() {
-        let g = Arc::new(GroupCommit::new(Duration::ZERO));
-        let (release, first, second) = overlap(&g);
-        assert_eq!(g.syncs(), 0);
-        release.store(true, Ordering::SeqCst);
-        first.join().unwrap().unwrap();
-        second.join().unwrap().unwrap();
-        assert_eq!(g.syncs(), 2, "the second write needed a sync of its own");
+        for spin in SPINS {
+            let g = Arc::new(group(Duration::ZERO, spin));
+            let (release, first, second) = overlap(&g);
+            assert_eq!(g.syncs(), 0);
+            release.store(true, Ordering::SeqCst);
+            first.join().unwrap().unwrap();
+            second.join().unwrap().unwrap();
+            assert_eq!(g.syncs(), 2, "the second write needed a sync of its own");
+        }
     }
 
     #[test]
     fn a_failed_sync_fails_the_writes_it_covered_and_not_later_ones() {
-        let g = GroupCommit::new(Duration::ZERO);
-        assert_eq!(g.commit(|| Err(store_error())), Err(store_error()));
-        g.commit(|| Ok(())).unwrap();
-        assert_eq!(g.syncs(), 2);
+        for spin in SPINS {
+            let g = group(Duration::ZERO, spin);
+            assert_eq!(g.commit(|| Err(store_error())), Err(store_error()));
+            g.commit(|| Ok(())).unwrap();
+            assert_eq!(g.syncs(), 2);
+        }
     }
 
     /// A commit on its own thread whose sync, if it leads, signals `syncing`, waits
@@ -294,41 +477,45 @@ mod tests {
 
     #[test]
     fn every_write_of_a_failed_sync_fails_even_after_a_later_sync_succeeded() {
-        let g = Arc::new(GroupCommit::new(Duration::ZERO));
-        // Whichever of the two writes leads their shared sync, that sync fails.
-        let (release, second, third) = two_share_a_sync(&g, || Err(store_error()));
-        // A fourth write arrives during the failing sync; its own sync succeeds, and
-        // may finish before the follower of the failed one wakes up.
-        let fourth = {
-            let g = g.clone();
-            std::thread::spawn(move || g.commit(|| Ok(())))
-        };
-        until(|| g.state.lock().written == 4);
-        release.store(true, Ordering::SeqCst);
-        fourth.join().unwrap().unwrap();
-        assert_eq!(second.join().unwrap(), Err(store_error()));
-        assert_eq!(third.join().unwrap(), Err(store_error()));
-        assert_eq!(g.syncs(), 3);
-        assert!(
-            g.state.lock().failed.is_empty(),
-            "forgotten once nobody waits"
-        );
+        for spin in SPINS {
+            let g = Arc::new(group(Duration::ZERO, spin));
+            // Whichever of the two writes leads their shared sync, that sync fails.
+            let (release, second, third) = two_share_a_sync(&g, || Err(store_error()));
+            // A fourth write arrives during the failing sync; its own sync succeeds, and
+            // may finish before the follower of the failed one wakes up.
+            let fourth = {
+                let g = g.clone();
+                std::thread::spawn(move || g.commit(|| Ok(())))
+            };
+            until(|| g.state.lock().written == 4);
+            release.store(true, Ordering::SeqCst);
+            fourth.join().unwrap().unwrap();
+            assert_eq!(second.join().unwrap(), Err(store_error()));
+            assert_eq!(third.join().unwrap(), Err(store_error()));
+            assert_eq!(g.syncs(), 3);
+            assert!(
+                g.state.lock().failed.is_empty(),
+                "forgotten once nobody waits"
+            );
+        }
     }
 
     #[test]
     fn a_panicking_sync_fails_its_writes_and_the_next_commit_leads() {
-        let g = Arc::new(GroupCommit::new(Duration::ZERO));
-        let (release, second, third) =
-            two_share_a_sync(&g, || panic!("the sync panicked (on purpose)"));
-        release.store(true, Ordering::SeqCst);
-        let outcomes = [second.join(), third.join()];
-        // The leader's thread panicked; the write that shared its sync failed.
-        assert_eq!(outcomes.iter().filter(|o| o.is_err()).count(), 1);
-        assert!(outcomes
-            .iter()
-            .any(|o| matches!(o, Ok(Err(Error::Store(_))))));
-        // Nobody is left leading: the next commit syncs.
-        g.commit(|| Ok(())).unwrap();
-        assert_eq!(g.syncs(), 3);
+        for spin in SPINS {
+            let g = Arc::new(group(Duration::ZERO, spin));
+            let (release, second, third) =
+                two_share_a_sync(&g, || panic!("the sync panicked (on purpose)"));
+            release.store(true, Ordering::SeqCst);
+            let outcomes = [second.join(), third.join()];
+            // The leader's thread panicked; the write that shared its sync failed.
+            assert_eq!(outcomes.iter().filter(|o| o.is_err()).count(), 1);
+            assert!(outcomes
+                .iter()
+                .any(|o| matches!(o, Ok(Err(Error::Store(_))))));
+            // Nobody is left leading: the next commit syncs.
+            g.commit(|| Ok(())).unwrap();
+            assert_eq!(g.syncs(), 3);
+        }
     }
 }

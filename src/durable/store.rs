@@ -10,6 +10,7 @@ use rocksdb::{
 };
 
 use super::codec::{Record, RecordState};
+use super::group::{Delay, GroupCommit};
 use super::journal::{self, Journal};
 use super::live_done;
 use super::{fp_key, StateOp};
@@ -111,9 +112,10 @@ pub(crate) struct Store {
     point_read: ReadOptions,
     write_nosync: WriteOptions,
     write_sync: WriteOptions,
-    /// Shares fsyncs between completions under `SyncPolicy::Always`, when the engine
-    /// has a commit delay; without one, RocksDB syncs each write group itself.
-    group: Option<super::group::GroupCommit>,
+    /// Shares fsyncs between completions under `SyncPolicy::Always` (group commit,
+    /// on unless the engine's commit delay is zero; then RocksDB syncs each write
+    /// group itself).
+    group: Option<GroupCommit>,
 }
 
 impl std::fmt::Debug for Store {
@@ -139,7 +141,7 @@ impl Store {
         clock: std::sync::Arc<dyn Clock>,
         seed: u64,
         seed_fixed: bool,
-        commit_delay: std::time::Duration,
+        commit_delay: Option<std::time::Duration>,
     ) -> Result<(Store, OpenReport), Error> {
         let mut report = OpenReport::default();
         let mut db_opts = Options::default();
@@ -294,8 +296,11 @@ impl Store {
                 path: path.to_path_buf(),
                 seed,
                 fail_writes: AtomicBool::new(false),
-                group: (!commit_delay.is_zero())
-                    .then(|| super::group::GroupCommit::new(commit_delay)),
+                group: match commit_delay {
+                    None => Some(GroupCommit::new(Delay::Adaptive)),
+                    Some(d) if d.is_zero() => None,
+                    Some(d) => Some(GroupCommit::new(Delay::Fixed(d))),
+                },
                 hold_completions: AtomicBool::new(false),
                 panic_completions: AtomicBool::new(false),
                 fail_syncs: AtomicBool::new(false),
@@ -485,8 +490,8 @@ impl Store {
         }
     }
 
-    /// Fsyncs of the write-ahead log shared by grouped completions (zero without a
-    /// commit delay).
+    /// Fsyncs of the write-ahead log shared by grouped completions (zero with group
+    /// commit off).
     pub(crate) fn group_syncs(&self) -> u64 {
         self.group.as_ref().map_or(0, |g| g.syncs())
     }

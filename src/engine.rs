@@ -13,7 +13,7 @@ use crate::durable::codec::{Record, RecordState};
 use crate::durable::{DurableNs, StateOp};
 use crate::error::{Error, KeyError, Result};
 use crate::hot::{
-    new_chunk, Capacity, DurableLookup, Extension, Fp, Lease, Now, Params, Refused, ShardClaim,
+    Capacity, DurableLookup, Extension, Fp, Lease, Now, Params, Refused, Reservoir, ShardClaim,
     ShardSlot, ShardState,
 };
 use crate::stats::Stats;
@@ -135,6 +135,7 @@ impl Shared {
                 if let Some(d) = &ns.durable {
                     d.maintain(now_ms);
                 }
+                ns.chunks.top_up();
                 ns.expire_all(ns.params.now(now_ms))
             })
             .sum()
@@ -631,6 +632,58 @@ mod tests {
     }
 
     #[test]
+    fn spare_chunks_come_from_a_reservoir_made_in_batches_and_topped_up_by_maintenance() {
+        let chunk = crate::hot::CHUNK;
+        // 4 chunks a batch: max_keys / (64 chunks).
+        let max_keys = 4 * 64 * chunk;
+        let engine = super::Engine::builder()
+            .maintenance_interval(None)
+            .namespace(
+                "n",
+                crate::NamespaceConfig::new().max_keys(max_keys).shards(1),
+            )
+            .build()
+            .unwrap();
+        let ns = engine.namespace("n").unwrap();
+        let reservoir = &ns.inner.chunks;
+        assert_eq!(reservoir.batch(), 4);
+        let mut next = 0usize;
+        let mut fill_to = |n: usize| {
+            while next < n {
+                match ns.claim(format!("k{next}").as_bytes()).unwrap() {
+                    crate::Claim::Acquired(g) => g.complete().unwrap(),
+                    other => panic!("{other:?}"),
+                }
+                next += 1;
+            }
+        };
+        // Nothing is made until a shard asks, and maintenance does not start it.
+        fill_to(chunk / 2);
+        engine.run_maintenance();
+        assert_eq!(
+            reservoir.len(),
+            0,
+            "a namespace that never grew holds no batch"
+        );
+        // The first spare makes a whole batch and takes one of it.
+        fill_to(chunk * 3 / 4);
+        assert_eq!(reservoir.len(), 3);
+        // The next spares come from the batch: nothing new is made.
+        fill_to(chunk + chunk * 3 / 4);
+        assert_eq!(reservoir.len(), 2);
+        engine.run_maintenance();
+        assert_eq!(reservoir.len(), 2, "half a batch left: not topped up yet");
+        fill_to(2 * chunk + chunk * 3 / 4);
+        assert_eq!(reservoir.len(), 1);
+        // Maintenance makes the batch whole again, and the bytes are counted.
+        let before = engine.stats().hot_bytes;
+        engine.run_maintenance();
+        assert_eq!(reservoir.len(), 4);
+        let entry_bytes = (chunk * 28) as u64;
+        assert!(engine.stats().hot_bytes >= before + 3 * entry_bytes);
+    }
+
+    #[test]
     fn guards_spread_over_the_namespace_pins() {
         let (_engine, ns) = memory_namespace();
         let guards: Vec<super::ClaimGuard> = (0..2_000u32)
@@ -807,6 +860,8 @@ pub(crate) struct NsInner {
     slots: Box<[CachePadded<ShardSlot>]>,
     pool: AtomicUsize,
     durable: Option<DurableNs>,
+    /// Slab chunks made ahead for the shards (see [`Reservoir`]).
+    chunks: Reservoir,
     /// Forgets that found the key's completion being written and waited for it.
     forget_waits: AtomicU64,
 }
@@ -843,6 +898,7 @@ impl NsInner {
             what: "the preallocated index (NamespaceConfig::preallocate)",
         })?;
         let pool = AtomicUsize::new(cfg.max_keys);
+        let cfg_max_keys = cfg.max_keys;
         Ok(NsInner {
             name,
             cfg,
@@ -852,6 +908,7 @@ impl NsInner {
             slots,
             pool,
             durable,
+            chunks: Reservoir::new(cfg_max_keys),
             forget_waits: AtomicU64::new(0),
         })
     }
@@ -989,7 +1046,7 @@ impl NsInner {
                 ShardClaim::Acquired { lease, wants_spare } => {
                     if wants_spare {
                         // Outside the lock: see `Slab::wants_spare`.
-                        let chunk = new_chunk();
+                        let chunk = this.chunks.take();
                         this.slots[si].shard.lock().give_spare(chunk);
                     }
                     if this.durable.is_some() {
@@ -1180,6 +1237,7 @@ impl NsInner {
             d.add_stats(&mut s);
         }
         s.hot_bytes += (self.slots.len() * std::mem::size_of::<CachePadded<ShardSlot>>()) as u64;
+        s.hot_bytes += self.chunks.bytes() as u64;
         s
     }
 }

@@ -149,6 +149,84 @@ pub(crate) fn new_chunk() -> Chunk {
     }
 }
 
+/// Chunks made ahead for a namespace's shards, in batches.
+///
+/// A chunk's allocation and first touch take page faults, several microseconds in a
+/// virtual machine. Made one at a time (as each shard's slab nears its end), they put
+/// that cost on one claim in every 512 fresh keys of a shard: about 0.2 % of fresh
+/// claims, enough to lift a stream's 99.9th (and, mixed with durable reads, its
+/// 99th) latency percentile. The reservoir makes them a batch at a time instead,
+/// outside every shard lock: the claim that finds it empty makes the next batch (one
+/// slow claim in `batch` chunks), and the maintenance pass tops it up beforehand
+/// once it has been drawn from (then no claim waits for it). A batch is at most 1/64
+/// of the namespace's entries (`max_keys / (64 * CHUNK)` chunks, 1 to 64 of them), so
+/// the chunks it holds unused cost at most about 1.6 % of a full slab; they are
+/// counted in `hot_bytes`.
+#[derive(Debug)]
+pub(crate) struct Reservoir {
+    chunks: crate::sync::Mutex<Vec<Chunk>>,
+    batch: usize,
+    /// A chunk has been taken: the namespace is growing, so maintenance keeps the
+    /// reservoir topped up (a namespace that never grows never holds a batch).
+    drawn: std::sync::atomic::AtomicBool,
+}
+
+impl Reservoir {
+    /// The reservoir of a namespace of at most `max_keys` keys (empty until drawn).
+    pub(crate) fn new(max_keys: usize) -> Self {
+        Reservoir {
+            chunks: crate::sync::Mutex::new(Vec::new()),
+            batch: (max_keys / (64 * CHUNK)).clamp(1, 64),
+            drawn: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Chunks made per batch.
+    #[cfg(test)]
+    pub(crate) fn batch(&self) -> usize {
+        self.batch
+    }
+
+    /// Chunks held.
+    pub(crate) fn len(&self) -> usize {
+        self.chunks.lock().len()
+    }
+
+    /// A chunk of free entries: one made ahead, or (the reservoir empty) the first of
+    /// a new batch, made here. Call it outside every shard lock.
+    pub(crate) fn take(&self) -> Chunk {
+        self.drawn.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(c) = self.chunks.lock().pop() {
+            return c;
+        }
+        let mut made: Vec<Chunk> = (0..self.batch).map(|_| new_chunk()).collect();
+        let chunk = made.pop().unwrap_or_else(new_chunk);
+        self.chunks.lock().append(&mut made);
+        chunk
+    }
+
+    /// Makes chunks up to a full batch once fewer than half a batch are left, if the
+    /// reservoir has ever been drawn from (the maintenance pass).
+    pub(crate) fn top_up(&self) {
+        if !self.drawn.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        let have = self.len();
+        if have * 2 >= self.batch {
+            return;
+        }
+        let mut made: Vec<Chunk> = (have..self.batch).map(|_| new_chunk()).collect();
+        self.chunks.lock().append(&mut made);
+    }
+
+    /// Heap bytes held.
+    pub(crate) fn bytes(&self) -> usize {
+        let chunks = self.chunks.lock();
+        chunks.capacity() * std::mem::size_of::<Chunk>()
+            + chunks.len() * CHUNK * std::mem::size_of::<Entry>()
+    }
+}
+
 /// Entries in fixed-size chunks, with a free list threaded through `next`.
 #[derive(Debug, Default)]
 pub(crate) struct Slab {

@@ -592,73 +592,74 @@ mod tests {
             .all(|s| s.hint.load(crate::sync::Ordering::Relaxed) != 0));
     }
 
-    #[test]
-    fn a_growing_shard_gets_its_next_chunk_ahead_and_uses_it() {
-        let engine = super::Engine::builder()
-            .maintenance_interval(None)
-            .namespace(
-                "n",
-                crate::NamespaceConfig::new().max_keys(10_000).shards(1),
-            )
-            .build()
-            .unwrap();
-        let ns = engine.namespace("n").unwrap();
-        let chunks = || ns.inner.slots[0].shard.lock().chunk_addrs();
-        let mut next = 0u32;
-        let mut fill_to = |n: u32| {
-            while next < n {
-                match ns.claim(format!("k{next}").as_bytes()).unwrap() {
+    /// Claims and completes fresh keys `k0`, `k1`, ... of a single-shard namespace
+    /// of `max_keys` (no maintenance thread), up to a count given to `fill_to`.
+    struct Filler {
+        engine: super::Engine,
+        ns: super::Namespace,
+        next: std::cell::Cell<usize>,
+    }
+
+    impl Filler {
+        fn new(max_keys: usize) -> Self {
+            let engine = super::Engine::builder()
+                .maintenance_interval(None)
+                .namespace(
+                    "n",
+                    crate::NamespaceConfig::new().max_keys(max_keys).shards(1),
+                )
+                .build()
+                .unwrap();
+            let ns = engine.namespace("n").unwrap();
+            Filler {
+                engine,
+                ns,
+                next: Default::default(),
+            }
+        }
+
+        fn fill_to(&self, n: usize) {
+            while self.next.get() < n {
+                let key = format!("k{}", self.next.get());
+                match self.ns.claim(key.as_bytes()).unwrap() {
                     crate::Claim::Acquired(g) => g.complete().unwrap(),
                     other => panic!("{other:?}"),
                 }
-                next += 1;
+                self.next.set(self.next.get() + 1);
             }
-        };
-        let chunk = crate::hot::CHUNK as u32;
-        fill_to(chunk * 3 / 4 - 1);
-        assert_eq!(chunks().0.len(), 1);
-        assert_eq!(chunks().1, None, "no spare before three quarters");
+        }
+    }
+
+    #[test]
+    fn a_growing_shard_gets_its_next_chunk_ahead_and_uses_it() {
+        let f = Filler::new(10_000);
+        let chunks = |f: &Filler| f.ns.inner.slots[0].shard.lock().chunk_addrs();
+        let chunk = crate::hot::CHUNK;
+        f.fill_to(chunk * 3 / 4 - 1);
+        assert_eq!(chunks(&f).0.len(), 1);
+        assert_eq!(chunks(&f).1, None, "no spare before three quarters");
         // The claim that fills three quarters of the chunk brings the next one.
-        fill_to(chunk * 3 / 4);
-        let spare = chunks().1.expect("a spare chunk");
-        fill_to(chunk);
-        assert_eq!(chunks().1, Some(spare), "kept until it is needed");
+        f.fill_to(chunk * 3 / 4);
+        let spare = chunks(&f).1.expect("a spare chunk");
+        f.fill_to(chunk);
+        assert_eq!(chunks(&f).1, Some(spare), "kept until it is needed");
         // The next key goes into the spare: no allocation under the lock.
-        fill_to(chunk + 1);
-        let (list, none) = chunks();
+        f.fill_to(chunk + 1);
+        let (list, none) = chunks(&f);
         assert_eq!((list.len(), list[1], none), (2, spare, None));
-        fill_to(chunk + chunk * 3 / 4);
-        assert!(chunks().1.is_some(), "and again for the chunk after");
+        f.fill_to(chunk + chunk * 3 / 4);
+        assert!(chunks(&f).1.is_some(), "and again for the chunk after");
     }
 
     #[test]
     fn spare_chunks_come_from_a_reservoir_made_in_batches_and_topped_up_by_maintenance() {
         let chunk = crate::hot::CHUNK;
         // 4 chunks a batch: max_keys / (64 chunks).
-        let max_keys = 4 * 64 * chunk;
-        let engine = super::Engine::builder()
-            .maintenance_interval(None)
-            .namespace(
-                "n",
-                crate::NamespaceConfig::new().max_keys(max_keys).shards(1),
-            )
-            .build()
-            .unwrap();
-        let ns = engine.namespace("n").unwrap();
-        let reservoir = &ns.inner.chunks;
+        let f = Filler::new(4 * 64 * chunk);
+        let (engine, reservoir) = (&f.engine, &f.ns.inner.chunks);
         assert_eq!(reservoir.batch(), 4);
-        let mut next = 0usize;
-        let mut fill_to = |n: usize| {
-            while next < n {
-                match ns.claim(format!("k{next}").as_bytes()).unwrap() {
-                    crate::Claim::Acquired(g) => g.complete().unwrap(),
-                    other => panic!("{other:?}"),
-                }
-                next += 1;
-            }
-        };
         // Nothing is made until a shard asks, and maintenance does not start it.
-        fill_to(chunk / 2);
+        f.fill_to(chunk / 2);
         engine.run_maintenance();
         assert_eq!(
             reservoir.len(),
@@ -666,14 +667,14 @@ mod tests {
             "a namespace that never grew holds no batch"
         );
         // The first spare makes a whole batch and takes one of it.
-        fill_to(chunk * 3 / 4);
+        f.fill_to(chunk * 3 / 4);
         assert_eq!(reservoir.len(), 3);
         // The next spares come from the batch: nothing new is made.
-        fill_to(chunk + chunk * 3 / 4);
+        f.fill_to(chunk + chunk * 3 / 4);
         assert_eq!(reservoir.len(), 2);
         engine.run_maintenance();
         assert_eq!(reservoir.len(), 2, "half a batch left: not topped up yet");
-        fill_to(2 * chunk + chunk * 3 / 4);
+        f.fill_to(2 * chunk + chunk * 3 / 4);
         assert_eq!(reservoir.len(), 1);
         // Maintenance makes the batch whole again, and the bytes are counted.
         let before = engine.stats().hot_bytes;

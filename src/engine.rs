@@ -532,7 +532,7 @@ mod tests {
         for slot in ns.inner.slots.iter() {
             let published = slot.hint.load(crate::sync::Ordering::Relaxed);
             assert_ne!(published, 0);
-            assert_eq!(published, slot.shard.lock().index_hint());
+            assert_eq!(published, slot.lock().index_hint());
         }
     }
 
@@ -630,10 +630,169 @@ mod tests {
         }
     }
 
+    /// A single-shard namespace on a manual clock (TTL 60 s), no maintenance thread.
+    fn one_shard(max_keys: usize) -> (super::Engine, super::Namespace, crate::ManualClock) {
+        let clock = crate::ManualClock::new(1_700_000_000_000);
+        let engine = super::Engine::builder()
+            .clock(clock.clone())
+            .maintenance_interval(None)
+            .namespace(
+                "n",
+                crate::NamespaceConfig::new()
+                    .max_keys(max_keys)
+                    .ttl(std::time::Duration::from_secs(60))
+                    .shards(1),
+            )
+            .build()
+            .unwrap();
+        let ns = engine.namespace("n").unwrap();
+        (engine, ns, clock)
+    }
+
+    fn done(ns: &super::Namespace, key: &[u8]) {
+        match ns.claim(key).unwrap() {
+            crate::Claim::Acquired(g) => g.complete().unwrap(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// The lock-free read's answer for `key`, if it gives one.
+    fn lock_free(ns: &super::Namespace, key: &[u8]) -> Option<(u64, u64)> {
+        let inner = &ns.inner;
+        let fp = inner.key_fp(key).unwrap();
+        let pin = crate::hot::pin();
+        inner.slots[0]
+            .optimistic_duplicate(fp, &inner.params, inner.now(), &pin)
+            .map(|(completed, expires, result)| {
+                assert!(result.is_none());
+                (completed, expires)
+            })
+    }
+
+    #[test]
+    fn the_lock_free_read_finds_every_done_key_after_the_tables_grow() {
+        let (_engine, ns, clock) = one_shard(100_000);
+        // 5,000 keys: the index doubles about ten times and the chunk table (4, 8, 16
+        // chunks) twice, each replacement published and the old one retired.
+        let keys: Vec<Vec<u8>> = (0..5_000).map(|i| format!("k{i}").into_bytes()).collect();
+        for k in &keys {
+            done(&ns, k);
+        }
+        clock.advance(std::time::Duration::from_secs(1));
+        for k in &keys {
+            let read = lock_free(&ns, k).unwrap_or_else(|| panic!("{k:?} not found"));
+            // The same times the locked path reports.
+            match ns.claim(k).unwrap() {
+                crate::Claim::Duplicate(d) => {
+                    assert_eq!(read, (d.completed_at_ms(), d.expires_at_ms()));
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(lock_free(&ns, b"never-seen"), None);
+    }
+
+    #[test]
+    fn the_lock_free_read_leaves_every_other_case_to_the_lock() {
+        let (_engine, ns, clock) = one_shard(1_000);
+        done(&ns, b"done");
+        assert!(lock_free(&ns, b"done").is_some());
+        // A writer inside: the sequence is odd.
+        {
+            let _held = ns.inner.slots[0].lock();
+            assert_eq!(lock_free(&ns, b"done"), None);
+        }
+        assert!(
+            lock_free(&ns, b"done").is_some(),
+            "even again after the guard"
+        );
+        // In progress.
+        let guard = match ns.claim(b"busy").unwrap() {
+            crate::Claim::Acquired(g) => g,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(lock_free(&ns, b"busy"), None);
+        drop(guard);
+        // A stored result lives in a side table the read does not touch.
+        match ns.claim(b"with-result").unwrap() {
+            crate::Claim::Acquired(g) => g.complete_with_result(b"r").unwrap(),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(lock_free(&ns, b"with-result"), None);
+        // Expired (not yet reclaimed): the lock's path makes it claimable again.
+        clock.advance(std::time::Duration::from_secs(61));
+        assert_eq!(lock_free(&ns, b"done"), None);
+        assert!(matches!(
+            ns.claim(b"done").unwrap(),
+            crate::Claim::Acquired(_)
+        ));
+    }
+
+    #[test]
+    fn batch_duplicates_answered_without_the_lock_are_counted() {
+        let (_engine, ns, _clock) = one_shard(10_000);
+        let keys: Vec<Vec<u8>> = (0..1_000).map(|i| format!("k{i}").into_bytes()).collect();
+        for k in &keys {
+            done(&ns, k);
+        }
+        let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+        let before = ns.stats().duplicates;
+        for batch in refs.chunks(64) {
+            for c in ns.claim_batch(batch).unwrap() {
+                assert!(matches!(c, crate::Claim::Duplicate(_)), "{c:?}");
+            }
+        }
+        assert_eq!(ns.stats().duplicates - before, 1_000);
+        assert_eq!(ns.inner.lock_free_duplicates.sum(), 1_000, "all lock-free");
+        // Single claims take the lock and count there.
+        assert!(matches!(
+            ns.claim(&keys[0]).unwrap(),
+            crate::Claim::Duplicate(_)
+        ));
+        assert_eq!(ns.stats().duplicates - before, 1_001);
+        assert_eq!(ns.inner.lock_free_duplicates.sum(), 1_000);
+    }
+
+    #[test]
+    fn batches_read_without_the_lock_while_another_thread_grows_the_shard() {
+        // Readers answer duplicates lock-free while the shard's index and chunk table
+        // are replaced under them (and the old ones retired): every answer stays
+        // right, and nothing is read after it is freed.
+        let (_engine, ns, _clock) = one_shard(200_000);
+        let old: Vec<Vec<u8>> = (0..2_000).map(|i| format!("old{i}").into_bytes()).collect();
+        for k in &old {
+            done(&ns, k);
+        }
+        let growing = std::sync::atomic::AtomicBool::new(true);
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    let refs: Vec<&[u8]> = old.iter().map(|k| k.as_slice()).collect();
+                    let mut rounds = 0;
+                    while growing.load(std::sync::atomic::Ordering::Relaxed) || rounds < 2 {
+                        for batch in refs.chunks(64) {
+                            for c in ns.claim_batch(batch).unwrap() {
+                                assert!(matches!(c, crate::Claim::Duplicate(_)), "{c:?}");
+                            }
+                        }
+                        rounds += 1;
+                    }
+                });
+            }
+            // 100,000 fresh keys: the index doubles six more times, the chunk table
+            // three more.
+            for i in 0..100_000 {
+                done(&ns, format!("new{i}").as_bytes());
+            }
+            growing.store(false, std::sync::atomic::Ordering::Relaxed);
+        });
+        assert!(ns.inner.lock_free_duplicates.sum() > 0);
+    }
+
     #[test]
     fn a_growing_shard_gets_its_next_chunk_ahead_and_uses_it() {
         let f = Filler::new(10_000);
-        let chunks = |f: &Filler| f.ns.inner.slots[0].shard.lock().chunk_addrs();
+        let chunks = |f: &Filler| f.ns.inner.slots[0].lock().chunk_addrs();
         let chunk = crate::hot::CHUNK;
         f.fill_to(chunk * 3 / 4 - 1);
         assert_eq!(chunks(&f).0.len(), 1);
@@ -851,6 +1010,10 @@ pub(crate) fn default_shards(max_keys: usize) -> usize {
     MIN
 }
 
+/// What a batch lends each of its claims for lock-free duplicate reads: its epoch pin,
+/// and its count of duplicates answered so.
+type LockFree<'a> = Option<(&'a crossbeam::epoch::Guard, &'a mut u64)>;
+
 /// One namespace's state, shared by its handles and guards.
 pub(crate) struct NsInner {
     name: String,
@@ -865,6 +1028,8 @@ pub(crate) struct NsInner {
     chunks: Reservoir,
     /// Forgets that found the key's completion being written and waited for it.
     forget_waits: AtomicU64,
+    /// Duplicates answered without a shard lock (counted apart from the shards').
+    lock_free_duplicates: crate::stats::Striped,
 }
 
 impl NsInner {
@@ -911,6 +1076,7 @@ impl NsInner {
             durable,
             chunks: Reservoir::new(cfg_max_keys),
             forget_waits: AtomicU64::new(0),
+            lock_free_duplicates: crate::stats::Striped::default(),
         })
     }
 
@@ -936,7 +1102,7 @@ impl NsInner {
                         let si = f.shard(self.slots.len());
                         let cap = self.capacity(si);
                         let deadline = self.params.tick_at(rec.expires_ms);
-                        held = self.slots[si].shard.lock().insert_orphan(f, deadline, &cap);
+                        held = self.slots[si].lock().insert_orphan(f, deadline, &cap);
                         if let Some(d) = &self.durable {
                             d.note_marker_on_disk(fp);
                         }
@@ -995,7 +1161,7 @@ impl NsInner {
                 break;
             }
             let cap = self.capacity(i);
-            dropped += self.slots[i].shard.lock().evict_done(max - dropped, &cap);
+            dropped += self.slots[i].lock().evict_done(max - dropped, &cap);
         }
         dropped
     }
@@ -1012,17 +1178,34 @@ impl NsInner {
         payload: Option<u64>,
         mut now: Now,
         marker: &mut Option<(u128, Record)>,
+        #[cfg_attr(idem_loom, allow(unused_variables))] lock_free: LockFree<'_>,
     ) -> Result<Claim> {
         let si = fp.shard(this.slots.len());
+        // In a batch, the common duplicate is answered without the lock if nothing
+        // moves (see `ShardSlot::optimistic_duplicate`), and counted by the batch.
+        #[cfg(not(idem_loom))]
+        if let (Some((pin, answered)), None) = (lock_free, payload) {
+            if let Some((completed_at_ms, expires_at_ms, result)) =
+                this.slots[si].optimistic_duplicate(fp, &this.params, now, pin)
+            {
+                *answered += 1;
+                return Ok(Claim::Duplicate(Done {
+                    completed_at_ms,
+                    expires_at_ms,
+                    result,
+                }));
+            }
+        }
         let mut retried = false;
         loop {
             let cap = this.capacity(si);
             let mut store_error = None;
             let answer = {
-                let mut shard = this.slots[si].shard.lock();
+                let mut shard = this.slots[si].lock();
                 let found = shard.look_up(fp, now, &cap);
                 let p = &this.params;
-                // The common duplicate is answered here, without the general path.
+                // A duplicate the lock-free read could not answer (a writer was
+                // inside) is answered here, without the general path.
                 if let Some(idx) = found {
                     if let Some((completed_at_ms, expires_at_ms, result)) =
                         shard.live_duplicate(idx, payload, p, now)
@@ -1048,7 +1231,7 @@ impl NsInner {
                     if wants_spare {
                         // Outside the lock: see `Slab::wants_spare`.
                         let chunk = this.chunks.take();
-                        this.slots[si].shard.lock().give_spare(chunk);
+                        this.slots[si].lock().give_spare(chunk);
                     }
                     if this.durable.is_some() {
                         *marker = Some((
@@ -1108,7 +1291,7 @@ impl NsInner {
                 ShardClaim::FullForWindow(d) => {
                     // No room even after eviction (every resident key is in progress):
                     // answered as the record stands, the window not restarted.
-                    this.slots[si].shard.lock().counters.duplicates += 1;
+                    this.slots[si].lock().counters.duplicates += 1;
                     Ok(Claim::Duplicate(Done {
                         completed_at_ms: d.completed_at_ms,
                         expires_at_ms: d.expires_at_ms,
@@ -1116,7 +1299,7 @@ impl NsInner {
                     }))
                 }
                 ShardClaim::Full => {
-                    this.slots[si].shard.lock().counters.capacity_refusals += 1;
+                    this.slots[si].lock().counters.capacity_refusals += 1;
                     Err(Error::CapacityExceeded {
                         namespace: this.name.clone(),
                         max_keys: this.cfg.max_keys,
@@ -1159,7 +1342,6 @@ impl NsInner {
         });
         let cap = self.capacity(si);
         self.slots[si]
-            .shard
             .lock()
             .finish_extension(fp, x, matches!(stored, Ok(Ok(()))), &cap);
         finished(stored)
@@ -1221,7 +1403,7 @@ impl NsInner {
         (0..self.slots.len())
             .map(|i| {
                 let cap = self.capacity(i);
-                self.slots[i].shard.lock().expire_due(now, &cap)
+                self.slots[i].lock().expire_due(now, &cap)
             })
             .sum()
     }
@@ -1229,11 +1411,12 @@ impl NsInner {
     fn stats(&self) -> Stats {
         let mut s = Stats::default();
         for slot in self.slots.iter() {
-            let shard = slot.shard.lock();
+            let shard = slot.lock();
             s.resident_keys += shard.len() as u64;
             s.hot_bytes += shard.heap_bytes() as u64;
             s.add_counters(&shard.counters);
         }
+        s.duplicates += self.lock_free_duplicates.sum();
         if let Some(d) = &self.durable {
             d.add_stats(&mut s);
         }
@@ -1332,7 +1515,7 @@ impl Namespace {
         ns.prefetch(fp);
         let now = ns.now();
         let mut marker = None;
-        let claim = NsInner::claim_one(ns, &self.pins, fp, payload, now, &mut marker);
+        let claim = NsInner::claim_one(ns, &self.pins, fp, payload, now, &mut marker, None);
         if marker.is_none() {
             // No marker to write (a memory-only namespace, or no claim acquired).
             return claim;
@@ -1372,31 +1555,41 @@ impl Namespace {
             ns.prefetch(fp);
             fps.push(fp);
         }
+        // One pin for the batch: whatever the lock-free reads below find published
+        // stays allocated until the batch is done.
+        #[cfg(not(idem_loom))]
+        let pin = crate::hot::pin();
         // With the buckets on their way, find each key's likely entry and request it
         // too: a duplicate's look-up then waits on neither of its two misses.
+        #[cfg(not(idem_loom))]
         for &fp in &fps {
-            ns.slots[fp.shard(ns.slots.len())]
-                .shard
-                .lock()
-                .prefetch_entry(fp);
+            ns.slots[fp.shard(ns.slots.len())].prefetch_entry(fp, &pin);
         }
         let now = ns.now();
         let mut markers = Vec::new();
         let mut claims = Vec::with_capacity(fps.len());
+        #[cfg_attr(idem_loom, allow(unused_mut))]
+        let mut lock_free_dups = 0u64;
         for fp in fps {
             let mut marker = None;
-            match NsInner::claim_one(ns, &self.pins, fp, None, now, &mut marker) {
+            #[cfg(not(idem_loom))]
+            let lock_free = Some((&pin, &mut lock_free_dups));
+            #[cfg(idem_loom)]
+            let lock_free = None;
+            match NsInner::claim_one(ns, &self.pins, fp, None, now, &mut marker, lock_free) {
                 Ok(c) => {
                     claims.push(c);
                     markers.extend(marker);
                 }
                 Err(e) => {
                     // No marker of this batch was written yet.
+                    ns.lock_free_duplicates.add(lock_free_dups);
                     abandon_all(claims);
                     return Err(e);
                 }
             }
         }
+        ns.lock_free_duplicates.add(lock_free_dups);
         if let Err(e) = ns.write_markers(&markers) {
             abandon_all(claims);
             return Err(e);
@@ -1433,7 +1626,6 @@ impl Namespace {
             let si = g.shard as usize;
             let cap = ns.capacity(si);
             let r = ns.slots[si]
-                .shard
                 .lock()
                 .begin_complete(g.fp, &g.lease, now, &cap);
             match r {
@@ -1455,7 +1647,7 @@ impl Namespace {
         for g in &begun {
             let si = g.shard as usize;
             let cap = ns.capacity(si);
-            ns.slots[si].shard.lock().finish_complete(
+            ns.slots[si].lock().finish_complete(
                 g.fp,
                 &g.lease,
                 None,
@@ -1478,7 +1670,7 @@ impl Namespace {
         let si = fp.shard(ns.slots.len());
         let now = ns.now();
         let cap = ns.capacity(si);
-        let mut state = ns.slots[si].shard.lock().check(fp, &ns.params, now, &cap);
+        let mut state = ns.slots[si].lock().check(fp, &ns.params, now, &cap);
         if state.is_none() {
             // Not in the hot tier: the durable tier may still know it as done (its
             // hot TTL ran out, it was evicted, or the engine restarted).
@@ -1552,7 +1744,7 @@ impl Namespace {
                 d.forget(fp)?;
             }
             let now = ns.now();
-            if let Some(removed) = ns.slots[si].shard.lock().forget(fp, now, &cap) {
+            if let Some(removed) = ns.slots[si].lock().forget(fp, now, &cap) {
                 return Ok(removed || durable_live);
             }
             // A completion holds the entry while its record is written, without the
@@ -1564,7 +1756,7 @@ impl Namespace {
             }
             let mut pause = std::time::Duration::from_micros(20);
             for round in 0u32.. {
-                if !ns.slots[si].shard.lock().is_completing(fp) {
+                if !ns.slots[si].lock().is_completing(fp) {
                     break;
                 }
                 // An fsync takes hundreds of microseconds: yield a few times, then
@@ -1842,14 +2034,10 @@ impl ClaimGuard {
         let si = self.shard as usize;
         let cap = ns.capacity(si);
         let Some(d) = &ns.durable else {
-            let r = ns.slots[si].shard.lock().complete(
-                self.fp,
-                &self.lease,
-                result,
-                &ns.params,
-                now,
-                &cap,
-            );
+            let r =
+                ns.slots[si]
+                    .lock()
+                    .complete(self.fp, &self.lease, result, &ns.params, now, &cap);
             return r.map_err(|Refused::LeaseLost| Error::LeaseLost);
         };
         // Mark the entry as completing, write without holding the shard lock (so an
@@ -1858,7 +2046,7 @@ impl ClaimGuard {
         let payload = self.hold_for_durable(ns, d, now, &cap)?;
         let record = self.done_record(now, ns.params.retention_ms.unwrap_or(0), payload, result);
         let stored = write_unwinding(|| d.write_completions(&[(self.fp.to_u128(), record)], state));
-        ns.slots[si].shard.lock().finish_complete(
+        ns.slots[si].lock().finish_complete(
             self.fp,
             &self.lease,
             result,
@@ -1880,12 +2068,10 @@ impl ClaimGuard {
         now: Now,
         cap: &Capacity<'_>,
     ) -> Result<Option<u64>> {
-        let begun = ns.slots[self.shard as usize].shard.lock().begin_complete(
-            self.fp,
-            &self.lease,
-            now,
-            cap,
-        );
+        let begun =
+            ns.slots[self.shard as usize]
+                .lock()
+                .begin_complete(self.fp, &self.lease, now, cap);
         begun.map_err(|Refused::LeaseLost| {
             d.lease_lost(self.fp.to_u128(), self.lease.token);
             Error::LeaseLost
@@ -1899,7 +2085,6 @@ impl ClaimGuard {
         let now = ns.now();
         let cap = ns.capacity(self.shard as usize);
         let _ = ns.slots[self.shard as usize]
-            .shard
             .lock()
             .release(self.fp, &self.lease, now, &cap);
     }
@@ -1910,10 +2095,7 @@ impl ClaimGuard {
         let si = self.shard as usize;
         let cap = ns.capacity(si);
         let Some(d) = &ns.durable else {
-            let r = ns.slots[si]
-                .shard
-                .lock()
-                .release(self.fp, &self.lease, now, &cap);
+            let r = ns.slots[si].lock().release(self.fp, &self.lease, now, &cap);
             return r.map_err(|Refused::LeaseLost| Error::LeaseLost);
         };
         // The entry stays held (marked completing, as by a completion) while the
@@ -1923,7 +2105,7 @@ impl ClaimGuard {
         if !d.settle_marker(self.fp.to_u128(), self.lease.token) {
             d.delete_claims(&[self.fp.to_u128()]);
         }
-        ns.slots[si].shard.lock().finish_complete(
+        ns.slots[si].lock().finish_complete(
             self.fp,
             &self.lease,
             None,

@@ -18,6 +18,9 @@
 //! itself, and the wheel only makes sure expired entries are reclaimed without traffic.
 
 mod index;
+mod seq;
+#[cfg(idem_loom)]
+pub(crate) use seq::Seq;
 pub(crate) mod wheel;
 
 use hashbrown::HashMap;
@@ -119,6 +122,35 @@ impl Entry {
     #[inline]
     fn token(&self) -> u32 {
         self.meta >> TOKEN_SHIFT
+    }
+
+    /// What a lock-free reader needs of entry `i` of the chunk at `chunk` (its
+    /// fingerprint, deadline and state; not its wheel links), read with relaxed atomic
+    /// loads that may race with a lock holder's writes (see `ShardSlot::optimistic_duplicate`).
+    ///
+    /// # Safety
+    /// `chunk` points to a live chunk.
+    #[inline(always)]
+    #[allow(unsafe_code)]
+    #[cfg_attr(idem_loom, allow(dead_code))]
+    unsafe fn read_racy(chunk: *const Entry, i: u32) -> Entry {
+        // SAFETY: the offset is masked to the chunk's length; the chunk is live (the
+        // caller's contract); every field read is an aligned `u32`.
+        unsafe {
+            let e = chunk.add(i as usize & (CHUNK - 1));
+            let word = |p: *const u32| index::racy_u32(p);
+            Entry {
+                fp_lo: [
+                    word(std::ptr::addr_of!((*e).fp_lo[0])),
+                    word(std::ptr::addr_of!((*e).fp_lo[1])),
+                ],
+                fp_mid: word(std::ptr::addr_of!((*e).fp_mid)),
+                deadline: word(std::ptr::addr_of!((*e).deadline)),
+                meta: word(std::ptr::addr_of!((*e).meta)),
+                prev: NIL,
+                next: NIL,
+            }
+        }
     }
 
     /// The low 64 bits of the fingerprint (the index's hash).
@@ -239,6 +271,12 @@ pub(crate) struct Slab {
     len: u32,
     /// Head of the free list.
     free: Option<u32>,
+    /// Chunk tables outgrown while the shard's lock was held, kept until the lock
+    /// holder has published the new one ([`ShardWrite`]): a lock-free reader may still
+    /// be reading an old table.
+    retired: Vec<Vec<Chunk>>,
+    /// A chunk was added since the chunk table was last published.
+    dirty: bool,
 }
 
 impl Slab {
@@ -262,11 +300,34 @@ impl Slab {
         let i = self.len;
         if i as usize == self.chunks.len() * CHUNK {
             let chunk = self.spare.take().unwrap_or_else(new_chunk);
-            self.chunks.push(chunk);
+            self.push_chunk(chunk);
         }
         self.len += 1;
         *self.get_mut(i) = entry;
         i
+    }
+
+    /// Appends `chunk` to the chunk table. A full table moves to one twice its size
+    /// by hand, not by `Vec::push`, which would free the old one at once: the old
+    /// table (its chunk pointers intact, the chunks now owned by the new one) is
+    /// retired instead, and freed once no lock-free reader can hold it.
+    fn push_chunk(&mut self, chunk: Chunk) {
+        if self.chunks.len() == self.chunks.capacity() {
+            let mut bigger = Vec::with_capacity((self.chunks.capacity() * 2).max(4));
+            bigger.append(&mut self.chunks);
+            let old = std::mem::replace(&mut self.chunks, bigger);
+            if old.capacity() > 0 {
+                self.retired.push(old);
+            }
+        }
+        self.chunks.push(chunk);
+        self.dirty = true;
+    }
+
+    /// The chunk table as lock-free readers see it: the address of its first chunk
+    /// pointer, and how many there are.
+    fn table(&self) -> (usize, usize) {
+        (self.chunks.as_ptr() as usize, self.chunks.len())
     }
 
     fn release(&mut self, i: u32) {
@@ -608,15 +669,35 @@ pub(crate) enum Refused {
 }
 
 /// One lock shard and its capacity reserve, padded to its own cache lines.
+///
+/// Besides the lock, a slot publishes what a duplicate claim needs to read the shard
+/// without taking it (see [`ShardSlot::optimistic_duplicate`]): the write sequence,
+/// where the index's buckets and the slab's chunk table are, and the wheel's tick.
+/// The lock is taken through [`ShardSlot::lock`], whose guard keeps the sequence and
+/// the publication up to date.
+///
+/// The fields are laid out in order (`repr(C)`), so that everything a lock holder
+/// writes on every acquisition (the sequence, the tick, the reserve, the lock word)
+/// shares the slot's first cache line: two threads taking turns at the lock pass one
+/// line between their cores, not two.
 #[derive(Debug)]
+#[repr(C)]
 pub(crate) struct ShardSlot {
-    pub(crate) shard: Mutex<Shard>,
-    /// Slots this shard may fill without touching the namespace's pool. Only the holder
-    /// of `shard`'s lock takes from it; anyone may add to it, or steal it all.
-    pub(crate) reserve: AtomicUsize,
+    /// Odd while a lock holder may be changing the shard.
+    seq: seq::Seq,
+    /// The wheel's current tick, as of the last lock holder.
+    tick: std::sync::atomic::AtomicU64,
     /// The shard index's [`index::Index::hint`], republished under the lock whenever
     /// the index grows, read without it to [`prefetch`] a key's bucket.
     pub(crate) hint: AtomicUsize,
+    /// The slab's chunk table: the address of its first chunk pointer, and how many
+    /// it holds (published in that order; read in the other).
+    chunk_table: std::sync::atomic::AtomicUsize,
+    chunk_count: std::sync::atomic::AtomicUsize,
+    /// Slots this shard may fill without touching the namespace's pool. Only the holder
+    /// of `shard`'s lock takes from it; anyone may add to it, or steal it all.
+    pub(crate) reserve: AtomicUsize,
+    shard: Mutex<Shard>,
 }
 
 impl ShardSlot {
@@ -627,11 +708,212 @@ impl ShardSlot {
         let hint = if room > 0 { shard.index.hint() } else { 0 };
         Some(ShardSlot {
             shard: Mutex::new(shard),
+            seq: seq::Seq::default(),
             reserve: AtomicUsize::new(0),
             hint: AtomicUsize::new(hint),
+            chunk_table: std::sync::atomic::AtomicUsize::new(0),
+            chunk_count: std::sync::atomic::AtomicUsize::new(0),
+            tick: std::sync::atomic::AtomicU64::new(now_tick),
         })
     }
+
+    /// Takes the shard's lock. Until the guard drops, lock-free readers of the shard
+    /// find the write sequence odd and fall back to the lock.
+    #[inline]
+    pub(crate) fn lock(&self) -> ShardWrite<'_> {
+        let shard = self.shard.lock();
+        #[cfg(not(idem_loom))]
+        let seq = self.seq.write_begin();
+        ShardWrite {
+            slot: self,
+            shard,
+            #[cfg(not(idem_loom))]
+            seq,
+        }
+    }
+
+    /// The answer to a claim of `fp` (with no payload) if the hot tier holds it done
+    /// and live, read without the shard's lock; `None` when it does not, or when the
+    /// read cannot tell (a writer was inside, the entry has a stored result or is
+    /// being completed, the window slides): the claim
+    /// then takes the lock. `claim_batch` asks it first for every key.
+    ///
+    /// Nothing is written: two threads answering duplicates of one shard share its
+    /// lines instead of passing the lock's line between their cores.
+    ///
+    /// The reads are relaxed atomic loads of memory a lock holder may be writing with
+    /// plain stores. Rust's memory model has no atomic memcpy for a sequence lock's
+    /// reader, so that race is outside it, as in every sequence lock written in Rust;
+    /// a torn value is never used, because the sequence check refuses it.
+    /// Memory safety does not depend on what the racy reads return, only on where
+    /// they read: the bucket array (from the published hint) and the chunk table are
+    /// retired, not freed, when replaced, and freed only once every reader pinned
+    /// before the replacement has unpinned (`pin`); chunks live as long as the shard;
+    /// a chunk number is checked against the published count and an offset within a
+    /// chunk is masked.
+    #[cfg(not(idem_loom))]
+    #[inline(always)]
+    #[allow(unsafe_code)]
+    pub(crate) fn optimistic_duplicate(
+        &self,
+        fp: Fp,
+        p: &Params,
+        now: Now,
+        _pin: &crossbeam::epoch::Guard,
+    ) -> Option<DoneView> {
+        use std::sync::atomic::Ordering as O;
+        if p.sliding {
+            return None;
+        }
+        let s = self.seq.read_begin()?;
+        if now.tick.saturating_sub(self.tick.load(O::Relaxed)) >= CATCH_UP_TICKS {
+            return None;
+        }
+        let hint = self.hint.load(Ordering::Acquire);
+        let count = self.chunk_count.load(O::Acquire);
+        let table = self.chunk_table.load(O::Acquire) as *const *const Entry;
+        let mut entry = Entry::FREE;
+        let holds = |i: u32| {
+            let c = (i >> CHUNK_BITS) as usize;
+            if c >= count {
+                return false;
+            }
+            // SAFETY: `c` is below the published count, so the table (alive while
+            // pinned) holds a pointer to a live chunk there; the offset is masked to
+            // the chunk's length.
+            entry = unsafe { Entry::read_racy(*table.add(c), i) };
+            entry.is(fp)
+        };
+        // SAFETY: see the method's documentation: the array is alive while pinned.
+        let found = unsafe { index::HomeBucket::find_from(hint, fp.lo, holds) };
+        found?;
+        let plain = entry.meta & (STATE_MASK | COMPLETING_BIT | EXTRA_BIT) == STATE_DONE;
+        if !plain || expired(entry.deadline, now.tick) {
+            return None;
+        }
+        let (completed_at_ms, expires_at_ms) = done_times(p, now, entry.deadline, None);
+        self.seq
+            .read_valid(s)
+            .then_some((completed_at_ms, expires_at_ms, None))
+    }
+
+    /// Starts loading the slab entry a claim of `fp` will most likely read (the first
+    /// whose tag matches in its home bucket), if any, without the shard's lock: the
+    /// second of a look-up's two cache misses, taken ahead of time by a batch. What it
+    /// reads is only used as an address to prefetch, harmless whatever it is.
+    #[cfg(not(idem_loom))]
+    #[inline]
+    #[allow(unsafe_code)]
+    pub(crate) fn prefetch_entry(&self, fp: Fp, _pin: &crossbeam::epoch::Guard) {
+        use std::sync::atomic::Ordering as O;
+        let hint = self.hint.load(Ordering::Acquire);
+        let count = self.chunk_count.load(O::Acquire);
+        let table = self.chunk_table.load(O::Acquire) as *const *const Entry;
+        // SAFETY: as in `optimistic_duplicate`.
+        let Some(i) =
+            (unsafe { index::HomeBucket::read(hint, fp.lo) }).and_then(|b| b.candidate(fp.lo))
+        else {
+            return;
+        };
+        let c = (i >> CHUNK_BITS) as usize;
+        if c < count {
+            // SAFETY: as in `optimistic_duplicate`; only the address is used.
+            let chunk = unsafe { *table.add(c) };
+            let at = chunk.wrapping_add(i as usize & (CHUNK - 1)) as usize;
+            // An entry is 28 bytes: it may end on the next line.
+            index::prefetch_line(at);
+            index::prefetch_line(at + std::mem::size_of::<Entry>() - 1);
+        }
+    }
 }
+
+/// A held shard lock (from [`ShardSlot::lock`]). While it lives the slot's write
+/// sequence is odd; when it drops, whatever moved is published (a grown index, a new
+/// chunk), what it replaced is retired, and the sequence is even again.
+pub(crate) struct ShardWrite<'a> {
+    slot: &'a ShardSlot,
+    shard: crate::sync::MutexGuard<'a, Shard>,
+    #[cfg(not(idem_loom))]
+    seq: u64,
+}
+
+impl std::ops::Deref for ShardWrite<'_> {
+    type Target = Shard;
+    #[inline]
+    fn deref(&self) -> &Shard {
+        &self.shard
+    }
+}
+
+impl std::ops::DerefMut for ShardWrite<'_> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut Shard {
+        &mut self.shard
+    }
+}
+
+impl Drop for ShardWrite<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        if self.shard.slab.dirty || self.shard.index.dirty {
+            self.publish();
+        }
+        self.slot.tick.store(
+            self.shard.wheel.current(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        #[cfg(not(idem_loom))]
+        self.slot.seq.write_end(self.seq);
+    }
+}
+
+impl ShardWrite<'_> {
+    /// Publishes the index's hint and the chunk table, then retires what they
+    /// replaced.
+    #[cold]
+    fn publish(&mut self) {
+        use std::sync::atomic::Ordering as O;
+        let shard = &mut *self.shard;
+        self.slot.hint.store(shard.index.hint(), Ordering::Release);
+        let (table, count) = shard.slab.table();
+        self.slot.chunk_table.store(table, O::Release);
+        self.slot.chunk_count.store(count, O::Release);
+        shard.slab.dirty = false;
+        shard.index.dirty = false;
+        if let Some(old) = shard.index.take_retired() {
+            retire(old);
+        }
+        if !shard.slab.retired.is_empty() {
+            retire(std::mem::take(&mut shard.slab.retired));
+        }
+    }
+}
+
+/// Frees `garbage` (an outgrown bucket array or chunk table) once no lock-free reader
+/// pinned now can still be reading it. Under loom nothing reads without the lock.
+fn retire<T: Send + 'static>(garbage: T) {
+    #[cfg(not(idem_loom))]
+    {
+        let guard = crossbeam::epoch::pin();
+        guard.defer(move || drop(garbage));
+        guard.flush();
+    }
+    #[cfg(idem_loom)]
+    drop(garbage);
+}
+
+/// Pins the current thread for lock-free shard reads: what a reader finds published
+/// stays allocated until its pin drops. Nested pins are cheap.
+#[cfg(not(idem_loom))]
+#[inline]
+pub(crate) fn pin() -> crossbeam::epoch::Guard {
+    crossbeam::epoch::pin()
+}
+
+/// How far behind `now` a shard's wheel may be before a claim must bring it up to
+/// date under the lock (see [`Shard::catch_up`]): past it, a stored 32-bit deadline
+/// could read as in the future.
+const CATCH_UP_TICKS: u64 = 1 << 29;
 
 /// The capacity a shard may draw on: its own reserve, then the namespace's pool, then
 /// other shards' reserves. Exact: the namespace never holds more than `max_keys`.
@@ -706,6 +988,21 @@ pub(crate) struct Shard {
     /// Where the eviction scan resumes.
     hand: u32,
     pub(crate) counters: Counters,
+}
+
+/// A done entry's completion time and expiry (wall-clock milliseconds) from its
+/// stored `deadline` and, if it has one, its side-table record.
+#[inline(always)]
+fn done_times(p: &Params, now: Now, deadline: u32, extra: Option<&Extra>) -> (u64, u64) {
+    let expires_at_ms = p.tick_to_ms(widen(now.tick, deadline));
+    let completed_at_ms = extra
+        .and_then(Extra::completed_at_ms)
+        .unwrap_or_else(|| expires_at_ms.saturating_sub(p.ttl_ms).min(now.ms));
+    // With a durable tier the key stays a duplicate until its record expires.
+    let expires_at_ms = p
+        .durable_until(completed_at_ms, expires_at_ms)
+        .map_or(expires_at_ms, |d| d.max(expires_at_ms));
+    (completed_at_ms, expires_at_ms)
 }
 
 /// Removes entry `idx` (already unlinked from the wheel) from index, side tables and slab.
@@ -789,19 +1086,6 @@ impl Shard {
             + results
     }
 
-    /// Starts loading the slab entry a claim of `fp` will most likely read (the first
-    /// whose tag matches in its home bucket), if any: the second of a look-up's two
-    /// cache misses, taken ahead of time by a batch.
-    #[inline]
-    pub(crate) fn prefetch_entry(&self, fp: Fp) {
-        if let Some(i) = self.index.candidate(fp.lo) {
-            let at = self.slab.get(i) as *const Entry as usize;
-            // An entry is 28 bytes: it may end on the next line.
-            index::prefetch_line(at);
-            index::prefetch_line(at + std::mem::size_of::<Entry>() - 1);
-        }
-    }
-
     #[inline]
     fn find(&self, fp: Fp) -> Option<u32> {
         let slab = &self.slab;
@@ -812,7 +1096,7 @@ impl Shard {
     /// advanced it for a long time (no maintenance thread and a clock that jumped).
     #[inline]
     fn catch_up(&mut self, now: Now, cap: &Capacity<'_>) {
-        if now.tick.saturating_sub(self.wheel.current()) >= 1 << 29 {
+        if now.tick.saturating_sub(self.wheel.current()) >= CATCH_UP_TICKS {
             self.expire_due(now, cap);
         }
     }
@@ -825,19 +1109,12 @@ impl Shard {
     #[inline(always)]
     fn done_view(&self, p: &Params, now: Now, idx: u32) -> DoneView {
         let e = self.slab.get(idx);
-        let expires_at_ms = self.remaining_tick(p, now, e.deadline);
         let extra = if e.has_extra() {
             self.extras.get(&idx)
         } else {
             None
         };
-        let completed_at_ms = extra
-            .and_then(Extra::completed_at_ms)
-            .unwrap_or_else(|| expires_at_ms.saturating_sub(p.ttl_ms).min(now.ms));
-        // With a durable tier the key stays a duplicate until its record expires.
-        let expires_at_ms = p
-            .durable_until(completed_at_ms, expires_at_ms)
-            .map_or(expires_at_ms, |d| d.max(expires_at_ms));
+        let (completed_at_ms, expires_at_ms) = done_times(p, now, e.deadline, extra);
         (
             completed_at_ms,
             expires_at_ms,

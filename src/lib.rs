@@ -44,8 +44,9 @@
     rust_2018_idioms
 )]
 #![deny(unsafe_op_in_unsafe_fn)]
-// Exceptions, each allowed by name: the system clock read (src/clock.rs) and the
-// index bucket prefetch (src/hot/index.rs).
+// Exceptions, each allowed by name: the system clock read (src/clock.rs), the index
+// bucket prefetch (src/hot/index.rs) and the lock-free duplicate read (src/hot.rs,
+// src/hot/index.rs).
 #![deny(unsafe_code)]
 
 mod bytes;
@@ -60,6 +61,35 @@ mod plan;
 mod prefilter;
 mod stats;
 mod sync;
+
+/// The shard write sequence, exposed for the loom model of its protocol
+/// (`tests/loom.rs`); only in builds with `--cfg idem_loom`.
+#[cfg(idem_loom)]
+#[doc(hidden)]
+pub mod loom_seq {
+    /// A shard's write sequence (see `src/hot/seq.rs`).
+    #[derive(Debug, Default)]
+    pub struct Seq(crate::hot::Seq);
+
+    impl Seq {
+        /// Begins a write (the caller holds the lock it guards).
+        pub fn write_begin(&self) -> u64 {
+            self.0.write_begin()
+        }
+        /// Ends the write begun at `s`.
+        pub fn write_end(&self, s: u64) {
+            self.0.write_end(s)
+        }
+        /// The value to validate against, unless a write is under way.
+        pub fn read_begin(&self) -> Option<u64> {
+            self.0.read_begin()
+        }
+        /// Whether nothing was written since `read_begin` returned `s`.
+        pub fn read_valid(&self, s: u64) -> bool {
+            self.0.read_valid(s)
+        }
+    }
+}
 
 pub use clock::{Clock, CoarseClock, ManualClock, SystemClock};
 pub use config::{

@@ -174,3 +174,40 @@ impl Stats {
         }
     }
 }
+
+/// A counter that threads add to without sharing a cache line: one padded stripe per
+/// thread (threads beyond the stripe count share, still exactly), summed when read.
+/// For counts made outside every lock, such as duplicates answered lock-free.
+#[derive(Debug, Default)]
+pub(crate) struct Striped([crossbeam::utils::CachePadded<std::sync::atomic::AtomicU64>; STRIPES]);
+
+/// Stripes of a [`Striped`] counter.
+const STRIPES: usize = 16;
+
+/// Hands each thread its stripe, in order of first use.
+static NEXT_STRIPE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+std::thread_local! {
+    static STRIPE: usize =
+        NEXT_STRIPE.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % STRIPES;
+}
+
+impl Striped {
+    /// Adds `n`, on the calling thread's stripe.
+    #[inline]
+    pub(crate) fn add(&self, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let i = STRIPE.with(|i| *i);
+        self.0[i].fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The total so far.
+    pub(crate) fn sum(&self) -> u64 {
+        self.0
+            .iter()
+            .map(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+            .sum()
+    }
+}

@@ -6,7 +6,7 @@
 
 #[cfg(not(idem_loom))]
 mod imp {
-    pub(crate) use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
     pub(crate) use std::sync::Arc;
 
     /// A mutex whose `lock` cannot fail (parking_lot does not poison).
@@ -30,7 +30,7 @@ mod imp {
 
 #[cfg(idem_loom)]
 mod imp {
-    pub(crate) use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use loom::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
     pub(crate) use loom::sync::Arc;
 
     /// A mutex whose `lock` cannot fail: a panic while holding it is a bug, not a state.

@@ -481,3 +481,45 @@ fn sliding_window_restart_never_moves_the_deadline_back() {
     });
     TALLY.assert_all_reached(["X told the earlier expiry", "X told the later one"]);
 }
+
+/// The shard write sequence that lets batched duplicate claims read a shard without
+/// its lock: a writer (holding the lock) changes two words that must agree, a reader
+/// reads them between `read_begin` and `read_valid`. Whenever the sequence validates,
+/// the reader saw the two words of one write, never a mix; and the exploration
+/// reaches both a validated read and a refused one.
+#[test]
+fn the_write_sequence_validates_only_untorn_reads() {
+    use idem::loom_seq::Seq;
+    use loom::sync::atomic::AtomicU64;
+
+    static OUTCOMES: Tally<2> = Tally::new();
+    model(|| {
+        let shared = Arc::new((Seq::default(), AtomicU64::new(0), AtomicU64::new(0)));
+        let writer = {
+            let shared = Arc::clone(&shared);
+            thread::spawn(move || {
+                let (seq, a, b) = &*shared;
+                for v in 1..=2 {
+                    let s = seq.write_begin();
+                    a.store(v, Relaxed);
+                    b.store(v, Relaxed);
+                    seq.write_end(s);
+                }
+            })
+        };
+        let (seq, a, b) = &*shared;
+        if let Some(s) = seq.read_begin() {
+            let (x, y) = (a.load(Relaxed), b.load(Relaxed));
+            if seq.read_valid(s) {
+                assert_eq!(x, y, "a validated read saw two writes");
+                OUTCOMES.hit(0);
+            } else {
+                OUTCOMES.hit(1);
+            }
+        } else {
+            OUTCOMES.hit(1);
+        }
+        writer.join().unwrap();
+    });
+    OUTCOMES.assert_all_reached(["validated", "refused"]);
+}

@@ -135,6 +135,163 @@ pub(crate) fn prefetch_line(addr: usize) {
     let _ = addr;
 }
 
+/// A key's home bucket as a lock-free reader sees it: its 16 bytes of tags read once,
+/// its slots read on demand. Every read is a relaxed atomic load of the bucket's
+/// memory, which a lock holder may be writing meanwhile (so a reader may see a torn
+/// bucket: it validates what it concludes against the shard's write sequence before
+/// using it).
+#[cfg_attr(idem_loom, allow(dead_code))]
+pub(crate) struct HomeBucket {
+    at: *const Bucket,
+    tags: [u64; 2],
+}
+
+/// A relaxed atomic load of the `u32` at `p`.
+///
+/// # Safety
+/// `p` is aligned and points into a live allocation.
+#[inline(always)]
+#[allow(unsafe_code)]
+#[cfg_attr(idem_loom, allow(dead_code))]
+pub(crate) unsafe fn racy_u32(p: *const u32) -> u32 {
+    // SAFETY: aligned and live (the caller's contract); only loaded through.
+    unsafe { std::sync::atomic::AtomicU32::from_ptr(p as *mut u32) }
+        .load(std::sync::atomic::Ordering::Relaxed)
+}
+
+#[cfg_attr(idem_loom, allow(dead_code))]
+impl HomeBucket {
+    /// Reads the tags of hash `h`'s home bucket in the bucket array that `hint` (an
+    /// [`Index::hint`], 0 for none) describes.
+    ///
+    /// # Safety
+    /// The bucket array `hint` points to must still be allocated, and stay so while
+    /// the result is used: the caller is pinned to the epoch in which it read `hint`,
+    /// and arrays are retired only after the hint that replaces them is published.
+    #[inline(always)]
+    #[allow(unsafe_code)]
+    pub(crate) unsafe fn read(hint: usize, h: u64) -> Option<Self> {
+        if hint == 0 {
+            return None;
+        }
+        // SAFETY: the caller's contract.
+        Some(unsafe { Self::read_at(hint, h as usize) })
+    }
+
+    /// Reads bucket `b` (masked to the array's length) of the array `hint` describes.
+    ///
+    /// # Safety
+    /// As for [`HomeBucket::read`]; `hint` is not 0.
+    #[inline(always)]
+    #[allow(unsafe_code)]
+    unsafe fn read_at(hint: usize, b: usize) -> Self {
+        let base = (hint & !(BUCKET_ALIGN - 1)) as *const Bucket;
+        let mask = (1usize << (hint & (BUCKET_ALIGN - 1))) - 1;
+        // SAFETY: the array holds `mask + 1` buckets (the hint's length) and is
+        // allocated (the caller's contract), so `b & mask` is in bounds; a bucket is
+        // 64-byte aligned, so its first two words are 8-byte aligned.
+        unsafe {
+            let at = base.add(b & mask);
+            let word = |i: usize| {
+                std::sync::atomic::AtomicU64::from_ptr((at as *mut u64).add(i))
+                    .load(std::sync::atomic::Ordering::Relaxed)
+            };
+            HomeBucket {
+                at,
+                tags: [word(0), word(1)],
+            }
+        }
+    }
+
+    /// The slab index stored under `h` that `eq` accepts, looked for as
+    /// [`Index::find`] does (from the home bucket on, while buckets overflow), in the
+    /// array `hint` describes (0: none). At most the array's length of buckets is
+    /// read, whatever torn values a concurrent writer leaves.
+    ///
+    /// # Safety
+    /// As for [`HomeBucket::read`].
+    #[inline(always)]
+    #[allow(unsafe_code)]
+    pub(crate) unsafe fn find_from(
+        hint: usize,
+        h: u64,
+        mut eq: impl FnMut(u32) -> bool,
+    ) -> Option<u32> {
+        if hint == 0 {
+            return None;
+        }
+        let len = 1usize << (hint & (BUCKET_ALIGN - 1));
+        let mut b = h as usize;
+        for _ in 0..len {
+            // SAFETY: the caller's contract.
+            let bucket = unsafe { Self::read_at(hint, b) };
+            if let Some(i) = bucket.find(h, &mut eq) {
+                return Some(i);
+            }
+            // `over` is the bucket's 13th byte.
+            if (bucket.tags[1] >> 32) as u8 == 0 {
+                return None;
+            }
+            b = b.wrapping_add(1);
+        }
+        None
+    }
+
+    /// A bit per slot whose tag is `t` (the 12 tags are the low 12 bytes of the two
+    /// words, little-endian).
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn matches(&self, t: u8) -> u32 {
+        use std::arch::x86_64::{_mm_cmpeq_epi8, _mm_movemask_epi8, _mm_set1_epi8, _mm_set_epi64x};
+        #[allow(unsafe_code)]
+        // SAFETY: SSE2 is part of the x86_64 baseline; no memory is touched.
+        let bits = unsafe {
+            let v = _mm_set_epi64x(self.tags[1] as i64, self.tags[0] as i64);
+            _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(t as i8)))
+        };
+        bits as u32 & ((1 << SLOTS) - 1)
+    }
+
+    /// A bit per slot whose tag is `t`.
+    #[cfg(not(target_arch = "x86_64"))]
+    #[inline(always)]
+    fn matches(&self, t: u8) -> u32 {
+        let t = t as u64 * 0x0101_0101_0101_0101;
+        zero_bytes(self.tags[0] ^ t) | (zero_bytes(self.tags[1] ^ t) & 0xF) << 8
+    }
+
+    /// The slab index in slot `i`.
+    #[inline(always)]
+    #[allow(unsafe_code)]
+    fn slot(&self, i: usize) -> u32 {
+        // SAFETY: the bucket is live (see `read`); `slots` is an aligned `u32` array.
+        unsafe { racy_u32(std::ptr::addr_of!((*self.at).slots[i])) }
+    }
+
+    /// The first slab index among this bucket's whose tag matches `h` that `eq`
+    /// accepts.
+    #[inline(always)]
+    fn find(&self, h: u64, mut eq: impl FnMut(u32) -> bool) -> Option<u32> {
+        let mut m = self.matches(tag(h));
+        while m != 0 {
+            let i = m.trailing_zeros() as usize;
+            m &= m - 1;
+            let idx = self.slot(i);
+            if eq(idx) {
+                return Some(idx);
+            }
+        }
+        None
+    }
+
+    /// The first slab index whose tag matches `h`, if any (to prefetch its entry).
+    #[inline(always)]
+    pub(crate) fn candidate(&self, h: u64) -> Option<u32> {
+        let m = self.matches(tag(h));
+        (m != 0).then(|| self.slot(m.trailing_zeros() as usize))
+    }
+}
+
 /// A bucket's size and alignment: the low bits of a bucket array's address are free to
 /// carry the log2 of its length in [`Index::hint`].
 const BUCKET_ALIGN: usize = 64;
@@ -150,7 +307,18 @@ pub(crate) fn capacity(buckets: usize) -> usize {
 pub(crate) struct Index {
     buckets: Vec<Bucket>,
     len: usize,
+    /// Bucket arrays outgrown, kept until the new one's [`Index::hint`] is published
+    /// (a lock-free reader may still be reading an old array): see
+    /// [`Index::take_retired`].
+    retired: Vec<Vec<Bucket>>,
+    /// The bucket array was replaced since the hint was last published.
+    pub(crate) dirty: bool,
 }
+
+/// Bucket arrays an index has outgrown, to be freed once no lock-free reader can
+/// hold them.
+#[derive(Debug)]
+pub(crate) struct Retired(#[allow(dead_code)] Vec<Vec<Bucket>>);
 
 impl Index {
     /// An empty index with room for `entries` before it first grows, or `None` if
@@ -167,7 +335,12 @@ impl Index {
         let mut buckets = Vec::new();
         buckets.try_reserve_exact(n).ok()?;
         buckets.resize(n, Bucket::EMPTY);
-        Some(Index { buckets, len: 0 })
+        Some(Index {
+            buckets,
+            len: 0,
+            retired: Vec::new(),
+            dirty: false,
+        })
     }
 
     /// Entries held.
@@ -190,15 +363,6 @@ impl Index {
     #[inline]
     pub(crate) fn find(&self, h: u64, eq: impl FnMut(u32) -> bool) -> Option<u32> {
         self.position(h, eq).map(|(b, i)| self.buckets[b].slots[i])
-    }
-
-    /// The first index in `h`'s home bucket whose tag matches: most likely the entry a
-    /// look-up of `h` will check, found without reading any entry (to prefetch it).
-    #[inline]
-    pub(crate) fn candidate(&self, h: u64) -> Option<u32> {
-        let bucket = self.buckets.get(h as usize & self.mask())?;
-        let m = bucket.matches(tag(h));
-        (m != 0).then(|| bucket.slots[m.trailing_zeros() as usize])
     }
 
     /// Bucket and slot of the index that `eq` accepts, among those stored under `h`.
@@ -244,6 +408,12 @@ impl Index {
         self.place(h, idx);
         self.len += 1;
         grow
+    }
+
+    /// The bucket arrays outgrown since the last call, if any. The caller publishes
+    /// the new [`Index::hint`] first.
+    pub(crate) fn take_retired(&mut self) -> Option<Retired> {
+        (!self.retired.is_empty()).then(|| Retired(std::mem::take(&mut self.retired)))
     }
 
     /// Where the buckets are, for [`prefetch`]: the array's address with the log2 of
@@ -304,7 +474,11 @@ impl Index {
     /// index, with its hash) again.
     fn grow(&mut self, entries: impl IntoIterator<Item = (u64, u32)>) {
         let n = (self.buckets.len() * 2).max(1);
-        self.buckets = vec![Bucket::EMPTY; n];
+        let old = std::mem::replace(&mut self.buckets, vec![Bucket::EMPTY; n]);
+        if old.capacity() > 0 {
+            self.retired.push(old);
+        }
+        self.dirty = true;
         let mut placed = 0;
         for (h, idx) in entries {
             self.place(h, idx);
@@ -460,23 +634,30 @@ mod tests {
             .all(|b| b.over == 0 && b.matches(0) == (1 << SLOTS) - 1));
     }
 
+    /// The candidate a lock-free reader finds from the index's published hint.
+    #[allow(unsafe_code)]
+    fn candidate(ix: &Index, h: u64) -> Option<u32> {
+        // SAFETY: the hint is the live index's own.
+        unsafe { HomeBucket::read(ix.hint(), h) }.and_then(|b| b.candidate(h))
+    }
+
     #[test]
     fn the_candidate_is_the_home_buckets_first_slot_with_the_tag() {
         let mut ix = Index::default();
         let h = 0xAB00_0000_0000_0005u64;
-        assert_eq!(ix.candidate(h), None, "an empty index has no candidate");
+        assert_eq!(candidate(&ix, h), None, "an empty index has no candidate");
         let mut model = HashMap::new();
         // Same home bucket, other tags.
         put(&mut ix, &mut model, 7, 0x1100_0000_0000_0005);
         put(&mut ix, &mut model, 8, 0x2200_0000_0000_0005);
-        assert_eq!(ix.candidate(h), None, "no slot there has the tag");
+        assert_eq!(candidate(&ix, h), None, "no slot there has the tag");
         put(&mut ix, &mut model, 9, h);
-        assert_eq!(ix.candidate(h), Some(9));
+        assert_eq!(candidate(&ix, h), Some(9));
         // Another tag in the same bucket: none. A hash sharing the tag and the home
         // bucket names the first such slot, which its look-up checks first.
-        assert_eq!(ix.candidate(h ^ 0xFF00_0000_0000_0000), None);
+        assert_eq!(candidate(&ix, h ^ 0xFF00_0000_0000_0000), None);
         let twin = h ^ 0x0000_FF00_0000_0000;
-        assert_eq!(ix.candidate(twin), Some(9));
+        assert_eq!(candidate(&ix, twin), Some(9));
         assert_eq!(ix.find(twin, |i| i == 9), Some(9));
         check(&ix, &model);
     }

@@ -16,6 +16,8 @@ use std::process::{Command, ExitCode};
 pub(crate) struct Options {
     quick: bool,
     durable: bool,
+    /// `--no-durable` was given (W3-W5 left out on purpose).
+    no_durable: bool,
     workloads: bool,
     source: PathBuf,
     /// Passed to the workloads harness as they are.
@@ -38,6 +40,7 @@ impl Options {
         let mut o = Options {
             quick: false,
             durable: cfg!(feature = "durable"),
+            no_durable: false,
             workloads: true,
             source: PathBuf::from(env!("CARGO_MANIFEST_DIR")),
             harness_args: Vec::new(),
@@ -49,7 +52,10 @@ impl Options {
                     o.quick = true;
                     o.harness_args.push(a.clone());
                 }
-                "--no-durable" => o.durable = false,
+                "--no-durable" => {
+                    o.durable = false;
+                    o.no_durable = true;
+                }
                 "--durable-only" => o.workloads = false,
                 "--source" => {
                     o.source = it.next().ok_or("bench: --source needs a directory")?.into()
@@ -66,6 +72,16 @@ impl Options {
             return Err("bench: --durable-only needs a build with the durable tier".into());
         }
         Ok(o)
+    }
+
+    /// What the report says when W3-W5 cannot run because this binary lacks the
+    /// durable tier (and they were not left out with `--no-durable`), so that a
+    /// report without them says why instead of just ending after W2.
+    fn durable_skip_notice(&self, built_with_durable: bool) -> Option<&'static str> {
+        (!built_with_durable && !self.no_durable).then_some(
+            "> W3-W5 were not run: this `idem` binary was built without the durable tier \
+             (cargo feature `durable`). Build it with the default features to run them.",
+        )
     }
 
     /// The cargo command line that runs the workloads harness.
@@ -105,6 +121,10 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
         ok &= status.success();
         println!();
     }
+    if let Some(notice) = o.durable_skip_notice(cfg!(feature = "durable")) {
+        eprintln!("idem bench: {notice}");
+        println!("{notice}");
+    }
     #[cfg(feature = "durable")]
     if o.durable {
         let mut d = Vec::new();
@@ -139,6 +159,19 @@ mod tests {
         );
         let o = Options::parse(&args(&["--no-durable"])).unwrap();
         assert!(!o.durable && o.workloads);
+    }
+
+    #[test]
+    fn a_binary_without_the_durable_tier_says_why_w3_to_w5_are_missing() {
+        let o = Options::parse(&args(&["--quick"])).unwrap();
+        let notice = o.durable_skip_notice(false).expect("a notice");
+        assert!(
+            notice.contains("W3-W5") && notice.contains("`durable`"),
+            "{notice}"
+        );
+        assert_eq!(o.durable_skip_notice(true), None, "they run");
+        let o = Options::parse(&args(&["--no-durable"])).unwrap();
+        assert_eq!(o.durable_skip_notice(false), None, "left out on purpose");
     }
 
     #[test]

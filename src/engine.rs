@@ -656,6 +656,17 @@ mod tests {
         }
     }
 
+    /// Keys `{prefix}0` to `{prefix}{n - 1}`, each claimed and completed.
+    fn done_keys(ns: &super::Namespace, prefix: &str, n: usize) -> Vec<Vec<u8>> {
+        let keys: Vec<Vec<u8>> = (0..n)
+            .map(|i| format!("{prefix}{i}").into_bytes())
+            .collect();
+        for k in &keys {
+            done(ns, k);
+        }
+        keys
+    }
+
     /// The lock-free read's answer for `key`, if it gives one.
     fn lock_free(ns: &super::Namespace, key: &[u8]) -> Option<(u64, u64)> {
         let inner = &ns.inner;
@@ -674,10 +685,7 @@ mod tests {
         let (_engine, ns, clock) = one_shard(100_000);
         // 5,000 keys: the index doubles about ten times and the chunk table (4, 8, 16
         // chunks) twice, each replacement published and the old one retired.
-        let keys: Vec<Vec<u8>> = (0..5_000).map(|i| format!("k{i}").into_bytes()).collect();
-        for k in &keys {
-            done(&ns, k);
-        }
+        let keys = done_keys(&ns, "k", 5_000);
         clock.advance(std::time::Duration::from_secs(1));
         for k in &keys {
             let read = lock_free(&ns, k).unwrap_or_else(|| panic!("{k:?} not found"));
@@ -731,10 +739,7 @@ mod tests {
     #[test]
     fn batch_duplicates_answered_without_the_lock_are_counted() {
         let (_engine, ns, _clock) = one_shard(10_000);
-        let keys: Vec<Vec<u8>> = (0..1_000).map(|i| format!("k{i}").into_bytes()).collect();
-        for k in &keys {
-            done(&ns, k);
-        }
+        let keys = done_keys(&ns, "k", 1_000);
         let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
         let before = ns.stats().duplicates;
         for batch in refs.chunks(64) {
@@ -759,10 +764,7 @@ mod tests {
         // are replaced under them (and the old ones retired): every answer stays
         // right, and nothing is read after it is freed.
         let (_engine, ns, _clock) = one_shard(200_000);
-        let old: Vec<Vec<u8>> = (0..2_000).map(|i| format!("old{i}").into_bytes()).collect();
-        for k in &old {
-            done(&ns, k);
-        }
+        let old = done_keys(&ns, "old", 2_000);
         let growing = std::sync::atomic::AtomicBool::new(true);
         std::thread::scope(|s| {
             for _ in 0..2 {

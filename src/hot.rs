@@ -271,11 +271,15 @@ pub(crate) struct Slab {
     len: u32,
     /// Head of the free list.
     free: Option<u32>,
-    /// Chunk tables outgrown while the shard's lock was held, kept until the lock
+    /// The chunks' addresses, in order: the table lock-free readers use (they never
+    /// touch `chunks`, which grows as a `Vec` does). It grows by hand, see
+    /// [`Slab::push_chunk`].
+    addrs: Vec<usize>,
+    /// Address tables outgrown while the shard's lock was held, kept until the lock
     /// holder has published the new one ([`ShardWrite`]): a lock-free reader may still
     /// be reading an old table.
-    retired: Vec<Vec<Chunk>>,
-    /// A chunk was added since the chunk table was last published.
+    retired: Vec<Vec<usize>>,
+    /// A chunk was added since the address table was last published.
     dirty: bool,
 }
 
@@ -307,27 +311,28 @@ impl Slab {
         i
     }
 
-    /// Appends `chunk` to the chunk table. A full table moves to one twice its size
-    /// by hand, not by `Vec::push`, which would free the old one at once: the old
-    /// table (its chunk pointers intact, the chunks now owned by the new one) is
-    /// retired instead, and freed once no lock-free reader can hold it.
+    /// Appends `chunk` to the slab, and its address to the address table. A full
+    /// address table moves to a copy twice its size by hand, not by `Vec::push`,
+    /// which would free the old one at once: the old table, untouched, is retired
+    /// instead, and freed once no lock-free reader can hold it.
     fn push_chunk(&mut self, chunk: Chunk) {
-        if self.chunks.len() == self.chunks.capacity() {
-            let mut bigger = Vec::with_capacity((self.chunks.capacity() * 2).max(4));
-            bigger.append(&mut self.chunks);
-            let old = std::mem::replace(&mut self.chunks, bigger);
+        if self.addrs.len() == self.addrs.capacity() {
+            let mut bigger = Vec::with_capacity((self.addrs.capacity() * 2).max(4));
+            bigger.extend_from_slice(&self.addrs);
+            let old = std::mem::replace(&mut self.addrs, bigger);
             if old.capacity() > 0 {
                 self.retired.push(old);
             }
         }
+        self.addrs.push(chunk.as_ptr() as usize);
         self.chunks.push(chunk);
         self.dirty = true;
     }
 
-    /// The chunk table as lock-free readers see it: the address of its first chunk
-    /// pointer, and how many there are.
+    /// The address table as lock-free readers see it: where it starts, and how many
+    /// chunk addresses it holds.
     fn table(&self) -> (usize, usize) {
-        (self.chunks.as_ptr() as usize, self.chunks.len())
+        (self.addrs.as_ptr() as usize, self.addrs.len())
     }
 
     fn release(&mut self, i: u32) {
@@ -372,7 +377,7 @@ impl Slab {
     }
 
     fn bytes(&self) -> usize {
-        self.chunks.capacity() * std::mem::size_of::<Chunk>()
+        (self.chunks.capacity() + self.addrs.capacity()) * std::mem::size_of::<usize>()
             + (self.chunks.len() + usize::from(self.spare.is_some()))
                 * CHUNK
                 * std::mem::size_of::<Entry>()
@@ -690,14 +695,16 @@ pub(crate) struct ShardSlot {
     /// The shard index's [`index::Index::hint`], republished under the lock whenever
     /// the index grows, read without it to [`prefetch`] a key's bucket.
     pub(crate) hint: AtomicUsize,
-    /// The slab's chunk table: the address of its first chunk pointer, and how many
-    /// it holds (published in that order; read in the other).
+    /// The slab's chunk address table: where it starts, and how many addresses it
+    /// holds (published in that order; read in the other).
     chunk_table: std::sync::atomic::AtomicUsize,
     chunk_count: std::sync::atomic::AtomicUsize,
     /// Slots this shard may fill without touching the namespace's pool. Only the holder
     /// of `shard`'s lock takes from it; anyone may add to it, or steal it all.
     pub(crate) reserve: AtomicUsize,
     shard: Mutex<Shard>,
+    /// Bytes of outgrown tables retired and not yet freed (counted in `hot_bytes`).
+    retired_bytes: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl ShardSlot {
@@ -714,7 +721,14 @@ impl ShardSlot {
             chunk_table: std::sync::atomic::AtomicUsize::new(0),
             chunk_count: std::sync::atomic::AtomicUsize::new(0),
             tick: std::sync::atomic::AtomicU64::new(now_tick),
+            retired_bytes: Default::default(),
         })
+    }
+
+    /// Bytes of outgrown tables retired and not yet freed.
+    pub(crate) fn retired_bytes(&self) -> usize {
+        self.retired_bytes
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Takes the shard's lock. Until the guard drops, lock-free readers of the shard
@@ -771,7 +785,7 @@ impl ShardSlot {
         }
         let hint = self.hint.load(Ordering::Acquire);
         let count = self.chunk_count.load(O::Acquire);
-        let table = self.chunk_table.load(O::Acquire) as *const *const Entry;
+        let table = self.chunk_table.load(O::Acquire) as *const usize;
         let mut entry = Entry::FREE;
         let holds = |i: u32| {
             let c = (i >> CHUNK_BITS) as usize;
@@ -781,7 +795,7 @@ impl ShardSlot {
             // SAFETY: `c` is below the published count, so the table (alive while
             // pinned) holds a pointer to a live chunk there; the offset is masked to
             // the chunk's length.
-            entry = unsafe { Entry::read_racy(*table.add(c), i) };
+            entry = unsafe { Entry::read_racy(*table.add(c) as *const Entry, i) };
             entry.is(fp)
         };
         // SAFETY: see the method's documentation: the array is alive while pinned.
@@ -808,7 +822,7 @@ impl ShardSlot {
         use std::sync::atomic::Ordering as O;
         let hint = self.hint.load(Ordering::Acquire);
         let count = self.chunk_count.load(O::Acquire);
-        let table = self.chunk_table.load(O::Acquire) as *const *const Entry;
+        let table = self.chunk_table.load(O::Acquire) as *const usize;
         // SAFETY: as in `optimistic_duplicate`.
         let Some(i) =
             (unsafe { index::HomeBucket::read(hint, fp.lo) }).and_then(|b| b.candidate(fp.lo))
@@ -818,7 +832,7 @@ impl ShardSlot {
         let c = (i >> CHUNK_BITS) as usize;
         if c < count {
             // SAFETY: as in `optimistic_duplicate`; only the address is used.
-            let chunk = unsafe { *table.add(c) };
+            let chunk = unsafe { *table.add(c) } as *const Entry;
             let at = chunk.wrapping_add(i as usize & (CHUNK - 1)) as usize;
             // An entry is 28 bytes: it may end on the next line.
             index::prefetch_line(at);
@@ -880,26 +894,55 @@ impl ShardWrite<'_> {
         self.slot.chunk_count.store(count, O::Release);
         shard.slab.dirty = false;
         shard.index.dirty = false;
+        let pending = &self.slot.retired_bytes;
         if let Some(old) = shard.index.take_retired() {
-            retire(old);
+            let bytes = old.bytes();
+            retire(old, bytes, pending);
         }
         if !shard.slab.retired.is_empty() {
-            retire(std::mem::take(&mut shard.slab.retired));
+            let old = std::mem::take(&mut shard.slab.retired);
+            let bytes = old
+                .iter()
+                .map(|t| t.capacity() * std::mem::size_of::<usize>())
+                .sum();
+            retire(old, bytes, pending);
         }
     }
 }
 
-/// Frees `garbage` (an outgrown bucket array or chunk table) once no lock-free reader
-/// pinned now can still be reading it. Under loom nothing reads without the lock.
-fn retire<T: Send + 'static>(garbage: T) {
+/// Frees `garbage` (an outgrown bucket array or address table, `bytes` long) once no
+/// lock-free reader pinned now can still be reading it, counting it in `pending`
+/// until then. Under loom nothing reads without the lock: it is freed at once.
+fn retire<T: Send + 'static>(
+    garbage: T,
+    bytes: usize,
+    pending: &std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
     #[cfg(not(idem_loom))]
     {
+        use std::sync::atomic::Ordering as O;
+        pending.fetch_add(bytes, O::Relaxed);
+        let pending = std::sync::Arc::clone(pending);
         let guard = crossbeam::epoch::pin();
-        guard.defer(move || drop(garbage));
+        guard.defer(move || {
+            drop(garbage);
+            pending.fetch_sub(bytes, O::Relaxed);
+        });
         guard.flush();
     }
     #[cfg(idem_loom)]
-    drop(garbage);
+    {
+        let _ = (bytes, pending);
+        drop(garbage);
+    }
+}
+
+/// Lets retired tables whose readers have all unpinned be freed: a pass of the epoch
+/// collector, which maintenance runs so that a workload of single claims (which never
+/// pin) does not leave the last retired tables allocated until the next growth.
+pub(crate) fn collect_retired() {
+    #[cfg(not(idem_loom))]
+    crossbeam::epoch::pin().flush();
 }
 
 /// Pins the current thread for lock-free shard reads: what a reader finds published

@@ -199,7 +199,8 @@ impl Striped {
         if n == 0 {
             return;
         }
-        let i = STRIPE.with(|i| *i);
+        // A thread being torn down has no stripe left: it shares the first.
+        let i = STRIPE.try_with(|i| *i).unwrap_or(0);
         self.0[i].fetch_add(n, std::sync::atomic::Ordering::Relaxed);
     }
 

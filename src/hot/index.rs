@@ -192,9 +192,13 @@ impl HomeBucket {
         // 64-byte aligned, so its first two words are 8-byte aligned.
         unsafe {
             let at = base.add(b & mask);
+            // Read as little-endian, so that byte i of the bucket is byte i of the
+            // word on every target.
             let word = |i: usize| {
-                std::sync::atomic::AtomicU64::from_ptr((at as *mut u64).add(i))
-                    .load(std::sync::atomic::Ordering::Relaxed)
+                u64::from_le(
+                    std::sync::atomic::AtomicU64::from_ptr((at as *mut u64).add(i))
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                )
             };
             HomeBucket {
                 at,
@@ -318,7 +322,17 @@ pub(crate) struct Index {
 /// Bucket arrays an index has outgrown, to be freed once no lock-free reader can
 /// hold them.
 #[derive(Debug)]
-pub(crate) struct Retired(#[allow(dead_code)] Vec<Vec<Bucket>>);
+pub(crate) struct Retired(Vec<Vec<Bucket>>);
+
+impl Retired {
+    /// Heap bytes held.
+    pub(crate) fn bytes(&self) -> usize {
+        self.0
+            .iter()
+            .map(|b| b.capacity() * std::mem::size_of::<Bucket>())
+            .sum()
+    }
+}
 
 impl Index {
     /// An empty index with room for `entries` before it first grows, or `None` if

@@ -686,8 +686,8 @@ mod tests {
     #[test]
     fn the_lock_free_read_finds_every_done_key_after_the_tables_grow() {
         let (_engine, ns, clock) = one_shard(100_000);
-        // 5,000 keys: the index doubles about ten times and the chunk table (4, 8, 16
-        // chunks) twice, each replacement published and the old one retired.
+        // 5,000 keys: the index doubles about ten times and the chunk-address table
+        // (4, 8, 16 chunks) twice, each replacement published and the old one retired.
         let keys = done_keys(&ns, "k", 5_000);
         clock.advance(std::time::Duration::from_secs(1));
         for k in &keys {
@@ -808,8 +808,8 @@ mod tests {
 
     #[test]
     fn batches_read_without_the_lock_while_another_thread_grows_the_shard() {
-        // Readers answer duplicates lock-free while the shard's index and chunk table
-        // are replaced under them (and the old ones retired): every answer stays
+        // Readers answer duplicates lock-free while the shard's index and chunk-address
+        // table are replaced under them (and the old ones retired): every answer stays
         // right, and nothing is read after it is freed.
         let (_engine, ns, _clock) = one_shard(200_000);
         let old = done_keys(&ns, "old", 2_000);
@@ -829,7 +829,7 @@ mod tests {
                     }
                 });
             }
-            // 100,000 fresh keys: the index doubles six more times, the chunk table
+            // 100,000 fresh keys: the index doubles six more times, the address table
             // three more.
             for i in 0..100_000 {
                 done(&ns, format!("new{i}").as_bytes());

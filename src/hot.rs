@@ -677,7 +677,8 @@ pub(crate) enum Refused {
 ///
 /// Besides the lock, a slot publishes what a duplicate claim needs to read the shard
 /// without taking it (see [`ShardSlot::optimistic_duplicate`]): the write sequence,
-/// where the index's buckets and the slab's chunk table are, and the wheel's tick.
+/// where the index's buckets and the slab's chunk-address table are, and the
+/// wheel's tick.
 /// The lock is taken through [`ShardSlot::lock`], whose guard keeps the sequence and
 /// the publication up to date.
 ///
@@ -760,11 +761,11 @@ impl ShardSlot {
     /// reader, so that race is outside it, as in every sequence lock written in Rust;
     /// a torn value is never used, because the sequence check refuses it.
     /// Memory safety does not depend on what the racy reads return, only on where
-    /// they read: the bucket array (from the published hint) and the chunk table are
-    /// retired, not freed, when replaced, and freed only once every reader pinned
-    /// before the replacement has unpinned (`pin`); chunks live as long as the shard;
-    /// a chunk number is checked against the published count and an offset within a
-    /// chunk is masked.
+    /// they read: the bucket array (from the published hint) and the chunk-address
+    /// table are retired, not freed, when replaced, and freed only once every reader
+    /// pinned before the replacement has unpinned (`pin`); chunks live as long as the
+    /// shard; a chunk number is checked against the published count and an offset
+    /// within a chunk is masked.
     #[cfg(not(idem_loom))]
     #[inline(always)]
     #[allow(unsafe_code)]
@@ -882,7 +883,7 @@ impl Drop for ShardWrite<'_> {
 }
 
 impl ShardWrite<'_> {
-    /// Publishes the index's hint and the chunk table, then retires what they
+    /// Publishes the index's hint and the chunk-address table, then retires what they
     /// replaced.
     #[cold]
     fn publish(&mut self) {

@@ -1032,6 +1032,13 @@ fn targets(o: &Opts, all: &[Sample]) -> String {
             1.7,
             true,
         );
+        row(
+            n,
+            "W2, batches of 64: idem 2 threads / 1 thread >= 1.7x",
+            ratio(rate("idem-b64", Workload::W2, n, 2), w2("idem-b64")),
+            1.7,
+            true,
+        );
         let redis_heap = heap("redis-p64", n).or_else(|| heap("redis", n));
         row(
             n,

@@ -35,6 +35,11 @@ pub struct Stats {
     /// Heap bytes held by the hot tier's tables, entries, timing wheels and stored
     /// results.
     pub hot_bytes: u64,
+    /// Heap bytes of hot-tier tables that a shard has outgrown and not yet freed:
+    /// they are kept until no lock-free batch read can still be reading them, and
+    /// freed within a maintenance pass or two after that. Not part of `hot_bytes`,
+    /// which moves only with what the hot tier holds.
+    pub retired_bytes: u64,
     /// Done keys dropped from a full hot tier to make room (durable namespaces only:
     /// the durable tier still answers for them).
     pub evictions: u64,
@@ -108,6 +113,7 @@ impl Stats {
     pub(crate) fn merge(&mut self, o: &Stats) {
         self.resident_keys += o.resident_keys;
         self.hot_bytes += o.hot_bytes;
+        self.retired_bytes += o.retired_bytes;
         self.acquired += o.acquired;
         self.duplicates += o.duplicates;
         self.in_progress += o.in_progress;

@@ -693,8 +693,8 @@ pub(crate) struct ShardSlot {
     seq: seq::Seq,
     /// The wheel's current tick, as of the last lock holder.
     tick: std::sync::atomic::AtomicU64,
-    /// The shard index's [`index::Index::hint`], republished under the lock whenever
-    /// the index grows, read without it to [`prefetch`] a key's bucket.
+    /// The shard index's [`index::Index::hint`], republished by the lock holder
+    /// whenever the index grows, read without the lock to [`prefetch`] a key's bucket.
     pub(crate) hint: AtomicUsize,
     /// The slab's chunk address table: where it starts, and how many addresses it
     /// holds (published in that order; read in the other).
@@ -704,7 +704,7 @@ pub(crate) struct ShardSlot {
     /// of `shard`'s lock takes from it; anyone may add to it, or steal it all.
     pub(crate) reserve: AtomicUsize,
     shard: Mutex<Shard>,
-    /// Bytes of outgrown tables retired and not yet freed (counted in `hot_bytes`).
+    /// Bytes of outgrown tables retired and not yet freed (`Stats::retired_bytes`).
     retired_bytes: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
@@ -1009,11 +1009,6 @@ impl Capacity<'_> {
         false
     }
 
-    /// Publishes a grown index's new [`index::Index::hint`].
-    fn publish_hint(&self, hint: usize) {
-        self.slots[self.me].hint.store(hint, Ordering::Relaxed);
-    }
-
     fn give_back(&self) {
         self.slots[self.me].reserve.fetch_add(1, Ordering::AcqRel);
     }
@@ -1034,11 +1029,17 @@ pub(crate) struct Shard {
     pub(crate) counters: Counters,
 }
 
+/// A stored deadline back in wall-clock milliseconds.
+#[inline(always)]
+fn deadline_ms(p: &Params, now: Now, deadline: u32) -> u64 {
+    p.tick_to_ms(widen(now.tick, deadline))
+}
+
 /// A done entry's completion time and expiry (wall-clock milliseconds) from its
 /// stored `deadline` and, if it has one, its side-table record.
 #[inline(always)]
 fn done_times(p: &Params, now: Now, deadline: u32, extra: Option<&Extra>) -> (u64, u64) {
-    let expires_at_ms = p.tick_to_ms(widen(now.tick, deadline));
+    let expires_at_ms = deadline_ms(p, now, deadline);
     let completed_at_ms = extra
         .and_then(Extra::completed_at_ms)
         .unwrap_or_else(|| expires_at_ms.saturating_sub(p.ttl_ms).min(now.ms));
@@ -1145,11 +1146,6 @@ impl Shard {
         }
     }
 
-    /// A stored deadline back in wall-clock milliseconds.
-    fn remaining_tick(&self, p: &Params, now: Now, deadline: u32) -> u64 {
-        p.tick_to_ms(widen(now.tick, deadline))
-    }
-
     #[inline(always)]
     fn done_view(&self, p: &Params, now: Now, idx: u32) -> DoneView {
         let e = self.slab.get(idx);
@@ -1166,13 +1162,12 @@ impl Shard {
         )
     }
 
-    /// Adds slab entry `idx` (fingerprint `fp`) to the index.
-    fn index_insert(&mut self, fp: Fp, idx: u32, cap: &Capacity<'_>) {
+    /// Adds slab entry `idx` (fingerprint `fp`) to the index. A grown index's new
+    /// hint is published when the lock is let go ([`ShardWrite`]).
+    fn index_insert(&mut self, fp: Fp, idx: u32) {
         let slab = &self.slab;
         // Growth re-places every other live entry, read from the slab in order.
-        if self.index.insert(fp.lo, idx, || slab.live_except(idx)) {
-            cap.publish_hint(self.index.hint());
-        }
+        self.index.insert(fp.lo, idx, || slab.live_except(idx));
     }
 
     fn set_payload(&mut self, idx: u32, payload: u64) {
@@ -1314,7 +1309,7 @@ impl Shard {
                     prev: NIL,
                     next: NIL,
                 });
-                self.index_insert(fp, idx, cap);
+                self.index_insert(fp, idx);
                 self.wheel.schedule(&mut self.slab, idx, deadline);
                 self.live += 1;
                 return self.after_insert(idx, payload, found, p, now, lease_deadline);
@@ -1336,7 +1331,7 @@ impl Shard {
             if e.state() == STATE_IN_PROGRESS {
                 self.counters.in_progress += 1;
                 return ShardClaim::InProgress {
-                    lease_expires_at_ms: self.remaining_tick(p, now, e.deadline).max(now.ms),
+                    lease_expires_at_ms: deadline_ms(p, now, e.deadline).max(now.ms),
                 };
             }
             let mut extend = None;
@@ -1543,7 +1538,7 @@ impl Shard {
             prev: NIL,
             next: NIL,
         });
-        self.index_insert(fp, idx, cap);
+        self.index_insert(fp, idx);
         self.wheel.schedule(&mut self.slab, idx, lease_deadline);
         self.live += 1;
         true
@@ -1728,7 +1723,7 @@ impl Shard {
         }
         Some(if e.state() == STATE_IN_PROGRESS {
             ShardState::InProgress {
-                lease_expires_at_ms: self.remaining_tick(p, now, e.deadline),
+                lease_expires_at_ms: deadline_ms(p, now, e.deadline),
             }
         } else {
             let (completed_at_ms, expires_at_ms, result) = self.done_view(p, now, idx);

@@ -1285,7 +1285,7 @@ impl NsInner {
                         ));
                     }
                     Ok(Claim::Acquired(ClaimGuard {
-                        pin: Arc::clone(&pins[si % pins.len()]),
+                        pin: Arc::clone(&pins[si % PINS]),
                         fp,
                         shard: si as u32,
                         lease,

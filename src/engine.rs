@@ -882,29 +882,55 @@ mod tests {
     }
 
     #[test]
-    fn guards_spread_over_the_namespace_pins() {
-        let (_engine, ns) = memory_namespace();
-        let guards: Vec<super::ClaimGuard> = (0..2_000u32)
-            .map(|i| match ns.claim(format!("k{i}").as_bytes()).unwrap() {
-                crate::Claim::Acquired(g) => g,
-                other => panic!("{other:?}"),
+    fn guards_take_the_pin_of_their_thread() {
+        let (engine, ns) = memory_namespace();
+        let weak = super::Arc::downgrade(&ns.inner);
+        // Guards claimed on several threads, each keeping its own.
+        let per_thread: Vec<Vec<super::ClaimGuard>> = (0..4u32)
+            .map(|t| {
+                let ns = ns.clone();
+                std::thread::spawn(move || {
+                    let stripe = crate::stats::thread_stripe();
+                    let guards: Vec<super::ClaimGuard> = (0..200u32)
+                        .map(
+                            |i| match ns.claim(format!("t{t}-k{i}").as_bytes()).unwrap() {
+                                crate::Claim::Acquired(g) => g,
+                                other => panic!("{other:?}"),
+                            },
+                        )
+                        .collect();
+                    for g in &guards {
+                        // Every pin leads to this namespace, and it is the one of the
+                        // thread that claimed, whatever the key's shard.
+                        assert!(super::Arc::ptr_eq(g.ns(), &ns.inner));
+                        assert!(super::Arc::ptr_eq(&g.pin, &ns.pins[stripe % super::PINS]));
+                    }
+                    let shards: std::collections::HashSet<u32> =
+                        guards.iter().map(|g| g.shard).collect();
+                    assert!(shards.len() > 1, "the keys spread over shards");
+                    guards
+                })
+                .join()
+                .unwrap()
             })
             .collect();
-        let mut used: Vec<*const super::NsInner> = Vec::new();
-        for g in &guards {
-            // Every pin leads to this namespace.
-            assert!(super::Arc::ptr_eq(g.ns(), &ns.inner));
-            let pin = &*g.pin as *const _ as *const super::NsInner;
-            if !used.contains(&pin) {
-                used.push(pin);
+        // Completed here, on another thread than the one that claimed: each drops
+        // the reference it holds, and the namespace outlives none of them.
+        drop(ns);
+        drop(engine);
+        assert!(weak.upgrade().is_some(), "the guards keep the namespace");
+        let mut done = 0;
+        for guards in per_thread {
+            for g in guards {
+                g.complete().unwrap();
+                done += 1;
             }
-            // The pin is the one of the guard's shard.
-            assert!(super::Arc::ptr_eq(
-                &g.pin,
-                &ns.pins[g.shard as usize % super::PINS]
-            ));
         }
-        assert_eq!(used.len(), super::PINS);
+        assert_eq!(done, 800);
+        assert!(
+            weak.upgrade().is_none(),
+            "the last guard let the namespace go"
+        );
     }
 }
 
@@ -1285,7 +1311,7 @@ impl NsInner {
                         ));
                     }
                     Ok(Claim::Acquired(ClaimGuard {
-                        pin: Arc::clone(&pins[si % PINS]),
+                        pin: Arc::clone(&pins[crate::stats::thread_stripe() % PINS]),
                         fp,
                         shard: si as u32,
                         lease,
@@ -1474,11 +1500,12 @@ pub struct Namespace {
 }
 
 /// What a claim guard holds to keep its namespace alive: one of [`PINS`] separately
-/// counted references to it, chosen by the key's shard. A guard cloned straight from
-/// the namespace's own `Arc` would make every fresh claim and its completion write the
-/// same reference count, a cache line that then moves between the cores of threads
-/// claiming in parallel. With pins, two threads share a count only when their keys'
-/// shards pick the same pin.
+/// counted references to it, chosen by the claiming thread. A guard cloned straight
+/// from the namespace's own `Arc` would make every fresh claim and its completion write
+/// the same reference count, a cache line that then moves between the cores of threads
+/// claiming in parallel. With a pin per thread (up to 16 threads), each thread's claims
+/// and completions write a count of their own; a guard completed on another thread
+/// still drops the reference it holds.
 type Pin = Arc<CachePadded<Arc<NsInner>>>;
 
 /// Pins per namespace.

@@ -198,6 +198,14 @@ std::thread_local! {
         NEXT_STRIPE.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % STRIPES;
 }
 
+/// The calling thread's stripe, among 16: threads get them in turn, in order of first
+/// use (a thread being torn down reads as the first). Used to spread per-thread
+/// writes over separate cache lines.
+#[inline]
+pub(crate) fn thread_stripe() -> usize {
+    STRIPE.try_with(|i| *i).unwrap_or(0)
+}
+
 impl Striped {
     /// Adds `n`, on the calling thread's stripe.
     #[inline]
@@ -206,8 +214,7 @@ impl Striped {
             return;
         }
         // A thread being torn down has no stripe left: it shares the first.
-        let i = STRIPE.try_with(|i| *i).unwrap_or(0);
-        self.0[i].fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        self.0[thread_stripe()].fetch_add(n, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The total so far.

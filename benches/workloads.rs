@@ -4,7 +4,7 @@
 //! ```text
 //! cargo bench --bench workloads -- [--quick] [--n 1000000,10000000] [--threads 1,2]
 //!                                  [--runs 3]
-//!                                  [--peers idem,idem-b64,floor,dashmap,moka,redis,redis-p64]
+//!                                  [--peers idem,idem-b64,floor,dashmap,moka,redis,redis-p64,machine]
 //!                                  [--moka-max-n 1000000] [--redis-max-n 1000000]
 //!                                  [--redis-sample 100000]
 //! ```
@@ -13,7 +13,10 @@
 //! call: the counterpart of Redis's 64-deep pipeline), `idem-r64` (idem completing
 //! every key with a 64-byte result: the memory a stored result costs; not in the
 //! default set), `floor`, `dashmap`, `moka`,
-//! `redis` (one request at a time) and `redis-p64` (pipelined 64 deep). The Redis peers
+//! `redis` (one request at a time), `redis-p64` (pipelined 64 deep) and `machine` (no
+//! table: one random store a key for W1 and one random load for W2, in an array of N
+//! 32-byte cells; its two threads over one are the machine's own scaling in the same
+//! run, against which the peers' are read). The Redis peers
 //! run when `redis-server` is on `PATH` (the child starts its own server on a free
 //! loopback port with no persistence, and stops it); without it they are skipped with
 //! a note. See `workloads/redis.rs`.
@@ -377,6 +380,39 @@ impl Peer for Dash {
     }
 }
 
+/// The machine's own reference: no table, one random 32-byte cell per key in an
+/// array of N cells, written by W1 and read by W2. Each operation is a fingerprint and
+/// one cache miss, with no lock and no line that two threads share (beyond chance
+/// neighbours), so its two threads over one say how far this machine, at this
+/// moment, lets two threads' misses overlap: the ceiling for a peer's own scaling.
+struct Machine(Vec<[std::sync::atomic::AtomicU64; 4]>);
+
+impl Machine {
+    fn new(n: usize) -> Self {
+        Machine((0..n.max(1)).map(|_| Default::default()).collect())
+    }
+
+    #[inline]
+    fn cell(&self, key: &Key) -> &std::sync::atomic::AtomicU64 {
+        let h = fp(key) as u64;
+        &self.0[((h as u128 * self.0.len() as u128) >> 64) as usize][0]
+    }
+}
+
+impl Peer for Machine {
+    #[inline]
+    fn fresh(&self, key: &Key) -> bool {
+        // A plain store (no read-modify-write): taken, whatever was there.
+        self.cell(key).store(1, Ordering::Relaxed);
+        true
+    }
+
+    #[inline]
+    fn duplicate(&self, key: &Key) -> bool {
+        self.cell(key).load(Ordering::Relaxed) != 0
+    }
+}
+
 /// moka with a TTL, claim by `entry(key).or_insert_with` and `is_fresh`.
 struct Moka(moka::sync::Cache<String, ()>);
 
@@ -405,7 +441,7 @@ impl Peer for Moka {
     }
 }
 
-const PEERS: [&str; 7] = [
+const PEERS: [&str; 8] = [
     "idem",
     "idem-b64",
     "floor",
@@ -413,6 +449,7 @@ const PEERS: [&str; 7] = [
     "moka",
     "redis",
     "redis-p64",
+    "machine",
 ];
 
 fn peer_label(peer: &str, w: Workload) -> &'static str {
@@ -430,6 +467,12 @@ fn peer_label(peer: &str, w: Workload) -> &'static str {
         "moka" => "`moka::sync::Cache<String, ()>` TTL",
         "redis" => "Redis `SET NX EX`, one at a time",
         "redis-p64" => "Redis `SET NX EX`, pipelined 64",
+        "machine" if w == Workload::W1 => {
+            "reference: one random store a key into an array, no table (the machine's scaling)"
+        }
+        "machine" => {
+            "reference: one random load a key from an array, no table (the machine's scaling)"
+        }
         _ => "?",
     }
 }
@@ -561,6 +604,7 @@ fn child(args: &[String]) -> ExitCode {
             repeat,
         ),
         "dashmap" => measure(|| Dash(dashmap::DashMap::new()), &keys, w2, threads, repeat),
+        "machine" => measure(|| Machine::new(n), &keys, w2, threads, repeat),
         "moka" => measure(
             || Moka(moka::sync::Cache::builder().time_to_live(TTL).build()),
             &keys,
@@ -1034,6 +1078,13 @@ fn targets(o: &Opts, all: &[Sample]) -> String {
         );
         row(
             n,
+            "W1: idem 2 threads / 1 thread >= 1.7x",
+            ratio(rate("idem", Workload::W1, n, 2), w1("idem")),
+            1.7,
+            true,
+        );
+        row(
+            n,
             "W2, batches of 64: idem 2 threads / 1 thread >= 1.7x",
             ratio(rate("idem-b64", Workload::W2, n, 2), w2("idem-b64")),
             1.7,
@@ -1053,6 +1104,28 @@ fn targets(o: &Opts, all: &[Sample]) -> String {
             ratio(heap("idem", n), heap("floor", n)),
             1.5,
             false,
+        );
+    }
+    // The machine's own scaling in this run: a two-thread target cannot be judged
+    // where the machine itself gives two threads less than it asks.
+    let mut refs = Vec::new();
+    for &n in &o.ns {
+        for w in [Workload::W1, Workload::W2] {
+            if let (Some(one), Some(two)) = (rate("machine", w, n, 1), rate("machine", w, n, 2)) {
+                refs.push(format!(
+                    "{} {:.2}x at N = {n}",
+                    w.arg().to_uppercase(),
+                    two / one
+                ));
+            }
+        }
+    }
+    if !refs.is_empty() {
+        let _ = writeln!(
+            t,
+            "\nThe machine's own two threads over one in this run (the `machine` reference: \
+             one random store or load a key, no table): {}.",
+            refs.join(", ")
         );
     }
     t

@@ -57,7 +57,7 @@ USAGE:
                [--moka-max-n N] [--redis-max-n N] [--redis-sample N]
         The comparison with the peers, in one run, as markdown tables with ratios
         to idem: W1/W2 against a hashbrown floor, dashmap, moka and Redis (when
-        redis-server is installed), through cargo and the workloads harness of the
+        redis-server is installed), and the machine's own two-thread scaling, through cargo and the workloads harness of the
         source tree DIR (default: where this binary was built from), then W4/W5.
         --quick runs in under a minute.
     idem bench durable [--quick] [--w4] [--w5] [--keys N]

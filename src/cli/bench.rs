@@ -1,7 +1,7 @@
 //! `idem bench`: the comparison with the peers, in one run.
 //!
-//! W1 and W2 (memory-only idem against the hashbrown floor, dashmap, moka and Redis)
-//! run in the workloads harness, `benches/workloads.rs`: the peers are development
+//! W1 and W2 (memory-only idem against the hashbrown floor, dashmap, moka and Redis,
+//! and a reference of the machine's own two-thread scaling) run in the workloads harness, `benches/workloads.rs`: the peers are development
 //! dependencies, and the harness counts heap bytes with a global allocator that the
 //! `idem` binary itself should not carry. This command builds and runs it through
 //! cargo in the source tree (release profile, without the durable feature, which

@@ -54,11 +54,12 @@ USAGE:
         reason). States: quarantined, under-review, replayed, archived.
     idem bench [--quick] [--no-durable | --durable-only] [--source DIR]
                [--n LIST] [--threads LIST] [--runs N] [--peers LIST]
-               [--moka-max-n N] [--redis-max-n N] [--redis-sample N]
+               [--moka-max-n N] [--redis-max-n N] [--redis-sample N] [--w2-passes K]
         The comparison with the peers, in one run, as markdown tables with ratios
         to idem: W1/W2 against a hashbrown floor, dashmap, moka and Redis (when
-        redis-server is installed), and the machine's own two-thread scaling, through cargo and the workloads harness of the
-        source tree DIR (default: where this binary was built from), then W4/W5.
+        redis-server is installed), beside the machine's own two-thread scaling,
+        through cargo and the workloads harness of the source tree DIR (default:
+        where this binary was built from), then W4/W5.
         --quick runs in under a minute.
     idem bench durable [--quick] [--w4] [--w5] [--keys N]
         Measures durable completion per sync policy (W4) beside RocksDB used

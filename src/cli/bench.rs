@@ -1,9 +1,10 @@
 //! `idem bench`: the comparison with the peers, in one run.
 //!
 //! W1 and W2 (memory-only idem against the hashbrown floor, dashmap, moka and Redis,
-//! and a reference of the machine's own two-thread scaling) run in the workloads harness, `benches/workloads.rs`: the peers are development
-//! dependencies, and the harness counts heap bytes with a global allocator that the
-//! `idem` binary itself should not carry. This command builds and runs it through
+//! and a reference of the machine's own two-thread scaling) run in the workloads
+//! harness, `benches/workloads.rs`: the peers are development dependencies, and the
+//! harness counts heap bytes with a global allocator that the `idem` binary itself
+//! should not carry. This command builds and runs it through
 //! cargo in the source tree (release profile, without the durable feature, which
 //! W1/W2 do not use), then runs W4/W5 in this binary (`idem bench durable`) when it
 //! has the durable tier.
@@ -25,7 +26,7 @@ pub(crate) struct Options {
 }
 
 /// Options of the workloads harness that take a value, passed through.
-const HARNESS_VALUED: [&str; 7] = [
+const HARNESS_VALUED: [&str; 8] = [
     "--n",
     "--threads",
     "--runs",
@@ -33,6 +34,7 @@ const HARNESS_VALUED: [&str; 7] = [
     "--moka-max-n",
     "--redis-max-n",
     "--redis-sample",
+    "--w2-passes",
 ];
 
 impl Options {
@@ -156,6 +158,11 @@ mod tests {
         assert_eq!(
             o.cargo_args().join(" "),
             "bench --no-default-features --bench workloads -- --quick --peers idem,redis --runs 5"
+        );
+        let o = Options::parse(&args(&["--n", "1000000", "--w2-passes", "10"])).unwrap();
+        assert_eq!(
+            o.cargo_args().join(" "),
+            "bench --no-default-features --bench workloads -- --n 1000000 --w2-passes 10"
         );
         let o = Options::parse(&args(&["--no-durable"])).unwrap();
         assert!(!o.durable && o.workloads);

@@ -555,16 +555,17 @@ fn measure<P: Peer>(
     let rss = rss_bytes() - rss0;
     let own = peer.own_bytes();
     let dup = w2.then(|| {
+        let passes = repeat.max(1);
         let mut total = Duration::ZERO;
         let mut dup_failed = 0;
-        for _ in 0..repeat.max(1) {
+        for _ in 0..passes {
             let (dup, failed) = run_split(&peer, keys, threads, P::duplicate_many);
             total += dup;
             dup_failed = dup_failed.max(failed);
         }
         // A key the fill could not take cannot answer Duplicate either: count both.
         (
-            total.as_secs_f64() / repeat.max(1) as f64,
+            total.as_secs_f64() / passes as f64,
             dup_failed.max(fill_failed),
         )
     });

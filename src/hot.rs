@@ -800,9 +800,7 @@ impl ShardSlot {
         if now.tick.saturating_sub(self.tick.load(O::Relaxed)) >= CATCH_UP_TICKS {
             return None;
         }
-        let hint = self.hint.load(Ordering::Acquire);
-        let count = self.chunk_count.load(O::Acquire);
-        let table = self.chunk_table.load(O::Acquire) as *const usize;
+        let (hint, table, count) = self.published();
         let mut entry = Entry::FREE;
         let holds = |i: u32| {
             let c = (i >> CHUNK_BITS) as usize;
@@ -828,6 +826,18 @@ impl ShardSlot {
             .then_some((completed_at_ms, expires_at_ms, None))
     }
 
+    /// What a lock-free reader starts from, as the last lock holder published it: the
+    /// index's hint, the slab's chunk-address table and how many addresses it holds.
+    #[cfg(not(idem_loom))]
+    #[inline(always)]
+    fn published(&self) -> (usize, *const usize, usize) {
+        use std::sync::atomic::Ordering as O;
+        let hint = self.hint.load(O::Acquire);
+        let count = self.chunk_count.load(O::Acquire);
+        let table = self.chunk_table.load(O::Acquire) as *const usize;
+        (hint, table, count)
+    }
+
     /// Starts loading the slab entry a claim of `fp` will most likely read (the first
     /// whose tag matches in its home bucket), if any, without the shard's lock: the
     /// second of a look-up's two cache misses, taken ahead of time by a batch. What it
@@ -836,10 +846,7 @@ impl ShardSlot {
     #[inline]
     #[allow(unsafe_code)]
     pub(crate) fn prefetch_entry(&self, fp: Fp, _pin: &crossbeam::epoch::Guard) {
-        use std::sync::atomic::Ordering as O;
-        let hint = self.hint.load(Ordering::Acquire);
-        let count = self.chunk_count.load(O::Acquire);
-        let table = self.chunk_table.load(O::Acquire) as *const usize;
+        let (hint, table, count) = self.published();
         // SAFETY: as in `optimistic_duplicate`.
         let Some(i) =
             (unsafe { index::HomeBucket::read(hint, fp.lo) }).and_then(|b| b.candidate(fp.lo))

@@ -14,7 +14,7 @@ use crate::durable::{DurableNs, StateOp};
 use crate::error::{Error, KeyError, Result};
 use crate::hot::{
     Capacity, DurableLookup, Extension, Fp, Lease, Now, Params, Refused, Reservoir, ShardClaim,
-    ShardSlot, ShardState,
+    ShardSlot, ShardState, SlotCell,
 };
 use crate::stats::Stats;
 use crate::sync::{Arc, AtomicU64, AtomicUsize, Ordering};
@@ -533,7 +533,7 @@ mod tests {
             g.complete().unwrap();
         }
         for slot in ns.inner.slots.iter() {
-            let published = slot.hint.load(crate::sync::Ordering::Relaxed);
+            let published = slot.hint();
             assert_ne!(published, 0);
             assert_eq!(published, slot.lock().index_hint());
         }
@@ -542,11 +542,7 @@ mod tests {
     #[test]
     fn a_preallocated_namespace_fills_without_growing_its_index() {
         let hints = |ns: &super::Namespace| -> Vec<usize> {
-            ns.inner
-                .slots
-                .iter()
-                .map(|s| s.hint.load(crate::sync::Ordering::Relaxed))
-                .collect()
+            ns.inner.slots.iter().map(|s| s.hint()).collect()
         };
         for preallocate in [false, true] {
             let engine = super::Engine::builder()
@@ -590,9 +586,7 @@ mod tests {
         assert!(super::new_slots(4, 0, usize::MAX).is_none());
         let slots = super::new_slots(4, 0, 1_000).expect("a small index allocates");
         assert_eq!(slots.len(), 4);
-        assert!(slots
-            .iter()
-            .all(|s| s.hint.load(crate::sync::Ordering::Relaxed) != 0));
+        assert!(slots.iter().all(|s| s.hint() != 0));
     }
 
     /// Claims and completes fresh keys `k0`, `k1`, ... of a single-shard namespace
@@ -1049,9 +1043,9 @@ mod maintenance {
 
 /// `shards` empty shards whose indexes have room for `room` entries each, or `None`
 /// if those indexes cannot be allocated.
-fn new_slots(shards: usize, now_tick: u64, room: usize) -> Option<Box<[CachePadded<ShardSlot>]>> {
+fn new_slots(shards: usize, now_tick: u64, room: usize) -> Option<Box<[SlotCell]>> {
     (0..shards)
-        .map(|_| ShardSlot::new(now_tick, room).map(CachePadded::new))
+        .map(|_| ShardSlot::new(now_tick, room).map(SlotCell::new))
         .collect()
 }
 
@@ -1085,7 +1079,7 @@ pub(crate) struct NsInner {
     params: Params,
     seed: u64,
     clock: std::sync::Arc<dyn Clock>,
-    slots: Box<[CachePadded<ShardSlot>]>,
+    slots: Box<[SlotCell]>,
     pool: AtomicUsize,
     durable: Option<DurableNs>,
     /// Slab chunks made ahead for the shards (see [`Reservoir`]).
@@ -1431,7 +1425,19 @@ impl NsInner {
     #[inline]
     fn prefetch(&self, fp: Fp) {
         let slot = &self.slots[fp.shard(self.slots.len())];
-        crate::hot::prefetch(slot.hint.load(crate::sync::Ordering::Relaxed), fp.lo);
+        crate::hot::prefetch(slot.hint(), fp.lo);
+    }
+
+    /// As [`NsInner::prefetch`], and asks for the lines of the key's shard that a
+    /// claim under its lock writes ([`ShardSlot::prefetch_write`]). Not for a batch:
+    /// its duplicates are read without the lock and write nothing, and taking those
+    /// lines from another core that reads them too would only move them back and
+    /// forth.
+    #[inline]
+    fn prefetch_to_lock(&self, fp: Fp) {
+        let slot = &self.slots[fp.shard(self.slots.len())];
+        crate::hot::prefetch(slot.hint(), fp.lo);
+        slot.prefetch_write();
     }
 
     #[inline]
@@ -1485,7 +1491,7 @@ impl NsInner {
         if let Some(d) = &self.durable {
             d.add_stats(&mut s);
         }
-        s.hot_bytes += (self.slots.len() * std::mem::size_of::<CachePadded<ShardSlot>>()) as u64;
+        s.hot_bytes += (self.slots.len() * std::mem::size_of::<SlotCell>()) as u64;
         s.hot_bytes += self.chunks.bytes() as u64;
         s
     }
@@ -1577,8 +1583,9 @@ impl Namespace {
     fn claim_fp(&self, key: &[u8], payload: Option<u64>) -> Result<Claim> {
         let ns = &self.inner;
         let fp = ns.key_fp(key)?;
-        // The bucket's cache miss overlaps the clock read and the lock.
-        ns.prefetch(fp);
+        // The bucket's cache miss (and the shard lines' transfer, if another core
+        // holds them) overlaps the clock read and the lock.
+        ns.prefetch_to_lock(fp);
         let now = ns.now();
         let mut marker = None;
         let claim = NsInner::claim_one(ns, &self.pins, fp, payload, now, &mut marker, None);

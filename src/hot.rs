@@ -25,8 +25,6 @@ pub(crate) mod wheel;
 
 use hashbrown::HashMap;
 
-use crossbeam::utils::CachePadded;
-
 use crate::sync::{AtomicUsize, Mutex, Ordering};
 pub(crate) use index::capacity as index_capacity;
 pub(crate) use index::prefetch;
@@ -260,17 +258,23 @@ impl Reservoir {
 }
 
 /// Entries in fixed-size chunks, with a free list threaded through `next`.
+///
+/// In order (`repr(C)`): what every claim reads or writes first, then what only a
+/// growing slab touches (see [`Shard`]).
 #[derive(Debug, Default)]
+#[repr(C)]
 pub(crate) struct Slab {
     /// Fixed-length arrays, so an index within a chunk (masked) needs no bounds check.
     chunks: Vec<Chunk>,
-    /// The next chunk, allocated ahead outside the shard's lock (see
-    /// [`Slab::wants_spare`]).
-    spare: Option<Chunk>,
     /// Slots handed out so far (high-water mark).
     len: u32,
     /// Head of the free list.
     free: Option<u32>,
+    /// A chunk was added since the address table was last published.
+    dirty: bool,
+    /// The next chunk, allocated ahead outside the shard's lock (see
+    /// [`Slab::wants_spare`]).
+    spare: Option<Chunk>,
     /// The chunks' addresses, in order: the table lock-free readers use (they never
     /// touch `chunks`, which grows as a `Vec` does). It grows by hand, see
     /// [`Slab::push_chunk`].
@@ -279,8 +283,6 @@ pub(crate) struct Slab {
     /// holder has published the new one ([`ShardWrite`]): a lock-free reader may still
     /// be reading an old table.
     retired: Vec<Vec<usize>>,
-    /// A chunk was added since the address table was last published.
-    dirty: bool,
 }
 
 impl Slab {
@@ -452,16 +454,18 @@ impl Extra {
 
 const _: () = assert!(std::mem::size_of::<(u32, Extra)>() == 32);
 
-/// Counters of one shard, updated under its lock and summed by `stats()`.
+/// Counters of one shard, updated under its lock and summed by `stats()`. The three
+/// every claim and completion write come first (see [`Shard`]).
 #[derive(Debug, Clone, Copy, Default)]
+#[repr(C)]
 pub(crate) struct Counters {
     pub(crate) acquired: u64,
     pub(crate) duplicates: u64,
+    pub(crate) completions: u64,
     pub(crate) in_progress: u64,
     pub(crate) payload_mismatches: u64,
     pub(crate) expirations: u64,
     pub(crate) capacity_refusals: u64,
-    pub(crate) completions: u64,
     pub(crate) releases: u64,
     pub(crate) lease_lost: u64,
     pub(crate) forgotten: u64,
@@ -698,17 +702,72 @@ pub(crate) enum Refused {
 /// The lock is taken through [`ShardSlot::lock`], whose guard keeps the sequence and
 /// the publication up to date.
 ///
-/// The fields are laid out in order (`repr(C)`), so that everything a lock holder
-/// writes on every acquisition (the sequence, the tick, the reserve, the lock word)
-/// shares the slot's first cache line: two threads taking turns at the lock pass one
-/// line between their cores, not two.
+/// The fields are laid out in order (`repr(C)`). The first line holds what only a
+/// growing shard writes (where its index and its slab are), so that a claim of any
+/// thread finds it in its own cache and can ask for the key's bucket at once. The
+/// next lines hold everything a lock holder writes on every acquisition (the lock
+/// word, the sequence, the tick, the reserve), then the shard, whose own hot fields
+/// come first (see [`Shard`]): two threads taking turns at a shard pass those few
+/// lines between their cores, and [`ShardSlot::prefetch_write`] asks for them early.
 #[derive(Debug)]
 #[repr(C)]
 pub(crate) struct ShardSlot {
+    /// Read by every claim, written only when the shard grows.
+    published: Published,
     /// Odd while a lock holder may be changing the shard.
     seq: seq::Seq,
     /// The wheel's current tick, as of the last lock holder.
     tick: std::sync::atomic::AtomicU64,
+    /// Slots this shard may fill without touching the namespace's pool. Only the holder
+    /// of `shard`'s lock takes from it; anyone may add to it, or steal it all.
+    pub(crate) reserve: AtomicUsize,
+    shard: Mutex<Shard>,
+}
+
+/// A [`ShardSlot`] as the namespace's array holds it: cache-line aligned, and padded
+/// to an odd number of lines. Slots a power of two of lines apart would put the same
+/// line of every slot (the lock word, say) into the same few sets of each cache,
+/// where a thousand shards' hot lines evict one another; an odd stride spreads them
+/// over every set.
+#[derive(Debug)]
+#[repr(C, align(64))]
+pub(crate) struct SlotCell {
+    slot: ShardSlot,
+    _stagger: [u8; STAGGER],
+}
+
+/// The padding that makes a [`SlotCell`] an odd number of cache lines long.
+const STAGGER: usize = if std::mem::size_of::<ShardSlot>().div_ceil(64) % 2 == 0 {
+    64
+} else {
+    0
+};
+
+const _: () = assert!(std::mem::size_of::<SlotCell>() / 64 % 2 == 1);
+
+impl SlotCell {
+    /// `slot`, in a cell of its own.
+    pub(crate) fn new(slot: ShardSlot) -> Self {
+        SlotCell {
+            slot,
+            _stagger: [0; STAGGER],
+        }
+    }
+}
+
+impl std::ops::Deref for SlotCell {
+    type Target = ShardSlot;
+    #[inline]
+    fn deref(&self) -> &ShardSlot {
+        &self.slot
+    }
+}
+
+/// What a shard's lock holder publishes for readers without the lock, on a cache line
+/// of its own.
+#[derive(Debug)]
+#[repr(C, align(64))]
+pub(crate) struct Published {
     /// The shard index's [`index::Index::hint`], republished by the lock holder
     /// whenever the index grows, read without the lock to [`prefetch`] a key's bucket.
     pub(crate) hint: AtomicUsize,
@@ -716,13 +775,14 @@ pub(crate) struct ShardSlot {
     /// holds (published in that order; read in the other).
     chunk_table: std::sync::atomic::AtomicUsize,
     chunk_count: std::sync::atomic::AtomicUsize,
-    /// Slots this shard may fill without touching the namespace's pool. Only the holder
-    /// of `shard`'s lock takes from it; anyone may add to it, or steal it all.
-    pub(crate) reserve: AtomicUsize,
-    shard: Mutex<Shard>,
     /// Bytes of outgrown tables retired and not yet freed (`Stats::retired_bytes`).
     retired_bytes: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
+
+/// How many cache lines after the published one a claim and its completion write
+/// in the slot (the lock word, the shard's hot fields, the wheel's head): see
+/// [`ShardSlot::prefetch_write`].
+const HOT_LINES: usize = 6;
 
 impl ShardSlot {
     /// A shard whose index has room for `room` entries before it first grows, or
@@ -734,17 +794,41 @@ impl ShardSlot {
             shard: Mutex::new(shard),
             seq: seq::Seq::default(),
             reserve: AtomicUsize::new(0),
-            hint: AtomicUsize::new(hint),
-            chunk_table: std::sync::atomic::AtomicUsize::new(0),
-            chunk_count: std::sync::atomic::AtomicUsize::new(0),
+            published: Published {
+                hint: AtomicUsize::new(hint),
+                chunk_table: std::sync::atomic::AtomicUsize::new(0),
+                chunk_count: std::sync::atomic::AtomicUsize::new(0),
+                retired_bytes: Default::default(),
+            },
             tick: std::sync::atomic::AtomicU64::new(now_tick),
-            retired_bytes: Default::default(),
         })
+    }
+
+    /// The shard index's [`index::Index::hint`] as last published (see [`prefetch`]).
+    #[inline]
+    pub(crate) fn hint(&self) -> usize {
+        self.published
+            .hint
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Asks for the lines a claim writes in this slot (the lock word and the shard's
+    /// hot fields) in the state a write needs, ahead of taking the lock. When another
+    /// core took the shard last, those lines are in its cache: asked for together,
+    /// their transfers overlap each other and the key's bucket miss, instead of
+    /// following one another inside the lock.
+    #[inline]
+    pub(crate) fn prefetch_write(&self) {
+        let base = (self as *const Self as usize) + std::mem::size_of::<Published>();
+        for line in 0..HOT_LINES {
+            index::prefetch_line_for_write(base + line * 64);
+        }
     }
 
     /// Bytes of outgrown tables retired and not yet freed.
     pub(crate) fn retired_bytes(&self) -> usize {
-        self.retired_bytes
+        self.published
+            .retired_bytes
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
@@ -832,9 +916,10 @@ impl ShardSlot {
     #[inline(always)]
     fn published(&self) -> (usize, *const usize, usize) {
         use std::sync::atomic::Ordering as O;
-        let hint = self.hint.load(O::Acquire);
-        let count = self.chunk_count.load(O::Acquire);
-        let table = self.chunk_table.load(O::Acquire) as *const usize;
+        let p = &self.published;
+        let hint = p.hint.load(O::Acquire);
+        let count = p.chunk_count.load(O::Acquire);
+        let table = p.chunk_table.load(O::Acquire) as *const usize;
         (hint, table, count)
     }
 
@@ -912,13 +997,14 @@ impl ShardWrite<'_> {
     fn publish(&mut self) {
         use std::sync::atomic::Ordering as O;
         let shard = &mut *self.shard;
-        self.slot.hint.store(shard.index.hint(), Ordering::Release);
+        let p = &self.slot.published;
+        p.hint.store(shard.index.hint(), Ordering::Release);
         let (table, count) = shard.slab.table();
-        self.slot.chunk_table.store(table, O::Release);
-        self.slot.chunk_count.store(count, O::Release);
+        p.chunk_table.store(table, O::Release);
+        p.chunk_count.store(count, O::Release);
         shard.slab.dirty = false;
         shard.index.dirty = false;
-        let pending = &self.slot.retired_bytes;
+        let pending = &self.slot.published.retired_bytes;
         if let Some(old) = shard.index.take_retired() {
             let bytes = old.bytes();
             retire(old, bytes, pending);
@@ -987,7 +1073,7 @@ const CATCH_UP_TICKS: u64 = 1 << 29;
 #[derive(Debug)]
 pub(crate) struct Capacity<'a> {
     pub(crate) pool: &'a AtomicUsize,
-    pub(crate) slots: &'a [CachePadded<ShardSlot>],
+    pub(crate) slots: &'a [SlotCell],
     pub(crate) me: usize,
 }
 
@@ -1038,18 +1124,25 @@ impl Capacity<'_> {
 }
 
 /// One lock shard's contents.
+///
+/// In order (`repr(C)`), so that what a claim and its completion touch in the shard
+/// itself (the index's and the slab's heads, the live count, the token, the common
+/// counters, the wheel's time and occupancy) packs into few cache lines after the
+/// slot's lock word: with claims spread over every shard, those lines move between
+/// cores whenever two threads take turns at a shard, one transfer per line.
 #[derive(Debug)]
+#[repr(C)]
 pub(crate) struct Shard {
     index: Index,
     slab: Slab,
-    wheel: Wheel,
-    payloads: HashMap<u32, u64>,
-    extras: HashMap<u32, Extra>,
-    next_token: u32,
     live: usize,
+    next_token: u32,
     /// Where the eviction scan resumes.
     hand: u32,
     pub(crate) counters: Counters,
+    wheel: Wheel,
+    payloads: HashMap<u32, u64>,
+    extras: HashMap<u32, Extra>,
 }
 
 /// A stored deadline back in wall-clock milliseconds.
@@ -1816,5 +1909,70 @@ impl Shard {
         });
         counters.expirations += reclaimed as u64;
         reclaimed
+    }
+}
+
+#[cfg(all(test, not(idem_loom)))]
+mod layout {
+    use super::*;
+
+    /// What a claim and its completion write in their slot lies in the lines
+    /// `ShardSlot::prefetch_write` asks for, after the published line: a field
+    /// moved out of them (or a line added in front) fails here.
+    #[test]
+    fn the_fields_a_claim_writes_are_in_the_lines_prefetched_for_it() {
+        let slot = ShardSlot::new(0, 64).unwrap();
+        let base = &slot as *const ShardSlot as usize;
+        let first = base + std::mem::size_of::<Published>();
+        let end = first + HOT_LINES * 64;
+        let within = |what: &str, at: usize, len: usize| {
+            assert!(
+                at >= first && at + len <= end,
+                "{what}: {at:#x}+{len} not in {first:#x}..{end:#x}"
+            );
+        };
+        within("seq", &slot.seq as *const _ as usize, 8);
+        within("tick", &slot.tick as *const _ as usize, 8);
+        within("reserve", &slot.reserve as *const _ as usize, 8);
+        let shard = slot.lock();
+        let sh: &Shard = &shard;
+        // The lock word is the part of the mutex that is not the shard.
+        let mutex = &slot.shard as *const _ as usize;
+        let data = sh as *const Shard as usize;
+        let word = if data == mutex {
+            data + std::mem::size_of::<Shard>()
+        } else {
+            mutex
+        };
+        within("lock word", word, 1);
+        within(
+            "index",
+            &sh.index as *const _ as usize,
+            std::mem::size_of::<Index>(),
+        );
+        let slab = &sh.slab as *const Slab as usize;
+        within("slab heads", slab, std::mem::offset_of!(Slab, dirty) + 1);
+        within("live", &sh.live as *const _ as usize, 8);
+        within("next_token", &sh.next_token as *const _ as usize, 4);
+        within(
+            "common counters",
+            &sh.counters as *const _ as usize,
+            std::mem::offset_of!(Counters, completions) + 8,
+        );
+        // The wheel's time and occupancy come first in it (`repr(C)`).
+        within("wheel head", &sh.wheel as *const _ as usize, 8 + 8 * 6);
+    }
+
+    #[test]
+    fn the_published_fields_have_a_line_of_their_own() {
+        assert_eq!(std::mem::size_of::<Published>(), 64);
+        assert_eq!(std::mem::offset_of!(ShardSlot, published), 0);
+        let cells: Vec<SlotCell> = (0..2)
+            .map(|_| SlotCell::new(ShardSlot::new(0, 0).unwrap()))
+            .collect();
+        let stride =
+            &*cells[1] as *const ShardSlot as usize - &*cells[0] as *const ShardSlot as usize;
+        assert_eq!(stride % 64, 0);
+        assert_eq!(stride / 64 % 2, 1, "slots {stride} bytes apart");
     }
 }

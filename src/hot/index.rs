@@ -135,6 +135,23 @@ pub(crate) fn prefetch_line(addr: usize) {
     let _ = addr;
 }
 
+/// Asks the processor to fetch the cache line holding `addr` ready to be written
+/// (`prefetchw`: exclusive, so a later store needs no second request). Processors
+/// without the instruction execute it as a no-op.
+#[inline]
+pub(crate) fn prefetch_line_for_write(addr: usize) {
+    #[cfg(target_arch = "x86_64")]
+    #[allow(unsafe_code)]
+    // SAFETY: as in `prefetch_line`: a prefetch never faults and has no effect the
+    // program can observe; the address is never dereferenced, and the instruction
+    // touches no register or flag besides reading `addr`.
+    unsafe {
+        std::arch::asm!("prefetchw [{}]", in(reg) addr, options(nostack, preserves_flags, readonly));
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = addr;
+}
+
 /// A key's home bucket as a lock-free reader sees it: its 16 bytes of tags read once,
 /// its slots read on demand. Every read is a relaxed atomic load of the bucket's
 /// memory, which a lock holder may be writing meanwhile (so a reader may see a torn
@@ -308,13 +325,15 @@ pub(crate) fn capacity(buckets: usize) -> usize {
 /// A map from 64-bit hashes to `u32` slab indices; equality is decided by the caller
 /// (several indices may share a hash's tag, or even the hash).
 #[derive(Debug, Default)]
+#[repr(C)]
 pub(crate) struct Index {
-    buckets: Vec<Bucket>,
-    len: usize,
     /// Bucket arrays outgrown, kept until the new one's [`Index::hint`] is published
     /// (a lock-free reader may still be reading an old array): see
-    /// [`Index::take_retired`].
+    /// [`Index::take_retired`]. First: it is rarely touched, and the fields every
+    /// insert reads and writes then run on into the shard's slab (see [`Shard`]).
     retired: Vec<Vec<Bucket>>,
+    buckets: Vec<Bucket>,
+    len: usize,
     /// The bucket array was replaced since the hint was last published.
     pub(crate) dirty: bool,
 }

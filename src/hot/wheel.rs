@@ -116,13 +116,15 @@ fn bucket_for(current: u64, when: u64) -> (usize, usize) {
 /// The module documentation describes the layout and the caller's contract.
 #[allow(unreachable_pub)] // re-exported to the benches through `crate::__bench`
 #[derive(Debug, Clone)]
+#[repr(C)]
 pub struct Wheel {
     /// Every deadline at or before this tick has been fired.
     current: u64,
+    /// Bit `s` of `occupied[l]` is set iff `heads[l][s] != NIL`. Beside `current`:
+    /// every schedule reads the one and writes the other, so they share a line.
+    occupied: [u64; LEVELS],
     /// Head entry of each bucket, or [`NIL`].
     heads: [[u32; SLOTS]; LEVELS],
-    /// Bit `s` of `occupied[l]` is set iff `heads[l][s] != NIL`.
-    occupied: [u64; LEVELS],
 }
 
 #[allow(unreachable_pub)] // re-exported to the benches through `crate::__bench`

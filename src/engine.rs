@@ -1587,6 +1587,9 @@ impl Namespace {
         // holds them) overlaps the clock read and the lock.
         ns.prefetch_to_lock(fp);
         let now = ns.now();
+        #[cfg(not(idem_loom))]
+        ns.slots[fp.shard(ns.slots.len())]
+            .prefetch_schedule(ns.params.deadline(now, ns.params.lease_ms));
         let mut marker = None;
         let claim = NsInner::claim_one(ns, &self.pins, fp, payload, now, &mut marker, None);
         if marker.is_none() {

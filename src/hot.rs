@@ -825,6 +825,17 @@ impl ShardSlot {
         }
     }
 
+    /// Asks, like [`ShardSlot::prefetch_write`], for the wheel bucket head that an
+    /// entry due at tick `when` will be linked under: the one line of the wheel a
+    /// schedule writes, found from the tick the last lock holder published.
+    #[cfg(not(idem_loom))]
+    #[inline]
+    pub(crate) fn prefetch_schedule(&self, when: u64) {
+        let current = self.tick.load(std::sync::atomic::Ordering::Relaxed);
+        let wheel = self.shard.data_ptr() as usize + std::mem::offset_of!(Shard, wheel);
+        index::prefetch_line_for_write(wheel + wheel::head_offset(current, when));
+    }
+
     /// Bytes of outgrown tables retired and not yet freed.
     pub(crate) fn retired_bytes(&self) -> usize {
         self.published

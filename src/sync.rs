@@ -25,6 +25,13 @@ mod imp {
         pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
             self.0.lock()
         }
+
+        /// Where the protected value lies, without locking: only an address, for a
+        /// prefetch (dereferencing it without the lock would race).
+        #[inline]
+        pub(crate) fn data_ptr(&self) -> *mut T {
+            self.0.data_ptr()
+        }
     }
 }
 

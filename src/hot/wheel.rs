@@ -111,6 +111,20 @@ fn bucket_for(current: u64, when: u64) -> (usize, usize) {
     (level, slot)
 }
 
+/// Where the head of the bucket that an entry due at `when` joins, seen from
+/// `current`, lies in a [`Wheel`], in bytes from its start: for a prefetch ahead of
+/// the schedule, from a `current` read without the lock (a stale one only asks for
+/// the wrong line).
+#[inline]
+pub(crate) fn head_offset(current: u64, when: u64) -> usize {
+    let heads = std::mem::offset_of!(Wheel, heads);
+    if when <= current {
+        return heads;
+    }
+    let (level, slot) = bucket_for(current, when);
+    heads + (level * SLOTS + slot) * std::mem::size_of::<u32>()
+}
+
 /// A hierarchical timing wheel: 6 levels of 64 slots, on `u64` ticks.
 ///
 /// The module documentation describes the layout and the caller's contract.

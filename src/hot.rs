@@ -703,21 +703,19 @@ pub(crate) enum Refused {
 /// the publication up to date.
 ///
 /// The fields are laid out in order (`repr(C)`). The first line holds what only a
-/// growing shard writes (where its index and its slab are), so that a claim of any
-/// thread finds it in its own cache and can ask for the key's bucket at once. The
-/// next lines hold everything a lock holder writes on every acquisition (the lock
-/// word, the sequence, the tick, the reserve), then the shard, whose own hot fields
+/// growing shard or a moving wheel writes (where its index and its slab are, the
+/// wheel's tick), so that a claim of any thread finds it in its own cache and can ask
+/// for the key's bucket at once. The next lines hold everything a lock holder writes
+/// on every acquisition (the lock word, the sequence, the reserve), then the shard, whose own hot fields
 /// come first (see [`Shard`]): two threads taking turns at a shard pass those few
 /// lines between their cores, and [`ShardSlot::prefetch_write`] asks for them early.
 #[derive(Debug)]
 #[repr(C)]
 pub(crate) struct ShardSlot {
-    /// Read by every claim, written only when the shard grows.
+    /// Read by every claim, written only when the shard grows or its wheel moves.
     published: Published,
     /// Odd while a lock holder may be changing the shard.
     seq: seq::Seq,
-    /// The wheel's current tick, as of the last lock holder.
-    tick: std::sync::atomic::AtomicU64,
     /// Slots this shard may fill without touching the namespace's pool. Only the holder
     /// of `shard`'s lock takes from it; anyone may add to it, or steal it all.
     pub(crate) reserve: AtomicUsize,
@@ -777,6 +775,10 @@ pub(crate) struct Published {
     chunk_count: std::sync::atomic::AtomicUsize,
     /// Bytes of outgrown tables retired and not yet freed (`Stats::retired_bytes`).
     retired_bytes: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// The wheel's current tick, as of the last lock holder. Stored only when it
+    /// moved (the wheel advances in maintenance passes, not on every claim), so this
+    /// line stays shared between the cores that read it.
+    tick: std::sync::atomic::AtomicU64,
 }
 
 /// How many cache lines after the published one a claim and its completion write
@@ -799,8 +801,8 @@ impl ShardSlot {
                 chunk_table: std::sync::atomic::AtomicUsize::new(0),
                 chunk_count: std::sync::atomic::AtomicUsize::new(0),
                 retired_bytes: Default::default(),
+                tick: std::sync::atomic::AtomicU64::new(now_tick),
             },
-            tick: std::sync::atomic::AtomicU64::new(now_tick),
         })
     }
 
@@ -831,7 +833,10 @@ impl ShardSlot {
     #[cfg(not(idem_loom))]
     #[inline]
     pub(crate) fn prefetch_schedule(&self, when: u64) {
-        let current = self.tick.load(std::sync::atomic::Ordering::Relaxed);
+        let current = self
+            .published
+            .tick
+            .load(std::sync::atomic::Ordering::Relaxed);
         let wheel = self.shard.data_ptr() as usize + std::mem::offset_of!(Shard, wheel);
         index::prefetch_line_for_write(wheel + wheel::head_offset(current, when));
     }
@@ -892,7 +897,11 @@ impl ShardSlot {
             return None;
         }
         let s = self.seq.read_begin()?;
-        if now.tick.saturating_sub(self.tick.load(O::Relaxed)) >= CATCH_UP_TICKS {
+        if now
+            .tick
+            .saturating_sub(self.published.tick.load(O::Relaxed))
+            >= CATCH_UP_TICKS
+        {
             return None;
         }
         let (hint, table, count) = self.published();
@@ -992,10 +1001,11 @@ impl Drop for ShardWrite<'_> {
         if self.shard.slab.dirty || self.shard.index.dirty {
             self.publish();
         }
-        self.slot.tick.store(
-            self.shard.wheel.current(),
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        let current = self.shard.wheel.current();
+        let tick = &self.slot.published.tick;
+        if tick.load(std::sync::atomic::Ordering::Relaxed) != current {
+            tick.store(current, std::sync::atomic::Ordering::Relaxed);
+        }
         #[cfg(not(idem_loom))]
         self.slot.seq.write_end(self.seq);
     }
@@ -1943,7 +1953,6 @@ mod layout {
             );
         };
         within("seq", &slot.seq as *const _ as usize, 8);
-        within("tick", &slot.tick as *const _ as usize, 8);
         within("reserve", &slot.reserve as *const _ as usize, 8);
         let shard = slot.lock();
         let sh: &Shard = &shard;
@@ -1977,6 +1986,8 @@ mod layout {
     #[test]
     fn the_published_fields_have_a_line_of_their_own() {
         assert_eq!(std::mem::size_of::<Published>(), 64);
+        let tick = std::mem::offset_of!(Published, tick);
+        assert!(tick + 8 <= 64);
         assert_eq!(std::mem::offset_of!(ShardSlot, published), 0);
         let cells: Vec<SlotCell> = (0..2)
             .map(|_| SlotCell::new(ShardSlot::new(0, 0).unwrap()))

@@ -693,7 +693,7 @@ pub(crate) enum Refused {
     LeaseLost,
 }
 
-/// One lock shard and its capacity reserve, padded to its own cache lines.
+/// One lock shard and its capacity reserve (the namespace holds it in a [`SlotCell`]).
 ///
 /// Besides the lock, a slot publishes what a duplicate claim needs to read the shard
 /// without taking it (see [`ShardSlot::optimistic_duplicate`]): the write sequence,
@@ -706,9 +706,10 @@ pub(crate) enum Refused {
 /// growing shard or a moving wheel writes (where its index and its slab are, the
 /// wheel's tick), so that a claim of any thread finds it in its own cache and can ask
 /// for the key's bucket at once. The next lines hold everything a lock holder writes
-/// on every acquisition (the lock word, the sequence, the reserve), then the shard, whose own hot fields
-/// come first (see [`Shard`]): two threads taking turns at a shard pass those few
-/// lines between their cores, and [`ShardSlot::prefetch_write`] asks for them early.
+/// on every acquisition (the lock word, the sequence, the reserve), then the shard,
+/// whose own hot fields come first (see [`Shard`]): two threads taking turns at a
+/// shard pass those few lines between their cores, and [`ShardSlot::prefetch_write`]
+/// asks for them early.
 #[derive(Debug)]
 #[repr(C)]
 pub(crate) struct ShardSlot {
@@ -782,8 +783,8 @@ pub(crate) struct Published {
 }
 
 /// How many cache lines after the published one a claim and its completion write
-/// in the slot (the lock word, the shard's hot fields, the wheel's head): see
-/// [`ShardSlot::prefetch_write`].
+/// in the slot (the lock word, the shard's hot fields, the wheel's time and
+/// occupancy): see [`ShardSlot::prefetch_write`].
 const HOT_LINES: usize = 6;
 
 impl ShardSlot {

@@ -272,6 +272,9 @@ pub(crate) struct Slab {
     free: Option<u32>,
     /// A chunk was added since the address table was last published.
     dirty: bool,
+    /// Where the next allocation will most likely write (an address, or 0), for
+    /// claims to ask for ahead of the lock (see [`ShardSlot::prefetch_write`]).
+    tail: usize,
     /// The next chunk, allocated ahead outside the shard's lock (see
     /// [`Slab::wants_spare`]).
     spare: Option<Chunk>,
@@ -301,6 +304,10 @@ impl Slab {
             let next = self.get(i).next;
             self.free = (next != NIL).then_some(next);
             *self.get_mut(i) = entry;
+            self.tail = match self.free {
+                Some(f) => self.get(f) as *const Entry as usize,
+                None => 0,
+            };
             return i;
         }
         let i = self.len;
@@ -309,7 +316,11 @@ impl Slab {
             self.push_chunk(chunk);
         }
         self.len += 1;
-        *self.get_mut(i) = entry;
+        let e = self.get_mut(i);
+        *e = entry;
+        // The next slot, if it is in this chunk; past its end the address is only
+        // a wasted prefetch.
+        self.tail = e as *const Entry as usize + std::mem::size_of::<Entry>();
         self.prefetch_ahead(i);
         i
     }
@@ -360,6 +371,7 @@ impl Slab {
             ..Entry::FREE
         };
         self.free = Some(i);
+        self.tail = self.get(i) as *const Entry as usize;
     }
 
     /// Every entry in use but `except`, with its index hash, in slab order (a
@@ -720,6 +732,9 @@ pub(crate) struct ShardSlot {
     /// Slots this shard may fill without touching the namespace's pool. Only the holder
     /// of `shard`'s lock takes from it; anyone may add to it, or steal it all.
     pub(crate) reserve: AtomicUsize,
+    /// Where the slab's next entry will most likely go, as the last lock holder left
+    /// it (`Slab::tail`).
+    tail: AtomicUsize,
     shard: Mutex<Shard>,
 }
 
@@ -797,6 +812,7 @@ impl ShardSlot {
             shard: Mutex::new(shard),
             seq: seq::Seq::default(),
             reserve: AtomicUsize::new(0),
+            tail: AtomicUsize::new(0),
             published: Published {
                 hint: AtomicUsize::new(hint),
                 chunk_table: std::sync::atomic::AtomicUsize::new(0),
@@ -825,6 +841,13 @@ impl ShardSlot {
         let base = (self as *const Self as usize) + std::mem::size_of::<Published>();
         for line in 0..HOT_LINES {
             index::prefetch_line_for_write(base + line * 64);
+        }
+        // The slab line the claim's new entry (and its wheel neighbour, the shard's
+        // previous new entry) will be written in, when the claim is a fresh one.
+        let tail = self.tail.load(Ordering::Relaxed);
+        if tail != 0 {
+            index::prefetch_line_for_write(tail);
+            index::prefetch_line_for_write(tail + std::mem::size_of::<Entry>() - 1);
         }
     }
 
@@ -1001,6 +1024,10 @@ impl Drop for ShardWrite<'_> {
     fn drop(&mut self) {
         if self.shard.slab.dirty || self.shard.index.dirty {
             self.publish();
+        }
+        let tail = self.shard.slab.tail;
+        if self.slot.tail.load(Ordering::Relaxed) != tail {
+            self.slot.tail.store(tail, Ordering::Relaxed);
         }
         let current = self.shard.wheel.current();
         let tick = &self.slot.published.tick;
@@ -1972,7 +1999,8 @@ mod layout {
             std::mem::size_of::<Index>(),
         );
         let slab = &sh.slab as *const Slab as usize;
-        within("slab heads", slab, std::mem::offset_of!(Slab, dirty) + 1);
+        within("slab heads", slab, std::mem::offset_of!(Slab, tail) + 8);
+        within("slab tail", &slot.tail as *const _ as usize, 8);
         within("live", &sh.live as *const _ as usize, 8);
         within("next_token", &sh.next_token as *const _ as usize, 4);
         within(

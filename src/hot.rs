@@ -741,8 +741,8 @@ pub(crate) struct ShardSlot {
 /// A [`ShardSlot`] as the namespace's array holds it: cache-line aligned, and padded
 /// to an odd number of lines. Slots a power of two of lines apart would put the same
 /// line of every slot (the lock word, say) into the same few sets of each cache,
-/// where a thousand shards' hot lines evict one another; an odd stride spreads them
-/// over every set.
+/// where the shards' hot lines evict one another (a namespace has 32 to 1024
+/// shards); an odd stride spreads them over every set.
 #[derive(Debug)]
 #[repr(C, align(64))]
 pub(crate) struct SlotCell {

@@ -1429,15 +1429,16 @@ impl NsInner {
     }
 
     /// As [`NsInner::prefetch`], and asks for the lines of the key's shard that a
-    /// claim under its lock writes ([`ShardSlot::prefetch_write`]). Not for a batch:
-    /// its duplicates are read without the lock and write nothing, and taking those
-    /// lines from another core that reads them too would only move them back and
-    /// forth.
+    /// claim under its lock writes ([`ShardSlot::prefetch_write`]); returns that
+    /// shard's slot. Not for a batch: its duplicates are read without the lock and
+    /// write nothing, and taking those lines from another core that reads them too
+    /// would only move them back and forth.
     #[inline]
-    fn prefetch_to_lock(&self, fp: Fp) {
+    fn prefetch_to_lock(&self, fp: Fp) -> &SlotCell {
         let slot = &self.slots[fp.shard(self.slots.len())];
         crate::hot::prefetch(slot.hint(), fp.lo);
         slot.prefetch_write();
+        slot
     }
 
     #[inline]
@@ -1585,11 +1586,11 @@ impl Namespace {
         let fp = ns.key_fp(key)?;
         // The bucket's cache miss (and the shard lines' transfer, if another core
         // holds them) overlaps the clock read and the lock.
-        ns.prefetch_to_lock(fp);
+        #[cfg_attr(idem_loom, allow(unused_variables))]
+        let slot = ns.prefetch_to_lock(fp);
         let now = ns.now();
         #[cfg(not(idem_loom))]
-        ns.slots[fp.shard(ns.slots.len())]
-            .prefetch_schedule(ns.params.deadline(now, ns.params.lease_ms));
+        slot.prefetch_schedule(ns.params.deadline(now, ns.params.lease_ms));
         let mut marker = None;
         let claim = NsInner::claim_one(ns, &self.pins, fp, payload, now, &mut marker, None);
         if marker.is_none() {

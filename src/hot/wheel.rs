@@ -115,6 +115,7 @@ fn bucket_for(current: u64, when: u64) -> (usize, usize) {
 /// `current`, lies in a [`Wheel`], in bytes from its start: for a prefetch ahead of
 /// the schedule, from a `current` read without the lock (a stale one only asks for
 /// the wrong line).
+#[cfg(not(idem_loom))]
 #[inline]
 pub(crate) fn head_offset(current: u64, when: u64) -> usize {
     let heads = std::mem::offset_of!(Wheel, heads);

@@ -668,7 +668,7 @@ mod tests {
     fn lock_free(ns: &super::Namespace, key: &[u8]) -> Option<(u64, u64)> {
         let inner = &ns.inner;
         let fp = inner.key_fp(key).unwrap();
-        let pin = crate::hot::pin();
+        let pin = crate::hot::pin().unwrap();
         inner.slots[0]
             .optimistic_duplicate(fp, &inner.params, inner.now(), &pin)
             .map(|(completed, expires, result)| {
@@ -738,7 +738,7 @@ mod tests {
         let (engine, ns, _clock) = one_shard(100_000);
         let pending = |ns: &super::Namespace| ns.stats().retired_bytes;
         // While a reader is pinned, nothing retired after its pin is freed.
-        let reader = crate::hot::pin();
+        let reader = crate::hot::pin().unwrap();
         let keys = done_keys(&ns, "k", 20_000);
         let hot = ns.stats().hot_bytes;
         // Some retired table is still held (the last index growth's at least), and
@@ -779,13 +779,68 @@ mod tests {
         }
         assert_eq!(ns.stats().duplicates - before, 1_000);
         assert_eq!(ns.inner.lock_free_duplicates.sum(), 1_000, "all lock-free");
-        // Single claims take the lock and count there.
+        // A thread's first single claim takes the lock and counts there.
+        super::recent::forget();
         assert!(matches!(
             ns.claim(&keys[0]).unwrap(),
             crate::Claim::Duplicate(_)
         ));
         assert_eq!(ns.stats().duplicates - before, 1_001);
         assert_eq!(ns.inner.lock_free_duplicates.sum(), 1_000);
+    }
+
+    #[test]
+    fn single_claims_read_without_the_lock_after_duplicates_in_a_row() {
+        let (_engine, ns, _clock) = one_shard(10_000);
+        let keys = done_keys(&ns, "k", 10);
+        super::recent::forget();
+        let lock_free = || ns.inner.lock_free_duplicates.sum();
+        let dup = |k: &[u8]| assert!(matches!(ns.claim(k).unwrap(), crate::Claim::Duplicate(_)));
+        // The first ones take the lock.
+        for k in &keys[..super::recent::LIKELY as usize] {
+            dup(k);
+        }
+        assert_eq!(lock_free(), 0);
+        // Then they read first, and are counted as duplicates all the same.
+        let before = ns.stats().duplicates;
+        for k in &keys[2..] {
+            dup(k);
+        }
+        assert_eq!(lock_free(), 8);
+        assert_eq!(ns.stats().duplicates - before, 8);
+        // A new key read first is not found, so it is claimed through the lock, and
+        // sends the thread back to the lock.
+        match ns.claim(b"new").unwrap() {
+            crate::Claim::Acquired(g) => g.complete().unwrap(),
+            other => panic!("{other:?}"),
+        }
+        dup(&keys[0]);
+        assert_eq!(lock_free(), 8, "after a new key, the lock first");
+        // A duplicate the read cannot answer (a stored result) is answered by the
+        // lock, with its result.
+        match ns.claim(b"with-result").unwrap() {
+            crate::Claim::Acquired(g) => g.complete_with_result(b"r").unwrap(),
+            other => panic!("{other:?}"),
+        }
+        dup(&keys[1]);
+        dup(&keys[2]);
+        match ns.claim(b"with-result").unwrap() {
+            crate::Claim::Duplicate(d) => assert_eq!(d.result(), Some(&b"r"[..])),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(lock_free(), 8);
+        // So is a key in progress: InProgress, through the lock.
+        let _busy = match ns.claim(b"busy").unwrap() {
+            crate::Claim::Acquired(g) => g,
+            other => panic!("{other:?}"),
+        };
+        dup(&keys[3]);
+        dup(&keys[4]);
+        assert!(matches!(
+            ns.claim(b"busy").unwrap(),
+            crate::Claim::InProgress(_)
+        ));
+        assert_eq!(lock_free(), 8, "read first, not answered");
     }
 
     #[test]
@@ -819,6 +874,40 @@ mod tests {
             growing.store(false, std::sync::atomic::Ordering::Relaxed);
         });
         assert!(ns.inner.lock_free_duplicates.sum() > 0);
+    }
+
+    #[test]
+    fn single_claims_read_without_the_lock_while_another_thread_grows_the_shard() {
+        // As the batch test above, with single claims read first (after duplicates in
+        // a row): every answer stays right while the tables are replaced under them.
+        let (_engine, ns, _clock) = one_shard(200_000);
+        let old = done_keys(&ns, "old", 2_000);
+        let growing = std::sync::atomic::AtomicBool::new(true);
+        let read_first = std::thread::scope(|s| {
+            let readers: Vec<_> = (0..2)
+                .map(|_| {
+                    s.spawn(|| {
+                        let mut rounds = 0;
+                        while growing.load(std::sync::atomic::Ordering::Relaxed) || rounds < 2 {
+                            for k in &old {
+                                let c = ns.claim(k).unwrap();
+                                assert!(matches!(c, crate::Claim::Duplicate(_)), "{c:?}");
+                            }
+                            rounds += 1;
+                        }
+                    })
+                })
+                .collect();
+            for i in 0..100_000 {
+                done(&ns, format!("new{i}").as_bytes());
+            }
+            growing.store(false, std::sync::atomic::Ordering::Relaxed);
+            for r in readers {
+                r.join().unwrap();
+            }
+            ns.inner.lock_free_duplicates.sum()
+        });
+        assert!(read_first > 0);
     }
 
     #[test]
@@ -1068,9 +1157,50 @@ pub(crate) fn default_shards(max_keys: usize) -> usize {
     MIN
 }
 
-/// What a batch lends each of its claims for lock-free duplicate reads: its epoch pin,
-/// and its count of duplicates answered so.
-type LockFree<'a> = Option<(&'a crossbeam::epoch::Guard, &'a mut u64)>;
+/// What the calling thread's last single claims answered, to choose how its next one
+/// starts. A consumer's stream is mostly new keys (then the claim takes the shard's
+/// lock at once, the lines it will write asked for first) or, in a replay or a
+/// redelivery storm, mostly duplicates (then a read without the lock answers most, and
+/// writes nothing two threads would pass between their cores). After [`LIKELY`]
+/// duplicates in a row a thread reads first; any other answer sends it back to the
+/// lock. The state is one byte per thread; guessing wrong costs a look-up's
+/// instructions, never a wrong answer.
+#[cfg(not(idem_loom))]
+mod recent {
+    use crate::{Claim, Result};
+    use std::cell::Cell;
+
+    /// Duplicates in a row after which a thread's single claims read first.
+    pub(super) const LIKELY: u8 = 2;
+
+    std::thread_local! {
+        /// The calling thread's duplicates in a row, up to [`LIKELY`].
+        static RUN: Cell<u8> = const { Cell::new(0) };
+    }
+
+    /// Whether the calling thread's next single claim is likely a duplicate.
+    #[inline(always)]
+    pub(super) fn duplicates() -> bool {
+        RUN.with(|r| r.get() >= LIKELY)
+    }
+
+    /// Notes what a single claim answered.
+    #[inline(always)]
+    pub(super) fn note(claim: &Result<Claim>) {
+        let dup = matches!(claim, Ok(Claim::Duplicate(_)));
+        RUN.with(|r| r.set(if dup { (r.get() + 1).min(LIKELY) } else { 0 }));
+    }
+
+    /// Starts the calling thread afresh (tests).
+    #[cfg(test)]
+    pub(super) fn forget() {
+        RUN.with(|r| r.set(0));
+    }
+}
+
+/// What a batch lends each of its claims for lock-free duplicate reads: its pin, and
+/// its count of duplicates answered so.
+type LockFree<'a> = Option<(&'a crate::hot::reclaim::Pin, &'a mut u64)>;
 
 /// One namespace's state, shared by its handles and guards.
 pub(crate) struct NsInner {
@@ -1087,7 +1217,7 @@ pub(crate) struct NsInner {
     /// Forgets that found the key's completion being written and waited for it.
     forget_waits: AtomicU64,
     /// Duplicates answered without a shard lock (counted apart from the shards').
-    lock_free_duplicates: crate::stats::Striped,
+    lock_free_duplicates: crate::hot::reclaim::OwnedCounter,
 }
 
 impl NsInner {
@@ -1134,7 +1264,7 @@ impl NsInner {
             durable,
             chunks: Reservoir::new(cfg_max_keys),
             forget_waits: AtomicU64::new(0),
-            lock_free_duplicates: crate::stats::Striped::default(),
+            lock_free_duplicates: Default::default(),
         })
     }
 
@@ -1584,11 +1714,73 @@ impl Namespace {
     fn claim_fp(&self, key: &[u8], payload: Option<u64>) -> Result<Claim> {
         let ns = &self.inner;
         let fp = ns.key_fp(key)?;
+        // A thread whose last claims were duplicates reads first without the lock
+        // (see `recent`); claims with a payload always compare it under the lock.
+        #[cfg(not(idem_loom))]
+        if payload.is_none() {
+            let claim = if recent::duplicates() {
+                self.claim_likely_duplicate(fp)
+            } else {
+                self.claim_locked(fp, None)
+            };
+            recent::note(&claim);
+            return claim;
+        }
+        self.claim_locked(fp, payload)
+    }
+
+    /// A single claim through the shard's lock.
+    #[inline(always)]
+    fn claim_locked(&self, fp: Fp, payload: Option<u64>) -> Result<Claim> {
+        let ns = &self.inner;
         // The bucket's cache miss (and the shard lines' transfer, if another core
         // holds them) overlaps the clock read and the lock.
-        #[cfg_attr(idem_loom, allow(unused_variables))]
         let slot = ns.prefetch_to_lock(fp);
         let now = ns.now();
+        self.claim_locked_at(fp, payload, slot, now)
+    }
+
+    /// A single claim expected to be a duplicate: answered without the lock if the
+    /// shard holds the key done and live and nothing moves meanwhile
+    /// ([`ShardSlot::optimistic_duplicate`](crate::hot::ShardSlot)), so that two
+    /// threads answering duplicates share the shard's lines instead of passing them
+    /// between their cores. Otherwise through the lock, at the same time.
+    #[cfg(not(idem_loom))]
+    #[inline(always)]
+    fn claim_likely_duplicate(&self, fp: Fp) -> Result<Claim> {
+        let ns = &self.inner;
+        let slot = &ns.slots[fp.shard(ns.slots.len())];
+        // Only the bucket: asking for the lock's lines to write would take them from
+        // the other core that reads them too.
+        crate::hot::prefetch(slot.hint(), fp.lo);
+        let now = ns.now();
+        if let Some(pin) = crate::hot::pin() {
+            if let Some((completed_at_ms, expires_at_ms, result)) =
+                slot.optimistic_duplicate(fp, &ns.params, now, &pin)
+            {
+                ns.lock_free_duplicates.add(&pin, 1);
+                return Ok(Claim::Duplicate(Done {
+                    completed_at_ms,
+                    expires_at_ms,
+                    result,
+                }));
+            }
+        }
+        slot.prefetch_write();
+        self.claim_locked_at(fp, None, slot, now)
+    }
+
+    /// The rest of a single claim through the lock of `slot` (the key's), made at
+    /// `now`, with its claim marker written.
+    #[inline(always)]
+    fn claim_locked_at(
+        &self,
+        fp: Fp,
+        payload: Option<u64>,
+        #[cfg_attr(idem_loom, allow(unused_variables))] slot: &SlotCell,
+        now: Now,
+    ) -> Result<Claim> {
+        let ns = &self.inner;
         #[cfg(not(idem_loom))]
         slot.prefetch_schedule(ns.params.deadline(now, ns.params.lease_ms));
         let mut marker = None;
@@ -1633,24 +1825,27 @@ impl Namespace {
             fps.push(fp);
         }
         // One pin for the batch: whatever the lock-free reads below find published
-        // stays allocated until the batch is done.
+        // stays allocated until the batch is done. (None while the thread is being
+        // torn down: then every claim takes the lock.)
         #[cfg(not(idem_loom))]
         let pin = crate::hot::pin();
         // With the buckets on their way, find each key's likely entry and request it
         // too: a duplicate's look-up then waits on neither of its two misses.
         #[cfg(not(idem_loom))]
-        for &fp in &fps {
-            ns.slots[fp.shard(ns.slots.len())].prefetch_entry(fp, &pin);
+        if let Some(pin) = &pin {
+            for &fp in &fps {
+                ns.slots[fp.shard(ns.slots.len())].prefetch_entry(fp, pin);
+            }
         }
         let now = ns.now();
         let mut markers = Vec::new();
         let mut claims = Vec::with_capacity(fps.len());
-        #[cfg_attr(idem_loom, allow(unused_mut))]
+        #[cfg_attr(idem_loom, allow(unused_mut, unused_variables))]
         let mut lock_free_dups = 0u64;
         for fp in fps {
             let mut marker = None;
             #[cfg(not(idem_loom))]
-            let lock_free = Some((&pin, &mut lock_free_dups));
+            let lock_free = pin.as_ref().map(|p| (p, &mut lock_free_dups));
             #[cfg(idem_loom)]
             let lock_free = None;
             match NsInner::claim_one(ns, &self.pins, fp, None, now, &mut marker, lock_free) {
@@ -1660,17 +1855,22 @@ impl Namespace {
                 }
                 Err(e) => {
                     // No marker of this batch was written yet.
-                    ns.lock_free_duplicates.add(lock_free_dups);
+                    #[cfg(not(idem_loom))]
+                    if let Some(pin) = &pin {
+                        ns.lock_free_duplicates.add(pin, lock_free_dups);
+                    }
                     abandon_all(claims);
                     return Err(e);
                 }
             }
         }
-        ns.lock_free_duplicates.add(lock_free_dups);
         // Unpinned before the markers' write (which may wait for a disk): a pin held
         // holds back every retired table's free, the whole process's.
         #[cfg(not(idem_loom))]
-        drop(pin);
+        if let Some(pin) = pin {
+            ns.lock_free_duplicates.add(&pin, lock_free_dups);
+            drop(pin);
+        }
         if let Err(e) = ns.write_markers(&markers) {
             abandon_all(claims);
             return Err(e);

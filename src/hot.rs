@@ -18,6 +18,8 @@
 //! itself, and the wheel only makes sure expired entries are reclaimed without traffic.
 
 mod index;
+#[cfg_attr(idem_loom, allow(dead_code))]
+pub(crate) mod reclaim;
 mod seq;
 #[cfg(idem_loom)]
 pub(crate) use seq::Seq;
@@ -914,7 +916,7 @@ impl ShardSlot {
         fp: Fp,
         p: &Params,
         now: Now,
-        _pin: &crossbeam::epoch::Guard,
+        _pin: &reclaim::Pin,
     ) -> Option<DoneView> {
         use std::sync::atomic::Ordering as O;
         if p.sliding {
@@ -974,7 +976,7 @@ impl ShardSlot {
     #[cfg(not(idem_loom))]
     #[inline]
     #[allow(unsafe_code)]
-    pub(crate) fn prefetch_entry(&self, fp: Fp, _pin: &crossbeam::epoch::Guard) {
+    pub(crate) fn prefetch_entry(&self, fp: Fp, _pin: &reclaim::Pin) {
         let (hint, table, count) = self.published();
         // SAFETY: as in `optimistic_duplicate`.
         let Some(i) =
@@ -1078,17 +1080,7 @@ fn retire<T: Send + 'static>(
     pending: &std::sync::Arc<std::sync::atomic::AtomicUsize>,
 ) {
     #[cfg(not(idem_loom))]
-    {
-        use std::sync::atomic::Ordering as O;
-        pending.fetch_add(bytes, O::Relaxed);
-        let pending = std::sync::Arc::clone(pending);
-        let guard = crossbeam::epoch::pin();
-        guard.defer(move || {
-            drop(garbage);
-            pending.fetch_sub(bytes, O::Relaxed);
-        });
-        guard.flush();
-    }
+    reclaim::retire(garbage, bytes, pending);
     #[cfg(idem_loom)]
     {
         let _ = (bytes, pending);
@@ -1096,20 +1088,21 @@ fn retire<T: Send + 'static>(
     }
 }
 
-/// Lets retired tables whose readers have all unpinned be freed: a pass of the epoch
-/// collector, which maintenance runs so that a workload of single claims (which never
-/// pin) does not leave the last retired tables allocated until the next growth.
+/// Frees the retired tables whose readers have all unpinned: maintenance runs it, so
+/// that tables retired while a reader was pinned do not stay allocated until the next
+/// growth.
 pub(crate) fn collect_retired() {
     #[cfg(not(idem_loom))]
-    crossbeam::epoch::pin().flush();
+    reclaim::collect();
 }
 
 /// Pins the current thread for lock-free shard reads: what a reader finds published
-/// stays allocated until its pin drops. Nested pins are cheap.
+/// stays allocated until its pin drops (see [`reclaim`]). `None` while the thread is
+/// being torn down: the caller takes the lock instead.
 #[cfg(not(idem_loom))]
 #[inline]
-pub(crate) fn pin() -> crossbeam::epoch::Guard {
-    crossbeam::epoch::pin()
+pub(crate) fn pin() -> Option<reclaim::Pin> {
+    reclaim::pin()
 }
 
 /// How far behind `now` a shard's wheel may be before a claim must bring it up to

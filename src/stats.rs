@@ -181,13 +181,7 @@ impl Stats {
     }
 }
 
-/// A counter that threads add to without sharing a cache line: one padded stripe per
-/// thread (threads beyond the stripe count share, still exactly), summed when read.
-/// For counts made outside every lock, such as duplicates answered lock-free.
-#[derive(Debug, Default)]
-pub(crate) struct Striped([crossbeam::utils::CachePadded<std::sync::atomic::AtomicU64>; STRIPES]);
-
-/// Stripes of a [`Striped`] counter.
+/// Stripes [`thread_stripe`] hands out.
 const STRIPES: usize = 16;
 
 /// Hands each thread its stripe, in order of first use.
@@ -204,24 +198,4 @@ std::thread_local! {
 #[inline]
 pub(crate) fn thread_stripe() -> usize {
     STRIPE.try_with(|i| *i).unwrap_or(0)
-}
-
-impl Striped {
-    /// Adds `n`, on the calling thread's stripe.
-    #[inline]
-    pub(crate) fn add(&self, n: u64) {
-        if n == 0 {
-            return;
-        }
-        // A thread being torn down has no stripe left: it shares the first.
-        self.0[thread_stripe()].fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// The total so far.
-    pub(crate) fn sum(&self) -> u64 {
-        self.0
-            .iter()
-            .map(|c| c.load(std::sync::atomic::Ordering::Relaxed))
-            .sum()
-    }
 }

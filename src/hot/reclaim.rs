@@ -1,0 +1,473 @@
+//! When an outgrown table may be freed: reclamation for the shards' lock-free reads.
+//!
+//! A lock-free reader ([`ShardSlot::optimistic_duplicate`](super::ShardSlot)) follows
+//! pointers a lock holder published (the index's bucket array, the slab's
+//! chunk-address table). When a shard outgrows one, the lock holder publishes the
+//! replacement and hands the old one to [`retire`]; it is freed only once no reader
+//! that could have read the old pointer is still reading.
+//!
+//! The reader's side must cost next to nothing, because every single duplicate claim
+//! takes it: a reader ([`pin`]) stores the current epoch into a slot of its own thread
+//! (a cache line no other thread writes), and clears it when done. No read-modify-write,
+//! no store to a shared line, and on Linux no fence either.
+//!
+//! The cost moves to the retiring side, which is rare (a table is outgrown a few dozen
+//! times in a shard's life). [`retire`] advances the global epoch, tags the garbage with
+//! the epoch before it, and frees garbage once every pinned reader's epoch is later than
+//! its tag: a reader whose epoch is later loaded it after the advance, so it sees the
+//! replacement. To see the readers' slots without a fence on their side, the retiring
+//! thread first makes every thread of the process run a full memory barrier
+//! (`membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`): after it, a reader's store of its
+//! epoch is either visible, or was not yet made, and then the reader's later loads see
+//! the replacement. Where that system call is not available, readers issue a
+//! sequentially consistent fence after their store and the retiring side one before its
+//! scan (the classic store-fence-load pairing).
+//!
+//! Rust's memory model has no process-wide barrier, so the fence-free pairing rests
+//! on the kernel's guarantee rather than on the model, as in user-space RCU built on
+//! the same call; the fallback is within the model.
+//!
+//! Each thread's slot has an index, unique among the live threads and reused after a
+//! thread ends; [`OwnedCounter`] uses it to give the first [`OWNED`] threads a counter
+//! stripe only they write, with plain stores.
+
+use std::marker::PhantomData;
+use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use crossbeam::utils::CachePadded;
+use parking_lot::Mutex;
+
+/// The global epoch; 0 in a slot means "not reading", so it starts at 1.
+static EPOCH: AtomicU64 = AtomicU64::new(1);
+
+/// Whether `membarrier` is registered for this process (set once, before any reader
+/// pins: see [`Registry::get`]).
+static MEMBARRIER: AtomicBool = AtomicBool::new(false);
+
+/// One thread's reader slot: the epoch it pinned at, or 0.
+#[derive(Default)]
+struct Slot {
+    active: AtomicU64,
+}
+
+/// Every slot ever handed out (leaked: at most one per thread alive at once), and the
+/// indices of those whose threads have ended, for reuse.
+struct Registry {
+    slots: Vec<&'static CachePadded<Slot>>,
+    free: Vec<usize>,
+}
+
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+    slots: Vec::new(),
+    free: Vec::new(),
+});
+
+/// Whether the registry has decided on `membarrier` yet.
+static DECIDED: AtomicBool = AtomicBool::new(false);
+
+impl Registry {
+    /// Takes a slot for the calling thread.
+    fn register() -> (usize, &'static CachePadded<Slot>) {
+        let mut r = REGISTRY.lock();
+        if !DECIDED.load(Ordering::Relaxed) {
+            // Decided under the lock, before the first slot exists: no reader can
+            // have pinned with a fence while a retirer skipped its barrier.
+            MEMBARRIER.store(register_membarrier(), Ordering::Relaxed);
+            DECIDED.store(true, Ordering::Relaxed);
+        }
+        if let Some(i) = r.free.pop() {
+            return (i, r.slots[i]);
+        }
+        let slot: &'static CachePadded<Slot> = Box::leak(Box::default());
+        r.slots.push(slot);
+        (r.slots.len() - 1, slot)
+    }
+}
+
+/// The calling thread's slot, returned to the registry when the thread ends.
+struct Reader {
+    index: usize,
+    slot: &'static CachePadded<Slot>,
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        self.slot.active.store(0, Ordering::Release);
+        REGISTRY.lock().free.push(self.index);
+    }
+}
+
+std::thread_local! {
+    static READER: Reader = {
+        let (index, slot) = Registry::register();
+        Reader { index, slot }
+    };
+}
+
+/// A pinned reader: while it lives, nothing retired after it was made is freed. Not
+/// `Send`: it stands for the calling thread's slot.
+pub(crate) struct Pin {
+    slot: &'static CachePadded<Slot>,
+    index: usize,
+    /// Made while the thread was pinned already: the outer pin clears the slot.
+    nested: bool,
+    _thread: PhantomData<*const ()>,
+}
+
+impl std::fmt::Debug for Pin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pin")
+            .field("index", &self.index)
+            .field("nested", &self.nested)
+            .finish()
+    }
+}
+
+impl Pin {
+    /// The calling thread's index, unique among live threads (see [`OwnedCounter`]).
+    #[inline]
+    pub(crate) fn thread_index(&self) -> usize {
+        self.index
+    }
+}
+
+/// Pins the calling thread for lock-free reads; `None` while the thread is being torn
+/// down (its slot is gone: the caller takes the lock instead). A nested pin keeps the
+/// outermost one's epoch.
+#[inline]
+pub(crate) fn pin() -> Option<Pin> {
+    READER
+        .try_with(|r| {
+            // Only this thread stores into its slot.
+            let nested = r.slot.active.load(Ordering::Relaxed) != 0;
+            if !nested {
+                let e = EPOCH.load(Ordering::Acquire);
+                r.slot.active.store(e, Ordering::Relaxed);
+                light_fence();
+            }
+            Pin {
+                slot: r.slot,
+                index: r.index,
+                nested,
+                _thread: PhantomData,
+            }
+        })
+        .ok()
+}
+
+impl Drop for Pin {
+    #[inline]
+    fn drop(&mut self) {
+        if !self.nested {
+            // Release: the reads made while pinned come before a retirer's scan that
+            // finds the slot clear.
+            self.slot.active.store(0, Ordering::Release);
+        }
+    }
+}
+
+/// The reader's half of the store-then-load ordering: only the compiler's, when the
+/// retiring side makes every thread run a barrier.
+#[inline]
+fn light_fence() {
+    if MEMBARRIER.load(Ordering::Relaxed) {
+        compiler_fence(Ordering::SeqCst);
+    } else {
+        fence(Ordering::SeqCst);
+    }
+}
+
+/// The retiring side's half: a full barrier on every thread of the process. False if
+/// readers pin without a fence and the barrier failed (it does not once registered):
+/// then no reader's slot can be trusted, and nothing is freed.
+fn heavy_fence() -> bool {
+    if MEMBARRIER.load(Ordering::Relaxed) {
+        return membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED);
+    }
+    fence(Ordering::SeqCst);
+    true
+}
+
+#[cfg(target_os = "linux")]
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_int = 1 << 3;
+#[cfg(target_os = "linux")]
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_int = 1 << 4;
+#[cfg(not(target_os = "linux"))]
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED: i32 = 0;
+
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+fn membarrier(cmd: libc::c_int) -> bool {
+    // SAFETY: `membarrier` takes two integers and touches no memory of ours.
+    unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0 as libc::c_uint) == 0 }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn membarrier(_cmd: i32) -> bool {
+    false
+}
+
+/// Registers the process for expedited private barriers; false where the kernel has
+/// none (then readers fence).
+#[cfg(target_os = "linux")]
+fn register_membarrier() -> bool {
+    membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn register_membarrier() -> bool {
+    false
+}
+
+/// Whether readers pin without a fence (the process has `membarrier`).
+#[cfg(test)]
+pub(crate) fn fence_free() -> bool {
+    // Decided with the first slot.
+    drop(pin());
+    MEMBARRIER.load(Ordering::Relaxed)
+}
+
+/// Garbage waiting for its readers.
+struct Retired {
+    /// The epoch before the advance that followed its replacement's publication.
+    tag: u64,
+    garbage: Box<dyn Send>,
+    bytes: usize,
+    pending: Arc<AtomicUsize>,
+}
+
+static LIMBO: Mutex<Vec<Retired>> = Mutex::new(Vec::new());
+/// Items in [`LIMBO`], read without its lock to skip an empty collection.
+static LIMBO_LEN: AtomicUsize = AtomicUsize::new(0);
+
+/// Frees `garbage` (an outgrown table, `bytes` long, whose replacement the caller has
+/// already published) once no reader pinned before now can still read it, counting
+/// it in `pending` until then.
+pub(crate) fn retire<T: Send + 'static>(garbage: T, bytes: usize, pending: &Arc<AtomicUsize>) {
+    pending.fetch_add(bytes, Ordering::Relaxed);
+    // SeqCst: the publication before it is seen by every reader that loads a later
+    // epoch (their load is an acquire).
+    let tag = EPOCH.fetch_add(1, Ordering::SeqCst);
+    {
+        let mut limbo = LIMBO.lock();
+        limbo.push(Retired {
+            tag,
+            garbage: Box::new(garbage),
+            bytes,
+            pending: Arc::clone(pending),
+        });
+        LIMBO_LEN.store(limbo.len(), Ordering::Relaxed);
+    }
+    collect();
+}
+
+/// Frees whatever retired garbage no pinned reader can still be reading.
+pub(crate) fn collect() {
+    if LIMBO_LEN.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    if !heavy_fence() {
+        return;
+    }
+    let oldest = {
+        let r = REGISTRY.lock();
+        r.slots
+            .iter()
+            .map(|s| s.active.load(Ordering::Acquire))
+            .filter(|&e| e != 0)
+            .min()
+            .unwrap_or(u64::MAX)
+    };
+    let freed: Vec<Retired> = {
+        let mut limbo = LIMBO.lock();
+        let (freed, kept) = std::mem::take(&mut *limbo)
+            .into_iter()
+            .partition(|r| r.tag < oldest);
+        *limbo = kept;
+        LIMBO_LEN.store(limbo.len(), Ordering::Relaxed);
+        freed
+    };
+    // Dropped outside the lock: freeing a large table takes a while.
+    for r in freed {
+        drop(r.garbage);
+        r.pending.fetch_sub(r.bytes, Ordering::Relaxed);
+    }
+}
+
+/// Stripes given to threads of their own.
+pub(crate) const OWNED: usize = 16;
+
+/// A counter added to outside every lock without a read-modify-write: the threads
+/// whose [`Pin::thread_index`] is below [`OWNED`] each write a stripe of their own with
+/// a plain load and store (no other live thread has that index); the rest share one
+/// last stripe, added to atomically. Summed when read.
+#[derive(Debug, Default)]
+pub(crate) struct OwnedCounter([CachePadded<AtomicU64>; OWNED + 1]);
+
+impl OwnedCounter {
+    /// Adds `n` for the thread `pin` stands for.
+    #[inline]
+    pub(crate) fn add(&self, pin: &Pin, n: u64) {
+        let i = pin.thread_index();
+        if i < OWNED {
+            let own = &self.0[i];
+            own.store(own.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+        } else {
+            self.0[OWNED].fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// The total so far.
+    pub(crate) fn sum(&self) -> u64 {
+        self.0.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending() -> Arc<AtomicUsize> {
+        Arc::new(AtomicUsize::new(0))
+    }
+
+    /// Collects until `p` drops to zero, or panics; other tests' readers may be pinned
+    /// meanwhile, briefly.
+    fn freed_eventually(p: &AtomicUsize) {
+        for _ in 0..1_000_000 {
+            collect();
+            if p.load(Ordering::Relaxed) == 0 {
+                return;
+            }
+            std::thread::yield_now();
+        }
+        panic!("never freed");
+    }
+
+    /// Marks when it is dropped.
+    struct Canary(Arc<AtomicBool>);
+    impl Drop for Canary {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn garbage_waits_for_a_reader_pinned_before_it_was_retired() {
+        let p = pending();
+        let dropped = Arc::new(AtomicBool::new(false));
+        let reader = pin().unwrap();
+        retire(Canary(Arc::clone(&dropped)), 100, &p);
+        for _ in 0..10 {
+            collect();
+        }
+        assert!(!dropped.load(Ordering::SeqCst), "freed under a reader");
+        assert_eq!(p.load(Ordering::Relaxed), 100);
+        drop(reader);
+        freed_eventually(&p);
+        assert!(dropped.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn a_nested_pin_keeps_the_outer_epoch() {
+        let p = pending();
+        let outer = pin().unwrap();
+        retire(vec![0u8; 64], 64, &p);
+        // A pin taken and dropped inside does not let the garbage go.
+        drop(pin().unwrap());
+        collect();
+        assert_eq!(p.load(Ordering::Relaxed), 64);
+        drop(outer);
+        freed_eventually(&p);
+    }
+
+    #[test]
+    fn a_reader_pinned_after_the_retirement_does_not_hold_it() {
+        let p = pending();
+        retire(vec![0u8; 32], 32, &p);
+        let later = pin().unwrap();
+        freed_eventually(&p);
+        drop(later);
+    }
+
+    #[test]
+    fn a_reader_on_another_thread_holds_garbage_until_it_unpins() {
+        let p = pending();
+        let (pinned_tx, pinned_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            let pin = pin().unwrap();
+            pinned_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            drop(pin);
+        });
+        pinned_rx.recv().unwrap();
+        retire(vec![0u8; 16], 16, &p);
+        collect();
+        assert_eq!(
+            p.load(Ordering::Relaxed),
+            16,
+            "freed under the other thread"
+        );
+        go_tx.send(()).unwrap();
+        t.join().unwrap();
+        freed_eventually(&p);
+    }
+
+    #[test]
+    fn live_threads_have_distinct_indices_and_ended_ones_are_reused() {
+        let barrier = std::sync::Barrier::new(8);
+        let indices: Vec<usize> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..8)
+                .map(|_| {
+                    s.spawn(|| {
+                        let i = pin().unwrap().thread_index();
+                        // All alive at once.
+                        barrier.wait();
+                        i
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let mut sorted = indices.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 8, "{indices:?}");
+        // The registry does not grow past the threads alive at once (the tests of this
+        // binary run on a bounded pool, plus these).
+        let before = REGISTRY.lock().slots.len();
+        for _ in 0..50 {
+            std::thread::spawn(|| drop(pin())).join().unwrap();
+        }
+        // Other tests' threads may register meanwhile, a few at a time.
+        assert!(REGISTRY.lock().slots.len() <= before + 16);
+    }
+
+    #[test]
+    fn owned_and_shared_stripes_count_exactly() {
+        let c = OwnedCounter::default();
+        // More threads alive at once than there are owned stripes.
+        let barrier = std::sync::Barrier::new(OWNED + 4);
+        std::thread::scope(|s| {
+            for _ in 0..OWNED + 4 {
+                s.spawn(|| {
+                    let pin = pin().unwrap();
+                    barrier.wait();
+                    for _ in 0..10_000 {
+                        c.add(&pin, 1);
+                    }
+                });
+            }
+        });
+        assert_eq!(c.sum(), (OWNED as u64 + 4) * 10_000);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn linux_readers_pin_without_a_fence() {
+        // This kernel family has had expedited private barriers since 4.14.
+        assert!(fence_free());
+    }
+}

@@ -38,12 +38,19 @@ use std::sync::Arc;
 use crossbeam::utils::CachePadded;
 use parking_lot::Mutex;
 
-/// The global epoch; 0 in a slot means "not reading", so it starts at 1.
-static EPOCH: AtomicU64 = AtomicU64::new(1);
+/// What every reader loads: the global epoch (0 in a slot means "not reading", so it
+/// starts at 1) and whether `membarrier` is registered for this process (set once,
+/// before any reader pins: see [`Registry::register`]). A line of their own, so that
+/// no write elsewhere (an allocator's counter, say) takes it from the readers' caches.
+struct Global {
+    epoch: AtomicU64,
+    membarrier: AtomicBool,
+}
 
-/// Whether `membarrier` is registered for this process (set once, before any reader
-/// pins: see [`Registry::get`]).
-static MEMBARRIER: AtomicBool = AtomicBool::new(false);
+static GLOBAL: CachePadded<Global> = CachePadded::new(Global {
+    epoch: AtomicU64::new(1),
+    membarrier: AtomicBool::new(false),
+});
 
 /// One thread's reader slot: the epoch it pinned at, or 0.
 #[derive(Default)]
@@ -73,7 +80,9 @@ impl Registry {
         if !DECIDED.load(Ordering::Relaxed) {
             // Decided under the lock, before the first slot exists: no reader can
             // have pinned with a fence while a retirer skipped its barrier.
-            MEMBARRIER.store(register_membarrier(), Ordering::Relaxed);
+            GLOBAL
+                .membarrier
+                .store(register_membarrier(), Ordering::Relaxed);
             DECIDED.store(true, Ordering::Relaxed);
         }
         if let Some(i) = r.free.pop() {
@@ -142,7 +151,7 @@ pub(crate) fn pin() -> Option<Pin> {
             // Only this thread stores into its slot.
             let nested = r.slot.active.load(Ordering::Relaxed) != 0;
             if !nested {
-                let e = EPOCH.load(Ordering::Acquire);
+                let e = GLOBAL.epoch.load(Ordering::Acquire);
                 r.slot.active.store(e, Ordering::Relaxed);
                 light_fence();
             }
@@ -171,7 +180,7 @@ impl Drop for Pin {
 /// retiring side makes every thread run a barrier.
 #[inline]
 fn light_fence() {
-    if MEMBARRIER.load(Ordering::Relaxed) {
+    if GLOBAL.membarrier.load(Ordering::Relaxed) {
         compiler_fence(Ordering::SeqCst);
     } else {
         fence(Ordering::SeqCst);
@@ -182,7 +191,7 @@ fn light_fence() {
 /// readers pin without a fence and the barrier failed (it does not once registered):
 /// then no reader's slot can be trusted, and nothing is freed.
 fn heavy_fence() -> bool {
-    if MEMBARRIER.load(Ordering::Relaxed) {
+    if GLOBAL.membarrier.load(Ordering::Relaxed) {
         return membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED);
     }
     fence(Ordering::SeqCst);
@@ -225,7 +234,7 @@ fn register_membarrier() -> bool {
 pub(crate) fn fence_free() -> bool {
     // Decided with the first slot.
     drop(pin());
-    MEMBARRIER.load(Ordering::Relaxed)
+    GLOBAL.membarrier.load(Ordering::Relaxed)
 }
 
 /// Garbage waiting for its readers.
@@ -248,7 +257,7 @@ pub(crate) fn retire<T: Send + 'static>(garbage: T, bytes: usize, pending: &Arc<
     pending.fetch_add(bytes, Ordering::Relaxed);
     // SeqCst: the publication before it is seen by every reader that loads a later
     // epoch (their load is an acquire).
-    let tag = EPOCH.fetch_add(1, Ordering::SeqCst);
+    let tag = GLOBAL.epoch.fetch_add(1, Ordering::SeqCst);
     {
         let mut limbo = LIMBO.lock();
         limbo.push(Retired {

@@ -877,6 +877,39 @@ mod tests {
     }
 
     #[test]
+    fn a_sliding_window_keeps_single_duplicates_on_the_lock() {
+        let clock = crate::ManualClock::new(1_700_000_000_000);
+        let engine = super::Engine::builder()
+            .clock(clock.clone())
+            .maintenance_interval(None)
+            .namespace(
+                "n",
+                crate::NamespaceConfig::new()
+                    .ttl(std::time::Duration::from_secs(60))
+                    .extend_on_duplicate(true)
+                    .shards(1),
+            )
+            .build()
+            .unwrap();
+        let ns = engine.namespace("n").unwrap();
+        done(&ns, b"k");
+        super::recent::forget();
+        let mut expires = 0;
+        for _ in 0..5 {
+            clock.advance(std::time::Duration::from_secs(1));
+            match ns.claim(b"k").unwrap() {
+                crate::Claim::Duplicate(d) => {
+                    // Each duplicate moves the window on.
+                    assert!(d.expires_at_ms() > expires, "{d:?}");
+                    expires = d.expires_at_ms();
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(ns.inner.lock_free_duplicates.sum(), 0);
+    }
+
+    #[test]
     fn single_claims_read_without_the_lock_while_another_thread_grows_the_shard() {
         // As the batch test above, with single claims read first (after duplicates in
         // a row): every answer stays right while the tables are replaced under them.
@@ -1718,7 +1751,8 @@ impl Namespace {
         // (see `recent`); claims with a payload always compare it under the lock.
         #[cfg(not(idem_loom))]
         if payload.is_none() {
-            let claim = if recent::duplicates() {
+            // (A sliding window rewrites a duplicate's deadline: always the lock.)
+            let claim = if !ns.params.sliding && recent::duplicates() {
                 self.claim_likely_duplicate(fp)
             } else {
                 self.claim_locked(fp, None)

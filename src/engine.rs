@@ -629,17 +629,18 @@ mod tests {
 
     /// A single-shard namespace on a manual clock (TTL 60 s), no maintenance thread.
     fn one_shard(max_keys: usize) -> (super::Engine, super::Namespace, crate::ManualClock) {
+        one_shard_with(crate::NamespaceConfig::new().max_keys(max_keys))
+    }
+
+    /// As [`one_shard`], from `cfg`.
+    fn one_shard_with(
+        cfg: crate::NamespaceConfig,
+    ) -> (super::Engine, super::Namespace, crate::ManualClock) {
         let clock = crate::ManualClock::new(1_700_000_000_000);
         let engine = super::Engine::builder()
             .clock(clock.clone())
             .maintenance_interval(None)
-            .namespace(
-                "n",
-                crate::NamespaceConfig::new()
-                    .max_keys(max_keys)
-                    .ttl(std::time::Duration::from_secs(60))
-                    .shards(1),
-            )
+            .namespace("n", cfg.ttl(std::time::Duration::from_secs(60)).shards(1))
             .build()
             .unwrap();
         let ns = engine.namespace("n").unwrap();
@@ -878,20 +879,8 @@ mod tests {
 
     #[test]
     fn a_sliding_window_keeps_single_duplicates_on_the_lock() {
-        let clock = crate::ManualClock::new(1_700_000_000_000);
-        let engine = super::Engine::builder()
-            .clock(clock.clone())
-            .maintenance_interval(None)
-            .namespace(
-                "n",
-                crate::NamespaceConfig::new()
-                    .ttl(std::time::Duration::from_secs(60))
-                    .extend_on_duplicate(true)
-                    .shards(1),
-            )
-            .build()
-            .unwrap();
-        let ns = engine.namespace("n").unwrap();
+        let (_engine, ns, clock) =
+            one_shard_with(crate::NamespaceConfig::new().extend_on_duplicate(true));
         done(&ns, b"k");
         super::recent::forget();
         let mut expires = 0;

@@ -6,7 +6,7 @@
 //!                                  [--runs 3]
 //!                                  [--peers idem,idem-b64,floor,dashmap,moka,redis,redis-p64,machine]
 //!                                  [--moka-max-n 1000000] [--redis-max-n 1000000]
-//!                                  [--redis-sample 100000] [--w2-passes 1]
+//!                                  [--redis-sample 100000] [--w2-passes K]
 //! ```
 //!
 //! Peers: `idem`, `idem-b64` (idem through `claim_batch` / `complete_batch`, 64 keys a
@@ -35,9 +35,11 @@
 //! of the structure is included. The RSS delta from `/proc/self/statm` is given beside
 //! it; it also holds allocator slack and pages freed by table growth but not returned.
 //!
-//! `--w2-passes K` times K passes of W2 in each child instead of one (the rate is per
-//! pass): at N = 1,000,000 one pass on two threads takes 50-100 ms, which a single
-//! descheduling on a shared host moves by a large fraction.
+//! W2's timed phase is repeated over the same keys until it has run for
+//! [`W2_MIN_SECS`] (at most [`W2_MAX_PASSES`] passes), and its rate is per pass: at
+//! N = 1,000,000 one pass on two threads takes 50-100 ms, which a single descheduling
+//! on a shared host moves by a large fraction. `--w2-passes K` times exactly K passes
+//! instead (`--w2-passes 1`: one pass, as before).
 //!
 //! Run without `--bench` (as `cargo test --benches` does) it only does a small smoke
 //! run.
@@ -537,6 +539,14 @@ struct ChildResult {
 /// keys in the same structure (timed); `repeat` runs W2's pass that many times, all
 /// timed, and reports the time of one pass (the total over `repeat`): a longer timed
 /// phase, which one descheduling moves less.
+/// W2's timed phase runs at least this long in each child, unless `--w2-passes` says
+/// how many passes.
+const W2_MIN_SECS: f64 = 0.5;
+/// The most W2 passes a child runs to reach [`W2_MIN_SECS`].
+const W2_MAX_PASSES: usize = 20;
+
+/// Times W1 (the fill), then W2 over the same keys: `repeat` passes, or with `repeat`
+/// 0 as many as reach [`W2_MIN_SECS`] (at most [`W2_MAX_PASSES`]).
 fn measure<P: Peer>(
     build: impl FnOnce() -> P,
     keys: &[Key],
@@ -555,13 +565,21 @@ fn measure<P: Peer>(
     let rss = rss_bytes() - rss0;
     let own = peer.own_bytes();
     let dup = w2.then(|| {
-        let passes = repeat.max(1);
+        let mut passes = 0;
         let mut total = Duration::ZERO;
         let mut dup_failed = 0;
-        for _ in 0..passes {
+        loop {
             let (dup, failed) = run_split(&peer, keys, threads, P::duplicate_many);
             total += dup;
+            passes += 1;
             dup_failed = dup_failed.max(failed);
+            let done = match repeat {
+                0 => total.as_secs_f64() >= W2_MIN_SECS || passes == W2_MAX_PASSES,
+                r => passes == r,
+            };
+            if done {
+                break;
+            }
         }
         // A key the fill could not take cannot answer Duplicate either: count both.
         (
@@ -579,12 +597,24 @@ fn measure<P: Peer>(
     }
 }
 
+/// Redis claims timed per child by default (`--redis-sample`).
+const REDIS_SAMPLE: usize = 100_000;
+
+/// A Redis child's timed sample: its fifth argument, or the parent's default.
+fn redis_sample(arg: usize) -> usize {
+    match arg {
+        0 => REDIS_SAMPLE,
+        n => n,
+    }
+}
+
 fn child(args: &[String]) -> ExitCode {
-    // A fifth argument repeats W2's timed phase (`--w2-passes`, and for profiling
-    // the duplicate path alone); the time reported is that of one pass.
+    // A fifth argument fixes how many times W2's timed phase runs (`--w2-passes`,
+    // and for profiling the duplicate path alone); without it, it runs for
+    // `W2_MIN_SECS`. The time reported is that of one pass.
     // The Redis peers take the size of their timed sample instead.
     let (peer, workload, n, threads, repeat) = match args {
-        [p, w, n, t] => (p, w, n, t, 1),
+        [p, w, n, t] => (p, w, n, t, 0),
         [p, w, n, t, r] => (p, w, n, t, r.parse().expect("repeat")),
         _ => {
             eprintln!("--child needs: peer workload n threads [repeat | redis sample]");
@@ -606,8 +636,8 @@ fn child(args: &[String]) -> ExitCode {
         "idem-r64" => measure(|| Idem::new(n, 64), &keys, w2, threads, repeat),
         "idem-pre" => measure(|| Idem::with(n, 0, true), &keys, w2, threads, repeat),
         "idem-b64" => measure(|| IdemBatch(Idem::new(n, 0)), &keys, w2, threads, repeat),
-        "redis" => redis::measure(&keys, w2, threads, 1, repeat),
-        "redis-p64" => redis::measure(&keys, w2, threads, 64, repeat),
+        "redis" => redis::measure(&keys, w2, threads, 1, redis_sample(repeat)),
+        "redis-p64" => redis::measure(&keys, w2, threads, 64, redis_sample(repeat)),
         "floor" => measure(
             || Floor(parking_lot::Mutex::new(hashbrown::HashMap::new())),
             &keys,
@@ -658,7 +688,8 @@ struct Opts {
     moka_max_n: usize,
     redis_max_n: usize,
     redis_sample: usize,
-    /// W2 passes timed per child (`--w2-passes`; Redis peers time their sample once).
+    /// W2 passes timed per child (`--w2-passes`; Redis peers time their sample once);
+    /// 0: as many as reach `W2_MIN_SECS`.
     w2_passes: usize,
     label: &'static str,
 }
@@ -680,8 +711,8 @@ fn parse_opts(args: &[String]) -> Opts {
         peers: PEERS.iter().map(|s| s.to_string()).collect(),
         moka_max_n: 1_000_000,
         redis_max_n: 1_000_000,
-        redis_sample: 100_000,
-        w2_passes: 1,
+        redis_sample: REDIS_SAMPLE,
+        w2_passes: 0,
         label: "full",
     };
     if !bench_mode {
@@ -820,7 +851,7 @@ fn run_child(o: &Opts, peer: &str, n: usize, threads: usize) -> [Sample; 2] {
     cmd.args(["--child", peer, "w12", &n.to_string(), &threads.to_string()]);
     if is_redis(peer) {
         cmd.arg(o.redis_sample.to_string());
-    } else if o.w2_passes > 1 {
+    } else if o.w2_passes > 0 {
         cmd.arg(o.w2_passes.to_string());
     }
     let out = cmd.output().expect("spawning a child");
@@ -1198,10 +1229,14 @@ fn main() -> ExitCode {
     println!(
         "- each peer, N and thread count is a child process of its own per run: it runs W1 (timed; memory is measured after it), then W2 over the same keys in the same structure (timed)"
     );
-    if o.w2_passes > 1 {
+    if o.w2_passes > 0 {
         println!(
             "- W2 is timed over {} passes of the N keys in each child (Redis peers: one), and its claims/s is over one pass",
             o.w2_passes
+        );
+    } else {
+        println!(
+            "- W2 is timed over passes of the N keys in each child until {W2_MIN_SECS} s have run (at most {W2_MAX_PASSES} passes; Redis peers: one), and its claims/s is over one pass"
         );
     }
     println!("- idem: `NamespaceConfig::new().ttl(3600 s).max_keys(N)`, default shards, maintenance thread, the default clock (CoarseClock), random seed");

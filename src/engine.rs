@@ -1699,6 +1699,11 @@ impl Namespace {
     /// Claims `key`: atomically, exactly one of any number of concurrent claims of
     /// one key is `Acquired`.
     ///
+    /// A thread whose last two claims (through this method, in any namespace) answered
+    /// `Duplicate` reads its next one first without the shard's lock, so that threads
+    /// replaying duplicates write no memory they share; the answers are the same as
+    /// through the lock.
+    ///
     /// ```
     /// use idem::{Claim, Engine, NamespaceConfig};
     ///

@@ -4,8 +4,9 @@ use crate::hot::Counters;
 
 /// A snapshot of the engine's counters (since it was built) and gauges (now).
 ///
-/// Counters are kept per shard under the shard's lock and summed when asked, so
-/// reading them costs the hot path nothing.
+/// Counters are kept per shard under the shard's lock (duplicates answered without
+/// it, on stripes of their threads) and summed when asked, so keeping them costs the
+/// hot path next to nothing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
@@ -36,8 +37,9 @@ pub struct Stats {
     /// results.
     pub hot_bytes: u64,
     /// Heap bytes of hot-tier tables that a shard has outgrown and not yet freed:
-    /// they are kept until no lock-free batch read can still be reading them, and
-    /// freed within a maintenance pass or two after that. Not part of `hot_bytes`,
+    /// they are kept until no lock-free read (of a batch, or of a single duplicate
+    /// claim) can still be reading them, and freed by the next retirement or
+    /// maintenance pass after that. Not part of `hot_bytes`,
     /// which moves only with what the hot tier holds.
     pub retired_bytes: u64,
     /// Done keys dropped from a full hot tier to make room (durable namespaces only:

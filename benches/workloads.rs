@@ -6,7 +6,7 @@
 //!                                  [--runs 3]
 //!                                  [--peers idem,idem-b64,floor,dashmap,moka,redis,redis-p64,machine]
 //!                                  [--moka-max-n 1000000] [--redis-max-n 1000000]
-//!                                  [--redis-sample 100000] [--w2-passes K]
+//!                                  [--redis-sample 100000] [--w2-passes K] [--w2-shuffled]
 //! ```
 //!
 //! Peers: `idem`, `idem-b64` (idem through `claim_batch` / `complete_batch`, 64 keys a
@@ -40,6 +40,13 @@
 //! N = 1,000,000 one pass on two threads takes 50-100 ms, which a single descheduling
 //! on a shared host moves by a large fraction. `--w2-passes K` times exactly K passes
 //! instead (`--w2-passes 1`: one pass, as before).
+//!
+//! W2 claims the keys in the order W1 inserted them. idem appends each shard's entries
+//! to a slab in insertion order, so that replay reads each shard's slab front to back
+//! and finds most entries' lines already loaded by the one before; a table that
+//! stores its keys in place (the floor) gets no such help. `--w2-shuffled` claims them
+//! in another fixed order instead, unrelated to W1's (every peer alike), which takes
+//! that locality away.
 //!
 //! Run without `--bench` (as `cargo test --benches` does) it only does a small smoke
 //! run.
@@ -539,6 +546,23 @@ struct ChildResult {
 /// keys in the same structure (timed); `repeat` runs W2's pass that many times, all
 /// timed, and reports the time of one pass (the total over `repeat`): a longer timed
 /// phase, which one descheduling moves less.
+/// Set in a child's environment by `--w2-shuffled`.
+const W2_SHUFFLED_ENV: &str = "IDEM_BENCH_W2_SHUFFLED";
+
+/// `keys` in another fixed order, unrelated to W1's (a Fisher-Yates shuffle driven by
+/// xorshift64 from a fixed seed).
+fn shuffle(keys: &[Key]) -> Vec<Key> {
+    let mut v = keys.to_vec();
+    let mut x = 0x2545_F491_4F6C_DD1D_u64;
+    for i in (1..v.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    v
+}
+
 /// W2's timed phase runs at least this long in each child, unless `--w2-passes` says
 /// how many passes.
 const W2_MIN_SECS: f64 = 0.5;
@@ -565,6 +589,15 @@ fn measure<P: Peer>(
     let rss = rss_bytes() - rss0;
     let own = peer.own_bytes();
     let dup = w2.then(|| {
+        // W2 claims the keys in W1's order, unless the parent asked for another
+        // (`--w2-shuffled`): see the module's documentation.
+        let shuffled;
+        let keys = if std::env::var_os(W2_SHUFFLED_ENV).is_some() {
+            shuffled = shuffle(keys);
+            &shuffled[..]
+        } else {
+            keys
+        };
         let mut passes = 0;
         let mut total = Duration::ZERO;
         let mut dup_failed = 0;
@@ -691,6 +724,8 @@ struct Opts {
     /// W2 passes timed per child (`--w2-passes`; Redis peers time their sample once);
     /// 0: as many as reach `W2_MIN_SECS`.
     w2_passes: usize,
+    /// W2 claims the keys in another order than W1's (`--w2-shuffled`).
+    w2_shuffled: bool,
     label: &'static str,
 }
 
@@ -713,6 +748,7 @@ fn parse_opts(args: &[String]) -> Opts {
         redis_max_n: 1_000_000,
         redis_sample: REDIS_SAMPLE,
         w2_passes: 0,
+        w2_shuffled: false,
         label: "full",
     };
     if !bench_mode {
@@ -750,6 +786,7 @@ fn parse_opts(args: &[String]) -> Opts {
                 o.w2_passes = val().parse().expect("--w2-passes");
                 assert!(o.w2_passes > 0, "--w2-passes must be at least 1");
             }
+            "--w2-shuffled" => o.w2_shuffled = true,
             "--bench" => {}
             other => panic!("unknown argument {other}"),
         }
@@ -853,6 +890,9 @@ fn run_child(o: &Opts, peer: &str, n: usize, threads: usize) -> [Sample; 2] {
         cmd.arg(o.redis_sample.to_string());
     } else if o.w2_passes > 0 {
         cmd.arg(o.w2_passes.to_string());
+    }
+    if o.w2_shuffled {
+        cmd.env(W2_SHUFFLED_ENV, "1");
     }
     let out = cmd.output().expect("spawning a child");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -1237,6 +1277,11 @@ fn main() -> ExitCode {
     } else {
         println!(
             "- W2 is timed over passes of the N keys in each child until {W2_MIN_SECS} s have run (at most {W2_MAX_PASSES} passes; Redis peers: one), and its claims/s is over one pass"
+        );
+    }
+    if o.w2_shuffled {
+        println!(
+            "- W2 claims the keys in another fixed order than W1 inserted them (`--w2-shuffled`: a seeded shuffle, the same for every peer)"
         );
     }
     println!("- idem: `NamespaceConfig::new().ttl(3600 s).max_keys(N)`, default shards, maintenance thread, the default clock (CoarseClock), random seed");

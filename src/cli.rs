@@ -55,6 +55,7 @@ USAGE:
     idem bench [--quick] [--no-durable | --durable-only] [--source DIR]
                [--n LIST] [--threads LIST] [--runs N] [--peers LIST]
                [--moka-max-n N] [--redis-max-n N] [--redis-sample N] [--w2-passes K]
+               [--w2-shuffled]
         The comparison with the peers, in one run, as markdown tables with ratios
         to idem: W1/W2 against a hashbrown floor, dashmap, moka and Redis (when
         redis-server is installed), beside the machine's own two-thread scaling,

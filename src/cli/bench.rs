@@ -54,6 +54,7 @@ impl Options {
                     o.quick = true;
                     o.harness_args.push(a.clone());
                 }
+                "--w2-shuffled" => o.harness_args.push(a.clone()),
                 "--no-durable" => {
                     o.durable = false;
                     o.no_durable = true;
@@ -159,10 +160,17 @@ mod tests {
             o.cargo_args().join(" "),
             "bench --no-default-features --bench workloads -- --quick --peers idem,redis --runs 5"
         );
-        let o = Options::parse(&args(&["--n", "1000000", "--w2-passes", "10"])).unwrap();
+        let o = Options::parse(&args(&[
+            "--n",
+            "1000000",
+            "--w2-passes",
+            "10",
+            "--w2-shuffled",
+        ]))
+        .unwrap();
         assert_eq!(
             o.cargo_args().join(" "),
-            "bench --no-default-features --bench workloads -- --n 1000000 --w2-passes 10"
+            "bench --no-default-features --bench workloads -- --n 1000000 --w2-passes 10 --w2-shuffled"
         );
         let o = Options::parse(&args(&["--no-durable"])).unwrap();
         assert!(!o.durable && o.workloads);

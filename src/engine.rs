@@ -1573,11 +1573,13 @@ impl NsInner {
         }
     }
 
-    /// Starts loading the index bucket of `fp` into the cache, ahead of its claim.
+    /// Starts loading the index bucket of `fp` into the cache, ahead of its claim;
+    /// returns the key's shard slot.
     #[inline]
-    fn prefetch(&self, fp: Fp) {
+    fn prefetch(&self, fp: Fp) -> &SlotCell {
         let slot = &self.slots[fp.shard(self.slots.len())];
         crate::hot::prefetch(slot.hint(), fp.lo);
+        slot
     }
 
     /// As [`NsInner::prefetch`], and asks for the lines of the key's shard that a
@@ -1587,8 +1589,7 @@ impl NsInner {
     /// would only move them back and forth.
     #[inline]
     fn prefetch_to_lock(&self, fp: Fp) -> &SlotCell {
-        let slot = &self.slots[fp.shard(self.slots.len())];
-        crate::hot::prefetch(slot.hint(), fp.lo);
+        let slot = self.prefetch(fp);
         slot.prefetch_write();
         slot
     }
@@ -1777,10 +1778,9 @@ impl Namespace {
     #[inline(always)]
     fn claim_likely_duplicate(&self, fp: Fp) -> Result<Claim> {
         let ns = &self.inner;
-        let slot = &ns.slots[fp.shard(ns.slots.len())];
         // Only the bucket: asking for the lock's lines to write would take them from
         // the other core that reads them too.
-        crate::hot::prefetch(slot.hint(), fp.lo);
+        let slot = ns.prefetch(fp);
         let now = ns.now();
         if let Some(pin) = crate::hot::pin() {
             if let Some((completed_at_ms, expires_at_ms, result)) =

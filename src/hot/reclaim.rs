@@ -27,7 +27,9 @@
 //!
 //! Rust's memory model has no process-wide barrier, so the fence-free pairing rests
 //! on the kernel's guarantee rather than on the model, as in user-space RCU built on
-//! the same call; the fallback is within the model.
+//! the same call; the fallback is within the model. The mode is chosen once per
+//! process, with the first reader's slot; the unit tests run the readers' tests again
+//! in a child process that is told to take the fallback.
 //!
 //! Each thread's slot has an index, unique among the live threads and reused after a
 //! thread ends; [`OwnedCounter`] uses it to give the first [`OWNED`] threads a counter
@@ -83,9 +85,10 @@ impl Registry {
             // Decided under the lock, before the first slot exists; `collect` reads
             // the choice and runs its barrier under the same lock, so it never skips
             // the barrier while a registered reader pins without a fence.
-            GLOBAL
-                .membarrier
-                .store(register_membarrier(), Ordering::Relaxed);
+            GLOBAL.membarrier.store(
+                !fenced_for_test() && register_membarrier(),
+                Ordering::Relaxed,
+            );
             DECIDED.store(true, Ordering::Relaxed);
         }
         if let Some(i) = r.free.pop() {
@@ -231,6 +234,24 @@ fn register_membarrier() -> bool {
 
 #[cfg(not(target_os = "linux"))]
 fn register_membarrier() -> bool {
+    false
+}
+
+/// The variable that makes a unit-test process pin with fences whatever its kernel
+/// has, so the fallback is tested too (see `fenced_readers_pass_the_reclamation_tests`).
+#[cfg(test)]
+const FENCED_FOR_TEST: &str = "IDEM_TEST_FENCED_READERS";
+
+/// Whether this (unit-test) process was started to pin with fences.
+#[cfg(test)]
+fn fenced_for_test() -> bool {
+    std::env::var_os(FENCED_FOR_TEST).is_some()
+}
+
+/// Outside tests, the kernel alone decides.
+#[cfg(not(test))]
+#[inline]
+fn fenced_for_test() -> bool {
     false
 }
 
@@ -519,7 +540,53 @@ mod tests {
         let cmds =
             unsafe { libc::syscall(libc::SYS_membarrier, 0 as libc::c_int, 0 as libc::c_uint) };
         let available = cmds > 0 && cmds & i64::from(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0;
-        assert_eq!(fence_free(), available, "commands {cmds:#x}");
+        assert_eq!(
+            fence_free(),
+            available && !fenced_for_test(),
+            "commands {cmds:#x}, fenced for the test: {}",
+            fenced_for_test()
+        );
+    }
+
+    /// The tests of the readers' protection, run again in a process of their own whose
+    /// readers pin with a fence and whose collections fence instead of calling
+    /// `membarrier` (the mode of a kernel or sandbox without it). The mode is chosen
+    /// once per process, so this one cannot switch it for itself.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn fenced_readers_pass_the_reclamation_tests() {
+        if fenced_for_test() {
+            return; // the child: the tests it runs are the others
+        }
+        let filters = [
+            "hot::reclaim::tests::",
+            "engine::tests::the_lock_free_read_",
+            "engine::tests::outgrown_tables_are_reported_until_maintenance_frees_them",
+            "engine::tests::batches_read_without_the_lock_while_another_thread_grows_the_shard",
+            "engine::tests::single_claims_read_without_the_lock",
+        ];
+        let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+            .args(filters)
+            .args(["--skip", "fenced_readers_pass_the_reclamation_tests"])
+            .args(["--test-threads", "2"])
+            .env(FENCED_FOR_TEST, "1")
+            .output()
+            .expect("the test binary runs again");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "fenced run failed:\n{text}");
+        for name in [
+            "hot::reclaim::tests::readers_pin_without_a_fence_where_the_kernel_has_the_barrier",
+            "hot::reclaim::tests::garbage_retired_after_a_scan_waits_for_the_next",
+            "hot::reclaim::tests::a_reader_on_another_thread_holds_garbage_until_it_unpins",
+            "engine::tests::the_lock_free_read_finds_every_done_key_after_the_tables_grow",
+            "engine::tests::single_claims_read_without_the_lock_while_another_thread_grows_the_shard",
+            "engine::tests::batches_read_without_the_lock_while_another_thread_grows_the_shard",
+        ] {
+            assert!(
+                text.contains(&format!("test {name} ... ok")),
+                "{name} did not pass in the fenced run:\n{text}"
+            );
+        }
     }
 
     #[test]

@@ -120,10 +120,31 @@ std::thread_local! {
     };
 }
 
+#[cfg(debug_assertions)]
+std::thread_local! {
+    /// Pins the thread holds, outer and nested (debug builds check the nesting order).
+    static PINS_HELD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts a pin made (`+1`) or dropped (`-1`) on this thread; a debug build's check
+/// that an outer pin is dropped last: its slot clear would leave the nested ones
+/// unprotected. Returns the count before the change.
+#[cfg(debug_assertions)]
+fn count_pin(delta: isize) -> usize {
+    PINS_HELD
+        .try_with(|c| {
+            let before = c.get();
+            c.set(before.wrapping_add_signed(delta));
+            before
+        })
+        .unwrap_or(0)
+}
+
 /// A pinned reader: while it lives, nothing retired after it was made is freed. Not
 /// `Send`: it stands for the calling thread's slot. Pins are kept on the stack of a
-/// call: a nested one is dropped before the one it is nested in, and none is kept in
-/// a thread-local (the thread's slot is cleared when its thread-locals are).
+/// call: a nested one is dropped before the one it is nested in (debug builds panic
+/// otherwise), and none is kept in a thread-local (the thread's slot is cleared when
+/// its thread-locals are).
 pub(crate) struct Pin {
     slot: &'static CachePadded<Slot>,
     index: usize,
@@ -163,6 +184,8 @@ pub(crate) fn pin() -> Option<Pin> {
                 r.slot.active.store(e, Ordering::Relaxed);
                 light_fence();
             }
+            #[cfg(debug_assertions)]
+            count_pin(1);
             Pin {
                 slot: r.slot,
                 index: r.index,
@@ -180,6 +203,15 @@ impl Drop for Pin {
             // Release: the reads made while pinned come before a retirer's scan that
             // finds the slot clear.
             self.slot.active.store(0, Ordering::Release);
+        }
+        #[cfg(debug_assertions)]
+        {
+            let held = count_pin(-1);
+            assert!(
+                self.nested || held == 1,
+                "an outer pin was dropped while {} pin(s) nested in it lived",
+                held.saturating_sub(1)
+            );
         }
     }
 }
@@ -447,6 +479,29 @@ mod tests {
         assert_eq!(p.load(Ordering::Relaxed), 64);
         drop(outer);
         freed_eventually(&p);
+    }
+
+    #[cfg(debug_assertions)]
+    #[test]
+    #[should_panic(expected = "an outer pin was dropped while 1 pin(s) nested in it lived")]
+    fn an_outer_pin_dropped_before_its_nested_one_is_caught() {
+        let outer = pin().unwrap();
+        let inner = pin().unwrap();
+        assert!(inner.nested && !outer.nested);
+        drop(outer);
+        drop(inner);
+    }
+
+    #[cfg(debug_assertions)]
+    #[test]
+    fn pins_dropped_in_order_pass_the_check() {
+        let outer = pin().unwrap();
+        let inner = pin().unwrap();
+        drop(inner);
+        drop(outer);
+        assert_eq!(count_pin(0), 0);
+        let again = pin().unwrap();
+        assert!(!again.nested, "the slot was cleared by the outer pin");
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //!                                  [--runs 3]
 //!                                  [--peers idem,idem-b64,floor,dashmap,moka,redis,redis-p64,machine]
 //!                                  [--moka-max-n 1000000] [--redis-max-n 1000000]
-//!                                  [--redis-sample 100000] [--w2-passes K] [--w2-shuffled]
+//!                                  [--redis-sample 100000] [--w2-passes K]
+//!                                  [--w2-shuffled | --w2-one-order]
 //! ```
 //!
 //! Peers: `idem`, `idem-b64` (idem through `claim_batch` / `complete_batch`, 64 keys a
@@ -44,9 +45,12 @@
 //! W2 claims the keys in the order W1 inserted them. idem appends each shard's entries
 //! to a slab in insertion order, so that replay reads each shard's slab front to back
 //! and finds most entries' lines already loaded by the one before; a table that
-//! stores its keys in place (the floor) gets no such help. `--w2-shuffled` claims them
-//! in another fixed order instead, unrelated to W1's (every peer alike), which takes
-//! that locality away.
+//! stores its keys in place (the floor) gets no such help. So each child (but the
+//! Redis peers', whose time is the network's) then runs W2 again over the same
+//! structure, timed the same way, in another fixed order unrelated to W1's (a seeded
+//! shuffle, every peer alike), which takes that locality away: the last table.
+//! `--w2-one-order` leaves that second W2 out; `--w2-shuffled` runs W2 in the shuffled
+//! order only (the targets are then read on it).
 //!
 //! Run without `--bench` (as `cargo test --benches` does) it only does a small smoke
 //! run.
@@ -540,6 +544,9 @@ struct ChildResult {
     own: Option<u64>,
     /// W2, when it ran: its time, and the keys that did not answer Duplicate.
     dup: Option<(f64, u64)>,
+    /// W2 again in a shuffled order, after it, when the parent asked for both
+    /// orders: the same two figures.
+    dup_shuffled: Option<(f64, u64)>,
 }
 
 /// W1 over `keys` (timed, memory measured after it), then, if `w2`, W2 over the same
@@ -548,6 +555,9 @@ struct ChildResult {
 /// phase, which one descheduling moves less.
 /// Set in a child's environment by `--w2-shuffled`.
 const W2_SHUFFLED_ENV: &str = "IDEM_BENCH_W2_SHUFFLED";
+/// Set in a child's environment unless `--w2-shuffled` or `--w2-one-order` is given:
+/// after W2 in W1's order, W2 runs again in a shuffled one.
+const W2_BOTH_ENV: &str = "IDEM_BENCH_W2_BOTH";
 
 /// `keys` in another fixed order, unrelated to W1's (a Fisher-Yates shuffle driven by
 /// xorshift64 from a fixed seed).
@@ -588,21 +598,14 @@ fn measure<P: Peer>(
     let heap = live_heap() - heap0;
     let rss = rss_bytes() - rss0;
     let own = peer.own_bytes();
-    let dup = w2.then(|| {
-        // W2 claims the keys in W1's order, unless the parent asked for another
-        // (`--w2-shuffled`): see the module's documentation.
-        let shuffled;
-        let keys = if std::env::var_os(W2_SHUFFLED_ENV).is_some() {
-            shuffled = shuffle(keys);
-            &shuffled[..]
-        } else {
-            keys
-        };
+    // W2's timed phase over `order`: its time per pass, and the keys that did not
+    // answer Duplicate (a key the fill could not take cannot either: both count).
+    let time_w2 = |order: &[Key]| {
         let mut passes = 0;
         let mut total = Duration::ZERO;
         let mut dup_failed = 0;
         loop {
-            let (dup, failed) = run_split(&peer, keys, threads, P::duplicate_many);
+            let (dup, failed) = run_split(&peer, order, threads, P::duplicate_many);
             total += dup;
             passes += 1;
             dup_failed = dup_failed.max(failed);
@@ -614,12 +617,24 @@ fn measure<P: Peer>(
                 break;
             }
         }
-        // A key the fill could not take cannot answer Duplicate either: count both.
         (
             total.as_secs_f64() / passes as f64,
             dup_failed.max(fill_failed),
         )
-    });
+    };
+    // W2 claims the keys in W1's order, unless the parent asked for another
+    // (`--w2-shuffled`); and then, unless told not to, in a shuffled order too: see
+    // the module's documentation.
+    let shuffled_only = std::env::var_os(W2_SHUFFLED_ENV).is_some();
+    let both = !shuffled_only && std::env::var_os(W2_BOTH_ENV).is_some();
+    let (dup, dup_shuffled) = if !w2 {
+        (None, None)
+    } else if shuffled_only {
+        (Some(time_w2(&shuffle(keys))), None)
+    } else {
+        let first = time_w2(keys);
+        (Some(first), both.then(|| time_w2(&shuffle(keys))))
+    };
     ChildResult {
         secs: fill.as_secs_f64(),
         failures: fill_failed,
@@ -627,6 +642,7 @@ fn measure<P: Peer>(
         rss,
         own,
         dup,
+        dup_shuffled,
     }
 }
 
@@ -690,9 +706,12 @@ fn child(args: &[String]) -> ExitCode {
         other => panic!("unknown peer {other}"),
     };
     let own = r.own.map_or(-1, |b| b as i64);
+    let shuffled = r.dup_shuffled.map_or(String::new(), |(secs, failures)| {
+        format!(" w2s_secs={secs} w2s_failures={failures}")
+    });
     match (workload.as_str(), r.dup) {
         ("w12", Some((dup_secs, dup_failures))) => println!(
-            "RESULT secs={} failures={} heap={} rss={} own={own} w2_secs={dup_secs} w2_failures={dup_failures}",
+            "RESULT secs={} failures={} heap={} rss={} own={own} w2_secs={dup_secs} w2_failures={dup_failures}{shuffled}",
             r.secs, r.failures, r.heap, r.rss
         ),
         (_, Some((dup_secs, dup_failures))) => println!(
@@ -726,6 +745,8 @@ struct Opts {
     w2_passes: usize,
     /// W2 claims the keys in another order than W1's (`--w2-shuffled`).
     w2_shuffled: bool,
+    /// W2 runs in W1's order only, not again shuffled (`--w2-one-order`).
+    w2_one_order: bool,
     label: &'static str,
 }
 
@@ -749,6 +770,7 @@ fn parse_opts(args: &[String]) -> Opts {
         redis_sample: REDIS_SAMPLE,
         w2_passes: 0,
         w2_shuffled: false,
+        w2_one_order: false,
         label: "full",
     };
     if !bench_mode {
@@ -787,6 +809,7 @@ fn parse_opts(args: &[String]) -> Opts {
                 assert!(o.w2_passes > 0, "--w2-passes must be at least 1");
             }
             "--w2-shuffled" => o.w2_shuffled = true,
+            "--w2-one-order" => o.w2_one_order = true,
             "--bench" => {}
             other => panic!("unknown argument {other}"),
         }
@@ -857,6 +880,8 @@ fn machine() -> String {
 enum Workload {
     W1,
     W2,
+    /// W2 again, in a shuffled order (after W2 in W1's order, in the same child).
+    W2s,
 }
 
 impl Workload {
@@ -864,6 +889,7 @@ impl Workload {
         match self {
             Workload::W1 => "w1",
             Workload::W2 => "w2",
+            Workload::W2s => "w2 shuffled",
         }
     }
 }
@@ -881,8 +907,9 @@ struct Sample {
 }
 
 /// Runs one child: W1, then W2 over the same keys, for `peer` at `n` keys on
-/// `threads` threads. Returns the W1 sample and the W2 sample.
-fn run_child(o: &Opts, peer: &str, n: usize, threads: usize) -> [Sample; 2] {
+/// `threads` threads. Returns the W1 sample, the W2 sample and, if the child ran W2
+/// in a shuffled order too, that one.
+fn run_child(o: &Opts, peer: &str, n: usize, threads: usize) -> Vec<Sample> {
     let exe = std::env::current_exe().expect("current_exe");
     let mut cmd = Command::new(exe);
     cmd.args(["--child", peer, "w12", &n.to_string(), &threads.to_string()]);
@@ -893,6 +920,8 @@ fn run_child(o: &Opts, peer: &str, n: usize, threads: usize) -> [Sample; 2] {
     }
     if o.w2_shuffled {
         cmd.env(W2_SHUFFLED_ENV, "1");
+    } else if !o.w2_one_order {
+        cmd.env(W2_BOTH_ENV, "1");
     }
     let out = cmd.output().expect("spawning a child");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -906,11 +935,12 @@ fn run_child(o: &Opts, peer: &str, n: usize, threads: usize) -> [Sample; 2] {
                 String::from_utf8_lossy(&out.stderr)
             )
         });
-    let field = |name: &str| -> &str {
+    let maybe = |name: &str| -> Option<&str> {
         line.split_whitespace()
             .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
-            .unwrap_or_else(|| panic!("no {name} in {line}"))
     };
+    let field =
+        |name: &str| -> &str { maybe(name).unwrap_or_else(|| panic!("no {name} in {line}")) };
     let sample = |w: Workload, secs: &str, failures: &str| {
         let secs: f64 = field(secs).parse().expect("secs");
         Sample {
@@ -925,10 +955,14 @@ fn run_child(o: &Opts, peer: &str, n: usize, threads: usize) -> [Sample; 2] {
             own: field("own").parse().expect("own"),
         }
     };
-    [
+    let mut samples = vec![
         sample(Workload::W1, "secs", "failures"),
         sample(Workload::W2, "w2_secs", "w2_failures"),
-    ]
+    ];
+    if maybe("w2s_secs").is_some() {
+        samples.push(sample(Workload::W2s, "w2s_secs", "w2s_failures"));
+    }
+    samples
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -970,6 +1004,9 @@ fn table(o: &Opts, all: &[Sample], w: Workload) -> String {
         Workload::W2 => {
             "W2 duplicate: the same N keys claimed again, every answer must be Duplicate"
         }
+        Workload::W2s => {
+            "W2 in a shuffled order: the same N keys claimed once more, in another fixed order than W1's"
+        }
     };
     let _ = writeln!(t, "### {title}\n");
     match w {
@@ -980,7 +1017,7 @@ fn table(o: &Opts, all: &[Sample], w: Workload) -> String {
             );
             let _ = writeln!(t, "|---:|---:|---|---:|---|---:|---:|---:|---:|");
         }
-        Workload::W2 => {
+        Workload::W2 | Workload::W2s => {
             let _ = writeln!(
                 t,
                 "| N | threads | peer | claims/s median | spread (min-max) | idem / peer | not Duplicate |"
@@ -1006,7 +1043,7 @@ fn table(o: &Opts, all: &[Sample], w: Workload) -> String {
                             "| {n} | {threads} | {} | not run | | | | | |",
                             peer_label(peer, w)
                         ),
-                        Workload::W2 => writeln!(
+                        Workload::W2 | Workload::W2s => writeln!(
                             t,
                             "| {n} | {threads} | {} | not run | | | |",
                             peer_label(peer, w)
@@ -1032,7 +1069,7 @@ fn table(o: &Opts, all: &[Sample], w: Workload) -> String {
                         per_key(&c, |s| s.heap),
                         per_key(&c, |s| s.rss),
                     ),
-                    Workload::W2 => writeln!(
+                    Workload::W2 | Workload::W2s => writeln!(
                         t,
                         "| {n} | {threads} | {} | {} | {} - {} | {ratio} | {failures} |",
                         peer_label(peer, w),
@@ -1283,6 +1320,10 @@ fn main() -> ExitCode {
         println!(
             "- W2 claims the keys in another fixed order than W1 inserted them (`--w2-shuffled`: a seeded shuffle, the same for every peer)"
         );
+    } else if !o.w2_one_order {
+        println!(
+            "- after W2 in W1's order, each child but Redis's runs W2 again, timed the same way, in another fixed order (a seeded shuffle, the same for every peer): the last table"
+        );
     }
     println!("- idem: `NamespaceConfig::new().ttl(3600 s).max_keys(N)`, default shards, maintenance thread, the default clock (CoarseClock), random seed");
     println!("- peers key by `xxh3_128_with_seed` fingerprints (floor: `[u8; 16]`, dashmap: `u128`); moka keys are the 20-byte strings, its fill time includes `run_pending_tasks()` at the end");
@@ -1339,6 +1380,12 @@ fn main() -> ExitCode {
     println!();
     print!("{}", table(&o, &all, Workload::W2));
     println!();
+    if all.iter().any(|s| s.w == Workload::W2s) {
+        print!("{}", table(&o, &all, Workload::W2s));
+        println!(
+            "\nIn W1's order (the table before), idem's replay reads each shard's slab front to back, and most entries' lines are loaded already; in this order they are not, as for a consumer's redeliveries. Redis peers do not run it (`--w2-one-order` leaves it out for all).\n"
+        );
+    }
     print!("{}", targets(&o, &all));
     println!(
         "\nTotal wall time {:.0} s. Figures are claims per second over N keys; spreads are min-max over the runs.",

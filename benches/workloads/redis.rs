@@ -354,5 +354,6 @@ pub(crate) fn measure(
         rss: scale(rss),
         own: None,
         dup,
+        dup_shuffled: None,
     }
 }

@@ -54,7 +54,7 @@ impl Options {
                     o.quick = true;
                     o.harness_args.push(a.clone());
                 }
-                "--w2-shuffled" => o.harness_args.push(a.clone()),
+                "--w2-shuffled" | "--w2-one-order" => o.harness_args.push(a.clone()),
                 "--no-durable" => {
                     o.durable = false;
                     o.no_durable = true;
@@ -171,6 +171,11 @@ mod tests {
         assert_eq!(
             o.cargo_args().join(" "),
             "bench --no-default-features --bench workloads -- --n 1000000 --w2-passes 10 --w2-shuffled"
+        );
+        let o = Options::parse(&args(&["--w2-one-order"])).unwrap();
+        assert_eq!(
+            o.cargo_args().join(" "),
+            "bench --no-default-features --bench workloads -- --w2-one-order"
         );
         let o = Options::parse(&args(&["--no-durable"])).unwrap();
         assert!(!o.durable && o.workloads);

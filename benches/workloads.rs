@@ -8,6 +8,7 @@
 //!                                  [--moka-max-n 1000000] [--redis-max-n 1000000]
 //!                                  [--redis-sample 100000] [--w2-passes K]
 //!                                  [--w2-shuffled | --w2-one-order]
+//!                                  [--w2-shuffled-max-n 1000000]
 //! ```
 //!
 //! Peers: `idem`, `idem-b64` (idem through `claim_batch` / `complete_batch`, 64 keys a
@@ -48,9 +49,11 @@
 //! stores its keys in place (the floor) gets no such help. So each child (but the
 //! Redis peers', whose time is the network's) then runs W2 again over the same
 //! structure, timed the same way, in another fixed order unrelated to W1's (a seeded
-//! shuffle, every peer alike), which takes that locality away: the last table.
-//! `--w2-one-order` leaves that second W2 out; `--w2-shuffled` runs W2 in the shuffled
-//! order only (the targets are then read on it).
+//! shuffle, every peer alike), which takes that locality away: the last table. It
+//! runs at N <= 1,000,000 unless `--w2-shuffled-max-n` says otherwise (at 10 M keys it
+//! would add over a minute a run). `--w2-one-order` leaves that second W2 out;
+//! `--w2-shuffled` runs W2 in the shuffled order only (the targets are then read on
+//! it).
 //!
 //! Run without `--bench` (as `cargo test --benches` does) it only does a small smoke
 //! run.
@@ -747,6 +750,8 @@ struct Opts {
     w2_shuffled: bool,
     /// W2 runs in W1's order only, not again shuffled (`--w2-one-order`).
     w2_one_order: bool,
+    /// The largest N whose children run W2 again shuffled (`--w2-shuffled-max-n`).
+    w2_shuffled_max_n: usize,
     label: &'static str,
 }
 
@@ -771,6 +776,7 @@ fn parse_opts(args: &[String]) -> Opts {
         w2_passes: 0,
         w2_shuffled: false,
         w2_one_order: false,
+        w2_shuffled_max_n: 1_000_000,
         label: "full",
     };
     if !bench_mode {
@@ -810,6 +816,9 @@ fn parse_opts(args: &[String]) -> Opts {
             }
             "--w2-shuffled" => o.w2_shuffled = true,
             "--w2-one-order" => o.w2_one_order = true,
+            "--w2-shuffled-max-n" => {
+                o.w2_shuffled_max_n = val().replace('_', "").parse().expect("--w2-shuffled-max-n")
+            }
             "--bench" => {}
             other => panic!("unknown argument {other}"),
         }
@@ -920,7 +929,7 @@ fn run_child(o: &Opts, peer: &str, n: usize, threads: usize) -> Vec<Sample> {
     }
     if o.w2_shuffled {
         cmd.env(W2_SHUFFLED_ENV, "1");
-    } else if !o.w2_one_order {
+    } else if !o.w2_one_order && n <= o.w2_shuffled_max_n {
         cmd.env(W2_BOTH_ENV, "1");
     }
     let out = cmd.output().expect("spawning a child");
@@ -1322,7 +1331,8 @@ fn main() -> ExitCode {
         );
     } else if !o.w2_one_order {
         println!(
-            "- after W2 in W1's order, each child but Redis's runs W2 again, timed the same way, in another fixed order (a seeded shuffle, the same for every peer): the last table"
+            "- after W2 in W1's order, each child but Redis's at N <= {} runs W2 again, timed the same way, in another fixed order (a seeded shuffle, the same for every peer): the last table (`--w2-shuffled-max-n` changes the bound)",
+            o.w2_shuffled_max_n
         );
     }
     println!("- idem: `NamespaceConfig::new().ttl(3600 s).max_keys(N)`, default shards, maintenance thread, the default clock (CoarseClock), random seed");

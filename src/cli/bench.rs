@@ -26,7 +26,7 @@ pub(crate) struct Options {
 }
 
 /// Options of the workloads harness that take a value, passed through.
-const HARNESS_VALUED: [&str; 8] = [
+const HARNESS_VALUED: [&str; 9] = [
     "--n",
     "--threads",
     "--runs",
@@ -35,6 +35,7 @@ const HARNESS_VALUED: [&str; 8] = [
     "--redis-max-n",
     "--redis-sample",
     "--w2-passes",
+    "--w2-shuffled-max-n",
 ];
 
 impl Options {
@@ -176,6 +177,11 @@ mod tests {
         assert_eq!(
             o.cargo_args().join(" "),
             "bench --no-default-features --bench workloads -- --w2-one-order"
+        );
+        let o = Options::parse(&args(&["--w2-shuffled-max-n", "10000000"])).unwrap();
+        assert_eq!(
+            o.cargo_args().join(" "),
+            "bench --no-default-features --bench workloads -- --w2-shuffled-max-n 10000000"
         );
         let o = Options::parse(&args(&["--no-durable"])).unwrap();
         assert!(!o.durable && o.workloads);

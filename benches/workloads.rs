@@ -552,10 +552,6 @@ struct ChildResult {
     dup_shuffled: Option<(f64, u64)>,
 }
 
-/// W1 over `keys` (timed, memory measured after it), then, if `w2`, W2 over the same
-/// keys in the same structure (timed); `repeat` runs W2's pass that many times, all
-/// timed, and reports the time of one pass (the total over `repeat`): a longer timed
-/// phase, which one descheduling moves less.
 /// Set in a child's environment by `--w2-shuffled`.
 const W2_SHUFFLED_ENV: &str = "IDEM_BENCH_W2_SHUFFLED";
 /// Set in a child's environment unless `--w2-shuffled` or `--w2-one-order` is given:
@@ -583,7 +579,8 @@ const W2_MIN_SECS: f64 = 0.5;
 const W2_MAX_PASSES: usize = 20;
 
 /// Times W1 (the fill), then W2 over the same keys: `repeat` passes, or with `repeat`
-/// 0 as many as reach [`W2_MIN_SECS`] (at most [`W2_MAX_PASSES`]).
+/// 0 as many as reach [`W2_MIN_SECS`] (at most [`W2_MAX_PASSES`]), in W1's order,
+/// then shuffled ([`W2_BOTH_ENV`]), or shuffled only ([`W2_SHUFFLED_ENV`]).
 fn measure<P: Peer>(
     build: impl FnOnce() -> P,
     keys: &[Key],
@@ -628,14 +625,13 @@ fn measure<P: Peer>(
     // W2 claims the keys in W1's order, unless the parent asked for another
     // (`--w2-shuffled`); and then, unless told not to, in a shuffled order too: see
     // the module's documentation.
-    let shuffled_only = std::env::var_os(W2_SHUFFLED_ENV).is_some();
-    let both = !shuffled_only && std::env::var_os(W2_BOTH_ENV).is_some();
     let (dup, dup_shuffled) = if !w2 {
         (None, None)
-    } else if shuffled_only {
+    } else if std::env::var_os(W2_SHUFFLED_ENV).is_some() {
         (Some(time_w2(&shuffle(keys))), None)
     } else {
         let first = time_w2(keys);
+        let both = std::env::var_os(W2_BOTH_ENV).is_some();
         (Some(first), both.then(|| time_w2(&shuffle(keys))))
     };
     ChildResult {

@@ -60,7 +60,6 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::fmt::Write as _;
 use std::io::Write as _;
 use std::process::{Command, ExitCode};
 use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
@@ -72,6 +71,10 @@ use xxhash_rust::xxh3::xxh3_128_with_seed;
 
 #[path = "workloads/redis.rs"]
 mod redis;
+#[path = "workloads/report.rs"]
+mod report;
+
+use report::{table, targets, Grid, Sample, Workload};
 
 // ---------------------------------------------------------------------------------
 // Counting allocator
@@ -472,31 +475,6 @@ const PEERS: [&str; 8] = [
     "machine",
 ];
 
-fn peer_label(peer: &str, w: Workload) -> &'static str {
-    match peer {
-        "idem" if w == Workload::W1 => "idem (claim + complete)",
-        "idem" => "idem",
-        "idem-r64" if w == Workload::W1 => "idem (claim + complete, 64-byte result)",
-        "idem-r64" => "idem (keys with a 64-byte result)",
-        "idem-pre" if w == Workload::W1 => "idem, preallocated (claim + complete)",
-        "idem-pre" => "idem, preallocated",
-        "idem-b64" if w == Workload::W1 => "idem, batches of 64 (`claim_batch` + `complete_batch`)",
-        "idem-b64" => "idem, batches of 64 (`claim_batch`)",
-        "floor" => "floor: `Mutex<hashbrown::HashMap<[u8; 16], u32>>`",
-        "dashmap" => "`DashMap<u128, u32>` entry",
-        "moka" => "`moka::sync::Cache<String, ()>` TTL",
-        "redis" => "Redis `SET NX EX`, one at a time",
-        "redis-p64" => "Redis `SET NX EX`, pipelined 64",
-        "machine" if w == Workload::W1 => {
-            "reference: one random store a key into an array, no table (the machine's scaling)"
-        }
-        "machine" => {
-            "reference: one random load a key from an array, no table (the machine's scaling)"
-        }
-        _ => "?",
-    }
-}
-
 fn is_redis(peer: &str) -> bool {
     peer.starts_with("redis")
 }
@@ -751,6 +729,16 @@ struct Opts {
     label: &'static str,
 }
 
+impl Opts {
+    fn grid(&self) -> Grid<'_> {
+        Grid {
+            ns: &self.ns,
+            threads: &self.threads,
+            peers: &self.peers,
+        }
+    }
+}
+
 fn parse_list(s: &str) -> Vec<usize> {
     s.split(',')
         .map(|x| x.trim().replace('_', "").parse().expect("a number list"))
@@ -881,36 +869,6 @@ fn machine() -> String {
     )
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Workload {
-    W1,
-    W2,
-    /// W2 again, in a shuffled order (after W2 in W1's order, in the same child).
-    W2s,
-}
-
-impl Workload {
-    fn arg(self) -> &'static str {
-        match self {
-            Workload::W1 => "w1",
-            Workload::W2 => "w2",
-            Workload::W2s => "w2 shuffled",
-        }
-    }
-}
-
-struct Sample {
-    peer: String,
-    w: Workload,
-    n: usize,
-    threads: usize,
-    rate: f64,
-    failures: u64,
-    heap: isize,
-    rss: isize,
-    own: i64,
-}
-
 /// Runs one child: W1, then W2 over the same keys, for `peer` at `n` keys on
 /// `threads` threads. Returns the W1 sample, the W2 sample and, if the child ran W2
 /// in a shuffled order too, that one.
@@ -968,301 +926,6 @@ fn run_child(o: &Opts, peer: &str, n: usize, threads: usize) -> Vec<Sample> {
         samples.push(sample(Workload::W2s, "w2s_secs", "w2s_failures"));
     }
     samples
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let m = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[m]
-    } else {
-        (v[m - 1] + v[m]) / 2.0
-    }
-}
-
-/// Claims per second in millions, or in thousands below 100,000 (Redis one at a time).
-fn mega(x: f64) -> String {
-    if x < 1e5 {
-        format!("{:.1} k", x / 1e3)
-    } else {
-        format!("{:.2} M", x / 1e6)
-    }
-}
-
-/// Median, min and max of claims/s over the runs of one cell.
-fn rates(samples: &[&Sample]) -> (f64, f64, f64) {
-    let mut r: Vec<f64> = samples.iter().map(|s| s.rate).collect();
-    let lo = r.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = r.iter().copied().fold(0.0, f64::max);
-    (median(&mut r), lo, hi)
-}
-
-fn per_key(samples: &[&Sample], f: impl Fn(&Sample) -> isize) -> f64 {
-    let mut v: Vec<f64> = samples.iter().map(|s| f(s) as f64 / s.n as f64).collect();
-    median(&mut v)
-}
-
-fn table(o: &Opts, all: &[Sample], w: Workload) -> String {
-    let mut t = String::new();
-    let title = match w {
-        Workload::W1 => "W1 fresh: N new keys claimed (and, for idem, completed)",
-        Workload::W2 => {
-            "W2 duplicate: the same N keys claimed again, every answer must be Duplicate"
-        }
-        Workload::W2s => {
-            "W2 in a shuffled order: the same N keys claimed once more, in another fixed order than W1's"
-        }
-    };
-    let _ = writeln!(t, "### {title}\n");
-    match w {
-        Workload::W1 => {
-            let _ = writeln!(
-                t,
-                "| N | threads | peer | claims/s median | spread (min-max) | idem / peer | heap B/key | RSS B/key | not taken |"
-            );
-            let _ = writeln!(t, "|---:|---:|---|---:|---|---:|---:|---:|---:|");
-        }
-        Workload::W2 | Workload::W2s => {
-            let _ = writeln!(
-                t,
-                "| N | threads | peer | claims/s median | spread (min-max) | idem / peer | not Duplicate |"
-            );
-            let _ = writeln!(t, "|---:|---:|---|---:|---|---:|---:|");
-        }
-    }
-    for &n in &o.ns {
-        for &threads in &o.threads {
-            let cell = |peer: &str| -> Vec<&Sample> {
-                all.iter()
-                    .filter(|s| s.peer == peer && s.w == w && s.n == n && s.threads == threads)
-                    .collect()
-            };
-            let idem = cell("idem");
-            let idem_med = (!idem.is_empty()).then(|| rates(&idem).0);
-            for peer in &o.peers {
-                let c = cell(peer);
-                if c.is_empty() {
-                    let _ = match w {
-                        Workload::W1 => writeln!(
-                            t,
-                            "| {n} | {threads} | {} | not run | | | | | |",
-                            peer_label(peer, w)
-                        ),
-                        Workload::W2 | Workload::W2s => writeln!(
-                            t,
-                            "| {n} | {threads} | {} | not run | | | |",
-                            peer_label(peer, w)
-                        ),
-                    };
-                    continue;
-                }
-                let (med, lo, hi) = rates(&c);
-                let ratio = match idem_med {
-                    Some(_) if peer == "idem" => "1".to_owned(),
-                    Some(im) => format!("{:.2}x", im / med),
-                    None => "-".to_owned(),
-                };
-                let failures: u64 = c.iter().map(|s| s.failures).sum();
-                let _ = match w {
-                    Workload::W1 => writeln!(
-                        t,
-                        "| {n} | {threads} | {} | {} | {} - {} | {ratio} | {:.1} | {:.1} | {failures} |",
-                        peer_label(peer, w),
-                        mega(med),
-                        mega(lo),
-                        mega(hi),
-                        per_key(&c, |s| s.heap),
-                        per_key(&c, |s| s.rss),
-                    ),
-                    Workload::W2 | Workload::W2s => writeln!(
-                        t,
-                        "| {n} | {threads} | {} | {} | {} - {} | {ratio} | {failures} |",
-                        peer_label(peer, w),
-                        mega(med),
-                        mega(lo),
-                        mega(hi),
-                    ),
-                };
-            }
-        }
-    }
-    // Scaling from one thread to two, per peer.
-    if o.threads.contains(&1) && o.threads.contains(&2) {
-        let _ = writeln!(t, "\nTwo threads over one (median claims/s):\n");
-        let _ = writeln!(t, "| N | peer | 1 thread | 2 threads | 2T / 1T |");
-        let _ = writeln!(t, "|---:|---|---:|---:|---:|");
-        for &n in &o.ns {
-            for peer in &o.peers {
-                let cell = |threads: usize| -> Vec<&Sample> {
-                    all.iter()
-                        .filter(|s| s.peer == *peer && s.w == w && s.n == n && s.threads == threads)
-                        .collect()
-                };
-                let (one, two) = (cell(1), cell(2));
-                if one.is_empty() || two.is_empty() {
-                    continue;
-                }
-                let (a, b) = (rates(&one).0, rates(&two).0);
-                let _ = writeln!(
-                    t,
-                    "| {n} | {} | {} | {} | {:.2}x |",
-                    peer_label(peer, w),
-                    mega(a),
-                    mega(b),
-                    b / a
-                );
-            }
-        }
-    }
-    if w == Workload::W1 {
-        let mut notes = Vec::new();
-        for &n in &o.ns {
-            let c: Vec<&Sample> = all
-                .iter()
-                .filter(|s| s.peer == "idem" && s.w == w && s.n == n && s.own >= 0)
-                .collect();
-            if !c.is_empty() {
-                let mut v: Vec<f64> = c.iter().map(|s| s.own as f64 / n as f64).collect();
-                notes.push(format!("{:.1} B/key at N = {n}", median(&mut v)));
-            }
-        }
-        if !notes.is_empty() {
-            let _ = writeln!(
-                t,
-                "\nidem's own accounting (`Stats::hot_bytes` / resident keys): {}.",
-                notes.join(", ")
-            );
-        }
-    }
-    t
-}
-
-/// The issue's targets, checked against this run's medians (1 thread unless stated).
-fn targets(o: &Opts, all: &[Sample]) -> String {
-    let cell = |peer: &str, w: Workload, n: usize, threads: usize| -> Vec<&Sample> {
-        all.iter()
-            .filter(|s| s.peer == peer && s.w == w && s.n == n && s.threads == threads)
-            .collect()
-    };
-    let rate = |peer: &str, w: Workload, n: usize, threads: usize| {
-        let c = cell(peer, w, n, threads);
-        (!c.is_empty()).then(|| rates(&c).0)
-    };
-    let heap = |peer: &str, n: usize| {
-        let c = cell(peer, Workload::W1, n, 1);
-        (!c.is_empty()).then(|| per_key(&c, |s| s.heap))
-    };
-    let mut t = String::new();
-    let _ = writeln!(t, "### Targets, from this run's medians\n");
-    let _ = writeln!(t, "| N | target | measured | verdict |");
-    let _ = writeln!(t, "|---:|---|---:|---|");
-    let mut row = |n: usize, what: &str, measured: Option<f64>, want: f64, at_least: bool| {
-        let (m, verdict) = match measured {
-            None => ("not run".to_owned(), "-"),
-            Some(m) if at_least == (m >= want) => (format!("{m:.2}x"), "met"),
-            Some(m) => (format!("{m:.2}x"), "**missed**"),
-        };
-        let _ = writeln!(t, "| {n} | {what} | {m} | {verdict} |");
-    };
-    let ratio = |a: Option<f64>, b: Option<f64>| Some(a? / b?);
-    for &n in &o.ns {
-        let w1 = |p: &str| rate(p, Workload::W1, n, 1);
-        let w2 = |p: &str| rate(p, Workload::W2, n, 1);
-        row(
-            n,
-            "W1 1T: idem / Redis one at a time >= 40x",
-            ratio(w1("idem"), w1("redis")),
-            40.0,
-            true,
-        );
-        row(
-            n,
-            "W1 1T: idem / Redis pipelined 64 >= 4x",
-            ratio(w1("idem"), w1("redis-p64")),
-            4.0,
-            true,
-        );
-        row(
-            n,
-            "W1 1T: idem / moka >= 3x",
-            ratio(w1("idem"), w1("moka")),
-            3.0,
-            true,
-        );
-        row(
-            n,
-            "W1 1T: idem / floor >= 0.5x (within 2x)",
-            ratio(w1("idem"), w1("floor")),
-            0.5,
-            true,
-        );
-        row(
-            n,
-            "W2 1T: idem / moka >= 3x",
-            ratio(w2("idem"), w2("moka")),
-            3.0,
-            true,
-        );
-        row(
-            n,
-            "W2: idem 2 threads / 1 thread >= 1.7x",
-            ratio(rate("idem", Workload::W2, n, 2), w2("idem")),
-            1.7,
-            true,
-        );
-        row(
-            n,
-            "W1: idem 2 threads / 1 thread >= 1.7x",
-            ratio(rate("idem", Workload::W1, n, 2), w1("idem")),
-            1.7,
-            true,
-        );
-        row(
-            n,
-            "W2, batches of 64: idem 2 threads / 1 thread >= 1.7x",
-            ratio(rate("idem-b64", Workload::W2, n, 2), w2("idem-b64")),
-            1.7,
-            true,
-        );
-        let redis_heap = heap("redis-p64", n).or_else(|| heap("redis", n));
-        row(
-            n,
-            "W1 memory per key: idem / Redis <= 0.33x",
-            ratio(heap("idem", n), redis_heap),
-            1.0 / 3.0,
-            false,
-        );
-        row(
-            n,
-            "W1 memory per key: idem / floor <= 1.5x",
-            ratio(heap("idem", n), heap("floor", n)),
-            1.5,
-            false,
-        );
-    }
-    // The machine's own scaling in this run: a two-thread target cannot be judged
-    // where the machine itself gives two threads less than it asks.
-    let mut refs = Vec::new();
-    for &n in &o.ns {
-        for w in [Workload::W1, Workload::W2] {
-            if let (Some(one), Some(two)) = (rate("machine", w, n, 1), rate("machine", w, n, 2)) {
-                refs.push(format!(
-                    "{} {:.2}x at N = {n}",
-                    w.arg().to_uppercase(),
-                    two / one
-                ));
-            }
-        }
-    }
-    if !refs.is_empty() {
-        let _ = writeln!(
-            t,
-            "\nThe machine's own two threads over one in this run (the `machine` reference: \
-             one random store or load a key, no table): {}.",
-            refs.join(", ")
-        );
-    }
-    t
 }
 
 fn main() -> ExitCode {
@@ -1382,17 +1045,17 @@ fn main() -> ExitCode {
             }
         }
     }
-    print!("{}", table(&o, &all, Workload::W1));
+    print!("{}", table(&o.grid(), &all, Workload::W1));
     println!();
-    print!("{}", table(&o, &all, Workload::W2));
+    print!("{}", table(&o.grid(), &all, Workload::W2));
     println!();
     if all.iter().any(|s| s.w == Workload::W2s) {
-        print!("{}", table(&o, &all, Workload::W2s));
+        print!("{}", table(&o.grid(), &all, Workload::W2s));
         println!(
             "\nIn W1's order (the table before), idem's replay reads each shard's slab front to back, and most entries' lines are loaded already; in this order they are not, as for a consumer's redeliveries. Redis peers do not run it (`--w2-one-order` leaves it out for all).\n"
         );
     }
-    print!("{}", targets(&o, &all));
+    print!("{}", targets(&o.grid(), &all));
     println!(
         "\nTotal wall time {:.0} s. Figures are claims per second over N keys; spreads are min-max over the runs.",
         started.elapsed().as_secs_f64()

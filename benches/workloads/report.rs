@@ -1,0 +1,413 @@
+//! The harness's report: the markdown tables of a run's samples, and the targets
+//! checked against their medians. Kept apart from the measuring so that its tests
+//! (`tests/harness_report.rs`) can run it on samples made up for the purpose.
+
+use std::fmt::Write as _;
+
+/// The cells a run measured: its sizes, thread counts and peers, in table order.
+pub struct Grid<'a> {
+    /// Key counts, in the order given.
+    pub ns: &'a [usize],
+    /// Thread counts, in the order given.
+    pub threads: &'a [usize],
+    /// Peers, in the order given.
+    pub peers: &'a [String],
+}
+
+/// How a peer is named in the tables, for workload `w`.
+pub fn peer_label(peer: &str, w: Workload) -> &'static str {
+    match peer {
+        "idem" if w == Workload::W1 => "idem (claim + complete)",
+        "idem" => "idem",
+        "idem-r64" if w == Workload::W1 => "idem (claim + complete, 64-byte result)",
+        "idem-r64" => "idem (keys with a 64-byte result)",
+        "idem-pre" if w == Workload::W1 => "idem, preallocated (claim + complete)",
+        "idem-pre" => "idem, preallocated",
+        "idem-b64" if w == Workload::W1 => "idem, batches of 64 (`claim_batch` + `complete_batch`)",
+        "idem-b64" => "idem, batches of 64 (`claim_batch`)",
+        "floor" => "floor: `Mutex<hashbrown::HashMap<[u8; 16], u32>>`",
+        "dashmap" => "`DashMap<u128, u32>` entry",
+        "moka" => "`moka::sync::Cache<String, ()>` TTL",
+        "redis" => "Redis `SET NX EX`, one at a time",
+        "redis-p64" => "Redis `SET NX EX`, pipelined 64",
+        "machine" if w == Workload::W1 => {
+            "reference: one random store a key into an array, no table (the machine's scaling)"
+        }
+        "machine" => {
+            "reference: one random load a key from an array, no table (the machine's scaling)"
+        }
+        _ => "?",
+    }
+}
+
+/// A timed phase of a child.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workload {
+    /// N new keys claimed (and, for idem, completed).
+    W1,
+    /// The same N keys claimed again, in W1's order.
+    W2,
+    /// W2 again, in a shuffled order (after W2 in W1's order, in the same child).
+    W2s,
+}
+
+impl Workload {
+    /// The workload's name on a child's command line and in notes.
+    pub fn arg(self) -> &'static str {
+        match self {
+            Workload::W1 => "w1",
+            Workload::W2 => "w2",
+            Workload::W2s => "w2 shuffled",
+        }
+    }
+}
+
+/// One child's result for one workload.
+pub struct Sample {
+    /// The peer measured.
+    pub peer: String,
+    /// The workload timed.
+    pub w: Workload,
+    /// Keys.
+    pub n: usize,
+    /// Threads.
+    pub threads: usize,
+    /// Claims per second.
+    pub rate: f64,
+    /// Keys whose answer was not the one the workload expects.
+    pub failures: u64,
+    /// Live heap after W1, over the structure's own (bytes).
+    pub heap: isize,
+    /// RSS growth over the same span (bytes).
+    pub rss: isize,
+    /// idem's own accounting of its hot tier (bytes), or -1 for other peers.
+    pub own: i64,
+}
+
+/// The median of `v` (sorted in place); the mean of the middle two for an even length.
+pub fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
+}
+
+/// Claims per second in millions, or in thousands below 100,000 (Redis one at a time).
+pub fn mega(x: f64) -> String {
+    if x < 1e5 {
+        format!("{:.1} k", x / 1e3)
+    } else {
+        format!("{:.2} M", x / 1e6)
+    }
+}
+
+/// Median, min and max of claims/s over the runs of one cell.
+pub fn rates(samples: &[&Sample]) -> (f64, f64, f64) {
+    let mut r: Vec<f64> = samples.iter().map(|s| s.rate).collect();
+    let lo = r.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = r.iter().copied().fold(0.0, f64::max);
+    (median(&mut r), lo, hi)
+}
+
+/// The median over `samples` of `f`'s bytes divided by the sample's keys.
+pub fn per_key(samples: &[&Sample], f: impl Fn(&Sample) -> isize) -> f64 {
+    let mut v: Vec<f64> = samples.iter().map(|s| f(s) as f64 / s.n as f64).collect();
+    median(&mut v)
+}
+
+/// The markdown table of workload `w`: every cell of `o`, with medians, spreads and
+/// ratios to idem, then two threads over one where both ran.
+pub fn table(o: &Grid<'_>, all: &[Sample], w: Workload) -> String {
+    let mut t = String::new();
+    let title = match w {
+        Workload::W1 => "W1 fresh: N new keys claimed (and, for idem, completed)",
+        Workload::W2 => {
+            "W2 duplicate: the same N keys claimed again, every answer must be Duplicate"
+        }
+        Workload::W2s => {
+            "W2 in a shuffled order: the same N keys claimed once more, in another fixed order than W1's"
+        }
+    };
+    let _ = writeln!(t, "### {title}\n");
+    match w {
+        Workload::W1 => {
+            let _ = writeln!(
+                t,
+                "| N | threads | peer | claims/s median | spread (min-max) | idem / peer | heap B/key | RSS B/key | not taken |"
+            );
+            let _ = writeln!(t, "|---:|---:|---|---:|---|---:|---:|---:|---:|");
+        }
+        Workload::W2 | Workload::W2s => {
+            let _ = writeln!(
+                t,
+                "| N | threads | peer | claims/s median | spread (min-max) | idem / peer | not Duplicate |"
+            );
+            let _ = writeln!(t, "|---:|---:|---|---:|---|---:|---:|");
+        }
+    }
+    for &n in o.ns {
+        for &threads in o.threads {
+            let cell = |peer: &str| -> Vec<&Sample> {
+                all.iter()
+                    .filter(|s| s.peer == peer && s.w == w && s.n == n && s.threads == threads)
+                    .collect()
+            };
+            let idem = cell("idem");
+            let idem_med = (!idem.is_empty()).then(|| rates(&idem).0);
+            for peer in o.peers {
+                let c = cell(peer);
+                if c.is_empty() {
+                    let _ = match w {
+                        Workload::W1 => writeln!(
+                            t,
+                            "| {n} | {threads} | {} | not run | | | | | |",
+                            peer_label(peer, w)
+                        ),
+                        Workload::W2 | Workload::W2s => writeln!(
+                            t,
+                            "| {n} | {threads} | {} | not run | | | |",
+                            peer_label(peer, w)
+                        ),
+                    };
+                    continue;
+                }
+                let (med, lo, hi) = rates(&c);
+                let ratio = match idem_med {
+                    Some(_) if peer == "idem" => "1".to_owned(),
+                    Some(im) => format!("{:.2}x", im / med),
+                    None => "-".to_owned(),
+                };
+                let failures: u64 = c.iter().map(|s| s.failures).sum();
+                let _ = match w {
+                    Workload::W1 => writeln!(
+                        t,
+                        "| {n} | {threads} | {} | {} | {} - {} | {ratio} | {:.1} | {:.1} | {failures} |",
+                        peer_label(peer, w),
+                        mega(med),
+                        mega(lo),
+                        mega(hi),
+                        per_key(&c, |s| s.heap),
+                        per_key(&c, |s| s.rss),
+                    ),
+                    Workload::W2 | Workload::W2s => writeln!(
+                        t,
+                        "| {n} | {threads} | {} | {} | {} - {} | {ratio} | {failures} |",
+                        peer_label(peer, w),
+                        mega(med),
+                        mega(lo),
+                        mega(hi),
+                    ),
+                };
+            }
+        }
+    }
+    // Scaling from one thread to two, per peer.
+    if o.threads.contains(&1) && o.threads.contains(&2) {
+        let _ = writeln!(t, "\nTwo threads over one (median claims/s):\n");
+        let _ = writeln!(t, "| N | peer | 1 thread | 2 threads | 2T / 1T |");
+        let _ = writeln!(t, "|---:|---|---:|---:|---:|");
+        for &n in o.ns {
+            for peer in o.peers {
+                let cell = |threads: usize| -> Vec<&Sample> {
+                    all.iter()
+                        .filter(|s| s.peer == *peer && s.w == w && s.n == n && s.threads == threads)
+                        .collect()
+                };
+                let (one, two) = (cell(1), cell(2));
+                if one.is_empty() || two.is_empty() {
+                    continue;
+                }
+                let (a, b) = (rates(&one).0, rates(&two).0);
+                let _ = writeln!(
+                    t,
+                    "| {n} | {} | {} | {} | {:.2}x |",
+                    peer_label(peer, w),
+                    mega(a),
+                    mega(b),
+                    b / a
+                );
+            }
+        }
+    }
+    if w == Workload::W1 {
+        let mut notes = Vec::new();
+        for &n in o.ns {
+            let c: Vec<&Sample> = all
+                .iter()
+                .filter(|s| s.peer == "idem" && s.w == w && s.n == n && s.own >= 0)
+                .collect();
+            if !c.is_empty() {
+                let mut v: Vec<f64> = c.iter().map(|s| s.own as f64 / n as f64).collect();
+                notes.push(format!("{:.1} B/key at N = {n}", median(&mut v)));
+            }
+        }
+        if !notes.is_empty() {
+            let _ = writeln!(
+                t,
+                "\nidem's own accounting (`Stats::hot_bytes` / resident keys): {}.",
+                notes.join(", ")
+            );
+        }
+    }
+    t
+}
+
+/// A target: a ratio at least or at most some value, or a rate (claims/s) at least
+/// some value.
+#[derive(Clone, Copy)]
+enum Want {
+    AtLeast(f64),
+    AtMost(f64),
+    RateAtLeast(f64),
+}
+
+impl Want {
+    fn met(self, m: f64) -> bool {
+        match self {
+            Want::AtLeast(w) | Want::RateAtLeast(w) => m >= w,
+            Want::AtMost(w) => m <= w,
+        }
+    }
+
+    /// "1.23x" for a ratio, "4.000 M/s" for a rate (three decimals, so that a miss
+    /// by a hair does not print as the target).
+    fn show(self, m: f64) -> String {
+        match self {
+            Want::RateAtLeast(_) => format!("{:.3} M/s", m / 1e6),
+            _ => format!("{m:.2}x"),
+        }
+    }
+}
+
+/// The performance targets, checked against this run's medians (1 thread unless
+/// stated).
+pub fn targets(o: &Grid<'_>, all: &[Sample]) -> String {
+    let cell = |peer: &str, w: Workload, n: usize, threads: usize| -> Vec<&Sample> {
+        all.iter()
+            .filter(|s| s.peer == peer && s.w == w && s.n == n && s.threads == threads)
+            .collect()
+    };
+    let rate = |peer: &str, w: Workload, n: usize, threads: usize| {
+        let c = cell(peer, w, n, threads);
+        (!c.is_empty()).then(|| rates(&c).0)
+    };
+    let heap = |peer: &str, n: usize| {
+        let c = cell(peer, Workload::W1, n, 1);
+        (!c.is_empty()).then(|| per_key(&c, |s| s.heap))
+    };
+    let mut t = String::new();
+    let _ = writeln!(t, "### Targets, from this run's medians\n");
+    let _ = writeln!(t, "| N | target | measured | verdict |");
+    let _ = writeln!(t, "|---:|---|---:|---|");
+    let mut row = |n: usize, what: &str, measured: Option<f64>, want: Want| {
+        let (m, verdict) = match measured {
+            None => ("not run".to_owned(), "-"),
+            Some(m) => (want.show(m), if want.met(m) { "met" } else { "**missed**" }),
+        };
+        let _ = writeln!(t, "| {n} | {what} | {m} | {verdict} |");
+    };
+    let ratio = |a: Option<f64>, b: Option<f64>| Some(a? / b?);
+    for &n in o.ns {
+        let w1 = |p: &str| rate(p, Workload::W1, n, 1);
+        let w2 = |p: &str| rate(p, Workload::W2, n, 1);
+        row(
+            n,
+            "W1 1T: idem / Redis one at a time >= 40x",
+            ratio(w1("idem"), w1("redis")),
+            Want::AtLeast(40.0),
+        );
+        row(
+            n,
+            "W1 1T: idem / Redis pipelined 64 >= 4x",
+            ratio(w1("idem"), w1("redis-p64")),
+            Want::AtLeast(4.0),
+        );
+        row(
+            n,
+            "W1 1T: idem / moka >= 3x",
+            ratio(w1("idem"), w1("moka")),
+            Want::AtLeast(3.0),
+        );
+        row(
+            n,
+            "W1 1T: idem / floor >= 0.5x (within 2x)",
+            ratio(w1("idem"), w1("floor")),
+            Want::AtLeast(0.5),
+        );
+        row(
+            n,
+            "W1 1T: idem claim + complete >= 4 M/s",
+            w1("idem"),
+            Want::RateAtLeast(4e6),
+        );
+        row(
+            n,
+            "W2 1T: idem duplicate claims >= 8 M/s",
+            w2("idem"),
+            Want::RateAtLeast(8e6),
+        );
+        row(
+            n,
+            "W2 1T: idem / moka >= 3x",
+            ratio(w2("idem"), w2("moka")),
+            Want::AtLeast(3.0),
+        );
+        row(
+            n,
+            "W2: idem 2 threads / 1 thread >= 1.7x",
+            ratio(rate("idem", Workload::W2, n, 2), w2("idem")),
+            Want::AtLeast(1.7),
+        );
+        row(
+            n,
+            "W1: idem 2 threads / 1 thread >= 1.7x",
+            ratio(rate("idem", Workload::W1, n, 2), w1("idem")),
+            Want::AtLeast(1.7),
+        );
+        row(
+            n,
+            "W2, batches of 64: idem 2 threads / 1 thread >= 1.7x",
+            ratio(rate("idem-b64", Workload::W2, n, 2), w2("idem-b64")),
+            Want::AtLeast(1.7),
+        );
+        let redis_heap = heap("redis-p64", n).or_else(|| heap("redis", n));
+        row(
+            n,
+            "W1 memory per key: idem / Redis <= 0.33x",
+            ratio(heap("idem", n), redis_heap),
+            Want::AtMost(1.0 / 3.0),
+        );
+        row(
+            n,
+            "W1 memory per key: idem / floor <= 1.5x",
+            ratio(heap("idem", n), heap("floor", n)),
+            Want::AtMost(1.5),
+        );
+    }
+    // The machine's own scaling in this run: a two-thread target cannot be judged
+    // where the machine itself gives two threads less than it asks.
+    let mut refs = Vec::new();
+    for &n in o.ns {
+        for w in [Workload::W1, Workload::W2] {
+            if let (Some(one), Some(two)) = (rate("machine", w, n, 1), rate("machine", w, n, 2)) {
+                refs.push(format!(
+                    "{} {:.2}x at N = {n}",
+                    w.arg().to_uppercase(),
+                    two / one
+                ));
+            }
+        }
+    }
+    if !refs.is_empty() {
+        let _ = writeln!(
+            t,
+            "\nThe machine's own two threads over one in this run (the `machine` reference: \
+             one random store or load a key, no table): {}.",
+            refs.join(", ")
+        );
+    }
+    t
+}

@@ -1,0 +1,266 @@
+//! The benchmark harness's report (`benches/workloads/report.rs`): its tables and
+//! target verdicts, on samples made up here, so that a figure in BENCHMARKS.md is
+//! what the run measured.
+
+#[allow(dead_code)]
+#[path = "../benches/workloads/report.rs"]
+mod report;
+
+use report::{median, table, targets, Grid, Sample, Workload};
+
+fn sample(peer: &str, w: Workload, n: usize, threads: usize, rate: f64) -> Sample {
+    Sample {
+        peer: peer.to_owned(),
+        w,
+        n,
+        threads,
+        rate,
+        failures: 0,
+        heap: 0,
+        rss: 0,
+        own: -1,
+    }
+}
+
+/// W1 samples with a heap of `bytes_per_key` a key.
+fn w1_with_heap(peer: &str, n: usize, rate: f64, bytes_per_key: isize) -> Sample {
+    Sample {
+        heap: bytes_per_key * n as isize,
+        ..sample(peer, Workload::W1, n, 1, rate)
+    }
+}
+
+fn peers(names: &[&str]) -> Vec<String> {
+    names.iter().map(|s| s.to_string()).collect()
+}
+
+/// The cells of the row of `out` whose second column is `what`, for key count `n`.
+fn row<'a>(out: &'a str, n: usize, what: &str) -> Vec<&'a str> {
+    let start = format!("| {n} | {what} |");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with(&start))
+        .unwrap_or_else(|| panic!("no row {start:?} in\n{out}"));
+    line.trim_matches('|').split('|').map(str::trim).collect()
+}
+
+#[test]
+fn the_median_is_the_middle_value_or_the_mean_of_the_middle_two() {
+    assert_eq!(median(&mut [5.0, 1.0, 3.0]), 3.0);
+    assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+    assert_eq!(median(&mut [7.0]), 7.0);
+}
+
+#[test]
+fn ratio_targets_are_read_from_the_medians_and_say_met_or_missed() {
+    let n = 1_000;
+    let mut all = Vec::new();
+    // idem's median W1 rate is 4.5 M (of 3 runs); the floor's is 8 M: 0.5625x.
+    for r in [4.0e6, 4.5e6, 9.0e6] {
+        all.push(w1_with_heap("idem", n, r, 35));
+    }
+    all.push(w1_with_heap("floor", n, 8.0e6, 44));
+    all.push(w1_with_heap("redis", n, 4.0e4, 105));
+    // Two threads: W1 1.5x one thread (missed), W2 1.8x (met).
+    all.push(sample("idem", Workload::W1, n, 2, 6.75e6));
+    all.push(sample("idem", Workload::W2, n, 1, 10.0e6));
+    all.push(sample("idem", Workload::W2, n, 2, 18.0e6));
+    let ps = peers(&["idem", "floor", "redis"]);
+    let out = targets(
+        &Grid {
+            ns: &[n],
+            threads: &[1, 2],
+            peers: &ps,
+        },
+        &all,
+    );
+    assert_eq!(
+        row(&out, n, "W1 1T: idem / floor >= 0.5x (within 2x)")[2..],
+        ["0.56x", "met"]
+    );
+    assert_eq!(
+        row(&out, n, "W1 1T: idem / Redis one at a time >= 40x")[2..],
+        ["112.50x", "met"]
+    );
+    assert_eq!(
+        row(&out, n, "W1: idem 2 threads / 1 thread >= 1.7x")[2..],
+        ["1.50x", "**missed**"]
+    );
+    assert_eq!(
+        row(&out, n, "W2: idem 2 threads / 1 thread >= 1.7x")[2..],
+        ["1.80x", "met"]
+    );
+    // A peer that did not run leaves its targets unjudged.
+    assert_eq!(
+        row(&out, n, "W1 1T: idem / moka >= 3x")[2..],
+        ["not run", "-"]
+    );
+    // At most: exactly a third of Redis's memory meets "<= 0.33x" (a third).
+    assert_eq!(
+        row(&out, n, "W1 memory per key: idem / Redis <= 0.33x")[2..],
+        ["0.33x", "met"]
+    );
+    assert_eq!(
+        row(&out, n, "W1 memory per key: idem / floor <= 1.5x")[2..],
+        ["0.80x", "met"]
+    );
+}
+
+#[test]
+fn memory_over_its_bound_is_missed() {
+    let n = 1_000;
+    let all = vec![
+        w1_with_heap("idem", n, 1e6, 36),
+        w1_with_heap("redis-p64", n, 1e5, 105),
+        w1_with_heap("floor", n, 1e6, 20),
+    ];
+    let ps = peers(&["idem", "redis-p64", "floor"]);
+    let out = targets(
+        &Grid {
+            ns: &[n],
+            threads: &[1],
+            peers: &ps,
+        },
+        &all,
+    );
+    // Redis pipelined stands in for Redis's memory when one at a time did not run.
+    assert_eq!(
+        row(&out, n, "W1 memory per key: idem / Redis <= 0.33x")[2..],
+        ["0.34x", "**missed**"]
+    );
+    assert_eq!(
+        row(&out, n, "W1 memory per key: idem / floor <= 1.5x")[2..],
+        ["1.80x", "**missed**"]
+    );
+}
+
+#[test]
+fn absolute_rates_are_judged_to_the_claim_and_printed_finer_than_the_target() {
+    let n = 10_000;
+    let all = vec![
+        sample("idem", Workload::W1, n, 1, 3_999_000.0),
+        sample("idem", Workload::W2, n, 1, 8_000_000.0),
+    ];
+    let ps = peers(&["idem"]);
+    let out = targets(
+        &Grid {
+            ns: &[n],
+            threads: &[1],
+            peers: &ps,
+        },
+        &all,
+    );
+    assert_eq!(
+        row(&out, n, "W1 1T: idem claim + complete >= 4 M/s")[2..],
+        ["3.999 M/s", "**missed**"]
+    );
+    assert_eq!(
+        row(&out, n, "W2 1T: idem duplicate claims >= 8 M/s")[2..],
+        ["8.000 M/s", "met"]
+    );
+}
+
+#[test]
+fn the_machine_reference_scaling_is_reported_beside_the_targets() {
+    let n = 1_000;
+    let all = vec![
+        sample("machine", Workload::W1, n, 1, 10e6),
+        sample("machine", Workload::W1, n, 2, 13e6),
+    ];
+    let ps = peers(&["machine"]);
+    let out = targets(
+        &Grid {
+            ns: &[n],
+            threads: &[1, 2],
+            peers: &ps,
+        },
+        &all,
+    );
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("The machine's own two threads over one"))
+        .expect("the reference's line");
+    assert!(line.ends_with(": W1 1.30x at N = 1000."), "{line}");
+    // Without the reference, no such line.
+    let ps = peers(&["idem"]);
+    let out = targets(
+        &Grid {
+            ns: &[n],
+            threads: &[1, 2],
+            peers: &ps,
+        },
+        &all[..0],
+    );
+    assert!(!out.contains("The machine's own"), "{out}");
+}
+
+#[test]
+fn a_table_gives_medians_spreads_ratios_and_two_threads_over_one() {
+    let n = 1_000;
+    let mut all = Vec::new();
+    for r in [2.0e6, 3.0e6, 10.0e6] {
+        all.push(sample("idem", Workload::W2, n, 1, r));
+    }
+    all.push(sample("floor", Workload::W2, n, 1, 6.0e6));
+    all.push(sample("idem", Workload::W2, n, 2, 5.1e6));
+    let ps = peers(&["idem", "floor", "moka"]);
+    let grid = Grid {
+        ns: &[n],
+        threads: &[1, 2],
+        peers: &ps,
+    };
+    let out = table(&grid, &all, Workload::W2);
+    assert_eq!(
+        row(&out, n, "1")[2..],
+        ["idem", "3.00 M", "2.00 M - 10.00 M", "1", "0"]
+    );
+    let floor: Vec<&str> = out
+        .lines()
+        .find(|l| l.starts_with("| 1000 | 1 | floor"))
+        .expect("the floor's row")
+        .trim_matches('|')
+        .split('|')
+        .map(str::trim)
+        .collect();
+    assert_eq!(floor[3..6], ["6.00 M", "6.00 M - 6.00 M", "0.50x"]);
+    assert!(out.contains("| 1000 | 1 | `moka::sync::Cache<String, ()>` TTL | not run |"));
+    // Two threads over one: only peers with both cells.
+    assert!(
+        out.contains("| 1000 | idem | 3.00 M | 5.10 M | 1.70x |"),
+        "{out}"
+    );
+    assert!(!out.contains("| 1000 | floor: `Mutex<hashbrown::HashMap<[u8; 16], u32>>` | 6.00 M"));
+    // With one thread count there is no scaling table.
+    let one = Grid {
+        ns: &[n],
+        threads: &[1],
+        peers: &ps,
+    };
+    assert!(!table(&one, &all, Workload::W2).contains("Two threads over one"));
+}
+
+#[test]
+fn failures_are_summed_over_a_cells_runs() {
+    let n = 1_000;
+    let all = vec![
+        Sample {
+            failures: 2,
+            ..sample("idem", Workload::W2, n, 1, 1e6)
+        },
+        Sample {
+            failures: 3,
+            ..sample("idem", Workload::W2, n, 1, 1e6)
+        },
+    ];
+    let ps = peers(&["idem"]);
+    let out = table(
+        &Grid {
+            ns: &[n],
+            threads: &[1],
+            peers: &ps,
+        },
+        &all,
+        Workload::W2,
+    );
+    assert_eq!(row(&out, n, "1").last(), Some(&"5"));
+}

@@ -17,7 +17,7 @@
 //! The table is the truth and the wheel a hint: a read checks the entry's deadline
 //! itself, and the wheel only makes sure expired entries are reclaimed without traffic.
 
-mod index;
+pub(crate) mod index;
 #[cfg_attr(idem_loom, allow(dead_code))]
 pub(crate) mod reclaim;
 mod seq;

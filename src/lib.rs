@@ -153,4 +153,130 @@ pub mod __fuzz {
 #[doc(hidden)]
 pub mod __bench {
     pub use crate::hot::wheel::{Links, Wheel, NIL};
+
+    /// A shard's fingerprint index (`src/hot/index.rs`) alone, sized at build for
+    /// the entries it will hold, so that an insert never grows it.
+    #[derive(Debug)]
+    pub struct Index(crate::hot::index::Index);
+
+    impl Index {
+        /// An index with room for `entries` before it would grow; `None` if that
+        /// cannot be allocated.
+        pub fn with_room(entries: usize) -> Option<Self> {
+            crate::hot::index::Index::try_with_room(entries).map(Index)
+        }
+
+        /// Stores slab index `idx` under hash `h`, which is not stored yet. False if
+        /// that took a growth (more entries than the room it was built with).
+        pub fn insert(&mut self, h: u64, idx: u32) -> bool {
+            !self.0.insert(h, idx, Vec::new)
+        }
+
+        /// The slab index stored under `h` that `eq` accepts (the shard's `eq` reads
+        /// the slab entry and compares its fingerprint).
+        pub fn find(&self, h: u64, eq: impl FnMut(u32) -> bool) -> Option<u32> {
+            self.0.find(h, eq)
+        }
+
+        /// Removes `idx` stored under `h`; false if it is not there.
+        pub fn remove(&mut self, h: u64, idx: u32) -> bool {
+            self.0.remove(h, idx)
+        }
+
+        /// Heap bytes of the bucket array.
+        pub fn bytes(&self) -> usize {
+            self.0.bytes()
+        }
+    }
+
+    /// A namespace's prefilter (`src/prefilter.rs`), keyed by fingerprints as the
+    /// engine keys it.
+    #[derive(Debug)]
+    pub struct Prefilter(crate::prefilter::Prefilter);
+
+    impl Prefilter {
+        /// A prefilter for `expected_keys` keys within `retention_ms`, at target
+        /// false-positive rate `fpr`.
+        pub fn new(expected_keys: usize, retention_ms: u64, fpr: f64) -> Self {
+            Prefilter(crate::prefilter::Prefilter::new(
+                expected_keys,
+                retention_ms,
+                fpr,
+            ))
+        }
+
+        /// Records the key of fingerprint `fp`, whose record expires at `expires_ms`.
+        pub fn insert(&self, fp: u128, expires_ms: u64) {
+            self.0.insert(crate::prefilter::bloom_hash(fp), expires_ms);
+        }
+
+        /// False if the key of fingerprint `fp` is definitely not stored.
+        pub fn may_contain(&self, fp: u128) -> bool {
+            self.0.may_contain(crate::prefilter::bloom_hash(fp))
+        }
+
+        /// The filter as the engine saves it at close.
+        pub fn save(&self) -> Vec<u8> {
+            self.0.encode(0)
+        }
+
+        /// Takes the generations of `bytes` (from [`Prefilter::save`] of a filter of
+        /// the same settings); returns the keys they hold, or `None` if refused.
+        pub fn load(&self, bytes: &[u8]) -> Option<u64> {
+            self.0.load(bytes, 0).ok()
+        }
+
+        /// Bytes of the live filters' bit vectors.
+        pub fn bytes(&self) -> u64 {
+            self.0.stats().bytes
+        }
+    }
+
+    /// A durable record (`src/durable/codec.rs`), as the store writes and reads it.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct Record(crate::durable::codec::Record);
+
+    impl Record {
+        /// The record of a done key.
+        pub fn done(
+            token: u32,
+            completed_at_ms: u64,
+            expires_ms: u64,
+            payload: Option<u64>,
+            result: Option<&[u8]>,
+        ) -> Self {
+            Record(crate::durable::codec::Record {
+                state: crate::durable::codec::RecordState::Done,
+                token,
+                at_ms: completed_at_ms,
+                expires_ms,
+                payload,
+                result: result.map(<[u8]>::to_vec),
+            })
+        }
+
+        /// Appends the encoding to `out`.
+        pub fn encode_into(&self, out: &mut Vec<u8>) {
+            self.0.encode_into(out);
+        }
+
+        /// Decodes one record; `None` if the bytes are not a valid record.
+        pub fn decode(bytes: &[u8]) -> Option<Self> {
+            crate::durable::codec::Record::decode(bytes)
+                .ok()
+                .map(Record)
+        }
+
+        /// When the record expires (wall-clock ms).
+        pub fn expires_ms(&self) -> u64 {
+            self.0.expires_ms
+        }
+    }
+
+    /// A record's expiry from its header alone, as the retention scan reads it.
+    pub fn peek_record_expiry(bytes: &[u8]) -> Option<u64> {
+        crate::durable::codec::Record::peek_expiry(bytes)
+            .ok()
+            .map(|(_, e)| e)
+    }
 }

@@ -30,8 +30,38 @@ fn w1_with_heap(peer: &str, n: usize, rate: f64, bytes_per_key: isize) -> Sample
     }
 }
 
-fn peers(names: &[&str]) -> Vec<String> {
-    names.iter().map(|s| s.to_string()).collect()
+/// The targets table of `all`, for a run of sizes `ns`, thread counts `threads` and
+/// peers `peers`.
+fn targets_of(ns: &[usize], threads: &[usize], peers: &[&str], all: &[Sample]) -> String {
+    let peers: Vec<String> = peers.iter().map(|s| s.to_string()).collect();
+    targets(
+        &Grid {
+            ns,
+            threads,
+            peers: &peers,
+        },
+        all,
+    )
+}
+
+/// The table of workload `w` for the same.
+fn table_of(
+    ns: &[usize],
+    threads: &[usize],
+    peers: &[&str],
+    all: &[Sample],
+    w: Workload,
+) -> String {
+    let peers: Vec<String> = peers.iter().map(|s| s.to_string()).collect();
+    table(
+        &Grid {
+            ns,
+            threads,
+            peers: &peers,
+        },
+        all,
+        w,
+    )
 }
 
 /// The cells of the row of `out` whose second column is `what`, for key count `n`.
@@ -65,15 +95,7 @@ fn ratio_targets_are_read_from_the_medians_and_say_met_or_missed() {
     all.push(sample("idem", Workload::W1, n, 2, 6.75e6));
     all.push(sample("idem", Workload::W2, n, 1, 10.0e6));
     all.push(sample("idem", Workload::W2, n, 2, 18.0e6));
-    let ps = peers(&["idem", "floor", "redis"]);
-    let out = targets(
-        &Grid {
-            ns: &[n],
-            threads: &[1, 2],
-            peers: &ps,
-        },
-        &all,
-    );
+    let out = targets_of(&[n], &[1, 2], &["idem", "floor", "redis"], &all);
     assert_eq!(
         row(&out, n, "W1 1T: idem / floor >= 0.5x (within 2x)")[2..],
         ["0.56x", "met"]
@@ -114,15 +136,7 @@ fn memory_over_its_bound_is_missed() {
         w1_with_heap("redis-p64", n, 1e5, 105),
         w1_with_heap("floor", n, 1e6, 20),
     ];
-    let ps = peers(&["idem", "redis-p64", "floor"]);
-    let out = targets(
-        &Grid {
-            ns: &[n],
-            threads: &[1],
-            peers: &ps,
-        },
-        &all,
-    );
+    let out = targets_of(&[n], &[1], &["idem", "redis-p64", "floor"], &all);
     // Redis pipelined stands in for Redis's memory when one at a time did not run.
     assert_eq!(
         row(&out, n, "W1 memory per key: idem / Redis <= 0.33x")[2..],
@@ -141,15 +155,7 @@ fn absolute_rates_are_judged_to_the_claim_and_printed_finer_than_the_target() {
         sample("idem", Workload::W1, n, 1, 3_999_000.0),
         sample("idem", Workload::W2, n, 1, 8_000_000.0),
     ];
-    let ps = peers(&["idem"]);
-    let out = targets(
-        &Grid {
-            ns: &[n],
-            threads: &[1],
-            peers: &ps,
-        },
-        &all,
-    );
+    let out = targets_of(&[n], &[1], &["idem"], &all);
     assert_eq!(
         row(&out, n, "W1 1T: idem claim + complete >= 4 M/s")[2..],
         ["3.999 M/s", "**missed**"]
@@ -167,30 +173,14 @@ fn the_machine_reference_scaling_is_reported_beside_the_targets() {
         sample("machine", Workload::W1, n, 1, 10e6),
         sample("machine", Workload::W1, n, 2, 13e6),
     ];
-    let ps = peers(&["machine"]);
-    let out = targets(
-        &Grid {
-            ns: &[n],
-            threads: &[1, 2],
-            peers: &ps,
-        },
-        &all,
-    );
+    let out = targets_of(&[n], &[1, 2], &["machine"], &all);
     let line = out
         .lines()
         .find(|l| l.starts_with("The machine's own two threads over one"))
         .expect("the reference's line");
     assert!(line.ends_with(": W1 1.30x at N = 1000."), "{line}");
     // Without the reference, no such line.
-    let ps = peers(&["idem"]);
-    let out = targets(
-        &Grid {
-            ns: &[n],
-            threads: &[1, 2],
-            peers: &ps,
-        },
-        &all[..0],
-    );
+    let out = targets_of(&[n], &[1, 2], &["idem"], &all[..0]);
     assert!(!out.contains("The machine's own"), "{out}");
 }
 
@@ -203,13 +193,8 @@ fn a_table_gives_medians_spreads_ratios_and_two_threads_over_one() {
     }
     all.push(sample("floor", Workload::W2, n, 1, 6.0e6));
     all.push(sample("idem", Workload::W2, n, 2, 5.1e6));
-    let ps = peers(&["idem", "floor", "moka"]);
-    let grid = Grid {
-        ns: &[n],
-        threads: &[1, 2],
-        peers: &ps,
-    };
-    let out = table(&grid, &all, Workload::W2);
+    let ps = ["idem", "floor", "moka"];
+    let out = table_of(&[n], &[1, 2], &ps, &all, Workload::W2);
     assert_eq!(
         row(&out, n, "1")[2..],
         ["idem", "3.00 M", "2.00 M - 10.00 M", "1", "0"]
@@ -231,12 +216,7 @@ fn a_table_gives_medians_spreads_ratios_and_two_threads_over_one() {
     );
     assert!(!out.contains("| 1000 | floor: `Mutex<hashbrown::HashMap<[u8; 16], u32>>` | 6.00 M"));
     // With one thread count there is no scaling table.
-    let one = Grid {
-        ns: &[n],
-        threads: &[1],
-        peers: &ps,
-    };
-    assert!(!table(&one, &all, Workload::W2).contains("Two threads over one"));
+    assert!(!table_of(&[n], &[1], &ps, &all, Workload::W2).contains("Two threads over one"));
 }
 
 #[test]
@@ -252,15 +232,6 @@ fn failures_are_summed_over_a_cells_runs() {
             ..sample("idem", Workload::W2, n, 1, 1e6)
         },
     ];
-    let ps = peers(&["idem"]);
-    let out = table(
-        &Grid {
-            ns: &[n],
-            threads: &[1],
-            peers: &ps,
-        },
-        &all,
-        Workload::W2,
-    );
+    let out = table_of(&[n], &[1], &["idem"], &all, Workload::W2);
     assert_eq!(row(&out, n, "1").last(), Some(&"5"));
 }

@@ -302,90 +302,80 @@ pub fn targets(o: &Grid<'_>, all: &[Sample]) -> String {
     let _ = writeln!(t, "### Targets, from this run's medians\n");
     let _ = writeln!(t, "| N | target | measured | verdict |");
     let _ = writeln!(t, "|---:|---|---:|---|");
-    let mut row = |n: usize, what: &str, measured: Option<f64>, want: Want| {
-        let (m, verdict) = match measured {
-            None => ("not run".to_owned(), "-"),
-            Some(m) => (want.show(m), if want.met(m) { "met" } else { "**missed**" }),
-        };
-        let _ = writeln!(t, "| {n} | {what} | {m} | {verdict} |");
-    };
     let ratio = |a: Option<f64>, b: Option<f64>| Some(a? / b?);
     for &n in o.ns {
         let w1 = |p: &str| rate(p, Workload::W1, n, 1);
         let w2 = |p: &str| rate(p, Workload::W2, n, 1);
-        row(
-            n,
-            "W1 1T: idem / Redis one at a time >= 40x",
-            ratio(w1("idem"), w1("redis")),
-            Want::AtLeast(40.0),
-        );
-        row(
-            n,
-            "W1 1T: idem / Redis pipelined 64 >= 4x",
-            ratio(w1("idem"), w1("redis-p64")),
-            Want::AtLeast(4.0),
-        );
-        row(
-            n,
-            "W1 1T: idem / moka >= 3x",
-            ratio(w1("idem"), w1("moka")),
-            Want::AtLeast(3.0),
-        );
-        row(
-            n,
-            "W1 1T: idem / floor >= 0.5x (within 2x)",
-            ratio(w1("idem"), w1("floor")),
-            Want::AtLeast(0.5),
-        );
-        row(
-            n,
-            "W1 1T: idem claim + complete >= 4 M/s",
-            w1("idem"),
-            Want::RateAtLeast(4e6),
-        );
-        row(
-            n,
-            "W2 1T: idem duplicate claims >= 8 M/s",
-            w2("idem"),
-            Want::RateAtLeast(8e6),
-        );
-        row(
-            n,
-            "W2 1T: idem / moka >= 3x",
-            ratio(w2("idem"), w2("moka")),
-            Want::AtLeast(3.0),
-        );
-        row(
-            n,
-            "W2: idem 2 threads / 1 thread >= 1.7x",
-            ratio(rate("idem", Workload::W2, n, 2), w2("idem")),
-            Want::AtLeast(1.7),
-        );
-        row(
-            n,
-            "W1: idem 2 threads / 1 thread >= 1.7x",
-            ratio(rate("idem", Workload::W1, n, 2), w1("idem")),
-            Want::AtLeast(1.7),
-        );
-        row(
-            n,
-            "W2, batches of 64: idem 2 threads / 1 thread >= 1.7x",
-            ratio(rate("idem-b64", Workload::W2, n, 2), w2("idem-b64")),
-            Want::AtLeast(1.7),
-        );
         let redis_heap = heap("redis-p64", n).or_else(|| heap("redis", n));
-        row(
-            n,
-            "W1 memory per key: idem / Redis <= 0.33x",
-            ratio(heap("idem", n), redis_heap),
-            Want::AtMost(1.0 / 3.0),
-        );
-        row(
-            n,
-            "W1 memory per key: idem / floor <= 1.5x",
-            ratio(heap("idem", n), heap("floor", n)),
-            Want::AtMost(1.5),
-        );
+        let rows: [(&str, Option<f64>, Want); 12] = [
+            (
+                "W1 1T: idem / Redis one at a time >= 40x",
+                ratio(w1("idem"), w1("redis")),
+                Want::AtLeast(40.0),
+            ),
+            (
+                "W1 1T: idem / Redis pipelined 64 >= 4x",
+                ratio(w1("idem"), w1("redis-p64")),
+                Want::AtLeast(4.0),
+            ),
+            (
+                "W1 1T: idem / moka >= 3x",
+                ratio(w1("idem"), w1("moka")),
+                Want::AtLeast(3.0),
+            ),
+            (
+                "W1 1T: idem / floor >= 0.5x (within 2x)",
+                ratio(w1("idem"), w1("floor")),
+                Want::AtLeast(0.5),
+            ),
+            (
+                "W1 1T: idem claim + complete >= 4 M/s",
+                w1("idem"),
+                Want::RateAtLeast(4e6),
+            ),
+            (
+                "W2 1T: idem duplicate claims >= 8 M/s",
+                w2("idem"),
+                Want::RateAtLeast(8e6),
+            ),
+            (
+                "W2 1T: idem / moka >= 3x",
+                ratio(w2("idem"), w2("moka")),
+                Want::AtLeast(3.0),
+            ),
+            (
+                "W2: idem 2 threads / 1 thread >= 1.7x",
+                ratio(rate("idem", Workload::W2, n, 2), w2("idem")),
+                Want::AtLeast(1.7),
+            ),
+            (
+                "W1: idem 2 threads / 1 thread >= 1.7x",
+                ratio(rate("idem", Workload::W1, n, 2), w1("idem")),
+                Want::AtLeast(1.7),
+            ),
+            (
+                "W2, batches of 64: idem 2 threads / 1 thread >= 1.7x",
+                ratio(rate("idem-b64", Workload::W2, n, 2), w2("idem-b64")),
+                Want::AtLeast(1.7),
+            ),
+            (
+                "W1 memory per key: idem / Redis <= 0.33x",
+                ratio(heap("idem", n), redis_heap),
+                Want::AtMost(1.0 / 3.0),
+            ),
+            (
+                "W1 memory per key: idem / floor <= 1.5x",
+                ratio(heap("idem", n), heap("floor", n)),
+                Want::AtMost(1.5),
+            ),
+        ];
+        for (what, measured, want) in rows {
+            let (m, verdict) = match measured {
+                None => ("not run".to_owned(), "-"),
+                Some(m) => (want.show(m), if want.met(m) { "met" } else { "**missed**" }),
+            };
+            let _ = writeln!(t, "| {n} | {what} | {m} | {verdict} |");
+        }
     }
     // The machine's own scaling in this run: a two-thread target cannot be judged
     // where the machine itself gives two threads less than it asks.

@@ -214,7 +214,7 @@ impl Reservoir {
     }
 
     /// Chunks made per batch.
-    #[cfg(test)]
+    #[cfg(all(test, not(idem_loom)))]
     pub(crate) fn batch(&self) -> usize {
         self.batch
     }
@@ -1247,7 +1247,7 @@ impl Shard {
     }
 
     /// The index's prefetch hint, as it should be published.
-    #[cfg(test)]
+    #[cfg(all(test, not(idem_loom)))]
     pub(crate) fn index_hint(&self) -> usize {
         self.index.hint()
     }
@@ -1258,7 +1258,7 @@ impl Shard {
     }
 
     /// For tests: the slab's chunks, in order, and its spare, as addresses.
-    #[cfg(test)]
+    #[cfg(all(test, not(idem_loom)))]
     pub(crate) fn chunk_addrs(&self) -> (Vec<usize>, Option<usize>) {
         let addr = |c: &Chunk| c.as_ptr() as usize;
         (

@@ -166,10 +166,15 @@ pub mod __bench {
             crate::hot::index::Index::try_with_room(entries).map(Index)
         }
 
-        /// Stores slab index `idx` under hash `h`, which is not stored yet. False if
-        /// that took a growth (more entries than the room it was built with).
+        /// Stores slab index `idx` under hash `h`, which is not stored yet. False,
+        /// storing nothing, if the index is full (it holds the entries it was built
+        /// for: growing needs the shard's slab to place them again).
         pub fn insert(&mut self, h: u64, idx: u32) -> bool {
-            !self.0.insert(h, idx, Vec::new)
+            if self.0.full() {
+                return false;
+            }
+            self.0.insert(h, idx, Vec::new);
+            true
         }
 
         /// The slab index stored under `h` that `eq` accepts (the shard's `eq` reads

@@ -434,13 +434,18 @@ impl Index {
     where
         I: IntoIterator<Item = (u64, u32)>,
     {
-        let grow = self.len + 1 > capacity(self.buckets.len());
+        let grow = self.full();
         if grow {
             self.grow(entries());
         }
         self.place(h, idx);
         self.len += 1;
         grow
+    }
+
+    /// Whether the next insert would grow the index first.
+    pub(crate) fn full(&self) -> bool {
+        self.len + 1 > capacity(self.buckets.len())
     }
 
     /// The bucket arrays outgrown since the last call, if any. The caller publishes

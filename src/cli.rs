@@ -64,9 +64,12 @@ USAGE:
         through cargo and the workloads harness of the source tree DIR (default:
         where this binary was built from), then W4/W5.
         --quick runs in under a minute.
-    idem bench durable [--quick] [--w4] [--w5] [--keys N]
-        Measures durable completion per sync policy (W4) beside RocksDB used
-        directly, and restart with N completed keys (W5), printing markdown tables.
+    idem bench durable [--quick] [--w3] [--w4] [--w5] [--keys N] [--w3-rounds N]
+        Measures the mixed stream's claim latency per tier (W3; memory-only and
+        the default durable tier --w3-rounds times each, default 3, shown by the
+        run of median p99), durable completion per sync policy beside RocksDB
+        used directly (W4), and restart with N completed keys (W5), printing
+        markdown tables.
     idem bench durable --disk [--keys N] [--result-bytes N]
         Disk bytes per completed key after flush and compaction.
     idem plan --rate RATE --ttl DURATION [--retention DURATION] [--fpr P]

@@ -183,11 +183,6 @@ pub mod __bench {
             self.0.find(h, eq)
         }
 
-        /// Removes `idx` stored under `h`; false if it is not there.
-        pub fn remove(&mut self, h: u64, idx: u32) -> bool {
-            self.0.remove(h, idx)
-        }
-
         /// Heap bytes of the bucket array.
         pub fn bytes(&self) -> usize {
             self.0.bytes()

@@ -532,6 +532,29 @@ mod tests {
     use std::collections::HashMap;
 
     #[test]
+    fn an_index_is_full_exactly_when_its_next_insert_would_grow_it() {
+        let mut ix = Index::try_with_room(100).expect("allocates");
+        let room = capacity(ix.buckets.len());
+        assert!(room >= 100);
+        for i in 0..room as u32 {
+            assert!(!ix.full(), "full after {i} of {room}");
+            assert!(!ix.insert(
+                u64::from(i).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+                i,
+                Vec::new
+            ));
+        }
+        assert!(ix.full());
+        let before = ix.buckets.len();
+        let all: Vec<(u64, u32)> = (0..room as u32)
+            .map(|i| (u64::from(i).wrapping_mul(0x9E37_79B9_7F4A_7C15), i))
+            .collect();
+        assert!(ix.insert(7, room as u32, || all));
+        assert_eq!(ix.buckets.len(), 2 * before);
+        assert!(!ix.full());
+    }
+
+    #[test]
     fn room_that_cannot_be_allocated_is_refused() {
         assert!(Index::try_with_room(usize::MAX).is_none());
         assert!(Index::try_with_room(1 << 60).is_none());

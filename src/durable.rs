@@ -32,7 +32,7 @@ pub(crate) mod journal;
 mod store;
 
 #[cfg(feature = "durable")]
-pub(crate) use store::{dlq_message_key, DurableNs, Store};
+pub(crate) use store::{dlq_message_key, DurableNs, Families, Store};
 
 use codec::{Record, RecordState};
 

@@ -1342,7 +1342,7 @@ impl NsInner {
             }
         }
         if !expired.is_empty() {
-            store.delete_claims(&self.name, &expired)?;
+            store.delete_claims(&crate::durable::Families::of(&self.name), &expired)?;
         }
         if !out.is_empty() {
             tracing::warn!(

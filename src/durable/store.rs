@@ -36,6 +36,25 @@ fn claims_cf(ns: &str) -> String {
     format!("claims:{ns}")
 }
 
+/// The names of a namespace's column families, made once: a point read or a
+/// completion on the claim path looks its column families up by name, and building
+/// the names there with `format!` (allocation included) cost about a quarter of
+/// a read's instructions (BENCHMARKS.md, "the column families' names").
+#[derive(Debug, Clone)]
+pub(crate) struct Families {
+    done: String,
+    claims: String,
+}
+
+impl Families {
+    pub(crate) fn of(ns: &str) -> Self {
+        Families {
+            done: done_cf(ns),
+            claims: claims_cf(ns),
+        }
+    }
+}
+
 fn state_cf(family: &str) -> String {
     format!("state:{family}")
 }
@@ -394,9 +413,14 @@ impl Store {
 
     /// The completed record of `fp` in namespace `ns`, if any (expired or not: the
     /// caller judges retention against its clock).
-    pub(crate) fn get_done(&self, ns: &str, fp: u128) -> Result<Option<Record>, Error> {
+    pub(crate) fn get_done(
+        &self,
+        ns: &str,
+        fams: &Families,
+        fp: u128,
+    ) -> Result<Option<Record>, Error> {
         injected(&self.fail_reads, "read", "reads")?;
-        let cf = self.cf(&done_cf(ns))?;
+        let cf = self.cf(&fams.done)?;
         let Some(bytes) = self
             .db
             .get_pinned_cf_opt(cf, fp_key(fp), &self.point_read)
@@ -418,9 +442,13 @@ impl Store {
     }
 
     /// Writes claim markers (no fsync: they only serve orphan reporting).
-    pub(crate) fn put_claims(&self, ns: &str, claims: &[(u128, Record)]) -> Result<(), Error> {
+    pub(crate) fn put_claims(
+        &self,
+        fams: &Families,
+        claims: &[(u128, Record)],
+    ) -> Result<(), Error> {
         self.check_writable()?;
-        let cf = self.cf(&claims_cf(ns))?;
+        let cf = self.cf(&fams.claims)?;
         let mut batch = WriteBatch::default();
         for (fp, rec) in claims {
             batch.put_cf(cf, fp_key(*fp), rec.encode());
@@ -431,9 +459,9 @@ impl Store {
     }
 
     /// Deletes claim markers (released claims).
-    pub(crate) fn delete_claims(&self, ns: &str, fps: &[u128]) -> Result<(), Error> {
+    pub(crate) fn delete_claims(&self, fams: &Families, fps: &[u128]) -> Result<(), Error> {
         self.check_writable()?;
-        let cf = self.cf(&claims_cf(ns))?;
+        let cf = self.cf(&fams.claims)?;
         let mut batch = WriteBatch::default();
         for fp in fps {
             batch.delete_cf(cf, fp_key(*fp));
@@ -449,6 +477,7 @@ impl Store {
     pub(crate) fn write_completions(
         &self,
         ns: &str,
+        fams: &Families,
         done: &[(u128, Record)],
         unwritten_marker: &[bool],
         state: &[(String, StateOp)],
@@ -456,8 +485,8 @@ impl Store {
     ) -> Result<(), Error> {
         self.wait_if_held();
         self.check_writable()?;
-        let done_h = self.cf(&done_cf(ns))?;
-        let claims_h = self.cf(&claims_cf(ns))?;
+        let done_h = self.cf(&fams.done)?;
+        let claims_h = self.cf(&fams.claims)?;
         let mut batch = WriteBatch::default();
         for (i, (fp, rec)) in done.iter().enumerate() {
             batch.put_cf(done_h, fp_key(*fp), rec.encode());
@@ -497,11 +526,11 @@ impl Store {
     }
 
     /// Deletes a key's records (forget).
-    pub(crate) fn forget(&self, ns: &str, fp: u128) -> Result<(), Error> {
+    pub(crate) fn forget(&self, fams: &Families, fp: u128) -> Result<(), Error> {
         self.check_writable()?;
         let mut batch = WriteBatch::default();
-        batch.delete_cf(self.cf(&done_cf(ns))?, fp_key(fp));
-        batch.delete_cf(self.cf(&claims_cf(ns))?, fp_key(fp));
+        batch.delete_cf(self.cf(&fams.done)?, fp_key(fp));
+        batch.delete_cf(self.cf(&fams.claims)?, fp_key(fp));
         self.db
             .write_opt(batch, &self.write_nosync)
             .map_err(|e| store_err("forget", e))
@@ -627,6 +656,8 @@ pub(crate) type ScannedClaim = (u128, Result<Record, String>);
 pub(crate) struct DurableNs {
     pub(crate) store: std::sync::Arc<Store>,
     pub(crate) name: String,
+    /// The names of the namespace's column families.
+    fams: Families,
     pub(crate) sync: SyncPolicy,
     pub(crate) failure: FailurePolicy,
     pub(crate) reads: AtomicU64,
@@ -702,6 +733,7 @@ impl DurableNs {
         DurableNs {
             store,
             name: name.to_owned(),
+            fams: Families::of(name),
             sync,
             failure,
             reads: AtomicU64::new(0),
@@ -829,7 +861,7 @@ impl DurableNs {
                         // (tokens restart every run, so an old record of the key can
                         // carry the same one; it had expired when the key was
                         // acquired again, or the claim would have been a duplicate).
-                        let completed = match self.store.get_done(&self.name, fp) {
+                        let completed = match self.store.get_done(&self.name, &self.fams, fp) {
                             Ok(Some(d)) => {
                                 d.state == RecordState::Done
                                     && d.token == rec.token
@@ -846,7 +878,7 @@ impl DurableNs {
                 }
             }
             if !moved.is_empty() {
-                self.store.put_claims(&self.name, &moved)?;
+                self.store.put_claims(&self.fams, &moved)?;
                 self.store.sync_wal()?;
             }
             if !damaged.is_empty() {
@@ -901,7 +933,7 @@ impl DurableNs {
             return;
         }
         self.writes.fetch_add(1, Ordering::Relaxed);
-        if let Err(e) = self.store.put_claims(&self.name, &batch) {
+        if let Err(e) = self.store.put_claims(&self.fams, &batch) {
             self.errors.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(
                 namespace = %self.name,
@@ -1035,7 +1067,7 @@ impl DurableNs {
             }
         }
         self.reads.fetch_add(1, Ordering::Relaxed);
-        match self.store.get_done(&self.name, fp.to_u128()) {
+        match self.store.get_done(&self.name, &self.fams, fp.to_u128()) {
             Ok(Some(rec)) if live_done(&rec, now_ms) => DurableLookup::Done(DurableDone {
                 completed_at_ms: rec.at_ms,
                 expires_at_ms: rec.expires_ms,
@@ -1071,7 +1103,7 @@ impl DurableNs {
     /// no rewrite, the hot tier deciding alone as it does when a write fails.
     pub(crate) fn needs_extension(&self, fp: Fp, expires_ms: u64) -> Result<bool, Error> {
         self.reads.fetch_add(1, Ordering::Relaxed);
-        match self.store.get_done(&self.name, fp.to_u128()) {
+        match self.store.get_done(&self.name, &self.fams, fp.to_u128()) {
             Ok(Some(rec)) => Ok(rec.state != RecordState::Done || rec.expires_ms < expires_ms),
             Ok(None) => Ok(true),
             Err(Error::CorruptRecord { .. }) => {
@@ -1099,7 +1131,7 @@ impl DurableNs {
             None => claims,
         };
         self.writes.fetch_add(1, Ordering::Relaxed);
-        match self.store.put_claims(&self.name, to_store) {
+        match self.store.put_claims(&self.fams, to_store) {
             Ok(()) => Ok(()),
             Err(e) => {
                 let r = self.on_failure(e, "claim");
@@ -1121,7 +1153,7 @@ impl DurableNs {
     /// returned.
     pub(crate) fn delete_claims(&self, fps: &[u128]) {
         self.writes.fetch_add(1, Ordering::Relaxed);
-        if let Err(e) = self.store.delete_claims(&self.name, fps) {
+        if let Err(e) = self.store.delete_claims(&self.fams, fps) {
             self.errors.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(namespace = %self.name, error = %e, "could not remove a claim marker");
         }
@@ -1159,7 +1191,7 @@ impl DurableNs {
         let sync = matches!(self.sync, SyncPolicy::Always);
         let written = self
             .store
-            .write_completions(&self.name, done, &unwritten, state, sync);
+            .write_completions(&self.name, &self.fams, done, &unwritten, state, sync);
         let stored = written.is_ok();
         let answer = match written {
             Ok(()) => Ok(()),
@@ -1196,7 +1228,7 @@ impl DurableNs {
             drop(d.flushing.lock());
         }
         self.writes.fetch_add(1, Ordering::Relaxed);
-        let r = match self.store.forget(&self.name, fp.to_u128()) {
+        let r = match self.store.forget(&self.fams, fp.to_u128()) {
             Ok(()) => Ok(()),
             Err(e) => self.on_failure(e, "forget"),
         };

@@ -121,6 +121,10 @@ impl DurableNs {
         match *self {}
     }
 
+    pub(crate) fn reads(&self) -> u64 {
+        match *self {}
+    }
+
     pub(crate) fn defer_markers(&self, _m: &[(u128, Record)]) {
         match *self {}
     }

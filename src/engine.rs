@@ -1725,6 +1725,12 @@ impl Namespace {
         self.claim_fp(key, None)
     }
 
+    /// Point reads of the durable tier so far (0 without one): one relaxed load, so a
+    /// benchmark can tell the claims that read RocksDB from those that did not.
+    pub(crate) fn durable_reads(&self) -> u64 {
+        self.inner.durable.as_ref().map_or(0, DurableNs::reads)
+    }
+
     /// Claims `key` and records a fingerprint of `payload` with it. A later claim of the
     /// same key with a different payload (while the key is in progress or done) is
     /// refused with [`Error::PayloadMismatch`]: the key was reused for another message.

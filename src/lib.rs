@@ -154,6 +154,11 @@ pub mod __fuzz {
 pub mod __bench {
     pub use crate::hot::wheel::{Links, Wheel, NIL};
 
+    /// The point reads `ns` has made of its durable tier so far (0 without one).
+    pub fn durable_reads(ns: &crate::Namespace) -> u64 {
+        ns.durable_reads()
+    }
+
     /// A shard's fingerprint index (`src/hot/index.rs`) alone, sized at build for
     /// the entries it will hold, so that an insert never grows it.
     #[derive(Debug)]

@@ -348,6 +348,10 @@ struct W3Run {
     p50_ns: u64,
     p99_ns: u64,
     p999_ns: u64,
+    /// Claims that read the durable tier: (count, p10, p50, p90) in nanoseconds.
+    read: (usize, u64, u64, u64),
+    /// Claims that did not: (p50, p99, p99.9) in nanoseconds.
+    unread: (u64, u64, u64),
     stats: idem::Stats,
     missed_old: u64,
 }
@@ -379,6 +383,7 @@ fn w3_run(stream: &[(u64, u64, Kind)], durable: Option<(bool, ClaimMarkers)>) ->
     let mut kind_lat: [Vec<u64>; 3] = Default::default();
     let mut seen = std::collections::HashSet::new();
     let mut missed_old = 0u64;
+    let (mut read_lat, mut unread_lat) = (Vec::new(), Vec::with_capacity(stream.len()));
     let mut last_at = 0;
     let started = Instant::now();
     for &(id, at, kind) in stream {
@@ -387,9 +392,15 @@ fn w3_run(stream: &[(u64, u64, Kind)], durable: Option<(bool, ClaimMarkers)>) ->
             last_at = at;
         }
         let k = key(id);
+        let reads = idem::__bench::durable_reads(&ns);
         let t = Instant::now();
         let c = ns.claim(&k).unwrap();
         let ns_taken = t.elapsed().as_nanos() as u64;
+        if idem::__bench::durable_reads(&ns) != reads {
+            read_lat.push(ns_taken);
+        } else {
+            unread_lat.push(ns_taken);
+        }
         lat.push(ns_taken);
         kind_lat[kind as usize].push(ns_taken);
         match c {
@@ -404,6 +415,8 @@ fn w3_run(stream: &[(u64, u64, Kind)], durable: Option<(bool, ClaimMarkers)>) ->
     }
     let elapsed = started.elapsed();
     lat.sort_unstable();
+    read_lat.sort_unstable();
+    unread_lat.sort_unstable();
     let by_kind = kind_lat.map(|mut v| {
         v.sort_unstable();
         (percentile(&v, 0.5), percentile(&v, 0.99))
@@ -414,6 +427,17 @@ fn w3_run(stream: &[(u64, u64, Kind)], durable: Option<(bool, ClaimMarkers)>) ->
         p50_ns: percentile(&lat, 0.5),
         p99_ns: percentile(&lat, 0.99),
         p999_ns: percentile(&lat, 0.999),
+        read: (
+            read_lat.len(),
+            percentile(&read_lat, 0.1),
+            percentile(&read_lat, 0.5),
+            percentile(&read_lat, 0.9),
+        ),
+        unread: (
+            percentile(&unread_lat, 0.5),
+            percentile(&unread_lat, 0.99),
+            percentile(&unread_lat, 0.999),
+        ),
         stats: engine.stats(),
         missed_old,
     }
@@ -533,6 +557,26 @@ fn w3(n: u64, rounds: usize) {
             us(d),
             us(e),
             us(f)
+        );
+    }
+    println!();
+    println!("Claims that read RocksDB (redeliveries past the hot TTL, and new keys the prefilter let through) beside those that did not:
+");
+    println!("| tier | claims that read | their p10 | p50 | p90 | claims that did not: p50 | p99 | p99.9 |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for (name, r) in &runs {
+        let us = |ns: u64| format!("{:.2} us", ns as f64 / 1e3);
+        let (n, p10, p50, p90) = r.read;
+        let (q50, q99, q999) = r.unread;
+        println!(
+            "| {name} | {n} ({:.2}%) | {} | {} | {} | {} | {} | {} |",
+            100.0 * n as f64 / messages as f64,
+            us(p10),
+            us(p50),
+            us(p90),
+            us(q50),
+            us(q99),
+            us(q999)
         );
     }
     println!();
@@ -935,6 +979,8 @@ mod tests {
             p50_ns: 0,
             p99_ns,
             p999_ns: 0,
+            read: (0, 0, 0, 0),
+            unread: (0, 0, 0),
             stats: idem::Stats::default(),
             missed_old: 0,
         }

@@ -752,6 +752,11 @@ impl DurableNs {
         }
     }
 
+    /// Point reads of the store so far.
+    pub(crate) fn reads(&self) -> u64 {
+        self.reads.load(Ordering::Relaxed)
+    }
+
     /// Whether claim markers wait for the maintenance pass.
     pub(crate) fn defers_markers(&self) -> bool {
         self.deferred.is_some()

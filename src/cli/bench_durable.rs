@@ -970,7 +970,26 @@ fn run_benches(args: &[String], o: &Opts) {
 
 #[cfg(test)]
 mod tests {
-    use super::{median_by_p99, Opts, W3Run};
+    use super::{median_by_p99, w3_run, w3_stream, ClaimMarkers, Opts, W3Run};
+
+    #[test]
+    fn w3_counts_each_durable_read_against_the_claim_that_made_it() {
+        let stream = w3_stream(20_000, 3_600_000);
+        // One thread: every read the engine counts happened inside one claim.
+        let durable = w3_run(&stream, Some((true, ClaimMarkers::Journal)));
+        assert!(durable.read.0 > 0);
+        assert_eq!(durable.read.0 as u64, durable.stats.durable_reads);
+        // Redeliveries past the hot TTL all read, so they are among the reads.
+        let old = stream.iter().filter(|m| m.2 == super::Kind::Old).count();
+        assert!(
+            old > 0 && durable.read.0 >= old,
+            "{} < {old}",
+            durable.read.0
+        );
+        let memory = w3_run(&stream, None);
+        assert_eq!(memory.read.0, 0);
+        assert_eq!(memory.stats.durable_reads, 0);
+    }
 
     fn run_with_p99(p99_ns: u64) -> W3Run {
         W3Run {

@@ -38,8 +38,8 @@ fn claims_cf(ns: &str) -> String {
 
 /// The names of a namespace's column families, made once: a point read or a
 /// completion on the claim path looks its column families up by name, and building
-/// the names there with `format!` (allocation included) cost about a quarter of
-/// a read's instructions (BENCHMARKS.md, "the column families' names").
+/// the names there with `format!` (allocation included) cost about a sixth of a
+/// read's instructions (BENCHMARKS.md, 2026-12-02, "the column families' names").
 #[derive(Debug, Clone)]
 pub(crate) struct Families {
     done: String,

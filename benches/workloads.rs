@@ -4,9 +4,11 @@
 //! ```text
 //! cargo bench --bench workloads -- [--quick] [--n 1000000,10000000] [--threads 1,2]
 //!                                  [--runs 3]
-//!                                  [--peers idem,idem-b64,floor,dashmap,moka,redis,redis-p64,machine]
+//!                                  [--peers idem,idem-b64,floor,dashmap,moka,redis,redis-p64,
+//!                                           jetstream,jetstream-p64,machine]
 //!                                  [--moka-max-n 1000000] [--redis-max-n 1000000]
-//!                                  [--redis-sample 100000] [--w2-passes K]
+//!                                  [--redis-sample 100000] [--jetstream-max-n 1000000]
+//!                                  [--jetstream-sample 100000] [--w2-passes K]
 //!                                  [--w2-shuffled | --w2-one-order]
 //!                                  [--w2-shuffled-max-n 1000000]
 //! ```
@@ -15,13 +17,16 @@
 //! call: the counterpart of Redis's 64-deep pipeline), `idem-r64` (idem completing
 //! every key with a 64-byte result: the memory a stored result costs; not in the
 //! default set), `floor`, `dashmap`, `moka`,
-//! `redis` (one request at a time), `redis-p64` (pipelined 64 deep) and `machine` (no
+//! `redis` (one request at a time), `redis-p64` (pipelined 64 deep), `jetstream` and
+//! `jetstream-p64` (NATS JetStream's deduplication window, one publish at a time and
+//! pipelined 64 deep) and `machine` (no
 //! table: one random store a key for W1 and one random load for W2, in an array of N
 //! 32-byte cells; its two threads over one are the machine's own scaling in the same
 //! run, against which the peers' are read). The Redis peers
 //! run when `redis-server` is on `PATH` (the child starts its own server on a free
-//! loopback port with no persistence, and stops it); without it they are skipped with
-//! a note. See `workloads/redis.rs`.
+//! loopback port with no persistence, and stops it), the JetStream peers when
+//! `nats-server` is (a server with JetStream, the stream in memory); without them they
+//! are skipped with a note. See `workloads/redis.rs` and `workloads/jetstream.rs`.
 //!
 //! Every (peer, N, threads) measurement runs in a child process of its own (this
 //! executable, re-run with a hidden `--child` argument), so no peer's memory or
@@ -47,7 +52,7 @@
 //! to a slab in insertion order, so that replay reads each shard's slab front to back
 //! and finds most entries' lines already loaded by the one before; a table that
 //! stores its keys in place (the floor) gets no such help. So each child (but the
-//! Redis peers', whose time is the network's) then runs W2 again over the same
+//! networked peers', whose time is the network's) then runs W2 again over the same
 //! structure, timed the same way, in another fixed order unrelated to W1's (a seeded
 //! shuffle, every peer alike), which takes that locality away: the last table. It
 //! runs at N <= 1,000,000 unless `--w2-shuffled-max-n` says otherwise (at 10 M keys it
@@ -69,8 +74,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use idem::{Claim, Engine, NamespaceConfig};
 use xxhash_rust::xxh3::xxh3_128_with_seed;
 
+#[path = "workloads/jetstream.rs"]
+mod jetstream;
 #[path = "workloads/redis.rs"]
 mod redis;
+#[path = "workloads/remote.rs"]
+mod remote;
 #[path = "workloads/report.rs"]
 mod report;
 
@@ -464,7 +473,7 @@ impl Peer for Moka {
     }
 }
 
-const PEERS: [&str; 8] = [
+const PEERS: [&str; 10] = [
     "idem",
     "idem-b64",
     "floor",
@@ -472,11 +481,17 @@ const PEERS: [&str; 8] = [
     "moka",
     "redis",
     "redis-p64",
+    "jetstream",
+    "jetstream-p64",
     "machine",
 ];
 
 fn is_redis(peer: &str) -> bool {
     peer.starts_with("redis")
+}
+
+fn is_jetstream(peer: &str) -> bool {
+    peer.starts_with("jetstream")
 }
 
 // ---------------------------------------------------------------------------------
@@ -623,13 +638,14 @@ fn measure<P: Peer>(
     }
 }
 
-/// Redis claims timed per child by default (`--redis-sample`).
-const REDIS_SAMPLE: usize = 100_000;
+/// Claims a networked peer's child times by default (`--redis-sample`,
+/// `--jetstream-sample`).
+const REMOTE_SAMPLE: usize = 100_000;
 
-/// A Redis child's timed sample: its fifth argument, or the parent's default.
-fn redis_sample(arg: usize) -> usize {
+/// A networked peer child's timed sample: its fifth argument, or the default.
+fn remote_sample(arg: usize) -> usize {
     match arg {
-        0 => REDIS_SAMPLE,
+        0 => REMOTE_SAMPLE,
         n => n,
     }
 }
@@ -638,12 +654,12 @@ fn child(args: &[String]) -> ExitCode {
     // A fifth argument fixes how many times W2's timed phase runs (`--w2-passes`,
     // and for profiling the duplicate path alone); without it, it runs for
     // `W2_MIN_SECS`. The time reported is that of one pass.
-    // The Redis peers take the size of their timed sample instead.
+    // The networked peers take the size of their timed sample instead.
     let (peer, workload, n, threads, repeat) = match args {
         [p, w, n, t] => (p, w, n, t, 0),
         [p, w, n, t, r] => (p, w, n, t, r.parse().expect("repeat")),
         _ => {
-            eprintln!("--child needs: peer workload n threads [repeat | redis sample]");
+            eprintln!("--child needs: peer workload n threads [repeat | networked sample]");
             return ExitCode::from(2);
         }
     };
@@ -662,8 +678,10 @@ fn child(args: &[String]) -> ExitCode {
         "idem-r64" => measure(|| Idem::new(n, 64), &keys, w2, threads, repeat),
         "idem-pre" => measure(|| Idem::with(n, 0, true), &keys, w2, threads, repeat),
         "idem-b64" => measure(|| IdemBatch(Idem::new(n, 0)), &keys, w2, threads, repeat),
-        "redis" => redis::measure(&keys, w2, threads, 1, redis_sample(repeat)),
-        "redis-p64" => redis::measure(&keys, w2, threads, 64, redis_sample(repeat)),
+        "redis" => redis::measure(&keys, w2, threads, 1, remote_sample(repeat)),
+        "redis-p64" => redis::measure(&keys, w2, threads, 64, remote_sample(repeat)),
+        "jetstream" => jetstream::measure(&keys, w2, threads, 1, remote_sample(repeat)),
+        "jetstream-p64" => jetstream::measure(&keys, w2, threads, 64, remote_sample(repeat)),
         "floor" => measure(
             || Floor(parking_lot::Mutex::new(hashbrown::HashMap::new())),
             &keys,
@@ -717,7 +735,10 @@ struct Opts {
     moka_max_n: usize,
     redis_max_n: usize,
     redis_sample: usize,
-    /// W2 passes timed per child (`--w2-passes`; Redis peers time their sample once);
+    jetstream_max_n: usize,
+    jetstream_sample: usize,
+    /// W2 passes timed per child (`--w2-passes`; networked peers time their sample
+    /// once);
     /// 0: as many as reach `W2_MIN_SECS`.
     w2_passes: usize,
     /// W2 claims the keys in another order than W1's (`--w2-shuffled`).
@@ -756,7 +777,9 @@ fn parse_opts(args: &[String]) -> Opts {
         peers: PEERS.iter().map(|s| s.to_string()).collect(),
         moka_max_n: 1_000_000,
         redis_max_n: 1_000_000,
-        redis_sample: REDIS_SAMPLE,
+        redis_sample: REMOTE_SAMPLE,
+        jetstream_max_n: 1_000_000,
+        jetstream_sample: REMOTE_SAMPLE,
         w2_passes: 0,
         w2_shuffled: false,
         w2_one_order: false,
@@ -767,6 +790,7 @@ fn parse_opts(args: &[String]) -> Opts {
         o.ns = vec![10_000];
         o.runs = 1;
         o.redis_sample = 2_000;
+        o.jetstream_sample = 2_000;
         o.label = "smoke (test mode)";
     }
     let mut it = args.iter();
@@ -781,6 +805,7 @@ fn parse_opts(args: &[String]) -> Opts {
                 o.ns = vec![100_000];
                 o.runs = 1;
                 o.redis_sample = 20_000;
+                o.jetstream_sample = 20_000;
                 o.label = "quick";
             }
             "--n" => o.ns = parse_list(&val()),
@@ -793,6 +818,12 @@ fn parse_opts(args: &[String]) -> Opts {
             }
             "--redis-sample" => {
                 o.redis_sample = val().replace('_', "").parse().expect("--redis-sample")
+            }
+            "--jetstream-max-n" => {
+                o.jetstream_max_n = val().replace('_', "").parse().expect("--jetstream-max-n")
+            }
+            "--jetstream-sample" => {
+                o.jetstream_sample = val().replace('_', "").parse().expect("--jetstream-sample")
             }
             "--w2-passes" => {
                 o.w2_passes = val().parse().expect("--w2-passes");
@@ -878,6 +909,8 @@ fn run_child(o: &Opts, peer: &str, n: usize, threads: usize) -> Vec<Sample> {
     cmd.args(["--child", peer, "w12", &n.to_string(), &threads.to_string()]);
     if is_redis(peer) {
         cmd.arg(o.redis_sample.to_string());
+    } else if is_jetstream(peer) {
+        cmd.arg(o.jetstream_sample.to_string());
     } else if o.w2_passes > 0 {
         cmd.arg(o.w2_passes.to_string());
     }
@@ -938,6 +971,10 @@ fn main() -> ExitCode {
     if redis_skipped {
         o.peers.retain(|p| !is_redis(p));
     }
+    let jetstream_skipped = o.peers.iter().any(|p| is_jetstream(p)) && !jetstream::available();
+    if jetstream_skipped {
+        o.peers.retain(|p| !is_jetstream(p));
+    }
     let shown: Vec<&str> = args
         .iter()
         .map(String::as_str)
@@ -976,12 +1013,12 @@ fn main() -> ExitCode {
     );
     if o.w2_passes > 0 {
         println!(
-            "- W2 is timed over {} passes of the N keys in each child (Redis peers: one), and its claims/s is over one pass",
+            "- W2 is timed over {} passes of the N keys in each child (networked peers: one), and its claims/s is over one pass",
             o.w2_passes
         );
     } else {
         println!(
-            "- W2 is timed over passes of the N keys in each child until {W2_MIN_SECS} s have run (at most {W2_MAX_PASSES} passes; Redis peers: one), and its claims/s is over one pass"
+            "- W2 is timed over passes of the N keys in each child until {W2_MIN_SECS} s have run (at most {W2_MAX_PASSES} passes; networked peers: one), and its claims/s is over one pass"
         );
     }
     if o.w2_shuffled {
@@ -990,7 +1027,7 @@ fn main() -> ExitCode {
         );
     } else if !o.w2_one_order {
         println!(
-            "- after W2 in W1's order, each child but Redis's at N <= {} runs W2 again, timed the same way, in another fixed order (a seeded shuffle, the same for every peer): the last table (`--w2-shuffled-max-n` changes the bound)",
+            "- after W2 in W1's order, each child but the networked peers' at N <= {} runs W2 again, timed the same way, in another fixed order (a seeded shuffle, the same for every peer): the last table (`--w2-shuffled-max-n` changes the bound)",
             o.w2_shuffled_max_n
         );
     }
@@ -1013,6 +1050,17 @@ fn main() -> ExitCode {
             println!("- {}", String::from_utf8_lossy(&v.stdout).trim());
         }
     }
+    if jetstream_skipped {
+        println!("- JetStream peers skipped: `nats-server` is not on PATH (install it to compare)");
+    } else if o.peers.iter().any(|p| is_jetstream(p)) {
+        println!(
+            "- NATS JetStream: a `nats-server -js` started by each child on a free loopback port, stopped after; a stream in memory with a 3600 s `duplicate_window`; one connection per thread; a claim is a publish with the key as `Nats-Msg-Id`, taken unless the acknowledgement says `duplicate`; at most the first {} claims of a run are timed (split between the threads), the rest are sent pipelined 64 deep, untimed, so that memory covers all N keys; B/key (both columns) is the server's RSS after minus before over the stream's message count; JetStream runs at N <= {} (`--jetstream-max-n`)",
+            o.jetstream_sample, o.jetstream_max_n
+        );
+        if let Some(v) = jetstream::version() {
+            println!("- {v}");
+        }
+    }
     println!();
     let _ = std::io::stdout().flush();
 
@@ -1022,7 +1070,10 @@ fn main() -> ExitCode {
         for &n in &o.ns {
             for &threads in &o.threads {
                 for peer in &o.peers {
-                    if peer == "moka" && n > o.moka_max_n || is_redis(peer) && n > o.redis_max_n {
+                    if peer == "moka" && n > o.moka_max_n
+                        || is_redis(peer) && n > o.redis_max_n
+                        || is_jetstream(peer) && n > o.jetstream_max_n
+                    {
                         continue;
                     }
                     for s in run_child(&o, peer, n, threads) {
@@ -1052,7 +1103,7 @@ fn main() -> ExitCode {
     if all.iter().any(|s| s.w == Workload::W2s) {
         print!("{}", table(&o.grid(), &all, Workload::W2s));
         println!(
-            "\nIn W1's order (the table before), idem's replay reads each shard's slab front to back, and most entries' lines are loaded already; in this order they are not, as for a consumer's redeliveries. Redis peers do not run it (`--w2-one-order` leaves it out for all).\n"
+            "\nIn W1's order (the table before), idem's replay reads each shard's slab front to back, and most entries' lines are loaded already; in this order they are not, as for a consumer's redeliveries. The networked peers do not run it (`--w2-one-order` leaves it out for all).\n"
         );
     }
     print!("{}", targets(&o.grid(), &all));

@@ -54,11 +54,13 @@ USAGE:
         reason). States: quarantined, under-review, replayed, archived.
     idem bench [--quick] [--no-durable | --durable-only] [--source DIR]
                [--n LIST] [--threads LIST] [--runs N] [--peers LIST]
-               [--moka-max-n N] [--redis-max-n N] [--redis-sample N] [--w2-passes K]
+               [--moka-max-n N] [--redis-max-n N] [--redis-sample N]
+               [--jetstream-max-n N] [--jetstream-sample N] [--w2-passes K]
                [--w2-shuffled | --w2-one-order] [--w2-shuffled-max-n N]
         The comparison with the peers, in one run, as markdown tables with ratios
-        to idem: W1/W2 against a hashbrown floor, dashmap, moka and Redis (when
-        redis-server is installed), beside the machine's own two-thread scaling,
+        to idem: W1/W2 against a hashbrown floor, dashmap, moka, Redis (when
+        redis-server is installed) and NATS JetStream's deduplication window (when
+        nats-server is), beside the machine's own two-thread scaling,
         W2 both in W1's order and (at N <= 1000000 unless --w2-shuffled-max-n)
         shuffled (--w2-one-order: W1's order only; --w2-shuffled: shuffled only),
         through cargo and the workloads harness of the source tree DIR (default:

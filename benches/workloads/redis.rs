@@ -11,11 +11,11 @@
 //! before, divided by `DBSIZE`; the RSS column is the server process's RSS delta.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, TcpStream};
 use std::process::{Child, Command, Stdio};
-use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
+use super::remote::{self, free_port, Claimer, Remote};
 use super::{ChildResult, Key};
 
 /// Whether `redis-server` can be started from `PATH`.
@@ -103,6 +103,26 @@ impl Server {
     }
 }
 
+impl Remote for Server {
+    type Conn = Conn;
+
+    fn connect(&self) -> std::io::Result<Conn> {
+        Server::connect(self)
+    }
+
+    fn memory(&self, admin: &mut Conn) -> std::io::Result<isize> {
+        admin.used_memory()
+    }
+
+    fn resident(&self, admin: &mut Conn) -> std::io::Result<isize> {
+        admin.dbsize().map(|n| n as isize)
+    }
+
+    fn rss(&self) -> isize {
+        Server::rss(self)
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         if let Ok(mut c) = self.connect() {
@@ -119,12 +139,6 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_port() -> std::io::Result<u16> {
-    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
-        .local_addr()?
-        .port())
 }
 
 /// One RESP2 reply, as far as this client needs to tell them apart.
@@ -233,16 +247,13 @@ impl Conn {
             other => Err(std::io::Error::other(format!("DBSIZE answered {other:?}"))),
         }
     }
+}
 
+impl Claimer for Conn {
     /// Claims `keys` with `SET key 1 NX EX 3600`, `depth` commands in flight (1: one
     /// at a time). Returns how many answers were not `want_taken` (taken = `+OK`,
     /// not taken = nil).
-    pub(crate) fn claim(
-        &mut self,
-        keys: &[Key],
-        depth: usize,
-        want_taken: bool,
-    ) -> std::io::Result<u64> {
+    fn claim(&mut self, keys: &[Key], depth: usize, want_taken: bool) -> std::io::Result<u64> {
         let mut wrong = 0u64;
         for batch in keys.chunks(depth.max(1)) {
             for k in batch {
@@ -265,61 +276,7 @@ impl Conn {
     }
 }
 
-/// Depth of the untimed loads (the part of the keys outside the timed sample, and
-/// W2's fill).
-const LOAD_DEPTH: usize = 64;
-
-/// Runs `claim` for each thread's part of `keys`, the first `timed` keys of the whole
-/// (split alike) timed from a common start to the last join, the rest untimed at
-/// depth 64. Returns (timed seconds, timed keys, wrong answers).
-fn phase(
-    server: &Server,
-    keys: &[Key],
-    threads: usize,
-    timed: usize,
-    depth: usize,
-    want_taken: bool,
-) -> (f64, usize, u64) {
-    let part = keys.len().div_ceil(threads);
-    let timed_part = timed.div_ceil(threads).min(part);
-    let start = Barrier::new(threads + 1);
-    let done = Barrier::new(threads + 1);
-    std::thread::scope(|s| {
-        let workers: Vec<_> = keys
-            .chunks(part)
-            .map(|chunk| {
-                let (start, done) = (&start, &done);
-                let mut conn = server.connect().expect("connect to redis-server");
-                s.spawn(move || {
-                    let (sample, rest) = chunk.split_at(timed_part.min(chunk.len()));
-                    start.wait();
-                    let mut wrong = conn.claim(sample, depth, want_taken).expect("claims");
-                    done.wait();
-                    wrong += conn
-                        .claim(rest, LOAD_DEPTH, want_taken)
-                        .expect("untimed claims");
-                    (sample.len(), wrong)
-                })
-            })
-            .collect();
-        start.wait();
-        let t0 = Instant::now();
-        done.wait();
-        let secs = t0.elapsed().as_secs_f64();
-        let (mut n, mut wrong) = (0, 0);
-        for w in workers {
-            let (a, b) = w.join().expect("worker");
-            n += a;
-            wrong += b;
-        }
-        (secs, n, wrong)
-    })
-}
-
-/// One measurement of the Redis peer: W1 (fresh keys, each must be taken), then, if
-/// `w2`, W2 over the same keys (each claim must find the key).
-/// At most `sample` claims are timed (the first ones of each thread's part); the rest
-/// are sent pipelined, untimed, so that memory is measured over all of `keys`.
+/// One measurement of the Redis peer (see [`remote::measure`]).
 pub(crate) fn measure(
     keys: &[Key],
     w2: bool,
@@ -328,32 +285,5 @@ pub(crate) fn measure(
     sample: usize,
 ) -> ChildResult {
     let server = Server::start().unwrap_or_else(|e| panic!("{e}"));
-    let mut admin = server.connect().expect("connect to redis-server");
-    let mem0 = admin.used_memory().expect("INFO memory");
-    let rss0 = server.rss();
-    let timed = sample.min(keys.len());
-    let (secs, n, failures) = phase(&server, keys, threads, timed, depth, true);
-    let mem = admin.used_memory().expect("INFO memory");
-    let rss = server.rss() - rss0;
-    let resident = admin.dbsize().expect("DBSIZE").max(1) as isize;
-    // The parent divides by N: times are scaled to N keys from the timed sample.
-    let scaled = |secs: f64, n: usize| secs * keys.len() as f64 / n.max(1) as f64;
-    let dup = w2.then(|| {
-        let (dup_secs, dup_n, dup) = phase(&server, keys, threads, timed, depth, false);
-        // A key the fill could not take cannot answer duplicate either: count both.
-        (scaled(dup_secs, dup_n), failures.max(dup))
-    });
-    drop(admin);
-    drop(server);
-    // Memory totals scaled to N keys from the per-key figures over DBSIZE.
-    let scale = |bytes: isize| bytes * keys.len() as isize / resident;
-    ChildResult {
-        secs: scaled(secs, n),
-        failures,
-        heap: scale(mem - mem0),
-        rss: scale(rss),
-        own: None,
-        dup,
-        dup_shuffled: None,
-    }
+    remote::measure(server, keys, w2, threads, depth, sample)
 }

@@ -30,6 +30,8 @@ pub fn peer_label(peer: &str, w: Workload) -> &'static str {
         "moka" => "`moka::sync::Cache<String, ()>` TTL",
         "redis" => "Redis `SET NX EX`, one at a time",
         "redis-p64" => "Redis `SET NX EX`, pipelined 64",
+        "jetstream" => "NATS JetStream dedup window (`Nats-Msg-Id`), one at a time",
+        "jetstream-p64" => "NATS JetStream dedup window (`Nats-Msg-Id`), pipelined 64",
         "machine" if w == Workload::W1 => {
             "reference: one random store a key into an array, no table (the machine's scaling)"
         }

@@ -1,7 +1,7 @@
 //! `idem bench`: the comparison with the peers, in one run.
 //!
-//! W1 and W2 (memory-only idem against the hashbrown floor, dashmap, moka and Redis,
-//! and a reference of the machine's own two-thread scaling) run in the workloads
+//! W1 and W2 (memory-only idem against the hashbrown floor, dashmap, moka, Redis and
+//! NATS JetStream's deduplication window, and a reference of the machine's own two-thread scaling) run in the workloads
 //! harness, `benches/workloads.rs`: the peers are development dependencies, and the
 //! harness counts heap bytes with a global allocator that the `idem` binary itself
 //! should not carry. This command builds and runs it through
@@ -26,7 +26,7 @@ pub(crate) struct Options {
 }
 
 /// Options of the workloads harness that take a value, passed through.
-const HARNESS_VALUED: [&str; 9] = [
+const HARNESS_VALUED: [&str; 11] = [
     "--n",
     "--threads",
     "--runs",
@@ -34,6 +34,8 @@ const HARNESS_VALUED: [&str; 9] = [
     "--moka-max-n",
     "--redis-max-n",
     "--redis-sample",
+    "--jetstream-max-n",
+    "--jetstream-sample",
     "--w2-passes",
     "--w2-shuffled-max-n",
 ];
@@ -182,6 +184,17 @@ mod tests {
         assert_eq!(
             o.cargo_args().join(" "),
             "bench --no-default-features --bench workloads -- --w2-shuffled-max-n 10000000"
+        );
+        let o = Options::parse(&args(&[
+            "--jetstream-max-n",
+            "100000",
+            "--jetstream-sample",
+            "500",
+        ]))
+        .unwrap();
+        assert_eq!(
+            o.cargo_args().join(" "),
+            "bench --no-default-features --bench workloads -- --jetstream-max-n 100000 --jetstream-sample 500"
         );
         let o = Options::parse(&args(&["--no-durable"])).unwrap();
         assert!(!o.durable && o.workloads);

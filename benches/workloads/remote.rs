@@ -1,0 +1,130 @@
+//! What the peers behind a loopback socket (Redis, NATS JetStream) share: a free
+//! port to start their server on, and the timed phase that drives one connection a
+//! thread through a part of the keys.
+
+use std::net::{Ipv4Addr, TcpListener};
+use std::sync::Barrier;
+use std::time::Instant;
+
+use super::{ChildResult, Key};
+
+/// A server the child started, to which each worker thread opens its own connection.
+pub(crate) trait Remote: Sync {
+    /// A client connection.
+    type Conn: Claimer + Send;
+    /// Opens a new connection.
+    fn connect(&self) -> std::io::Result<Self::Conn>;
+    /// The server's memory for what it stores, in bytes, asked through `admin`.
+    fn memory(&self, admin: &mut Self::Conn) -> std::io::Result<isize>;
+    /// How many keys the server holds, asked through `admin`.
+    fn resident(&self, admin: &mut Self::Conn) -> std::io::Result<isize>;
+    /// The server process's resident set size in bytes.
+    fn rss(&self) -> isize;
+}
+
+/// A connection that claims keys.
+pub(crate) trait Claimer {
+    /// Claims `keys` with `depth` requests in flight (1: one at a time). Returns how
+    /// many answers were not `want_taken` (taken: the key was new).
+    fn claim(&mut self, keys: &[Key], depth: usize, want_taken: bool) -> std::io::Result<u64>;
+}
+
+/// Depth of the untimed loads (the part of the keys outside the timed sample, and
+/// W2's fill).
+const LOAD_DEPTH: usize = 64;
+
+/// A loopback port that was free a moment ago.
+pub(crate) fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
+        .local_addr()?
+        .port())
+}
+
+/// Runs `claim` for each thread's part of `keys`, the first `timed` keys of the whole
+/// (split alike) timed from a common start to the last join, the rest untimed at
+/// depth 64. Returns (timed seconds, timed keys, wrong answers).
+pub(crate) fn phase<R: Remote>(
+    server: &R,
+    keys: &[Key],
+    threads: usize,
+    timed: usize,
+    depth: usize,
+    want_taken: bool,
+) -> (f64, usize, u64) {
+    let part = keys.len().div_ceil(threads);
+    let timed_part = timed.div_ceil(threads).min(part);
+    let start = Barrier::new(threads + 1);
+    let done = Barrier::new(threads + 1);
+    std::thread::scope(|s| {
+        let workers: Vec<_> = keys
+            .chunks(part)
+            .map(|chunk| {
+                let (start, done) = (&start, &done);
+                let mut conn = server.connect().expect("connect to the server");
+                s.spawn(move || {
+                    let (sample, rest) = chunk.split_at(timed_part.min(chunk.len()));
+                    start.wait();
+                    let mut wrong = conn.claim(sample, depth, want_taken).expect("claims");
+                    done.wait();
+                    wrong += conn
+                        .claim(rest, LOAD_DEPTH, want_taken)
+                        .expect("untimed claims");
+                    (sample.len(), wrong)
+                })
+            })
+            .collect();
+        start.wait();
+        let t0 = Instant::now();
+        done.wait();
+        let secs = t0.elapsed().as_secs_f64();
+        let (mut n, mut wrong) = (0, 0);
+        for w in workers {
+            let (a, b) = w.join().expect("worker");
+            n += a;
+            wrong += b;
+        }
+        (secs, n, wrong)
+    })
+}
+
+/// One measurement of a networked peer: W1 (fresh keys, each must be taken), then, if
+/// `w2`, W2 over the same keys (each claim must find the key). At most `sample`
+/// claims are timed (the first ones of each thread's part); the rest are sent
+/// pipelined, untimed, so that memory is measured over all of `keys`.
+pub(crate) fn measure<R: Remote>(
+    server: R,
+    keys: &[Key],
+    w2: bool,
+    threads: usize,
+    depth: usize,
+    sample: usize,
+) -> ChildResult {
+    let mut admin = server.connect().expect("connect to the server");
+    let mem0 = server.memory(&mut admin).expect("the server's memory");
+    let rss0 = server.rss();
+    let timed = sample.min(keys.len());
+    let (secs, n, failures) = phase(&server, keys, threads, timed, depth, true);
+    let mem = server.memory(&mut admin).expect("the server's memory");
+    let rss = server.rss() - rss0;
+    let resident = server.resident(&mut admin).expect("the keys held").max(1);
+    // The parent divides by N: times are scaled to N keys from the timed sample.
+    let scaled = |secs: f64, n: usize| secs * keys.len() as f64 / n.max(1) as f64;
+    let dup = w2.then(|| {
+        let (dup_secs, dup_n, dup) = phase(&server, keys, threads, timed, depth, false);
+        // A key the fill could not take cannot answer duplicate either: count both.
+        (scaled(dup_secs, dup_n), failures.max(dup))
+    });
+    drop(admin);
+    drop(server);
+    // Memory totals scaled to N keys from the per-key figures over the keys held.
+    let scale = |bytes: isize| bytes * keys.len() as isize / resident;
+    ChildResult {
+        secs: scaled(secs, n),
+        failures,
+        heap: scale(mem - mem0),
+        rss: scale(rss),
+        own: None,
+        dup,
+        dup_shuffled: None,
+    }
+}

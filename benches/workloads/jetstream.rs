@@ -166,7 +166,7 @@ static CONNECTIONS: AtomicUsize = AtomicUsize::new(0);
 impl Conn {
     /// Reads the server's `INFO`, sends `CONNECT` and the inbox's `SUB`, and waits for
     /// the `PONG` that says both were taken.
-    fn new(stream: TcpStream) -> std::io::Result<Conn> {
+    pub(crate) fn new(stream: TcpStream) -> std::io::Result<Conn> {
         stream.set_nodelay(true)?;
         let mut c = Conn {
             inp: BufReader::with_capacity(64 * 1024, stream.try_clone()?),
@@ -279,7 +279,7 @@ impl Conn {
     }
 
     /// The stream's message count (`state.messages` of its info).
-    fn messages(&mut self) -> std::io::Result<isize> {
+    pub(crate) fn messages(&mut self) -> std::io::Result<isize> {
         let info = self.request("$JS.API.STREAM.INFO.W", b"")?;
         let text = String::from_utf8_lossy(&info);
         text.split_once("\"state\":")

@@ -71,9 +71,12 @@ use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use child_result::ChildResult;
 use idem::{Claim, Engine, NamespaceConfig};
 use xxhash_rust::xxh3::xxh3_128_with_seed;
 
+#[path = "workloads/child_result.rs"]
+mod child_result;
 #[path = "workloads/jetstream.rs"]
 mod jetstream;
 #[path = "workloads/redis.rs"]
@@ -531,20 +534,6 @@ fn run_split<P: Peer>(
     })
 }
 
-struct ChildResult {
-    /// W1: the fill's time and the keys it could not take.
-    secs: f64,
-    failures: u64,
-    heap: isize,
-    rss: isize,
-    own: Option<u64>,
-    /// W2, when it ran: its time, and the keys that did not answer Duplicate.
-    dup: Option<(f64, u64)>,
-    /// W2 again in a shuffled order, after it, when the parent asked for both
-    /// orders: the same two figures.
-    dup_shuffled: Option<(f64, u64)>,
-}
-
 /// Set in a child's environment by `--w2-shuffled`.
 const W2_SHUFFLED_ENV: &str = "IDEM_BENCH_W2_SHUFFLED";
 /// Set in a child's environment unless `--w2-shuffled` or `--w2-one-order` is given:
@@ -678,10 +667,15 @@ fn child(args: &[String]) -> ExitCode {
         "idem-r64" => measure(|| Idem::new(n, 64), &keys, w2, threads, repeat),
         "idem-pre" => measure(|| Idem::with(n, 0, true), &keys, w2, threads, repeat),
         "idem-b64" => measure(|| IdemBatch(Idem::new(n, 0)), &keys, w2, threads, repeat),
-        "redis" => redis::measure(&keys, w2, threads, 1, remote_sample(repeat)),
-        "redis-p64" => redis::measure(&keys, w2, threads, 64, remote_sample(repeat)),
-        "jetstream" => jetstream::measure(&keys, w2, threads, 1, remote_sample(repeat)),
-        "jetstream-p64" => jetstream::measure(&keys, w2, threads, 64, remote_sample(repeat)),
+        "redis" | "redis-p64" | "jetstream" | "jetstream-p64" => {
+            let depth = if peer.ends_with("-p64") { 64 } else { 1 };
+            let sample = remote_sample(repeat);
+            if is_redis(peer) {
+                remote::measure(redis::Server::start, &keys, w2, threads, depth, sample)
+            } else {
+                remote::measure(jetstream::Server::start, &keys, w2, threads, depth, sample)
+            }
+        }
         "floor" => measure(
             || Floor(parking_lot::Mutex::new(hashbrown::HashMap::new())),
             &keys,
@@ -967,11 +961,12 @@ fn main() -> ExitCode {
         return child(&args[pos + 1..]);
     }
     let mut o = parse_opts(&args);
-    let redis_skipped = o.peers.iter().any(|p| is_redis(p)) && !redis::available();
+    let redis_skipped = o.peers.iter().any(|p| is_redis(p)) && !remote::available("redis-server");
     if redis_skipped {
         o.peers.retain(|p| !is_redis(p));
     }
-    let jetstream_skipped = o.peers.iter().any(|p| is_jetstream(p)) && !jetstream::available();
+    let jetstream_skipped =
+        o.peers.iter().any(|p| is_jetstream(p)) && !remote::available("nats-server");
     if jetstream_skipped {
         o.peers.retain(|p| !is_jetstream(p));
     }

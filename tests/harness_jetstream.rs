@@ -10,15 +10,9 @@ use std::net::{Ipv4Addr, TcpListener, TcpStream};
 type Key = [u8; 20];
 
 #[allow(dead_code)]
-struct ChildResult {
-    secs: f64,
-    failures: u64,
-    heap: isize,
-    rss: isize,
-    own: Option<u64>,
-    dup: Option<(f64, u64)>,
-    dup_shuffled: Option<(f64, u64)>,
-}
+#[path = "../benches/workloads/child_result.rs"]
+mod child_result;
+use child_result::ChildResult;
 
 fn rss_of(_statm: &str) -> isize {
     0

@@ -25,23 +25,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use super::remote::{self, free_port, Claimer, Remote};
-use super::{ChildResult, Key};
+use super::remote::{self, Claimer, Remote};
 
 /// The stream's configuration: memory storage, a deduplication window of the TTL
 /// (in nanoseconds), nothing else limited.
 const STREAM_CONFIG: &str =
     r#"{"name":"W","subjects":["w"],"storage":"memory","duplicate_window":3600000000000}"#;
-
-/// Whether `nats-server` can be started from `PATH`.
-pub(crate) fn available() -> bool {
-    Command::new("nats-server")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
 
 /// The version line of `nats-server`, if it runs.
 pub(crate) fn version() -> Option<String> {
@@ -61,11 +50,7 @@ impl Server {
     /// Starts a server on a free loopback port and waits until it has created the
     /// stream.
     pub(crate) fn start() -> Result<Server, String> {
-        // A few attempts: another process may take the port between our probe and the
-        // server's bind.
-        let mut last = String::new();
-        for _ in 0..5 {
-            let port = free_port().map_err(|e| format!("no free loopback port: {e}"))?;
+        remote::start_on_free_port("nats-server", |port| {
             let store =
                 std::env::temp_dir().join(format!("idem-bench-js-{}-{port}", std::process::id()));
             let child = Command::new("nats-server")
@@ -76,13 +61,9 @@ impl Server {
                 .spawn()
                 .map_err(|e| format!("cannot start nats-server: {e}"))?;
             let mut server = Server { child, port, store };
-            match server.wait_ready(Duration::from_secs(10)) {
-                Ok(()) => return Ok(server),
-                Err(e) => last = e,
-            }
-            drop(server);
-        }
-        Err(format!("nats-server did not come up: {last}"))
+            server.wait_ready(Duration::from_secs(10))?;
+            Ok(server)
+        })
     }
 
     fn wait_ready(&mut self, within: Duration) -> Result<(), String> {
@@ -217,17 +198,6 @@ impl Conn {
         Ok(())
     }
 
-    /// Appends the publish of one claim of `key`.
-    fn push_claim(&mut self, key: &[u8]) {
-        const HEAD: &[u8] = b"NATS/1.0\r\nNats-Msg-Id: ";
-        let hdr = HEAD.len() + key.len() + 4;
-        let b = &mut self.buf;
-        let _ = write!(b, "HPUB w {}.a {hdr} {}\r\n", self.inbox, hdr + 1);
-        b.extend_from_slice(HEAD);
-        b.extend_from_slice(key);
-        b.extend_from_slice(b"\r\n\r\n1\r\n");
-    }
-
     /// Reads the next message to the inbox into `body`, answering the server's
     /// `PING`s on the way.
     fn read_msg(&mut self) -> std::io::Result<()> {
@@ -293,42 +263,30 @@ impl Conn {
 }
 
 impl Claimer for Conn {
-    /// Publishes each key with its `Nats-Msg-Id`, `depth` publishes in flight (1: one
-    /// at a time). Returns how many acknowledgements were not `want_taken` (taken: no
-    /// `"duplicate": true`).
-    fn claim(&mut self, keys: &[Key], depth: usize, want_taken: bool) -> std::io::Result<u64> {
-        let mut wrong = 0u64;
-        for batch in keys.chunks(depth.max(1)) {
-            for k in batch {
-                self.push_claim(k);
-            }
-            self.flush()?;
-            for _ in batch {
-                self.read_msg()?;
-                if contains(&self.body, b"\"error\"") || !contains(&self.body, b"\"seq\"") {
-                    return Err(std::io::Error::other(format!(
-                        "publish answered {}",
-                        String::from_utf8_lossy(&self.body)
-                    )));
-                }
-                let taken = !contains(&self.body, b"\"duplicate\"");
-                if taken != want_taken {
-                    wrong += 1;
-                }
-            }
-        }
-        Ok(wrong)
+    /// A publish of one byte to `w` with the key as its `Nats-Msg-Id`.
+    fn push_claim(&mut self, key: &[u8]) {
+        const HEAD: &[u8] = b"NATS/1.0\r\nNats-Msg-Id: ";
+        let hdr = HEAD.len() + key.len() + 4;
+        let b = &mut self.buf;
+        let _ = write!(b, "HPUB w {}.a {hdr} {}\r\n", self.inbox, hdr + 1);
+        b.extend_from_slice(HEAD);
+        b.extend_from_slice(key);
+        b.extend_from_slice(b"\r\n\r\n1\r\n");
     }
-}
 
-/// One measurement of the JetStream peer (see [`remote::measure`]).
-pub(crate) fn measure(
-    keys: &[Key],
-    w2: bool,
-    threads: usize,
-    depth: usize,
-    sample: usize,
-) -> ChildResult {
-    let server = Server::start().unwrap_or_else(|e| panic!("{e}"));
-    remote::measure(server, keys, w2, threads, depth, sample)
+    fn flush(&mut self) -> std::io::Result<()> {
+        Conn::flush(self)
+    }
+
+    /// The acknowledgement: taken unless it says `"duplicate": true`.
+    fn read_taken(&mut self) -> std::io::Result<bool> {
+        self.read_msg()?;
+        if contains(&self.body, b"\"error\"") || !contains(&self.body, b"\"seq\"") {
+            return Err(std::io::Error::other(format!(
+                "publish answered {}",
+                String::from_utf8_lossy(&self.body)
+            )));
+        }
+        Ok(!contains(&self.body, b"\"duplicate\""))
+    }
 }

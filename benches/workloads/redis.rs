@@ -15,18 +15,7 @@ use std::net::{Ipv4Addr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::remote::{self, free_port, Claimer, Remote};
-use super::{ChildResult, Key};
-
-/// Whether `redis-server` can be started from `PATH`.
-pub(crate) fn available() -> bool {
-    Command::new("redis-server")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
+use super::remote::{self, Claimer, Remote};
 
 /// A `redis-server` child on a loopback port, stopped (and reaped) on drop.
 pub(crate) struct Server {
@@ -38,11 +27,7 @@ impl Server {
     /// Starts a server with no persistence on a free loopback port and waits until it
     /// answers `PING`.
     pub(crate) fn start() -> Result<Server, String> {
-        // A few attempts: another process may take the port between our probe and the
-        // server's bind.
-        let mut last = String::new();
-        for _ in 0..5 {
-            let port = free_port().map_err(|e| format!("no free loopback port: {e}"))?;
+        remote::start_on_free_port("redis-server", |port| {
             let child = Command::new("redis-server")
                 .args([
                     "--port",
@@ -63,13 +48,9 @@ impl Server {
                 .spawn()
                 .map_err(|e| format!("cannot start redis-server: {e}"))?;
             let mut server = Server { child, port };
-            match server.wait_ready(Duration::from_secs(10)) {
-                Ok(()) => return Ok(server),
-                Err(e) => last = e,
-            }
-            drop(server);
-        }
-        Err(format!("redis-server did not come up: {last}"))
+            server.wait_ready(Duration::from_secs(10))?;
+            Ok(server)
+        })
     }
 
     fn wait_ready(&mut self, within: Duration) -> Result<(), String> {
@@ -250,40 +231,22 @@ impl Conn {
 }
 
 impl Claimer for Conn {
-    /// Claims `keys` with `SET key 1 NX EX 3600`, `depth` commands in flight (1: one
-    /// at a time). Returns how many answers were not `want_taken` (taken = `+OK`,
-    /// not taken = nil).
-    fn claim(&mut self, keys: &[Key], depth: usize, want_taken: bool) -> std::io::Result<u64> {
-        let mut wrong = 0u64;
-        for batch in keys.chunks(depth.max(1)) {
-            for k in batch {
-                self.push(&[b"SET", k, b"1", b"NX", b"EX", b"3600"]);
-            }
-            self.flush()?;
-            for _ in batch {
-                let taken = match self.read()? {
-                    Reply::Simple(s) if s == "OK" => true,
-                    Reply::Nil => false,
-                    Reply::Error(e) => return Err(std::io::Error::other(e)),
-                    other => return Err(std::io::Error::other(format!("SET answered {other:?}"))),
-                };
-                if taken != want_taken {
-                    wrong += 1;
-                }
-            }
-        }
-        Ok(wrong)
+    /// `SET key 1 NX EX 3600`.
+    fn push_claim(&mut self, key: &[u8]) {
+        self.push(&[b"SET", key, b"1", b"NX", b"EX", b"3600"]);
     }
-}
 
-/// One measurement of the Redis peer (see [`remote::measure`]).
-pub(crate) fn measure(
-    keys: &[Key],
-    w2: bool,
-    threads: usize,
-    depth: usize,
-    sample: usize,
-) -> ChildResult {
-    let server = Server::start().unwrap_or_else(|e| panic!("{e}"));
-    remote::measure(server, keys, w2, threads, depth, sample)
+    fn flush(&mut self) -> std::io::Result<()> {
+        Conn::flush(self)
+    }
+
+    /// `+OK`: taken (a fresh key); a nil bulk string: the key exists.
+    fn read_taken(&mut self) -> std::io::Result<bool> {
+        match self.read()? {
+            Reply::Simple(s) if s == "OK" => Ok(true),
+            Reply::Nil => Ok(false),
+            Reply::Error(e) => Err(std::io::Error::other(e)),
+            other => Err(std::io::Error::other(format!("SET answered {other:?}"))),
+        }
+    }
 }

@@ -3,6 +3,7 @@
 //! thread through a part of the keys.
 
 use std::net::{Ipv4Addr, TcpListener};
+use std::process::{Command, Stdio};
 use std::sync::Barrier;
 use std::time::Instant;
 
@@ -22,11 +23,32 @@ pub(crate) trait Remote: Sync {
     fn rss(&self) -> isize;
 }
 
-/// A connection that claims keys.
+/// A connection that claims keys: one request a key, answered in order.
 pub(crate) trait Claimer {
+    /// Appends the request that claims `key` to the output buffer.
+    fn push_claim(&mut self, key: &[u8]);
+    /// Sends what the output buffer holds.
+    fn flush(&mut self) -> std::io::Result<()>;
+    /// Reads the next claim's answer: whether the key was taken (it was new).
+    fn read_taken(&mut self) -> std::io::Result<bool>;
+
     /// Claims `keys` with `depth` requests in flight (1: one at a time). Returns how
-    /// many answers were not `want_taken` (taken: the key was new).
-    fn claim(&mut self, keys: &[Key], depth: usize, want_taken: bool) -> std::io::Result<u64>;
+    /// many answers were not `want_taken`.
+    fn claim(&mut self, keys: &[Key], depth: usize, want_taken: bool) -> std::io::Result<u64> {
+        let mut wrong = 0u64;
+        for batch in keys.chunks(depth.max(1)) {
+            for k in batch {
+                self.push_claim(k);
+            }
+            self.flush()?;
+            for _ in batch {
+                if self.read_taken()? != want_taken {
+                    wrong += 1;
+                }
+            }
+        }
+        Ok(wrong)
+    }
 }
 
 /// Depth of the untimed loads (the part of the keys outside the timed sample, and
@@ -34,10 +56,38 @@ pub(crate) trait Claimer {
 const LOAD_DEPTH: usize = 64;
 
 /// A loopback port that was free a moment ago.
-pub(crate) fn free_port() -> std::io::Result<u16> {
+fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
         .local_addr()?
         .port())
+}
+
+/// Whether the server program `bin` runs from `PATH` (`bin --version` succeeds).
+pub(crate) fn available(bin: &str) -> bool {
+    Command::new(bin)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Starts a server with `start_on` (which spawns `bin` on the port it is given and
+/// waits until it serves) on a free loopback port. A few attempts: another process
+/// may take the port between the probe and the server's bind.
+pub(crate) fn start_on_free_port<S>(
+    bin: &str,
+    mut start_on: impl FnMut(u16) -> Result<S, String>,
+) -> Result<S, String> {
+    let mut last = String::new();
+    for _ in 0..5 {
+        let port = free_port().map_err(|e| format!("no free loopback port: {e}"))?;
+        match start_on(port) {
+            Ok(server) => return Ok(server),
+            Err(e) => last = e,
+        }
+    }
+    Err(format!("{bin} did not come up: {last}"))
 }
 
 /// Runs `claim` for each thread's part of `keys`, the first `timed` keys of the whole
@@ -87,18 +137,20 @@ pub(crate) fn phase<R: Remote>(
     })
 }
 
-/// One measurement of a networked peer: W1 (fresh keys, each must be taken), then, if
-/// `w2`, W2 over the same keys (each claim must find the key). At most `sample`
-/// claims are timed (the first ones of each thread's part); the rest are sent
-/// pipelined, untimed, so that memory is measured over all of `keys`.
+/// One measurement of a networked peer, on a server `start` starts: W1 (fresh keys,
+/// each must be taken), then, if `w2`, W2 over the same keys (each claim must find
+/// the key). At most `sample` claims are timed (the first ones of each thread's
+/// part); the rest are sent pipelined, untimed, so that memory is measured over all
+/// of `keys`.
 pub(crate) fn measure<R: Remote>(
-    server: R,
+    start: fn() -> Result<R, String>,
     keys: &[Key],
     w2: bool,
     threads: usize,
     depth: usize,
     sample: usize,
 ) -> ChildResult {
+    let server = start().unwrap_or_else(|e| panic!("{e}"));
     let mut admin = server.connect().expect("connect to the server");
     let mem0 = server.memory(&mut admin).expect("the server's memory");
     let rss0 = server.rss();

@@ -1,6 +1,7 @@
-//! What the peers behind a loopback socket (Redis, NATS JetStream) share: a free
-//! port to start their server on, and the timed phase that drives one connection a
-//! thread through a part of the keys.
+//! What the peers behind a loopback socket (Redis, NATS JetStream) share: finding
+//! their server program and starting it on a free port, the claim loop over one
+//! connection (one request a key, `depth` in flight), the timed phase that drives one
+//! connection a thread through a part of the keys, and the measurement of a child.
 
 use std::net::{Ipv4Addr, TcpListener};
 use std::process::{Command, Stdio};
@@ -93,7 +94,7 @@ pub(crate) fn start_on_free_port<S>(
 /// Runs `claim` for each thread's part of `keys`, the first `timed` keys of the whole
 /// (split alike) timed from a common start to the last join, the rest untimed at
 /// depth 64. Returns (timed seconds, timed keys, wrong answers).
-pub(crate) fn phase<R: Remote>(
+fn phase<R: Remote>(
     server: &R,
     keys: &[Key],
     threads: usize,

@@ -18,12 +18,13 @@
 //! process's RSS after minus before, divided by the stream's message count, in both
 //! memory columns.
 
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::remote::{self, Claimer, Remote};
 
@@ -36,6 +37,14 @@ const STREAM_CONFIG: &str =
 pub(crate) fn version() -> Option<String> {
     let out = Command::new("nats-server").arg("--version").output().ok()?;
     Some(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// How long a new server may take to create the stream.
+const READY_WITHIN: Duration = Duration::from_secs(10);
+
+/// A client connection to the server on loopback `port`.
+fn connect(port: u16) -> std::io::Result<Conn> {
+    Conn::new(TcpStream::connect((Ipv4Addr::LOCALHOST, port))?)
 }
 
 /// A `nats-server` child with JetStream on a loopback port, its store directory
@@ -53,42 +62,37 @@ impl Server {
         remote::start_on_free_port("nats-server", |port| {
             let store =
                 std::env::temp_dir().join(format!("idem-bench-js-{}-{port}", std::process::id()));
-            let child = Command::new("nats-server")
-                .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
-                .arg(&store)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .map_err(|e| format!("cannot start nats-server: {e}"))?;
+            let port_arg = port.to_string();
+            let args: [&OsStr; 7] = [
+                "-a".as_ref(),
+                "127.0.0.1".as_ref(),
+                "-p".as_ref(),
+                port_arg.as_ref(),
+                "-js".as_ref(),
+                "-sd".as_ref(),
+                store.as_os_str(),
+            ];
+            let child = remote::spawn("nats-server", args)?;
             let mut server = Server { child, port, store };
-            server.wait_ready(Duration::from_secs(10))?;
+            // Ready once the stream exists (creating it again is a no-op).
+            remote::wait_ready(&mut server.child, "nats-server", READY_WITHIN, || {
+                let reply = connect(port)
+                    .and_then(|mut c| {
+                        c.request("$JS.API.STREAM.CREATE.W", STREAM_CONFIG.as_bytes())
+                    })
+                    .map_err(|e| e.to_string())?;
+                if contains(&reply, b"\"error\"") {
+                    return Err(String::from_utf8_lossy(&reply).into_owned());
+                }
+                Ok(())
+            })?;
             Ok(server)
         })
     }
 
-    fn wait_ready(&mut self, within: Duration) -> Result<(), String> {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Err(format!("nats-server exited at start ({status})"));
-            }
-            let created = self
-                .connect()
-                .and_then(|mut c| c.request("$JS.API.STREAM.CREATE.W", STREAM_CONFIG.as_bytes()));
-            match created {
-                Ok(reply) if !contains(&reply, b"\"error\"") => return Ok(()),
-                Ok(reply) if Instant::now() > deadline => {
-                    return Err(String::from_utf8_lossy(&reply).into_owned())
-                }
-                Err(e) if Instant::now() > deadline => return Err(e.to_string()),
-                _ => std::thread::sleep(Duration::from_millis(20)),
-            }
-        }
-    }
-
     /// A new client connection.
     pub(crate) fn connect(&self) -> std::io::Result<Conn> {
-        Conn::new(TcpStream::connect((Ipv4Addr::LOCALHOST, self.port))?)
+        connect(self.port)
     }
 }
 

@@ -12,10 +12,18 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use super::remote::{self, Claimer, Remote};
+
+/// How long a new server may take to answer.
+const READY_WITHIN: Duration = Duration::from_secs(10);
+
+/// A client connection to the server on loopback `port`.
+fn connect(port: u16) -> std::io::Result<Conn> {
+    Conn::new(TcpStream::connect((Ipv4Addr::LOCALHOST, port))?)
+}
 
 /// A `redis-server` child on a loopback port, stopped (and reaped) on drop.
 pub(crate) struct Server {
@@ -28,8 +36,9 @@ impl Server {
     /// answers `PING`.
     pub(crate) fn start() -> Result<Server, String> {
         remote::start_on_free_port("redis-server", |port| {
-            let child = Command::new("redis-server")
-                .args([
+            let child = remote::spawn(
+                "redis-server",
+                [
                     "--port",
                     &port.to_string(),
                     "--bind",
@@ -42,40 +51,26 @@ impl Server {
                     "no",
                     "--loglevel",
                     "warning",
-                ])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .map_err(|e| format!("cannot start redis-server: {e}"))?;
+                ],
+            )?;
             let mut server = Server { child, port };
-            server.wait_ready(Duration::from_secs(10))?;
+            remote::wait_ready(
+                &mut server.child,
+                "redis-server",
+                READY_WITHIN,
+                || match connect(port).and_then(|mut c| c.call(&[b"PING"])) {
+                    Ok(Reply::Simple(s)) if s == "PONG" => Ok(()),
+                    Ok(other) => Err(format!("PING answered {other:?}")),
+                    Err(e) => Err(format!("no answer to PING: {e}")),
+                },
+            )?;
             Ok(server)
         })
     }
 
-    fn wait_ready(&mut self, within: Duration) -> Result<(), String> {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Err(format!("redis-server exited at start ({status})"));
-            }
-            if let Ok(mut c) = self.connect() {
-                if let Ok(Reply::Simple(s)) = c.call(&[b"PING"]) {
-                    if s == "PONG" {
-                        return Ok(());
-                    }
-                }
-            }
-            if Instant::now() > deadline {
-                return Err("no answer to PING".into());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
     /// A new client connection.
     pub(crate) fn connect(&self) -> std::io::Result<Conn> {
-        Conn::new(TcpStream::connect((Ipv4Addr::LOCALHOST, self.port))?)
+        connect(self.port)
     }
 
     /// The server process's resident set size in bytes.

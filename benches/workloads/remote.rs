@@ -3,10 +3,11 @@
 //! connection (one request a key, `depth` in flight), the timed phase that drives one
 //! connection a thread through a part of the keys, and the measurement of a child.
 
+use std::ffi::OsStr;
 use std::net::{Ipv4Addr, TcpListener};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::Barrier;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::{ChildResult, Key};
 
@@ -71,6 +72,41 @@ pub(crate) fn available(bin: &str) -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
+}
+
+/// Spawns the server program `bin` with `args`, its output discarded.
+pub(crate) fn spawn<I, A>(bin: &str, args: I) -> Result<Child, String>
+where
+    I: IntoIterator<Item = A>,
+    A: AsRef<OsStr>,
+{
+    Command::new(bin)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start {bin}: {e}"))
+}
+
+/// Polls `ready` every 20 ms until it succeeds. Fails if the server `child` (the
+/// program `bin`) exits first, or with `ready`'s last error once `within` has passed.
+pub(crate) fn wait_ready(
+    child: &mut Child,
+    bin: &str,
+    within: Duration,
+    mut ready: impl FnMut() -> Result<(), String>,
+) -> Result<(), String> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("{bin} exited at start ({status})"));
+        }
+        match ready() {
+            Ok(()) => return Ok(()),
+            Err(e) if Instant::now() > deadline => return Err(e),
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
 }
 
 /// Starts a server with `start_on` (which spawns `bin` on the port it is given and

@@ -24,7 +24,6 @@ use std::net::{Ipv4Addr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use super::remote::{self, Claimer, Remote};
 
@@ -38,9 +37,6 @@ pub(crate) fn version() -> Option<String> {
     let out = Command::new("nats-server").arg("--version").output().ok()?;
     Some(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
-
-/// How long a new server may take to create the stream.
-const READY_WITHIN: Duration = Duration::from_secs(10);
 
 /// A client connection to the server on loopback `port`.
 fn connect(port: u16) -> std::io::Result<Conn> {
@@ -75,7 +71,7 @@ impl Server {
             let child = remote::spawn("nats-server", args)?;
             let mut server = Server { child, port, store };
             // Ready once the stream exists (creating it again is a no-op).
-            remote::wait_ready(&mut server.child, "nats-server", READY_WITHIN, || {
+            remote::wait_ready(&mut server.child, "nats-server", || {
                 let reply = connect(port)
                     .and_then(|mut c| {
                         c.request("$JS.API.STREAM.CREATE.W", STREAM_CONFIG.as_bytes())

@@ -17,9 +17,6 @@ use std::time::{Duration, Instant};
 
 use super::remote::{self, Claimer, Remote};
 
-/// How long a new server may take to answer.
-const READY_WITHIN: Duration = Duration::from_secs(10);
-
 /// A client connection to the server on loopback `port`.
 fn connect(port: u16) -> std::io::Result<Conn> {
     Conn::new(TcpStream::connect((Ipv4Addr::LOCALHOST, port))?)
@@ -54,16 +51,13 @@ impl Server {
                 ],
             )?;
             let mut server = Server { child, port };
-            remote::wait_ready(
-                &mut server.child,
-                "redis-server",
-                READY_WITHIN,
-                || match connect(port).and_then(|mut c| c.call(&[b"PING"])) {
+            remote::wait_ready(&mut server.child, "redis-server", || {
+                match connect(port).and_then(|mut c| c.call(&[b"PING"])) {
                     Ok(Reply::Simple(s)) if s == "PONG" => Ok(()),
                     Ok(other) => Err(format!("PING answered {other:?}")),
                     Err(e) => Err(format!("no answer to PING: {e}")),
-                },
-            )?;
+                }
+            })?;
             Ok(server)
         })
     }

@@ -88,15 +88,18 @@ where
         .map_err(|e| format!("cannot start {bin}: {e}"))
 }
 
+/// How long a new server may take to serve.
+const READY_WITHIN: Duration = Duration::from_secs(10);
+
 /// Polls `ready` every 20 ms until it succeeds. Fails if the server `child` (the
-/// program `bin`) exits first, or with `ready`'s last error once `within` has passed.
+/// program `bin`) exits first, or with `ready`'s last error once [`READY_WITHIN`]
+/// has passed.
 pub(crate) fn wait_ready(
     child: &mut Child,
     bin: &str,
-    within: Duration,
     mut ready: impl FnMut() -> Result<(), String>,
 ) -> Result<(), String> {
-    let deadline = Instant::now() + within;
+    let deadline = Instant::now() + READY_WITHIN;
     loop {
         if let Ok(Some(status)) = child.try_wait() {
             return Err(format!("{bin} exited at start ({status})"));

@@ -4,7 +4,6 @@ use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
-use crossbeam::utils::CachePadded;
 use xxhash_rust::xxh3::{xxh3_128_with_seed, xxh3_64_with_seed};
 
 use crate::clock::Clock;
@@ -38,8 +37,8 @@ pub struct Engine {
 
 pub(crate) struct Shared {
     namespaces: HashMap<String, Arc<NsInner>>,
-    /// Each namespace's pins, shared by all its handles (see [`Pin`]).
-    pins: HashMap<String, std::sync::Arc<[Pin]>>,
+    /// Each namespace's keeper, shared by all its handles (see [`Keeper`]).
+    keepers: HashMap<String, std::sync::Arc<Keeper>>,
     clock: std::sync::Arc<dyn Clock>,
     orphans: Vec<Orphan>,
     unconfigured: Vec<String>,
@@ -264,13 +263,15 @@ impl Engine {
                 orphans.extend(ns.load_orphans(store, damaged)?);
             }
         }
-        let pins = namespaces
+        // From here on nothing fails: each namespace anchors itself for its guards,
+        // and its keeper lets the anchor go with the last handle.
+        let keepers = namespaces
             .iter()
-            .map(|(name, ns)| (name.clone(), new_pins(ns)))
+            .map(|(name, ns)| (name.clone(), Keeper::new(ns)))
             .collect();
         let shared = Arc::new(Shared {
             namespaces,
-            pins,
+            keepers,
             clock: b.clock,
             orphans,
             unconfigured,
@@ -434,7 +435,7 @@ impl Engine {
             .get(name)
             .map(|inner| Namespace {
                 inner: inner.clone(),
-                pins: self.shared.pins[name].clone(),
+                _keeper: self.shared.keepers[name].clone(),
             })
             .ok_or_else(|| Error::UnknownNamespace(name.to_owned()))
     }
@@ -987,51 +988,106 @@ mod tests {
     }
 
     #[test]
-    fn guards_take_the_pin_of_their_thread() {
+    fn guards_keep_their_namespace_until_the_last_of_them_ends() {
         let (engine, ns) = memory_namespace();
         let weak = super::Arc::downgrade(&ns.inner);
-        // Guards claimed on several threads, each keeping its own.
+        // Guards claimed on several threads, over many shards.
         let per_thread: Vec<Vec<super::ClaimGuard>> = (0..4u32)
             .map(|t| {
                 let ns = ns.clone();
                 std::thread::spawn(move || {
-                    let stripe = crate::stats::thread_stripe();
-                    let guards: Vec<super::ClaimGuard> = (0..200u32)
+                    (0..200u32)
                         .map(
                             |i| match ns.claim(format!("t{t}-k{i}").as_bytes()).unwrap() {
                                 crate::Claim::Acquired(g) => g,
                                 other => panic!("{other:?}"),
                             },
                         )
-                        .collect();
-                    for g in &guards {
-                        // Every pin leads to this namespace, and it is the one of the
-                        // thread that claimed, whatever the key's shard.
-                        assert!(super::Arc::ptr_eq(g.ns(), &ns.inner));
-                        assert!(super::Arc::ptr_eq(&g.pin, &ns.pins[stripe % super::PINS]));
-                    }
-                    let shards: std::collections::HashSet<u32> =
-                        guards.iter().map(|g| g.shard).collect();
-                    assert!(shards.len() > 1, "the keys spread over shards");
-                    guards
+                        .collect::<Vec<super::ClaimGuard>>()
                 })
                 .join()
                 .unwrap()
             })
             .collect();
-        // Completed here, on another thread than the one that claimed: each drops
-        // the reference it holds, and the namespace outlives none of them.
+        let mut guards: Vec<super::ClaimGuard> = per_thread.into_iter().flatten().collect();
+        let shards: std::collections::HashSet<u32> = guards.iter().map(|g| g.shard).collect();
+        assert!(shards.len() > 1, "the keys spread over shards");
         drop(ns);
         drop(engine);
-        assert!(weak.upgrade().is_some(), "the guards keep the namespace");
-        let mut done = 0;
-        for guards in per_thread {
-            for g in guards {
-                g.complete().unwrap();
-                done += 1;
+        // Ended here, on another thread than the ones that claimed, every way a
+        // guard can end: the namespace outlives each but the last.
+        let last = guards.pop().unwrap();
+        for (i, g) in guards.into_iter().enumerate() {
+            match i % 4 {
+                0 => g.complete().unwrap(),
+                1 => g.complete_with_result(b"r").unwrap(),
+                2 => g.release().unwrap(),
+                _ => drop(g),
+            }
+            assert!(
+                weak.upgrade().is_some(),
+                "guard {i} ended: the others keep it"
+            );
+        }
+        last.complete().unwrap();
+        assert!(
+            weak.upgrade().is_none(),
+            "the last guard let the namespace go"
+        );
+    }
+
+    #[test]
+    fn a_namespace_with_no_guard_goes_with_its_last_handle() {
+        let (engine, ns) = memory_namespace();
+        let weak = super::Arc::downgrade(&ns.inner);
+        for i in 0..100u32 {
+            match ns.claim(format!("k{i}").as_bytes()).unwrap() {
+                crate::Claim::Acquired(g) => g.complete().unwrap(),
+                other => panic!("{other:?}"),
             }
         }
-        assert_eq!(done, 800);
+        let other = ns.clone();
+        drop(ns);
+        drop(engine);
+        assert!(weak.upgrade().is_some(), "a handle is left");
+        drop(other);
+        assert!(
+            weak.upgrade().is_none(),
+            "the anchor went with the last handle"
+        );
+    }
+
+    #[test]
+    fn a_guard_refused_without_a_lock_round_still_lets_the_namespace_go() {
+        let clock = crate::ManualClock::new(1_000_000);
+        let engine = super::Engine::builder()
+            .clock(clock.clone())
+            .maintenance_interval(None)
+            .namespace(
+                "n",
+                crate::NamespaceConfig::new()
+                    .lease(std::time::Duration::from_secs(5))
+                    .max_result_len(4),
+            )
+            .build()
+            .unwrap();
+        let ns = engine.namespace("n").unwrap();
+        let weak = super::Arc::downgrade(&ns.inner);
+        let acquire = |k: &[u8]| match ns.claim(k).unwrap() {
+            crate::Claim::Acquired(g) => g,
+            other => panic!("{other:?}"),
+        };
+        let (too_large, lost) = (acquire(b"a"), acquire(b"b"));
+        drop(ns);
+        drop(engine);
+        // Refused before any lock round: its drop ends the count.
+        assert!(matches!(
+            too_large.complete_with_result(b"too long"),
+            Err(crate::Error::ResultTooLarge { .. })
+        ));
+        assert!(weak.upgrade().is_some(), "one guard is left");
+        clock.advance(std::time::Duration::from_secs(6));
+        assert_eq!(lost.complete(), Err(crate::Error::LeaseLost));
         assert!(
             weak.upgrade().is_none(),
             "the last guard let the namespace go"
@@ -1240,6 +1296,10 @@ pub(crate) struct NsInner {
     forget_waits: AtomicU64,
     /// Duplicates answered without a shard lock (counted apart from the shards').
     lock_free_duplicates: crate::hot::reclaim::OwnedCounter,
+    /// The namespace's reference to itself, which keeps it alive for its claim
+    /// guards (they hold a plain pointer, see [`Keeper`]): set when the engine is
+    /// built, taken when no handle is left and no shard counts a guard.
+    anchor: crate::sync::Mutex<Option<Arc<NsInner>>>,
 }
 
 impl NsInner {
@@ -1287,7 +1347,36 @@ impl NsInner {
             chunks: Reservoir::new(cfg_max_keys),
             forget_waits: AtomicU64::new(0),
             lock_free_duplicates: Default::default(),
+            anchor: crate::sync::Mutex::new(None),
         })
+    }
+
+    /// The last handle is gone: marks every shard, and takes the anchor if no guard
+    /// is outstanding (the caller drops it; until then it is not the last
+    /// reference). Otherwise the guard that ends the last count takes it
+    /// ([`NsInner::release_if_idle`]). No guard is made after this: claims need a
+    /// handle.
+    fn orphan(&self) -> Option<Arc<NsInner>> {
+        let mut idle = true;
+        for slot in self.slots.iter() {
+            idle &= slot.lock().orphan();
+        }
+        if idle {
+            self.anchor.lock().take()
+        } else {
+            None
+        }
+    }
+
+    /// After a guard of an orphaned namespace ended its shard's last count: the
+    /// anchor, if no shard counts a guard any more (taken once, whoever asks). The
+    /// caller drops it after its last use of the namespace: it may be the last
+    /// reference.
+    fn release_if_idle(&self) -> Option<Arc<NsInner>> {
+        if self.slots.iter().any(|slot| slot.lock().has_guards()) {
+            return None;
+        }
+        self.anchor.lock().take()
     }
 
     /// Reads the claim markers left by a previous run: reports each as an orphan,
@@ -1383,7 +1472,6 @@ impl NsInner {
     /// `now` is the time the claim is made at (a batch reads the clock once).
     fn claim_one(
         this: &Arc<Self>,
-        pins: &[Pin],
         fp: Fp,
         payload: Option<u64>,
         mut now: Now,
@@ -1457,11 +1545,12 @@ impl NsInner {
                         ));
                     }
                     Ok(Claim::Acquired(ClaimGuard {
-                        pin: Arc::clone(&pins[crate::stats::thread_stripe() % PINS]),
+                        ns: std::ptr::NonNull::from(&**this),
                         fp,
                         shard: si as u32,
                         lease,
                         armed: true,
+                        counted: true,
                     }))
                 }
                 ShardClaim::InProgress {
@@ -1656,25 +1745,36 @@ impl NsInner {
 #[derive(Clone)]
 pub struct Namespace {
     inner: Arc<NsInner>,
-    pins: std::sync::Arc<[Pin]>,
+    /// Held for its drop: see [`Keeper`].
+    _keeper: std::sync::Arc<Keeper>,
 }
 
-/// What a claim guard holds to keep its namespace alive: one of [`PINS`] separately
-/// counted references to it, chosen by the claiming thread. A guard cloned straight
-/// from the namespace's own `Arc` would make every fresh claim and its completion write
-/// the same reference count, a cache line that then moves between the cores of threads
-/// claiming in parallel. With a pin per thread (up to 16 threads), each thread's claims
-/// and completions write a count of their own; a guard completed on another thread
-/// still drops the reference it holds.
-type Pin = Arc<CachePadded<Arc<NsInner>>>;
+/// Held by every handle of a namespace (the engine's and each [`Namespace`]); the
+/// last one to go lets the namespace's anchor go ([`NsInner::orphan`]), so that the
+/// namespace is freed once its last claim guard ends too.
+///
+/// A guard does not count references to its namespace: a reference count is two
+/// locked read-modify-writes a fresh claim and its completion (one when the guard
+/// is made, one when it goes), about 4 % of a memory-only claim + complete
+/// (BENCHMARKS.md, 2026-12-02 late morning). A guard is counted instead in its shard, under the
+/// shard lock that its claim and its completion take anyway, and the namespace
+/// holds a reference to itself (the anchor) for as long as a handle or a counted
+/// guard is left.
+struct Keeper(Arc<NsInner>);
 
-/// Pins per namespace.
-const PINS: usize = 16;
+impl Keeper {
+    /// Anchors `ns` for its guards; the keeper lets the anchor go when it drops.
+    fn new(ns: &Arc<NsInner>) -> std::sync::Arc<Keeper> {
+        *ns.anchor.lock() = Some(Arc::clone(ns));
+        std::sync::Arc::new(Keeper(Arc::clone(ns)))
+    }
+}
 
-fn new_pins(ns: &Arc<NsInner>) -> std::sync::Arc<[Pin]> {
-    (0..PINS)
-        .map(|_| Arc::new(CachePadded::new(Arc::clone(ns))))
-        .collect()
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        // Never the namespace's last reference: the keeper holds one until after.
+        drop(self.0.orphan());
+    }
 }
 
 impl fmt::Debug for Namespace {
@@ -1818,7 +1918,7 @@ impl Namespace {
         #[cfg(not(idem_loom))]
         slot.prefetch_schedule(ns.params.deadline(now, ns.params.lease_ms));
         let mut marker = None;
-        let claim = NsInner::claim_one(ns, &self.pins, fp, payload, now, &mut marker, None);
+        let claim = NsInner::claim_one(ns, fp, payload, now, &mut marker, None);
         if marker.is_none() {
             // No marker to write (a memory-only namespace, or no claim acquired).
             return claim;
@@ -1882,7 +1982,7 @@ impl Namespace {
             let lock_free = pin.as_ref().map(|p| (p, &mut lock_free_dups));
             #[cfg(idem_loom)]
             let lock_free = None;
-            match NsInner::claim_one(ns, &self.pins, fp, None, now, &mut marker, lock_free) {
+            match NsInner::claim_one(ns, fp, None, now, &mut marker, lock_free) {
                 Ok(c) => {
                     claims.push(c);
                     markers.extend(marker);
@@ -1919,7 +2019,7 @@ impl Namespace {
     /// is returned.
     pub fn complete_batch(&self, guards: Vec<ClaimGuard>) -> Result<Vec<Result<()>>> {
         let ns = &*self.inner;
-        if guards.iter().any(|g| !Arc::ptr_eq(g.ns(), &self.inner)) {
+        if guards.iter().any(|g| !std::ptr::eq(g.ns(), &*self.inner)) {
             return Err(Error::InvalidConfig {
                 namespace: ns.name.clone(),
                 reason: "complete_batch was given a guard of another namespace",
@@ -1959,19 +2059,28 @@ impl Namespace {
             }
         }
         let stored = write_unwinding(|| d.write_completions(&records, &[]));
-        for g in &begun {
+        let mut anchor = None;
+        for g in &mut begun {
             let si = g.shard as usize;
             let cap = ns.capacity(si);
-            ns.slots[si].lock().finish_complete(
-                g.fp,
-                &g.lease,
-                None,
-                &ns.params,
-                now,
-                matches!(stored, Ok(Ok(()))),
-                &cap,
-            );
+            let last = {
+                let mut shard = ns.slots[si].lock();
+                shard.finish_complete(
+                    g.fp,
+                    &g.lease,
+                    None,
+                    &ns.params,
+                    now,
+                    matches!(stored, Ok(Ok(()))),
+                    &cap,
+                );
+                shard.guard_ended()
+            };
+            // (Never the last reference here: this handle holds one.)
+            anchor = anchor.or(let_go(ns, last));
+            g.counted = false;
         }
+        drop(anchor);
         finished(stored).map(|()| outcomes)
     }
 
@@ -2218,12 +2327,28 @@ pub enum KeyState {
 /// redelivery can retry. If the lease runs out first, the key may be claimed again and
 /// this guard's calls fail with [`Error::LeaseLost`].
 pub struct ClaimGuard {
-    pin: Pin,
+    /// The namespace, kept alive while this guard is counted in its shard (see
+    /// [`Keeper`]).
+    ns: std::ptr::NonNull<NsInner>,
     fp: Fp,
     shard: u32,
     lease: Lease,
     armed: bool,
+    /// Still counted in its shard: the guard's last lock round ends the count
+    /// ([`Shard::guard_ended`](crate::hot::Shard)); `Drop` ends it if no round did.
+    counted: bool,
 }
+
+// SAFETY: the pointer is to a `NsInner` (`Send + Sync`) that stays allocated while
+// the guard is counted in its shard, whichever thread holds the guard: the namespace
+// keeps its anchor until no handle is left and no shard counts a guard
+// (`NsInner::orphan`, `NsInner::release_if_idle`), and a guard makes no use of it
+// after the lock round that ends its count, except to let the anchor go.
+#[allow(unsafe_code)]
+unsafe impl Send for ClaimGuard {}
+// SAFETY: as for `Send`; `&ClaimGuard` only reads the namespace.
+#[allow(unsafe_code)]
+unsafe impl Sync for ClaimGuard {}
 
 impl fmt::Debug for ClaimGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -2238,8 +2363,17 @@ impl fmt::Debug for ClaimGuard {
 impl ClaimGuard {
     /// The guard's namespace.
     #[inline]
-    fn ns(&self) -> &Arc<NsInner> {
-        &self.pin
+    fn ns(&self) -> &NsInner {
+        debug_assert!(
+            self.counted,
+            "a guard used its namespace after its count ended"
+        );
+        // SAFETY: see `unsafe impl Send for ClaimGuard`: while the guard is counted
+        // the namespace is allocated, and it is counted until its last lock round.
+        #[allow(unsafe_code)]
+        unsafe {
+            self.ns.as_ref()
+        }
     }
 
     /// When this claim's lease runs out (wall-clock ms).
@@ -2345,14 +2479,18 @@ impl ClaimGuard {
         now: Now,
     ) -> Result<()> {
         self.armed = false;
-        let ns = &**self.ns();
+        let ns = self.ns();
         let si = self.shard as usize;
         let cap = ns.capacity(si);
         let Some(d) = &ns.durable else {
-            let r =
-                ns.slots[si]
-                    .lock()
-                    .complete(self.fp, &self.lease, result, &ns.params, now, &cap);
+            let (r, last) = {
+                let mut shard = ns.slots[si].lock();
+                let r = shard.complete(self.fp, &self.lease, result, &ns.params, now, &cap);
+                (r, shard.guard_ended())
+            };
+            let anchor = let_go(ns, last);
+            self.counted = false;
+            drop(anchor);
             return r.map_err(|Refused::LeaseLost| Error::LeaseLost);
         };
         // Mark the entry as completing, write without holding the shard lock (so an
@@ -2361,15 +2499,22 @@ impl ClaimGuard {
         let payload = self.hold_for_durable(ns, d, now, &cap)?;
         let record = self.done_record(now, ns.params.retention_ms.unwrap_or(0), payload, result);
         let stored = write_unwinding(|| d.write_completions(&[(self.fp.to_u128(), record)], state));
-        ns.slots[si].lock().finish_complete(
-            self.fp,
-            &self.lease,
-            result,
-            &ns.params,
-            now,
-            matches!(stored, Ok(Ok(()))),
-            &cap,
-        );
+        let last = {
+            let mut shard = ns.slots[si].lock();
+            shard.finish_complete(
+                self.fp,
+                &self.lease,
+                result,
+                &ns.params,
+                now,
+                matches!(stored, Ok(Ok(()))),
+                &cap,
+            );
+            shard.guard_ended()
+        };
+        let anchor = let_go(ns, last);
+        self.counted = false;
+        drop(anchor);
         finished(stored)
     }
 
@@ -2396,21 +2541,34 @@ impl ClaimGuard {
     /// Gives up a claim whose marker was never written: the hot tier only.
     fn abandon(mut self) {
         self.armed = false;
-        let ns = &**self.ns();
+        let ns = self.ns();
         let now = ns.now();
-        let cap = ns.capacity(self.shard as usize);
-        let _ = ns.slots[self.shard as usize]
-            .lock()
-            .release(self.fp, &self.lease, now, &cap);
+        let si = self.shard as usize;
+        let cap = ns.capacity(si);
+        let last = {
+            let mut shard = ns.slots[si].lock();
+            let _ = shard.release(self.fp, &self.lease, now, &cap);
+            shard.guard_ended()
+        };
+        let anchor = let_go(ns, last);
+        self.counted = false;
+        drop(anchor);
     }
 
-    fn release_inner(&self) -> Result<()> {
-        let ns = &**self.ns();
+    fn release_inner(&mut self) -> Result<()> {
+        let ns = self.ns();
         let now = ns.now();
         let si = self.shard as usize;
         let cap = ns.capacity(si);
         let Some(d) = &ns.durable else {
-            let r = ns.slots[si].lock().release(self.fp, &self.lease, now, &cap);
+            let (r, last) = {
+                let mut shard = ns.slots[si].lock();
+                let r = shard.release(self.fp, &self.lease, now, &cap);
+                (r, shard.guard_ended())
+            };
+            let anchor = let_go(ns, last);
+            self.counted = false;
+            drop(anchor);
             return r.map_err(|Refused::LeaseLost| Error::LeaseLost);
         };
         // The entry stays held (marked completing, as by a completion) while the
@@ -2420,15 +2578,14 @@ impl ClaimGuard {
         if !d.settle_marker(self.fp.to_u128(), self.lease.token) {
             d.delete_claims(&[self.fp.to_u128()]);
         }
-        ns.slots[si].lock().finish_complete(
-            self.fp,
-            &self.lease,
-            None,
-            &ns.params,
-            now,
-            false,
-            &cap,
-        );
+        let last = {
+            let mut shard = ns.slots[si].lock();
+            shard.finish_complete(self.fp, &self.lease, None, &ns.params, now, false, &cap);
+            shard.guard_ended()
+        };
+        let anchor = let_go(ns, last);
+        self.counted = false;
+        drop(anchor);
         Ok(())
     }
 }
@@ -2439,6 +2596,28 @@ impl Drop for ClaimGuard {
             self.armed = false;
             let _ = self.release_inner();
         }
+        if self.counted {
+            // No lock round ended the count (the guard failed before its last one,
+            // or was refused without one): a round of its own.
+            let ns = self.ns();
+            let last = ns.slots[self.shard as usize].lock().guard_ended();
+            let anchor = let_go(ns, last);
+            self.counted = false;
+            drop(anchor);
+        }
+    }
+}
+
+/// After a guard's last lock round, whose [`Shard::guard_ended`](crate::hot::Shard)
+/// said `last`: the namespace's anchor if that guard was the last of a namespace
+/// with no handle left. The caller drops it after its last use of `ns`: it may be
+/// the last reference.
+#[inline]
+fn let_go(ns: &NsInner, last: bool) -> Option<Arc<NsInner>> {
+    if last {
+        ns.release_if_idle()
+    } else {
+        None
     }
 }
 

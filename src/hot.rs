@@ -1179,8 +1179,16 @@ pub(crate) struct Shard {
     slab: Slab,
     live: usize,
     next_token: u32,
+    /// Claim guards of this shard not yet ended: counted by the claim that acquires
+    /// (under this lock) and uncounted in the guard's last lock round, so that a
+    /// guard keeps its namespace alive without a reference count of its own (see
+    /// `NsInner::anchor` in the engine).
+    guards: u32,
     /// Where the eviction scan resumes.
     hand: u32,
+    /// Set once no handle of the namespace is left: the guard that ends this shard's
+    /// count then checks whether the namespace can go.
+    orphaned: bool,
     pub(crate) counters: Counters,
     wheel: Wheel,
     payloads: HashMap<u32, u64>,
@@ -1240,8 +1248,10 @@ impl Shard {
             payloads: HashMap::new(),
             extras: HashMap::new(),
             next_token: 0,
+            guards: 0,
             live: 0,
             hand: 0,
+            orphaned: false,
             counters: Counters::default(),
         })
     }
@@ -1351,6 +1361,28 @@ impl Shard {
         self.wheel.deschedule(&mut self.slab, idx);
         self.slab.get_mut(idx).deadline = when as u32;
         self.wheel.schedule(&mut self.slab, idx, when);
+    }
+
+    /// Ends the count of one guard of this shard (see `guards`), in that guard's last
+    /// lock round. True if it was the shard's last and the namespace has no handle
+    /// left: the caller then asks whether the namespace can go.
+    #[inline]
+    pub(crate) fn guard_ended(&mut self) -> bool {
+        debug_assert!(self.guards > 0, "a guard ended twice");
+        self.guards -= 1;
+        self.guards == 0 && self.orphaned
+    }
+
+    /// Marks the shard's namespace as having no handle left; true if no guard of
+    /// this shard is outstanding.
+    pub(crate) fn orphan(&mut self) -> bool {
+        self.orphaned = true;
+        self.guards == 0
+    }
+
+    /// Whether a claim guard of this shard is outstanding.
+    pub(crate) fn has_guards(&self) -> bool {
+        self.guards != 0
     }
 
     fn new_token(&mut self) -> u32 {
@@ -1662,6 +1694,7 @@ impl Shard {
                     self.set_payload(idx, pl);
                 }
                 self.counters.acquired += 1;
+                self.guards += 1;
                 ShardClaim::Acquired {
                     lease: Lease {
                         idx,
@@ -1996,6 +2029,8 @@ mod layout {
         within("slab tail", &slot.tail as *const _ as usize, 8);
         within("live", &sh.live as *const _ as usize, 8);
         within("next_token", &sh.next_token as *const _ as usize, 4);
+        within("guards", &sh.guards as *const _ as usize, 4);
+        within("orphaned", &sh.orphaned as *const _ as usize, 1);
         within(
             "common counters",
             &sh.counters as *const _ as usize,

@@ -182,22 +182,3 @@ impl Stats {
         }
     }
 }
-
-/// Stripes [`thread_stripe`] hands out.
-const STRIPES: usize = 16;
-
-/// Hands each thread its stripe, in order of first use.
-static NEXT_STRIPE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-std::thread_local! {
-    static STRIPE: usize =
-        NEXT_STRIPE.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % STRIPES;
-}
-
-/// The calling thread's stripe, among 16: threads get them in turn, in order of first
-/// use (a thread being torn down reads as the first). Used to spread per-thread
-/// writes over separate cache lines.
-#[inline]
-pub(crate) fn thread_stripe() -> usize {
-    STRIPE.try_with(|i| *i).unwrap_or(0)
-}

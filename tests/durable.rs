@@ -724,6 +724,42 @@ fn a_second_engine_on_an_open_directory_is_refused() {
     duplicate(&ns, b"k");
 }
 
+#[test]
+fn a_claim_guard_that_outlives_every_handle_keeps_the_database_open_until_it_ends() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (engine, ns) = open(&dir, &clock, small());
+    let guards = [b"done", b"gone", b"drop", b"lost"].map(|k| acquire(&ns, k));
+    drop(ns);
+    drop(engine);
+    let still_open = || {
+        assert_eq!(
+            builder(&dir, &clock)
+                .namespace("ns", small())
+                .build()
+                .unwrap_err(),
+            Error::AlreadyOpen {
+                path: dir.path().to_path_buf(),
+            }
+        )
+    };
+    let [done, gone, dropped, lost] = guards;
+    done.complete().unwrap();
+    still_open();
+    gone.release().unwrap();
+    still_open();
+    drop(dropped);
+    still_open();
+    // Past its lease: refused, and the database closes with it, the last guard.
+    clock.advance(std::time::Duration::from_secs(6));
+    assert_eq!(lost.complete(), Err(Error::LeaseLost));
+    let (_engine, ns) = open(&dir, &clock, small());
+    duplicate(&ns, b"done");
+    for k in [&b"gone"[..], b"drop", b"lost"] {
+        acquire(&ns, k).complete().unwrap();
+    }
+}
+
 // 5. Incompatible formats.
 
 #[test]

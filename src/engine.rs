@@ -1368,6 +1368,26 @@ impl NsInner {
         }
     }
 
+    /// A durable completion's or release's last lock round, for a guard of shard
+    /// `si` holding `lease`: the entry is marked done (`stored`: the record was
+    /// written) or let go, and the guard's count ends; true as
+    /// [`Shard::guard_ended`](crate::hot::Shard) says.
+    #[allow(clippy::too_many_arguments)]
+    fn last_round(
+        &self,
+        si: usize,
+        fp: Fp,
+        lease: &Lease,
+        result: Option<&[u8]>,
+        now: Now,
+        stored: bool,
+        cap: &Capacity<'_>,
+    ) -> bool {
+        let mut shard = self.slots[si].lock();
+        shard.finish_complete(fp, lease, result, &self.params, now, stored, cap);
+        shard.guard_ended()
+    }
+
     /// After a guard of an orphaned namespace ended its shard's last count: the
     /// anchor, if no shard counts a guard any more (taken once, whoever asks). The
     /// caller drops it after its last use of the namespace: it may be the last
@@ -2063,19 +2083,15 @@ impl Namespace {
         for g in &mut begun {
             let si = g.shard as usize;
             let cap = ns.capacity(si);
-            let last = {
-                let mut shard = ns.slots[si].lock();
-                shard.finish_complete(
-                    g.fp,
-                    &g.lease,
-                    None,
-                    &ns.params,
-                    now,
-                    matches!(stored, Ok(Ok(()))),
-                    &cap,
-                );
-                shard.guard_ended()
-            };
+            let last = ns.last_round(
+                si,
+                g.fp,
+                &g.lease,
+                None,
+                now,
+                matches!(stored, Ok(Ok(()))),
+                &cap,
+            );
             // (Never the last reference here: this handle holds one.)
             anchor = anchor.or(let_go(ns, last));
             g.counted = false;
@@ -2499,19 +2515,8 @@ impl ClaimGuard {
         let payload = self.hold_for_durable(ns, d, now, &cap)?;
         let record = self.done_record(now, ns.params.retention_ms.unwrap_or(0), payload, result);
         let stored = write_unwinding(|| d.write_completions(&[(self.fp.to_u128(), record)], state));
-        let last = {
-            let mut shard = ns.slots[si].lock();
-            shard.finish_complete(
-                self.fp,
-                &self.lease,
-                result,
-                &ns.params,
-                now,
-                matches!(stored, Ok(Ok(()))),
-                &cap,
-            );
-            shard.guard_ended()
-        };
+        let stored_ok = matches!(stored, Ok(Ok(())));
+        let last = ns.last_round(si, self.fp, &self.lease, result, now, stored_ok, &cap);
         let anchor = let_go(ns, last);
         self.counted = false;
         drop(anchor);
@@ -2578,11 +2583,7 @@ impl ClaimGuard {
         if !d.settle_marker(self.fp.to_u128(), self.lease.token) {
             d.delete_claims(&[self.fp.to_u128()]);
         }
-        let last = {
-            let mut shard = ns.slots[si].lock();
-            shard.finish_complete(self.fp, &self.lease, None, &ns.params, now, false, &cap);
-            shard.guard_ended()
-        };
+        let last = ns.last_round(si, self.fp, &self.lease, None, now, false, &cap);
         let anchor = let_go(ns, last);
         self.counted = false;
         drop(anchor);

@@ -1775,11 +1775,11 @@ pub struct Namespace {
 ///
 /// A guard does not count references to its namespace: a reference count is two
 /// locked read-modify-writes a fresh claim and its completion (one when the guard
-/// is made, one when it goes), about 4 % of a memory-only claim + complete
-/// (BENCHMARKS.md, 2026-12-02 late morning). A guard is counted instead in its shard, under the
-/// shard lock that its claim and its completion take anyway, and the namespace
-/// holds a reference to itself (the anchor) for as long as a handle or a counted
-/// guard is left.
+/// is made, one when it goes), about 5 % of a memory-only claim + complete
+/// (BENCHMARKS.md, 2026-12-02 late morning). A guard is counted instead in its
+/// shard, under the shard lock that its claim and its completion take anyway, and
+/// the namespace holds a reference to itself (the anchor) for as long as a handle or
+/// a counted guard is left.
 struct Keeper(Arc<NsInner>);
 
 impl Keeper {

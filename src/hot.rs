@@ -1178,12 +1178,13 @@ pub(crate) struct Shard {
     index: Index,
     slab: Slab,
     live: usize,
-    next_token: u32,
     /// Claim guards of this shard not yet ended: counted by the claim that acquires
     /// (under this lock) and uncounted in the guard's last lock round, so that a
     /// guard keeps its namespace alive without a reference count of its own (see
-    /// `NsInner::anchor` in the engine).
-    guards: u32,
+    /// `NsInner::anchor` in the engine). A `usize`, as a reference count is: guards
+    /// forgotten with `mem::forget` stay counted.
+    guards: usize,
+    next_token: u32,
     /// Where the eviction scan resumes.
     hand: u32,
     /// Set once no handle of the namespace is left: the guard that ends this shard's
@@ -2029,7 +2030,7 @@ mod layout {
         within("slab tail", &slot.tail as *const _ as usize, 8);
         within("live", &sh.live as *const _ as usize, 8);
         within("next_token", &sh.next_token as *const _ as usize, 4);
-        within("guards", &sh.guards as *const _ as usize, 4);
+        within("guards", &sh.guards as *const _ as usize, 8);
         within("orphaned", &sh.orphaned as *const _ as usize, 1);
         within(
             "common counters",

@@ -12,8 +12,8 @@ use crate::durable::codec::{Record, RecordState};
 use crate::durable::{DurableNs, StateOp};
 use crate::error::{Error, KeyError, Result};
 use crate::hot::{
-    Capacity, DurableLookup, Extension, Fp, Lease, Now, Params, Refused, Reservoir, ShardClaim,
-    ShardSlot, ShardState, SlotCell,
+    Anchor, Capacity, DurableLookup, Extension, Fp, Lease, Now, Params, Refused, Reservoir,
+    ShardClaim, ShardSlot, ShardState, SlotCell,
 };
 use crate::stats::Stats;
 use crate::sync::{Arc, AtomicU64, AtomicUsize, Ordering};
@@ -263,8 +263,8 @@ impl Engine {
                 orphans.extend(ns.load_orphans(store, damaged)?);
             }
         }
-        // From here on nothing fails: each namespace anchors itself for its guards,
-        // and its keeper lets the anchor go with the last handle.
+        // Each namespace's handles share a keeper, which hands the namespace to the
+        // shards with guards left when the last handle goes.
         let keepers = namespaces
             .iter()
             .map(|(name, ns)| (name.clone(), Keeper::new(ns)))
@@ -1053,7 +1053,7 @@ mod tests {
         drop(other);
         assert!(
             weak.upgrade().is_none(),
-            "the anchor went with the last handle"
+            "the namespace went with its last handle"
         );
     }
 
@@ -1296,10 +1296,6 @@ pub(crate) struct NsInner {
     forget_waits: AtomicU64,
     /// Duplicates answered without a shard lock (counted apart from the shards').
     lock_free_duplicates: crate::hot::reclaim::OwnedCounter,
-    /// The namespace's reference to itself, which keeps it alive for its claim
-    /// guards (they hold a plain pointer, see [`Keeper`]): set when the engine is
-    /// built, taken when no handle is left and no shard counts a guard.
-    anchor: crate::sync::Mutex<Option<Arc<NsInner>>>,
 }
 
 impl NsInner {
@@ -1347,31 +1343,24 @@ impl NsInner {
             chunks: Reservoir::new(cfg_max_keys),
             forget_waits: AtomicU64::new(0),
             lock_free_duplicates: Default::default(),
-            anchor: crate::sync::Mutex::new(None),
         })
     }
 
-    /// The last handle is gone: marks every shard, and takes the anchor if no guard
-    /// is outstanding (the caller drops it; until then it is not the last
-    /// reference). Otherwise the guard that ends the last count takes it
-    /// ([`NsInner::release_if_idle`]). No guard is made after this: claims need a
-    /// handle.
-    fn orphan(&self) -> Option<Arc<NsInner>> {
-        let mut idle = true;
-        for slot in self.slots.iter() {
-            idle &= slot.lock().orphan();
-        }
-        if idle {
-            self.anchor.lock().take()
-        } else {
-            None
+    /// The last handle is going (`this` is its reference): every shard that still
+    /// counts guards keeps a reference of its own, which the guard that ends its
+    /// last count lets go ([`Shard::orphan`](crate::hot::Shard)). No guard is made
+    /// after this: claims need a handle.
+    fn orphan(this: &Arc<NsInner>) {
+        for slot in this.slots.iter() {
+            slot.lock().orphan(|| Box::new(Arc::clone(this)));
         }
     }
 
     /// A durable completion's or release's last lock round, for a guard of shard
     /// `si` holding `lease`: the entry is marked done (`stored`: the record was
-    /// written) or let go, and the guard's count ends; true as
-    /// [`Shard::guard_ended`](crate::hot::Shard) says.
+    /// written) or let go, and the guard's count ends; what
+    /// [`Shard::guard_ended`](crate::hot::Shard) gives back, for the caller to drop
+    /// after its last use of the namespace.
     #[allow(clippy::too_many_arguments)]
     fn last_round(
         &self,
@@ -1382,21 +1371,10 @@ impl NsInner {
         now: Now,
         stored: bool,
         cap: &Capacity<'_>,
-    ) -> bool {
+    ) -> Option<Anchor> {
         let mut shard = self.slots[si].lock();
         shard.finish_complete(fp, lease, result, &self.params, now, stored, cap);
         shard.guard_ended()
-    }
-
-    /// After a guard of an orphaned namespace ended its shard's last count: the
-    /// anchor, if no shard counts a guard any more (taken once, whoever asks). The
-    /// caller drops it after its last use of the namespace: it may be the last
-    /// reference.
-    fn release_if_idle(&self) -> Option<Arc<NsInner>> {
-        if self.slots.iter().any(|slot| slot.lock().has_guards()) {
-            return None;
-        }
-        self.anchor.lock().take()
     }
 
     /// Reads the claim markers left by a previous run: reports each as an orphan,
@@ -1769,31 +1747,29 @@ pub struct Namespace {
     _keeper: std::sync::Arc<Keeper>,
 }
 
-/// Held by every handle of a namespace (the engine's and each [`Namespace`]); the
-/// last one to go lets the namespace's anchor go ([`NsInner::orphan`]), so that the
-/// namespace is freed once its last claim guard ends too.
+/// Held by every handle of a namespace (the engine's and each [`Namespace`]); when
+/// the last one goes, each shard that still counts claim guards is given a reference
+/// to the namespace ([`NsInner::orphan`]), which the guard that ends the shard's last
+/// count drops: the namespace is freed once its last handle and its last guard are.
 ///
 /// A guard does not count references to its namespace: a reference count is two
 /// locked read-modify-writes a fresh claim and its completion (one when the guard
 /// is made, one when it goes), about 5 % of a memory-only claim + complete
 /// (BENCHMARKS.md, 2026-12-02 late morning). A guard is counted instead in its
-/// shard, under the shard lock that its claim and its completion take anyway, and
-/// the namespace holds a reference to itself (the anchor) for as long as a handle or
-/// a counted guard is left.
+/// shard, under the shard lock that its claim and its completion take anyway; while
+/// a handle is left, the handles keep the namespace alive, and after, the shards
+/// that count guards do.
 struct Keeper(Arc<NsInner>);
 
 impl Keeper {
-    /// Anchors `ns` for its guards; the keeper lets the anchor go when it drops.
     fn new(ns: &Arc<NsInner>) -> std::sync::Arc<Keeper> {
-        *ns.anchor.lock() = Some(Arc::clone(ns));
         std::sync::Arc::new(Keeper(Arc::clone(ns)))
     }
 }
 
 impl Drop for Keeper {
     fn drop(&mut self) {
-        // Never the namespace's last reference: the keeper holds one until after.
-        drop(self.0.orphan());
+        NsInner::orphan(&self.0);
     }
 }
 
@@ -2079,24 +2055,15 @@ impl Namespace {
             }
         }
         let stored = write_unwinding(|| d.write_completions(&records, &[]));
-        let mut anchor = None;
         for g in &mut begun {
             let si = g.shard as usize;
             let cap = ns.capacity(si);
-            let last = ns.last_round(
-                si,
-                g.fp,
-                &g.lease,
-                None,
-                now,
-                matches!(stored, Ok(Ok(()))),
-                &cap,
-            );
-            // (Never the last reference here: this handle holds one.)
-            anchor = anchor.or(let_go(ns, last));
+            let stored_ok = matches!(stored, Ok(Ok(())));
+            // (Always `None` here: this handle keeps the namespace.)
+            let anchor = ns.last_round(si, g.fp, &g.lease, None, now, stored_ok, &cap);
             g.counted = false;
+            drop(anchor);
         }
-        drop(anchor);
         finished(stored).map(|()| outcomes)
     }
 
@@ -2356,10 +2323,11 @@ pub struct ClaimGuard {
 }
 
 // SAFETY: the pointer is to a `NsInner` (`Send + Sync`) that stays allocated while
-// the guard is counted in its shard, whichever thread holds the guard: the namespace
-// keeps its anchor until no handle is left and no shard counts a guard
-// (`NsInner::orphan`, `NsInner::release_if_idle`), and a guard makes no use of it
-// after the lock round that ends its count, except to let the anchor go.
+// the guard is counted in its shard, whichever thread holds the guard: until the last
+// handle goes, the handles hold it; from then on, each shard that counts guards holds
+// a reference to it (`NsInner::orphan`), which only the lock round that ends the
+// shard's last count takes out (`Shard::guard_ended`). A guard makes no use of the
+// namespace after the lock round that ends its own count.
 #[allow(unsafe_code)]
 unsafe impl Send for ClaimGuard {}
 // SAFETY: as for `Send`; `&ClaimGuard` only reads the namespace.
@@ -2499,12 +2467,11 @@ impl ClaimGuard {
         let si = self.shard as usize;
         let cap = ns.capacity(si);
         let Some(d) = &ns.durable else {
-            let (r, last) = {
+            let (r, anchor) = {
                 let mut shard = ns.slots[si].lock();
                 let r = shard.complete(self.fp, &self.lease, result, &ns.params, now, &cap);
                 (r, shard.guard_ended())
             };
-            let anchor = let_go(ns, last);
             self.counted = false;
             drop(anchor);
             return r.map_err(|Refused::LeaseLost| Error::LeaseLost);
@@ -2516,8 +2483,7 @@ impl ClaimGuard {
         let record = self.done_record(now, ns.params.retention_ms.unwrap_or(0), payload, result);
         let stored = write_unwinding(|| d.write_completions(&[(self.fp.to_u128(), record)], state));
         let stored_ok = matches!(stored, Ok(Ok(())));
-        let last = ns.last_round(si, self.fp, &self.lease, result, now, stored_ok, &cap);
-        let anchor = let_go(ns, last);
+        let anchor = ns.last_round(si, self.fp, &self.lease, result, now, stored_ok, &cap);
         self.counted = false;
         drop(anchor);
         finished(stored)
@@ -2550,12 +2516,11 @@ impl ClaimGuard {
         let now = ns.now();
         let si = self.shard as usize;
         let cap = ns.capacity(si);
-        let last = {
+        let anchor = {
             let mut shard = ns.slots[si].lock();
             let _ = shard.release(self.fp, &self.lease, now, &cap);
             shard.guard_ended()
         };
-        let anchor = let_go(ns, last);
         self.counted = false;
         drop(anchor);
     }
@@ -2566,12 +2531,11 @@ impl ClaimGuard {
         let si = self.shard as usize;
         let cap = ns.capacity(si);
         let Some(d) = &ns.durable else {
-            let (r, last) = {
+            let (r, anchor) = {
                 let mut shard = ns.slots[si].lock();
                 let r = shard.release(self.fp, &self.lease, now, &cap);
                 (r, shard.guard_ended())
             };
-            let anchor = let_go(ns, last);
             self.counted = false;
             drop(anchor);
             return r.map_err(|Refused::LeaseLost| Error::LeaseLost);
@@ -2583,8 +2547,7 @@ impl ClaimGuard {
         if !d.settle_marker(self.fp.to_u128(), self.lease.token) {
             d.delete_claims(&[self.fp.to_u128()]);
         }
-        let last = ns.last_round(si, self.fp, &self.lease, None, now, false, &cap);
-        let anchor = let_go(ns, last);
+        let anchor = ns.last_round(si, self.fp, &self.lease, None, now, false, &cap);
         self.counted = false;
         drop(anchor);
         Ok(())
@@ -2600,25 +2563,10 @@ impl Drop for ClaimGuard {
         if self.counted {
             // No lock round ended the count (the guard failed before its last one,
             // or was refused without one): a round of its own.
-            let ns = self.ns();
-            let last = ns.slots[self.shard as usize].lock().guard_ended();
-            let anchor = let_go(ns, last);
+            let anchor = self.ns().slots[self.shard as usize].lock().guard_ended();
             self.counted = false;
             drop(anchor);
         }
-    }
-}
-
-/// After a guard's last lock round, whose [`Shard::guard_ended`](crate::hot::Shard)
-/// said `last`: the namespace's anchor if that guard was the last of a namespace
-/// with no handle left. The caller drops it after its last use of `ns`: it may be
-/// the last reference.
-#[inline]
-fn let_go(ns: &NsInner, last: bool) -> Option<Arc<NsInner>> {
-    if last {
-        ns.release_if_idle()
-    } else {
-        None
     }
 }
 

@@ -1181,20 +1181,24 @@ pub(crate) struct Shard {
     /// Claim guards of this shard not yet ended: counted by the claim that acquires
     /// (under this lock) and uncounted in the guard's last lock round, so that a
     /// guard keeps its namespace alive without a reference count of its own (see
-    /// `NsInner::anchor` in the engine). A `usize`, as a reference count is: guards
+    /// `Keeper` in the engine). A `usize`, as a reference count is: guards
     /// forgotten with `mem::forget` stay counted.
     guards: usize,
     next_token: u32,
     /// Where the eviction scan resumes.
     hand: u32,
-    /// Set once no handle of the namespace is left: the guard that ends this shard's
-    /// count then checks whether the namespace can go.
-    orphaned: bool,
     pub(crate) counters: Counters,
     wheel: Wheel,
     payloads: HashMap<u32, u64>,
     extras: HashMap<u32, Extra>,
+    /// Once no handle of the namespace is left and this shard still counts guards:
+    /// the reference that keeps the namespace alive for them, taken by the guard
+    /// that ends the last count.
+    anchor: Option<Anchor>,
 }
+
+/// A reference that keeps a namespace alive (the engine's `Arc` of it, erased here).
+pub(crate) type Anchor = Box<dyn std::any::Any + Send + Sync>;
 
 /// A stored deadline back in wall-clock milliseconds.
 #[inline(always)]
@@ -1252,8 +1256,8 @@ impl Shard {
             guards: 0,
             live: 0,
             hand: 0,
-            orphaned: false,
             counters: Counters::default(),
+            anchor: None,
         })
     }
 
@@ -1365,25 +1369,27 @@ impl Shard {
     }
 
     /// Ends the count of one guard of this shard (see `guards`), in that guard's last
-    /// lock round. True if it was the shard's last and the namespace has no handle
-    /// left: the caller then asks whether the namespace can go.
+    /// lock round. If it was the last and no handle of the namespace is left, the
+    /// reference that kept the namespace alive for this shard's guards: the caller
+    /// drops it after its last use of the namespace (it may be the last reference).
     #[inline]
-    pub(crate) fn guard_ended(&mut self) -> bool {
+    pub(crate) fn guard_ended(&mut self) -> Option<Anchor> {
         debug_assert!(self.guards > 0, "a guard ended twice");
         self.guards -= 1;
-        self.guards == 0 && self.orphaned
+        if self.guards == 0 {
+            self.anchor.take()
+        } else {
+            None
+        }
     }
 
-    /// Marks the shard's namespace as having no handle left; true if no guard of
-    /// this shard is outstanding.
-    pub(crate) fn orphan(&mut self) -> bool {
-        self.orphaned = true;
-        self.guards == 0
-    }
-
-    /// Whether a claim guard of this shard is outstanding.
-    pub(crate) fn has_guards(&self) -> bool {
-        self.guards != 0
+    /// The namespace's last handle is going: if this shard counts guards, it keeps
+    /// `anchor()` (a reference to the namespace) until the last of them ends. No
+    /// guard is made after this (claims need a handle).
+    pub(crate) fn orphan(&mut self, anchor: impl FnOnce() -> Anchor) {
+        if self.guards > 0 {
+            self.anchor = Some(anchor());
+        }
     }
 
     fn new_token(&mut self) -> u32 {
@@ -2031,7 +2037,6 @@ mod layout {
         within("live", &sh.live as *const _ as usize, 8);
         within("next_token", &sh.next_token as *const _ as usize, 4);
         within("guards", &sh.guards as *const _ as usize, 8);
-        within("orphaned", &sh.orphaned as *const _ as usize, 1);
         within(
             "common counters",
             &sh.counters as *const _ as usize,

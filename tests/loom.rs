@@ -429,6 +429,31 @@ fn reserve_steal_races_reserve_take_across_shards() {
     TALLY.assert_all_reached(["shard 0 took its reserve", "shard 1 stole it"]);
 }
 
+/// Model 4d. The last handle goes while claim guards of two shards end on two other
+/// threads, one by completing, one by releasing. Whatever the interleaving, both
+/// guards finish against a live namespace, and the namespace is freed after them:
+/// loom fails an execution that ends with one of its `Arc`s still alive, so a
+/// namespace left behind (its shards still holding it) fails the model.
+#[test]
+fn the_last_handle_and_the_last_guards_of_two_shards_end_together() {
+    let zero = keys_on(0, 1);
+    let one = keys_on(1, 1);
+    model(move || {
+        let (engine, ns, _clock) = build(config().shards(2));
+        let take = |key: &[u8]| match ns.claim(key).unwrap() {
+            Claim::Acquired(guard) => guard,
+            other => panic!("expected Acquired, got {other:?}"),
+        };
+        let (a, b) = (take(&zero[0]), take(&one[0]));
+        let completing = thread::spawn(move || a.complete());
+        let releasing = thread::spawn(move || b.release());
+        drop(ns);
+        drop(engine);
+        assert_eq!(completing.join().unwrap(), Ok(()));
+        assert_eq!(releasing.join().unwrap(), Ok(()));
+    });
+}
+
 /// Model 5. Sliding windows: a duplicate sighting restarts the TTL, so after two
 /// sightings the key must stay a duplicate at least until the later of the two
 /// `expires_at_ms` the sightings were told.

@@ -12,7 +12,7 @@ use crate::durable::codec::{Record, RecordState};
 use crate::durable::{DurableNs, StateOp};
 use crate::error::{Error, KeyError, Result};
 use crate::hot::{
-    Anchor, Capacity, DurableLookup, Extension, Fp, Lease, Now, Params, Refused, Reservoir,
+    Anchor, Capacity, DurableLookup, Extension, Fp, Lease, Now, Params, Refused, Reservoir, Shard,
     ShardClaim, ShardSlot, ShardState, SlotCell,
 };
 use crate::stats::Stats;
@@ -1058,6 +1058,42 @@ mod tests {
     }
 
     #[test]
+    fn a_release_that_panics_in_drop_still_ends_the_guards_count() {
+        use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+        /// A clock that panics once told to: the dropped guard's release reads it.
+        #[derive(Clone, Default)]
+        struct Failing(std::sync::Arc<AtomicBool>);
+        impl crate::Clock for Failing {
+            fn now_ms(&self) -> u64 {
+                assert!(!self.0.load(SeqCst), "the clock fails");
+                1_000_000
+            }
+        }
+        let clock = Failing::default();
+        let engine = super::Engine::builder()
+            .clock(clock.clone())
+            .maintenance_interval(None)
+            .namespace("n", crate::NamespaceConfig::new())
+            .build()
+            .unwrap();
+        let ns = engine.namespace("n").unwrap();
+        let weak = super::Arc::downgrade(&ns.inner);
+        let guard = match ns.claim(b"k").unwrap() {
+            crate::Claim::Acquired(g) => g,
+            other => panic!("{other:?}"),
+        };
+        drop(ns);
+        drop(engine);
+        clock.0.store(true, SeqCst);
+        let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(guard)));
+        assert!(dropped.is_err(), "the release's panic goes on");
+        assert!(
+            weak.upgrade().is_none(),
+            "the guard's count ended all the same"
+        );
+    }
+
+    #[test]
     fn a_guard_refused_without_a_lock_round_still_lets_the_namespace_go() {
         let clock = crate::ManualClock::new(1_000_000);
         let engine = super::Engine::builder()
@@ -1354,27 +1390,6 @@ impl NsInner {
         for slot in this.slots.iter() {
             slot.lock().orphan(|| Box::new(Arc::clone(this)));
         }
-    }
-
-    /// A durable completion's or release's last lock round, for a guard of shard
-    /// `si` holding `lease`: the entry is marked done (`stored`: the record was
-    /// written) or let go, and the guard's count ends; what
-    /// [`Shard::guard_ended`](crate::hot::Shard) gives back, for the caller to drop
-    /// after its last use of the namespace.
-    #[allow(clippy::too_many_arguments)]
-    fn last_round(
-        &self,
-        si: usize,
-        fp: Fp,
-        lease: &Lease,
-        result: Option<&[u8]>,
-        now: Now,
-        stored: bool,
-        cap: &Capacity<'_>,
-    ) -> Option<Anchor> {
-        let mut shard = self.slots[si].lock();
-        shard.finish_complete(fp, lease, result, &self.params, now, stored, cap);
-        shard.guard_ended()
     }
 
     /// Reads the claim markers left by a previous run: reports each as an orphan,
@@ -2060,7 +2075,16 @@ impl Namespace {
             let cap = ns.capacity(si);
             let stored_ok = matches!(stored, Ok(Ok(())));
             // (Always `None` here: this handle keeps the namespace.)
-            let anchor = ns.last_round(si, g.fp, &g.lease, None, now, stored_ok, &cap);
+            let anchor = last_round(
+                &mut ns.slots[si].lock(),
+                &ns.params,
+                g.fp,
+                &g.lease,
+                None,
+                now,
+                stored_ok,
+                &cap,
+            );
             g.counted = false;
             drop(anchor);
         }
@@ -2483,7 +2507,16 @@ impl ClaimGuard {
         let record = self.done_record(now, ns.params.retention_ms.unwrap_or(0), payload, result);
         let stored = write_unwinding(|| d.write_completions(&[(self.fp.to_u128(), record)], state));
         let stored_ok = matches!(stored, Ok(Ok(())));
-        let anchor = ns.last_round(si, self.fp, &self.lease, result, now, stored_ok, &cap);
+        let anchor = last_round(
+            &mut ns.slots[si].lock(),
+            &ns.params,
+            self.fp,
+            &self.lease,
+            result,
+            now,
+            stored_ok,
+            &cap,
+        );
         self.counted = false;
         drop(anchor);
         finished(stored)
@@ -2547,7 +2580,16 @@ impl ClaimGuard {
         if !d.settle_marker(self.fp.to_u128(), self.lease.token) {
             d.delete_claims(&[self.fp.to_u128()]);
         }
-        let anchor = ns.last_round(si, self.fp, &self.lease, None, now, false, &cap);
+        let anchor = last_round(
+            &mut ns.slots[si].lock(),
+            &ns.params,
+            self.fp,
+            &self.lease,
+            None,
+            now,
+            false,
+            &cap,
+        );
         self.counted = false;
         drop(anchor);
         Ok(())
@@ -2556,10 +2598,11 @@ impl ClaimGuard {
 
 impl Drop for ClaimGuard {
     fn drop(&mut self) {
-        if self.armed {
+        // A release that panics still ends the count below, then goes on panicking.
+        let released = self.armed.then(|| {
             self.armed = false;
-            let _ = self.release_inner();
-        }
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.release_inner()))
+        });
         if self.counted {
             // No lock round ended the count (the guard failed before its last one,
             // or was refused without one): a round of its own.
@@ -2567,7 +2610,32 @@ impl Drop for ClaimGuard {
             self.counted = false;
             drop(anchor);
         }
+        if let Some(Err(panic)) = released {
+            std::panic::resume_unwind(panic);
+        }
     }
+}
+
+/// A durable completion's or release's last lock round, on the guard's shard (locked
+/// by the caller): the entry of `lease` is marked done (`stored`: the record was
+/// written) or let go, and the guard's count ends. Returns what
+/// [`Shard::guard_ended`] gives back, which the caller drops after letting the lock
+/// go and after its last use of the namespace. (The lock is the caller's to let go:
+/// a function given the namespace by reference must not outlive it, and once the
+/// lock is let go another guard may free it.)
+#[allow(clippy::too_many_arguments)]
+fn last_round(
+    shard: &mut Shard,
+    p: &Params,
+    fp: Fp,
+    lease: &Lease,
+    result: Option<&[u8]>,
+    now: Now,
+    stored: bool,
+    cap: &Capacity<'_>,
+) -> Option<Anchor> {
+    shard.finish_complete(fp, lease, result, p, now, stored, cap);
+    shard.guard_ended()
 }
 
 /// A completion's durable write, with a panic caught so that the caller can release

@@ -679,6 +679,93 @@ mod tests {
             })
     }
 
+    /// Units of capacity in the pool, the shards' reserves and their entries.
+    fn capacity_units(ns: &super::Namespace) -> (usize, usize, usize) {
+        let inner = &ns.inner;
+        let pool = inner.pool.load(std::sync::atomic::Ordering::Acquire);
+        let (mut reserves, mut live) = (0, 0);
+        for slot in inner.slots.iter() {
+            let shard = slot.lock();
+            reserves += shard.reserve();
+            live += shard.len();
+        }
+        (pool, reserves, live)
+    }
+
+    #[test]
+    fn capacity_units_are_never_lost_and_a_full_namespace_admits_exactly_max_keys() {
+        const MAX: usize = 300;
+        let clock = crate::ManualClock::new(1_700_000_000_000);
+        let engine = super::Engine::builder()
+            .clock(clock.clone())
+            .maintenance_interval(None)
+            .namespace(
+                "n",
+                crate::NamespaceConfig::new()
+                    .max_keys(MAX)
+                    .shards(4)
+                    .ttl(std::time::Duration::from_secs(60))
+                    .lease(std::time::Duration::from_secs(10)),
+            )
+            .build()
+            .unwrap();
+        let ns = engine.namespace("n").unwrap();
+        assert_eq!(ns.inner.capacity().chunk, MAX / 16);
+        let check = |what: &str| {
+            let (pool, reserves, live) = capacity_units(&ns);
+            assert_eq!(
+                pool + reserves + live,
+                MAX,
+                "{what}: {pool} + {reserves} + {live}"
+            );
+        };
+        // Two threads claim, complete, release and forget keys that spread over the
+        // four shards, so that units move between reserves and the pool both ways.
+        std::thread::scope(|s| {
+            for t in 0..2 {
+                let ns = ns.clone();
+                s.spawn(move || {
+                    for i in 0..4_000usize {
+                        let key = format!("t{t}-{}", i % 700);
+                        match ns.claim(key.as_bytes()) {
+                            Ok(crate::Claim::Acquired(g)) => match i % 3 {
+                                0 => g.complete().unwrap(),
+                                1 => g.release().unwrap(),
+                                _ => drop(g),
+                            },
+                            Ok(_) | Err(crate::Error::CapacityExceeded { .. }) => {}
+                            Err(e) => panic!("{e}"),
+                        }
+                        if i % 5 == 0 {
+                            ns.forget(format!("t{t}-{}", (i * 7) % 700).as_bytes())
+                                .unwrap();
+                        }
+                    }
+                });
+            }
+        });
+        check("after the threads");
+        // Every done key expires: the namespace then takes exactly MAX new keys, from
+        // whichever shards they land on, and refuses the next.
+        clock.advance(std::time::Duration::from_secs(61));
+        let mut guards = Vec::new();
+        for i in 0..MAX {
+            match ns.claim(format!("fresh-{i}").as_bytes()) {
+                Ok(crate::Claim::Acquired(g)) => guards.push(g),
+                other => panic!("fresh-{i}: {other:?} with {:?}", capacity_units(&ns)),
+            }
+        }
+        assert!(matches!(
+            ns.claim(b"one-more"),
+            Err(crate::Error::CapacityExceeded { .. })
+        ));
+        check("full");
+        assert_eq!(capacity_units(&ns).2, MAX);
+        drop(guards);
+        check("released");
+        assert_eq!(capacity_units(&ns).2, 0);
+    }
+
     #[test]
     fn the_lock_free_read_finds_every_done_key_after_the_tables_grow() {
         let (_engine, ns, clock) = one_shard(100_000);
@@ -1258,6 +1345,18 @@ fn new_slots(shards: usize, now_tick: u64, room: usize) -> Option<Box<[SlotCell]
 /// 7/8 of its slots. The count is chosen so that, when the namespace is full, every
 /// shard sits just under such a threshold (with 3% headroom for uneven spread): at the
 /// sizing point each key then costs about 8/7 index slots instead of up to 16/7.
+/// How many claims in a row a claim may find the pool empty and collect room from other
+/// shards' reserves before it takes the refusal path (see `NsInner::claim_one`).
+const MAX_COLLECTIONS: u32 = 4;
+
+/// How many units of capacity a shard of a namespace of `max_keys` keys in `shards`
+/// shards takes from the pool at once: 64, or less in a namespace too small for every
+/// shard to hold a few chunks, so that its room does not sit in a few shards'
+/// reserves while the others' claims collect it.
+pub(crate) fn reserve_chunk(max_keys: usize, shards: usize) -> usize {
+    (max_keys / (4 * shards.max(1))).clamp(1, 64)
+}
+
 pub(crate) fn default_shards(max_keys: usize) -> usize {
     const MIN: usize = 32;
     const MAX: usize = 1024;
@@ -1325,6 +1424,8 @@ pub(crate) struct NsInner {
     clock: std::sync::Arc<dyn Clock>,
     slots: Box<[SlotCell]>,
     pool: AtomicUsize,
+    /// How many units of capacity a shard takes from `pool` at once.
+    reserve_chunk: usize,
     durable: Option<DurableNs>,
     /// Slab chunks made ahead for the shards (see [`Reservoir`]).
     chunks: Reservoir,
@@ -1366,6 +1467,7 @@ impl NsInner {
             what: "the preallocated index (NamespaceConfig::preallocate)",
         })?;
         let pool = AtomicUsize::new(cfg.max_keys);
+        let reserve_chunk = reserve_chunk(cfg.max_keys, shards);
         let cfg_max_keys = cfg.max_keys;
         Ok(NsInner {
             name,
@@ -1375,6 +1477,7 @@ impl NsInner {
             clock,
             slots,
             pool,
+            reserve_chunk,
             durable,
             chunks: Reservoir::new(cfg_max_keys),
             forget_waits: AtomicU64::new(0),
@@ -1412,9 +1515,13 @@ impl NsInner {
                     if rec.expires_ms > now.ms {
                         let f = Fp::from_u128(fp);
                         let si = f.shard(self.slots.len());
-                        let cap = self.capacity(si);
+                        let cap = self.capacity();
                         let deadline = self.params.tick_at(rec.expires_ms);
                         held = self.slots[si].lock().insert_orphan(f, deadline, &cap);
+                        if !held && self.collect_reserves() > 0 {
+                            // Room was left in other shards' reserves.
+                            held = self.slots[si].lock().insert_orphan(f, deadline, &cap);
+                        }
                         if let Some(d) = &self.durable {
                             d.note_marker_on_disk(fp);
                         }
@@ -1472,7 +1579,7 @@ impl NsInner {
             if dropped >= max {
                 break;
             }
-            let cap = self.capacity(i);
+            let cap = self.capacity();
             dropped += self.slots[i].lock().evict_done(max - dropped, &cap);
         }
         dropped
@@ -1508,8 +1615,9 @@ impl NsInner {
             }
         }
         let mut retried = false;
+        let mut collections = 0;
         loop {
-            let cap = this.capacity(si);
+            let cap = this.capacity();
             let mut store_error = None;
             let answer = {
                 let mut shard = this.slots[si].lock();
@@ -1530,6 +1638,7 @@ impl NsInner {
                     }
                 }
                 match &this.durable {
+                    None if found.is_none() => shard.claim_new(fp, payload, p, now, &cap),
                     None => shard.claim_found(found, fp, payload, p, now, &cap, None),
                     Some(d) => {
                         let mut look = |f: Fp| d.lookup(f, now.ms, &mut store_error);
@@ -1589,14 +1698,25 @@ impl NsInner {
                 }
                 ShardClaim::PayloadMismatch => Err(Error::PayloadMismatch),
                 ShardClaim::StoreFailed => Err(store_error.unwrap_or(Error::NotDurable)),
+                ShardClaim::Full | ShardClaim::FullForWindow(_)
+                    if collections < MAX_COLLECTIONS && this.collect_reserves() > 0 =>
+                {
+                    // Other shards' reserves held room: it is in the pool now. (Bounded:
+                    // a claim that keeps losing the collected room to other shards'
+                    // claims, each of which was admitted, goes on to the refusal path.)
+                    collections += 1;
+                    continue;
+                }
                 ShardClaim::Full | ShardClaim::FullForWindow(_) if !retried => {
                     // Expired keys elsewhere may still hold capacity: reclaim them;
-                    // with a durable tier, done keys may also leave the hot tier.
+                    // with a durable tier, done keys may also leave the hot tier. What
+                    // they free lands in their shards' reserves: collected too.
                     retried = true;
                     this.expire_all(now);
                     if this.durable.is_some() {
                         this.evict(64);
                     }
+                    this.collect_reserves();
                     now = this.now();
                     continue;
                 }
@@ -1652,7 +1772,7 @@ impl NsInner {
             }
             d.write_completions(&[(fp.to_u128(), record)], &[])
         });
-        let cap = self.capacity(si);
+        let cap = self.capacity();
         self.slots[si]
             .lock()
             .finish_extension(fp, x, matches!(stored, Ok(Ok(()))), &cap);
@@ -1702,12 +1822,23 @@ impl NsInner {
     }
 
     #[inline]
-    fn capacity(&self, me: usize) -> Capacity<'_> {
+    fn capacity(&self) -> Capacity<'_> {
         Capacity {
             pool: &self.pool,
-            slots: &self.slots,
-            me,
+            chunk: self.reserve_chunk,
         }
+    }
+
+    /// Moves every shard's capacity reserve into the pool, taking each shard's lock in
+    /// turn (never two at once): a claim whose shard found the pool empty collects
+    /// them before it refuses, so no unit held in another shard's reserve turns a key
+    /// away. Returns how many units moved.
+    fn collect_reserves(&self) -> usize {
+        let cap = self.capacity();
+        self.slots
+            .iter()
+            .map(|slot| slot.lock().surrender_reserve(&cap))
+            .sum()
     }
 
     #[inline]
@@ -1728,7 +1859,7 @@ impl NsInner {
     fn expire_all(&self, now: Now) -> usize {
         (0..self.slots.len())
             .map(|i| {
-                let cap = self.capacity(i);
+                let cap = self.capacity();
                 self.slots[i].lock().expire_due(now, &cap)
             })
             .sum()
@@ -2050,7 +2181,7 @@ impl Namespace {
         for mut g in guards {
             g.armed = false;
             let si = g.shard as usize;
-            let cap = ns.capacity(si);
+            let cap = ns.capacity();
             let r = ns.slots[si]
                 .lock()
                 .begin_complete(g.fp, &g.lease, now, &cap);
@@ -2072,7 +2203,7 @@ impl Namespace {
         let stored = write_unwinding(|| d.write_completions(&records, &[]));
         for g in &mut begun {
             let si = g.shard as usize;
-            let cap = ns.capacity(si);
+            let cap = ns.capacity();
             let stored_ok = matches!(stored, Ok(Ok(())));
             // (Always `None` here: this handle keeps the namespace.)
             let anchor = last_round(
@@ -2100,7 +2231,7 @@ impl Namespace {
         let fp = ns.key_fp(key)?;
         let si = fp.shard(ns.slots.len());
         let now = ns.now();
-        let cap = ns.capacity(si);
+        let cap = ns.capacity();
         let mut state = ns.slots[si].lock().check(fp, &ns.params, now, &cap);
         if state.is_none() {
             // Not in the hot tier: the durable tier may still know it as done (its
@@ -2150,7 +2281,7 @@ impl Namespace {
         let ns = &*self.inner;
         let fp = ns.key_fp(key)?;
         let si = fp.shard(ns.slots.len());
-        let cap = ns.capacity(si);
+        let cap = ns.capacity();
         let mut waited = false;
         let mut durable_live = false;
         loop {
@@ -2489,7 +2620,7 @@ impl ClaimGuard {
         self.armed = false;
         let ns = self.ns();
         let si = self.shard as usize;
-        let cap = ns.capacity(si);
+        let cap = ns.capacity();
         let Some(d) = &ns.durable else {
             let (r, anchor) = {
                 let mut shard = ns.slots[si].lock();
@@ -2548,7 +2679,7 @@ impl ClaimGuard {
         let ns = self.ns();
         let now = ns.now();
         let si = self.shard as usize;
-        let cap = ns.capacity(si);
+        let cap = ns.capacity();
         let anchor = {
             let mut shard = ns.slots[si].lock();
             let _ = shard.release(self.fp, &self.lease, now, &cap);
@@ -2562,7 +2693,7 @@ impl ClaimGuard {
         let ns = self.ns();
         let now = ns.now();
         let si = self.shard as usize;
-        let cap = ns.capacity(si);
+        let cap = ns.capacity();
         let Some(d) = &ns.durable else {
             let (r, anchor) = {
                 let mut shard = ns.slots[si].lock();

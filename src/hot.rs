@@ -731,9 +731,6 @@ pub(crate) struct ShardSlot {
     published: Published,
     /// Odd while a lock holder may be changing the shard.
     seq: seq::Seq,
-    /// Slots this shard may fill without touching the namespace's pool. Only the holder
-    /// of `shard`'s lock takes from it; anyone may add to it, or steal it all.
-    pub(crate) reserve: AtomicUsize,
     /// Where the slab's next entry will most likely go, as the last lock holder left
     /// it (`Slab::tail`).
     tail: AtomicUsize,
@@ -813,7 +810,6 @@ impl ShardSlot {
         Some(ShardSlot {
             shard: Mutex::new(shard),
             seq: seq::Seq::default(),
-            reserve: AtomicUsize::new(0),
             tail: AtomicUsize::new(0),
             published: Published {
                 hint: AtomicUsize::new(hint),
@@ -1110,59 +1106,17 @@ pub(crate) fn pin() -> Option<reclaim::Pin> {
 /// could read as in the future.
 const CATCH_UP_TICKS: u64 = 1 << 29;
 
-/// The capacity a shard may draw on: its own reserve, then the namespace's pool, then
-/// other shards' reserves. Exact: the namespace never holds more than `max_keys`.
+/// The namespace's pool of capacity, which every shard draws on through its own
+/// reserve ([`Shard::take_unit`]). Exact: the units in the pool, in the shards'
+/// reserves and in their live entries always add up to `max_keys`.
 #[derive(Debug)]
 pub(crate) struct Capacity<'a> {
     pub(crate) pool: &'a AtomicUsize,
-    pub(crate) slots: &'a [SlotCell],
-    pub(crate) me: usize,
-}
-
-/// How many slots a shard takes from the pool at once.
-const RESERVE_CHUNK: usize = 64;
-
-impl Capacity<'_> {
-    fn take(&self) -> bool {
-        let mine = &self.slots[self.me].reserve;
-        let mut cur = mine.load(Ordering::Relaxed);
-        while cur > 0 {
-            match mine.compare_exchange_weak(cur, cur - 1, Ordering::AcqRel, Ordering::Relaxed) {
-                Ok(_) => return true,
-                Err(now) => cur = now,
-            }
-        }
-        let got = self
-            .pool
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |p| {
-                (p > 0).then(|| p - p.min(RESERVE_CHUNK))
-            })
-            .map(|p| p.min(RESERVE_CHUNK))
-            .unwrap_or(0);
-        if got > 0 {
-            if got > 1 {
-                mine.fetch_add(got - 1, Ordering::AcqRel);
-            }
-            return true;
-        }
-        for (j, other) in self.slots.iter().enumerate() {
-            if j == self.me {
-                continue;
-            }
-            let stolen = other.reserve.swap(0, Ordering::AcqRel);
-            if stolen > 0 {
-                if stolen > 1 {
-                    mine.fetch_add(stolen - 1, Ordering::AcqRel);
-                }
-                return true;
-            }
-        }
-        false
-    }
-
-    fn give_back(&self) {
-        self.slots[self.me].reserve.fetch_add(1, Ordering::AcqRel);
-    }
+    /// How many units a shard takes from the pool at once (at most 64). A reserve
+    /// grown past twice this (by entries removed) goes back to the pool down to it,
+    /// so units freed in one shard stay within reach of the others without the
+    /// refusal path's collection.
+    pub(crate) chunk: usize,
 }
 
 /// One lock shard's contents.
@@ -1178,6 +1132,11 @@ pub(crate) struct Shard {
     index: Index,
     slab: Slab,
     live: usize,
+    /// Units of capacity this shard may fill without touching the namespace's pool
+    /// (see [`Capacity`]). Guarded by the shard's lock like everything else here, so
+    /// a claim takes one with a plain decrement; other shards reach it only through
+    /// this lock, by [`Shard::surrender_reserve`].
+    reserve: usize,
     /// Claim guards of this shard not yet ended: counted by the claim that acquires
     /// (under this lock) and uncounted in the guard's last lock round, so that a
     /// guard keeps its namespace alive without a reference count of its own (see
@@ -1255,6 +1214,7 @@ impl Shard {
             next_token: 0,
             guards: 0,
             live: 0,
+            reserve: 0,
             hand: 0,
             counters: Counters::default(),
             anchor: None,
@@ -1392,6 +1352,61 @@ impl Shard {
         }
     }
 
+    /// Takes one unit of capacity for a new entry: from this shard's reserve, or else
+    /// a chunk from the namespace's pool. `false` when both are empty; units may then
+    /// sit in other shards' reserves, which the caller collects (outside this lock)
+    /// before it refuses the claim.
+    #[inline]
+    fn take_unit(&mut self, cap: &Capacity<'_>) -> bool {
+        if self.reserve > 0 {
+            self.reserve -= 1;
+            return true;
+        }
+        self.refill(cap)
+    }
+
+    #[cold]
+    fn refill(&mut self, cap: &Capacity<'_>) -> bool {
+        let Ok(had) = cap
+            .pool
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |p| {
+                (p > 0).then(|| p - p.min(cap.chunk))
+            })
+        else {
+            return false;
+        };
+        self.reserve += had.min(cap.chunk) - 1;
+        true
+    }
+
+    /// Gives back `n` units (entries removed); a reserve grown past twice the chunk
+    /// returns the excess to the pool (see [`Capacity::chunk`]).
+    #[inline]
+    fn give_units(&mut self, n: usize, cap: &Capacity<'_>) {
+        self.reserve += n;
+        if self.reserve > 2 * cap.chunk {
+            cap.pool
+                .fetch_add(self.reserve - cap.chunk, Ordering::AcqRel);
+            self.reserve = cap.chunk;
+        }
+    }
+
+    /// Moves this shard's whole reserve into the pool, so that a claim on another
+    /// shard that found the pool empty can draw on it; returns how many units moved.
+    pub(crate) fn surrender_reserve(&mut self, cap: &Capacity<'_>) -> usize {
+        let n = std::mem::take(&mut self.reserve);
+        if n > 0 {
+            cap.pool.fetch_add(n, Ordering::AcqRel);
+        }
+        n
+    }
+
+    /// Units of capacity in this shard's reserve (tests check that none is lost).
+    #[cfg(test)]
+    pub(crate) fn reserve(&self) -> usize {
+        self.reserve
+    }
+
     fn new_token(&mut self) -> u32 {
         self.next_token = (self.next_token + 1) & TOKEN_MASK;
         self.next_token
@@ -1478,7 +1493,7 @@ impl Shard {
                         (STATE_DONE, found_deadline(p, now, d))
                     }
                 };
-                if !cap.take() {
+                if !self.take_unit(cap) {
                     return match found {
                         // A sliding window that outlasts its record needs an entry to
                         // rewrite it from: room is made, or the window stays as stored.
@@ -1498,17 +1513,7 @@ impl Shard {
                         _ => ShardClaim::Full,
                     };
                 }
-                let idx = self.slab.alloc(Entry {
-                    fp_lo: [fp.lo as u32, (fp.lo >> 32) as u32],
-                    fp_mid: fp.hi as u32,
-                    deadline: deadline as u32,
-                    meta,
-                    prev: NIL,
-                    next: NIL,
-                });
-                self.index_insert(fp, idx);
-                self.wheel.schedule(&mut self.slab, idx, deadline);
-                self.live += 1;
+                let idx = self.place(fp, meta, deadline);
                 return self.after_insert(idx, payload, found, p, now, lease_deadline);
             }
         };
@@ -1598,6 +1603,58 @@ impl Shard {
         self.slab.get_mut(idx).meta = meta;
         self.reschedule(idx, deadline);
         self.after_insert(idx, payload, found, p, now, lease_deadline)
+    }
+
+    /// The claim of a key the hot tier does not hold, in a namespace without a durable
+    /// tier: [`Shard::claim_found`]'s first case alone, small enough to inline into
+    /// the caller, which then builds no durable look-up and makes no call for the
+    /// commonest claim that writes. `Acquired`, or `Full`.
+    #[inline(always)]
+    pub(crate) fn claim_new(
+        &mut self,
+        fp: Fp,
+        payload: Option<u64>,
+        p: &Params,
+        now: Now,
+        cap: &Capacity<'_>,
+    ) -> ShardClaim {
+        if !self.take_unit(cap) {
+            return ShardClaim::Full;
+        }
+        let deadline = p.deadline(now, p.lease_ms);
+        let token = self.new_token();
+        let idx = self.place(fp, STATE_IN_PROGRESS | token << TOKEN_SHIFT, deadline);
+        if let Some(pl) = payload {
+            self.set_payload(idx, pl);
+        }
+        self.counters.acquired += 1;
+        self.guards += 1;
+        ShardClaim::Acquired {
+            lease: Lease {
+                idx,
+                token,
+                deadline,
+            },
+            wants_spare: self.slab.wants_spare(),
+        }
+    }
+
+    /// A new entry for `fp` (its unit of capacity taken): in the slab, the index and
+    /// the wheel, at `deadline`.
+    #[inline(always)]
+    fn place(&mut self, fp: Fp, meta: u32, deadline: u64) -> u32 {
+        let idx = self.slab.alloc(Entry {
+            fp_lo: [fp.lo as u32, (fp.lo >> 32) as u32],
+            fp_mid: fp.hi as u32,
+            deadline: deadline as u32,
+            meta,
+            prev: NIL,
+            next: NIL,
+        });
+        self.index_insert(fp, idx);
+        self.wheel.schedule(&mut self.slab, idx, deadline);
+        self.live += 1;
+        idx
     }
 
     /// The completion time kept for a sliding window's done entry.
@@ -1724,21 +1781,11 @@ impl Shard {
         lease_deadline: u64,
         cap: &Capacity<'_>,
     ) -> bool {
-        if self.find(fp).is_some() || !cap.take() {
+        if self.find(fp).is_some() || !self.take_unit(cap) {
             return false;
         }
         let token = self.new_token();
-        let idx = self.slab.alloc(Entry {
-            fp_lo: [fp.lo as u32, (fp.lo >> 32) as u32],
-            fp_mid: fp.hi as u32,
-            deadline: lease_deadline as u32,
-            meta: STATE_IN_PROGRESS | token << TOKEN_SHIFT,
-            prev: NIL,
-            next: NIL,
-        });
-        self.index_insert(fp, idx);
-        self.wheel.schedule(&mut self.slab, idx, lease_deadline);
-        self.live += 1;
+        self.place(fp, STATE_IN_PROGRESS | token << TOKEN_SHIFT, lease_deadline);
         true
     }
 
@@ -1856,6 +1903,7 @@ impl Shard {
     }
 
     /// Marks a held claim done for the TTL, storing `result` if given.
+    #[inline(always)]
     pub(crate) fn complete(
         &mut self,
         fp: Fp,
@@ -1902,7 +1950,7 @@ impl Shard {
             &mut self.live,
             idx,
         );
-        cap.give_back();
+        self.give_units(1, cap);
     }
 
     /// Read-only look-up.
@@ -1985,11 +2033,11 @@ impl Shard {
                 return Some(when);
             }
             remove_unlinked(index, slab, payloads, extras, live, idx);
-            cap.give_back();
             reclaimed += 1;
             None
         });
         counters.expirations += reclaimed as u64;
+        self.give_units(reclaimed, cap);
         reclaimed
     }
 }
@@ -2014,7 +2062,6 @@ mod layout {
             );
         };
         within("seq", &slot.seq as *const _ as usize, 8);
-        within("reserve", &slot.reserve as *const _ as usize, 8);
         let shard = slot.lock();
         let sh: &Shard = &shard;
         // The lock word is the part of the mutex that is not the shard.
@@ -2035,6 +2082,7 @@ mod layout {
         within("slab heads", slab, std::mem::offset_of!(Slab, tail) + 8);
         within("slab tail", &slot.tail as *const _ as usize, 8);
         within("live", &sh.live as *const _ as usize, 8);
+        within("reserve", &sh.reserve as *const _ as usize, 8);
         within("next_token", &sh.next_token as *const _ as usize, 4);
         within("guards", &sh.guards as *const _ as usize, 8);
         within(

@@ -1339,12 +1339,6 @@ fn new_slots(shards: usize, now_tick: u64, room: usize) -> Option<Box<[SlotCell]
         .collect()
 }
 
-/// The shard count for a namespace of `max_keys` keys.
-///
-/// A shard's index has a power-of-two number of 12-slot buckets, filled to at most
-/// 7/8 of its slots. The count is chosen so that, when the namespace is full, every
-/// shard sits just under such a threshold (with 3% headroom for uneven spread): at the
-/// sizing point each key then costs about 8/7 index slots instead of up to 16/7.
 /// How many claims in a row a claim may find the pool empty and collect room from other
 /// shards' reserves before it takes the refusal path (see `NsInner::claim_one`).
 const MAX_COLLECTIONS: u32 = 4;
@@ -1357,6 +1351,12 @@ pub(crate) fn reserve_chunk(max_keys: usize, shards: usize) -> usize {
     (max_keys / (4 * shards.max(1))).clamp(1, 64)
 }
 
+/// The shard count for a namespace of `max_keys` keys.
+///
+/// A shard's index has a power-of-two number of 12-slot buckets, filled to at most
+/// 7/8 of its slots. The count is chosen so that, when the namespace is full, every
+/// shard sits just under such a threshold (with 3% headroom for uneven spread): at the
+/// sizing point each key then costs about 8/7 index slots instead of up to 16/7.
 pub(crate) fn default_shards(max_keys: usize) -> usize {
     const MIN: usize = 32;
     const MAX: usize = 1024;
@@ -1614,12 +1614,16 @@ impl NsInner {
                 }));
             }
         }
+        // The refusal path: `retried` once expired keys were reclaimed everywhere, and
+        // then the last attempt is made holding every shard's lock.
         let mut retried = false;
         let mut collections = 0;
         loop {
             let cap = this.capacity();
             let mut store_error = None;
-            let answer = {
+            let answer = if retried {
+                this.claim_exclusive(si, fp, payload, now, &cap, &mut store_error)
+            } else {
                 let mut shard = this.slots[si].lock();
                 let found = shard.look_up(fp, now, &cap);
                 let p = &this.params;
@@ -1699,24 +1703,23 @@ impl NsInner {
                 ShardClaim::PayloadMismatch => Err(Error::PayloadMismatch),
                 ShardClaim::StoreFailed => Err(store_error.unwrap_or(Error::NotDurable)),
                 ShardClaim::Full | ShardClaim::FullForWindow(_)
-                    if collections < MAX_COLLECTIONS && this.collect_reserves() > 0 =>
+                    if !retried && collections < MAX_COLLECTIONS && this.collect_reserves() > 0 =>
                 {
                     // Other shards' reserves held room: it is in the pool now. (Bounded:
-                    // a claim that keeps losing the collected room to other shards'
-                    // claims, each of which was admitted, goes on to the refusal path.)
+                    // other shards' refills may take the collected room into their own
+                    // reserves first; the exclusive attempt below settles it.)
                     collections += 1;
                     continue;
                 }
                 ShardClaim::Full | ShardClaim::FullForWindow(_) if !retried => {
                     // Expired keys elsewhere may still hold capacity: reclaim them;
-                    // with a durable tier, done keys may also leave the hot tier. What
-                    // they free lands in their shards' reserves: collected too.
+                    // with a durable tier, done keys may also leave the hot tier. Then
+                    // one last attempt with every shard's lock held (`claim_exclusive`).
                     retried = true;
                     this.expire_all(now);
                     if this.durable.is_some() {
                         this.evict(64);
                     }
-                    this.collect_reserves();
                     now = this.now();
                     continue;
                 }
@@ -1826,6 +1829,41 @@ impl NsInner {
         Capacity {
             pool: &self.pool,
             chunk: self.reserve_chunk,
+        }
+    }
+
+    /// The last attempt of a claim that found no room: every shard's lock is taken, in
+    /// order, and every reserve moved into the pool, so that nothing else can move a
+    /// unit of capacity (units move only under some shard's lock) while the claim is
+    /// decided. `Full` then means the namespace holds `max_keys` keys, whatever other
+    /// threads were doing: a refusal is never caused by room parked in a reserve.
+    ///
+    /// Deadlock-free: nothing else holds two shard locks at once, and two exclusive
+    /// attempts take them in the same order. Costs a lock round on every shard, as
+    /// the reclaim before it does: only a claim on its way to a refusal gets here.
+    #[cold]
+    fn claim_exclusive(
+        &self,
+        si: usize,
+        fp: Fp,
+        payload: Option<u64>,
+        now: Now,
+        cap: &Capacity<'_>,
+        store_error: &mut Option<Error>,
+    ) -> ShardClaim {
+        let mut shards: Vec<_> = self.slots.iter().map(|slot| slot.lock()).collect();
+        for shard in shards.iter_mut() {
+            shard.surrender_reserve(cap);
+        }
+        let shard = &mut shards[si];
+        let found = shard.look_up(fp, now, cap);
+        let p = &self.params;
+        match &self.durable {
+            None => shard.claim_found(found, fp, payload, p, now, cap, None),
+            Some(d) => {
+                let mut look = |f: Fp| d.lookup(f, now.ms, store_error);
+                shard.claim_found(found, fp, payload, p, now, cap, Some(&mut look))
+            }
         }
     }
 

@@ -707,7 +707,7 @@ pub(crate) enum Refused {
     LeaseLost,
 }
 
-/// One lock shard and its capacity reserve (the namespace holds it in a [`SlotCell`]).
+/// One lock shard (the namespace holds it in a [`SlotCell`]).
 ///
 /// Besides the lock, a slot publishes what a duplicate claim needs to read the shard
 /// without taking it (see [`ShardSlot::optimistic_duplicate`]): the write sequence,
@@ -720,7 +720,7 @@ pub(crate) enum Refused {
 /// growing shard or a moving wheel writes (where its index and its slab are, the
 /// wheel's tick), so that a claim of any thread finds it in its own cache and can ask
 /// for the key's bucket at once. The next lines hold everything a lock holder writes
-/// on every acquisition (the lock word, the sequence, the reserve), then the shard,
+/// on every acquisition (the lock word, the sequence), then the shard,
 /// whose own hot fields come first (see [`Shard`]): two threads taking turns at a
 /// shard pass those few lines between their cores, and [`ShardSlot::prefetch_write`]
 /// asks for them early.

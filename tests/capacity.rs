@@ -92,3 +92,50 @@ fn capacity_freed_in_one_shard_serves_another() {
     }
     assert_eq!(e.stats().resident_keys, held.len() as u64);
 }
+
+/// A namespace that is never full never refuses, whatever the threads do at once.
+/// Four threads each keep at most a quarter of `max_keys` less one claims in flight,
+/// releasing their oldest before each new claim, over many shards: units of capacity
+/// keep moving between the shards' reserves and the pool, and a claim that finds its
+/// shard's reserve and the pool empty while room sits in another shard's reserve must
+/// still be admitted (its last attempt holds every shard's lock).
+#[test]
+fn a_namespace_never_full_never_refuses_under_concurrent_churn() {
+    const MAX: usize = 1000;
+    const THREADS: u64 = 4;
+    let (e, ns, _c) = engine_with(small().max_keys(MAX).shards(16));
+    let held_per_thread = MAX / THREADS as usize - 1;
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let ns = ns.clone();
+            s.spawn(move || {
+                let mut held = std::collections::VecDeque::new();
+                for i in 0..25_000u64 {
+                    if held.len() == held_per_thread {
+                        let g: idem::ClaimGuard = held.pop_front().unwrap();
+                        g.release().unwrap();
+                    }
+                    match ns.claim(key(t << 40 | i).as_bytes()) {
+                        Ok(Claim::Acquired(g)) => held.push_back(g),
+                        other => panic!("thread {t}, claim {i}: {other:?}"),
+                    }
+                }
+            });
+        }
+    });
+    let s = e.stats();
+    assert_eq!(s.capacity_refusals, 0);
+    assert_eq!(s.resident_keys, 0);
+    // All of it is still there: exactly MAX keys fit.
+    let guards: Vec<_> = (0..MAX as u64)
+        .map(|i| match ns.claim(key(1 << 50 | i).as_bytes()) {
+            Ok(Claim::Acquired(g)) => g,
+            other => panic!("key {i}: {other:?}"),
+        })
+        .collect();
+    assert!(matches!(
+        ns.claim(b"one-too-many"),
+        Err(Error::CapacityExceeded { .. })
+    ));
+    drop(guards);
+}

@@ -1624,6 +1624,20 @@ impl Shard {
         let deadline = p.deadline(now, p.lease_ms);
         let token = self.new_token();
         let idx = self.place(fp, STATE_IN_PROGRESS | token << TOKEN_SHIFT, deadline);
+        self.acquired(idx, token, payload, deadline)
+    }
+
+    /// The end of every claim that acquires entry `idx` (placed or reused, with
+    /// `token`, in progress until `lease_deadline`): its payload kept, the claim and
+    /// its guard counted, the lease handed out.
+    #[inline(always)]
+    fn acquired(
+        &mut self,
+        idx: u32,
+        token: u32,
+        payload: Option<u64>,
+        lease_deadline: u64,
+    ) -> ShardClaim {
         if let Some(pl) = payload {
             self.set_payload(idx, pl);
         }
@@ -1633,7 +1647,7 @@ impl Shard {
             lease: Lease {
                 idx,
                 token,
-                deadline,
+                deadline: lease_deadline,
             },
             wants_spare: self.slab.wants_spare(),
         }
@@ -1754,19 +1768,8 @@ impl Shard {
                 }
             }
             _ => {
-                if let Some(pl) = payload {
-                    self.set_payload(idx, pl);
-                }
-                self.counters.acquired += 1;
-                self.guards += 1;
-                ShardClaim::Acquired {
-                    lease: Lease {
-                        idx,
-                        token: self.slab.get(idx).token(),
-                        deadline: lease_deadline,
-                    },
-                    wants_spare: self.slab.wants_spare(),
-                }
+                let token = self.slab.get(idx).token();
+                self.acquired(idx, token, payload, lease_deadline)
             }
         }
     }

@@ -637,11 +637,18 @@ mod tests {
     fn one_shard_with(
         cfg: crate::NamespaceConfig,
     ) -> (super::Engine, super::Namespace, crate::ManualClock) {
+        manual(cfg.ttl(std::time::Duration::from_secs(60)).shards(1))
+    }
+
+    /// Namespace `n` of `cfg` on a manual clock, with no maintenance thread.
+    fn manual(
+        cfg: crate::NamespaceConfig,
+    ) -> (super::Engine, super::Namespace, crate::ManualClock) {
         let clock = crate::ManualClock::new(1_700_000_000_000);
         let engine = super::Engine::builder()
             .clock(clock.clone())
             .maintenance_interval(None)
-            .namespace("n", cfg.ttl(std::time::Duration::from_secs(60)).shards(1))
+            .namespace("n", cfg)
             .build()
             .unwrap();
         let ns = engine.namespace("n").unwrap();
@@ -695,21 +702,13 @@ mod tests {
     #[test]
     fn capacity_units_are_never_lost_and_a_full_namespace_admits_exactly_max_keys() {
         const MAX: usize = 300;
-        let clock = crate::ManualClock::new(1_700_000_000_000);
-        let engine = super::Engine::builder()
-            .clock(clock.clone())
-            .maintenance_interval(None)
-            .namespace(
-                "n",
-                crate::NamespaceConfig::new()
-                    .max_keys(MAX)
-                    .shards(4)
-                    .ttl(std::time::Duration::from_secs(60))
-                    .lease(std::time::Duration::from_secs(10)),
-            )
-            .build()
-            .unwrap();
-        let ns = engine.namespace("n").unwrap();
+        let (_engine, ns, clock) = manual(
+            crate::NamespaceConfig::new()
+                .max_keys(MAX)
+                .shards(4)
+                .ttl(std::time::Duration::from_secs(60))
+                .lease(std::time::Duration::from_secs(10)),
+        );
         assert_eq!(ns.inner.capacity().chunk, MAX / 16);
         let check = |what: &str| {
             let (pool, reserves, live) = capacity_units(&ns);
@@ -1182,19 +1181,11 @@ mod tests {
 
     #[test]
     fn a_guard_refused_without_a_lock_round_still_lets_the_namespace_go() {
-        let clock = crate::ManualClock::new(1_000_000);
-        let engine = super::Engine::builder()
-            .clock(clock.clone())
-            .maintenance_interval(None)
-            .namespace(
-                "n",
-                crate::NamespaceConfig::new()
-                    .lease(std::time::Duration::from_secs(5))
-                    .max_result_len(4),
-            )
-            .build()
-            .unwrap();
-        let ns = engine.namespace("n").unwrap();
+        let (engine, ns, clock) = manual(
+            crate::NamespaceConfig::new()
+                .lease(std::time::Duration::from_secs(5))
+                .max_result_len(4),
+        );
         let weak = super::Arc::downgrade(&ns.inner);
         let acquire = |k: &[u8]| match ns.claim(k).unwrap() {
             crate::Claim::Acquired(g) => g,
@@ -1641,13 +1632,10 @@ impl NsInner {
                         }));
                     }
                 }
-                match &this.durable {
-                    None if found.is_none() => shard.claim_new(fp, payload, p, now, &cap),
-                    None => shard.claim_found(found, fp, payload, p, now, &cap, None),
-                    Some(d) => {
-                        let mut look = |f: Fp| d.lookup(f, now.ms, &mut store_error);
-                        shard.claim_found(found, fp, payload, p, now, &cap, Some(&mut look))
-                    }
+                if found.is_none() && this.durable.is_none() {
+                    shard.claim_new(fp, payload, p, now, &cap)
+                } else {
+                    this.claim_found(&mut shard, found, fp, payload, now, &cap, &mut store_error)
                 }
             };
             return match answer {
@@ -1857,6 +1845,23 @@ impl NsInner {
         }
         let shard = &mut shards[si];
         let found = shard.look_up(fp, now, cap);
+        self.claim_found(shard, found, fp, payload, now, cap, store_error)
+    }
+
+    /// [`Shard::claim_found`](crate::hot::Shard) on `shard` (locked), asking this
+    /// namespace's durable tier, if it has one, about keys the hot tier lacks.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn claim_found(
+        &self,
+        shard: &mut Shard,
+        found: Option<u32>,
+        fp: Fp,
+        payload: Option<u64>,
+        now: Now,
+        cap: &Capacity<'_>,
+        store_error: &mut Option<Error>,
+    ) -> ShardClaim {
         let p = &self.params;
         match &self.durable {
             None => shard.claim_found(found, fp, payload, p, now, cap, None),

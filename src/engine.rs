@@ -1635,7 +1635,16 @@ impl NsInner {
                 if found.is_none() && this.durable.is_none() {
                     shard.claim_new(fp, payload, p, now, &cap)
                 } else {
-                    this.claim_found(&mut shard, found, fp, payload, now, &cap, &mut store_error)
+                    this.claim_found(
+                        &mut shard,
+                        found,
+                        fp,
+                        payload,
+                        now,
+                        &cap,
+                        &mut store_error,
+                        false,
+                    )
                 }
             };
             return match answer {
@@ -1845,11 +1854,12 @@ impl NsInner {
         }
         let shard = &mut shards[si];
         let found = shard.look_up(fp, now, cap);
-        self.claim_found(shard, found, fp, payload, now, cap, store_error)
+        self.claim_found(shard, found, fp, payload, now, cap, store_error, true)
     }
 
     /// [`Shard::claim_found`](crate::hot::Shard) on `shard` (locked), asking this
-    /// namespace's durable tier, if it has one, about keys the hot tier lacks.
+    /// namespace's durable tier, if it has one, about keys the hot tier lacks;
+    /// `last` on the claim's last attempt (the one that holds every lock).
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn claim_found(
@@ -1861,13 +1871,14 @@ impl NsInner {
         now: Now,
         cap: &Capacity<'_>,
         store_error: &mut Option<Error>,
+        last: bool,
     ) -> ShardClaim {
         let p = &self.params;
         match &self.durable {
-            None => shard.claim_found(found, fp, payload, p, now, cap, None),
+            None => shard.claim_found(found, fp, payload, p, now, cap, None, last),
             Some(d) => {
                 let mut look = |f: Fp| d.lookup(f, now.ms, store_error);
-                shard.claim_found(found, fp, payload, p, now, cap, Some(&mut look))
+                shard.claim_found(found, fp, payload, p, now, cap, Some(&mut look), last)
             }
         }
     }

@@ -1379,6 +1379,15 @@ impl Shard {
         true
     }
 
+    /// Gives back the unit a claim took (`took`) before it decided not to place
+    /// its key.
+    #[cold]
+    fn untake_unit(&mut self, took: bool, cap: &Capacity<'_>) {
+        if took {
+            self.give_units(1, cap);
+        }
+    }
+
     /// Gives back `n` units (entries removed); a reserve grown past twice the chunk
     /// returns the excess to the pool (see [`Capacity::chunk`]).
     #[inline]
@@ -1453,6 +1462,13 @@ impl Shard {
     /// `durable`, when the namespace has a durable tier, is asked about keys the hot
     /// tier does not hold (absent, or expired here): a live done record there makes
     /// the claim a duplicate (and the key is cached in the hot tier again).
+    ///
+    /// `last` says whether this is the claim's last attempt. A new key's unit of
+    /// capacity is taken before the durable tier is asked: an attempt that is not
+    /// the last and finds no room answers `Full` without reading, so that the claim,
+    /// which looks for room elsewhere and tries again, reads the durable tier once.
+    /// The last attempt reads whether or not there is room, since a durable
+    /// duplicate is answered either way.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn claim_found(
         &mut self,
@@ -1463,6 +1479,7 @@ impl Shard {
         now: Now,
         cap: &Capacity<'_>,
         mut durable: Option<&mut dyn FnMut(Fp) -> DurableLookup>,
+        last: bool,
     ) -> ShardClaim {
         // Worked out only where a claim may be acquired: a duplicate has no use for it.
         let lease_deadline = || p.deadline(now, p.lease_ms);
@@ -1470,12 +1487,19 @@ impl Shard {
             Some(idx) => idx,
             None => {
                 let lease_deadline = lease_deadline();
+                let room = self.take_unit(cap);
+                if !room && !last {
+                    return ShardClaim::Full;
+                }
                 let found = match durable.as_mut() {
                     Some(look) => look(fp),
                     None => DurableLookup::Absent,
                 };
                 let (meta, deadline) = match &found {
-                    DurableLookup::Failed => return ShardClaim::StoreFailed,
+                    DurableLookup::Failed => {
+                        self.untake_unit(room, cap);
+                        return ShardClaim::StoreFailed;
+                    }
                     DurableLookup::Absent => {
                         self.next_token = (self.next_token + 1) & TOKEN_MASK;
                         (
@@ -1487,13 +1511,14 @@ impl Shard {
                         if let (Some(a), Some(b)) = (payload, d.payload) {
                             if a != b {
                                 self.counters.payload_mismatches += 1;
+                                self.untake_unit(room, cap);
                                 return ShardClaim::PayloadMismatch;
                             }
                         }
                         (STATE_DONE, found_deadline(p, now, d))
                     }
                 };
-                if !self.take_unit(cap) {
+                if !room {
                     return match found {
                         // A sliding window that outlasts its record needs an entry to
                         // rewrite it from: room is made, or the window stays as stored.

@@ -1276,6 +1276,33 @@ fn a_full_hot_tier_evicts_done_keys_but_never_held_ones() {
     }
 }
 
+#[test]
+fn a_claim_that_finds_room_in_another_shard_reads_the_durable_tier_once() {
+    // Sixteen shards share sixteen units of capacity, so a claim often finds its own
+    // shard's reserve and the pool empty and collects the other shards' reserves
+    // before it tries again. It must still ask the durable tier about its key once.
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small().prefilter(false).max_keys(16).shards(16);
+    let (engine, ns) = open(&dir, &clock, cfg);
+    let mut next = 0;
+    for round in 0..20 {
+        let reads = engine.stats().durable_reads;
+        let held: Vec<ClaimGuard> = (next..next + 16)
+            .map(|i| acquire(&ns, key(i).as_bytes()))
+            .collect();
+        next += 16;
+        assert_eq!(
+            engine.stats().durable_reads - reads,
+            16,
+            "round {round}: {:?}",
+            engine.stats()
+        );
+        drop(held); // released: their units go back to their shards' reserves
+    }
+    assert_eq!(engine.stats().capacity_refusals, 0);
+}
+
 // 11. Orphans.
 
 #[test]

@@ -172,3 +172,53 @@ fn a_refused_publish_is_an_error_not_an_answer() {
     drop(c);
     server.join().unwrap();
 }
+
+/// A claimer that takes every key it has not seen and counts what it was asked.
+#[derive(Default)]
+struct Counting {
+    pending: Vec<Key>,
+    answers: std::collections::VecDeque<bool>,
+    seen: HashSet<Key>,
+    asked: usize,
+}
+
+impl Claimer for Counting {
+    fn push_claim(&mut self, key: &[u8]) {
+        self.pending.push(key.try_into().expect("20-byte keys"));
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        for k in self.pending.drain(..) {
+            self.asked += 1;
+            self.answers.push_back(self.seen.insert(k));
+        }
+        Ok(())
+    }
+    fn read_taken(&mut self) -> std::io::Result<bool> {
+        Ok(self.answers.pop_front().expect("an answer per request"))
+    }
+}
+
+#[test]
+fn a_timed_sample_stops_at_its_time_budget_and_counts_what_it_claimed() {
+    use std::time::{Duration, Instant};
+    let sample = keys(0..5_000);
+    // A budget already spent: one piece is claimed, and its count returned.
+    let mut c = Counting::default();
+    let (claimed, wrong) =
+        remote::claim_timed(&mut c, &sample, 1, true, Instant::now(), Duration::ZERO);
+    assert_eq!((claimed, wrong), (remote::TIMED_PIECE, 0));
+    assert_eq!(c.asked, remote::TIMED_PIECE);
+    // A budget never reached: the whole sample, its wrong answers counted.
+    let mut c = Counting::default();
+    c.seen.extend(sample[..10].iter().copied());
+    let (claimed, wrong) = remote::claim_timed(
+        &mut c,
+        &sample,
+        64,
+        true,
+        Instant::now(),
+        Duration::from_secs(3600),
+    );
+    assert_eq!((claimed, wrong), (5_000, 10));
+    assert_eq!(c.asked, 5_000);
+}

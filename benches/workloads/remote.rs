@@ -130,9 +130,42 @@ pub(crate) fn start_on_free_port<S>(
     Err(format!("{bin} did not come up: {last}"))
 }
 
-/// Runs `claim` for each thread's part of `keys`, the first `timed` keys of the whole
-/// (split alike) timed from a common start to the last join, the rest untimed at
-/// depth 64. Returns (timed seconds, timed keys, wrong answers).
+/// How long a thread's timed sample may run: a thread stops timing at the first
+/// piece of [`TIMED_PIECE`] keys that ends past it, and sends the rest of its part
+/// untimed. One request at a time over a slow loopback (seen: 120 us a round trip)
+/// would otherwise take 12 s a phase for a 100,000-claim sample.
+pub(crate) const TIMED_MAX: Duration = Duration::from_secs(2);
+
+/// Keys a thread claims between two looks at the clock in its timed sample (a
+/// multiple of the pipelined depth).
+pub(crate) const TIMED_PIECE: usize = 1024;
+
+/// Claims the keys of `sample` in pieces of [`TIMED_PIECE`] until they are all done
+/// or `budget` has passed since `t0` (at least one piece). Returns how many keys
+/// were claimed, and how many answers were not `want_taken`.
+pub(crate) fn claim_timed<C: Claimer>(
+    conn: &mut C,
+    sample: &[Key],
+    depth: usize,
+    want_taken: bool,
+    t0: Instant,
+    budget: Duration,
+) -> (usize, u64) {
+    let (mut claimed, mut wrong) = (0, 0);
+    for piece in sample.chunks(TIMED_PIECE) {
+        wrong += conn.claim(piece, depth, want_taken).expect("claims");
+        claimed += piece.len();
+        if t0.elapsed() >= budget {
+            break;
+        }
+    }
+    (claimed, wrong)
+}
+
+/// Runs `claim` for each thread's part of `keys`: the first `timed` keys of the whole
+/// (split alike), or as many of them as each thread claims within [`TIMED_MAX`], are
+/// timed from a common start to the last join, the rest untimed at depth 64. Returns
+/// (timed seconds, timed keys, wrong answers).
 fn phase<R: Remote>(
     server: &R,
     keys: &[Key],
@@ -152,14 +185,21 @@ fn phase<R: Remote>(
                 let (start, done) = (&start, &done);
                 let mut conn = server.connect().expect("connect to the server");
                 s.spawn(move || {
-                    let (sample, rest) = chunk.split_at(timed_part.min(chunk.len()));
+                    let sample = &chunk[..timed_part.min(chunk.len())];
                     start.wait();
-                    let mut wrong = conn.claim(sample, depth, want_taken).expect("claims");
+                    let (claimed, mut wrong) = claim_timed(
+                        &mut conn,
+                        sample,
+                        depth,
+                        want_taken,
+                        Instant::now(),
+                        TIMED_MAX,
+                    );
                     done.wait();
                     wrong += conn
-                        .claim(rest, LOAD_DEPTH, want_taken)
+                        .claim(&chunk[claimed..], LOAD_DEPTH, want_taken)
                         .expect("untimed claims");
-                    (sample.len(), wrong)
+                    (claimed, wrong)
                 })
             })
             .collect();
@@ -180,8 +220,8 @@ fn phase<R: Remote>(
 /// One measurement of a networked peer, on a server `start` starts: W1 (fresh keys,
 /// each must be taken), then, if `w2`, W2 over the same keys (each claim must find
 /// the key). At most `sample` claims are timed (the first ones of each thread's
-/// part); the rest are sent pipelined, untimed, so that memory is measured over all
-/// of `keys`.
+/// part), and no more than a thread makes in [`TIMED_MAX`]; the rest are sent
+/// pipelined, untimed, so that memory is measured over all of `keys`.
 pub(crate) fn measure<R: Remote>(
     start: fn() -> Result<R, String>,
     keys: &[Key],

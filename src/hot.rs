@@ -1525,7 +1525,8 @@ impl Shard {
                         DurableLookup::Done(d) if p.sliding && needs_rewrite(p, &d, deadline) => {
                             ShardClaim::FullForWindow(d)
                         }
-                        // Room or not, a durable duplicate is answered (just not cached).
+                        // The last attempt, with no room anywhere: a durable duplicate is
+                        // answered all the same, just not cached.
                         DurableLookup::Done(d) => {
                             self.counters.duplicates += 1;
                             ShardClaim::Duplicate {

@@ -1330,7 +1330,7 @@ fn new_slots(shards: usize, now_tick: u64, room: usize) -> Option<Box<[SlotCell]
         .collect()
 }
 
-/// How many claims in a row a claim may find the pool empty and collect room from other
+/// How many times one claim may find the pool empty and collect room from other
 /// shards' reserves before it takes the refusal path (see `NsInner::claim_one`).
 const MAX_COLLECTIONS: u32 = 4;
 

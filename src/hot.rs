@@ -1500,13 +1500,10 @@ impl Shard {
                         self.untake_unit(room, cap);
                         return ShardClaim::StoreFailed;
                     }
-                    DurableLookup::Absent => {
-                        self.next_token = (self.next_token + 1) & TOKEN_MASK;
-                        (
-                            STATE_IN_PROGRESS | self.next_token << TOKEN_SHIFT,
-                            lease_deadline,
-                        )
-                    }
+                    DurableLookup::Absent => (
+                        STATE_IN_PROGRESS | self.new_token() << TOKEN_SHIFT,
+                        lease_deadline,
+                    ),
                     DurableLookup::Done(d) => {
                         if let (Some(a), Some(b)) = (payload, d.payload) {
                             if a != b {

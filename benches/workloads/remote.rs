@@ -167,8 +167,8 @@ pub(crate) fn claim_timed<C: Claimer>(
 
 /// Runs `claim` for each thread's part of `keys`: the first `timed` keys of the whole
 /// (split alike), or as many of them as each thread claims within [`TIMED_MAX`], are
-/// timed from a common start to the last join, the rest untimed at depth 64. Returns
-/// (timed seconds, timed keys, wrong answers).
+/// timed from a common start to the last join, the rest untimed at [`LOAD_DEPTH`].
+/// Returns (timed seconds, timed keys, wrong answers).
 fn phase<R: Remote>(
     server: &R,
     keys: &[Key],

@@ -77,8 +77,8 @@ fn done_cf_options(opts: &mut Options) {
     // through, every new key without a prefilter, a record already flushed) skips
     // that memtable's bucket array, a cache miss into 8 MiB, for a probe of a
     // filter a fiftieth of the write buffer's size (1.3 MiB at 64 MiB, about 13 bits
-    // an entry). Measured in W3 (BENCHMARKS.md, 2026-12-02 afternoon): reads of
-    // absent keys p50 0.71-0.73 us against 0.94-1.16 us.
+    // an entry). Measured in W3 (BENCHMARKS.md, 2026-12-02 afternoon): claims that
+    // read an absent key p50 0.71-0.73 us against 0.94-1.16 us.
     opts.set_memtable_prefix_bloom_ratio(MEMTABLE_BLOOM_RATIO);
     // Bloom filters in the SST files (10 bits a key, held by the table readers): a
     // point read probes only the files that may hold the key, where it would otherwise

@@ -34,6 +34,40 @@ mod store;
 #[cfg(feature = "durable")]
 pub(crate) use store::{dlq_message_key, DurableNs, Families, Store};
 
+/// Scratch directories for the durable tier's unit tests.
+#[cfg(test)]
+pub(crate) mod test_dir {
+    use std::path::{Path, PathBuf};
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// A fresh directory under the system's temporary one, removed when dropped.
+    pub(crate) struct Dir(PathBuf);
+
+    impl Dir {
+        pub(crate) fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// A new directory named after `tag`, this process and a counter.
+    pub(crate) fn tempdir(tag: &str) -> Dir {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let d = std::env::temp_dir().join(format!(
+            "idem-{tag}-test-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&d).unwrap();
+        Dir(d)
+    }
+}
+
 use codec::{Record, RecordState};
 
 /// The database format this build writes and reads.

@@ -566,30 +566,8 @@ mod tests {
         }
     }
 
-    /// A fresh directory under the system's temporary one, removed when dropped.
-    struct Dir(PathBuf);
-
-    impl Dir {
-        fn path(&self) -> &Path {
-            &self.0
-        }
-    }
-
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
-    fn tempdir() -> Dir {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let d = std::env::temp_dir().join(format!(
-            "idem-journal-test-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&d).unwrap();
-        Dir(d)
+    fn tempdir() -> crate::durable::test_dir::Dir {
+        crate::durable::test_dir::tempdir("journal")
     }
 
     fn file_bytes(dir: &Path, ns: &str) -> Vec<u8> {

@@ -1281,26 +1281,6 @@ mod tests {
     use super::*;
     use rocksdb::perf::{set_perf_stats, PerfContext, PerfMetric, PerfStatsLevel};
 
-    /// A fresh directory under the system's temporary one, removed when dropped.
-    struct Dir(PathBuf);
-
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
-    fn tempdir() -> Dir {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let d = std::env::temp_dir().join(format!(
-            "idem-store-test-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&d).unwrap();
-        Dir(d)
-    }
-
     fn done(token: u32) -> Record {
         Record {
             state: RecordState::Done,
@@ -1314,11 +1294,11 @@ mod tests {
 
     #[test]
     fn a_point_read_asks_the_memtables_bloom_filter_first() {
-        let dir = tempdir();
+        let dir = crate::durable::test_dir::tempdir("store");
         let clock: std::sync::Arc<dyn Clock> =
             std::sync::Arc::new(crate::clock::ManualClock::new(1_000));
         let (store, _) = Store::open(
-            &dir.0,
+            dir.path(),
             &[("n".to_owned(), 1_000_000)],
             &[],
             clock,

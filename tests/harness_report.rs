@@ -129,6 +129,27 @@ fn ratio_targets_are_read_from_the_medians_and_say_met_or_missed() {
 }
 
 #[test]
+fn a_ratio_that_misses_by_a_hair_is_printed_finer_than_the_target() {
+    let n = 1_000;
+    let all = vec![
+        // W2: two threads 1.697x one (missed), W1: 1.7036x (met).
+        sample("idem", Workload::W2, n, 1, 10.0e6),
+        sample("idem", Workload::W2, n, 2, 16.97e6),
+        sample("idem", Workload::W1, n, 1, 5.0e6),
+        sample("idem", Workload::W1, n, 2, 8.518e6),
+    ];
+    let out = targets_of(&[n], &[1, 2], &["idem"], &all);
+    assert_eq!(
+        row(&out, n, "W2: idem 2 threads / 1 thread >= 1.7x")[2..],
+        ["1.697x", "**missed**"]
+    );
+    assert_eq!(
+        row(&out, n, "W1: idem 2 threads / 1 thread >= 1.7x")[2..],
+        ["1.70x", "met"]
+    );
+}
+
+#[test]
 fn memory_over_its_bound_is_missed() {
     let n = 1_000;
     let all = vec![

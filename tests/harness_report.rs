@@ -154,14 +154,20 @@ fn figures_are_judged_to_the_claim_and_printed_finer_than_the_target() {
     let all = vec![
         sample("idem", Workload::W1, n, 1, 3_999_000.0),
         sample("idem", Workload::W2, n, 1, 8_000_000.0),
+        sample("idem", Workload::W1, n * 10, 1, 3_999_600.0),
         // Two threads over one: W1 1.7036x (met), W2 1.697x (missed).
         sample("idem", Workload::W1, n, 2, 6_812_700.0),
         sample("idem", Workload::W2, n, 2, 13_576_000.0),
     ];
-    let out = targets_of(&[n], &[1, 2], &["idem"], &all);
+    let out = targets_of(&[n, n * 10], &[1, 2], &["idem"], &all);
     assert_eq!(
         row(&out, n, "W1 1T: idem claim + complete >= 4 M/s")[2..],
         ["3.999 M/s", "**missed**"]
+    );
+    // A rate whose three decimals would round up to the target gets a fourth.
+    assert_eq!(
+        row(&out, n * 10, "W1 1T: idem claim + complete >= 4 M/s")[2..],
+        ["3.9996 M/s", "**missed**"]
     );
     assert_eq!(
         row(&out, n, "W2 1T: idem duplicate claims >= 8 M/s")[2..],

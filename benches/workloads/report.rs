@@ -275,22 +275,20 @@ impl Want {
     }
 
     /// "1.23x" for a ratio, "4.000 M/s" for a rate (three decimals, so that a miss
-    /// by a hair does not print as the target). A ratio whose two decimals would
-    /// round across the target (1.697 against 1.7) gets as many more as it takes
-    /// for the figure shown to read as its verdict.
+    /// by a hair does not print as the target). A figure whose decimals would round
+    /// across the target (1.697 against 1.7) gets as many more as it takes for the
+    /// figure shown to read as its verdict.
     fn show(self, m: f64) -> String {
-        match self {
-            Want::RateAtLeast(_) => format!("{:.3} M/s", m / 1e6),
-            _ => {
-                let mut digits = 2;
-                let mut shown = format!("{m:.digits$}");
-                while digits < 6 && shown.parse::<f64>().map(|v| self.met(v)) != Ok(self.met(m)) {
-                    digits += 1;
-                    shown = format!("{m:.digits$}");
-                }
-                format!("{shown}x")
-            }
+        let (scale, mut digits, unit) = match self {
+            Want::RateAtLeast(_) => (1e6, 3, " M/s"),
+            _ => (1.0, 2, "x"),
+        };
+        let mut shown = format!("{:.digits$}", m / scale);
+        while digits < 6 && shown.parse::<f64>().map(|v| self.met(v * scale)) != Ok(self.met(m)) {
+            digits += 1;
+            shown = format!("{:.digits$}", m / scale);
         }
+        format!("{shown}{unit}")
     }
 }
 

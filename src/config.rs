@@ -131,6 +131,13 @@ pub const MAX_JOURNAL_SLOTS: usize = 1 << 24;
 pub const DEFAULT_MAX_RESULT_LEN: usize = 64 * 1024;
 /// The largest `max_keys` a namespace accepts (slab indices are 31-bit).
 pub const MAX_KEYS_LIMIT: usize = (1 << 31) - 1;
+/// The longest retention a namespace accepts: 2^50 ms, about 35,700 years. Every
+/// TTL the tick allows has its default retention (7 x TTL) below it, and a record's
+/// expiry (its completion time plus retention) stays far from `u64::MAX` ms.
+pub const MAX_RETENTION: Duration = Duration::from_millis(1 << 50);
+/// The shortest `maintenance_interval` and `SyncPolicy::Periodic` interval accepted:
+/// a shorter one would keep a thread busy without pause.
+pub const MIN_BACKGROUND_INTERVAL: Duration = Duration::from_millis(1);
 
 impl Default for NamespaceConfig {
     fn default() -> Self {
@@ -186,6 +193,10 @@ impl NamespaceConfig {
     /// rate x retention), which sizes the prefilter. Default: `max_keys` x
     /// retention / TTL (rounded up), what a namespace full at every moment would
     /// complete within retention. More keys than this make the prefilter grow.
+    /// [`EngineBuilder::build`] checks that the prefilter's filters, about 13 bits
+    /// a key at the default rate, can be allocated, and returns
+    /// [`Error::OutOfMemory`] (or [`Error::InvalidConfig`] for a size beyond any
+    /// address space) otherwise, before the durable tier is opened.
     pub fn expected_keys(mut self, keys: usize) -> Self {
         self.expected_keys = Some(keys);
         self
@@ -274,7 +285,7 @@ impl NamespaceConfig {
         self
     }
 
-    /// Number of lock shards (default: derived from `max_keys`, at least 16). More
+    /// Number of lock shards (default: derived from `max_keys`, at least 32). More
     /// shards mean less contention between threads and a little more fixed memory.
     pub fn shards(mut self, shards: usize) -> Self {
         self.shards = Some(shards);
@@ -305,7 +316,7 @@ impl NamespaceConfig {
     /// extend it by whole retentions, see [`NamespaceConfig::extend_on_duplicate`]).
     /// The hot tier keeps a key for the TTL; after that a claim finds it in the durable
     /// tier until retention ends, after a restart too. Past retention a compaction
-    /// filter removes it.
+    /// filter removes it. At most [`MAX_RETENTION`].
     pub fn retention(mut self, retention: Duration) -> Self {
         self.retention = Some(retention);
         self
@@ -325,9 +336,10 @@ impl NamespaceConfig {
         self
     }
 
-    /// The retention in effect: the configured one, or 7 x TTL.
+    /// The retention in effect: the configured one, or 7 x TTL (saturating at
+    /// `Duration::MAX`, which [`EngineBuilder::build`] refuses as too long).
     pub fn get_retention(&self) -> Duration {
-        self.retention.unwrap_or(self.ttl * 7)
+        self.retention.unwrap_or(self.ttl.saturating_mul(7))
     }
 
     /// The configured TTL.
@@ -354,7 +366,7 @@ impl NamespaceConfig {
         };
         // Deadlines are kept as 32-bit tick counts compared with serial arithmetic,
         // so every deadline must lie less than 2^30 ticks ahead (leaving headroom).
-        let max_span_ms = (1u64 << 30).saturating_mul(tick_ms);
+        let max_span_ms = crate::hot::MAX_DEADLINE_TICKS.saturating_mul(tick_ms);
         if name.is_empty() {
             return bad("the namespace name is empty");
         }
@@ -386,13 +398,20 @@ impl NamespaceConfig {
         if self.get_retention() < self.ttl {
             return bad("retention must be at least the ttl");
         }
+        if self.get_retention() > MAX_RETENTION {
+            return bad("retention is at most 2^50 ms (about 35,700 years)");
+        }
         if let SyncPolicy::Periodic(d) = self.sync {
-            if d.is_zero() {
-                return bad("a periodic sync interval must be longer than zero");
+            if d < MIN_BACKGROUND_INTERVAL {
+                return bad("a periodic sync interval must be at least 1 ms");
             }
         }
         if name.contains(':') {
             return bad("namespace names may not contain ':'");
+        }
+        if name.contains('\0') {
+            // RocksDB takes column family names as C strings.
+            return bad("namespace names may not contain a NUL byte");
         }
         let fpr = self.get_prefilter_fpr();
         if !(fpr > 0.0 && fpr <= 0.5) {
@@ -508,7 +527,7 @@ impl EngineBuilder {
     }
 
     /// How often the background thread expires keys whose TTL or lease ran out
-    /// (default every 100 ms). `None` starts no thread: expired keys are then reclaimed
+    /// (default every 100 ms; at least 1 ms). `None` starts no thread: expired keys are then reclaimed
     /// by [`Engine::run_maintenance`] and, lazily, when they are claimed again.
     pub fn maintenance_interval(mut self, interval: Option<Duration>) -> Self {
         self.maintenance_interval = interval;
@@ -573,11 +592,17 @@ impl EngineBuilder {
                 reason: "this build has no durable tier (the `durable` cargo feature is off)",
             });
         }
+        if matches!(self.maintenance_interval, Some(d) if d < MIN_BACKGROUND_INTERVAL) {
+            return Err(Error::InvalidConfig {
+                namespace: String::new(),
+                reason: "maintenance_interval must be at least 1 ms (or None)",
+            });
+        }
         for f in &self.state_families {
-            if f.is_empty() || f.contains(':') {
+            if f.is_empty() || f.contains(':') || f.contains('\0') {
                 return Err(Error::InvalidConfig {
                     namespace: String::new(),
-                    reason: "state family names must be non-empty and contain no ':'",
+                    reason: "state family names must be non-empty and contain no ':' or NUL byte",
                 });
             }
         }
@@ -586,6 +611,24 @@ impl EngineBuilder {
             cfg.validate(name, tick_ms as u64)?;
             if seen.insert(name.as_str(), ()).is_some() {
                 return Err(Error::DuplicateNamespace(name.clone()));
+            }
+            if self.durable.is_some() && cfg.get_prefilter() {
+                use crate::prefilter::{check_size, SizeProblem};
+                match check_size(cfg.get_expected_keys(), cfg.get_prefilter_fpr()) {
+                    Ok(()) => {}
+                    Err(SizeProblem::TooLarge) => {
+                        return Err(Error::InvalidConfig {
+                            namespace: name.clone(),
+                            reason: "the prefilter for expected_keys at prefilter_fpr would not fit in memory at all (expected_keys defaults to max_keys x retention / ttl)",
+                        })
+                    }
+                    Err(SizeProblem::NotAllocatable) => {
+                        return Err(Error::OutOfMemory {
+                            namespace: name.clone(),
+                            what: "a prefilter generation (expected_keys / 4 keys; expected_keys defaults to max_keys x retention / ttl)",
+                        })
+                    }
+                }
             }
         }
         Engine::from_builder(self)

@@ -1020,9 +1020,15 @@ impl Dlq {
         };
         let mut st = self.inner.state.lock();
         let id = st.next_id;
-        self.inner
-            .store_letter(&mut st, id, &letter, Some(id + 1))?;
-        st.next_id = id + 1;
+        // Only a damaged counter reaches the end of the ids: wrapping round would
+        // write over message 0 and the ones after it.
+        let next = id.checked_add(1).ok_or_else(|| Error::CorruptDeadLetter {
+            namespace: self.namespace().to_owned(),
+            id: None,
+            reason: "the next message id is past the last one (u64::MAX)".into(),
+        })?;
+        self.inner.store_letter(&mut st, id, &letter, Some(next))?;
+        st.next_id = next;
         Ok(MessageId(id))
     }
 

@@ -1507,7 +1507,14 @@ impl NsInner {
                         let f = Fp::from_u128(fp);
                         let si = f.shard(self.slots.len());
                         let cap = self.capacity();
-                        let deadline = self.params.tick_at(rec.expires_ms);
+                        // A lease written under a coarser tick (or before the wall
+                        // clock went back) may end further ahead than a 32-bit
+                        // deadline reaches: it is held for the longest lease the
+                        // tick allows instead of wrapping round to "expired".
+                        let deadline = self
+                            .params
+                            .tick_at(rec.expires_ms)
+                            .min(now.tick + crate::hot::MAX_DEADLINE_TICKS);
                         held = self.slots[si].lock().insert_orphan(f, deadline, &cap);
                         if !held && self.collect_reserves() > 0 {
                             // Room was left in other shards' reserves.

@@ -173,7 +173,8 @@ pub enum Error {
         reason: &'static str,
     },
     /// Memory that the configuration takes up front could not be allocated (a
-    /// preallocated index larger than the allocator grants). Nothing was started.
+    /// preallocated index, or a prefilter's filter, larger than the allocator
+    /// grants). Nothing was started and no directory was opened.
     OutOfMemory {
         /// The namespace concerned.
         namespace: String,

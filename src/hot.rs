@@ -69,6 +69,9 @@ const EXTRA_BIT: u32 = 0b1000;
 /// A durable completion is being written: the entry stays held whatever its lease.
 const COMPLETING_BIT: u32 = 0b1_0000;
 const TOKEN_SHIFT: u32 = 5;
+/// The furthest ahead of now a deadline may lie, in ticks: 32-bit deadlines are
+/// compared with serial arithmetic, which holds below 2^31; this leaves headroom.
+pub(crate) const MAX_DEADLINE_TICKS: u64 = 1 << 30;
 /// Fencing tokens are 27 bits, per shard, wrapping.
 const TOKEN_MASK: u32 = (1 << 27) - 1;
 

@@ -6,7 +6,20 @@ mod cli;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    restore_sigpipe();
+    let mut args = Vec::new();
+    for arg in std::env::args_os().skip(1) {
+        match arg.into_string() {
+            Ok(a) => args.push(a),
+            Err(raw) => {
+                eprintln!(
+                    "idem: an argument is not valid UTF-8: {}",
+                    raw.to_string_lossy()
+                );
+                return ExitCode::from(2);
+            }
+        }
+    }
     match cli::run(&args) {
         Ok(code) => code,
         Err(e) => {
@@ -14,5 +27,18 @@ fn main() -> ExitCode {
             eprintln!("run `idem help` for usage");
             ExitCode::from(2)
         }
+    }
+}
+
+/// Output into a pipe whose reader has gone (`idem dlq list ... | head`) ends the
+/// process quietly, as it ends any Unix filter. Rust starts programs with SIGPIPE
+/// ignored, and then every `println!` into such a pipe panics.
+fn restore_sigpipe() {
+    #[cfg(unix)]
+    #[allow(unsafe_code)]
+    // SAFETY: `signal` with `SIG_DFL` passes no pointer, and it runs first in `main`,
+    // before the program starts any thread.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }

@@ -135,16 +135,58 @@ pub(crate) fn bloom_hash(fp: u128) -> u64 {
     (fp >> 64) as u64
 }
 
+/// The keys and false-positive rate of each filter of a prefilter sized for
+/// `expected_keys` at `fpr` (see the module's documentation).
+fn segment_sizing(expected_keys: usize, fpr: f64) -> (usize, f64) {
+    (
+        expected_keys.div_ceil(SPANS as usize).max(1),
+        fpr / (SPANS + 1) as f64,
+    )
+}
+
+/// The bits of one filter of a prefilter for `expected_keys` at `fpr`, as fastbloom's
+/// `optimal_size` picks them, in floating point (infinite for a rate of 0).
+fn segment_bits(expected_keys: usize, fpr: f64) -> f64 {
+    let (keys, segment_fpr) = segment_sizing(expected_keys, fpr);
+    let ln2_sq = std::f64::consts::LN_2 * std::f64::consts::LN_2;
+    (8.0 * (keys as f64 * segment_fpr.ln() / (-8.0 * ln2_sq)).ceil()).max(64.0)
+}
+
+/// Why a prefilter cannot be built as configured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SizeProblem {
+    /// One filter would need more bytes than an address space holds.
+    TooLarge,
+    /// The allocator refuses one filter's memory.
+    NotAllocatable,
+}
+
+/// Checks that each filter of a prefilter for `expected_keys` at `fpr` can be
+/// allocated, before anything is built: the filters are made as keys arrive, where
+/// a failed allocation would end the process. The size is fastbloom's (the bits
+/// `optimal_size` picks), computed in floating point so that no size overflows.
+pub(crate) fn check_size(expected_keys: usize, fpr: f64) -> Result<(), SizeProblem> {
+    let bits = segment_bits(expected_keys, fpr);
+    if !bits.is_finite() || bits / 8.0 > isize::MAX as f64 / 2.0 {
+        return Err(SizeProblem::TooLarge);
+    }
+    let words = (bits / 64.0).ceil().max(1.0) as usize;
+    // Reserved and given back at once: under overcommit nothing is touched.
+    Vec::<u64>::new()
+        .try_reserve_exact(words)
+        .map_err(|_| SizeProblem::NotAllocatable)
+}
+
 impl Prefilter {
     /// A prefilter for `expected_keys` keys within `retention_ms`, at a target
     /// false-positive rate of `fpr`.
     pub(crate) fn new(expected_keys: usize, retention_ms: u64, fpr: f64) -> Self {
         let span_ms = (retention_ms / SPANS).max(1);
-        let per_segment = expected_keys.div_ceil(SPANS as usize).max(1);
+        let (per_segment, segment_fpr) = segment_sizing(expected_keys, fpr);
         Prefilter {
             span_ms,
             per_segment,
-            segment_fpr: fpr / (SPANS + 1) as f64,
+            segment_fpr,
             gens: RwLock::new(Vec::new()),
             negatives: AtomicU64::new(0),
             passes: AtomicU64::new(0),
@@ -452,6 +494,35 @@ mod tests {
     /// A well-spread hash for test key `i` (as fingerprints are).
     fn h(i: u64) -> u64 {
         xxhash_rust::xxh3::xxh3_64(&i.to_le_bytes())
+    }
+
+    #[test]
+    fn the_size_checked_before_building_is_the_size_of_the_filters_built() {
+        for (keys, fpr) in [(1, 0.01), (1_000, 0.01), (123_457, 0.001), (4_000_000, 0.2)] {
+            let (per_segment, segment_fpr) = segment_sizing(keys, fpr);
+            let built = Segment::new(per_segment, segment_fpr).bloom.num_bits();
+            let checked = segment_bits(keys, fpr);
+            // fastbloom rounds the bits up to whole 64-bit words.
+            assert_eq!(
+                (checked / 64.0).ceil() as usize * 64,
+                built,
+                "{keys} keys at {fpr}"
+            );
+            assert_eq!(check_size(keys, fpr), Ok(()));
+        }
+    }
+
+    #[test]
+    fn a_prefilter_no_address_space_holds_is_refused_before_anything_is_built() {
+        assert_eq!(check_size(usize::MAX, 0.01), Err(SizeProblem::TooLarge));
+        // A rate that divides to 0 would need infinitely many bits.
+        assert_eq!(
+            check_size(1_000, f64::from_bits(1)),
+            Err(SizeProblem::TooLarge)
+        );
+        // About 450 TB a filter: more than a 47-bit address space, so refused
+        // whatever the kernel's overcommit policy.
+        assert_eq!(check_size(1 << 50, 0.01), Err(SizeProblem::NotAllocatable));
     }
 
     #[test]

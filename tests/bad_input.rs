@@ -5,6 +5,7 @@
 mod util;
 
 use idem::{Engine, Error, KeyError, NamespaceConfig};
+use std::time::Duration;
 use util::*;
 
 #[test]
@@ -79,6 +80,13 @@ fn invalid_configurations_are_refused() {
         NamespaceConfig::new().ttl(secs(20 * 24 * 3600)),
         NamespaceConfig::new().journal_slots(0),
         NamespaceConfig::new().journal_slots(idem::MAX_JOURNAL_SLOTS + 1),
+        // Past 2^50 ms a record's expiry was cut to its low 64 bits (2^62 s of them
+        // are 0 ms): every record expired as it was written.
+        NamespaceConfig::new().retention(Duration::from_secs(1 << 62)),
+        NamespaceConfig::new().retention(Duration::MAX),
+        NamespaceConfig::new().retention(idem::MAX_RETENTION + ms(1)),
+        // A sync thread that never pauses.
+        NamespaceConfig::new().sync(idem::SyncPolicy::Periodic(Duration::from_nanos(1))),
     ];
     for cfg in bad {
         let r = Engine::builder().namespace("n", cfg.clone()).build();
@@ -115,6 +123,46 @@ fn invalid_configurations_are_refused() {
     ));
     assert!(matches!(
         Engine::builder().tick(ms(0)).build(),
+        Err(Error::InvalidConfig { .. })
+    ));
+    // RocksDB takes column family names as C strings: a NUL byte is refused here,
+    // before any directory is opened.
+    assert!(matches!(
+        Engine::builder()
+            .namespace("orders\0", NamespaceConfig::new())
+            .build(),
+        Err(Error::InvalidConfig { .. })
+    ));
+    assert!(matches!(
+        Engine::builder().state_family("a\0b").build(),
+        Err(Error::InvalidConfig { .. })
+    ));
+    // A maintenance thread that never pauses.
+    assert!(matches!(
+        Engine::builder()
+            .maintenance_interval(Some(Duration::ZERO))
+            .build(),
+        Err(Error::InvalidConfig { .. })
+    ));
+    assert!(Engine::builder()
+        .maintenance_interval(Some(ms(1)))
+        .namespace(
+            "n",
+            NamespaceConfig::new()
+                .retention(idem::MAX_RETENTION)
+                .sync(idem::SyncPolicy::Periodic(ms(1)))
+        )
+        .build()
+        .is_ok());
+}
+
+#[test]
+fn the_longest_ttl_reports_its_default_retention_without_overflowing() {
+    let cfg = NamespaceConfig::new().ttl(Duration::MAX);
+    assert_eq!(cfg.get_retention(), Duration::MAX);
+    // ...which the builder then refuses, as it does the TTL itself.
+    assert!(matches!(
+        Engine::builder().namespace("n", cfg).tick(secs(60)).build(),
         Err(Error::InvalidConfig { .. })
     ));
 }

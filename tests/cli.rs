@@ -11,6 +11,56 @@ fn idem(args: &[&str]) -> std::process::Output {
         .expect("the idem binary runs")
 }
 
+#[cfg(unix)]
+#[test]
+fn output_into_a_pipe_nobody_reads_ends_the_command_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .arg("help")
+        .stdout(writer)
+        .output()
+        .expect("the idem binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGPIPE),
+        "{:?}: {stderr}",
+        out.status
+    );
+    assert!(stderr.is_empty(), "{stderr}");
+}
+
+#[cfg(unix)]
+#[test]
+fn an_argument_that_is_not_utf8_is_refused_with_a_message() {
+    use std::os::unix::ffi::OsStrExt;
+    let out = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .arg("inspect")
+        .arg(std::ffi::OsStr::from_bytes(b"/data/caf\xe9"))
+        .output()
+        .expect("the idem binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("not valid UTF-8"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn the_consumer_refuses_a_stream_longer_than_the_demo_runs() {
+    let out = idem(&[
+        "__consumer",
+        "--dir",
+        "/nonexistent/idem-consumer",
+        "--messages",
+        "18446744073709551615",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--messages is at most"), "{stderr}");
+}
+
 #[test]
 fn demo_verifies_every_message_took_effect_once() {
     let out = idem(&[

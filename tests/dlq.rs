@@ -933,6 +933,33 @@ fn a_store_failure_leaves_every_message_as_it_was() {
 
 #[cfg(feature = "durable")]
 #[test]
+fn an_id_counter_at_its_end_refuses_new_messages_instead_of_wrapping_round() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let a = {
+        let (_engine, _ns, dlq) = open(&dir, &clock);
+        dlq.quarantine(b"a", b"p", OUTAGE).unwrap()
+    };
+    {
+        let opts = rocksdb::Options::default();
+        let cfs = rocksdb::DB::list_cf(&opts, dir.path()).unwrap();
+        let db = rocksdb::DB::open_cf(&opts, dir.path(), &cfs).unwrap();
+        let cf = db.cf_handle("dlq:ns").unwrap();
+        db.put_cf(cf, b"next", u64::MAX.to_le_bytes()).unwrap();
+    }
+    let (_engine, _ns, dlq) = open(&dir, &clock);
+    let before = everything(&dlq);
+    let err = dlq.quarantine(b"b", b"p", OUTAGE).unwrap_err();
+    assert!(
+        matches!(&err, Error::CorruptDeadLetter { id: None, .. }),
+        "{err:?}"
+    );
+    assert_eq!(everything(&dlq), before);
+    assert_eq!(dlq.get(a).unwrap().key(), b"a");
+}
+
+#[cfg(feature = "durable")]
+#[test]
 fn a_corrupt_dead_letter_is_reported_and_the_others_are_served() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);

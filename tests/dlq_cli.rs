@@ -231,3 +231,33 @@ fn bad_arguments_are_refused() {
     assert!(err.contains("no idem database"), "{err}");
     assert!(!missing.exists());
 }
+
+#[test]
+fn an_unknown_namespace_is_refused_and_the_database_is_left_as_it_was() {
+    let tmp = TempDir::new("typo");
+    let db = tmp.0.join("db");
+    populate(&db);
+    let files = |dir: &Path| {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("idem-"))
+            .collect();
+        names.sort();
+        names
+    };
+    let (cfs_before, files_before) = (idem::namespaces(&db).unwrap(), files(&db));
+    assert_eq!(cfs_before, ["orders"]);
+    for cmd in ["list", "health"] {
+        let (_, code, _, err) = idem(&["dlq", cmd, db.to_str().unwrap(), "--namespace", "ordres"]);
+        assert_eq!(code, Some(1), "{cmd}: {err}");
+        assert!(err.contains("no namespace named \"ordres\""), "{err}");
+        assert!(err.contains("namespaces there: orders"), "{err}");
+    }
+    assert_eq!(idem::namespaces(&db).unwrap(), cfs_before);
+    assert_eq!(files(&db), files_before);
+    // The namespace that is there still answers.
+    let (ok, _, out, err) = idem(&["dlq", "list", db.to_str().unwrap(), "--namespace", "orders"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("5 message(s)"), "{out}");
+}

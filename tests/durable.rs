@@ -1361,6 +1361,50 @@ fn a_claim_marker_left_behind_is_an_orphan_at_the_next_open() {
 }
 
 #[test]
+fn an_orphan_leased_further_ahead_than_the_tick_reaches_is_held_not_expired() {
+    // A 30-day lease taken under a one-minute tick, found at an open with the
+    // default 1 ms tick: 2.6e9 ticks ahead, past what a 32-bit deadline compares.
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let month = std::time::Duration::from_secs(30 * 86_400);
+    {
+        let engine = builder(&dir, &clock)
+            .tick(std::time::Duration::from_secs(60))
+            .seed(7)
+            .namespace(
+                "ns",
+                immediate()
+                    .ttl(std::time::Duration::from_secs(3_600))
+                    .lease(month),
+            )
+            .build()
+            .unwrap();
+        let ns = engine.namespace("ns").unwrap();
+        let g = acquire(&ns, b"ord-7");
+        engine.debug_fail_store_writes(true);
+        drop(g); // its claim marker stays on disk
+        engine.debug_fail_store_writes(false);
+    }
+    let engine = builder(&dir, &clock)
+        .seed(7)
+        .namespace("ns", immediate())
+        .build()
+        .unwrap();
+    let ns = engine.namespace("ns").unwrap();
+    let orphans = engine.orphans();
+    assert_eq!(orphans.len(), 1, "{orphans:?}");
+    assert_eq!(
+        orphans[0].lease_expires_at_ms,
+        T0 + month.as_millis() as u64
+    );
+    // Held, for the longest lease this tick allows (2^30 ms), not expired at once.
+    let busy = in_progress(&ns, b"ord-7");
+    assert_eq!(busy.lease_expires_at_ms(), T0 + (1 << 30));
+    clock.set(T0 + (1 << 30) - 1);
+    in_progress(&ns, b"ord-7");
+}
+
+#[test]
 fn orphans_beyond_a_shrunken_max_keys_are_reported_as_not_held() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);

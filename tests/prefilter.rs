@@ -347,6 +347,37 @@ fn more_keys_than_expected_grow_the_filter_instead_of_its_error_rate() {
 }
 
 #[test]
+fn a_prefilter_that_cannot_be_allocated_is_refused_before_the_directory_is_opened() {
+    let dir = TempDir::new();
+    let db = dir.path().join("db");
+    let build = |cfg: NamespaceConfig| {
+        Engine::builder()
+            .maintenance_interval(None)
+            .durable(&db)
+            .namespace("ns", cfg)
+            .build()
+    };
+    // About 450 TB a filter, more than an address space maps: before the check, the
+    // build succeeded and the first completion ended the process.
+    let err = build(cfg().expected_keys(1 << 50)).unwrap_err();
+    assert!(
+        matches!(&err, Error::OutOfMemory { namespace, .. } if namespace == "ns"),
+        "{err:?}"
+    );
+    // Beyond any address space: a size that would overflow.
+    let err = build(cfg().expected_keys(usize::MAX)).unwrap_err();
+    assert!(matches!(err, Error::InvalidConfig { .. }), "{err:?}");
+    assert!(!db.exists(), "the refused builds opened {}", db.display());
+    // Without a prefilter there is nothing to allocate, and memory-only namespaces
+    // have none.
+    build(cfg().expected_keys(usize::MAX).prefilter(false)).unwrap();
+    Engine::builder()
+        .namespace("ns", cfg().expected_keys(usize::MAX))
+        .build()
+        .unwrap();
+}
+
+#[test]
 fn prefilter_settings_are_checked() {
     for fpr in [0.0, -0.1, 0.6, f64::NAN] {
         let err = Engine::builder()

@@ -880,13 +880,28 @@ fn w5(keys: u64) {
     println!();
 }
 
+/// The key count and directory after W5's child flag `flag` (`--child-fill N DIR`
+/// ...), if `args` has that flag.
+fn child_args<'a>(args: &'a [String], flag: &str) -> Option<Result<(u64, &'a Path), String>> {
+    let pos = args.iter().position(|a| a == flag)?;
+    Some(
+        match (args.get(pos + 1).map(|n| n.parse()), args.get(pos + 2)) {
+            (Some(Ok(n)), Some(dir)) => Ok((n, Path::new(dir))),
+            _ => Err(format!("{flag} needs a key count and a directory")),
+        },
+    )
+}
+
 pub(crate) fn run(args: &[String]) -> Result<std::process::ExitCode, String> {
-    if let Some(pos) = args.iter().position(|a| a == "--child-fill") {
-        w5_fill(Path::new(&args[pos + 2]), args[pos + 1].parse().unwrap());
-    } else if let Some(pos) = args.iter().position(|a| a == "--child-open") {
-        w5_open(Path::new(&args[pos + 2]), args[pos + 1].parse().unwrap());
-    } else if let Some(pos) = args.iter().position(|a| a == "--child-restart") {
-        w5_restart(Path::new(&args[pos + 2]), args[pos + 1].parse().unwrap());
+    if let Some(a) = child_args(args, "--child-fill") {
+        let (n, dir) = a?;
+        w5_fill(dir, n);
+    } else if let Some(a) = child_args(args, "--child-open") {
+        let (n, dir) = a?;
+        w5_open(dir, n);
+    } else if let Some(a) = child_args(args, "--child-restart") {
+        let (n, dir) = a?;
+        w5_restart(dir, n);
     } else {
         run_benches(args, &Opts::parse(args)?);
     }
@@ -933,8 +948,27 @@ impl Opts {
                 "--w3" => o.picked.push("--w3"),
                 "--w4" => o.picked.push("--w4"),
                 "--w5" => o.picked.push("--w5"),
-                "--keys" => o.keys = Some(value("--keys")?),
-                "--result-bytes" => o.result_bytes = value("--result-bytes")? as usize,
+                "--keys" => {
+                    // The namespaces take the keys and some room (`+ 1024`).
+                    let keys = value("--keys")?;
+                    if keys > (idem::MAX_KEYS_LIMIT - 1024) as u64 {
+                        return Err(format!(
+                            "--keys is at most {}\n{USAGE}",
+                            idem::MAX_KEYS_LIMIT - 1024
+                        ));
+                    }
+                    o.keys = Some(keys);
+                }
+                "--result-bytes" => {
+                    let bytes = value("--result-bytes")?;
+                    if bytes > idem::DEFAULT_MAX_RESULT_LEN as u64 {
+                        return Err(format!(
+                            "--result-bytes is at most {} (the default max_result_len)\n{USAGE}",
+                            idem::DEFAULT_MAX_RESULT_LEN
+                        ));
+                    }
+                    o.result_bytes = bytes as usize;
+                }
                 "--w3-rounds" => o.w3_rounds = Some(value("--w3-rounds")? as usize),
                 other => return Err(format!("unknown option {other}\n{USAGE}")),
             }
@@ -1034,6 +1068,24 @@ mod tests {
         assert_eq!(o.keys, Some(5000));
         assert_eq!(o.w3_rounds, None);
         assert_eq!(parse(&["--w3-rounds", "5"]).unwrap().w3_rounds, Some(5));
+        assert_eq!(
+            parse(&["--keys", "2147482623"]).unwrap().keys,
+            Some(2_147_482_623)
+        );
+        assert_eq!(
+            parse(&["--result-bytes", "65536"]).unwrap().result_bytes,
+            65_536
+        );
+        for flag in ["--child-fill", "--child-open", "--child-restart"] {
+            let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+            for bad in [&[flag][..], &[flag, "10"], &[flag, "ten", "/tmp/x"]] {
+                let e = super::run(&args(bad)).unwrap_err();
+                assert!(
+                    e.contains("needs a key count and a directory"),
+                    "{bad:?}: {e}"
+                );
+            }
+        }
         let o = parse(&["--disk", "--result-bytes", "64"]).unwrap();
         assert!(o.disk);
         assert_eq!(o.result_bytes, 64);
@@ -1044,6 +1096,9 @@ mod tests {
             &["--keys", "0"],
             &["--keys", "ten"],
             &["--result-bytes", "-1"],
+            &["--result-bytes", "65537"],
+            &["--keys", "2147482624"],
+            &["--keys", "18446744073709551615"],
             &["--w3-rounds", "0"],
         ] {
             let e = parse(bad).unwrap_err();

@@ -81,6 +81,10 @@ impl Options {
         if o.workers == 0 || o.messages == 0 || o.lease_ms == 0 {
             return Err("__consumer: --messages, --workers and --lease-ms must be positive".into());
         }
+        // The durable demo's own bound on its stream.
+        if o.messages > 10_000_000 {
+            return Err("__consumer: --messages is at most 10,000,000".into());
+        }
         Ok(o)
     }
 }

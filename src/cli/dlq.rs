@@ -150,6 +150,21 @@ fn open(dir: &Path, name: &str, actor: Option<&str>) -> Result<(Engine, Dlq), St
     if !dir.join("CURRENT").is_file() {
         return Err(format!("no idem database in {}", dir.display()));
     }
+    // An engine creates the namespaces it is given: a mistyped name must not add
+    // one to the database.
+    let known = idem::namespaces(dir).map_err(|e| e.to_string())?;
+    if !known.iter().any(|n| n == name) {
+        return Err(format!(
+            "{}: {} (namespaces there: {})",
+            dir.display(),
+            idem::Error::UnknownNamespace(name.to_owned()),
+            if known.is_empty() {
+                "none".to_owned()
+            } else {
+                known.join(", ")
+            }
+        ));
+    }
     let engine = Engine::builder()
         .namespace(name, NamespaceConfig::new())
         .maintenance_interval(None)

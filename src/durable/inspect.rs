@@ -78,6 +78,32 @@ fn dir_size(path: &Path) -> u64 {
         .unwrap_or(0)
 }
 
+/// The names of the namespaces a database holds, sorted, read from its column
+/// families alone: no record is read, and the database may be open in an engine
+/// meanwhile. Use it to check a name before opening an engine on it (an engine
+/// creates the namespaces it is given). [`Error::IncompatibleFormat`] if `path`
+/// holds no RocksDB database.
+pub fn namespaces(path: impl AsRef<Path>) -> Result<Vec<String>, Error> {
+    let path = path.as_ref();
+    let cfs = DB::list_cf(&Options::default(), path).map_err(|_| Error::IncompatibleFormat {
+        path: path.to_path_buf(),
+        found: None,
+        supported: super::FORMAT_VERSION,
+    })?;
+    Ok(namespace_names(&cfs))
+}
+
+/// The namespaces among a database's column families (each has a `done:` family),
+/// sorted.
+fn namespace_names(cfs: &[String]) -> Vec<String> {
+    let mut names: Vec<String> = cfs
+        .iter()
+        .filter_map(|c| c.strip_prefix("done:").map(str::to_owned))
+        .collect();
+    names.sort();
+    names
+}
+
 /// Opens the database in `path` read-only and summarises it as of `now_ms`.
 pub fn inspect(path: impl AsRef<Path>, now_ms: u64) -> Result<Inspection, Error> {
     let path = path.as_ref();
@@ -105,11 +131,7 @@ pub fn inspect(path: impl AsRef<Path>, now_ms: u64) -> Result<Inspection, Error>
         .and_then(|b| <[u8; 8]>::try_from(b).ok())
         .map(u64::from_le_bytes)
         .ok_or_else(|| incompatible(Some(format_version)))?;
-    let mut names: Vec<String> = cfs
-        .iter()
-        .filter_map(|c| c.strip_prefix("done:").map(str::to_owned))
-        .collect();
-    names.sort();
+    let names = namespace_names(&cfs);
     let mut namespaces = Vec::new();
     for name in names {
         let mut s = NamespaceSummary {

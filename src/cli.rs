@@ -1,5 +1,22 @@
 //! Command dispatch and argument parsing (no dependencies: a handful of flags).
 
+/// `print!` for the commands: see [`emit`].
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::cli::emit(format_args!($($arg)*))
+    };
+}
+
+/// `println!` for the commands: see [`emit`].
+macro_rules! outln {
+    () => {
+        $crate::cli::emit(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::cli::emit(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
 mod bench;
 #[cfg(feature = "durable")]
 mod bench_durable;
@@ -90,7 +107,7 @@ USAGE:
 /// Parses `args` and runs the command. Errors are usage errors.
 pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
     let Some((cmd, rest)) = args.split_first() else {
-        print!("{USAGE}");
+        out!("{USAGE}");
         return Ok(ExitCode::SUCCESS);
     };
     match cmd.as_str() {
@@ -110,11 +127,11 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
         #[cfg(feature = "durable")]
         "__consumer" => consumer::run(consumer::Options::parse(rest)?),
         "help" | "--help" | "-h" => {
-            print!("{USAGE}");
+            out!("{USAGE}");
             Ok(ExitCode::SUCCESS)
         }
         "version" | "--version" | "-V" => {
-            println!("idem {}", env!("CARGO_PKG_VERSION"));
+            outln!("idem {}", env!("CARGO_PKG_VERSION"));
             Ok(ExitCode::SUCCESS)
         }
         other => Err(format!("unknown command {other:?}")),
@@ -156,4 +173,22 @@ pub(crate) fn grouped(n: u64) -> String {
         out.push(c);
     }
     out
+}
+
+/// Writes a command's output to stdout. Output into a pipe whose reader has gone
+/// (`idem dlq list ... | head -3`) ends the program at once, quietly, with status 141:
+/// what a shell reports for a filter that SIGPIPE ended. (Rust runs programs with
+/// SIGPIPE ignored, so that a write into a closed pipe fails instead of ending the
+/// process, which `idem dlq replay` needs when a command exits without reading its
+/// input; `println!` would panic here instead.) Any other failure to write is
+/// reported on stderr, with status 1.
+pub(crate) fn emit(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    if let Err(e) = std::io::stdout().write_fmt(args) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(141);
+        }
+        eprintln!("idem: writing the output failed: {e}");
+        std::process::exit(1);
+    }
 }

@@ -6,7 +6,6 @@ mod cli;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    restore_sigpipe();
     let mut args = Vec::new();
     for arg in std::env::args_os().skip(1) {
         match arg.into_string() {
@@ -27,18 +26,5 @@ fn main() -> ExitCode {
             eprintln!("run `idem help` for usage");
             ExitCode::from(2)
         }
-    }
-}
-
-/// Output into a pipe whose reader has gone (`idem dlq list ... | head`) ends the
-/// process quietly, as it ends any Unix filter. Rust starts programs with SIGPIPE
-/// ignored, and then every `println!` into such a pipe panics.
-fn restore_sigpipe() {
-    #[cfg(unix)]
-    #[allow(unsafe_code)]
-    // SAFETY: `signal` with `SIG_DFL` passes no pointer, and it runs first in `main`,
-    // before the program starts any thread.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }

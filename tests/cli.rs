@@ -11,10 +11,8 @@ fn idem(args: &[&str]) -> std::process::Output {
         .expect("the idem binary runs")
 }
 
-#[cfg(unix)]
 #[test]
 fn output_into_a_pipe_nobody_reads_ends_the_command_quietly() {
-    use std::os::unix::process::ExitStatusExt;
     let (reader, writer) = std::io::pipe().expect("a pipe");
     drop(reader);
     let out = Command::new(env!("CARGO_BIN_EXE_idem"))
@@ -23,12 +21,8 @@ fn output_into_a_pipe_nobody_reads_ends_the_command_quietly() {
         .output()
         .expect("the idem binary runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(
-        out.status.signal(),
-        Some(libc::SIGPIPE),
-        "{:?}: {stderr}",
-        out.status
-    );
+    // 141: what a shell reports for a filter that SIGPIPE ended.
+    assert_eq!(out.status.code(), Some(141), "{:?}: {stderr}", out.status);
     assert!(stderr.is_empty(), "{stderr}");
 }
 

@@ -125,11 +125,11 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
             .status()
             .map_err(|e| format!("bench: cannot run cargo ({e}); W1/W2 need a Rust toolchain"))?;
         ok &= status.success();
-        println!();
+        outln!();
     }
     if let Some(notice) = o.durable_skip_notice(cfg!(feature = "durable")) {
         eprintln!("idem bench: {notice}");
-        println!("{notice}");
+        outln!("{notice}");
     }
     #[cfg(feature = "durable")]
     if o.durable {

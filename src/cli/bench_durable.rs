@@ -145,11 +145,11 @@ fn w4_grouped(
 /// fixed commit delays (journal markers, so the completion's write is the only one).
 fn w4_group_commit(quick: bool) {
     let per = if quick { 200 } else { 2_000 };
-    println!(
+    outln!(
         "W4 under Always, group commit (`EngineBuilder::commit_delay`; journal markers, the default):\n"
     );
-    println!("| commit delay | threads | idem claim+complete /s | WAL fsyncs per completion | complete p50 / p99 | vs 1 thread, same delay | vs 1 thread, group commit off |");
-    println!("|---|---|---|---|---|---|---|");
+    outln!("| commit delay | threads | idem claim+complete /s | WAL fsyncs per completion | complete p50 / p99 | vs 1 thread, same delay | vs 1 thread, group commit off |");
+    outln!("|---|---|---|---|---|---|---|");
     let delays: [(&str, Option<Duration>); 4] = [
         ("0 (off: RocksDB's sync)", Some(Duration::ZERO)),
         ("adaptive (the default)", None),
@@ -179,7 +179,7 @@ fn w4_group_commit(quick: bool) {
             } else {
                 format!("{:.2}", syncs as f64 / (threads as u64 * per) as f64)
             };
-            println!(
+            outln!(
                 "| {label} | {threads} | {:.0} | {per_completion} | {:.1} / {:.1} us | {:.2}x | {:.2}x |",
                 r.ops_per_s,
                 r.p50_ns as f64 / 1e3,
@@ -189,7 +189,7 @@ fn w4_group_commit(quick: bool) {
             );
         }
     }
-    println!();
+    outln!();
 }
 
 fn w4_rocksdb(policy: SyncPolicy, threads: usize, per_thread: u64) -> Run {
@@ -224,10 +224,10 @@ fn w4_rocksdb(policy: SyncPolicy, threads: usize, per_thread: u64) -> Run {
 }
 
 fn w4(quick: bool) {
-    println!("### W4: durable completion (claim + complete of fresh keys)\n");
-    println!("RocksDB's figures are the means of one run before idem's cells and one after them (the disk drifts). `Always` cells run 6,000 completions a thread, the others 500,000 (about two seconds or more a cell, so that `Periodic 1 s` cells span its syncs).\n");
-    println!("| sync | threads | RocksDB get+put /s | idem claim+complete /s, journal markers (default) | idem / RocksDB | idem, immediate markers | idem / RocksDB | idem, deferred markers | idem / RocksDB | idem complete p50 / p99 (journal) | RocksDB put p50 / p99 |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    outln!("### W4: durable completion (claim + complete of fresh keys)\n");
+    outln!("RocksDB's figures are the means of one run before idem's cells and one after them (the disk drifts). `Always` cells run 6,000 completions a thread, the others 500,000 (about two seconds or more a cell, so that `Periodic 1 s` cells span its syncs).\n");
+    outln!("| sync | threads | RocksDB get+put /s | idem claim+complete /s, journal markers (default) | idem / RocksDB | idem, immediate markers | idem / RocksDB | idem, deferred markers | idem / RocksDB | idem complete p50 / p99 (journal) | RocksDB put p50 / p99 |");
+    outln!("|---|---|---|---|---|---|---|---|---|---|---|");
     for policy in [
         SyncPolicy::Always,
         SyncPolicy::Periodic(Duration::from_secs(1)),
@@ -258,7 +258,7 @@ fn w4(quick: bool) {
             if threads == 1 {
                 one = (idem.ops_per_s, immediate.ops_per_s);
             }
-            println!(
+            outln!(
                 "| {} | {} | {:.0} | {:.0} | {:.2} | {:.0} | {:.2} | {:.0} | {:.2} | {:.1} / {:.1} us | {:.1} / {:.1} us |",
                 policy_name(policy),
                 threads,
@@ -275,7 +275,7 @@ fn w4(quick: bool) {
                 raw.p99_ns as f64 / 1e3,
             );
             if threads == 2 {
-                println!(
+                outln!(
                     "|  | 2 vs 1 | | {:.2}x |  | {:.2}x |  |  |  |  |  |",
                     idem.ops_per_s / one.0,
                     immediate.ops_per_s / one.1
@@ -283,7 +283,7 @@ fn w4(quick: bool) {
             }
         }
     }
-    println!();
+    outln!();
     w4_group_commit(quick);
 }
 
@@ -461,14 +461,14 @@ fn median_by_p99(runs: Vec<W3Run>) -> (W3Run, Vec<u64>) {
 fn w3(n: u64, rounds: usize) {
     let messages = 10 * n;
     let stream = w3_stream(messages, 3_600_000);
-    println!(
+    outln!(
         "### W3: mixed stream of {messages} claims (N = {n}), TTL 1 h, stream time 3 h
 "
     );
-    println!("Claims and completions on one thread; claim latency is the claim call alone (for a new key it includes writing the claim marker). Durable runs use SyncPolicy::Never. Memory-only and the default durable tier ran {rounds} times each, alternately: their rows are the run of median p99.
+    outln!("Claims and completions on one thread; claim latency is the claim call alone (for a new key it includes writing the claim marker). Durable runs use SyncPolicy::Never. Memory-only and the default durable tier ran {rounds} times each, alternately: their rows are the run of median p99.
 ");
-    println!("| tier | claims/s | p50 | p99 | p99.9 | durable reads per claim | claims answered by the prefilter alone | prefilter false-positive rate | prefilter memory | redeliveries past the hot TTL acquired again |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    outln!("| tier | claims/s | p50 | p99 | p99.9 | durable reads per claim | claims answered by the prefilter alone | prefilter false-positive rate | prefilter memory | redeliveries past the hot TTL acquired again |");
+    outln!("|---|---|---|---|---|---|---|---|---|---|");
     let (mut mems, mut durs) = (Vec::new(), Vec::new());
     for _ in 0..rounds.max(1) {
         mems.push(w3_run(&stream, None));
@@ -495,7 +495,7 @@ fn w3(n: u64, rounds: usize) {
     let mem = &runs[0].1;
     for (name, r) in &runs {
         let s = &r.stats;
-        println!(
+        outln!(
             "| {name} | {:.0} | {:.2} us | {:.2} us | {:.2} us | {:.4} | {:.1}% | {:.3}% | {:.1} MB | {} |",
             r.claims_per_s,
             r.p50_ns as f64 / 1e3,
@@ -508,13 +508,13 @@ fn w3(n: u64, rounds: usize) {
             r.missed_old,
         );
         if *name != "memory-only" {
-            println!(
+            outln!(
                 "|  | p99 vs memory-only: {:.2}x |  |  |  |  |  |  |  |  |",
                 r.p99_ns as f64 / mem.p99_ns as f64
             );
         }
     }
-    println!();
+    outln!();
     if rounds > 1 {
         let us = |v: &[u64]| {
             v.iter()
@@ -527,7 +527,7 @@ fn w3(n: u64, rounds: usize) {
             .zip(&dur_p99s)
             .map(|(&m, &d)| format!("{:.2}x", d as f64 / m as f64))
             .collect();
-        println!(
+        outln!(
             "p99 in each round, us: memory-only {}; durable + prefilter (default) {}; durable over memory-only round by round {}; of the medians {:.2}x.
 ",
             us(&mem_p99s),
@@ -537,19 +537,19 @@ fn w3(n: u64, rounds: usize) {
         );
     }
     let count = |k: Kind| stream.iter().filter(|m| m.2 == k).count();
-    println!(
+    outln!(
         "Claim latency by message: {} new keys, {} redeliveries within 60 s, {} redeliveries older than the hot TTL. The overall p99 falls where the slowest 1 % of all claims begin.
 ",
         count(Kind::New),
         count(Kind::Recent),
         count(Kind::Old)
     );
-    println!("| tier | new p50 | new p99 | recent p50 | recent p99 | old p50 | old p99 |");
-    println!("|---|---|---|---|---|---|---|");
+    outln!("| tier | new p50 | new p99 | recent p50 | recent p99 | old p50 | old p99 |");
+    outln!("|---|---|---|---|---|---|---|");
     for (name, r) in &runs {
         let us = |ns: u64| format!("{:.2} us", ns as f64 / 1e3);
         let [(a, b), (c, d), (e, f)] = r.by_kind;
-        println!(
+        outln!(
             "| {name} | {} | {} | {} | {} | {} | {} |",
             us(a),
             us(b),
@@ -559,16 +559,16 @@ fn w3(n: u64, rounds: usize) {
             us(f)
         );
     }
-    println!();
-    println!("Claims that read RocksDB (redeliveries past the hot TTL, and new keys the prefilter let through) beside those that did not:
+    outln!();
+    outln!("Claims that read RocksDB (redeliveries past the hot TTL, and new keys the prefilter let through) beside those that did not:
 ");
-    println!("| tier | claims that read | their p10 | p50 | p90 | claims that did not: p50 | p99 | p99.9 |");
-    println!("|---|---|---|---|---|---|---|---|");
+    outln!("| tier | claims that read | their p10 | p50 | p90 | claims that did not: p50 | p99 | p99.9 |");
+    outln!("|---|---|---|---|---|---|---|---|");
     for (name, r) in &runs {
         let us = |ns: u64| format!("{:.2} us", ns as f64 / 1e3);
         let (n, p10, p50, p90) = r.read;
         let (q50, q99, q999) = r.unread;
-        println!(
+        outln!(
             "| {name} | {n} ({:.2}%) | {} | {} | {} | {} | {} | {} |",
             100.0 * n as f64 / messages as f64,
             us(p10),
@@ -579,7 +579,7 @@ fn w3(n: u64, rounds: usize) {
             us(q999)
         );
     }
-    println!();
+    outln!();
 }
 
 fn peak_rss_kib() -> u64 {
@@ -677,12 +677,12 @@ fn disk(keys: u64, result_bytes: usize) {
             done_entries += f.num_entries;
         }
     }
-    println!("### Durable tier: disk per completed key\n");
-    println!("| keys | result bytes | done records' SST files | per key | all SST files | per key | whole directory | per key |");
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    outln!("### Durable tier: disk per completed key\n");
+    outln!("| keys | result bytes | done records' SST files | per key | all SST files | per key | whole directory | per key |");
+    outln!("|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mb = |b: u64| b as f64 / 1e6;
     let per = |b: u64| b as f64 / keys as f64;
-    println!(
+    outln!(
         "| {keys} | {result_bytes} | {:.1} MB ({done_entries} records) | {:.1} | {:.1} MB | {:.1} | {:.1} MB | {:.1} |",
         mb(done),
         per(done),
@@ -691,7 +691,7 @@ fn disk(keys: u64, result_bytes: usize) {
         mb(total),
         per(total)
     );
-    println!();
+    outln!();
 }
 
 /// Child: reopen and time the first claim only; prints how the prefilter came.
@@ -703,7 +703,7 @@ fn w5_open(dir: &Path, keys: u64) {
     let ready = t.elapsed();
     assert!(first.is_duplicate());
     let s = engine.stats();
-    println!(
+    outln!(
         "OPEN {} {} {} {}",
         ready.as_micros(),
         peak_rss_kib(),
@@ -750,7 +750,7 @@ fn w5_restart(dir: &Path, keys: u64) {
         drop(ns.claim(&key(keys + i)).unwrap());
     }
     let after = engine.stats();
-    println!(
+    outln!(
         "RESULT {} {} {} {} {} {} {} {} {} {} {}",
         ready.as_micros(),
         rss_ready,
@@ -819,19 +819,19 @@ fn w5(keys: u64) {
         .filter_map(|e| e.ok()?.metadata().ok())
         .map(|m| m.len())
         .sum();
-    println!("### W5: restart with {keys} completed keys\n");
-    println!("| figure | value |");
-    println!("|---|---|");
-    println!(
+    outln!("### W5: restart with {keys} completed keys\n");
+    outln!("| figure | value |");
+    outln!("|---|---|");
+    outln!(
         "| fill (claim_batch + complete_batch of 1024, sync Never) | {:.1} s |",
         fill.as_secs_f64()
     );
-    println!(
+    outln!(
         "| size on disk | {:.1} MB ({:.1} bytes per key) |",
         disk as f64 / 1e6,
         disk as f64 / keys as f64
     );
-    println!(
+    outln!(
         "| open to first claim served (after the fill's clean shutdown; prefilter {}) | {:.1} ms |",
         if f[10] == 1 {
             "loaded from its saved file"
@@ -840,44 +840,45 @@ fn w5(keys: u64) {
         },
         f[0] as f64 / 1e3
     );
-    println!(
+    outln!(
         "| open to first claim served, no saved filter (the crash path; prefilter {}) | {:.1} ms, peak RSS {:.1} MB |",
         if rebuilt[3] == 1 { "rebuilt" } else { "loaded" },
         rebuilt[0] as f64 / 1e3,
         rebuilt[1] as f64 / 1024.0
     );
-    println!(
+    outln!(
         "| open to first claim served, again after a clean shutdown (prefilter {}) | {:.1} ms, peak RSS {:.1} MB |",
         if loaded[2] == 1 { "loaded" } else { "rebuilt" },
         loaded[0] as f64 / 1e3,
         loaded[1] as f64 / 1024.0
     );
-    println!(
+    outln!(
         "| peak RSS when the first claim was served | {:.1} MB |",
         f[1] as f64 / 1024.0
     );
-    println!(
+    outln!(
         "| W2 over all keys after restart: duplicates | {} of {} |",
-        f[2], keys
+        f[2],
+        keys
     );
-    println!(
+    outln!(
         "| W2 over all keys after restart, {W5_W2_THREADS} threads: claims/s | {:.0} |",
         keys as f64 / (f[3] as f64 / 1e3)
     );
-    println!("| peak RSS after W2 | {:.1} MB |", f[4] as f64 / 1024.0);
-    println!(
+    outln!("| peak RSS after W2 | {:.1} MB |", f[4] as f64 / 1024.0);
+    outln!(
         "| prefilter at open: keys, memory, filters | {}, {:.1} MB, {} |",
         f[5],
         f[6] as f64 / 1e6,
         f[7]
     );
-    println!(
+    outln!(
         "| new keys after restart: durable reads per claim | {:.4} ({} of {}) |",
         f[8] as f64 / f[9] as f64,
         f[8],
         f[9]
     );
-    println!();
+    outln!();
 }
 
 /// The key count and directory after W5's child flag `flag` (`--child-fill N DIR`
@@ -980,7 +981,7 @@ impl Opts {
 fn run_benches(args: &[String], o: &Opts) {
     let runs = |w: &str| o.picked.is_empty() || o.picked.contains(&w);
     let keys = o.keys.unwrap_or(if o.quick { 100_000 } else { 10_000_000 });
-    println!("command: idem bench durable {}\n", args.join(" "));
+    outln!("command: idem bench durable {}\n", args.join(" "));
     if o.disk {
         return disk(keys, o.result_bytes);
     }

@@ -135,7 +135,7 @@ pub(crate) fn run(o: Options) -> Result<ExitCode, String> {
     stream.append(&mut later);
     let deliveries = stream.len() as u64;
 
-    println!(
+    outln!(
         "idem demo: {} messages, {} deliveries ({} redeliveries, {} of them concurrent duplicates), {} workers, {}% of workers fail after claiming",
         grouped(o.messages),
         grouped(deliveries),
@@ -227,39 +227,39 @@ pub(crate) fn run(o: Options) -> Result<ExitCode, String> {
     }
     let stats = engine.stats();
     let claims = hist.count();
-    println!(
+    outln!(
         "answers:    {} acquired ({} by workers that then failed), {} duplicate, {} in progress (nacked, redelivered)",
         grouped(tally.acquired.load(Ordering::Relaxed)),
         grouped(tally.failed.load(Ordering::Relaxed)),
         grouped(tally.duplicates.load(Ordering::Relaxed)),
         grouped(tally.in_progress.load(Ordering::Relaxed)),
     );
-    println!(
+    outln!(
         "throughput: {} claims in {:.2} s = {} claims/s ({} workers, including the simulated side effects)",
         grouped(claims),
         elapsed.as_secs_f64(),
         grouped((claims as f64 / elapsed.as_secs_f64()) as u64),
         o.workers
     );
-    println!(
+    outln!(
         "latency:    claim p50 {} ns, p99 {} ns, p99.9 {} ns",
         grouped(hist.quantile(0.5)),
         grouped(hist.quantile(0.99)),
         grouped(hist.quantile(0.999))
     );
-    println!(
+    outln!(
         "memory:     {} resident keys, {:.1} hot-tier bytes per key",
         grouped(stats.resident_keys),
         stats.bytes_per_key()
     );
     if lost == 0 && doubled == 0 && once == o.messages {
-        println!(
+        outln!(
             "verified:   every one of {} messages took effect exactly once",
             grouped(o.messages)
         );
         Ok(ExitCode::SUCCESS)
     } else {
-        println!(
+        outln!(
             "FAILED:     {} exactly once, {} never applied, {} applied more than once",
             grouped(once),
             grouped(lost),

@@ -215,12 +215,16 @@ fn printable(b: &[u8], max: usize) -> String {
 fn list(dlq: &Dlq, o: &Options) -> Result<(), String> {
     let messages = dlq.list(&o.selection()).map_err(|e| e.to_string())?;
     let now = now_ms();
-    println!(
+    outln!(
         "{:>8}  {:<18} {:>8} {:>9}  {:<40} key",
-        "id", "state", "attempts", "age", "reason class"
+        "id",
+        "state",
+        "attempts",
+        "age",
+        "reason class"
     );
     for m in &messages {
-        println!(
+        outln!(
             "{:>8}  {:<18} {:>8} {:>9}  {:<40} {}",
             m.id().to_string(),
             m.state().as_str(),
@@ -230,34 +234,37 @@ fn list(dlq: &Dlq, o: &Options) -> Result<(), String> {
             printable(m.key(), 40)
         );
     }
-    println!("{} message(s)", grouped(messages.len() as u64));
+    outln!("{} message(s)", grouped(messages.len() as u64));
     Ok(())
 }
 
 fn show(dlq: &Dlq, id: MessageId) -> Result<(), String> {
     let m: DeadLetter = dlq.get(id).map_err(|e| e.to_string())?;
-    println!("message     {}", m.id());
-    println!("namespace   {}", dlq.namespace());
-    println!("state       {}", m.state());
+    outln!("message     {}", m.id());
+    outln!("namespace   {}", dlq.namespace());
+    outln!("state       {}", m.state());
     if let Some(outcome) = m.replay_outcome() {
-        println!("outcome     {outcome:?}");
+        outln!("outcome     {outcome:?}");
     }
-    println!("key         {}", printable(m.key(), 200));
-    println!(
+    outln!("key         {}", printable(m.key(), 200));
+    outln!(
         "payload     {} bytes: {}",
         m.payload().len(),
         printable(m.payload(), 200)
     );
-    println!("reason      {}", m.reason());
-    println!("attempts    {}", m.attempts());
-    println!("quarantined {} ms", m.quarantined_at_ms());
-    println!();
-    println!(
+    outln!("reason      {}", m.reason());
+    outln!("attempts    {}", m.attempts());
+    outln!("quarantined {} ms", m.quarantined_at_ms());
+    outln!();
+    outln!(
         "{:>15}  {:<18} {:<18} {:<20} reason",
-        "at (ms)", "from", "to", "actor"
+        "at (ms)",
+        "from",
+        "to",
+        "actor"
     );
     for t in m.history() {
-        println!(
+        outln!(
             "{:>15}  {:<18} {:<18} {:<20} {}",
             t.at_ms,
             t.from.map_or("-", MessageState::as_str),
@@ -273,28 +280,28 @@ fn archive(dlq: &Dlq, o: &Options) -> Result<(), String> {
     let note = o.note.as_deref().unwrap_or_default();
     for id in &o.ids {
         dlq.archive(*id, note).map_err(|e| e.to_string())?;
-        println!("archived {id}");
+        outln!("archived {id}");
     }
     Ok(())
 }
 
 fn health(dlq: &Dlq) {
     let h = dlq.health();
-    println!("{:<28} {}", "depth (waiting)", grouped(h.depth));
-    println!("{:<28} {}", "  quarantined", grouped(h.quarantined));
-    println!("{:<28} {}", "  under review", grouped(h.under_review));
-    println!("{:<28} {}", "replayed", grouped(h.replayed));
-    println!("{:<28} {}", "archived", grouped(h.archived));
+    outln!("{:<28} {}", "depth (waiting)", grouped(h.depth));
+    outln!("{:<28} {}", "  quarantined", grouped(h.quarantined));
+    outln!("{:<28} {}", "  under review", grouped(h.under_review));
+    outln!("{:<28} {}", "replayed", grouped(h.replayed));
+    outln!("{:<28} {}", "archived", grouped(h.archived));
     if h.corrupt > 0 {
-        println!("{:<28} {}", "corrupt", grouped(h.corrupt));
+        outln!("{:<28} {}", "corrupt", grouped(h.corrupt));
     }
-    println!(
+    outln!(
         "{:<28} {}",
         "oldest waiting",
         h.oldest_age
             .map_or("-".to_owned(), |a| age(a.as_millis() as u64))
     );
-    println!(
+    outln!(
         "{:<28} {}",
         "replay success rate",
         h.replay_success_rate().map_or("-".to_owned(), |r| format!(
@@ -304,14 +311,14 @@ fn health(dlq: &Dlq) {
             h.replay_successes + h.replay_failures
         ))
     );
-    println!(
+    outln!(
         "{:<28} {:.2}/h ({} in the last {})",
         "arrivals, recent",
         h.arrival_rate_recent(),
         h.arrivals_recent,
         age(h.recent_window.as_millis() as u64)
     );
-    println!(
+    outln!(
         "{:<28} {:.2}/h ({} in the {} before)",
         "arrivals, baseline",
         h.arrival_rate_baseline(),
@@ -319,7 +326,7 @@ fn health(dlq: &Dlq) {
         age(h.baseline_window.as_millis() as u64)
     );
     if let Some(r) = h.arrival_ratio() {
-        println!("{:<28} {r:.2}x", "recent / baseline");
+        outln!("{:<28} {r:.2}x", "recent / baseline");
     }
 }
 
@@ -418,12 +425,12 @@ fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
     }
     bar.finish();
     let verb = if o.dry_run { "would be " } else { "" };
-    println!(
+    outln!(
         "{} ({} messages)",
         if o.dry_run { "dry run" } else { "replay" },
         grouped(total)
     );
-    println!("{:<34} {:>8}", "outcome", "messages");
+    outln!("{:<34} {:>8}", "outcome", "messages");
     for (label, ids) in [
         (format!("{verb}replayed"), &report.replayed),
         (
@@ -437,12 +444,12 @@ fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
             &report.skipped_in_progress,
         ),
     ] {
-        println!("{label:<34} {:>8}", grouped(ids.len() as u64));
+        outln!("{label:<34} {:>8}", grouped(ids.len() as u64));
     }
     if !report.notes.is_empty() {
-        println!();
+        outln!();
         for (id, note) in &report.notes {
-            println!("{:>8}  {note}", id.to_string());
+            outln!("{:>8}  {note}", id.to_string());
         }
     }
     Ok(())
@@ -534,6 +541,6 @@ pub(crate) fn crash_replay(args: &[String]) -> Result<ExitCode, String> {
         ReplayMode::Execute,
     )
     .map_err(|e| e.to_string())?;
-    println!("done");
+    outln!("done");
     Ok(ExitCode::SUCCESS)
 }

@@ -116,7 +116,7 @@ pub(crate) fn run(o: Options) -> Result<ExitCode, String> {
     if temporary {
         let _ = std::fs::remove_dir_all(&dir);
     }
-    println!(
+    outln!(
         "idem demo: {} messages (+10% redelivered), {} workers, durable tier in {} (sync {})",
         grouped(o.messages),
         o.workers,
@@ -126,7 +126,7 @@ pub(crate) fn run(o: Options) -> Result<ExitCode, String> {
     let started = Instant::now();
     let kill_after = o.messages * o.kill_at_pct / 100;
     let first = consume(&o, &dir, Some(kill_after))?;
-    println!(
+    outln!(
         "run 1:      the consumer acknowledged {} messages, then was killed with SIGKILL",
         grouped(first.acks)
     );
@@ -134,7 +134,7 @@ pub(crate) fn run(o: Options) -> Result<ExitCode, String> {
     if !second.finished {
         return Err("the restarted consumer did not finish its stream".into());
     }
-    println!(
+    outln!(
         "run 2:      restarted; {} orphan claims found at open (in flight at the kill); {} acknowledged, {} duplicates skipped",
         grouped(second.orphans),
         grouped(second.acks),
@@ -158,13 +158,13 @@ pub(crate) fn run(o: Options) -> Result<ExitCode, String> {
     }
     let stats = engine.stats();
     drop(engine);
-    println!(
+    outln!(
         "throughput: {} messages in {:.2} s over both runs ({} per second)",
         grouped(o.messages),
         elapsed.as_secs_f64(),
         grouped((o.messages as f64 / elapsed.as_secs_f64()) as u64)
     );
-    println!(
+    outln!(
         "check:      {} durable reads while verifying, ledger read for every message",
         grouped(stats.durable_reads)
     );
@@ -172,13 +172,13 @@ pub(crate) fn run(o: Options) -> Result<ExitCode, String> {
         let _ = std::fs::remove_dir_all(&dir);
     }
     if lost == 0 && doubled == 0 && once == o.messages && first.killed {
-        println!(
+        outln!(
             "verified:   every one of {} messages took effect exactly once, across a SIGKILL and a restart",
             grouped(o.messages)
         );
         Ok(ExitCode::SUCCESS)
     } else {
-        println!(
+        outln!(
             "FAILED:     {} exactly once, {} never applied, {} applied more than once",
             grouped(once),
             grouped(lost),

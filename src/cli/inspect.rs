@@ -36,19 +36,23 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
             return Ok(ExitCode::FAILURE);
         }
     };
-    println!("database:   {}", db.path.display());
-    println!("format:     version {}", db.format_version);
-    println!("on disk:    {} bytes", grouped(db.size_on_disk));
+    outln!("database:   {}", db.path.display());
+    outln!("format:     version {}", db.format_version);
+    outln!("on disk:    {} bytes", grouped(db.size_on_disk));
     if !db.state_families.is_empty() {
-        println!("state:      {}", db.state_families.join(", "));
+        outln!("state:      {}", db.state_families.join(", "));
     }
-    println!();
-    println!(
+    outln!();
+    outln!(
         "{:<24} {:>14} {:>14} {:>12} {:>9}",
-        "namespace", "done", "expired", "in flight", "corrupt"
+        "namespace",
+        "done",
+        "expired",
+        "in flight",
+        "corrupt"
     );
     for ns in &db.namespaces {
-        println!(
+        outln!(
             "{:<24} {:>14} {:>14} {:>12} {:>9}",
             ns.name,
             grouped(ns.done),
@@ -58,9 +62,9 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
         );
     }
     if let (Some(ns), Some(k)) = (namespace, key) {
-        println!();
+        outln!();
         match db.key(ns, k.as_bytes()) {
-            Ok(None) => println!("key {k:?} in {ns:?}: unknown"),
+            Ok(None) => outln!("key {k:?} in {ns:?}: unknown"),
             Ok(Some(s)) => {
                 let state = if s.done { "done" } else { "in flight" };
                 let (at, until) = if s.done {
@@ -68,21 +72,21 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
                 } else {
                     ("claimed at", "lease until")
                 };
-                println!("key {k:?} in {ns:?}: {state}");
-                println!("  fingerprint      {:032x}", s.fingerprint);
-                println!("  {at:<16} {} ms", s.at_ms);
-                println!("  {until:<16} {} ms", s.expires_at_ms);
-                println!(
+                outln!("key {k:?} in {ns:?}: {state}");
+                outln!("  fingerprint      {:032x}", s.fingerprint);
+                outln!("  {at:<16} {} ms", s.at_ms);
+                outln!("  {until:<16} {} ms", s.expires_at_ms);
+                outln!(
                     "  payload checked  {}",
                     if s.has_payload { "yes" } else { "no" }
                 );
                 match &s.result {
-                    Some(r) => println!(
+                    Some(r) => outln!(
                         "  result           {} bytes: {}",
                         r.len(),
                         String::from_utf8_lossy(r)
                     ),
-                    None => println!("  result           none"),
+                    None => outln!("  result           none"),
                 }
             }
             Err(e) => {

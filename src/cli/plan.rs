@@ -296,7 +296,7 @@ pub(crate) fn render(o: &Options, plan: &Plan, memory: Option<u64>) -> String {
 pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
     let o = Options::parse(args).map_err(|e| e.to_string())?;
     let plan = o.sizing.plan().map_err(|e| format!("plan: {e}"))?;
-    print!("{}", render(&o, &plan, machine_memory()));
+    out!("{}", render(&o, &plan, machine_memory()));
     Ok(ExitCode::SUCCESS)
 }
 

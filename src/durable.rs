@@ -119,7 +119,7 @@ impl DurableNs {
         &self,
         _fp: crate::hot::Fp,
         _expires_ms: u64,
-    ) -> Result<bool, crate::error::Error> {
+    ) -> Result<Option<bool>, crate::error::Error> {
         match *self {}
     }
 
@@ -131,7 +131,7 @@ impl DurableNs {
         &self,
         _done: &[(u128, Record)],
         _state: &[(String, StateOp)],
-    ) -> Result<(), crate::error::Error> {
+    ) -> Result<crate::hot::Stored, crate::error::Error> {
         match *self {}
     }
 

@@ -13,7 +13,7 @@ use crate::durable::{DurableNs, StateOp};
 use crate::error::{Error, KeyError, Result};
 use crate::hot::{
     Anchor, Capacity, DurableLookup, Extension, Fp, Lease, Now, Params, Refused, Reservoir, Shard,
-    ShardClaim, ShardSlot, ShardState, SlotCell,
+    ShardClaim, ShardSlot, ShardState, SlotCell, Stored,
 };
 use crate::stats::Stats;
 use crate::sync::{Arc, AtomicU64, AtomicUsize, Ordering};
@@ -1774,16 +1774,22 @@ impl NsInner {
         // The read and the write both unwind through here, so that the entry is
         // never left marked completing.
         let stored = write_unwinding(|| {
-            if !x.read_back() && !d.needs_extension(fp, x.expires_ms)? {
-                return Ok(());
+            if !x.read_back() {
+                match d.needs_extension(fp, x.expires_ms)? {
+                    Some(true) => {}
+                    // The record lasts as long already.
+                    Some(false) => return Ok(Stored::Yes),
+                    // Unreadable, and the namespace fails open.
+                    None => return Ok(Stored::HotOnly),
+                }
             }
             d.write_completions(&[(fp.to_u128(), record)], &[])
         });
         let cap = self.capacity();
         self.slots[si]
             .lock()
-            .finish_extension(fp, x, matches!(stored, Ok(Ok(()))), &cap);
-        finished(stored)
+            .finish_extension(fp, x, stored_as(&stored), &cap);
+        finished(stored).map(|_| ())
     }
 
     /// Writes the claim markers of `claims`. On a failure that the namespace does not
@@ -2265,7 +2271,7 @@ impl Namespace {
         for g in &mut begun {
             let si = g.shard as usize;
             let cap = ns.capacity();
-            let stored_ok = matches!(stored, Ok(Ok(())));
+            let stored_ok = stored_as(&stored);
             // (Always `None` here: this handle keeps the namespace.)
             let anchor = last_round(
                 &mut ns.slots[si].lock(),
@@ -2280,7 +2286,7 @@ impl Namespace {
             g.counted = false;
             drop(anchor);
         }
-        finished(stored).map(|()| outcomes)
+        finished(stored).map(|_| outcomes)
     }
 
     /// Looks `key` up without changing anything: `None` if it is unknown or expired.
@@ -2698,7 +2704,7 @@ impl ClaimGuard {
         let payload = self.hold_for_durable(ns, d, now, &cap)?;
         let record = self.done_record(now, ns.params.retention_ms.unwrap_or(0), payload, result);
         let stored = write_unwinding(|| d.write_completions(&[(self.fp.to_u128(), record)], state));
-        let stored_ok = matches!(stored, Ok(Ok(())));
+        let stored_ok = stored_as(&stored);
         let anchor = last_round(
             &mut ns.slots[si].lock(),
             &ns.params,
@@ -2711,7 +2717,7 @@ impl ClaimGuard {
         );
         self.counted = false;
         drop(anchor);
-        finished(stored)
+        finished(stored).map(|_| ())
     }
 
     /// Marks the claim's entry completing (held whatever its lease) while its durable
@@ -2779,7 +2785,7 @@ impl ClaimGuard {
             &self.lease,
             None,
             now,
-            false,
+            Stored::No,
             &cap,
         );
         self.counted = false;
@@ -2823,7 +2829,7 @@ fn last_round(
     lease: &Lease,
     result: Option<&[u8]>,
     now: Now,
-    stored: bool,
+    stored: Stored,
     cap: &Capacity<'_>,
 ) -> Option<Anchor> {
     shard.finish_complete(fp, lease, result, p, now, stored, cap);
@@ -2837,6 +2843,14 @@ type Unwinding<T> = std::thread::Result<Result<T>>;
 
 fn write_unwinding<T>(write: impl FnOnce() -> Result<T>) -> Unwinding<T> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(write))
+}
+
+/// What a durable write left: a panic or an error released the claim.
+fn stored_as(stored: &Unwinding<Stored>) -> Stored {
+    match stored {
+        Ok(Ok(s)) => *s,
+        _ => Stored::No,
+    }
 }
 
 /// The write's result, or its panic resumed.

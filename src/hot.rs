@@ -25,7 +25,7 @@ mod seq;
 pub(crate) use seq::Seq;
 pub(crate) mod wheel;
 
-use hashbrown::HashMap;
+use hashbrown::{HashMap, HashSet};
 
 use crate::sync::{AtomicUsize, Mutex, Ordering};
 pub(crate) use index::capacity as index_capacity;
@@ -1153,10 +1153,27 @@ pub(crate) struct Shard {
     wheel: Wheel,
     payloads: HashMap<u32, u64>,
     extras: HashMap<u32, Extra>,
+    /// Done entries whose completion (or window's extension) the durable store
+    /// refused under fail-open ([`Stored::HotOnly`]): eviction passes them by.
+    /// Empty unless the store has failed.
+    unstored: HashSet<u32>,
     /// Once no handle of the namespace is left and this shard still counts guards:
     /// the reference that keeps the namespace alive for them, taken by the guard
     /// that ends the last count.
     anchor: Option<Anchor>,
+}
+
+/// How a completion's durable write (or a sliding window's rewrite) ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stored {
+    /// The record is on disk.
+    Yes,
+    /// The store refused it and the namespace fails open: the answer was decided from
+    /// the hot tier alone, which must then keep the entry for its TTL (it is never
+    /// evicted: nothing on disk would answer for it).
+    HotOnly,
+    /// The store refused it: the claim is released.
+    No,
 }
 
 /// A reference that keeps a namespace alive (the engine's `Arc` of it, erased here).
@@ -1189,9 +1206,13 @@ fn remove_unlinked(
     slab: &mut Slab,
     payloads: &mut HashMap<u32, u64>,
     extras: &mut HashMap<u32, Extra>,
+    unstored: &mut HashSet<u32>,
     live: &mut usize,
     idx: u32,
 ) {
+    if !unstored.is_empty() {
+        unstored.remove(&idx);
+    }
     let e = *slab.get(idx);
     index.remove(e.lo(), idx);
     if e.has_payload() {
@@ -1214,6 +1235,7 @@ impl Shard {
             wheel: Wheel::new(now_tick),
             payloads: HashMap::new(),
             extras: HashMap::new(),
+            unstored: HashSet::new(),
             next_token: 0,
             guards: 0,
             live: 0,
@@ -1264,6 +1286,7 @@ impl Shard {
             + self.index.bytes()
             + table_bytes(self.payloads.capacity(), std::mem::size_of::<(u32, u64)>())
             + table_bytes(self.extras.capacity(), std::mem::size_of::<(u32, Extra)>())
+            + table_bytes(self.unstored.capacity(), std::mem::size_of::<u32>())
             + results
     }
 
@@ -1741,7 +1764,7 @@ impl Shard {
         &mut self,
         fp: Fp,
         x: &Extension,
-        stored: bool,
+        stored: Stored,
         cap: &Capacity<'_>,
     ) {
         let e = *self.slab.get(x.idx);
@@ -1750,11 +1773,16 @@ impl Shard {
             return;
         }
         self.slab.get_mut(x.idx).meta &= !COMPLETING_BIT;
-        if !stored {
-            match x.fallback {
+        match stored {
+            Stored::Yes => {}
+            // The extended window lives in the hot tier alone.
+            Stored::HotOnly => {
+                self.unstored.insert(x.idx);
+            }
+            Stored::No => match x.fallback {
                 Some(deadline) => self.reschedule(x.idx, deadline),
                 None => self.remove(x.idx, cap),
-            }
+            },
         }
     }
 
@@ -1853,7 +1881,7 @@ impl Shard {
         result: Option<&[u8]>,
         p: &Params,
         completed: Now,
-        stored: bool,
+        stored: Stored,
         cap: &Capacity<'_>,
     ) {
         let idx = lease.idx;
@@ -1867,12 +1895,15 @@ impl Shard {
             return;
         }
         self.slab.get_mut(idx).meta &= !COMPLETING_BIT;
-        if !stored {
+        if stored == Stored::No {
             self.remove(idx, cap);
             self.counters.releases += 1;
             return;
         }
         self.mark_done(idx, result, p, completed);
+        if stored == Stored::HotOnly {
+            self.unstored.insert(idx);
+        }
     }
 
     /// Turns held entry `idx` into a done one, completed at `now`.
@@ -1909,7 +1940,10 @@ impl Shard {
             self.hand += 1;
             scanned += 1;
             let e = self.slab.get(idx);
-            if e.state() == STATE_DONE && e.meta & COMPLETING_BIT == 0 {
+            if e.state() == STATE_DONE
+                && e.meta & COMPLETING_BIT == 0
+                && (self.unstored.is_empty() || !self.unstored.contains(&idx))
+            {
                 self.remove(idx, cap);
                 dropped += 1;
             }
@@ -1976,6 +2010,7 @@ impl Shard {
             &mut self.slab,
             &mut self.payloads,
             &mut self.extras,
+            &mut self.unstored,
             &mut self.live,
             idx,
         );
@@ -2045,6 +2080,7 @@ impl Shard {
             wheel,
             payloads,
             extras,
+            unstored,
             live,
             counters,
             ..
@@ -2061,7 +2097,7 @@ impl Shard {
                 slab.get_mut(idx).deadline = when as u32;
                 return Some(when);
             }
-            remove_unlinked(index, slab, payloads, extras, live, idx);
+            remove_unlinked(index, slab, payloads, extras, unstored, live, idx);
             reclaimed += 1;
             None
         });

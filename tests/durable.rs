@@ -876,6 +876,89 @@ fn an_empty_database_without_metadata_is_adopted() {
     assert_eq!(raw_db_get_format(&dir), Some(FORMAT.to_le_bytes().to_vec()));
 }
 
+#[test]
+fn our_empty_families_without_metadata_are_adopted() {
+    // An open that crashed after creating the namespace's column families and before
+    // writing the format and seed leaves exactly this.
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    {
+        let mut opts = rocksdb::Options::default();
+        opts.create_if_missing(true);
+        opts.create_missing_column_families(true);
+        rocksdb::DB::open_cf(&opts, dir.path(), ["done:ns", "claims:ns", "dlq:ns"]).unwrap();
+    }
+    let (_engine, ns) = open(&dir, &clock, small());
+    acquire(&ns, b"k").complete().unwrap();
+    duplicate(&ns, b"k");
+    assert_eq!(raw_db_get_format(&dir), Some(FORMAT.to_le_bytes().to_vec()));
+}
+
+#[test]
+fn our_families_with_records_but_no_metadata_are_refused() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    {
+        let mut opts = rocksdb::Options::default();
+        opts.create_if_missing(true);
+        opts.create_missing_column_families(true);
+        let db =
+            rocksdb::DB::open_cf(&opts, dir.path(), ["done:ns", "claims:ns", "dlq:ns"]).unwrap();
+        db.put_cf(db.cf_handle("done:ns").unwrap(), b"x", b"y")
+            .unwrap();
+    }
+    let err = builder(&dir, &clock)
+        .namespace("ns", small())
+        .build()
+        .unwrap_err();
+    assert!(matches!(err, Error::IncompatibleFormat { .. }), "{err:?}");
+}
+
+/// The names and sizes of the files in `dir`.
+fn listing(dir: &TempDir) -> Vec<(String, u64)> {
+    let mut files: Vec<(String, u64)> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let len = e.metadata().unwrap().len();
+            (e.file_name().to_string_lossy().into_owned(), len)
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn a_database_that_lost_its_current_file_is_refused_and_left_as_it_was() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    {
+        let (engine, ns) = open(&dir, &clock, small());
+        acquire(&ns, b"k").complete().unwrap();
+        // Some records in a table file, the rest in the write-ahead log.
+        engine.compact_store().unwrap();
+        acquire(&ns, b"j").complete().unwrap();
+    }
+    let current = dir.path().join("CURRENT");
+    let saved = std::fs::read(&current).unwrap();
+    std::fs::remove_file(&current).unwrap();
+    let before = listing(&dir);
+    // Before, RocksDB made a new database over the files and deleted them.
+    let err = builder(&dir, &clock)
+        .namespace("ns", small())
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Store(e) if e.to_string().contains("no readable database")),
+        "{err:?}"
+    );
+    assert_eq!(listing(&dir), before);
+    std::fs::write(&current, saved).unwrap();
+    let (_engine, ns) = open(&dir, &clock, small());
+    duplicate(&ns, b"k");
+    duplicate(&ns, b"j");
+}
+
 fn raw_db_get_format(dir: &TempDir) -> Option<Vec<u8>> {
     let db = rocksdb::DB::open_cf_for_read_only(
         &rocksdb::Options::default(),
@@ -1227,6 +1310,34 @@ fn a_co_commit_needs_a_durable_tier() {
 }
 
 // 10. A full hot tier in front of a durable tier.
+
+#[test]
+fn a_completion_the_store_refused_under_fail_open_is_never_evicted() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small()
+        .max_keys(10)
+        .on_store_error(FailurePolicy::FailOpen);
+    let (engine, ns) = open(&dir, &clock, cfg);
+    // Decided from the hot tier alone: nothing on disk answers for it.
+    let g = acquire(&ns, b"k");
+    engine.debug_fail_store_writes(true);
+    g.complete().unwrap();
+    engine.debug_fail_store_writes(false);
+    assert_eq!(engine.stats().fail_open_decisions, 1);
+    // Stored completions fill the hot tier several times over, so that every done
+    // entry the scan may take is taken.
+    for i in 0..40 {
+        acquire(&ns, key(i).as_bytes()).complete().unwrap();
+    }
+    assert!(engine.stats().evictions >= 30, "{:?}", engine.stats());
+    // Before, the scan took k too, and the key was acquired again within its TTL.
+    duplicate(&ns, b"k");
+    // It leaves at the end of its TTL, as in a memory-only namespace.
+    clock.advance(secs(60));
+    engine.run_maintenance();
+    acquire(&ns, b"k");
+}
 
 #[test]
 fn a_full_hot_tier_evicts_done_keys_but_never_held_ones() {
@@ -2065,6 +2176,30 @@ fn a_full_journal_writes_further_markers_to_rocksdb() {
     for k in keys {
         in_progress(&ns, k);
     }
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn an_overflowed_marker_whose_lease_ran_out_goes_with_the_next_claims_completion() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let seeded = || open_seeded(&dir, &clock, small().journal_slots(1));
+    {
+        let (engine, ns) = seeded();
+        let a = acquire(&ns, b"a"); // the journal's one slot
+        let k = acquire(&ns, b"k"); // a marker in RocksDB
+        assert_eq!(engine.stats().journal_overflows, 1);
+        a.release().unwrap(); // the slot is free again
+        clock.advance(secs(5));
+        assert_eq!(k.release(), Err(Error::LeaseLost));
+        // The next claim of k takes the journal's slot; its completion must delete
+        // the first claim's marker as well.
+        acquire(&ns, b"k").complete().unwrap();
+        assert_eq!(engine.stats().journal_overflows, 1);
+    }
+    let (engine, ns) = seeded();
+    assert!(engine.orphans().is_empty(), "{:?}", engine.orphans());
+    duplicate(&ns, b"k");
 }
 
 #[cfg(target_os = "linux")]

@@ -17,7 +17,7 @@ use super::{fp_key, StateOp};
 use crate::clock::Clock;
 use crate::config::{ClaimMarkers, FailurePolicy, SyncPolicy};
 use crate::error::{Error, StoreError};
-use crate::hot::{DurableDone, DurableLookup, Fp};
+use crate::hot::{DurableDone, DurableLookup, Fp, Stored};
 use crate::prefilter::{bloom_hash, Prefilter};
 
 mod dlq;
@@ -185,6 +185,20 @@ impl Store {
 
         let existing: BTreeSet<String> = match DB::list_cf(&db_opts, path) {
             Ok(cfs) => cfs.into_iter().collect(),
+            // No database to list: a new one is made, unless the directory holds
+            // data files. Then the database lost its CURRENT file (a partial copy or
+            // restore), and RocksDB would start a new one over them and delete them.
+            Err(e) if holds_data_files(path) => {
+                return Err(Error::Store(StoreError::new(
+                    "open",
+                    format!(
+                        "{} holds database files but no readable database ({}); \
+                         nothing was opened or changed",
+                        path.display(),
+                        e.into_string()
+                    ),
+                )))
+            }
             Err(_) => BTreeSet::new(),
         };
         report.created = existing.is_empty();
@@ -278,7 +292,10 @@ impl Store {
         let format = db.get(FORMAT_KEY).map_err(|e| store_err("open", e))?;
         let stored_seed = db.get(SEED_KEY).map_err(|e| store_err("open", e))?;
         let seed = match (format, stored_seed) {
-            (None, None) if report.created || adopt_empty => {
+            // Also adopted: our column families with nothing in any of them, left by
+            // an open that crashed after creating them and before writing the
+            // metadata.
+            (None, None) if report.created || adopt_empty || holds_nothing(&db, &existing)? => {
                 let mut batch = WriteBatch::default();
                 batch.put(FORMAT_KEY, FORMAT_VERSION.to_le_bytes());
                 batch.put(SEED_KEY, seed.to_le_bytes());
@@ -1117,18 +1134,20 @@ impl DurableNs {
     /// `expires_ms`: not if the stored record already lasts as long (a rewrite must
     /// never shorten it). A missing or corrupt record is (re)written. A failed read
     /// goes through the failure policy: the error under `FailClosed`; under `FailOpen`
-    /// no rewrite, the hot tier deciding alone as it does when a write fails.
-    pub(crate) fn needs_extension(&self, fp: Fp, expires_ms: u64) -> Result<bool, Error> {
+    /// `None`: no rewrite, the hot tier deciding alone as it does when a write fails.
+    pub(crate) fn needs_extension(&self, fp: Fp, expires_ms: u64) -> Result<Option<bool>, Error> {
         self.reads.fetch_add(1, Ordering::Relaxed);
         match self.store.get_done(&self.name, &self.fams, fp.to_u128()) {
-            Ok(Some(rec)) => Ok(rec.state != RecordState::Done || rec.expires_ms < expires_ms),
-            Ok(None) => Ok(true),
+            Ok(Some(rec)) => Ok(Some(
+                rec.state != RecordState::Done || rec.expires_ms < expires_ms,
+            )),
+            Ok(None) => Ok(Some(true)),
             Err(Error::CorruptRecord { .. }) => {
                 // Replaced by the rewrite, from what the hot tier holds.
                 self.errors.fetch_add(1, Ordering::Relaxed);
-                Ok(true)
+                Ok(Some(true))
             }
-            Err(e) => self.on_failure(e, "read").map(|()| false),
+            Err(e) => self.on_failure(e, "read").map(|()| None),
         }
     }
 
@@ -1149,7 +1168,18 @@ impl DurableNs {
         };
         self.writes.fetch_add(1, Ordering::Relaxed);
         match self.store.put_claims(&self.fams, to_store) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                if self.journal.get().is_some() {
+                    // A marker that overflowed the journal is on disk like an
+                    // orphan's: if its claim loses the lease and a later claim of
+                    // the key gets a journal slot, that claim's completion must
+                    // delete it too.
+                    for (fp, _) in to_store {
+                        self.note_marker_on_disk(*fp);
+                    }
+                }
+                Ok(())
+            }
             Err(e) => {
                 let r = self.on_failure(e, "claim");
                 if r.is_err() {
@@ -1176,12 +1206,14 @@ impl DurableNs {
         }
     }
 
-    /// Stores completions (and co-committed state) with the namespace's sync policy.
+    /// Stores completions (and co-committed state) with the namespace's sync policy:
+    /// [`Stored::Yes`], or [`Stored::HotOnly`] when the store refused them and the
+    /// namespace fails open, or the store's error.
     pub(crate) fn write_completions(
         &self,
         done: &[(u128, Record)],
         state: &[(String, StateOp)],
-    ) -> Result<(), Error> {
+    ) -> Result<Stored, Error> {
         // Into the prefilter first: from the moment a record can be on disk, the
         // filter admits its key. (A write that then fails leaves a harmless false
         // positive.)
@@ -1211,13 +1243,13 @@ impl DurableNs {
             .write_completions(&self.name, &self.fams, done, &unwritten, state, sync);
         let stored = written.is_ok();
         let answer = match written {
-            Ok(()) => Ok(()),
+            Ok(()) => Ok(Stored::Yes),
             // State changes cannot be applied from the hot tier: never fail open.
             Err(e) if !state.is_empty() => {
                 self.errors.fetch_add(1, Ordering::Relaxed);
                 Err(e)
             }
-            Err(e) => self.on_failure(e, "complete"),
+            Err(e) => self.on_failure(e, "complete").map(|()| Stored::HotOnly),
         };
         // A journaled claim is no longer in flight once its completion is written, or
         // refused (the claim is then released). A completion decided from the hot
@@ -1274,6 +1306,50 @@ impl DurableNs {
         s.journal_markers += self.journal.get().map_or(0, |j| j.len() as u64);
         s.journal_overflows += self.journal_overflows.load(Ordering::Relaxed);
     }
+}
+
+/// Whether directory `path` holds files that may carry records: table files, write-
+/// ahead logs, blob files, or idem's own journal and prefilter files.
+fn holds_data_files(path: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return false;
+    };
+    entries.flatten().any(|e| {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        name.ends_with(".sst")
+            || name.ends_with(".log")
+            || name.ends_with(".blob")
+            || name.starts_with("idem-journal-")
+            || name.starts_with("idem-prefilter-")
+    })
+}
+
+/// Whether every column family of `db` among `existing` (and the default one) is
+/// empty.
+fn holds_nothing(db: &DB, existing: &BTreeSet<String>) -> Result<bool, Error> {
+    if existing.is_empty() {
+        return Ok(false);
+    }
+    let first = |it: rocksdb::DBIterator<'_>| it.into_iter().next().transpose();
+    if first(db.iterator(rocksdb::IteratorMode::Start))
+        .map_err(|e| store_err("open", e))?
+        .is_some()
+    {
+        return Ok(false);
+    }
+    for name in existing.iter().filter(|n| *n != "default") {
+        let Some(cf) = db.cf_handle(name) else {
+            return Ok(false);
+        };
+        if first(db.iterator_cf(cf, rocksdb::IteratorMode::Start))
+            .map_err(|e| store_err("open", e))?
+            .is_some()
+        {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 #[cfg(test)]

@@ -1515,10 +1515,15 @@ impl NsInner {
                             .params
                             .tick_at(rec.expires_ms)
                             .min(now.tick + crate::hot::MAX_DEADLINE_TICKS);
-                        held = self.slots[si].lock().insert_orphan(f, deadline, &cap);
+                        held = self.slots[si]
+                            .lock()
+                            .insert_orphan(f, deadline, rec.payload, &cap);
                         if !held && self.collect_reserves() > 0 {
                             // Room was left in other shards' reserves.
-                            held = self.slots[si].lock().insert_orphan(f, deadline, &cap);
+                            held =
+                                self.slots[si]
+                                    .lock()
+                                    .insert_orphan(f, deadline, rec.payload, &cap);
                         }
                         if let Some(d) = &self.durable {
                             d.note_marker_on_disk(fp);
@@ -2226,13 +2231,25 @@ impl Namespace {
     /// guard whose lease was lost gets `Err(LeaseLost)` and the others complete. If
     /// the store fails, nothing is completed, the claims are released and the error
     /// is returned.
+    ///
+    /// A guard of another namespace is completed through its own namespace, on its
+    /// own, once this namespace's write has succeeded (if it fails, such guards are
+    /// released with the rest).
     pub fn complete_batch(&self, guards: Vec<ClaimGuard>) -> Result<Vec<Result<()>>> {
         let ns = &*self.inner;
-        if guards.iter().any(|g| !std::ptr::eq(g.ns(), &*self.inner)) {
-            return Err(Error::InvalidConfig {
-                namespace: ns.name.clone(),
-                reason: "complete_batch was given a guard of another namespace",
-            });
+        if guards.iter().any(|g| !std::ptr::eq(g.ns(), ns)) {
+            let mine: Vec<bool> = guards.iter().map(|g| std::ptr::eq(g.ns(), ns)).collect();
+            let (ours, theirs): (Vec<ClaimGuard>, Vec<ClaimGuard>) =
+                guards.into_iter().partition(|g| std::ptr::eq(g.ns(), ns));
+            let mut ours = self.complete_batch(ours)?.into_iter();
+            let mut theirs = theirs.into_iter().map(ClaimGuard::complete);
+            return Ok(mine
+                .into_iter()
+                .map(|m| {
+                    let next = if m { ours.next() } else { theirs.next() };
+                    next.expect("one outcome for every guard")
+                })
+                .collect());
         }
         // One clock reading for the batch.
         let now = ns.now();

@@ -1836,13 +1836,19 @@ impl Shard {
         &mut self,
         fp: Fp,
         lease_deadline: u64,
+        payload: Option<u64>,
         cap: &Capacity<'_>,
     ) -> bool {
         if self.find(fp).is_some() || !self.take_unit(cap) {
             return false;
         }
         let token = self.new_token();
-        self.place(fp, STATE_IN_PROGRESS | token << TOKEN_SHIFT, lease_deadline);
+        let idx = self.place(fp, STATE_IN_PROGRESS | token << TOKEN_SHIFT, lease_deadline);
+        // A claim with another payload is then a mismatch, as it was before the
+        // restart.
+        if let Some(p) = payload {
+            self.set_payload(idx, p);
+        }
         true
     }
 

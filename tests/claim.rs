@@ -201,6 +201,30 @@ fn a_batch_answers_as_claims_made_one_by_one_in_order() {
 }
 
 #[test]
+fn a_batch_completion_completes_guards_of_other_namespaces_through_their_own() {
+    let engine = idem::Engine::builder()
+        .namespace("a", small())
+        .namespace("b", small())
+        .maintenance_interval(None)
+        .build()
+        .unwrap();
+    let (a, b) = (
+        engine.namespace("a").unwrap(),
+        engine.namespace("b").unwrap(),
+    );
+    let guards = vec![acquire(&a, b"1"), acquire(&b, b"2"), acquire(&a, b"3")];
+    // Before, the batch was refused and every guard dropped: all three claims were
+    // released, and their side effects would have run again.
+    let outcomes = a.complete_batch(guards).unwrap();
+    assert_eq!(outcomes.len(), 3);
+    assert!(outcomes.iter().all(|r| r.is_ok()), "{outcomes:?}");
+    assert!(a.claim(b"1").unwrap().is_duplicate());
+    assert!(b.claim(b"2").unwrap().is_duplicate());
+    assert!(a.claim(b"3").unwrap().is_duplicate());
+    assert!(a.claim(b"2").unwrap().is_acquired());
+}
+
+#[test]
 fn a_memory_only_batch_completion_refuses_lost_leases_and_completes_the_rest() {
     let (_e, ns, clock) = engine_with(small());
     let old = acquire(&ns, b"old");

@@ -1315,9 +1315,7 @@ fn a_co_commit_needs_a_durable_tier() {
 fn a_completion_the_store_refused_under_fail_open_is_never_evicted() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);
-    let cfg = small()
-        .max_keys(10)
-        .on_store_error(FailurePolicy::FailOpen);
+    let cfg = small().max_keys(10).on_store_error(FailurePolicy::FailOpen);
     let (engine, ns) = open(&dir, &clock, cfg);
     // Decided from the hot tier alone: nothing on disk answers for it.
     let g = acquire(&ns, b"k");
@@ -1472,6 +1470,41 @@ fn a_claim_marker_left_behind_is_an_orphan_at_the_next_open() {
 }
 
 #[test]
+fn an_orphan_keeps_its_payload_fingerprint_across_the_restart() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    for markers in [ClaimMarkers::Immediate, ClaimMarkers::Journal] {
+        let cfg = small().claim_markers(markers);
+        {
+            let (engine, ns) = open(&dir, &clock, cfg.clone());
+            let g = acquired(ns.claim_with_payload(b"k", b"v1").unwrap());
+            engine.debug_keep_journal_markers(true);
+            engine.debug_fail_store_writes(true);
+            drop(g); // its claim marker stays on disk, as after a crash
+            engine.debug_fail_store_writes(false);
+        }
+        let (engine, ns) = open(&dir, &clock, cfg);
+        assert_eq!(engine.orphans().len(), 1, "{markers:?}");
+        // Before, the orphan forgot the payload: another one read as in progress.
+        assert_eq!(
+            ns.claim_with_payload(b"k", b"v2").unwrap_err(),
+            Error::PayloadMismatch,
+            "{markers:?}"
+        );
+        assert!(
+            ns.claim_with_payload(b"k", b"v1").unwrap().is_in_progress(),
+            "{markers:?}"
+        );
+        // The lease runs out; the next claim completes the key for the next round.
+        clock.advance(secs(5));
+        acquired(ns.claim_with_payload(b"k", b"v1").unwrap())
+            .complete()
+            .unwrap();
+        ns.forget(b"k").unwrap();
+    }
+}
+
+#[test]
 fn an_orphan_leased_further_ahead_than_the_tick_reaches_is_held_not_expired() {
     // A 30-day lease taken under a one-minute tick, found at an open with the
     // default 1 ms tick: 2.6e9 ticks ahead, past what a 32-bit deadline compares.
@@ -1619,6 +1652,50 @@ fn deferred_markers_are_written_only_for_claims_still_held_at_maintenance() {
     duplicate(&ns, b"quick");
     duplicate(&ns, b"done-later");
     in_progress(&ns, b"held");
+}
+
+#[test]
+fn a_refused_forget_keeps_a_deferred_marker_waiting_for_the_flush() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (engine, ns) = open(&dir, &clock, small().claim_markers(ClaimMarkers::Deferred));
+    let g = acquire(&ns, b"k");
+    engine.debug_fail_store_writes(true);
+    assert!(is_store_error(&ns.forget(b"k").unwrap_err()));
+    engine.debug_fail_store_writes(false);
+    in_progress(&ns, b"k");
+    // The claim is still held, so its marker is still due: the flush writes it
+    // (before, the refused forget had dropped it, and a crash after this flush left
+    // no orphan of a claim in flight).
+    let w0 = engine.stats().durable_writes;
+    engine.run_maintenance();
+    assert_eq!(engine.stats().durable_writes, w0 + 1);
+    g.complete().unwrap();
+    drop((engine, ns));
+    let (engine, ns) = open(&dir, &clock, small().claim_markers(ClaimMarkers::Deferred));
+    assert!(engine.orphans().is_empty(), "{:?}", engine.orphans());
+    duplicate(&ns, b"k");
+}
+
+#[test]
+fn a_flushed_marker_whose_lease_ran_out_goes_with_the_next_claims_completion() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small().claim_markers(ClaimMarkers::Deferred);
+    {
+        let (engine, ns) = open(&dir, &clock, cfg.clone());
+        let first = acquire(&ns, b"k");
+        engine.run_maintenance(); // its marker is written
+        clock.advance(secs(5));
+        assert_eq!(first.release(), Err(Error::LeaseLost));
+        // The next claim's marker is still in memory when it completes; the first
+        // claim's, on disk, must go too (before, it came back as an orphan).
+        acquire(&ns, b"k").complete().unwrap();
+    }
+    let (engine, ns) = open(&dir, &clock, cfg);
+    assert!(engine.orphans().is_empty(), "{:?}", engine.orphans());
+    duplicate(&ns, b"k");
+    assert_no_markers_after_close(&dir, (engine, ns));
 }
 
 #[test]

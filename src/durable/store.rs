@@ -857,14 +857,24 @@ impl DurableNs {
     /// still on disk, forgetting it: a marker kept off disk then needs the delete
     /// after all.
     fn take_marker_on_disk(&self, fp: u128) -> bool {
-        self.any_on_disk.load(Ordering::Acquire) && self.on_disk.lock().remove(&fp)
+        if !self.any_on_disk.load(Ordering::Acquire) {
+            return false;
+        }
+        let mut on_disk = self.on_disk.lock();
+        let had = on_disk.remove(&fp);
+        if on_disk.is_empty() {
+            // Completions stop asking until a marker is noted again (under this lock).
+            self.any_on_disk.store(false, Ordering::Release);
+        }
+        had
     }
 
     /// Notes a claim marker found on disk at open and kept (a live orphan), so that
     /// the completion of a later claim of its key deletes it.
     pub(crate) fn note_marker_on_disk(&self, fp: u128) {
         if self.deferred.is_some() || self.journal_slots.is_some() {
-            self.on_disk.lock().insert(fp);
+            let mut on_disk = self.on_disk.lock();
+            on_disk.insert(fp);
             self.any_on_disk.store(true, Ordering::Release);
         }
     }
@@ -967,14 +977,24 @@ impl DurableNs {
             return;
         }
         self.writes.fetch_add(1, Ordering::Relaxed);
-        if let Err(e) = self.store.put_claims(&self.fams, &batch) {
-            self.errors.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(
-                namespace = %self.name,
-                markers = batch.len(),
-                error = %e,
-                "could not write deferred claim markers"
-            );
+        match self.store.put_claims(&self.fams, &batch) {
+            // On disk now (noted under the flush's lock, which a completion waits
+            // for): if a claim loses its lease and a later claim of the key completes
+            // with its own marker still in memory, that completion deletes this one.
+            Ok(()) => {
+                for (fp, _) in &batch {
+                    self.note_marker_on_disk(*fp);
+                }
+            }
+            Err(e) => {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    namespace = %self.name,
+                    markers = batch.len(),
+                    error = %e,
+                    "could not write deferred claim markers"
+                );
+            }
         }
     }
 
@@ -1200,9 +1220,16 @@ impl DurableNs {
     /// returned.
     pub(crate) fn delete_claims(&self, fps: &[u128]) {
         self.writes.fetch_add(1, Ordering::Relaxed);
-        if let Err(e) = self.store.delete_claims(&self.fams, fps) {
-            self.errors.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(namespace = %self.name, error = %e, "could not remove a claim marker");
+        match self.store.delete_claims(&self.fams, fps) {
+            Ok(()) => {
+                for fp in fps {
+                    self.take_marker_on_disk(*fp);
+                }
+            }
+            Err(e) => {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(namespace = %self.name, error = %e, "could not remove a claim marker");
+            }
         }
     }
 
@@ -1264,6 +1291,11 @@ impl DurableNs {
                     }
                 }
             }
+        } else if stored {
+            // The batch deleted every marker of these keys known to be on disk.
+            for (fp, _) in done {
+                self.take_marker_on_disk(*fp);
+            }
         }
         answer
     }
@@ -1272,17 +1304,22 @@ impl DurableNs {
     pub(crate) fn forget(&self, fp: Fp) -> Result<(), Error> {
         // A held claim's marker still waiting in memory would otherwise be written
         // at the next flush and read back as an orphan at the next open.
-        if let Some(d) = &self.deferred {
-            d.pending.lock().remove(&fp.to_u128());
+        let waiting = self.deferred.as_ref().and_then(|d| {
+            let m = d.pending.lock().remove(&fp.to_u128());
             drop(d.flushing.lock());
-        }
+            m
+        });
         self.writes.fetch_add(1, Ordering::Relaxed);
         let r = match self.store.forget(&self.fams, fp.to_u128()) {
             Ok(()) => Ok(()),
             Err(e) => self.on_failure(e, "forget"),
         };
-        // A journaled marker goes only with the key: a refused forget changes
-        // nothing.
+        // A refused forget changes nothing: the waiting marker goes back (unless a
+        // new claim of the key has written its own meanwhile).
+        if let (Some(d), Some(m), Err(_)) = (&self.deferred, waiting, &r) {
+            d.pending.lock().entry(fp.to_u128()).or_insert(m);
+        }
+        // A journaled marker goes only with the key, too.
         if let (Some(j), Ok(())) = (self.journal.get(), &r) {
             self.clear_journal(j, fp.to_u128(), None);
         }

@@ -2390,9 +2390,15 @@ impl Namespace {
                 d.forget(fp)?;
             }
             let now = ns.now();
-            if let Some(removed) = ns.slots[si].lock().forget(fp, now, &cap) {
+            let mut shard = ns.slots[si].lock();
+            if let Some(removed) = shard.forget(fp, now, &cap) {
+                if !removed && durable_live {
+                    // Done only in the durable tier: forgotten all the same.
+                    shard.counters.forgotten += 1;
+                }
                 return Ok(removed || durable_live);
             }
+            drop(shard);
             // A completion holds the entry while its record is written, without the
             // lock; the record may land after the delete above. Wait for it to finish
             // (written or not), then start again.
@@ -2766,7 +2772,12 @@ impl ClaimGuard {
         let cap = ns.capacity();
         let anchor = {
             let mut shard = ns.slots[si].lock();
-            let _ = shard.release(self.fp, &self.lease, now, &cap);
+            if shard.release(self.fp, &self.lease, now, &cap).is_ok() {
+                // The caller never saw this claim: it was neither acquired nor
+                // released as far as the counters go.
+                shard.counters.acquired = shard.counters.acquired.saturating_sub(1);
+                shard.counters.releases = shard.counters.releases.saturating_sub(1);
+            }
             shard.guard_ended()
         };
         self.counted = false;

@@ -1057,11 +1057,14 @@ fn failing_writes_fail_closed_by_default() {
         assert_eq!(before.resident_keys, 2);
 
         engine.debug_fail_store_writes(true);
-        // A new claim is refused and leaves the key unclaimed.
+        // A new claim is refused and leaves the key unclaimed, and the counters as
+        // they were: nobody saw it acquired, nobody released it.
         let err = ns.claim(b"new").unwrap_err();
         assert!(is_store_error(&err), "{err:?}");
         assert_eq!(ns.check(b"new").unwrap(), None);
         assert_eq!(engine.stats().resident_keys, before.resident_keys);
+        let s = engine.stats();
+        assert_eq!((s.acquired, s.releases), (before.acquired, before.releases));
         // Reads still work.
         duplicate(&ns, b"done-before");
         // A completion is refused and releases the claim.
@@ -1915,10 +1918,13 @@ fn forget_deletes_a_key_from_both_tiers_across_a_restart() {
         // Past the hot TTL, "gone" is in the durable tier only: forget must reach it.
         clock.advance(secs(20));
         assert!(ns.check(b"gone").unwrap().is_some());
+        let before = ns.stats().forgotten;
         assert!(
             ns.forget(b"gone").unwrap(),
             "a live durable record was removed"
         );
+        // Counted as forgotten like a key the hot tier held.
+        assert_eq!(ns.stats().forgotten, before + 1);
         assert!(ns.check(b"gone").unwrap().is_none());
         assert!(!ns.forget(b"gone").unwrap(), "nothing left to remove");
         acquire(&ns, b"gone").release().unwrap();

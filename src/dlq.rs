@@ -765,6 +765,45 @@ impl Inner {
 
     /// Completes a replayed message's claim and stores its `Replayed` record: with a
     /// durable tier in one atomic write.
+    /// Records message `id`, whose handler succeeded after its claim of `key` ran out,
+    /// as replayed (`done`, its history up to "applied"): the key is claimed again
+    /// and completed with it, or, held or done by another claim meanwhile, the message
+    /// is stored as replayed alone, with a note saying so.
+    fn replayed_after_lease_lost(
+        &self,
+        id: u64,
+        key: &[u8],
+        mut done: Letter,
+        report: &mut ReplayReport,
+    ) -> Result<()> {
+        let mid = MessageId(id);
+        let taken = match self.ns.claim(key)? {
+            Claim::Acquired(guard) => match self.complete_replayed(guard, id, &done) {
+                Ok(()) => {
+                    report.notes.insert(
+                        mid,
+                        "applied; the replay's claim ran out first and the key was claimed again to complete it"
+                            .to_owned(),
+                    );
+                    report.replayed.push(mid);
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            },
+            Claim::InProgress(_) => "held by another claim",
+            Claim::Duplicate(_) => "completed by another claim",
+        };
+        let why =
+            format!("applied; the replay's claim ran out first and the key was {taken} meanwhile");
+        if let Some(last) = done.history.last_mut() {
+            last.reason = why.clone();
+        }
+        self.store_letter(&mut self.state.lock(), id, &done, None)?;
+        report.notes.insert(mid, why);
+        report.replayed.push(mid);
+        Ok(())
+    }
+
     fn complete_replayed(&self, guard: ClaimGuard, id: u64, letter: &Letter) -> Result<()> {
         match &self.store {
             #[cfg(feature = "durable")]
@@ -1316,7 +1355,12 @@ impl Dlq {
                         return Ok(());
                     }
                     Err(Error::LeaseLost) => {
-                        "lease-lost: the replay's claim ran out before it completed".to_owned()
+                        // The handler applied the message; only the claim ran out.
+                        // Sending it back to quarantine would apply it again at the
+                        // next replay: the key is claimed anew and completed, or, if
+                        // another claim took it meanwhile, the message is recorded
+                        // as replayed all the same.
+                        return inner.replayed_after_lease_lost(id, &letter.key, done, report);
                     }
                     // Nothing was written (one atomic write): the message is as it was.
                     Err(e) => return Err(e),

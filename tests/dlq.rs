@@ -871,6 +871,55 @@ fn replay_never_processes_a_key_done_before_a_restart_long_ago() {
     }
 }
 
+#[test]
+fn a_handler_that_outlives_its_claim_is_recorded_as_applied_not_sent_back() {
+    let (_engine, ns, dlq, clock) = memory();
+    let slow = dlq.quarantine(b"slow", b"p", OUTAGE).unwrap();
+    let taken = dlq.quarantine(b"taken", b"p", OUTAGE).unwrap();
+    let mut applied = Vec::new();
+    let mut other = None;
+    let r = dlq
+        .replay(
+            &Selection::default(),
+            &any_schema,
+            |key: &[u8], _: &[u8]| {
+                applied.push(key.to_vec());
+                // The handler takes longer than the lease (5 s).
+                clock.advance(secs(6));
+                if key == b"taken" {
+                    // Meanwhile a live redelivery claims the key.
+                    other = Some(acquire(&ns, key));
+                }
+                Ok(())
+            },
+            ReplayMode::Execute,
+        )
+        .unwrap();
+    // Before, both went back to quarantine and the next replay applied them again.
+    assert_eq!(r.replayed, vec![slow, taken], "{r:?}");
+    assert!(r.failed.is_empty(), "{r:?}");
+    assert!(ns.claim(b"slow").unwrap().is_duplicate());
+    assert!(ns.claim(b"taken").unwrap().is_in_progress());
+    assert!(r.notes[&taken].contains("held by another claim"), "{r:?}");
+    for id in [slow, taken] {
+        assert_eq!(dlq.get(id).unwrap().state(), MessageState::Replayed);
+    }
+    let again = dlq
+        .replay(
+            &Selection::default(),
+            &any_schema,
+            |_: &[u8], _: &[u8]| panic!("nothing is left to apply"),
+            ReplayMode::Execute,
+        )
+        .unwrap();
+    assert!(
+        again.replayed.is_empty() && again.failed.is_empty(),
+        "{again:?}"
+    );
+    assert_eq!(applied.len(), 2);
+    drop(other);
+}
+
 #[cfg(feature = "durable")]
 #[test]
 fn a_store_failure_leaves_every_message_as_it_was() {

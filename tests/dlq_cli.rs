@@ -233,6 +233,47 @@ fn bad_arguments_are_refused() {
 }
 
 #[test]
+fn an_archive_with_one_bad_id_archives_none() {
+    let tmp = TempDir::new("archive");
+    let db = tmp.0.join("db");
+    populate(&db);
+    let dbs = db.to_str().unwrap();
+    let archive = |ids: &[&str]| {
+        let mut args = vec![
+            "dlq",
+            "archive",
+            dbs,
+            "--namespace",
+            "orders",
+            "--note",
+            "x",
+        ];
+        for id in ids {
+            args.extend(["--id", id]);
+        }
+        idem(&args)
+    };
+    // Before, #1 was archived (for good) and then the command failed.
+    for (ids, why) in [(&["1", "999"][..], "999"), (&["2", "2"], "named twice")] {
+        let (ok, code, _, err) = archive(ids);
+        assert!(!ok && code == Some(1), "{ids:?}: {err}");
+        assert!(
+            err.contains(why) && err.contains("nothing was archived"),
+            "{err}"
+        );
+    }
+    let (ok, _, out, err) = idem(&["dlq", "list", dbs, "--namespace", "orders"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("5 message(s)"), "{out}");
+    let (ok, _, out, err) = archive(&["1", "2"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("archived #1") && out.contains("archived #2"),
+        "{out}"
+    );
+}
+
+#[test]
 fn an_unknown_namespace_is_refused_and_the_database_is_left_as_it_was() {
     let tmp = TempDir::new("typo");
     let db = tmp.0.join("db");

@@ -278,6 +278,24 @@ fn show(dlq: &Dlq, id: MessageId) -> Result<(), String> {
 
 fn archive(dlq: &Dlq, o: &Options) -> Result<(), String> {
     let note = o.note.as_deref().unwrap_or_default();
+    // Archived is final: every id is checked before the first is archived, so that a
+    // refused command archives none.
+    let mut seen = std::collections::HashSet::new();
+    for id in &o.ids {
+        if !seen.insert(*id) {
+            return Err(format!("message {id} is named twice; nothing was archived"));
+        }
+        let state = dlq
+            .get(*id)
+            .map_err(|e| format!("{e}; nothing was archived"))?
+            .state();
+        if !state.can_go_to(idem::MessageState::Archived) {
+            return Err(format!(
+                "message {id} cannot go from {} to archived; nothing was archived",
+                state.as_str()
+            ));
+        }
+    }
     for id in &o.ids {
         dlq.archive(*id, note).map_err(|e| e.to_string())?;
         outln!("archived {id}");

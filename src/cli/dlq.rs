@@ -404,11 +404,21 @@ fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
         ReplayMode::Execute
     };
     let schema = CommandSchema(o.schema_cmd.clone());
-    // Select once, then replay in chunks so the progress bar can move.
+    // Select once, then replay in chunks so the progress bar can move. Each chunk
+    // names its ids, and a replay refuses named ids it cannot take (replayed or
+    // archived ones) before doing anything: those are left out here unless the
+    // command named them itself, so that `--all` never stops half way.
+    let replayable = |m: &DeadLetter| {
+        matches!(
+            m.state(),
+            MessageState::Quarantined | MessageState::UnderReview
+        )
+    };
     let selected: Vec<MessageId> = dlq
         .list(&o.selection())
         .map_err(|e| e.to_string())?
         .iter()
+        .filter(|m| !o.ids.is_empty() || replayable(m))
         .map(DeadLetter::id)
         .collect();
     let total = selected.len() as u64;

@@ -68,7 +68,9 @@ USAGE:
         anything else is a failure (stderr is the reason). --schema-cmd gets the
         payload on stdin: exit 0 and no output is compatible, exit 0 with output
         replaces the payload, any other exit is incompatible (stderr is the
-        reason). States: quarantined, under-review, replayed, archived.
+        reason), except 126, 127 or a signal: then the command gave no verdict
+        and the replay stops before archiving anything for it. States:
+        quarantined, under-review, replayed, archived.
     idem bench [--quick] [--no-durable | --durable-only] [--source DIR]
                [--n LIST] [--threads LIST] [--runs N] [--peers LIST]
                [--moka-max-n N] [--redis-max-n N] [--redis-sample N]

@@ -305,6 +305,34 @@ fn a_replay_of_every_message_passes_over_the_archived_ones() {
 }
 
 #[test]
+fn a_schema_command_that_gives_no_verdict_archives_nothing() {
+    let tmp = TempDir::new("schema");
+    let db = tmp.0.join("db");
+    populate(&db);
+    let dbs = db.to_str().unwrap();
+    let ns = ["--namespace", "orders"];
+    // Not found (the shell exits 127), and ended by a signal. Before, each read as
+    // "incompatible" and archived every message for good.
+    for check in ["no-such-schema-command-xyz", "kill -9 $$"] {
+        for mode in ["--dry-run", "--exec"] {
+            let mut args = vec!["dlq", "replay", dbs, "--schema-cmd", check, mode];
+            if mode == "--exec" {
+                args.push("cat >/dev/null");
+            }
+            let (ok, code, _, err) = idem(&[&args[..], &ns].concat());
+            assert!(!ok && code == Some(1), "{check} {mode}: {err}");
+            assert!(err.contains("gave no verdict"), "{err}");
+        }
+    }
+    let (ok, _, out, err) = idem(&[&["dlq", "list", dbs][..], &ns].concat());
+    assert!(ok, "{err}");
+    assert!(out.contains("5 message(s)"), "{out}");
+    let (ok, _, health, err) = idem(&[&["dlq", "health", dbs][..], &ns].concat());
+    assert!(ok, "{err}");
+    assert_eq!(row(&health, "archived")[1], "0", "{health}");
+}
+
+#[test]
 fn an_unknown_namespace_is_refused_and_the_database_is_left_as_it_was() {
     let tmp = TempDir::new("typo");
     let db = tmp.0.join("db");

@@ -2,6 +2,7 @@
 //! database's dead-letter store, and `idem __dlq_replay`, the replaying process of
 //! the crash tests.
 
+use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -9,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use idem::{
     DeadLetter, Dlq, Engine, MessageId, MessageState, NamespaceConfig, ReplayMode, ReplayReport,
-    SchemaCheck, SchemaVerdict, Selection,
+    SchemaVerdict, Selection,
 };
 
 use super::{grouped, number};
@@ -348,32 +349,32 @@ fn health(dlq: &Dlq) {
     }
 }
 
-/// The schema check of `--schema-cmd`: the command gets the payload on stdin. Exit 0
-/// with nothing on stdout: compatible; exit 0 with output: the output replaces the
-/// payload; any other exit: incompatible, with its stderr as the reason. Without the
-/// option every payload is compatible.
-struct CommandSchema(Option<String>);
-
-impl SchemaCheck for CommandSchema {
-    fn check(&self, payload: &[u8]) -> SchemaVerdict {
-        let Some(cmd) = &self.0 else {
-            return SchemaVerdict::Compatible;
-        };
-        match run_shell(cmd, &[], payload) {
-            Ok((true, out, _)) if out.is_empty() => SchemaVerdict::Compatible,
-            Ok((true, out, _)) => SchemaVerdict::Transform(out),
-            Ok((false, _, err)) => SchemaVerdict::Incompatible(err),
-            Err(e) => SchemaVerdict::Incompatible(format!("schema command failed: {e}")),
-        }
+/// The verdict of `--schema-cmd` on `payload`: the command gets the payload on
+/// stdin. Exit 0 with nothing on stdout: compatible; exit 0 with output: the output
+/// replaces the payload; any other exit: incompatible, with its stderr as the reason.
+/// A command that gives no verdict is an error, not an incompatible payload (which
+/// would archive the message for good): one that cannot be started, that the shell
+/// cannot find or run (exit 126 or 127), or that a signal ends.
+fn schema_verdict(cmd: &str, payload: &[u8]) -> Result<SchemaVerdict, String> {
+    let (status, out, err) = run_shell(cmd, &[], payload)
+        .map_err(|e| format!("the schema command did not start: {e}"))?;
+    match status.code() {
+        Some(0) if out.is_empty() => Ok(SchemaVerdict::Compatible),
+        Some(0) => Ok(SchemaVerdict::Transform(out)),
+        Some(126 | 127) | None => Err(format!(
+            "the schema command gave no verdict ({status}): {err}"
+        )),
+        Some(_) => Ok(SchemaVerdict::Incompatible(err)),
     }
 }
 
-/// Runs `sh -c cmd` with `input` on stdin: (success, stdout, stderr or exit status).
+/// Runs `sh -c cmd` with `input` on stdin: (exit status, stdout, stderr or the exit
+/// status).
 fn run_shell(
     cmd: &str,
     env: &[(&str, String)],
     input: &[u8],
-) -> Result<(bool, Vec<u8>, String), String> {
+) -> Result<(std::process::ExitStatus, Vec<u8>, String), String> {
     let mut child = Command::new("sh")
         .arg("-c")
         .arg(cmd)
@@ -394,7 +395,7 @@ fn run_shell(
     } else {
         err
     };
-    Ok((out.status.success(), out.stdout, err))
+    Ok((out.status, out.stdout, err))
 }
 
 fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
@@ -403,7 +404,6 @@ fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
     } else {
         ReplayMode::Execute
     };
-    let schema = CommandSchema(o.schema_cmd.clone());
     // Select once, then replay in chunks so the progress bar can move. Each chunk
     // names its ids, and a replay refuses named ids it cannot take (replayed or
     // archived ones) before doing anything: those are left out here unless the
@@ -426,6 +426,25 @@ fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
     let mut bar = Progress::new(total);
     let exec = o.exec.clone().unwrap_or_default();
     for chunk in selected.chunks(CHUNK) {
+        // The schema command runs for the whole chunk first: one that gives no verdict
+        // stops the command before any message of the chunk is archived for it.
+        let mut verdicts: HashMap<Vec<u8>, SchemaVerdict> = HashMap::new();
+        if let Some(cmd) = &o.schema_cmd {
+            for id in chunk {
+                let payload = dlq.get(*id).map_err(|e| e.to_string())?.payload().to_vec();
+                if let std::collections::hash_map::Entry::Vacant(slot) = verdicts.entry(payload) {
+                    let v = schema_verdict(cmd, slot.key())
+                        .map_err(|e| format!("{e}; stopped before message {id}"))?;
+                    slot.insert(v);
+                }
+            }
+        }
+        let schema = |payload: &[u8]| match &o.schema_cmd {
+            None => SchemaVerdict::Compatible,
+            Some(cmd) => verdicts.get(payload).cloned().unwrap_or_else(|| {
+                schema_verdict(cmd, payload).unwrap_or_else(SchemaVerdict::Incompatible)
+            }),
+        };
         let sel = Selection::default().ids(chunk.iter().copied());
         let r = dlq
             .replay(
@@ -434,8 +453,8 @@ fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
                 |key: &[u8], payload: &[u8]| {
                     let env = [("IDEM_KEY", String::from_utf8_lossy(key).into_owned())];
                     match run_shell(&exec, &env, payload) {
-                        Ok((true, _, _)) => Ok(()),
-                        Ok((false, _, err)) => Err(err),
+                        Ok((status, _, _)) if status.success() => Ok(()),
+                        Ok((_, _, err)) => Err(err),
                         Err(e) => Err(format!("exec-failed: {e}")),
                     }
                 },

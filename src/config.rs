@@ -342,6 +342,11 @@ impl NamespaceConfig {
         self.retention.unwrap_or(self.ttl.saturating_mul(7))
     }
 
+    /// The longest key accepted, in bytes.
+    pub fn get_max_key_len(&self) -> usize {
+        self.max_key_len
+    }
+
     /// The configured TTL.
     pub fn get_ttl(&self) -> Duration {
         self.ttl

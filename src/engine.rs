@@ -178,10 +178,18 @@ impl Engine {
         #[cfg(feature = "durable")]
         let store = match &b.durable {
             Some(path) => {
-                let nss: Vec<(String, u64)> = b
+                let nss: Vec<(String, crate::durable::NsSettings)> = b
                     .namespaces
                     .iter()
-                    .map(|(n, c)| (n.clone(), c.get_retention().as_millis() as u64))
+                    .map(|(n, c)| {
+                        let settings = crate::durable::NsSettings {
+                            ttl_ms: c.get_ttl().as_millis() as u64,
+                            lease_ms: c.get_lease().as_millis() as u64,
+                            retention_ms: c.get_retention().as_millis() as u64,
+                            max_key_len: c.get_max_key_len() as u64,
+                        };
+                        (n.clone(), settings)
+                    })
                     .collect();
                 let (store, report) = crate::durable::Store::open(
                     path,

@@ -108,7 +108,9 @@ pub use dlq::{
     DEFAULT_RECENT_WINDOW, MAX_ACTOR_LEN, MAX_DEAD_LETTER_PAYLOAD, MAX_REASON_LEN,
 };
 #[cfg(feature = "durable")]
-pub use durable::inspect::{inspect, namespaces, InspectedKey, Inspection, NamespaceSummary};
+pub use durable::inspect::{
+    inspect, namespaces, stored_config, InspectedKey, Inspection, NamespaceSummary,
+};
 pub use engine::{
     Claim, ClaimGuard, Done, Engine, InFlight, KeyState, Namespace, Orphan, StateChanges,
 };

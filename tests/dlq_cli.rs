@@ -333,6 +333,57 @@ fn a_schema_command_that_gives_no_verdict_archives_nothing() {
 }
 
 #[test]
+fn a_replay_writes_the_done_record_with_the_applications_retention() {
+    let tmp = TempDir::new("retention");
+    let db = tmp.0.join("db");
+    let month = std::time::Duration::from_secs(30 * 86_400);
+    let cfg = NamespaceConfig::new()
+        .ttl(std::time::Duration::from_secs(3_600))
+        .retention(month);
+    let open = || {
+        Engine::builder()
+            .namespace("orders", cfg.clone())
+            .durable(&db)
+            .maintenance_interval(None)
+            .build()
+            .unwrap()
+    };
+    {
+        let engine = open();
+        let stored = idem::stored_config(&db, "orders").unwrap().unwrap();
+        assert_eq!(stored.get_retention(), month);
+        assert_eq!(stored.get_ttl(), cfg.get_ttl());
+        engine
+            .dlq("orders")
+            .unwrap()
+            .quarantine(b"ord-1", b"p", "outage")
+            .unwrap();
+    }
+    let dbs = db.to_str().unwrap();
+    let (ok, _, _, err) = idem(&[
+        "dlq",
+        "replay",
+        dbs,
+        "--namespace",
+        "orders",
+        "--exec",
+        "cat >/dev/null",
+    ]);
+    assert!(ok, "{err}");
+    assert!(!err.contains("no settings"), "{err}");
+    let engine = open();
+    match engine.namespace("orders").unwrap().check(b"ord-1").unwrap() {
+        // Before, the command used the default retention: 7 days, not 30.
+        Some(idem::KeyState::Done {
+            completed_at_ms,
+            expires_at_ms,
+            ..
+        }) => assert_eq!(expires_at_ms - completed_at_ms, month.as_millis() as u64),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn an_unknown_namespace_is_refused_and_the_database_is_left_as_it_was() {
     let tmp = TempDir::new("typo");
     let db = tmp.0.join("db");

@@ -146,7 +146,8 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
     }
 }
 
-/// An engine on an existing database with namespace `name` (default settings).
+/// An engine on an existing database with namespace `name`, configured as the
+/// application last opened it (its TTL, lease, retention and longest key).
 fn open(dir: &Path, name: &str, actor: Option<&str>) -> Result<(Engine, Dlq), String> {
     if !dir.join("CURRENT").is_file() {
         return Err(format!("no idem database in {}", dir.display()));
@@ -166,8 +167,20 @@ fn open(dir: &Path, name: &str, actor: Option<&str>) -> Result<(Engine, Dlq), St
             }
         ));
     }
+    // The namespace as the application last configured it: a replay's done record
+    // must last the application's retention, not the default one.
+    let cfg = match idem::stored_config(dir, name).map_err(|e| e.to_string())? {
+        Some(cfg) => cfg,
+        None => {
+            eprintln!(
+                "idem dlq: the database holds no settings for namespace {name:?} (last opened \
+                 by an older idem): using the defaults (TTL 24 h, retention 7 x TTL)"
+            );
+            NamespaceConfig::new()
+        }
+    };
     let engine = Engine::builder()
-        .namespace(name, NamespaceConfig::new())
+        .namespace(name, cfg)
         .maintenance_interval(None)
         .durable(dir)
         .build()

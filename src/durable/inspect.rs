@@ -78,6 +78,35 @@ fn dir_size(path: &Path) -> u64 {
         .unwrap_or(0)
 }
 
+/// The configuration namespace `namespace` of the database at `path` was last opened
+/// with: its TTL, lease, retention and longest key, on top of the defaults of
+/// [`NamespaceConfig::new`] (the other settings are the application's own business).
+/// Tools that open the database without the application's configuration (`idem
+/// dlq`) use it, so that the records they write last as the application's do.
+/// `None` if the database holds none for it (a namespace it does not hold, or a
+/// database last opened by an older idem). Read-only, like [`inspect`].
+pub fn stored_config(
+    path: impl AsRef<Path>,
+    namespace: &str,
+) -> Result<Option<crate::NamespaceConfig>, Error> {
+    let path = path.as_ref();
+    if DB::list_cf(&Options::default(), path).is_err() {
+        return Err(Error::IncompatibleFormat {
+            path: path.to_path_buf(),
+            found: None,
+            supported: super::FORMAT_VERSION,
+        });
+    }
+    let ms = std::time::Duration::from_millis;
+    Ok(super::stored_settings(path, namespace)?.map(|s| {
+        crate::NamespaceConfig::new()
+            .ttl(ms(s.ttl_ms))
+            .lease(ms(s.lease_ms))
+            .retention(ms(s.retention_ms))
+            .max_key_len(s.max_key_len as usize)
+    }))
+}
+
 /// The names of the namespaces a database holds, sorted, read from its column
 /// families alone: no record is read, and the database may be open in an engine
 /// meanwhile. Use it to check a name before opening an engine on it (an engine

@@ -27,6 +27,82 @@ pub(crate) use dlq::message_key as dlq_message_key;
 use super::FORMAT_VERSION;
 const FORMAT_KEY: &[u8] = b"idem/format";
 const SEED_KEY: &[u8] = b"idem/seed";
+/// Prefix of the keys (in the default column family) under which each namespace's
+/// settings are stored: [`NsSettings`].
+const SETTINGS_PREFIX: &[u8] = b"idem/ns/";
+
+/// What a namespace was configured with, as the last engine on the database stored
+/// it: for tools that open the database without the application's configuration
+/// (`idem dlq`), so that what they write lasts as the application's records do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct NsSettings {
+    pub(crate) ttl_ms: u64,
+    pub(crate) lease_ms: u64,
+    pub(crate) retention_ms: u64,
+    pub(crate) max_key_len: u64,
+}
+
+impl NsSettings {
+    const VERSION: u8 = 1;
+
+    fn encode(&self) -> [u8; 33] {
+        let mut b = [0u8; 33];
+        b[0] = Self::VERSION;
+        for (i, v) in [
+            self.ttl_ms,
+            self.lease_ms,
+            self.retention_ms,
+            self.max_key_len,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            b[1 + 8 * i..9 + 8 * i].copy_from_slice(&v.to_le_bytes());
+        }
+        b
+    }
+
+    /// `None` for bytes of another length or version.
+    fn decode(b: &[u8]) -> Option<NsSettings> {
+        if b.len() != 33 || b[0] != Self::VERSION {
+            return None;
+        }
+        let word = |i: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[1 + 8 * i..9 + 8 * i]);
+            u64::from_le_bytes(w)
+        };
+        Some(NsSettings {
+            ttl_ms: word(0),
+            lease_ms: word(1),
+            retention_ms: word(2),
+            max_key_len: word(3),
+        })
+    }
+}
+
+fn settings_key(ns: &str) -> Vec<u8> {
+    [SETTINGS_PREFIX, ns.as_bytes()].concat()
+}
+
+/// The settings stored for namespace `ns` in the database at `path` (read-only; the
+/// database may be open in an engine meanwhile): `None` if there are none (a
+/// database written before they were stored), an error if they cannot be read.
+pub(crate) fn stored_settings(path: &Path, ns: &str) -> Result<Option<NsSettings>, Error> {
+    let db = DB::open_for_read_only(&Options::default(), path, false)
+        .map_err(|e| store_err("open read-only", e))?;
+    match db.get(settings_key(ns)).map_err(|e| store_err("read", e))? {
+        None => Ok(None),
+        Some(b) => NsSettings::decode(&b).map(Some).ok_or_else(|| {
+            Error::Store(StoreError::new(
+                "read",
+                format!(
+                    "the stored settings of namespace {ns:?} are damaged or of a newer version"
+                ),
+            ))
+        }),
+    }
+}
 
 fn done_cf(ns: &str) -> String {
     format!("done:{ns}")
@@ -163,11 +239,12 @@ fn store_err(op: &'static str, e: rocksdb::Error) -> Error {
 
 impl Store {
     /// Opens (creating if missing) the database at `path` for the given namespaces
-    /// (name, retention in ms) and consumer state families. `seed` is used only when
-    /// the database is new; an existing database keeps its own.
+    /// (name and settings, stored if they changed) and consumer state families.
+    /// `seed` is used only when the database is new; an existing database keeps its
+    /// own.
     pub(crate) fn open(
         path: &Path,
-        namespaces: &[(String, u64)],
+        namespaces: &[(String, NsSettings)],
         state_families: &[String],
         clock: std::sync::Arc<dyn Clock>,
         seed: u64,
@@ -338,6 +415,20 @@ impl Store {
                 })
             }
         };
+        // Each namespace's settings, written only when they changed: an unchanged
+        // open writes nothing (a saved prefilter is good only at an unchanged
+        // sequence number).
+        let mut batch = WriteBatch::default();
+        for (name, settings) in namespaces {
+            let key = settings_key(name);
+            let stored = db.get(&key).map_err(|e| store_err("open", e))?;
+            if stored.as_deref() != Some(&settings.encode()[..]) {
+                batch.put(key, settings.encode());
+            }
+        }
+        if !batch.is_empty() {
+            db.write(batch).map_err(|e| store_err("open", e))?;
+        }
         Ok((
             Store {
                 db,
@@ -1412,7 +1503,15 @@ mod tests {
             std::sync::Arc::new(crate::clock::ManualClock::new(1_000));
         let (store, _) = Store::open(
             dir.path(),
-            &[("n".to_owned(), 1_000_000)],
+            &[(
+                "n".to_owned(),
+                NsSettings {
+                    ttl_ms: 1_000,
+                    lease_ms: 1_000,
+                    retention_ms: 1_000_000,
+                    max_key_len: 64,
+                },
+            )],
             &[],
             clock,
             7,

@@ -10,7 +10,8 @@ use crate::sync::{Arc, AtomicU64, Ordering};
 /// The engine reads it on every claim and completion. Wall-clock time (not a
 /// monotonic instant) is used because deadlines must keep their meaning across
 /// restarts of the process. A clock that steps backwards makes leases and TTLs last
-/// longer, never shorter.
+/// longer, never shorter: each namespace reads it as stopped at the latest time it
+/// saw until the clock passes that time again.
 pub trait Clock: Send + Sync + 'static {
     /// Milliseconds since 1970-01-01T00:00:00Z.
     fn now_ms(&self) -> u64;

@@ -127,16 +127,16 @@ impl StateChanges {
 
 impl Shared {
     fn run_maintenance(&self) -> usize {
-        let now_ms = self.clock.now_ms();
         let expired = self
             .namespaces
             .values()
             .map(|ns| {
+                let now = ns.now();
                 if let Some(d) = &ns.durable {
-                    d.maintain(now_ms);
+                    d.maintain(now.ms);
                 }
                 ns.chunks.top_up();
-                ns.expire_all(ns.params.now(now_ms))
+                ns.expire_all(now)
             })
             .sum();
         crate::hot::collect_retired();
@@ -1432,6 +1432,9 @@ pub(crate) struct NsInner {
     forget_waits: AtomicU64,
     /// Duplicates answered without a shard lock (counted apart from the shards').
     lock_free_duplicates: crate::hot::reclaim::OwnedCounter,
+    /// The latest time the namespace has read from its clock (ms): a clock stepped
+    /// backwards reads as stopped here until it passes this again (see [`Clock`]).
+    latest_ms: std::sync::atomic::AtomicU64,
 }
 
 impl NsInner {
@@ -1481,6 +1484,7 @@ impl NsInner {
             chunks: Reservoir::new(cfg_max_keys),
             forget_waits: AtomicU64::new(0),
             lock_free_duplicates: Default::default(),
+            latest_ms: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -1844,7 +1848,25 @@ impl NsInner {
 
     #[inline]
     fn now(&self) -> Now {
-        self.params.now(self.clock.now_ms())
+        self.params.now(self.now_ms())
+    }
+
+    /// The clock's time, never earlier than any the namespace read before. Deadlines
+    /// are 32-bit tick counts placed in a wheel that only moves forward: a time
+    /// before the wheel's would park new deadlines wrongly, and one more than 2^31
+    /// ticks back would read live keys as expired.
+    #[inline]
+    fn now_ms(&self) -> u64 {
+        use std::sync::atomic::Ordering as O;
+        let ms = self.clock.now_ms();
+        let latest = self.latest_ms.load(O::Relaxed);
+        if ms > latest {
+            // At most once a clock step per thread: the line is read far more often.
+            self.latest_ms.fetch_max(ms, O::Relaxed);
+            ms
+        } else {
+            latest
+        }
     }
 
     #[inline]

@@ -1642,6 +1642,9 @@ impl Shard {
         if e.has_extra() {
             self.extras.remove(&idx);
         }
+        if !self.unstored.is_empty() {
+            self.unstored.remove(&idx);
+        }
         let (meta, deadline) = match &found {
             DurableLookup::Done(d) => (STATE_DONE, found_deadline(p, now, d)),
             _ => {

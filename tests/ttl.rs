@@ -158,6 +158,30 @@ fn clock_stepping_backwards_never_expires_early() {
 }
 
 #[test]
+fn a_clock_stepped_back_further_than_a_deadline_reaches_reads_as_stopped() {
+    // More than 2^31 ticks of 1 ms: a 32-bit deadline compared with serial arithmetic
+    // read live keys as expired after such a step.
+    let step = 3u64 << 30;
+    let (e, ns, clock) = engine_with(small());
+    clock.set(T0 + 2 * step);
+    done(&ns, b"done");
+    let held = acquire(&ns, b"held");
+    clock.set(T0 + step);
+    // Before: Acquired twice over.
+    assert!(ns.claim(b"done").unwrap().is_duplicate());
+    assert!(ns.claim(b"held").unwrap().is_in_progress());
+    // A key completed while the clock reads behind gets its deadlines from the latest
+    // time seen, and maintenance reclaims it once the clock has passed them (before,
+    // the wheel had parked it wrongly and kept it some 2^32 ticks more).
+    done(&ns, b"during");
+    assert_eq!(e.stats().resident_keys, 3);
+    clock.set(T0 + 2 * step + 60_000);
+    assert_eq!(e.run_maintenance(), 3, "{:?}", e.stats());
+    assert_eq!(e.stats().resident_keys, 0);
+    assert_eq!(held.complete(), Err(idem::Error::LeaseLost));
+}
+
+#[test]
 fn coarse_tick_rounds_expiry_up_never_down() {
     let clock = ManualClock::new(T0);
     let engine = Engine::builder()

@@ -68,6 +68,23 @@ fn populate(db: &Path) {
     }
 }
 
+/// A fresh directory named after `tag` holding `populate`'s database, and that
+/// database's path.
+fn populated(tag: &str) -> (TempDir, String) {
+    let tmp = TempDir::new(tag);
+    let db = tmp.0.join("db");
+    populate(&db);
+    let dbs = db.to_str().unwrap().to_owned();
+    (tmp, dbs)
+}
+
+/// `idem dlq CMD DB --namespace orders ARGS...`.
+fn orders(cmd: &str, db: &str, args: &[&str]) -> (bool, Option<i32>, String, String) {
+    let mut all = vec!["dlq", cmd, db, "--namespace", "orders"];
+    all.extend_from_slice(args);
+    idem(&all)
+}
+
 fn row<'a>(out: &'a str, label: &str) -> Vec<&'a str> {
     out.lines()
         .find(|l| l.starts_with(label))
@@ -234,24 +251,13 @@ fn bad_arguments_are_refused() {
 
 #[test]
 fn an_archive_with_one_bad_id_archives_none() {
-    let tmp = TempDir::new("archive");
-    let db = tmp.0.join("db");
-    populate(&db);
-    let dbs = db.to_str().unwrap();
+    let (_tmp, dbs) = populated("archive");
     let archive = |ids: &[&str]| {
-        let mut args = vec![
-            "dlq",
-            "archive",
-            dbs,
-            "--namespace",
-            "orders",
-            "--note",
-            "x",
-        ];
+        let mut args = vec!["--note", "x"];
         for id in ids {
             args.extend(["--id", id]);
         }
-        idem(&args)
+        orders("archive", &dbs, &args)
     };
     // Before, #1 was archived (for good) and then the command failed.
     for (ids, why) in [(&["1", "999"][..], "999"), (&["2", "2"], "named twice")] {
@@ -262,7 +268,7 @@ fn an_archive_with_one_bad_id_archives_none() {
             "{err}"
         );
     }
-    let (ok, _, out, err) = idem(&["dlq", "list", dbs, "--namespace", "orders"]);
+    let (ok, _, out, err) = orders("list", &dbs, &[]);
     assert!(ok, "{err}");
     assert!(out.contains("5 message(s)"), "{out}");
     let (ok, _, out, err) = archive(&["1", "2"]);
@@ -275,59 +281,39 @@ fn an_archive_with_one_bad_id_archives_none() {
 
 #[test]
 fn a_replay_of_every_message_passes_over_the_archived_ones() {
-    let tmp = TempDir::new("all");
-    let db = tmp.0.join("db");
-    populate(&db);
-    let dbs = db.to_str().unwrap();
-    let ns = ["--namespace", "orders"];
-    let (ok, _, _, err) = idem(
-        &[
-            &["dlq", "archive", dbs, "--id", "4", "--note", "x"][..],
-            &ns,
-        ]
-        .concat(),
-    );
+    let (_tmp, dbs) = populated("all");
+    let (ok, _, _, err) = orders("archive", &dbs, &["--id", "4", "--note", "x"]);
     assert!(ok, "{err}");
     // Before, the archived message, named in the replay's first chunk, refused the
     // whole replay.
-    let (ok, _, out, err) = idem(
-        &[
-            &["dlq", "replay", dbs, "--all", "--exec", "cat >/dev/null"][..],
-            &ns,
-        ]
-        .concat(),
-    );
+    let (ok, _, out, err) = orders("replay", &dbs, &["--all", "--exec", "cat >/dev/null"]);
     assert!(ok, "{err}");
     assert!(out.contains("replay (4 messages)"), "{out}");
-    let (ok, _, out, err) = idem(&[&["dlq", "list", dbs][..], &ns].concat());
+    let (ok, _, out, err) = orders("list", &dbs, &[]);
     assert!(ok, "{err}");
     assert!(out.contains("0 message(s)"), "{out}");
 }
 
 #[test]
 fn a_schema_command_that_gives_no_verdict_archives_nothing() {
-    let tmp = TempDir::new("schema");
-    let db = tmp.0.join("db");
-    populate(&db);
-    let dbs = db.to_str().unwrap();
-    let ns = ["--namespace", "orders"];
+    let (_tmp, dbs) = populated("schema");
     // Not found (the shell exits 127), and ended by a signal. Before, each read as
     // "incompatible" and archived every message for good.
     for check in ["no-such-schema-command-xyz", "kill -9 $$"] {
         for mode in ["--dry-run", "--exec"] {
-            let mut args = vec!["dlq", "replay", dbs, "--schema-cmd", check, mode];
+            let mut args = vec!["--schema-cmd", check, mode];
             if mode == "--exec" {
                 args.push("cat >/dev/null");
             }
-            let (ok, code, _, err) = idem(&[&args[..], &ns].concat());
+            let (ok, code, _, err) = orders("replay", &dbs, &args);
             assert!(!ok && code == Some(1), "{check} {mode}: {err}");
             assert!(err.contains("gave no verdict"), "{err}");
         }
     }
-    let (ok, _, out, err) = idem(&[&["dlq", "list", dbs][..], &ns].concat());
+    let (ok, _, out, err) = orders("list", &dbs, &[]);
     assert!(ok, "{err}");
     assert!(out.contains("5 message(s)"), "{out}");
-    let (ok, _, health, err) = idem(&[&["dlq", "health", dbs][..], &ns].concat());
+    let (ok, _, health, err) = orders("health", &dbs, &[]);
     assert!(ok, "{err}");
     assert_eq!(row(&health, "archived")[1], "0", "{health}");
 }

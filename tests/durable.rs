@@ -876,18 +876,22 @@ fn an_empty_database_without_metadata_is_adopted() {
     assert_eq!(raw_db_get_format(&dir), Some(FORMAT.to_le_bytes().to_vec()));
 }
 
+/// A RocksDB database in `dir` with namespace "ns"'s column families and none of
+/// idem's metadata.
+fn our_families_alone(dir: &TempDir) -> rocksdb::DB {
+    let mut opts = rocksdb::Options::default();
+    opts.create_if_missing(true);
+    opts.create_missing_column_families(true);
+    rocksdb::DB::open_cf(&opts, dir.path(), ["done:ns", "claims:ns", "dlq:ns"]).unwrap()
+}
+
 #[test]
 fn our_empty_families_without_metadata_are_adopted() {
     // An open that crashed after creating the namespace's column families and before
     // writing the format and seed leaves exactly this.
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);
-    {
-        let mut opts = rocksdb::Options::default();
-        opts.create_if_missing(true);
-        opts.create_missing_column_families(true);
-        rocksdb::DB::open_cf(&opts, dir.path(), ["done:ns", "claims:ns", "dlq:ns"]).unwrap();
-    }
+    drop(our_families_alone(&dir));
     let (_engine, ns) = open(&dir, &clock, small());
     acquire(&ns, b"k").complete().unwrap();
     duplicate(&ns, b"k");
@@ -899,11 +903,7 @@ fn our_families_with_records_but_no_metadata_are_refused() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);
     {
-        let mut opts = rocksdb::Options::default();
-        opts.create_if_missing(true);
-        opts.create_missing_column_families(true);
-        let db =
-            rocksdb::DB::open_cf(&opts, dir.path(), ["done:ns", "claims:ns", "dlq:ns"]).unwrap();
+        let db = our_families_alone(&dir);
         db.put_cf(db.cf_handle("done:ns").unwrap(), b"x", b"y")
             .unwrap();
     }

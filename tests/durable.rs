@@ -790,6 +790,19 @@ fn another_format_version_is_refused() {
             supported: FORMAT,
         }
     );
+    // Nor is a namespace the database does not have yet added to it first (before,
+    // its column families were created and only then was the version read).
+    let families = column_families(&dir);
+    let err = builder(&dir, &clock)
+        .namespace("ns", small())
+        .namespace("new", small())
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::IncompatibleFormat { found: Some(2), .. }),
+        "{err:?}"
+    );
+    assert_eq!(column_families(&dir), families);
     // The refusal changed nothing: version 2 is still there; restoring version 1
     // brings the data back.
     {

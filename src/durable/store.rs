@@ -330,6 +330,25 @@ impl Store {
             }
         }
 
+        // An existing database about to gain column families has its format read
+        // first: another version is refused before the open below could add them.
+        if !report.created && !adopt_empty && !wanted.is_subset(&existing) {
+            let db = DB::open_for_read_only(&Options::default(), path, false)
+                .map_err(|e| store_err("open", e))?;
+            if let Some(f) = db.get(FORMAT_KEY).map_err(|e| store_err("open", e))? {
+                let found = <[u8; 4]>::try_from(f.as_slice())
+                    .map(u32::from_le_bytes)
+                    .ok();
+                if found != Some(FORMAT_VERSION) {
+                    return Err(Error::IncompatibleFormat {
+                        path: path.to_path_buf(),
+                        found,
+                        supported: FORMAT_VERSION,
+                    });
+                }
+            }
+        }
+
         let mut descriptors = Vec::new();
         for name in existing.union(&wanted) {
             if name == "default" {

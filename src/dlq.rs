@@ -1182,6 +1182,16 @@ impl Dlq {
                 }
             }
         }
+        // The schema check runs before the key is looked at: a transformed message
+        // that then turned out done or held is not listed as transformed.
+        let ReplayReport {
+            transformed,
+            replayed,
+            failed,
+            ..
+        } = &mut report;
+        let acted: HashSet<MessageId> = replayed.iter().chain(failed.iter()).copied().collect();
+        transformed.retain(|id| acted.contains(id));
         Ok(report)
     }
 

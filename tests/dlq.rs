@@ -872,6 +872,29 @@ fn replay_never_processes_a_key_done_before_a_restart_long_ago() {
 }
 
 #[test]
+fn only_replayed_or_failed_messages_are_listed_as_transformed() {
+    let (_engine, ns, dlq, _clock) = memory();
+    let fresh = dlq.quarantine(b"fresh", b"v1:a", OUTAGE).unwrap();
+    let done = dlq.quarantine(b"done", b"v1:b", OUTAGE).unwrap();
+    acquire(&ns, b"done").complete().unwrap();
+    let upgrade = |p: &[u8]| SchemaVerdict::Transform([b"v2:", &p[3..]].concat());
+    for mode in [ReplayMode::DryRun, ReplayMode::Execute] {
+        let r = dlq
+            .replay(
+                &Selection::default(),
+                &upgrade,
+                |_: &[u8], _: &[u8]| Ok(()),
+                mode,
+            )
+            .unwrap();
+        assert_eq!(r.replayed, vec![fresh], "{mode:?}");
+        assert_eq!(r.already_done, vec![done], "{mode:?}");
+        // Before, the done key's message was listed as transformed too.
+        assert_eq!(r.transformed, vec![fresh], "{mode:?}");
+    }
+}
+
+#[test]
 fn a_handler_that_outlives_its_claim_is_recorded_as_applied_not_sent_back() {
     let (_engine, ns, dlq, clock) = memory();
     let slow = dlq.quarantine(b"slow", b"p", OUTAGE).unwrap();

@@ -365,6 +365,47 @@ fn a_replay_writes_the_done_record_with_the_applications_retention() {
 }
 
 #[test]
+fn a_dry_run_over_many_messages_predicts_what_the_replay_does() {
+    let tmp = TempDir::new("dry");
+    let db = tmp.0.join("db");
+    {
+        let engine = Engine::builder()
+            .namespace("orders", NamespaceConfig::new())
+            .durable(&db)
+            .maintenance_interval(None)
+            .build()
+            .unwrap();
+        let dlq = engine.dlq("orders").unwrap();
+        // 65 keys, then the first key again: 66 messages, more than one chunk of 64.
+        for i in (0..65).chain([0]) {
+            dlq.quarantine(format!("k{i}").as_bytes(), b"p", "outage")
+                .unwrap();
+        }
+    }
+    let dbs = db.to_str().unwrap();
+    // (A dry run's labels start with "would be ".)
+    let counts = |out: &str, verb: &str| {
+        let n = |label: &str| {
+            let r = row(out, &format!("{verb}{label}"));
+            r[r.len() - 1].to_owned()
+        };
+        (n("replayed "), n("replayed: already done"))
+    };
+    let (ok, _, dry, err) = orders("replay", dbs, &["--dry-run"]);
+    assert!(ok, "{err}");
+    let (ok, _, real, err) = orders("replay", dbs, &["--exec", "cat >/dev/null"]);
+    assert!(ok, "{err}");
+    // Before, the dry run said all 66 would be replayed: the second message of k0
+    // was in a chunk of its own, which did not know the first would complete k0.
+    assert_eq!(
+        counts(&real, ""),
+        ("65".to_owned(), "1".to_owned()),
+        "{real}"
+    );
+    assert_eq!(counts(&dry, "would be "), counts(&real, ""), "{dry}");
+}
+
+#[test]
 fn an_unknown_namespace_is_refused_and_the_database_is_left_as_it_was() {
     let tmp = TempDir::new("typo");
     let db = tmp.0.join("db");

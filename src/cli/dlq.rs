@@ -438,7 +438,14 @@ fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
     let mut report = ReplayReport::default();
     let mut bar = Progress::new(total);
     let exec = o.exec.clone().unwrap_or_default();
-    for chunk in selected.chunks(CHUNK) {
+    // A dry run goes in one piece: what it predicts for a message depends on the
+    // messages of the same key before it, which a chunk of its own would not see.
+    let chunk_len = if o.dry_run {
+        selected.len().max(1)
+    } else {
+        CHUNK
+    };
+    for chunk in selected.chunks(chunk_len) {
         // The schema command runs for the whole chunk first: one that gives no verdict
         // stops the command before any message of the chunk is archived for it.
         let mut verdicts: HashMap<Vec<u8>, SchemaVerdict> = HashMap::new();

@@ -336,16 +336,7 @@ impl Store {
             let db = DB::open_for_read_only(&Options::default(), path, false)
                 .map_err(|e| store_err("open", e))?;
             if let Some(f) = db.get(FORMAT_KEY).map_err(|e| store_err("open", e))? {
-                let found = <[u8; 4]>::try_from(f.as_slice())
-                    .map(u32::from_le_bytes)
-                    .ok();
-                if found != Some(FORMAT_VERSION) {
-                    return Err(Error::IncompatibleFormat {
-                        path: path.to_path_buf(),
-                        found,
-                        supported: FORMAT_VERSION,
-                    });
-                }
+                check_format(path, &f)?;
             }
         }
 
@@ -401,16 +392,7 @@ impl Store {
                 seed
             }
             (Some(f), Some(s)) => {
-                let found = <[u8; 4]>::try_from(f.as_slice())
-                    .map(u32::from_le_bytes)
-                    .ok();
-                if found != Some(FORMAT_VERSION) {
-                    return Err(Error::IncompatibleFormat {
-                        path: path.to_path_buf(),
-                        found,
-                        supported: FORMAT_VERSION,
-                    });
-                }
+                let found = check_format(path, &f)?;
                 let stored = <[u8; 8]>::try_from(s.as_slice())
                     .map(u64::from_le_bytes)
                     .map_err(|_| Error::IncompatibleFormat {
@@ -1452,6 +1434,21 @@ impl DurableNs {
         s.prefilter_rebuilds += self.prefilter_rebuilds.load(Ordering::Relaxed);
         s.journal_markers += self.journal.get().map_or(0, |j| j.len() as u64);
         s.journal_overflows += self.journal_overflows.load(Ordering::Relaxed);
+    }
+}
+
+/// The format version stored as `stored` (the format key's bytes) if it is this
+/// build's, else [`Error::IncompatibleFormat`].
+fn check_format(path: &Path, stored: &[u8]) -> Result<Option<u32>, Error> {
+    let found = <[u8; 4]>::try_from(stored).map(u32::from_le_bytes).ok();
+    if found == Some(FORMAT_VERSION) {
+        Ok(found)
+    } else {
+        Err(Error::IncompatibleFormat {
+            path: path.to_path_buf(),
+            found,
+            supported: FORMAT_VERSION,
+        })
     }
 }
 

@@ -461,6 +461,9 @@ fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
         }
         let schema = |payload: &[u8]| match &o.schema_cmd {
             None => SchemaVerdict::Compatible,
+            // Every payload the replay checks was read above (this process holds
+            // the database, so none changed since); the command runs again only if
+            // one was not.
             Some(cmd) => verdicts.get(payload).cloned().unwrap_or_else(|| {
                 schema_verdict(cmd, payload).unwrap_or_else(SchemaVerdict::Incompatible)
             }),

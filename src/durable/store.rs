@@ -295,6 +295,9 @@ impl Store {
         // before writing the metadata). Anything else is someone else's: it is looked
         // at read-only and refused before the open below could add column families.
         let mut adopt_empty = false;
+        // Whether the stored format version was read (and found to be this build's)
+        // before the open below.
+        let mut format_read = false;
         if !report.created && existing.iter().all(|c| c == "default") {
             let foreign = || Error::IncompatibleFormat {
                 path: path.to_path_buf(),
@@ -303,10 +306,12 @@ impl Store {
             };
             let db = DB::open_for_read_only(&Options::default(), path, false)
                 .map_err(|e| store_err("open", e))?;
-            let has_format = db
-                .get(FORMAT_KEY)
-                .map_err(|e| store_err("open", e))?
-                .is_some();
+            let format = db.get(FORMAT_KEY).map_err(|e| store_err("open", e))?;
+            if let Some(f) = &format {
+                check_format(path, f)?;
+            }
+            let has_format = format.is_some();
+            format_read = true;
             adopt_empty = db.iterator(rocksdb::IteratorMode::Start).next().is_none();
             if !has_format && !adopt_empty {
                 return Err(foreign());
@@ -332,7 +337,7 @@ impl Store {
 
         // An existing database about to gain column families has its format read
         // first: another version is refused before the open below could add them.
-        if !report.created && !adopt_empty && !wanted.is_subset(&existing) {
+        if !report.created && !format_read && !wanted.is_subset(&existing) {
             let db = DB::open_for_read_only(&Options::default(), path, false)
                 .map_err(|e| store_err("open", e))?;
             if let Some(f) = db.get(FORMAT_KEY).map_err(|e| store_err("open", e))? {
@@ -422,9 +427,9 @@ impl Store {
         let mut batch = WriteBatch::default();
         for (name, settings) in namespaces {
             let key = settings_key(name);
-            let stored = db.get(&key).map_err(|e| store_err("open", e))?;
-            if stored.as_deref() != Some(&settings.encode()[..]) {
-                batch.put(key, settings.encode());
+            let bytes = settings.encode();
+            if db.get(&key).map_err(|e| store_err("open", e))?.as_deref() != Some(&bytes[..]) {
+                batch.put(key, bytes);
             }
         }
         if !batch.is_empty() {
@@ -1377,14 +1382,12 @@ impl DurableNs {
             if stored || answer.is_err() {
                 for (fp, r) in done {
                     self.clear_journal(j, *fp, Some(r.token));
-                    if stored {
-                        // The batch deleted an orphan's marker of the key, if any.
-                        self.take_marker_on_disk(*fp);
-                    }
                 }
             }
-        } else if stored {
-            // The batch deleted every marker of these keys known to be on disk.
+        }
+        if stored {
+            // The batch deleted every marker of these keys known to be on disk (an
+            // orphan's, an overflowed or flushed one).
             for (fp, _) in done {
                 self.take_marker_on_disk(*fp);
             }

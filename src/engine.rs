@@ -495,6 +495,80 @@ impl Engine {
 mod tests {
     use super::default_shards;
 
+    std::thread_local! {
+        /// Runs once, on the claiming thread, between a single claim's shard lock
+        /// and its marker's write.
+        static BEFORE_MARKER: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+            const { std::cell::RefCell::new(None) };
+    }
+
+    pub(super) fn before_marker_write() {
+        if let Some(f) = BEFORE_MARKER.with(|h| h.borrow_mut().take()) {
+            f();
+        }
+    }
+
+    /// A claim whose thread stops between its shard lock and its marker's write
+    /// must not have its lease run out meanwhile: a later claim of the key would
+    /// write its own marker, which the first claim's late write would then
+    /// replace, and the later claim would not be held after a crash.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_claim_held_while_its_marker_is_written_keeps_a_later_claims_marker_whole() {
+        use crate::{Claim, ManualClock, NamespaceConfig};
+        use std::time::Duration;
+        let dir = std::env::temp_dir().join(format!("idem-unit-marker-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let clock = ManualClock::new(1_000_000);
+        let engine = super::Engine::builder()
+            .durable(&dir)
+            .clock(clock.clone())
+            .namespace("n", NamespaceConfig::new().lease(Duration::from_secs(1)))
+            .build()
+            .unwrap();
+        let ns = engine.namespace("n").unwrap();
+        let during = std::rc::Rc::new(std::cell::RefCell::new(None));
+        {
+            let (ns, clock, during) = (ns.clone(), clock.clone(), during.clone());
+            BEFORE_MARKER.with(|h| {
+                *h.borrow_mut() = Some(Box::new(move || {
+                    // The first claim's lease runs out before its marker is written,
+                    // and another consumer claims the key.
+                    clock.advance(Duration::from_secs(2));
+                    *during.borrow_mut() = Some(ns.claim(b"k").unwrap());
+                }))
+            });
+        }
+        let Claim::Acquired(first) = ns.claim(b"k").unwrap() else {
+            panic!("the first claim acquires");
+        };
+        let in_between = during.borrow_mut().take().unwrap();
+        let held = matches!(in_between, Claim::InProgress(_));
+        let second = match in_between {
+            Claim::Acquired(g) => g,
+            _ => {
+                clock.advance(Duration::from_millis(10));
+                let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
+                    panic!("claimable once the first claim's lease has run out");
+                };
+                g
+            }
+        };
+        assert!(matches!(first.complete(), Err(crate::Error::LeaseLost)));
+        let fp = ns.inner.key_fp(b"k").unwrap();
+        let d = ns.inner.durable.as_ref().unwrap();
+        assert!(
+            d.journal_holds(fp.to_u128(), second.lease.token),
+            "the later claim's marker is in the journal"
+        );
+        let token = second.lease.token;
+        second.complete().unwrap();
+        assert!(!d.journal_holds(fp.to_u128(), token));
+        assert!(held, "the first claim is held while its marker is written");
+        drop((ns, engine));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn default_shards_put_full_shards_just_under_a_table_threshold() {
         for max_keys in [1_000, 65_536, 1_000_000, 2_000_000, 10_000_000, 100_000_000] {
@@ -1926,7 +2000,13 @@ impl NsInner {
             None => shard.claim_found(found, fp, payload, p, now, cap, None, last),
             Some(d) => {
                 let mut look = |f: Fp| d.lookup(f, now.ms, store_error);
-                shard.claim_found(found, fp, payload, p, now, cap, Some(&mut look), last)
+                let answer =
+                    shard.claim_found(found, fp, payload, p, now, cap, Some(&mut look), last);
+                if let ShardClaim::Acquired { lease, .. } = &answer {
+                    // Held until its marker is written (`ClaimGuard::marker_written`).
+                    shard.hold_for_marker(lease.idx);
+                }
+                answer
             }
         }
     }
@@ -2168,6 +2248,8 @@ impl Namespace {
             return claim;
         }
         let claim = claim?;
+        #[cfg(test)]
+        tests::before_marker_write();
         if let Err(e) = ns.write_markers(marker.as_slice()) {
             // Nothing was decided: the claim leaves the hot tier, and there is no
             // marker on disk to delete.
@@ -2175,6 +2257,9 @@ impl Namespace {
                 g.abandon();
             }
             return Err(e);
+        }
+        if let Claim::Acquired(g) = &claim {
+            g.marker_written();
         }
         Ok(claim)
     }
@@ -2252,6 +2337,13 @@ impl Namespace {
         if let Err(e) = ns.write_markers(&markers) {
             abandon_all(claims);
             return Err(e);
+        }
+        if !markers.is_empty() {
+            for c in &claims {
+                if let Claim::Acquired(g) = c {
+                    g.marker_written();
+                }
+            }
         }
         Ok(claims)
     }
@@ -2793,6 +2885,14 @@ impl ClaimGuard {
         })
     }
 
+    /// Ends the hold its claim had while its marker was written
+    /// (`Shard::hold_for_marker`): from here its lease runs as any other.
+    fn marker_written(&self) {
+        self.ns().slots[self.shard as usize]
+            .lock()
+            .marker_written(self.fp, &self.lease);
+    }
+
     /// Gives up a claim whose marker was never written: the hot tier only.
     fn abandon(mut self) {
         self.armed = false;
@@ -2802,6 +2902,7 @@ impl ClaimGuard {
         let cap = ns.capacity();
         let anchor = {
             let mut shard = ns.slots[si].lock();
+            shard.marker_written(self.fp, &self.lease);
             if shard.release(self.fp, &self.lease, now, &cap).is_ok() {
                 // The caller never saw this claim: it was neither acquired nor
                 // released as far as the counters go.

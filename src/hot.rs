@@ -2075,6 +2075,22 @@ impl Shard {
         Some(live)
     }
 
+    /// Holds entry `idx`, just acquired, while its claim marker is written outside
+    /// the lock (as a completion's write holds it): until [`Shard::marker_written`]
+    /// its lease cannot run out under it and a `forget` waits, so no later claim of
+    /// the key can write a marker that this claim's late write would then replace.
+    pub(crate) fn hold_for_marker(&mut self, idx: u32) {
+        self.slab.get_mut(idx).meta |= COMPLETING_BIT;
+    }
+
+    /// Ends [`Shard::hold_for_marker`] for claim `lease` of `fp` (written or not).
+    pub(crate) fn marker_written(&mut self, fp: Fp, lease: &Lease) {
+        let e = self.slab.get_mut(lease.idx);
+        if e.state() == STATE_IN_PROGRESS && e.is(fp) && e.token() == lease.token {
+            e.meta &= !COMPLETING_BIT;
+        }
+    }
+
     /// Whether `fp`'s completion is being written (begun, not finished).
     pub(crate) fn is_completing(&self, fp: Fp) -> bool {
         self.find(fp)

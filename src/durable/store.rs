@@ -938,6 +938,13 @@ impl DurableNs {
     /// A claim that lost its lease ends here: its journal marker (if still its own)
     /// is cleared, so that the slot is not held for the rest of the run. A RocksDB
     /// marker is left alone: a later claim of the key may have written over it.
+    /// Whether the journal holds a marker of `fp`'s claim with fencing token
+    /// `token` (tests).
+    #[cfg(test)]
+    pub(crate) fn journal_holds(&self, fp: u128, token: u32) -> bool {
+        self.journal.get().is_some_and(|j| j.holds(fp, Some(token)))
+    }
+
     pub(crate) fn lease_lost(&self, fp: u128, token: u32) {
         if let Some(j) = self.journal.get() {
             self.clear_journal(j, fp, Some(token));

@@ -175,7 +175,7 @@ impl DurableNs {
         match *self {}
     }
 
-    pub(crate) fn save_prefilter(&self) {
+    pub(crate) fn save_prefilter(&self, _now_ms: u64) {
         match *self {}
     }
 }

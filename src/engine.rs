@@ -252,7 +252,6 @@ impl Engine {
         if let Some(store) = &store {
             let mut names: Vec<&String> = namespaces.keys().collect();
             names.sort();
-            let now_ms = b.clock.now_ms();
             // Every journal is read (and a foreign one refused) before anything changes.
             let mut journals = Vec::with_capacity(names.len());
             for name in &names {
@@ -265,7 +264,11 @@ impl Engine {
                 let ns = &namespaces[name];
                 let mut damaged = Vec::new();
                 if let Some(d) = &ns.durable {
-                    d.open_prefilter(now_ms)?;
+                    // The namespace's own time, which starts its high-water mark:
+                    // it never reads earlier than the time the filter was built at,
+                    // so no record the filter left out as past retention is live
+                    // for it (a clock stepped back during the open reads as stopped).
+                    d.open_prefilter(ns.now_ms())?;
                     damaged = d.open_journal(journal)?;
                 }
                 orphans.extend(ns.load_orphans(store, damaged)?);
@@ -1314,7 +1317,9 @@ impl Drop for Engine {
         }
         for ns in self.shared.namespaces.values() {
             if let Some(d) = &ns.durable {
-                d.save_prefilter();
+                // Stamped with the namespace's latest time (its high-water mark),
+                // the latest its generations were expired at.
+                d.save_prefilter(ns.now_ms());
             }
         }
     }

@@ -228,13 +228,13 @@ pub mod __bench {
 
         /// The filter as the engine saves it at close.
         pub fn save(&self) -> Vec<u8> {
-            self.0.encode(0)
+            self.0.encode(0, 0)
         }
 
         /// Takes the generations of `bytes` (from [`Prefilter::save`] of a filter of
         /// the same settings); returns the keys they hold, or `None` if refused.
         pub fn load(&self, bytes: &[u8]) -> Option<u64> {
-            self.0.load(bytes, 0).ok()
+            self.0.load(bytes, 0, 0).ok()
         }
 
         /// Bytes of the live filters' bit vectors.

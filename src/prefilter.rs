@@ -22,10 +22,12 @@
 //! full one's false-positive rate climb.
 //!
 //! Safety: a key is inserted before its done record is written, so there is no
-//! moment at which the durable tier holds a record the prefilter would deny. After a
-//! restart the filter is rebuilt from the durable tier before the engine serves (see
-//! ARCHITECTURE.md for the measurement behind that choice), so a crash cannot leave
-//! a stale filter behind.
+//! moment at which the durable tier holds a record the prefilter would deny. At an
+//! open the filter saved at the last clean shutdown is loaded only if nothing was
+//! written since (the database's sequence number), it was saved by a build that
+//! places bits the same way, and the clock does not read earlier than at the save;
+//! otherwise it is rebuilt from the durable tier before the engine serves (see
+//! ARCHITECTURE.md, "The prefilter"), so a crash cannot leave a stale filter behind.
 
 // Without the durable tier only the fuzz target and the tests use it.
 #![cfg_attr(not(feature = "durable"), allow(dead_code))]
@@ -314,7 +316,22 @@ impl Prefilter {
 }
 
 /// The saved-filter file's magic and format version.
-const FILE_MAGIC: &[u8; 8] = b"IDEMPF01";
+const FILE_MAGIC: &[u8; 8] = b"IDEMPF02";
+
+/// A digest of which bits fastbloom sets for a fixed set of hashes in a small
+/// filter: the saved words mean the same keys only to a build whose filters place
+/// bits the same way. A file saved by a build whose fastbloom placed them otherwise
+/// (another release of it) would deny nearly every key it holds; it is refused.
+fn layout_digest() -> u64 {
+    let probe = AtomicBloomFilter::from_vec(vec![0u64; 16]).hashes(3);
+    for i in 0..24u64 {
+        probe.insert_hash(bloom_hash(
+            u128::from(i) << 64 | u128::from(i ^ 0x5bd1_e995),
+        ));
+    }
+    let words: Vec<u8> = probe.iter().flat_map(u64::to_le_bytes).collect();
+    xxhash_rust::xxh3::xxh3_64(&words)
+}
 
 /// Why a saved filter was not used (the engine then rebuilds it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -327,6 +344,11 @@ pub(crate) enum Stale {
     Settings,
     /// The database changed after the filter was saved.
     Sequence,
+    /// Saved by a build whose Bloom filters place bits otherwise.
+    Layout,
+    /// The clock reads earlier than when the filter was saved: generations the
+    /// saving run dropped as past retention may be live again at this time.
+    Clock,
 }
 
 impl From<Truncated> for Stale {
@@ -337,13 +359,16 @@ impl From<Truncated> for Stale {
 
 impl Prefilter {
     /// The filter as bytes, stamped with the database's sequence number `seq` at
-    /// the moment of saving, and checksummed.
-    pub(crate) fn encode(&self, seq: u64) -> Vec<u8> {
+    /// the moment of saving and the time `now_ms` its generations were last
+    /// expired at (never earlier than any expiry run on them), and checksummed.
+    pub(crate) fn encode(&self, seq: u64, now_ms: u64) -> Vec<u8> {
         let gens = self.gens.read();
         let mut out = Vec::new();
         out.extend_from_slice(FILE_MAGIC);
         for v in [
             seq,
+            now_ms,
+            layout_digest(),
             self.span_ms,
             self.per_segment as u64,
             self.segment_fpr.to_bits(),
@@ -371,10 +396,10 @@ impl Prefilter {
     }
 
     /// Takes the generations saved in `bytes` if they were saved by a filter of the
-    /// same settings at database sequence number `seq`; otherwise says why not and
-    /// changes nothing. Never trusts the bytes further than their checksum and
-    /// lengths.
-    pub(crate) fn load(&self, bytes: &[u8], seq: u64) -> Result<u64, Stale> {
+    /// same settings and bit layout at database sequence number `seq`, at a time no
+    /// later than `now_ms`; otherwise says why not and changes nothing. Never trusts
+    /// the bytes further than their checksum and lengths.
+    pub(crate) fn load(&self, bytes: &[u8], seq: u64, now_ms: u64) -> Result<u64, Stale> {
         let (body, sum) = bytes.split_last_chunk::<8>().ok_or(Stale::Malformed)?;
         if !body.starts_with(FILE_MAGIC) {
             return Err(Stale::Malformed);
@@ -384,6 +409,10 @@ impl Prefilter {
         }
         let mut r = Reader::new(&body[FILE_MAGIC.len()..]);
         let saved_seq = r.u64()?;
+        let saved_at_ms = r.u64()?;
+        if r.u64()? != layout_digest() {
+            return Err(Stale::Layout);
+        }
         let settings = (r.u64()?, r.u64()?, r.u64()?);
         if settings
             != (
@@ -396,6 +425,9 @@ impl Prefilter {
         }
         if saved_seq != seq {
             return Err(Stale::Sequence);
+        }
+        if now_ms < saved_at_ms {
+            return Err(Stale::Clock);
         }
         let mut gens = Vec::new();
         let mut keys = 0u64;
@@ -643,26 +675,69 @@ mod tests {
             p.insert(h(i), 1_000 * (i % 5) + 10);
         }
         p.insert_pinned(h(9_999));
-        let bytes = p.encode(42);
+        let bytes = p.encode(42, 5_000);
         let q = Prefilter::new(1_000, 4_000, 0.01);
-        assert_eq!(q.load(&bytes, 42), Ok(501));
+        assert_eq!(q.load(&bytes, 42, 5_000), Ok(501));
         assert!((0..500).all(|i| q.may_contain(h(i))) && q.may_contain(h(9_999)));
         assert_eq!(q.stats().generations, p.stats().generations);
         // Stale, other settings, damaged, truncated, empty: refused, nothing changed.
         let fresh = || Prefilter::new(1_000, 4_000, 0.01);
-        assert_eq!(fresh().load(&bytes, 43), Err(Stale::Sequence));
+        assert_eq!(fresh().load(&bytes, 43, 5_000), Err(Stale::Sequence));
         assert_eq!(
-            Prefilter::new(2_000, 4_000, 0.01).load(&bytes, 42),
+            Prefilter::new(2_000, 4_000, 0.01).load(&bytes, 42, 5_000),
             Err(Stale::Settings)
         );
         let mut bad = bytes.clone();
         bad[40] ^= 1;
-        assert_eq!(fresh().load(&bad, 42), Err(Stale::Checksum));
+        assert_eq!(fresh().load(&bad, 42, 5_000), Err(Stale::Checksum));
         for cut in [0, 7, 8, 30, bytes.len() / 2, bytes.len() - 1] {
             let f = fresh();
-            assert!(f.load(&bytes[..cut], 42).is_err(), "cut at {cut}");
+            assert!(f.load(&bytes[..cut], 42, 5_000).is_err(), "cut at {cut}");
             assert_eq!(f.stats().generations, 0);
         }
+    }
+
+    /// Rewrites field `at` (a `u64` after the magic) of a saved file, and its
+    /// checksum, as another build or another run's clock would have written it.
+    fn with_field(bytes: &[u8], at: usize, v: u64) -> Vec<u8> {
+        let mut b = bytes[..bytes.len() - 8].to_vec();
+        let off = FILE_MAGIC.len() + 8 * at;
+        b[off..off + 8].copy_from_slice(&v.to_le_bytes());
+        let sum = xxhash_rust::xxh3::xxh3_64(&b);
+        b.extend_from_slice(&sum.to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn a_filter_saved_by_a_build_that_places_bits_otherwise_is_refused() {
+        let p = Prefilter::new(1_000, 4_000, 0.01);
+        for i in 0..100 {
+            p.insert(h(i), 1_000);
+        }
+        let bytes = p.encode(7, 500);
+        let q = Prefilter::new(1_000, 4_000, 0.01);
+        let other = with_field(&bytes, 2, layout_digest() ^ 1);
+        assert_eq!(q.load(&other, 7, 500), Err(Stale::Layout));
+        assert_eq!(q.stats().generations, 0);
+        assert_eq!(q.load(&bytes, 7, 500), Ok(100));
+    }
+
+    /// A run that read a later time dropped a generation that an earlier time
+    /// holds live: its file must not be loaded at that earlier time (the rebuild
+    /// from the records keeps the key), so a clock stepped back across a restart
+    /// never makes a live record's key read as new.
+    #[test]
+    fn a_filter_saved_at_a_later_time_than_now_is_refused() {
+        let p = Prefilter::new(1_000, 4_000, 0.01);
+        p.insert(h(1), 2_500);
+        // The saving run's clock passed the record's generation, which it dropped.
+        assert_eq!(p.expire(4_000), 1);
+        assert!(!p.may_contain(h(1)));
+        let bytes = p.encode(9, 4_000);
+        let q = Prefilter::new(1_000, 4_000, 0.01);
+        assert_eq!(q.load(&bytes, 9, 1_000), Err(Stale::Clock));
+        assert_eq!(q.stats().generations, 0);
+        assert_eq!(q.load(&bytes, 9, 4_000), Ok(0));
     }
 
     #[test]

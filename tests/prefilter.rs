@@ -477,3 +477,72 @@ fn run_model(seed: u64) {
         "seed {seed}: the prefilter never answered alone"
     );
 }
+
+/// A clock whose first reading (the engine's epoch) is `t0 - 30 s`, and whose
+/// later ones start at `t0` and step back one second at every reading.
+struct SteppingBack {
+    read: std::sync::atomic::AtomicBool,
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl Clock for SteppingBack {
+    fn now_ms(&self) -> u64 {
+        use std::sync::atomic::Ordering::SeqCst;
+        let next = self.next.fetch_sub(1_000, SeqCst);
+        if self.read.swap(true, SeqCst) {
+            next
+        } else {
+            self.next.fetch_add(1_000, SeqCst);
+            next - 30_000
+        }
+    }
+}
+
+/// The filter rebuilt at an open leaves out the records already past retention at
+/// the time it reads; if the namespace then read an earlier time (a clock stepped
+/// back during the open), such a record would be live for it and its key declared
+/// new. The namespace's time starts at the rebuild's, so a key is acquired only if
+/// its record has expired at the time the namespace serves.
+#[test]
+fn a_clock_stepped_back_during_the_open_never_makes_a_live_records_key_new() {
+    let dir = TempDir::new();
+    let t0 = 1_000_000_000u64;
+    // Records expiring half a second apart from the clock's readings at the open.
+    let expiries: Vec<u64> = (0..12).map(|j| t0 - 500 - j * 1_000).collect();
+    let clock = ManualClock::new(t0 - 300_000);
+    {
+        // No filter saved: the open below rebuilds it.
+        let (_engine, ns) = open(&dir, &clock, cfg().prefilter(false));
+        for (j, e) in expiries.iter().enumerate().rev() {
+            clock.set(e - 240_000);
+            acquire(&ns, key(j as u64).as_bytes()).complete().unwrap();
+        }
+    }
+    let engine = Engine::builder()
+        .clock(SteppingBack {
+            read: false.into(),
+            next: t0.into(),
+        })
+        .maintenance_interval(None)
+        .durable(dir.path())
+        .namespace("ns", cfg())
+        .build()
+        .unwrap();
+    let ns = engine.namespace("ns").unwrap();
+    let (mut acquired, mut duplicates) = (0, 0);
+    for (j, e) in expiries.iter().enumerate() {
+        match ns.claim(key(j as u64).as_bytes()).unwrap() {
+            Claim::Acquired(g) => {
+                let now = g.lease_expires_at_ms() - 5_000;
+                assert!(
+                    *e <= now,
+                    "key {j}: its record expires at {e}, live at the namespace's time {now}"
+                );
+                acquired += 1;
+            }
+            Claim::Duplicate(_) => duplicates += 1,
+            other => panic!("key {j}: {other:?}"),
+        }
+    }
+    assert_eq!(acquired + duplicates, expiries.len());
+}

@@ -1117,7 +1117,7 @@ impl DurableNs {
             let _ = std::fs::remove_file(&file);
         }
         if let Some(bytes) = saved {
-            match p.load(&bytes, self.store.latest_sequence()) {
+            match p.load(&bytes, self.store.latest_sequence(), now_ms) {
                 Ok(_) => {
                     p.expire(now_ms);
                     self.prefilter_loads.fetch_add(1, Ordering::Relaxed);
@@ -1138,12 +1138,12 @@ impl DurableNs {
     /// Saves the prefilter for the next open (a clean shutdown). The sequence
     /// number is read before the filter: every write up to it had its key in the
     /// filter first, and any later write makes the saved file stale.
-    pub(crate) fn save_prefilter(&self) {
+    pub(crate) fn save_prefilter(&self, now_ms: u64) {
         let Some(p) = &self.prefilter else {
             return;
         };
         let seq = self.store.latest_sequence();
-        let bytes = p.encode(seq);
+        let bytes = p.encode(seq, now_ms);
         let file = self.store.prefilter_file(&self.name);
         let tmp = file.with_extension("tmp");
         let written = std::fs::write(&tmp, &bytes).and_then(|()| std::fs::rename(&tmp, &file));

@@ -164,15 +164,17 @@ mod tests {
     }
 
     #[test]
-    fn the_coarse_clock_never_leads_and_lags_by_less_than_a_tick() {
+    fn the_coarse_clock_never_leads_the_system_clock_and_trails_it_by_under_a_second() {
+        // The documented lag is under one kernel tick (at most 10 ms), but a tick can
+        // arrive late on a busy or virtualised machine, so only a gross bound is
+        // checked: it catches the wrong clock or wrong units, not a lag of some ticks.
         let before = SystemClock.now_ms();
         let coarse = CoarseClock.now_ms();
         let after = SystemClock.now_ms();
         assert!(coarse <= after, "never ahead: {coarse} <= {after}");
-        // A kernel tick is at most 10 ms (HZ = 100); allow for a descheduled thread.
         assert!(
             coarse + 1_000 >= before,
-            "at most a tick behind: {coarse} vs {before}"
+            "less than a second behind: {coarse} vs {before}"
         );
     }
 }

@@ -10,7 +10,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
 use idem::{
-    Claim, ClaimMarkers, Engine, EngineBuilder, FailurePolicy, ManualClock, NamespaceConfig,
+    Claim, ClaimMarkers, Engine, EngineBuilder, Error, FailurePolicy, ManualClock, NamespaceConfig,
     SyncPolicy,
 };
 use rand::rngs::StdRng;
@@ -173,6 +173,52 @@ fn builder(rng: &mut StdRng, clock: &ManualClock, dir: Option<&TempDir>) -> Engi
     b
 }
 
+/// The settings a refusal may name: the engine's own (refused with no namespace) and
+/// the namespace's (refused as namespace "ns").
+const ENGINE_SETTINGS: [&str; 4] = [
+    "tick",
+    "commit_delay",
+    "maintenance_interval",
+    "state family",
+];
+const NAMESPACE_SETTINGS: [&str; 12] = [
+    "journal_slots",
+    "ttl",
+    "lease",
+    "max_keys",
+    "max_result_len",
+    "max_key_len",
+    "retention",
+    "periodic sync interval",
+    "prefilter_fpr",
+    "expected_keys",
+    "shards",
+    "preallocate",
+];
+
+/// Checks that `e` refuses the configuration: an invalid setting or memory it could
+/// not allocate, for the right scope, naming the setting in the error and in its
+/// message. Panics (with `what`) otherwise.
+fn refused_setting(e: &Error, what: &str) {
+    let (namespace, named) = match e {
+        Error::InvalidConfig { namespace, reason } => (namespace, *reason),
+        Error::OutOfMemory { namespace, what } => (namespace, *what),
+        other => panic!("not a refused configuration: {other:?}: {what}"),
+    };
+    let settings: &[&str] = if namespace.is_empty() {
+        &ENGINE_SETTINGS
+    } else {
+        assert_eq!(namespace, "ns", "{e:?}: {what}");
+        &NAMESPACE_SETTINGS
+    };
+    assert!(
+        settings.iter().any(|s| named.contains(s)),
+        "the refusal names no setting of its scope: {e:?}: {what}"
+    );
+    let message = e.to_string();
+    assert!(message.contains(named), "{message:?} for {e:?}: {what}");
+}
+
 #[test]
 fn random_configurations_build_an_engine_that_works_or_are_refused_with_a_typed_error() {
     let mut rng = StdRng::seed_from_u64(0x1de4_c0f1);
@@ -190,7 +236,7 @@ fn random_configurations_build_an_engine_that_works_or_are_refused_with_a_typed_
             Ok(engine) => engine,
             Err(e) => {
                 // A typed refusal, which names the setting.
-                assert!(!e.to_string().is_empty(), "{what}");
+                refused_setting(&e, &what);
                 refused += 1;
                 continue;
             }

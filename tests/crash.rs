@@ -18,13 +18,8 @@ fn key(id: u64) -> Vec<u8> {
     format!("ord-{id:016x}").into_bytes()
 }
 
-/// Runs the consumer on `dir` and SIGKILLs it after `kill_after` acknowledgements.
-/// Returns the acknowledged ids.
-fn run_and_kill(dir: &Path, sync: &str, kill_after: usize) -> Vec<u64> {
-    run_and_kill_with(dir, sync, &[], kill_after)
-}
-
-/// [`run_and_kill`] with more consumer options.
+/// Runs the consumer on `dir` with options `more` and SIGKILLs it after `kill_after`
+/// acknowledgements. Returns the acknowledged ids.
 fn run_and_kill_with(dir: &Path, sync: &str, more: &[&str], kill_after: usize) -> Vec<u64> {
     let mut child = Command::new(env!("CARGO_BIN_EXE_idem"))
         .args(["__consumer", "--dir"])
@@ -136,13 +131,20 @@ fn sigkill_loses_no_acknowledged_completion_sync_never() {
 #[test]
 fn orphans_found_at_open_are_held_until_their_lease_runs_out() {
     let dir = TempDir::new();
-    run_and_kill(dir.path(), "never", 500);
-    let clock = idem::ManualClock::new(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64,
+    // Every claim of the run is made at or after this time (the consumer reads the
+    // same coarse clock, or the exact one, which is never behind it). The manual clock
+    // starts here, so how long the kill and the reopen take changes nothing: every
+    // lease is still running at the reopen.
+    let started_ms = idem::CoarseClock.now_ms();
+    // Five claims held from the start make the orphans certain; the workers' claims
+    // in flight at the kill add up to four more.
+    run_and_kill_with(
+        dir.path(),
+        "never",
+        &["--hold", "5", "--lease-ms", "600000"],
+        500,
     );
+    let clock = idem::ManualClock::new(started_ms);
     let engine = Engine::builder()
         .namespace("orders", NamespaceConfig::new().max_keys(4_000_000))
         .state_family("ledger")
@@ -152,35 +154,72 @@ fn orphans_found_at_open_are_held_until_their_lease_runs_out() {
         .build()
         .unwrap();
     let orders = engine.namespace("orders").unwrap();
-    for o in engine.orphans() {
+    let orphans = engine.orphans();
+    assert!((5..=9).contains(&orphans.len()), "{orphans:?}");
+    for o in orphans {
         assert_eq!(o.namespace, "orders");
-        assert!(o.corrupt.is_none());
-        assert!(o.claimed_at_ms <= clock.now_ms());
+        assert!(o.corrupt.is_none(), "{o:?}");
+        assert!(o.held, "{o:?}");
+        assert!(o.claimed_at_ms >= started_ms, "{o:?}");
         assert_eq!(
             o.lease_expires_at_ms,
-            o.claimed_at_ms + 1000,
-            "the consumer's 1 s lease"
+            o.claimed_at_ms + 600_000,
+            "the consumer's 10 min lease"
         );
     }
     // The claims in flight at the kill read as in progress, and they are exactly the
-    // orphans (the stream is consumed roughly in order, so they lie near the kill).
-    let held = (0..5000u64)
-        .filter(|id| {
-            matches!(
-                orders.check(&key(*id)).unwrap(),
-                Some(idem::KeyState::InProgress { .. })
-            )
+    // orphans: the same leases.
+    let candidates: Vec<Vec<u8>> = (0..5)
+        .map(|i| format!("held-{i}").into_bytes())
+        .chain((0..50_000u64).map(key))
+        .collect();
+    let mut in_flight: Vec<(u64, &[u8])> = candidates
+        .iter()
+        .filter_map(|k| match orders.check(k).unwrap() {
+            Some(idem::KeyState::InProgress {
+                lease_expires_at_ms,
+                ..
+            }) => Some((lease_expires_at_ms, &k[..])),
+            _ => None,
         })
-        .count();
-    assert_eq!(held, engine.orphans().len());
-    // Whatever was in flight is done or claimable once the leases have run out.
-    clock.advance(Duration::from_secs(2));
-    for id in 0..5000u64 {
-        match orders.claim(&key(id)).unwrap() {
-            Claim::InProgress(_) => panic!("message {id} still held after its lease"),
-            Claim::Acquired(g) => g.release().unwrap(),
-            Claim::Duplicate(_) => {}
+        .collect();
+    in_flight.sort();
+    let mut expiries: Vec<u64> = orphans.iter().map(|o| o.lease_expires_at_ms).collect();
+    expiries.sort_unstable();
+    assert_eq!(
+        in_flight.iter().map(|(at, _)| *at).collect::<Vec<_>>(),
+        expiries
+    );
+    for i in 0..5 {
+        let k = format!("held-{i}").into_bytes();
+        assert!(in_flight.iter().any(|(_, f)| *f == &k[..]), "held-{i}");
+    }
+    // Each is held until the last millisecond of its lease, and claimable from the
+    // next one. Claims that share an expiry are checked together, and expiries in
+    // order: the engine never lets its clock go back.
+    let mut rest = &in_flight[..];
+    while let Some(&(at, _)) = rest.first() {
+        let n = rest.iter().take_while(|(e, _)| *e == at).count();
+        let (due, later) = rest.split_at(n);
+        clock.set(at - 1);
+        for (_, k) in due {
+            assert!(
+                matches!(orders.claim(k).unwrap(), Claim::InProgress(_)),
+                "{} still held a millisecond before its lease runs out",
+                String::from_utf8_lossy(k)
+            );
         }
+        clock.set(at);
+        for (_, k) in due {
+            match orders.claim(k).unwrap() {
+                Claim::Acquired(g) => g.release().unwrap(),
+                other => panic!(
+                    "{} claimable once its lease ran out: {other:?}",
+                    String::from_utf8_lossy(k)
+                ),
+            }
+        }
+        rest = later;
     }
 }
 

@@ -683,6 +683,20 @@ fn a_random_seed_is_kept_across_restarts() {
         acquire(&ns, b"k").complete().unwrap();
     }
     let seed = stored_seed(&raw_db(&dir));
+    // Drawn at random: another fresh database draws another seed.
+    let other = TempDir::new();
+    drop(open(&other, &clock, small()));
+    assert_ne!(
+        stored_seed(&raw_db(&other)),
+        seed,
+        "the seed is drawn, not fixed"
+    );
+    // A restart without a seed keeps the stored one: the key is still a duplicate.
+    {
+        let (_engine, ns) = open(&dir, &clock, small());
+        duplicate(&ns, b"k");
+    }
+    assert_eq!(stored_seed(&raw_db(&dir)), seed);
     // A fixed seed equal to the stored one is accepted; any other is refused.
     let err = builder(&dir, &clock)
         .seed(seed ^ 1)

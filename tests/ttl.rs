@@ -4,7 +4,12 @@
 
 mod util;
 
-use idem::{Claim, Engine, ManualClock, NamespaceConfig};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::Arc;
+use std::thread::ThreadId;
+
+use idem::{Claim, Clock, Engine, KeyState, ManualClock, NamespaceConfig};
 use util::*;
 
 fn done(ns: &idem::Namespace, key: &[u8]) {
@@ -104,9 +109,51 @@ fn check_reports_nothing_for_an_expired_key_before_maintenance() {
     );
 }
 
+/// A manual clock that also watches the engine's background thread: it counts the
+/// reads made on any thread but the test's, and the first such read leaves a
+/// thread-local marker whose destructor, run when that thread exits, sets `ended`.
+#[derive(Clone)]
+struct WatchedClock {
+    time: ManualClock,
+    test_thread: ThreadId,
+    background_reads: Arc<AtomicU64>,
+    ended: Arc<AtomicBool>,
+}
+
+/// Sets its flag when dropped: at the exit of the thread that holds it.
+struct ExitMarker(Arc<AtomicBool>);
+
+impl Drop for ExitMarker {
+    fn drop(&mut self) {
+        self.0.store(true, SeqCst);
+    }
+}
+
+thread_local! {
+    static EXIT_MARKER: RefCell<Option<ExitMarker>> = const { RefCell::new(None) };
+}
+
+impl Clock for WatchedClock {
+    fn now_ms(&self) -> u64 {
+        if std::thread::current().id() != self.test_thread {
+            self.background_reads.fetch_add(1, SeqCst);
+            EXIT_MARKER.with(|m| {
+                m.borrow_mut()
+                    .get_or_insert_with(|| ExitMarker(self.ended.clone()));
+            });
+        }
+        self.time.now_ms()
+    }
+}
+
 #[test]
 fn background_maintenance_thread_reclaims_and_stops_on_drop() {
-    let clock = ManualClock::new(T0);
+    let clock = WatchedClock {
+        time: ManualClock::new(T0),
+        test_thread: std::thread::current().id(),
+        background_reads: Arc::new(AtomicU64::new(0)),
+        ended: Arc::new(AtomicBool::new(false)),
+    };
     let engine = Engine::builder()
         .namespace("ns", small())
         .clock(clock.clone())
@@ -115,23 +162,49 @@ fn background_maintenance_thread_reclaims_and_stops_on_drop() {
         .unwrap();
     let ns = engine.namespace("ns").unwrap();
     done(&ns, b"k");
-    clock.advance(secs(61));
-    // The thread runs every millisecond of real time; wait for it by polling the
-    // gauge (no fixed sleep: the loop ends as soon as it has run).
+    clock.time.advance(secs(61));
+    // The thread runs every millisecond of real time. Each run reads the clock once
+    // per namespace, so the first read counted from here is a run that sees the
+    // expired key, and the one after it starts once that run has finished: the key
+    // must be gone by then (reads are counted before the gauge is looked at, so a run
+    // that ends in between is not mistaken for a failure). The spin bound only stops
+    // a thread that never runs from hanging the test.
+    let seen = clock.background_reads.load(SeqCst);
     let mut spins = 0u64;
-    while engine.stats().resident_keys != 0 {
+    loop {
+        let reads = clock.background_reads.load(SeqCst) - seen;
+        if engine.stats().resident_keys == 0 {
+            break;
+        }
+        assert!(
+            reads < 2,
+            "a maintenance run saw the expired key and left it: {:?}",
+            engine.stats()
+        );
         std::thread::yield_now();
         spins += 1;
         assert!(spins < 50_000_000, "maintenance thread never ran");
     }
+    assert_eq!(engine.stats().expirations, 1);
+    assert!(
+        !clock.ended.load(SeqCst),
+        "the maintenance thread is still running"
+    );
     drop(engine);
+    // Dropping the engine returned only after its maintenance thread had exited.
+    assert!(
+        clock.ended.load(SeqCst),
+        "the maintenance thread outlived the engine"
+    );
     // The handle keeps working without the engine.
     assert!(ns.claim(b"k").unwrap().is_acquired());
 }
 
 #[test]
 fn long_clock_jump_without_maintenance_expires_everything() {
-    // A coarse tick so the jump spans more than the wheel's serial range.
+    // At the default 1 ms tick, 40 days are more than 2^31 ticks: the jump spans more
+    // than the wheel's serial range, where serial arithmetic would read deadlines
+    // that passed long ago as still to come.
     let clock = ManualClock::new(T0);
     let engine = Engine::builder()
         .namespace("ns", NamespaceConfig::new().ttl(secs(60)))
@@ -140,10 +213,35 @@ fn long_clock_jump_without_maintenance_expires_everything() {
         .build()
         .unwrap();
     let ns = engine.namespace("ns").unwrap();
-    done(&ns, b"k");
+    let keys: Vec<String> = (0..20).map(key).collect();
+    for k in &keys {
+        done(&ns, k.as_bytes());
+    }
+    let held = acquire(&ns, b"held");
+    // Before the jump every key is live.
+    for k in &keys {
+        assert!(
+            matches!(ns.check(k.as_bytes()).unwrap(), Some(KeyState::Done { .. })),
+            "{k}"
+        );
+    }
+    assert!(matches!(
+        ns.check(b"held").unwrap(),
+        Some(KeyState::InProgress { .. })
+    ));
     clock.advance(secs(40 * 24 * 3600));
-    assert!(ns.claim(b"k").unwrap().is_acquired());
-    assert_eq!(ns.check(b"other").unwrap(), None);
+    // Half the done keys are looked up, half claimed again; the claim in flight
+    // lost its lease.
+    for (i, k) in keys.iter().enumerate() {
+        if i % 2 == 0 {
+            assert_eq!(ns.check(k.as_bytes()).unwrap(), None, "{k}");
+        } else {
+            assert!(ns.claim(k.as_bytes()).unwrap().is_acquired(), "{k}");
+        }
+    }
+    assert_eq!(ns.check(b"held").unwrap(), None);
+    assert!(ns.claim(b"held").unwrap().is_acquired());
+    assert_eq!(held.complete(), Err(idem::Error::LeaseLost));
 }
 
 #[test]

@@ -51,9 +51,28 @@ pub(crate) const SPIN_CAP: Duration = Duration::from_millis(1);
 /// The shortest spin budget (before any sync has been timed, or after a fast one).
 const SPIN_FLOOR: Duration = Duration::from_micros(50);
 
+/// Where a [`GroupCommit`] reads the time when it measures how long a sync took
+/// (the waits themselves run on [`Instant::now`]). Tests pass a fake that a fake sync
+/// moves on, to check the measurement without waiting on real time.
+pub(crate) trait SyncTimer: Send + Sync {
+    fn now(&self) -> Instant;
+}
+
+/// The real monotonic clock, [`Instant::now`]: the production timer (zero-sized and
+/// called directly, so it costs what calling `Instant::now` does).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct RealTime;
+
+impl SyncTimer for RealTime {
+    #[inline]
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+}
+
 /// Shares fsyncs of the write-ahead log between concurrent completions.
 #[derive(Debug)]
-pub(crate) struct GroupCommit {
+pub(crate) struct GroupCommit<T: SyncTimer = RealTime> {
     delay: Delay,
     /// The longest a waiter spins before it parks; tests set zero (park at once) or
     /// `Duration::MAX` (never park).
@@ -70,6 +89,8 @@ pub(crate) struct GroupCommit {
     last_sync_ns: AtomicU64,
     syncs: AtomicU64,
     waits: AtomicU64,
+    /// Times the syncs.
+    timer: T,
 }
 
 #[derive(Debug, Default)]
@@ -124,6 +145,13 @@ impl GroupCommit {
     /// As [`GroupCommit::new`], with waiters spinning at most `spin_cap` before they
     /// park.
     pub(crate) fn with_spin(delay: Delay, spin_cap: Duration) -> Self {
+        GroupCommit::with_timer(delay, spin_cap, RealTime)
+    }
+}
+
+impl<T: SyncTimer> GroupCommit<T> {
+    /// As [`GroupCommit::with_spin`], with syncs timed by `timer`.
+    fn with_timer(delay: Delay, spin_cap: Duration, timer: T) -> Self {
         GroupCommit {
             delay,
             spin_cap,
@@ -135,6 +163,7 @@ impl GroupCommit {
             last_sync_ns: AtomicU64::new(0),
             syncs: AtomicU64::new(0),
             waits: AtomicU64::new(0),
+            timer,
         }
     }
 
@@ -231,10 +260,11 @@ impl GroupCommit {
             }
             let (after, through) = (st.synced, st.written);
             drop(st);
-            let began = Instant::now();
+            let began = self.timer.now();
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&sync));
+            let took = self.timer.now().saturating_duration_since(began);
             self.last_sync_ns
-                .store(began.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                .store(took.as_nanos() as u64, Ordering::Relaxed);
             self.syncs.fetch_add(1, Ordering::Relaxed);
             st = self.state.lock();
             st.leading = false;
@@ -320,24 +350,64 @@ mod tests {
         assert_eq!(z.spin_budget(1), Duration::ZERO);
     }
 
-    #[test]
-    fn the_adaptive_wait_times_its_syncs() {
-        let g = GroupCommit::new(Delay::Adaptive);
-        // A sync that takes a known least time (it runs until the clock has moved on).
-        g.commit(|| {
-            let t = Instant::now();
-            while t.elapsed() < Duration::from_micros(200) {
-                std::hint::spin_loop();
+    /// A sync timer that reads a fixed instant plus whatever the test has advanced it by.
+    #[derive(Debug)]
+    struct FakeTime {
+        base: Instant,
+        offset_ns: AtomicU64,
+    }
+
+    impl FakeTime {
+        fn new() -> Self {
+            FakeTime {
+                base: Instant::now(),
+                offset_ns: AtomicU64::new(0),
             }
+        }
+
+        fn advance(&self, by: Duration) {
+            self.offset_ns
+                .fetch_add(by.as_nanos() as u64, Ordering::SeqCst);
+        }
+    }
+
+    impl SyncTimer for FakeTime {
+        fn now(&self) -> Instant {
+            self.base + Duration::from_nanos(self.offset_ns.load(Ordering::SeqCst))
+        }
+    }
+
+    #[test]
+    fn the_adaptive_wait_is_set_by_how_long_the_last_sync_took_on_the_sync_timer() {
+        let g = GroupCommit::with_timer(Delay::Adaptive, SPIN_CAP, FakeTime::new());
+        // Time spent outside a sync is not counted.
+        g.timer.advance(Duration::from_secs(7));
+        // A sync that takes 300 µs of the timer's time.
+        g.commit(|| {
+            g.timer.advance(Duration::from_micros(300));
             Ok(())
         })
         .unwrap();
-        assert!(
-            g.last_sync() >= Duration::from_micros(200),
-            "{:?}",
-            g.last_sync()
-        );
-        assert!(g.company_wait() >= Duration::from_micros(100));
+        assert_eq!(g.last_sync(), Duration::from_micros(300));
+        assert_eq!(g.company_wait(), Duration::from_micros(150));
+        // The next sync's time replaces it, shorter as well as longer.
+        g.timer.advance(Duration::from_secs(1));
+        g.commit(|| {
+            g.timer.advance(Duration::from_micros(40));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(g.last_sync(), Duration::from_micros(40));
+        assert_eq!(g.company_wait(), Duration::from_micros(20));
+        // A failed sync is timed too.
+        g.commit(|| {
+            g.timer.advance(Duration::from_micros(900));
+            Err(store_error())
+        })
+        .unwrap_err();
+        assert_eq!(g.last_sync(), Duration::from_micros(900));
+        assert_eq!(g.company_wait(), Duration::from_micros(450));
+        assert_eq!(g.syncs(), 3);
     }
 
     /// Spins (yielding) until `f` holds.

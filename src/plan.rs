@@ -8,7 +8,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::config::MAX_KEYS_LIMIT;
+use crate::config::{MAX_KEYS_LIMIT, MAX_RETENTION};
 use crate::durable::codec::MAX_RESULT;
 
 /// Hot-tier heap bytes per resident key, all-in (entry, index share, wheel, shard
@@ -57,6 +57,18 @@ const REDIS_BYTES_PER_KEY: f64 = 129.6;
 /// The TTL and lease limit at the default 1 ms tick (2^30 ticks).
 const MAX_SPAN_DEFAULT_TICK: Duration = Duration::from_millis(1 << 30);
 
+/// The largest prefilter false-positive rate a namespace accepts: the bound
+/// `NamespaceConfig` validation applies to `prefilter_fpr` (held against it by a test).
+const MAX_FALSE_POSITIVE_RATE: f64 = 0.5;
+
+/// The most keys a plan counts (2^53): above it a key count is no longer an exact
+/// whole number in floating point, and no deployment comes near it.
+const MAX_PLANNED_KEYS: u64 = 1 << 53;
+
+/// 2^64 (exactly, as `u64::MAX` rounds up to it): byte totals must stay below it to be
+/// a `u64`.
+const BYTES_LIMIT: f64 = u64::MAX as f64;
+
 /// What a workload looks like: the input of [`Sizing::plan`].
 ///
 /// ```
@@ -87,10 +99,23 @@ pub enum SizingError {
     TtlTooShort,
     /// The retention is shorter than the TTL.
     RetentionShorterThanTtl,
-    /// The prefilter's false-positive rate is not strictly between 0 and 1.
+    /// The prefilter's false-positive rate is not above 0 and at most 0.5, the range
+    /// a namespace accepts.
     FalsePositiveRate(f64),
     /// The stored result is larger than a namespace accepts (1 MiB).
     ResultTooLarge(usize),
+    /// The retention (7 x TTL unless set) is longer than a namespace accepts
+    /// (`MAX_RETENTION`, 2^50 ms).
+    RetentionTooLong(Duration),
+    /// The prefilter's false-positive rate is so close to 0 that no finite number of
+    /// Bloom-filter bits per key reaches it.
+    FalsePositiveRateTooSmall(f64),
+    /// A key count of the plan is above 2^53, or a byte total does not fit in a `u64`:
+    /// the workload is too large to plan.
+    TooLarge {
+        /// The figure that does not fit, in words ("resident keys (rate x TTL)").
+        figure: &'static str,
+    },
 }
 
 impl fmt::Display for SizingError {
@@ -108,11 +133,24 @@ impl fmt::Display for SizingError {
             }
             SizingError::FalsePositiveRate(p) => write!(
                 f,
-                "the false-positive rate must lie strictly between 0 and 1, not {p}"
+                "the false-positive rate must be above 0 and at most {MAX_FALSE_POSITIVE_RATE}, not {p}"
             ),
             SizingError::ResultTooLarge(n) => {
                 write!(f, "a stored result is at most {MAX_RESULT} bytes, not {n}")
             }
+            SizingError::RetentionTooLong(r) => write!(
+                f,
+                "the retention (7 x TTL unless set) must be at most 2^50 ms (about 35,700 years), not {} s",
+                r.as_secs()
+            ),
+            SizingError::FalsePositiveRateTooSmall(p) => write!(
+                f,
+                "the false-positive rate {p:e} is too small: no finite Bloom filter reaches it"
+            ),
+            SizingError::TooLarge { figure } => write!(
+                f,
+                "the workload is too large to plan: the {figure} would exceed 2^53 keys or 2^64 bytes"
+            ),
         }
     }
 }
@@ -134,13 +172,14 @@ impl Sizing {
     }
 
     /// How long the durable tier keeps a completed key (default 7 x TTL, as
-    /// `NamespaceConfig::retention`).
+    /// `NamespaceConfig::retention`; at most `MAX_RETENTION`).
     pub fn retention(mut self, retention: Duration) -> Self {
         self.retention = Some(retention);
         self
     }
 
-    /// The prefilter's target false-positive rate (default 0.01).
+    /// The prefilter's target false-positive rate (default 0.01; above 0 and at most
+    /// 0.5, as `NamespaceConfig::prefilter_fpr`).
     pub fn false_positive_rate(mut self, p: f64) -> Self {
         self.false_positive_rate = p;
         self
@@ -157,7 +196,8 @@ impl Sizing {
         self.retention.unwrap_or(self.ttl.saturating_mul(7))
     }
 
-    /// Computes the plan, or says which input is out of range.
+    /// Computes the plan, or says which input is out of range: the ranges a namespace
+    /// accepts, and figures that fit (key counts up to 2^53, byte totals in a `u64`).
     pub fn plan(&self) -> Result<Plan, SizingError> {
         let rate = self.rate_per_sec;
         if !(rate.is_finite() && rate > 0.0) {
@@ -170,30 +210,58 @@ impl Sizing {
         if retention < self.ttl {
             return Err(SizingError::RetentionShorterThanTtl);
         }
+        if retention > MAX_RETENTION {
+            return Err(SizingError::RetentionTooLong(retention));
+        }
         let p = self.false_positive_rate;
-        if !(p > 0.0 && p < 1.0) {
+        if !(p > 0.0 && p <= MAX_FALSE_POSITIVE_RATE) {
             return Err(SizingError::FalsePositiveRate(p));
+        }
+        let prefilter_bits_per_key = crate::prefilter::planned_bits_per_key(p);
+        if !prefilter_bits_per_key.is_finite() {
+            return Err(SizingError::FalsePositiveRateTooSmall(p));
         }
         if self.result_bytes > MAX_RESULT {
             return Err(SizingError::ResultTooLarge(self.result_bytes));
         }
-        let keys = |d: Duration| (rate * d.as_secs_f64()).ceil() as u64;
-        let resident_keys = keys(self.ttl);
-        let retained_keys = keys(retention);
+        let keys = |d: Duration, figure| {
+            let k = (rate * d.as_secs_f64()).ceil();
+            if k <= MAX_PLANNED_KEYS as f64 {
+                Ok(k as u64)
+            } else {
+                Err(SizingError::TooLarge { figure })
+            }
+        };
+        let resident_keys = keys(self.ttl, "resident keys (rate x TTL)")?;
+        let retained_keys = keys(retention, "retained keys (rate x retention)")?;
         let result = self.result_bytes as f64;
         let hot_bytes_per_key = if self.result_bytes == 0 {
             HOT_BYTES_PER_KEY
         } else {
             HOT_BYTES_PER_KEY + RESULT_OVERHEAD_PER_KEY + result
         };
-        let prefilter_bits_per_key = crate::prefilter::planned_bits_per_key(p);
         let durable_bytes_per_key = if self.result_bytes == 0 {
             DURABLE_BYTES_PER_KEY
         } else {
             DURABLE_BYTES_PER_KEY + DURABLE_RESULT_OVERHEAD_PER_KEY + result
         };
         let redis_bytes_per_key = REDIS_BYTES_PER_KEY + result;
-        let total = |keys: u64, per_key: f64| (keys as f64 * per_key).ceil() as u64;
+        let total = |keys: u64, per_key: f64, figure| {
+            let b = (keys as f64 * per_key).ceil();
+            if b < BYTES_LIMIT {
+                Ok(b as u64)
+            } else {
+                Err(SizingError::TooLarge { figure })
+            }
+        };
+        let hot_bytes = total(resident_keys, hot_bytes_per_key, "hot-tier bytes")?;
+        let prefilter_bytes = total(
+            retained_keys,
+            prefilter_bits_per_key / 8.0,
+            "prefilter bytes",
+        )?;
+        let durable_bytes = total(retained_keys, durable_bytes_per_key, "durable-tier bytes")?;
+        let redis_bytes = total(resident_keys, redis_bytes_per_key, "Redis bytes")?;
         Ok(Plan {
             rate_per_sec: rate,
             ttl: self.ttl,
@@ -203,14 +271,14 @@ impl Sizing {
             resident_keys,
             retained_keys,
             hot_bytes_per_key,
-            hot_bytes: total(resident_keys, hot_bytes_per_key),
+            hot_bytes,
             prefilter_bits_per_key,
-            prefilter_bytes: total(retained_keys, prefilter_bits_per_key / 8.0),
+            prefilter_bytes,
             durable_bytes_per_key,
-            durable_bytes: total(retained_keys, durable_bytes_per_key),
+            durable_bytes,
             journal_bytes: journal_file_bytes(crate::config::DEFAULT_JOURNAL_SLOTS),
             redis_bytes_per_key,
-            redis_bytes: total(resident_keys, redis_bytes_per_key),
+            redis_bytes,
         })
     }
 }
@@ -229,7 +297,8 @@ pub struct Plan {
     pub false_positive_rate: f64,
     /// Bytes of the result stored with each completion (0: none).
     pub result_bytes: usize,
-    /// Keys resident in the hot tier at peak: rate x TTL. Use it as `max_keys`.
+    /// Keys resident in the hot tier at peak: rate x TTL. Use it as `max_keys` (past
+    /// `MAX_KEYS_LIMIT`, split over [`Plan::namespaces_needed`] namespaces).
     pub resident_keys: u64,
     /// Keys the durable tier holds at peak: rate x retention.
     pub retained_keys: u64,
@@ -315,6 +384,19 @@ impl Plan {
     /// ("1.41 GiB").
     pub fn format_bytes(bytes: u64) -> String {
         human_bytes(bytes)
+    }
+
+    /// How many namespaces the resident keys need, split evenly: 1 up to
+    /// `MAX_KEYS_LIMIT` resident keys, more past it.
+    pub fn namespaces_needed(&self) -> u64 {
+        self.resident_keys.div_ceil(MAX_KEYS_LIMIT as u64).max(1)
+    }
+
+    /// The `max_keys` of each of the [`Plan::namespaces_needed`] namespaces: the
+    /// resident keys split evenly, at least 1 and at most `MAX_KEYS_LIMIT`, so a
+    /// namespace accepts it.
+    pub fn max_keys_per_namespace(&self) -> u64 {
+        self.resident_keys.div_ceil(self.namespaces_needed()).max(1)
     }
 
     /// The warnings for this plan on a machine with `machine_memory` bytes of memory
@@ -442,7 +524,7 @@ mod tests {
             Sizing::new(1.0, DAY).retention(DAY / 2).plan(),
             Err(SizingError::RetentionShorterThanTtl)
         );
-        for p in [0.0, 1.0, -0.1, 2.0, f64::NAN] {
+        for p in [0.0, 1.0, -0.1, 2.0, 0.75, f64::NAN] {
             assert!(matches!(
                 Sizing::new(1.0, DAY).false_positive_rate(p).plan(),
                 Err(SizingError::FalsePositiveRate(_))
@@ -494,11 +576,148 @@ mod tests {
     }
 
     #[test]
-    fn huge_inputs_saturate_instead_of_panicking() {
-        let p = Sizing::new(f64::MAX, Duration::MAX).plan().unwrap();
-        assert_eq!(p.retention, Duration::MAX);
-        assert_eq!((p.resident_keys, p.hot_bytes), (u64::MAX, u64::MAX));
-        assert!(!p.warnings(Some(1 << 40)).is_empty());
+    fn huge_workloads_are_typed_errors_not_saturated_figures() {
+        let too_large = |figure| Err(SizingError::TooLarge { figure });
+        assert_eq!(
+            Sizing::new(1e30, DAY).plan(),
+            too_large("resident keys (rate x TTL)")
+        );
+        assert_eq!(
+            Sizing::new(f64::MAX, Duration::from_millis(1)).plan(),
+            too_large("resident keys (rate x TTL)")
+        );
+        // 2^53 keys plan; the next representable rate (2^53 + 2) does not.
+        let at = |rate: f64| {
+            Sizing::new(rate, Duration::from_secs(1))
+                .retention(Duration::from_secs(1))
+                .plan()
+        };
+        let limit = at((1u64 << 53) as f64).unwrap();
+        assert_eq!(
+            (limit.resident_keys, limit.retained_keys),
+            (1 << 53, 1 << 53)
+        );
+        assert_eq!(
+            at((1u64 << 53) as f64 + 2.0),
+            too_large("resident keys (rate x TTL)")
+        );
+        // Resident keys fit but retained keys (7 x as many) do not.
+        assert_eq!(
+            Sizing::new((1u64 << 53) as f64, Duration::from_secs(1)).plan(),
+            too_large("retained keys (rate x retention)")
+        );
+        // Key counts that fit, byte totals that do not: 2^53 keys of 1 MiB results.
+        assert_eq!(
+            Sizing::new((1u64 << 53) as f64, Duration::from_secs(1))
+                .retention(Duration::from_secs(1))
+                .result_bytes(MAX_RESULT)
+                .plan(),
+            too_large("hot-tier bytes")
+        );
+        // The largest figures that fit are exact, far from u64::MAX.
+        assert!(limit.hot_bytes < u64::MAX / 2 && limit.redis_bytes < u64::MAX / 2);
+        assert!(SizingError::TooLarge {
+            figure: "hot-tier bytes"
+        }
+        .to_string()
+        .contains("too large to plan: the hot-tier bytes"));
+    }
+
+    #[test]
+    fn fpr_and_retention_limits_are_the_engines() {
+        let engine_accepts = |cfg: crate::NamespaceConfig| cfg.validate("ns", 1).is_ok();
+        let above_half = f64::from_bits(0.5f64.to_bits() + 1);
+        for p in [0.5, above_half, 0.51, 0.99, 1e-300, 0.0, -0.1] {
+            let cfg = crate::NamespaceConfig::new().prefilter_fpr(p);
+            assert_eq!(
+                Sizing::new(1.0, DAY).false_positive_rate(p).plan().is_ok(),
+                engine_accepts(cfg),
+                "fpr {p}"
+            );
+        }
+        assert_eq!(
+            Sizing::new(1.0, DAY).false_positive_rate(above_half).plan(),
+            Err(SizingError::FalsePositiveRate(above_half))
+        );
+        let ms = Duration::from_millis(1);
+        for r in [MAX_RETENTION - ms, MAX_RETENTION, MAX_RETENTION + ms] {
+            let cfg = crate::NamespaceConfig::new().ttl(DAY).retention(r);
+            assert_eq!(
+                Sizing::new(1.0, DAY).retention(r).plan().is_ok(),
+                engine_accepts(cfg),
+                "retention {r:?}"
+            );
+        }
+        assert_eq!(
+            Sizing::new(1.0, DAY).retention(MAX_RETENTION + ms).plan(),
+            Err(SizingError::RetentionTooLong(MAX_RETENTION + ms))
+        );
+        // The default retention, 7 x TTL, is held to the same limit.
+        let ttl = MAX_RETENTION / 7 + ms;
+        assert_eq!(
+            Sizing::new(1.0, ttl).plan(),
+            Err(SizingError::RetentionTooLong(ttl * 7))
+        );
+        assert!(Sizing::new(1.0, MAX_RETENTION / 7).plan().is_ok());
+    }
+
+    #[test]
+    fn a_false_positive_rate_no_finite_filter_reaches_is_refused() {
+        let tiny = f64::from_bits(1); // 4.9e-324: above 0, yet p / 5 rounds to 0.
+        assert!(tiny > 0.0);
+        assert_eq!(
+            Sizing::new(1.0, DAY).false_positive_rate(tiny).plan(),
+            Err(SizingError::FalsePositiveRateTooSmall(tiny))
+        );
+        // The smallest rates whose bits are finite still plan, with finite figures.
+        let p = Sizing::new(1.0, DAY)
+            .false_positive_rate(1e-300)
+            .plan()
+            .unwrap();
+        assert!(p.prefilter_bits_per_key.is_finite());
+        assert!(SizingError::FalsePositiveRateTooSmall(tiny)
+            .to_string()
+            .contains("too small"));
+    }
+
+    #[test]
+    fn max_keys_is_split_over_namespaces_past_the_limit() {
+        let p = Sizing::new(500.0, DAY).plan().unwrap();
+        assert_eq!(
+            (p.namespaces_needed(), p.max_keys_per_namespace()),
+            (1, 43_200_000)
+        );
+        let limit = MAX_KEYS_LIMIT as u64;
+        let at = Sizing::new(limit as f64, Duration::from_secs(1))
+            .plan()
+            .unwrap();
+        assert_eq!(
+            (at.namespaces_needed(), at.max_keys_per_namespace()),
+            (1, limit)
+        );
+        let over = Sizing::new((limit + 1) as f64, Duration::from_secs(1))
+            .plan()
+            .unwrap();
+        assert_eq!(
+            (over.namespaces_needed(), over.max_keys_per_namespace()),
+            (2, 1 << 30)
+        );
+        let huge = Sizing::new((1u64 << 52) as f64, Duration::from_secs(1))
+            .retention(Duration::from_secs(1))
+            .plan()
+            .unwrap();
+        assert!(huge.max_keys_per_namespace() <= limit);
+        assert!(huge.max_keys_per_namespace() * huge.namespaces_needed() >= huge.resident_keys);
+        // A rate so small that rate x TTL rounds to 0 keys still sizes a namespace the
+        // engine accepts (max_keys of at least 1).
+        let none = Sizing::new(f64::from_bits(1), Duration::from_millis(1))
+            .plan()
+            .unwrap();
+        assert_eq!(none.resident_keys, 0);
+        assert_eq!(
+            (none.namespaces_needed(), none.max_keys_per_namespace()),
+            (1, 1)
+        );
     }
 
     #[test]

@@ -262,11 +262,22 @@ pub(crate) fn render(o: &Options, plan: &Plan, memory: Option<u64>) -> String {
     for (what, keys, why, per, total) in &rows {
         out += &format!("{what:<w0$}  {keys:>w1$}  {why:<w2$}  {per:>w3$}  {total}\n");
     }
+    // Past the most keys one namespace holds, the snippet sizes each namespace of an
+    // even split, so that the engine accepts its `max_keys`.
+    let namespaces = plan.namespaces_needed();
+    let each = if namespaces == 1 {
+        String::new()
+    } else {
+        format!(
+            " (each of {} namespaces, the keys split evenly)",
+            grouped(namespaces)
+        )
+    };
     out += &format!(
-        "\nconfigure: NamespaceConfig::new()\n    .ttl(Duration::from_secs({}))\n    .retention(Duration::from_secs({}))\n    .max_keys({})\n",
+        "\nconfigure{each}: NamespaceConfig::new()\n    .ttl(Duration::from_secs({}))\n    .retention(Duration::from_secs({}))\n    .max_keys({})\n",
         plan.ttl.as_secs(),
         plan.retention.as_secs(),
-        underscored(plan.resident_keys)
+        underscored(plan.max_keys_per_namespace())
     );
     out += "\nnotes:\n";
     out += "- per-key figures were measured by the benchmark harness (BENCHMARKS.md); Stats::bytes_per_key() reports the live hot-tier figure\n";
@@ -350,10 +361,15 @@ mod tests {
             );
         }
         // u64 seconds overflow is an error, not a wrap or a panic; the largest
-        // duration that fits plans without a panic.
+        // duration that fits is refused as a retention no namespace accepts.
         assert!(d("213503982334602d").is_err());
-        let o = Options::parse(&args(&["--rate", "1/s", "--ttl", "213503982334601d"])).unwrap();
-        assert!(o.sizing.plan().is_ok());
+        let max = Duration::from_secs(213_503_982_334_601 * 86_400);
+        assert_eq!(
+            Options::parse(&args(&["--rate", "1/s", "--ttl", "213503982334601d"])),
+            Err(ArgError::Sizing(SizingError::RetentionTooLong(
+                max.saturating_mul(7)
+            )))
+        );
     }
 
     #[test]
@@ -404,6 +420,42 @@ mod tests {
             e(&["--rate", "1/s", "--ttl", "2d", "--retention", "1d"]),
             ArgError::Sizing(SizingError::RetentionShorterThanTtl)
         );
+        // The engine's ranges: fpr at most 0.5, retention at most 2^50 ms (13,031,248.9
+        // days).
+        assert!(Options::parse(&args(&["--rate", "1/s", "--ttl", "1h", "--fpr", "0.5"])).is_ok());
+        assert_eq!(
+            e(&["--rate", "1/s", "--ttl", "1h", "--fpr", "0.6"]),
+            ArgError::Sizing(SizingError::FalsePositiveRate(0.6))
+        );
+        assert!(Options::parse(&args(&[
+            "--rate",
+            "1/s",
+            "--ttl",
+            "1h",
+            "--retention",
+            "13031248d"
+        ]))
+        .is_ok());
+        assert_eq!(
+            e(&["--rate", "1/s", "--ttl", "1h", "--retention", "13031249d"]),
+            ArgError::Sizing(SizingError::RetentionTooLong(Duration::from_secs(
+                13_031_249 * 86_400
+            )))
+        );
+        // Figures too large to print and rates too small to size are refused, in
+        // words, before anything is printed.
+        let huge = e(&["--rate", "1e30/s", "--ttl", "24h"]);
+        assert_eq!(
+            huge,
+            ArgError::Sizing(SizingError::TooLarge {
+                figure: "resident keys (rate x TTL)"
+            })
+        );
+        assert!(huge.to_string().contains("too large to plan"), "{huge}");
+        assert_eq!(
+            e(&["--rate", "1/s", "--ttl", "1h", "--fpr", "4e-324"]),
+            ArgError::Sizing(SizingError::FalsePositiveRateTooSmall(4e-324))
+        );
         // Every message names the flag and says what to write.
         assert!(e(&["--rate", "5", "--ttl", "1h"])
             .to_string()
@@ -434,6 +486,81 @@ mod tests {
         assert!(!text.contains("warning:"), "{text}");
         let small = render(&o, &p, Some(1 << 30));
         assert!(small.contains("warning: the hot tier needs"), "{small}");
+    }
+
+    #[test]
+    fn past_one_namespace_the_snippet_sizes_each_of_an_even_split() {
+        // 2^31 resident keys: one more than a namespace holds.
+        let o = Options::parse(&args(&["--rate", "2147483648/s", "--ttl", "1s"])).unwrap();
+        let p = o.sizing.plan().unwrap();
+        assert_eq!(p.resident_keys, 1 << 31);
+        let text = render(&o, &p, None);
+        assert!(
+            text.contains(
+                "configure (each of 2 namespaces, the keys split evenly): NamespaceConfig::new()"
+            ),
+            "{text}"
+        );
+        assert!(text.contains(".max_keys(1_073_741_824)\n"), "{text}");
+        assert!(!text.contains(".max_keys(2_147_483_648)"), "{text}");
+        assert!(text.contains("warning: 2147483648 resident keys"), "{text}");
+    }
+
+    /// The README's worked example, `idem plan --rate 500/s --ttl 24h`, is what the
+    /// command prints: everything but the line on this machine's memory compares
+    /// exactly, and that line has the form the command prints.
+    #[test]
+    fn the_readme_example_is_the_printed_plan() {
+        const README: &str = include_str!("../../README.md");
+        const COMMAND: &str = "$ idem plan --rate 500/s --ttl 24h\n";
+        const MACHINE: &str = "- this machine has ";
+        let start = README.find(COMMAND).expect("the README shows the example") + COMMAND.len();
+        let block = &README[start..];
+        let block = &block[..block.find("```").expect("the example's block ends")];
+        let machine: Vec<&str> = block.lines().filter(|l| l.starts_with(MACHINE)).collect();
+        assert_eq!(machine.len(), 1, "{block}");
+        let without_machine: String = block
+            .lines()
+            .filter(|l| !l.starts_with(MACHINE))
+            .map(|l| format!("{l}\n"))
+            .collect();
+
+        let o = Options::parse(&args(&["--rate", "500/s", "--ttl", "24h"])).unwrap();
+        let p = o.sizing.plan().unwrap();
+        assert_eq!(render(&o, &p, None), without_machine);
+        // With a memory given, the only line added is the machine's, in the README's
+        // form, at the README's place (the end).
+        let with_memory = render(&o, &p, Some(64 << 30));
+        let printed = with_memory
+            .strip_prefix(without_machine.as_str())
+            .expect("the machine line comes last");
+        let (readme_line, printed_line) = (machine[0], printed.trim_end_matches('\n'));
+        let form = |l: &str| -> Option<(String, String)> {
+            let (memory, share) = l
+                .strip_prefix(MACHINE)?
+                .strip_suffix(" % of it")?
+                .split_once(" of memory; the hot tier would take ")?;
+            Some((memory.to_owned(), share.to_owned()))
+        };
+        assert!(form(printed_line).is_some(), "{printed_line}");
+        let (memory, share) = form(readme_line).expect("the README's machine line");
+        // Its share is the hot tier's over its memory, as the command works it out.
+        let unit = [("GiB", 1u64 << 30), ("TiB", 1 << 40), ("MiB", 1 << 20)]
+            .into_iter()
+            .find_map(|(u, m)| {
+                Some((
+                    memory.strip_suffix(&format!(" {u}"))?.parse::<f64>().ok()?,
+                    m,
+                ))
+            })
+            .expect("a memory in MiB, GiB or TiB");
+        let m = (unit.0 * unit.1 as f64) as u64;
+        assert_eq!(bytes(m), memory);
+        assert_eq!(
+            share,
+            format!("{:.1}", p.hot_bytes as f64 / m as f64 * 100.0),
+            "{readme_line}"
+        );
     }
 
     #[test]

@@ -59,7 +59,9 @@ pub enum SyncPolicy {
     Always,
     /// The log is fsynced every given interval by a background thread: on power loss
     /// at most that much of acknowledged completions is lost (like Redis
-    /// `appendfsync everysec`).
+    /// `appendfsync everysec`). The thread stops when the [`Engine`](crate::Engine)
+    /// is dropped; a completion made after that, through a guard that outlived it,
+    /// is fsynced before it returns, as under `Always`.
     Periodic(Duration),
     /// The log is left to the operating system: survives a process crash, not a power
     /// loss or OS crash.

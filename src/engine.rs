@@ -1303,6 +1303,10 @@ impl Drop for Engine {
         if let Some(t) = self.wal_sync.take() {
             t.stop();
         }
+        #[cfg(feature = "durable")]
+        if let Some(store) = &self.shared.store {
+            store.close();
+        }
         // Deferred claim markers of claims still held reach the store, so they are
         // orphans at the next open, as with immediate markers.
         for ns in self.shared.namespaces.values() {

@@ -2547,3 +2547,31 @@ fn a_marker_is_not_settled_by_an_expired_record_that_happens_to_carry_its_token(
     assert_eq!(orphan_fps(&engine), vec![fingerprint(b"k", 3)]);
     in_progress(&ns, b"k");
 }
+
+/// `SyncPolicy::Periodic` relies on the engine's sync thread, which stops when the
+/// engine is dropped: a completion through a guard that outlived the engine syncs
+/// the write-ahead log itself (here the sync fails, and the completion says so).
+#[test]
+fn a_completion_after_the_engine_is_dropped_syncs_under_periodic() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(1_000_000);
+    let engine = Engine::builder()
+        .clock(clock.clone())
+        .maintenance_interval(None)
+        .durable(dir.path())
+        .namespace(
+            "ns",
+            small().sync(SyncPolicy::Periodic(std::time::Duration::from_secs(3_600))),
+        )
+        .build()
+        .unwrap();
+    let ns = engine.namespace("ns").unwrap();
+    let before = acquire(&ns, b"before");
+    let after = acquire(&ns, b"after");
+    engine.debug_fail_syncs(true);
+    // While the engine runs, a completion leaves the sync to its thread.
+    before.complete().unwrap();
+    drop(engine);
+    let r = after.complete();
+    assert!(matches!(r, Err(Error::Store(_))), "{r:?}");
+}

@@ -214,6 +214,9 @@ pub(crate) struct Store {
     panic_completions: AtomicBool,
     /// Testing hook: syncs of the write-ahead log fail while this is set.
     fail_syncs: AtomicBool,
+    /// Set when the engine is dropped: its periodic WAL sync has stopped, so writes
+    /// made afterwards through handles and guards that outlive it sync themselves.
+    closed: AtomicBool,
     /// Options of every point read and write, built once: each `Default` is a C++
     /// allocation through the FFI, and the claim path reads and writes per message.
     point_read: ReadOptions,
@@ -449,6 +452,7 @@ impl Store {
                 hold_completions: AtomicBool::new(false),
                 panic_completions: AtomicBool::new(false),
                 fail_syncs: AtomicBool::new(false),
+                closed: AtomicBool::new(false),
                 fail_reads: AtomicBool::new(false),
                 keep_journal: AtomicBool::new(false),
                 held_completions: std::sync::atomic::AtomicUsize::new(0),
@@ -764,6 +768,16 @@ impl Store {
                 }
             }
         }
+    }
+
+    /// Marks the store's engine dropped (see [`Store::closed`]).
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the engine was dropped: no periodic sync of the write-ahead log runs.
+    pub(crate) fn closed(&self) -> bool {
+        self.closed.load(Ordering::Relaxed)
     }
 
     /// Forces the write-ahead log to disk (the `Periodic` sync policy).
@@ -1368,7 +1382,14 @@ impl DurableNs {
                 .collect(),
         };
         self.writes.fetch_add(1, Ordering::Relaxed);
-        let sync = matches!(self.sync, SyncPolicy::Always);
+        // `Periodic` relies on the engine's sync thread; once the engine is dropped
+        // a completion through a guard that outlived it syncs as `Always` does, so
+        // no acknowledged completion waits on a sync that will never come.
+        let sync = match self.sync {
+            SyncPolicy::Always => true,
+            SyncPolicy::Periodic(_) => self.store.closed(),
+            _ => false,
+        };
         let written = self
             .store
             .write_completions(&self.name, &self.fams, done, &unwritten, state, sync);

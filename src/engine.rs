@@ -511,6 +511,116 @@ mod tests {
         }
     }
 
+    std::thread_local! {
+        /// Runs once, on the claiming thread, just before a claim's last attempt
+        /// (the one with every shard's lock: `NsInner::claim_exclusive`).
+        static BEFORE_EXCLUSIVE: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+            const { std::cell::RefCell::new(None) };
+    }
+
+    pub(super) fn before_exclusive_claim() {
+        if let Some(f) = BEFORE_EXCLUSIVE.with(|h| h.borrow_mut().take()) {
+            f();
+        }
+    }
+
+    /// A clock that moves one millisecond on at every reading after the first, from
+    /// where the test sets it.
+    #[derive(Clone)]
+    struct Ticking(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+    impl crate::Clock for Ticking {
+        fn now_ms(&self) -> u64 {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+        }
+    }
+
+    /// A full namespace's last attempt reclaims the keys expired at its own time:
+    /// the reclaim before it ran at the claim's first reading of the clock, and a
+    /// key whose lease ended between the two readings still held its room.
+    #[test]
+    fn the_last_attempt_reclaims_keys_expired_at_its_own_time() {
+        use crate::{Claim, NamespaceConfig};
+        use std::time::Duration;
+        let at = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1_000_000));
+        let engine = super::Engine::builder()
+            .clock(Ticking(at.clone()))
+            .maintenance_interval(None)
+            .namespace(
+                "n",
+                NamespaceConfig::new()
+                    .max_keys(1)
+                    .lease(Duration::from_millis(5)),
+            )
+            .build()
+            .unwrap();
+        let ns = engine.namespace("n").unwrap();
+        let Claim::Acquired(held) = ns.claim(b"a").unwrap() else {
+            panic!("room for one key");
+        };
+        let deadline = held.lease_expires_at_ms();
+        // The next claim reads the clock a millisecond before the lease ends, and
+        // every later reading is past it.
+        at.store(deadline - 1, std::sync::atomic::Ordering::SeqCst);
+        let claim = ns.claim(b"b").unwrap();
+        assert!(matches!(claim, Claim::Acquired(_)), "{claim:?}");
+        assert!(matches!(held.complete(), Err(crate::Error::LeaseLost)));
+        assert_eq!(engine.stats().capacity_refusals, 0);
+    }
+
+    /// A full durable namespace's last attempt evicts a done key itself: the
+    /// eviction before it may have made room that other claims took in between.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn the_last_attempt_of_a_full_durable_namespace_evicts_a_done_key() {
+        use crate::{Claim, ManualClock, NamespaceConfig};
+        let dir = std::env::temp_dir().join(format!("idem-unit-evict-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let engine = super::Engine::builder()
+            .durable(&dir)
+            .clock(ManualClock::new(1_000_000))
+            .maintenance_interval(None)
+            .namespace(
+                "n",
+                NamespaceConfig::new()
+                    .max_keys(200)
+                    .sync(crate::SyncPolicy::Never),
+            )
+            .build()
+            .unwrap();
+        let ns = engine.namespace("n").unwrap();
+        for i in 0..200 {
+            let Claim::Acquired(g) = ns.claim(format!("done-{i}").as_bytes()).unwrap() else {
+                panic!("room for 200 keys");
+            };
+            g.complete().unwrap();
+        }
+        let held = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        {
+            let (ns, held) = (ns.clone(), held.clone());
+            BEFORE_EXCLUSIVE.with(|h| {
+                *h.borrow_mut() = Some(Box::new(move || {
+                    // Other claims take the room the eviction just made (64 keys),
+                    // and hold it (claims in flight are never evicted).
+                    let evicted = ns.inner.stats().evictions;
+                    assert_eq!(evicted, 64);
+                    for i in 0..evicted {
+                        match ns.claim(format!("other-{i}").as_bytes()) {
+                            Ok(Claim::Acquired(g)) => held.borrow_mut().push(g),
+                            other => panic!("{other:?}"),
+                        }
+                    }
+                    assert_eq!(ns.inner.stats().evictions, evicted, "no more evicted");
+                }))
+            });
+        }
+        let claim = ns.claim(b"new").unwrap();
+        assert!(matches!(claim, Claim::Acquired(_)), "{claim:?}");
+        assert!(!held.borrow().is_empty(), "the other claims took the room");
+        drop((claim, held, ns, engine));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// A claim whose thread stops between its shard lock and its marker's write
     /// must not have its lease run out meanwhile: a later claim of the key would
     /// write its own marker, which the first claim's late write would then
@@ -1720,6 +1830,8 @@ impl NsInner {
             let cap = this.capacity();
             let mut store_error = None;
             let answer = if retried {
+                #[cfg(test)]
+                tests::before_exclusive_claim();
                 this.claim_exclusive(si, fp, payload, now, &cap, &mut store_error)
             } else {
                 let mut shard = this.slots[si].lock();
@@ -1980,6 +2092,29 @@ impl NsInner {
         store_error: &mut Option<Error>,
     ) -> ShardClaim {
         let mut shards: Vec<_> = self.slots.iter().map(|slot| slot.lock()).collect();
+        for shard in shards.iter_mut() {
+            // Keys expired at this attempt's time (which may be later than the
+            // reclaim before it) leave first: their room counts.
+            shard.expire_due(now, cap);
+            shard.surrender_reserve(cap);
+        }
+        let answer = {
+            let shard = &mut shards[si];
+            let found = shard.look_up(fp, now, cap);
+            self.claim_found(shard, found, fp, payload, now, cap, store_error, true)
+        };
+        if self.durable.is_none()
+            || !matches!(answer, ShardClaim::Full | ShardClaim::FullForWindow(_))
+        {
+            return answer;
+        }
+        // With a durable tier, a done key may leave the hot tier to make room. The
+        // eviction before this attempt may have made room that other claims took
+        // since: evict again, now that no claim can come in between.
+        let evicted = shards.iter_mut().any(|shard| shard.evict_done(1, cap) > 0);
+        if !evicted {
+            return answer;
+        }
         for shard in shards.iter_mut() {
             shard.surrender_reserve(cap);
         }

@@ -667,6 +667,10 @@ pub(crate) struct Inner {
     /// Whether dead-letter writes are fsynced (the namespace's `SyncPolicy::Always`).
     #[cfg_attr(not(feature = "durable"), allow(dead_code))]
     sync: bool,
+    /// Whether the namespace syncs periodically: once the engine (and its sync
+    /// thread) is gone, dead-letter writes are fsynced each.
+    #[cfg_attr(not(feature = "durable"), allow(dead_code))]
+    periodic: bool,
     state: Mutex<State>,
 }
 
@@ -677,6 +681,7 @@ impl Inner {
         store: Option<StoreHandle>,
     ) -> Result<Inner> {
         let sync = matches!(ns.config().sync, crate::config::SyncPolicy::Always);
+        let periodic = matches!(ns.config().sync, crate::config::SyncPolicy::Periodic(_));
         #[cfg_attr(not(feature = "durable"), allow(unused_mut))]
         let mut st = State {
             next_id: 1,
@@ -707,6 +712,7 @@ impl Inner {
             clock,
             store,
             sync,
+            periodic,
             state: Mutex::new(st),
         })
     }
@@ -751,7 +757,10 @@ impl Inner {
         let bytes = letter.encode();
         match &self.store {
             #[cfg(feature = "durable")]
-            Some(s) => s.dlq_put(self.ns.name(), id, &bytes, next, self.sync)?,
+            Some(s) => {
+                let sync = self.sync || (self.periodic && s.closed());
+                s.dlq_put(self.ns.name(), id, &bytes, next, sync)?
+            }
             #[cfg(not(feature = "durable"))]
             Some(never) => match *never {},
             None => {

@@ -394,8 +394,8 @@ impl Engine {
     }
 
     /// Testing hook: while `fail` is true every sync of the write-ahead log requested
-    /// by the engine (grouped commits, `SyncPolicy::Periodic`) fails as a failing disk
-    /// would. Not part of the stable API.
+    /// by the engine (grouped commits, `SyncPolicy::Periodic`, synced dead-letter
+    /// writes) fails as a failing disk would. Not part of the stable API.
     #[doc(hidden)]
     pub fn debug_fail_syncs(&self, fail: bool) {
         self.with_store(|_store| {
@@ -509,6 +509,174 @@ mod tests {
         if let Some(f) = BEFORE_MARKER.with(|h| h.borrow_mut().take()) {
             f();
         }
+    }
+
+    std::thread_local! {
+        /// Runs once, on the releasing thread, where a durable release settles its
+        /// claim's marker.
+        static BEFORE_SETTLE: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+            const { std::cell::RefCell::new(None) };
+    }
+
+    pub(super) fn before_marker_settled() {
+        if let Some(f) = BEFORE_SETTLE.with(|h| h.borrow_mut().take()) {
+            f();
+        }
+    }
+
+    /// A scratch directory under the system's temporary one, removed when dropped.
+    #[cfg(feature = "durable")]
+    struct Scratch(std::path::PathBuf);
+
+    #[cfg(feature = "durable")]
+    impl Scratch {
+        fn new(name: &str) -> Self {
+            let dir = std::env::temp_dir().join(format!("idem-unit-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            Scratch(dir)
+        }
+    }
+
+    #[cfg(feature = "durable")]
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// A durable namespace "n" in `dir` on a manual clock, lease 1 s.
+    #[cfg(feature = "durable")]
+    fn durable_namespace(
+        dir: &Scratch,
+        markers: crate::ClaimMarkers,
+    ) -> (super::Engine, super::Namespace, crate::ManualClock) {
+        let clock = crate::ManualClock::new(1_000_000);
+        let engine = super::Engine::builder()
+            .durable(&dir.0)
+            .clock(clock.clone())
+            .maintenance_interval(None)
+            .namespace(
+                "n",
+                crate::NamespaceConfig::new()
+                    .lease(std::time::Duration::from_secs(1))
+                    .claim_markers(markers)
+                    .sync(crate::SyncPolicy::Never),
+            )
+            .build()
+            .unwrap();
+        let ns = engine.namespace("n").unwrap();
+        (engine, ns, clock)
+    }
+
+    /// A panic while a claim's marker is written gives the claim up: the key is not
+    /// left held (answering InProgress, and a forget waiting) for good.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_panic_while_a_marker_is_written_gives_the_claim_up() {
+        use crate::Claim;
+        let dir = Scratch::new("marker-panic");
+        let (_engine, ns, clock) = durable_namespace(&dir, crate::ClaimMarkers::Journal);
+        BEFORE_MARKER.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move || {
+                // The lease runs out first, so the guard's release is refused.
+                clock.advance(std::time::Duration::from_secs(2));
+                panic!("a failing write")
+            }))
+        });
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ns.claim(b"k")));
+        assert!(caught.is_err(), "the panic goes on");
+        assert!(ns.check(b"k").unwrap().is_none());
+        assert!(!ns.forget(b"k").unwrap());
+        assert!(matches!(ns.claim(b"k").unwrap(), Claim::Acquired(_)));
+    }
+
+    /// A panic while a durable release settles its marker still frees the entry.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_panic_while_a_release_settles_its_marker_frees_the_key() {
+        use crate::Claim;
+        let dir = Scratch::new("settle-panic");
+        let (_engine, ns, _clock) = durable_namespace(&dir, crate::ClaimMarkers::Immediate);
+        let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
+            panic!("the first claim acquires");
+        };
+        BEFORE_SETTLE.with(|h| *h.borrow_mut() = Some(Box::new(|| panic!("a failing delete"))));
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| g.release()));
+        assert!(caught.is_err(), "the panic goes on");
+        assert!(ns.check(b"k").unwrap().is_none());
+        assert!(matches!(ns.claim(b"k").unwrap(), Claim::Acquired(_)));
+    }
+
+    /// A guard dropped (by a panic) while its marker was being written, its lease
+    /// run out meanwhile, never ended its hold: the hold goes with the lease, and the
+    /// key is not held for good.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_hold_its_guard_never_ended_goes_with_the_lease() {
+        use crate::Claim;
+        let dir = Scratch::new("stuck-hold");
+        let (_engine, ns, clock) = durable_namespace(&dir, crate::ClaimMarkers::Journal);
+        let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
+            panic!("the first claim acquires");
+        };
+        // As if the guard were dropped before its marker's write ended.
+        ns.inner.slots[g.shard as usize]
+            .lock()
+            .hold_for_marker(g.lease.idx);
+        clock.advance(std::time::Duration::from_secs(2));
+        drop(g);
+        assert!(ns.check(b"k").unwrap().is_none(), "not held for good");
+        assert!(matches!(ns.claim(b"k").unwrap(), Claim::Acquired(_)));
+    }
+
+    /// A guard dropped while its thread unwinds from another panic, whose release
+    /// panics as well, frees its key and lets the first panic go on: a second panic
+    /// during unwinding would abort the process.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_guard_dropped_during_a_panic_whose_release_panics_does_not_abort() {
+        use crate::Claim;
+        let dir = Scratch::new("unwind-drop");
+        let (_engine, ns, _clock) = durable_namespace(&dir, crate::ClaimMarkers::Immediate);
+        let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
+            panic!("the first claim acquires");
+        };
+        BEFORE_SETTLE.with(|h| *h.borrow_mut() = Some(Box::new(|| panic!("a failing delete"))));
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            let _held = g;
+            panic!("the handler fails");
+        }));
+        let message = caught.unwrap_err();
+        assert_eq!(message.downcast_ref::<&str>(), Some(&"the handler fails"));
+        assert!(ns.check(b"k").unwrap().is_none());
+    }
+
+    /// Deferred markers are written by the maintenance pass, which stops with the
+    /// engine: a claim made afterwards through a handle that outlived it writes its
+    /// marker at once.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_claim_after_the_engine_is_dropped_writes_its_deferred_marker_at_once() {
+        use crate::Claim;
+        let dir = Scratch::new("deferred-drop");
+        let (engine, ns, _clock) = durable_namespace(&dir, crate::ClaimMarkers::Deferred);
+        let d = ns.inner.durable.as_ref().unwrap();
+        let Claim::Acquired(before) = ns.claim(b"before").unwrap() else {
+            panic!("acquired");
+        };
+        assert_eq!(d.deferred_pending(), 1, "deferred while the engine runs");
+        drop(engine);
+        assert_eq!(d.deferred_pending(), 0, "written at the engine's drop");
+        let writes = d.writes.load(std::sync::atomic::Ordering::Relaxed);
+        let Claim::Acquired(after) = ns.claim(b"after").unwrap() else {
+            panic!("acquired");
+        };
+        assert_eq!(d.deferred_pending(), 0, "not left waiting for a pass");
+        assert_eq!(
+            d.writes.load(std::sync::atomic::Ordering::Relaxed),
+            writes + 1
+        );
+        drop((before, after));
     }
 
     std::thread_local! {
@@ -2394,6 +2562,8 @@ impl Namespace {
         let claim = claim?;
         #[cfg(test)]
         tests::before_marker_write();
+        // (A panic here drops the guard, whose release ends the hold: see
+        // `Shard::begin_complete`.)
         if let Err(e) = ns.write_markers(marker.as_slice()) {
             // Nothing was decided: the claim leaves the hot tier, and there is no
             // marker on disk to delete.
@@ -2550,7 +2720,13 @@ impl Namespace {
                 }
             }
         }
-        let stored = write_unwinding(|| d.write_completions(&records, &[]));
+        // Nothing to write (an empty batch, or every guard's lease lost): no write,
+        // and no fsync under `Always`.
+        let stored = if records.is_empty() {
+            Ok(Ok(Stored::Yes))
+        } else {
+            write_unwinding(|| d.write_completions(&records, &[]))
+        };
         for g in &mut begun {
             let si = g.shard as usize;
             let cap = ns.capacity();
@@ -3078,9 +3254,15 @@ impl ClaimGuard {
         // marker is settled, and is released only after: no new claim of the key can
         // write a marker in between for this release to remove.
         self.hold_for_durable(ns, d, now, &cap)?;
-        if !d.settle_marker(self.fp.to_u128(), self.lease.token) {
-            d.delete_claims(&[self.fp.to_u128()]);
-        }
+        // A panic here still frees the entry below, then goes on.
+        let settled = write_unwinding(|| {
+            #[cfg(test)]
+            tests::before_marker_settled();
+            if !d.settle_marker(self.fp.to_u128(), self.lease.token) {
+                d.delete_claims(&[self.fp.to_u128()]);
+            }
+            Ok(())
+        });
         let anchor = last_round(
             &mut ns.slots[si].lock(),
             &ns.params,
@@ -3093,7 +3275,7 @@ impl ClaimGuard {
         );
         self.counted = false;
         drop(anchor);
-        Ok(())
+        finished(settled)
     }
 }
 
@@ -3112,7 +3294,11 @@ impl Drop for ClaimGuard {
             drop(anchor);
         }
         if let Some(Err(panic)) = released {
-            std::panic::resume_unwind(panic);
+            // A second panic while the thread already unwinds would abort the
+            // process: the release's own panic is dropped then (the entry was freed).
+            if !std::thread::panicking() {
+                std::panic::resume_unwind(panic);
+            }
         }
     }
 }

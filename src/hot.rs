@@ -1867,6 +1867,9 @@ impl Shard {
     ) -> Result<Option<u64>, Refused> {
         self.catch_up(now, cap);
         if !self.holds(fp, lease, now) {
+            // A hold its guard never ended (a panic dropped the guard while its marker
+            // was being written) goes with the lease: the entry expires as any other.
+            self.marker_written(fp, lease);
             self.counters.lease_lost += 1;
             return Err(Refused::LeaseLost);
         }

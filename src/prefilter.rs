@@ -325,9 +325,7 @@ const FILE_MAGIC: &[u8; 8] = b"IDEMPF02";
 fn layout_digest() -> u64 {
     let probe = AtomicBloomFilter::from_vec(vec![0u64; 16]).hashes(3);
     for i in 0..24u64 {
-        probe.insert_hash(bloom_hash(
-            u128::from(i) << 64 | u128::from(i ^ 0x5bd1_e995),
-        ));
+        probe.insert_hash(xxhash_rust::xxh3::xxh3_64(&i.to_le_bytes()));
     }
     let words: Vec<u8> = probe.iter().flat_map(u64::to_le_bytes).collect();
     xxhash_rust::xxh3::xxh3_64(&words)

@@ -1070,3 +1070,32 @@ fn a_corrupt_dead_letter_is_reported_and_the_others_are_served() {
         b.get() + 1
     );
 }
+
+/// Under `SyncPolicy::Periodic` the sync thread stops with the engine: a dead letter
+/// quarantined afterwards, through a handle that outlived it, is fsynced itself
+/// (here the sync fails, and the quarantine says so).
+#[cfg(feature = "durable")]
+#[test]
+fn a_dead_letter_after_the_engine_is_dropped_is_synced_under_periodic() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(1_000_000);
+    let engine = Engine::builder()
+        .namespace(
+            "ns",
+            config().sync(idem::SyncPolicy::Periodic(std::time::Duration::from_secs(
+                3_600,
+            ))),
+        )
+        .clock(clock.clone())
+        .maintenance_interval(None)
+        .durable(dir.path())
+        .build()
+        .unwrap();
+    let dlq = engine.dlq("ns").unwrap();
+    engine.debug_fail_syncs(true);
+    // While the engine runs, the write leaves the sync to its thread.
+    dlq.quarantine(b"before", b"p", OUTAGE).unwrap();
+    drop(engine);
+    let r = dlq.quarantine(b"after", b"p", OUTAGE);
+    assert!(matches!(r, Err(Error::Store(_))), "{r:?}");
+}

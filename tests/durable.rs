@@ -2575,3 +2575,21 @@ fn a_completion_after_the_engine_is_dropped_syncs_under_periodic() {
     let r = after.complete();
     assert!(matches!(r, Err(Error::Store(_))), "{r:?}");
 }
+
+/// A batch with nothing to complete (empty, or every guard's lease lost) writes
+/// nothing: no fsync under `Always`, and a failing store does not fail it.
+#[test]
+fn a_complete_batch_with_nothing_to_complete_writes_nothing() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(1_000_000);
+    let (engine, ns) = open(&dir, &clock, small());
+    let stale = acquire(&ns, b"k");
+    clock.advance(secs(10));
+    let writes = engine.stats().durable_writes;
+    engine.debug_fail_store_writes(true);
+    assert!(ns.complete_batch(Vec::new()).unwrap().is_empty());
+    let outcomes = ns.complete_batch(vec![stale]).unwrap();
+    assert!(matches!(outcomes[..], [Err(Error::LeaseLost)]));
+    engine.debug_fail_store_writes(false);
+    assert_eq!(engine.stats().durable_writes, writes);
+}

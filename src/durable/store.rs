@@ -777,12 +777,17 @@ impl Store {
 
     /// Whether the engine was dropped: no periodic sync of the write-ahead log runs.
     pub(crate) fn closed(&self) -> bool {
-        self.closed.load(Ordering::Relaxed)
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    /// Fails as a sync would under the testing hook (`Engine::debug_fail_syncs`).
+    pub(crate) fn check_syncable(&self) -> Result<(), Error> {
+        injected(&self.fail_syncs, "sync", "to sync")
     }
 
     /// Forces the write-ahead log to disk (the `Periodic` sync policy).
     pub(crate) fn sync_wal(&self) -> Result<(), Error> {
-        injected(&self.fail_syncs, "sync", "to sync")?;
+        self.check_syncable()?;
         self.db.flush_wal(true).map_err(|e| store_err("sync", e))
     }
 }
@@ -897,9 +902,17 @@ impl DurableNs {
         self.reads.load(Ordering::Relaxed)
     }
 
-    /// Whether claim markers wait for the maintenance pass.
+    /// Whether claim markers wait for the maintenance pass. Not once the engine is
+    /// dropped: no pass runs then, and a claim made through a handle that outlived
+    /// it writes its marker at once, as `Immediate` does.
     pub(crate) fn defers_markers(&self) -> bool {
-        self.deferred.is_some()
+        self.deferred.is_some() && !self.store.closed()
+    }
+
+    /// Claim markers waiting in memory (tests).
+    #[cfg(test)]
+    pub(crate) fn deferred_pending(&self) -> usize {
+        self.deferred.as_ref().map_or(0, |d| d.pending.lock().len())
     }
 
     /// Keeps claim markers in memory until the next flush.
@@ -1390,9 +1403,18 @@ impl DurableNs {
             SyncPolicy::Periodic(_) => self.store.closed(),
             _ => false,
         };
-        let written = self
+        let mut written = self
             .store
             .write_completions(&self.name, &self.fams, done, &unwritten, state, sync);
+        if !sync
+            && matches!(self.sync, SyncPolicy::Periodic(_))
+            && written.is_ok()
+            && self.store.closed()
+        {
+            // The engine was dropped while this write was on its way: its last flush
+            // may have run before the write landed, and no periodic sync follows.
+            written = self.store.sync_wal();
+        }
         let stored = written.is_ok();
         let answer = match written {
             Ok(()) => Ok(Stored::Yes),

@@ -91,6 +91,9 @@ impl Store {
         sync: bool,
     ) -> Result<(), Error> {
         self.check_writable()?;
+        if sync {
+            self.check_syncable()?;
+        }
         let cf = self.cf(&cf_name(ns))?;
         let mut batch = WriteBatch::default();
         batch.put_cf(cf, message_key(id), bytes);

@@ -27,9 +27,12 @@ pub struct Stats {
     pub capacity_refusals: u64,
     /// Successful completions.
     pub completions: u64,
-    /// Successful releases (explicit or by dropping a guard).
+    /// Claims given up: releases (explicit or by dropping a guard), and completions
+    /// whose durable write failed under `FailClosed` (the claim is released so that
+    /// the redelivery retries).
     pub releases: u64,
-    /// `complete`/`release` calls refused with `LeaseLost`.
+    /// Completions and releases refused with `LeaseLost`, including the release of a
+    /// guard dropped after its lease had run out.
     pub lease_lost: u64,
     /// Unexpired keys deleted by `forget`.
     pub forgotten: u64,
@@ -45,8 +48,9 @@ pub struct Stats {
     /// Done keys dropped from a full hot tier to make room (durable namespaces only:
     /// the durable tier still answers for them).
     pub evictions: u64,
-    /// Point look-ups of the durable tier (claims the hot tier could not answer, and
-    /// the read before a sliding window's record is rewritten).
+    /// Point look-ups of the durable tier (claims the hot tier could not answer,
+    /// `check` of keys it does not hold, every `forget`, and the read before a sliding
+    /// window's record is rewritten).
     pub durable_reads: u64,
     /// Writes to the durable tier (claim markers, completions, releases, forgets;
     /// a batch counts once).

@@ -1673,7 +1673,14 @@ mod maintenance {
                         }
                         if timeout.timed_out() {
                             drop(stopped);
-                            task();
+                            // A run that panics (a user clock that fails, say) is
+                            // reported and the next one goes on: the thread does not
+                            // end silently, leaving expiry and marker writes undone.
+                            let ran =
+                                std::panic::catch_unwind(std::panic::AssertUnwindSafe(&mut task));
+                            if ran.is_err() {
+                                tracing::error!("a background run panicked; the next one goes on");
+                            }
                             stopped = lock.lock().unwrap_or_else(|p| p.into_inner());
                         }
                     }

@@ -118,6 +118,20 @@ struct WatchedClock {
     test_thread: ThreadId,
     background_reads: Arc<AtomicU64>,
     ended: Arc<AtomicBool>,
+    /// While set, a read on the background thread panics (after it is counted).
+    panics: Arc<AtomicBool>,
+}
+
+impl WatchedClock {
+    fn new() -> Self {
+        WatchedClock {
+            time: ManualClock::new(T0),
+            test_thread: std::thread::current().id(),
+            background_reads: Arc::new(AtomicU64::new(0)),
+            ended: Arc::new(AtomicBool::new(false)),
+            panics: Arc::new(AtomicBool::new(false)),
+        }
+    }
 }
 
 /// Sets its flag when dropped: at the exit of the thread that holds it.
@@ -141,6 +155,9 @@ impl Clock for WatchedClock {
                 m.borrow_mut()
                     .get_or_insert_with(|| ExitMarker(self.ended.clone()));
             });
+            if self.panics.load(SeqCst) {
+                panic!("the clock fails");
+            }
         }
         self.time.now_ms()
     }
@@ -148,12 +165,7 @@ impl Clock for WatchedClock {
 
 #[test]
 fn background_maintenance_thread_reclaims_and_stops_on_drop() {
-    let clock = WatchedClock {
-        time: ManualClock::new(T0),
-        test_thread: std::thread::current().id(),
-        background_reads: Arc::new(AtomicU64::new(0)),
-        ended: Arc::new(AtomicBool::new(false)),
-    };
+    let clock = WatchedClock::new();
     let engine = Engine::builder()
         .namespace("ns", small())
         .clock(clock.clone())
@@ -198,6 +210,44 @@ fn background_maintenance_thread_reclaims_and_stops_on_drop() {
     );
     // The handle keeps working without the engine.
     assert!(ns.claim(b"k").unwrap().is_acquired());
+}
+
+/// A maintenance run that panics (here its clock does) is reported and the thread
+/// goes on: the next runs still reclaim expired keys.
+#[test]
+fn a_maintenance_run_that_panics_does_not_end_the_thread() {
+    let clock = WatchedClock::new();
+    let engine = Engine::builder()
+        .namespace("ns", small())
+        .clock(clock.clone())
+        .maintenance_interval(Some(ms(1)))
+        .build()
+        .unwrap();
+    let ns = engine.namespace("ns").unwrap();
+    done(&ns, b"k");
+    clock.panics.store(true, SeqCst);
+    let seen = clock.background_reads.load(SeqCst);
+    let mut spins = 0u64;
+    // A read counted after the flag was set is a run that panicked.
+    while clock.background_reads.load(SeqCst) == seen {
+        std::thread::yield_now();
+        spins += 1;
+        assert!(spins < 50_000_000, "maintenance thread never ran");
+    }
+    clock.panics.store(false, SeqCst);
+    clock.time.advance(secs(61));
+    while engine.stats().resident_keys != 0 {
+        assert!(
+            !clock.ended.load(SeqCst),
+            "the maintenance thread ended at the panic"
+        );
+        std::thread::yield_now();
+        spins += 1;
+        assert!(spins < 100_000_000, "maintenance never ran again");
+    }
+    assert!(!clock.ended.load(SeqCst));
+    drop(engine);
+    assert!(clock.ended.load(SeqCst));
 }
 
 #[test]

@@ -568,6 +568,15 @@ mod tests {
         (engine, ns, clock)
     }
 
+    /// The first claim of "k", acquired.
+    #[cfg(feature = "durable")]
+    fn first_claim(ns: &super::Namespace) -> super::ClaimGuard {
+        match ns.claim(b"k").unwrap() {
+            crate::Claim::Acquired(g) => g,
+            other => panic!("the first claim acquires: {other:?}"),
+        }
+    }
+
     /// A panic while a claim's marker is written gives the claim up: the key is not
     /// left held (answering InProgress, and a forget waiting) for good.
     #[cfg(feature = "durable")]
@@ -597,9 +606,7 @@ mod tests {
         use crate::Claim;
         let dir = Scratch::new("settle-panic");
         let (_engine, ns, _clock) = durable_namespace(&dir, crate::ClaimMarkers::Immediate);
-        let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
-            panic!("the first claim acquires");
-        };
+        let g = first_claim(&ns);
         BEFORE_SETTLE.with(|h| *h.borrow_mut() = Some(Box::new(|| panic!("a failing delete"))));
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| g.release()));
         assert!(caught.is_err(), "the panic goes on");
@@ -616,9 +623,7 @@ mod tests {
         use crate::Claim;
         let dir = Scratch::new("stuck-hold");
         let (_engine, ns, clock) = durable_namespace(&dir, crate::ClaimMarkers::Journal);
-        let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
-            panic!("the first claim acquires");
-        };
+        let g = first_claim(&ns);
         // As if the guard were dropped before its marker's write ended.
         ns.inner.slots[g.shard as usize]
             .lock()
@@ -635,12 +640,9 @@ mod tests {
     #[cfg(feature = "durable")]
     #[test]
     fn a_guard_dropped_during_a_panic_whose_release_panics_does_not_abort() {
-        use crate::Claim;
         let dir = Scratch::new("unwind-drop");
         let (_engine, ns, _clock) = durable_namespace(&dir, crate::ClaimMarkers::Immediate);
-        let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
-            panic!("the first claim acquires");
-        };
+        let g = first_claim(&ns);
         BEFORE_SETTLE.with(|h| *h.borrow_mut() = Some(Box::new(|| panic!("a failing delete"))));
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
             let _held = g;

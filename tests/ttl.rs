@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 use std::thread::ThreadId;
 
-use idem::{Claim, Clock, Engine, KeyState, ManualClock, NamespaceConfig};
+use idem::{Claim, Clock, Engine, KeyState, ManualClock, Namespace, NamespaceConfig};
 use util::*;
 
 fn done(ns: &idem::Namespace, key: &[u8]) {
@@ -167,8 +167,9 @@ impl Clock for WatchedClock {
     }
 }
 
-#[test]
-fn background_maintenance_thread_reclaims_and_stops_on_drop() {
+/// An engine on a watched clock whose maintenance thread runs every millisecond of
+/// real time, holding one done key "k".
+fn with_maintenance_thread() -> (WatchedClock, Engine, Namespace) {
     let clock = WatchedClock::new();
     let engine = Engine::builder()
         .namespace("ns", small())
@@ -178,6 +179,12 @@ fn background_maintenance_thread_reclaims_and_stops_on_drop() {
         .unwrap();
     let ns = engine.namespace("ns").unwrap();
     done(&ns, b"k");
+    (clock, engine, ns)
+}
+
+#[test]
+fn background_maintenance_thread_reclaims_and_stops_on_drop() {
+    let (clock, engine, ns) = with_maintenance_thread();
     clock.time.advance(secs(61));
     // The thread runs every millisecond of real time. Each run reads the clock once
     // per namespace, so the first read counted from here is a run that sees the
@@ -220,15 +227,7 @@ fn background_maintenance_thread_reclaims_and_stops_on_drop() {
 /// goes on: the next runs still reclaim expired keys.
 #[test]
 fn a_maintenance_run_that_panics_does_not_end_the_thread() {
-    let clock = WatchedClock::new();
-    let engine = Engine::builder()
-        .namespace("ns", small())
-        .clock(clock.clone())
-        .maintenance_interval(Some(ms(1)))
-        .build()
-        .unwrap();
-    let ns = engine.namespace("ns").unwrap();
-    done(&ns, b"k");
+    let (clock, engine, _ns) = with_maintenance_thread();
     clock.panics.store(true, SeqCst);
     let mut spins = 0u64;
     while clock.panicked.load(SeqCst) == 0 {

@@ -152,6 +152,13 @@ pub mod __fuzz {
     pub fn prefilter_model(data: &[u8]) {
         crate::prefilter::model_check(data);
     }
+
+    /// Loads `data` as the generations of a saved prefilter file (see
+    /// `prefilter::fuzz_load`); panics if one that loads does not save back
+    /// unchanged.
+    pub fn prefilter_load(data: &[u8]) {
+        crate::prefilter::fuzz_load(data);
+    }
 }
 
 /// Internals exposed for the crate's benches only. Not part of the API: no stability

@@ -331,6 +331,12 @@ fn layout_digest() -> u64 {
     xxhash_rust::xxh3::xxh3_64(&words)
 }
 
+/// The most hash functions a saved filter may claim: a filter built for any rate the
+/// engine accepts uses far fewer (about 10 at 0.2 %), and a file claiming more (which
+/// only a crafted one could, past the checksum) would make every query loop that
+/// many times.
+const MAX_HASHES: u32 = 64;
+
 /// Why a saved filter was not used (the engine then rebuilds it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Stale {
@@ -437,11 +443,18 @@ impl Prefilter {
                 let items = r.u64()? as usize;
                 let hashes = r.u32()?;
                 let n = r.u64()? as usize;
-                if n == 0 || hashes == 0 || n > r.remaining() / 8 || items > capacity {
+                // Every filter of a generation is sized by the settings checked above.
+                if n == 0
+                    || hashes == 0
+                    || hashes > MAX_HASHES
+                    || n > r.remaining() / 8
+                    || capacity != self.per_segment
+                    || items > capacity
+                {
                     return Err(Stale::Malformed);
                 }
                 let words = (0..n).map(|_| r.u64()).collect::<Result<Vec<_>, _>>()?;
-                keys += items as u64;
+                keys = keys.checked_add(items as u64).ok_or(Stale::Malformed)?;
                 segments.push(Segment {
                     bloom: AtomicBloomFilter::from_vec(words).hashes(hashes),
                     items: AtomicUsize::new(items),
@@ -458,6 +471,40 @@ impl Prefilter {
         }
         *self.gens.write() = gens;
         Ok(keys)
+    }
+}
+
+/// Feeds `data` to [`Prefilter::load`] as a saved file that passes the checks a
+/// fuzzer cannot forge (magic, layout, settings, checksum), so that the generations'
+/// parser is reached. Panics if a file that loads does not save back to the same
+/// bytes, or if a query of the loaded filter fails.
+#[cfg(any(test, fuzzing))]
+pub(crate) fn fuzz_load(data: &[u8]) {
+    let p = Prefilter::new(1_000, 4_000, 0.01);
+    let (seq, now_ms) = (7, 1_000);
+    let mut body = FILE_MAGIC.to_vec();
+    for v in [
+        seq,
+        now_ms,
+        layout_digest(),
+        p.span_ms,
+        p.per_segment as u64,
+        p.segment_fpr.to_bits(),
+    ] {
+        body.extend_from_slice(&v.to_le_bytes());
+    }
+    body.extend_from_slice(data);
+    let sum = xxhash_rust::xxh3::xxh3_64(&body);
+    body.extend_from_slice(&sum.to_le_bytes());
+    if p.load(&body, seq, now_ms).is_ok() {
+        assert_eq!(
+            p.encode(seq, now_ms),
+            body,
+            "a loaded filter saves back unchanged"
+        );
+        for i in 0..16u64 {
+            p.may_contain(xxhash_rust::xxh3::xxh3_64(&i.to_le_bytes()));
+        }
     }
 }
 
@@ -736,6 +783,46 @@ mod tests {
         assert_eq!(q.load(&bytes, 9, 1_000), Err(Stale::Clock));
         assert_eq!(q.stats().generations, 0);
         assert_eq!(q.load(&bytes, 9, 4_000), Ok(0));
+    }
+
+    /// The fuzz target's harness on a real saved filter's generations (which load
+    /// and save back), on cuts and flips of them, and on a claimed hash count past the
+    /// bound (refused).
+    #[test]
+    fn saved_generations_load_and_save_back_or_are_refused() {
+        let p = Prefilter::new(1_000, 4_000, 0.01);
+        for i in 0..300 {
+            p.insert(h(i), 1_000 * (i % 3) + 10);
+        }
+        let bytes = p.encode(7, 1_000);
+        // The generations: after the magic, six header words, before the checksum.
+        let gens = &bytes[FILE_MAGIC.len() + 48..bytes.len() - 8];
+        let q = Prefilter::new(1_000, 4_000, 0.01);
+        fuzz_load(gens);
+        let mut whole = FILE_MAGIC.to_vec();
+        whole.extend_from_slice(&bytes[FILE_MAGIC.len()..]);
+        assert_eq!(q.load(&whole, 7, 1_000), Ok(300));
+        for cut in [0, 1, 4, 12, gens.len() / 2, gens.len() - 1] {
+            fuzz_load(&gens[..cut]);
+        }
+        for at in (0..gens.len()).step_by(7) {
+            let mut g = gens.to_vec();
+            g[at] ^= 0x5a;
+            fuzz_load(&g);
+        }
+        // Hash count of the first filter: after its generation's epoch (8) and filter
+        // count (4), its capacity (8) and items (8).
+        let mut g = gens.to_vec();
+        let at = 4 + 8 + 4 + 16;
+        g[at..at + 4].copy_from_slice(&(MAX_HASHES + 1).to_le_bytes());
+        let mut crafted = bytes[..FILE_MAGIC.len() + 48].to_vec();
+        crafted.extend_from_slice(&g);
+        let sum = xxhash_rust::xxh3::xxh3_64(&crafted);
+        crafted.extend_from_slice(&sum.to_le_bytes());
+        assert_eq!(
+            Prefilter::new(1_000, 4_000, 0.01).load(&crafted, 7, 1_000),
+            Err(Stale::Malformed)
+        );
     }
 
     #[test]

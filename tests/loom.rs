@@ -3,11 +3,13 @@
 //!
 //! Built only with `--cfg idem_loom`, under which idem's sync facade (`src/sync.rs`)
 //! hands the engine loom's mutexes, atomics and `Arc`, and the [`ManualClock`]'s atomic
-//! too, so loom sees every lock, every capacity counter and every clock read. Run it as
+//! too, so loom sees the hot tier's locks, every capacity counter and the manual
+//! clock's reads (not the namespace's high-water mark over them). Run it as
 //!
 //! ```text
 //! RUSTFLAGS="--cfg idem_loom" LOOM_MAX_PREEMPTIONS=2 \
-//!     CARGO_TARGET_DIR=$HOME/.cache/idem/target-loom cargo test --release --test loom
+//!     CARGO_TARGET_DIR=$HOME/.cache/idem/target-loom \
+//!     cargo test --release --no-default-features --test loom
 //! ```
 //!
 //! Every model builds its engine inside `loom::model` (loom objects must not outlive

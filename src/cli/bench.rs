@@ -137,7 +137,8 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
         if o.quick {
             d.push("--quick".to_owned());
         }
-        super::bench_durable::run(&d)?;
+        // A correctness failure there (not a missed target) fails the run too.
+        ok &= super::bench_durable::run(&d)? == ExitCode::SUCCESS;
     }
     Ok(if ok {
         ExitCode::SUCCESS

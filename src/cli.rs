@@ -44,7 +44,11 @@ USAGE:
         applying, each side effect co-committed with its completion) is killed with
         SIGKILL part way through its stream, restarted on the same database, and the
         ledger is checked: every message took effect exactly once. Reports the
-        orphan claims found at restart. DIR defaults to a fresh temporary directory.
+        orphan claims found at restart. DIR must be new or empty (the demo never
+        deletes anything in a directory it did not make); without --dir a
+        temporary directory is used and removed. Exits 1 if the check fails, the
+        consumer fails, or the consumer finished before it could be killed (no
+        crash tested).
     idem demo --memory [--messages N] [--workers N] [--redeliver PCT] [--fail PCT] [--quick]
         The in-memory demo: redeliveries, concurrent duplicates and failing workers
         against the hot tier alone; prints throughput, claim latency percentiles
@@ -106,7 +110,9 @@ USAGE:
         Prints the version.
 ";
 
-/// Parses `args` and runs the command. Errors are usage errors.
+/// Parses `args` and runs the command. Errors are usage errors (status 2, with the
+/// usage hint); a command that fails while it runs reports it itself and returns
+/// status 1.
 pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
     let Some((cmd, rest)) = args.split_first() else {
         out!("{USAGE}");

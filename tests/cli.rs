@@ -2,13 +2,42 @@
 
 #![cfg(not(idem_loom))]
 
-use std::process::Command;
+#[cfg(feature = "durable")]
+mod util;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 fn idem(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_idem"))
         .args(args)
         .output()
         .expect("the idem binary runs")
+}
+
+/// [`idem`], but a command still running after `limit` is killed and fails the test:
+/// for the commands that must end instead of waiting forever.
+fn idem_within(args: &[&str], limit: Duration) -> std::process::Output {
+    let child = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the idem binary runs");
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(out) => out.expect("the idem binary runs"),
+        Err(_) => {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            panic!("idem {args:?} still running after {limit:?}");
+        }
+    }
 }
 
 #[test]
@@ -88,12 +117,13 @@ fn demo_verifies_every_message_took_effect_once() {
 #[cfg(feature = "durable")]
 #[test]
 fn durable_demo_survives_sigkill_and_verifies_the_ledger() {
-    let dir = std::env::temp_dir().join(format!("idem-cli-demo-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    // An empty directory is accepted; the demo makes its database in it.
+    let tmp = util::TempDir::new();
+    let dir = tmp.path().to_str().unwrap();
     let out = idem(&[
         "demo",
         "--dir",
-        dir.to_str().unwrap(),
+        dir,
         "--messages",
         "4000",
         "--sync",
@@ -102,7 +132,7 @@ fn durable_demo_survives_sigkill_and_verifies_the_ledger() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let inspected = idem(&[
         "inspect",
-        dir.to_str().unwrap(),
+        dir,
         "--namespace",
         "orders",
         "--key",
@@ -110,13 +140,12 @@ fn durable_demo_survives_sigkill_and_verifies_the_ledger() {
     ]);
     let unknown = idem(&[
         "inspect",
-        dir.to_str().unwrap(),
+        dir,
         "--namespace",
         "orders",
         "--key",
         "never-seen",
     ]);
-    let _ = std::fs::remove_dir_all(&dir);
     assert!(out.status.success(), "demo failed:\n{stdout}");
     assert!(stdout.contains("was killed with SIGKILL"), "{stdout}");
     let report = String::from_utf8_lossy(&inspected.stdout);
@@ -139,9 +168,131 @@ fn durable_demo_survives_sigkill_and_verifies_the_ledger() {
     assert!(String::from_utf8_lossy(&unknown.stdout).contains(": unknown"));
     assert!(stdout.contains("orphan claims found at open"), "{stdout}");
     assert!(
+        stdout.contains("one per application"),
+        "the check counts applications: {stdout}"
+    );
+    assert!(
         stdout.contains("verified:   every one of 4,000 messages took effect exactly once"),
         "{stdout}"
     );
+}
+
+#[cfg(feature = "durable")]
+#[test]
+fn durable_demo_refuses_a_directory_that_holds_a_database_and_keeps_it() {
+    let tmp = util::TempDir::new();
+    let dir = tmp.path().to_str().unwrap();
+    let args = ["demo", "--dir", dir, "--messages", "500", "--sync", "never"];
+    let first = idem(&args);
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stdout)
+    );
+    let again = idem(&args);
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    let stdout = String::from_utf8_lossy(&again.stdout);
+    assert_eq!(again.status.code(), Some(2), "{stdout}{stderr}");
+    assert!(stderr.contains("is not empty"), "{stderr}");
+    assert!(!stdout.contains("FAILED"), "{stdout}");
+    // The database of the first run is still there, untouched.
+    let report = idem(&["inspect", dir]);
+    let report = String::from_utf8_lossy(&report.stdout);
+    let orders = report
+        .lines()
+        .find(|l| l.starts_with("orders "))
+        .expect("a line for the namespace");
+    assert_eq!(orders.split_whitespace().nth(1), Some("500"), "{orders}");
+}
+
+#[cfg(feature = "durable")]
+#[test]
+fn durable_demo_reports_a_consumer_that_fails_with_status_1_and_no_usage_hint() {
+    // A directory under a regular file: the consumer cannot make its database.
+    let tmp = util::TempDir::new();
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, b"not a directory").unwrap();
+    let dir = file.join("db");
+    let out = idem_within(
+        &["demo", "--dir", dir.to_str().unwrap(), "--messages", "100"],
+        Duration::from_secs(120),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(stderr.contains("the consumer failed"), "{stderr}");
+    assert!(!stderr.contains("idem help"), "not a usage error: {stderr}");
+    assert!(!stdout.contains("verified"), "{stdout}");
+}
+
+#[cfg(feature = "durable")]
+#[test]
+fn a_failing_consumer_worker_stops_the_others_and_the_process_fails() {
+    let tmp = util::TempDir::new();
+    let out = idem_within(
+        &[
+            "__consumer",
+            "--dir",
+            tmp.path().to_str().unwrap(),
+            "--messages",
+            "20000",
+            "--workers",
+            "4",
+            "--sync",
+            "never",
+            "--fail-worker-after",
+            "50",
+        ],
+        Duration::from_secs(120),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("fails on purpose"), "{stderr}");
+    assert!(!stderr.contains("idem help"), "not a usage error: {stderr}");
+    assert!(!stdout.lines().any(|l| l == "done"), "{stdout}");
+}
+
+/// Claims whose markers are in the journal (the default marker mode, Linux only)
+/// read as in flight in `idem inspect --key`: here orphans of a SIGKILL.
+#[cfg(all(feature = "durable", target_os = "linux"))]
+#[test]
+fn inspect_finds_a_claim_whose_marker_is_in_the_journal() {
+    use std::io::{BufRead, BufReader};
+    let tmp = util::TempDir::new();
+    let dir = tmp.path().to_str().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(["__consumer", "--dir", dir, "--messages", "1000000"])
+        .args(["--sync", "never", "--hold", "2", "--lease-ms", "600000"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the consumer starts");
+    let out = child.stdout.take().unwrap();
+    let held = BufReader::new(out)
+        .lines()
+        .map_while(Result::ok)
+        .any(|l| l == "held 2");
+    child.kill().expect("SIGKILL delivered");
+    let status = child.wait().unwrap();
+    assert!(held, "the consumer holds its two claims");
+    assert!(!status.success(), "the consumer was killed, not finished");
+
+    let out = idem(&["inspect", dir, "--namespace", "orders", "--key", "held-0"]);
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{report}");
+    assert!(
+        report.contains("key \"held-0\" in \"orders\": in flight"),
+        "{report}"
+    );
+    assert!(report.contains("lease until"), "{report}");
+    let orders = report
+        .lines()
+        .find(|l| l.starts_with("orders "))
+        .expect("a line for the namespace");
+    let cols: Vec<&str> = orders.split_whitespace().collect();
+    let in_flight: u64 = cols[3].replace(',', "").parse().unwrap();
+    assert!(in_flight >= 2, "{orders}");
+    assert_eq!(cols[4], "0", "no slot is damaged: {orders}");
 }
 
 #[test]

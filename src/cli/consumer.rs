@@ -1,16 +1,27 @@
 //! `idem __consumer`: the consumer process of the durable demo and of the crash tests.
 //!
 //! It consumes a deterministic stream (every message once, some redelivered) with
-//! several worker threads. Each message's side effect is a co-commit: the message's
-//! counter in the state family `ledger` is incremented in the same atomic write as
-//! the completion. After a completion returns `Ok` the process prints `ack <id>`;
-//! a duplicate prints `dup <id>`. At start it prints `orphans <n>`, at the end `done`.
-//! With `--hold <n>` it first claims the keys `held-<i>` for i < n, prints
-//! `held <n>` and keeps those claims in flight until it exits. A parent may kill it
-//! with SIGKILL at any moment.
+//! several worker threads. Each message's side effect is a co-commit: in the same
+//! atomic write as the completion, the state family `ledger` gets the message's key
+//! set to 1 (it was applied) and one entry for this application alone, keyed by run,
+//! worker and the worker's sequence number ([`application_key`]) and holding the
+//! message's id. Two applications of one message therefore leave two entries,
+//! whatever the claims did: the entries count applications without relying on the
+//! exclusivity they check. Each worker numbers its applications from 0 and stops at
+//! its first failure, so its entries have no gaps.
+//!
+//! After a completion returns `Ok` the process prints `ack <id>`; a duplicate prints
+//! `dup <id>`. At start it prints `orphans <n>`, at the end `done`. With `--hold <n>`
+//! it first claims the keys `held-<i>` for i < n, prints `held <n>` and keeps those
+//! claims in flight until it exits. A parent may kill it with SIGKILL at any moment.
+//!
+//! A failure of any worker stops all of them: the process reports it on stderr and
+//! exits with status 1. `--fail-worker-after <n>` makes worker 0 fail on purpose
+//! after acknowledging n messages (for the tests of that path).
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -34,6 +45,10 @@ pub(crate) struct Options {
     pub(crate) hold: u64,
     pub(crate) markers: ClaimMarkers,
     pub(crate) journal_slots: usize,
+    /// The run number in the keys of the application entries ([`application_key`]).
+    pub(crate) run: u32,
+    /// Worker 0 fails on purpose after acknowledging this many messages.
+    pub(crate) fail_worker_after: Option<u64>,
 }
 
 impl Options {
@@ -48,6 +63,8 @@ impl Options {
             hold: 0,
             markers: ClaimMarkers::default(),
             journal_slots: idem::DEFAULT_JOURNAL_SLOTS,
+            run: 0,
+            fail_worker_after: None,
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -59,6 +76,8 @@ impl Options {
                 "--commit-delay-us" => o.commit_delay_us = Some(number(a, it.next())?),
                 "--hold" => o.hold = number(a, it.next())?,
                 "--journal-slots" => o.journal_slots = number(a, it.next())?,
+                "--run" => o.run = number(a, it.next())?,
+                "--fail-worker-after" => o.fail_worker_after = Some(number(a, it.next())?),
                 "--markers" => {
                     o.markers = match it.next().map(String::as_str) {
                         Some("journal") => ClaimMarkers::Journal,
@@ -109,6 +128,13 @@ pub(crate) fn parse_sync(v: Option<&str>) -> Result<SyncPolicy, String> {
 /// The key of message `id`, in the benchmark format.
 pub(crate) fn key_of(id: u64) -> Vec<u8> {
     format!("ord-{id:016x}").into_bytes()
+}
+
+/// The key of the ledger entry of one application: the `seq`-th message (from 0)
+/// that worker `worker` applied in run `run`. Its value is the message's id, eight
+/// bytes little-endian.
+pub(crate) fn application_key(run: u32, worker: usize, seq: u64) -> Vec<u8> {
+    format!("app-{run}-{worker}-{seq:016x}").into_bytes()
 }
 
 /// The demo's engine over `dir`: namespace `orders`, state family `ledger`.
@@ -165,7 +191,28 @@ pub(crate) fn stream(messages: u64) -> Vec<u64> {
     out
 }
 
+/// Sets a flag when dropped: when its worker ends, by returning or by panicking.
+struct StopOnExit<'a>(&'a AtomicBool);
+
+impl Drop for StopOnExit<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+/// Runs the consumer: status 0 once every message was handled, 1 (with the reason
+/// on stderr) if the engine or a worker failed.
 pub(crate) fn run(o: Options) -> Result<std::process::ExitCode, String> {
+    match consume(&o) {
+        Ok(()) => Ok(std::process::ExitCode::SUCCESS),
+        Err(e) => {
+            eprintln!("idem __consumer: {e}");
+            Ok(std::process::ExitCode::FAILURE)
+        }
+    }
+}
+
+fn consume(o: &Options) -> Result<(), String> {
     let engine = open_with(
         &o.dir,
         o.sync,
@@ -202,30 +249,43 @@ pub(crate) fn run(o: Options) -> Result<std::process::ExitCode, String> {
     for id in all {
         tx.send(id).map_err(|e| e.to_string())?;
     }
-    let handled = std::sync::atomic::AtomicUsize::new(0);
+    let handled = AtomicUsize::new(0);
+    // Set when any worker ends: the others stop too instead of waiting for messages
+    // that a failed worker will never handle.
+    let stop = AtomicBool::new(false);
     std::thread::scope(|scope| -> Result<(), String> {
         let mut workers = Vec::new();
-        for _ in 0..o.workers {
+        for w in 0..o.workers {
             let (tx, rx) = (tx.clone(), rx.clone());
-            let (orders, engine, say, handled) = (&orders, &engine, &say, &handled);
+            let (orders, say, handled, stop) = (&orders, &say, &handled, &stop);
             workers.push(scope.spawn(move || -> Result<(), String> {
-                while handled.load(std::sync::atomic::Ordering::Acquire) < total {
+                let _stop = StopOnExit(stop);
+                let fail_after = o.fail_worker_after.filter(|_| w == 0);
+                let mut seq = 0u64;
+                while handled.load(Ordering::Acquire) < total && !stop.load(Ordering::Acquire) {
                     let Ok(id) = rx.recv_timeout(Duration::from_millis(20)) else {
                         continue;
                     };
                     let key = key_of(id);
                     match orders.claim(&key).map_err(|e| e.to_string())? {
                         Claim::Acquired(guard) => {
-                            let seen = engine
-                                .read_state("ledger", &key)
-                                .map_err(|e| e.to_string())?
-                                .map_or(0, |v| v.first().copied().unwrap_or(0));
                             let mut changes = StateChanges::new();
-                            changes.put("ledger", &key, &[seen.saturating_add(1)]);
+                            changes.put("ledger", &key, &[1]);
+                            changes.put(
+                                "ledger",
+                                &application_key(o.run, w, seq),
+                                &id.to_le_bytes(),
+                            );
                             guard
                                 .complete_with(None, changes)
                                 .map_err(|e| e.to_string())?;
+                            seq += 1;
                             say(format!("ack {id}"));
+                            if fail_after.is_some_and(|n| seq >= n) {
+                                return Err(format!(
+                                    "worker {w} fails on purpose after {seq} messages"
+                                ));
+                            }
                         }
                         Claim::Duplicate(_) => say(format!("dup {id}")),
                         Claim::InProgress(busy) => {
@@ -235,17 +295,27 @@ pub(crate) fn run(o: Options) -> Result<std::process::ExitCode, String> {
                             continue;
                         }
                     }
-                    handled.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                    handled.fetch_add(1, Ordering::AcqRel);
                 }
                 Ok(())
             }));
         }
+        let mut first_error = None;
         for w in workers {
-            w.join().map_err(|_| "a worker panicked".to_string())??;
+            let r = w
+                .join()
+                .map_err(|_| "a worker panicked".to_string())
+                .and_then(|r| r);
+            if let Err(e) = r {
+                first_error.get_or_insert(e);
+            }
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     })?;
+    if handled.load(Ordering::Acquire) < total {
+        return Err("the workers stopped before the end of the stream".into());
+    }
     say("done".to_string());
     drop(held);
-    Ok(std::process::ExitCode::SUCCESS)
+    Ok(())
 }

@@ -5,10 +5,13 @@
 //! threads claim each message's key before applying it; some workers "fail" after
 //! claiming (they drop the guard, which releases the claim) and the broker redelivers.
 //! At the end every message's side-effect counter must be exactly 1.
+//!
+//! A worker that fails for real (an error from the engine) stops the others and the
+//! progress display, and the demo reports the failure with status 1.
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,6 +28,9 @@ pub(crate) struct Options {
     workers: usize,
     redeliver_pct: u64,
     fail_pct: u64,
+    /// Worker 0 returns an error after handling this many deliveries (a failure of
+    /// the demo itself, not a simulated one; for the tests of that path).
+    fail_worker_after: Option<u64>,
 }
 
 impl Options {
@@ -34,6 +40,7 @@ impl Options {
             workers: 4,
             redeliver_pct: 10,
             fail_pct: 1,
+            fail_worker_after: None,
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -89,9 +96,34 @@ struct Tally {
     in_progress: AtomicU64,
     failed: AtomicU64,
     acked: AtomicU64,
+    /// Set when a worker ends, by returning or by panicking: the others and the
+    /// progress display stop too instead of waiting for deliveries a failed worker
+    /// will never acknowledge.
+    stop: AtomicBool,
 }
 
+/// Sets [`Tally::stop`] when dropped: when its worker ends, however it ends.
+struct StopOnExit(Arc<Tally>);
+
+impl Drop for StopOnExit {
+    fn drop(&mut self) {
+        self.0.stop.store(true, Ordering::Release);
+    }
+}
+
+/// Runs the demo: status 0 if every message took effect exactly once, 1 if not or if
+/// the demo itself failed (the reason on stderr).
 pub(crate) fn run(o: Options) -> Result<ExitCode, String> {
+    match demo(&o) {
+        Ok(code) => Ok(code),
+        Err(e) => {
+            eprintln!("idem demo: {e}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+fn demo(o: &Options) -> Result<ExitCode, String> {
     let engine = Engine::builder()
         .namespace(
             "orders",
@@ -161,15 +193,24 @@ pub(crate) fn run(o: Options) -> Result<ExitCode, String> {
         let effects = effects.clone();
         let tally = tally.clone();
         let fail_pct = o.fail_pct;
+        let fail_after = o.fail_worker_after.filter(|_| w == 0);
         handles.push(std::thread::spawn(move || -> Result<Histogram, String> {
+            let _stop = StopOnExit(tally.clone());
+            let mut handled = 0u64;
             let mut rng = Rng(0xabcd_0000_0000_0001 ^ (w as u64 + 1).wrapping_mul(0x9E37_79B9));
             let mut hist = Histogram::new();
-            loop {
+            while !tally.stop.load(Ordering::Acquire) {
+                if fail_after.is_some_and(|n| handled >= n) {
+                    return Err(format!(
+                        "worker {w} fails on purpose after {handled} deliveries"
+                    ));
+                }
                 let m = match rx.recv_timeout(Duration::from_millis(20)) {
                     Ok(m) => m,
                     Err(_) if tally.acked.load(Ordering::Acquire) >= deliveries => break,
                     Err(_) => continue,
                 };
+                handled += 1;
                 let key = key_of(m);
                 let t = Instant::now();
                 let claim = orders.claim(&key).map_err(|e| e.to_string())?;
@@ -207,11 +248,21 @@ pub(crate) fn run(o: Options) -> Result<ExitCode, String> {
 
     progress(&tally, deliveries, started);
     let mut hist = Histogram::new();
+    let mut first_error = None;
     for h in handles {
-        let h = h
+        match h
             .join()
-            .map_err(|_| "a worker thread panicked".to_string())??;
-        hist.merge(&h);
+            .map_err(|_| "a worker thread panicked".to_string())
+            .and_then(|r| r)
+        {
+            Ok(h) => hist.merge(&h),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = first_error {
+        return Err(e);
     }
     let elapsed = started.elapsed();
 
@@ -269,7 +320,8 @@ pub(crate) fn run(o: Options) -> Result<ExitCode, String> {
     }
 }
 
-/// Draws a progress bar on a terminal, or a line per quarter elsewhere, until done.
+/// Draws a progress bar on a terminal, or a line per quarter elsewhere, until done or
+/// until a worker stopped early.
 fn progress(tally: &Tally, total: u64, started: Instant) {
     let tty = std::io::stderr().is_terminal();
     let mut next_quarter = 1;
@@ -298,12 +350,53 @@ fn progress(tally: &Tally, total: u64, started: Instant) {
                 next_quarter += 1;
             }
         }
-        if done >= total {
+        if done >= total || tally.stop.load(Ordering::Acquire) {
             break;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
     if tty {
         eprintln!();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(fail_worker_after: Option<u64>) -> Options {
+        Options {
+            messages: 20_000,
+            workers: 4,
+            redeliver_pct: 10,
+            fail_pct: 1,
+            fail_worker_after,
+        }
+    }
+
+    /// Runs the demo on a thread and waits for its end, at most `limit`: a demo that
+    /// hangs fails the test instead of hanging it.
+    /// The exit code is compared by its `Debug` form: `ExitCode` has no `PartialEq`
+    /// at this crate's minimum Rust version.
+    fn run_within(o: Options, limit: Duration) -> String {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(run(o).map(|code| format!("{code:?}")));
+        });
+        rx.recv_timeout(limit)
+            .expect("the demo ends instead of waiting for the failed worker")
+            .expect("a failure of the demo is a status, not a usage error")
+    }
+
+    #[test]
+    fn a_failing_worker_ends_the_demo_with_status_1() {
+        let code = run_within(options(Some(100)), Duration::from_secs(120));
+        assert_eq!(code, format!("{:?}", ExitCode::FAILURE));
+    }
+
+    #[test]
+    fn the_demo_without_a_failure_succeeds() {
+        let code = run_within(options(None), Duration::from_secs(120));
+        assert_eq!(code, format!("{:?}", ExitCode::SUCCESS));
     }
 }

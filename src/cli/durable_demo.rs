@@ -1,11 +1,28 @@
 //! `idem demo` on the durable tier: a consumer process is killed with SIGKILL in the
 //! middle of its stream, restarted, and the co-committed ledger proves that every
 //! message took effect exactly once.
+//!
+//! The check does not rely on the exclusivity it verifies. Every application of a
+//! message writes its own ledger entry (keyed by run, worker and sequence number; see
+//! [`consumer::application_key`]) in the atomic write of its completion, so two
+//! applications of one message leave two entries, whether they ran one after the
+//! other or at the same time. A completion that was in flight at the kill and never
+//! reached the database took its entry with it, so the restarted consumer applying
+//! that message again leaves one entry, as it should. Beside the ledger, the demo
+//! counts the `ack <id>` lines of both runs per message: a completion that returned
+//! `Ok` twice for one message is a violation too.
+//!
+//! With `--dir`, the directory must be new or empty: the demo never deletes anything
+//! in a directory it did not make, so a directory that holds anything (a database
+//! of an earlier run included) is refused. Without `--dir` it makes a temporary
+//! directory and removes it at the end.
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Command, ExitCode, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
 use std::time::Instant;
+
+use idem::Engine;
 
 use super::consumer;
 use super::{grouped, number};
@@ -58,17 +75,105 @@ impl Options {
     }
 }
 
-/// What one run of the consumer process printed.
+/// What one run of the consumer process printed, and how it ended.
 #[derive(Debug, Default)]
 struct Run {
     orphans: u64,
+    /// `ack` lines, all of them: the pipe is read to its end, after a kill too.
     acks: u64,
     dups: u64,
     finished: bool,
+    /// The demo sent SIGKILL and the signal is what ended the process. `false` if
+    /// the process had exited on its own before the signal reached it.
     killed: bool,
 }
 
-fn consume(o: &Options, dir: &std::path::Path, kill_after: Option<u64>) -> Result<Run, String> {
+/// Whether `status` is that of a process ended by SIGKILL.
+#[cfg(unix)]
+fn ended_by_sigkill(status: &ExitStatus) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    status.signal() == Some(libc::SIGKILL)
+}
+
+/// Whether `status` is that of a process ended by SIGKILL: without signals, any
+/// failure after a kill.
+#[cfg(not(unix))]
+fn ended_by_sigkill(status: &ExitStatus) -> bool {
+    !status.success()
+}
+
+/// Reads the consumer's lines from `out` to their end, counting each `ack <id>` in
+/// `acked[id]`, and sends `child` SIGKILL once `kill_after` acknowledgements were
+/// read. Then reaps the child: the run counts as killed only if the signal is what
+/// ended it (a child that had already exited is not killed by it, though
+/// `Child::kill` succeeds on it until it is reaped).
+fn watch(
+    out: impl BufRead,
+    child: &mut Child,
+    kill_after: Option<u64>,
+    acked: &mut [u8],
+) -> Result<Run, String> {
+    let mut run = Run::default();
+    let mut kill_sent = false;
+    let mut result = Ok(());
+    for line in out.lines() {
+        let line = match line {
+            Ok(l) => l,
+            Err(e) => {
+                result = Err(format!("reading the consumer's output: {e}"));
+                break;
+            }
+        };
+        let mut words = line.split_whitespace();
+        match (words.next(), words.next()) {
+            (Some("orphans"), Some(n)) => run.orphans = n.parse().unwrap_or(0),
+            (Some("ack"), Some(id)) => {
+                match id.parse::<usize>().ok().filter(|&i| i < acked.len()) {
+                    Some(i) => {
+                        acked[i] = acked[i].saturating_add(1);
+                        run.acks += 1;
+                    }
+                    None => {
+                        result = Err(format!("the consumer printed {line:?}"));
+                        break;
+                    }
+                }
+            }
+            (Some("dup"), _) => run.dups += 1,
+            (Some("done"), _) => run.finished = true,
+            _ => {}
+        }
+        if !kill_sent && kill_after.is_some_and(|k| run.acks >= k) {
+            // SIGKILL: no destructor, no flush, no goodbye. The lines it wrote
+            // before are still in the pipe and are read on.
+            if let Err(e) = child.kill() {
+                result = Err(format!("killing the consumer: {e}"));
+                break;
+            }
+            kill_sent = true;
+        }
+    }
+    if result.is_err() && !kill_sent {
+        let _ = child.kill();
+    }
+    let status = child
+        .wait()
+        .map_err(|e| format!("waiting for the consumer: {e}"))?;
+    result?;
+    run.killed = kill_sent && ended_by_sigkill(&status);
+    if !run.killed && !status.success() {
+        return Err(format!("the consumer failed: {status}"));
+    }
+    Ok(run)
+}
+
+fn consume(
+    o: &Options,
+    dir: &Path,
+    run: u32,
+    kill_after: Option<u64>,
+    acked: &mut [u8],
+) -> Result<Run, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut child = Command::new(exe)
         .args(["__consumer", "--dir"])
@@ -76,46 +181,128 @@ fn consume(o: &Options, dir: &std::path::Path, kill_after: Option<u64>) -> Resul
         .args(["--messages", &o.messages.to_string()])
         .args(["--workers", &o.workers.to_string()])
         .args(["--sync", &o.sync])
+        .args(["--run", &run.to_string()])
         .stdout(Stdio::piped())
         .spawn()
         .map_err(|e| format!("starting the consumer: {e}"))?;
-    let out = child.stdout.take().ok_or("no consumer output")?;
-    let mut run = Run::default();
-    for line in BufReader::new(out).lines() {
-        let line = line.map_err(|e| e.to_string())?;
-        let mut words = line.split_whitespace();
-        match (words.next(), words.next()) {
-            (Some("orphans"), Some(n)) => run.orphans = n.parse().unwrap_or(0),
-            (Some("ack"), _) => run.acks += 1,
-            (Some("dup"), _) => run.dups += 1,
-            (Some("done"), _) => run.finished = true,
-            _ => {}
-        }
-        if kill_after.is_some_and(|k| run.acks >= k) {
-            // SIGKILL: no destructor, no flush, no goodbye.
-            child.kill().map_err(|e| e.to_string())?;
-            run.killed = true;
-            break;
-        }
-    }
-    let status = child.wait().map_err(|e| e.to_string())?;
-    if !run.killed && !status.success() {
-        return Err(format!("the consumer failed: {status}"));
-    }
-    Ok(run)
+    let Some(out) = child.stdout.take() else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err("no consumer output".into());
+    };
+    watch(BufReader::new(out), &mut child, kill_after, acked)
 }
 
-pub(crate) fn run(o: Options) -> Result<ExitCode, String> {
-    let (dir, temporary) = match &o.dir {
-        Some(d) => (d.clone(), false),
-        None => (
-            std::env::temp_dir().join(format!("idem-demo-{}", std::process::id())),
-            true,
-        ),
-    };
-    if temporary {
-        let _ = std::fs::remove_dir_all(&dir);
+/// What the ledger entries and the acknowledgements say about each message.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct Verdict {
+    /// Applied once, acknowledged at most once.
+    once: u64,
+    /// Never applied.
+    lost: u64,
+    /// Applied more than once.
+    doubled: u64,
+    /// Applied once but acknowledged more than once (two completions returned `Ok`).
+    acked_twice: u64,
+    /// Application entries that name no message of the stream.
+    stray: u64,
+    /// Application entries read.
+    entries: u64,
+}
+
+/// Counts the application entries of runs `runs` and workers `0..workers` per
+/// message, and judges every message of `acked` (its acknowledgements over all runs).
+/// A worker's entries are numbered from 0 without gaps, so each is read up to its
+/// first missing number.
+fn verify(engine: &Engine, runs: &[u32], workers: usize, acked: &[u8]) -> Result<Verdict, String> {
+    let mut applied = vec![0u8; acked.len()];
+    let mut v = Verdict::default();
+    for &run in runs {
+        for worker in 0..workers {
+            for seq in 0.. {
+                let Some(entry) = engine
+                    .read_state("ledger", &consumer::application_key(run, worker, seq))
+                    .map_err(|e| e.to_string())?
+                else {
+                    break;
+                };
+                v.entries += 1;
+                let id = <[u8; 8]>::try_from(entry.as_slice())
+                    .ok()
+                    .map(u64::from_le_bytes)
+                    .and_then(|id| usize::try_from(id).ok())
+                    .filter(|&id| id < applied.len());
+                match id {
+                    Some(id) => applied[id] = applied[id].saturating_add(1),
+                    None => v.stray += 1,
+                }
+            }
+        }
     }
+    for (&applications, &acks) in applied.iter().zip(acked) {
+        match (applications, acks) {
+            (0, _) => v.lost += 1,
+            (1, 0 | 1) => v.once += 1,
+            (1, _) => v.acked_twice += 1,
+            _ => v.doubled += 1,
+        }
+    }
+    Ok(v)
+}
+
+/// The temporary directory of a run without `--dir`, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Refuses a `--dir` that exists and is not an empty directory: the demo writes its
+/// database there and never deletes what it did not make. A path it cannot read is
+/// left to the consumer, which reports why it cannot open a database there.
+fn check_dir(dir: &Path) -> Result<(), String> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(format!("demo: --dir {} is not a directory", dir.display()));
+    }
+    if let Ok(mut entries) = std::fs::read_dir(dir) {
+        if entries.next().is_some() {
+            return Err(format!(
+                "demo: --dir {} is not empty: the demo needs a new or empty directory \
+                 (it never deletes anything in one it did not make)",
+                dir.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Runs the demo. A directory the demo cannot use is a usage error; a failure while
+/// it runs is reported on stderr with status 1, as a failed check is.
+pub(crate) fn run(o: Options) -> Result<ExitCode, String> {
+    let (dir, _scratch) = match &o.dir {
+        Some(d) => {
+            check_dir(d)?;
+            (d.clone(), None)
+        }
+        None => {
+            let d = std::env::temp_dir().join(format!("idem-demo-{}", std::process::id()));
+            // Left by an earlier demo of the same process id: the name is the demo's.
+            let _ = std::fs::remove_dir_all(&d);
+            (d.clone(), Some(Scratch(d)))
+        }
+    };
+    match demo(&o, &dir) {
+        Ok(code) => Ok(code),
+        Err(e) => {
+            eprintln!("idem demo: {e}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+fn demo(o: &Options, dir: &Path) -> Result<ExitCode, String> {
     outln!(
         "idem demo: {} messages (+10% redelivered), {} workers, durable tier in {} (sync {})",
         grouped(o.messages),
@@ -125,12 +312,22 @@ pub(crate) fn run(o: Options) -> Result<ExitCode, String> {
     );
     let started = Instant::now();
     let kill_after = o.messages * o.kill_at_pct / 100;
-    let first = consume(&o, &dir, Some(kill_after))?;
-    outln!(
-        "run 1:      the consumer acknowledged {} messages, then was killed with SIGKILL",
-        grouped(first.acks)
-    );
-    let second = consume(&o, &dir, None)?;
+    let messages = usize::try_from(o.messages).map_err(|e| e.to_string())?;
+    let mut acked = vec![0u8; messages];
+    let first = consume(o, dir, 1, Some(kill_after), &mut acked)?;
+    if first.killed {
+        outln!(
+            "run 1:      the consumer acknowledged {} messages, then was killed with SIGKILL",
+            grouped(first.acks)
+        );
+    } else {
+        outln!(
+            "run 1:      the consumer acknowledged {} messages and exited before the kill \
+             reached it: no crash was tested",
+            grouped(first.acks)
+        );
+    }
+    let second = consume(o, dir, 2, None, &mut acked)?;
     if !second.finished {
         return Err("the restarted consumer did not finish its stream".into());
     }
@@ -142,21 +339,10 @@ pub(crate) fn run(o: Options) -> Result<ExitCode, String> {
     );
     let elapsed = started.elapsed();
 
-    // Verify from the ledger, which every completion co-committed atomically.
-    let engine = consumer::open(&dir, consumer::parse_sync(Some(&o.sync))?, 1000)
+    // Verify from the ledger, whose entries every completion co-committed atomically.
+    let engine = consumer::open(dir, consumer::parse_sync(Some(&o.sync))?, 1000)
         .map_err(|e| e.to_string())?;
-    let (mut once, mut lost, mut doubled) = (0u64, 0u64, 0u64);
-    for id in 0..o.messages {
-        let v = engine
-            .read_state("ledger", &consumer::key_of(id))
-            .map_err(|e| e.to_string())?;
-        match v.as_deref() {
-            Some([1]) => once += 1,
-            None => lost += 1,
-            Some(_) => doubled += 1,
-        }
-    }
-    let stats = engine.stats();
+    let v = verify(&engine, &[1, 2], o.workers, &acked)?;
     drop(engine);
     outln!(
         "throughput: {} messages in {:.2} s over both runs ({} per second)",
@@ -165,25 +351,199 @@ pub(crate) fn run(o: Options) -> Result<ExitCode, String> {
         grouped((o.messages as f64 / elapsed.as_secs_f64()) as u64)
     );
     outln!(
-        "check:      {} durable reads while verifying, ledger read for every message",
-        grouped(stats.durable_reads)
+        "check:      {} ledger entries, one per application; {} acknowledgements, counted per message",
+        grouped(v.entries),
+        grouped(first.acks + second.acks)
     );
-    if temporary {
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-    if lost == 0 && doubled == 0 && once == o.messages && first.killed {
+    let exactly_once = v.once == o.messages && v.stray == 0;
+    if exactly_once && first.killed {
         outln!(
             "verified:   every one of {} messages took effect exactly once, across a SIGKILL and a restart",
             grouped(o.messages)
         );
         Ok(ExitCode::SUCCESS)
-    } else {
+    } else if exactly_once {
         outln!(
-            "FAILED:     {} exactly once, {} never applied, {} applied more than once",
-            grouped(once),
-            grouped(lost),
-            grouped(doubled)
+            "not shown:  every one of {} messages took effect exactly once, but the consumer \
+             was not killed; run again with a lower --kill-at or more --messages",
+            grouped(o.messages)
         );
         Ok(ExitCode::FAILURE)
+    } else {
+        outln!(
+            "FAILED:     {} exactly once, {} never applied, {} applied more than once, {} acknowledged more than once, {} stray ledger entries",
+            grouped(v.once),
+            grouped(v.lost),
+            grouped(v.doubled),
+            grouped(v.acked_twice),
+            grouped(v.stray)
+        );
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Cursor;
+
+    #[cfg(unix)]
+    /// A process that runs until it is killed: `cat` reading a pipe nobody writes.
+    fn blocked_child() -> Child {
+        Command::new("cat")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("cat starts")
+    }
+
+    /// A process that has exited and is not reaped yet: waits for its exit without
+    /// reaping it, as the demo's kill can find a consumer that just finished.
+    #[cfg(unix)]
+    fn exited_child() -> Child {
+        let child = Command::new("true").spawn().expect("true starts");
+        // SAFETY: `info` is a plain C struct that waitid fills in; WNOWAIT leaves the
+        // child unreaped, so `Child` still owns its process id.
+        let rc = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(
+                libc::P_PID,
+                child.id() as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        assert_eq!(rc, 0, "waitid: {}", std::io::Error::last_os_error());
+        child
+    }
+
+    #[cfg(unix)]
+    const LINES: &str = "orphans 0\nack 0\nack 1\nack 2\ndone\n";
+
+    #[cfg(unix)]
+    #[test]
+    fn a_consumer_that_exited_before_the_kill_is_not_counted_as_killed() {
+        let mut child = exited_child();
+        let mut acked = vec![0u8; 3];
+        let run = watch(Cursor::new(LINES), &mut child, Some(1), &mut acked).unwrap();
+        assert!(!run.killed, "{run:?}");
+        assert!(run.finished, "{run:?}");
+        assert_eq!(run.acks, 3);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_killed_consumer_is_counted_as_killed_and_its_pipe_read_to_the_end() {
+        let mut child = blocked_child();
+        let mut acked = vec![0u8; 3];
+        let run = watch(Cursor::new(LINES), &mut child, Some(1), &mut acked).unwrap();
+        assert!(run.killed, "{run:?}");
+        // Every ack written before the kill counts, not only those before the limit.
+        assert_eq!(run.acks, 3);
+        assert_eq!(acked, [1, 1, 1]);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_consumer_that_fails_on_its_own_is_a_failure() {
+        let mut child = Command::new("false").spawn().expect("false starts");
+        let mut acked = vec![0u8; 3];
+        let err = watch(Cursor::new("orphans 0\n"), &mut child, Some(1), &mut acked)
+            .expect_err("a failed consumer");
+        assert!(err.contains("the consumer failed"), "{err}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn an_ack_of_no_message_of_the_stream_is_refused() {
+        let mut child = blocked_child();
+        let mut acked = vec![0u8; 3];
+        let err = watch(Cursor::new("ack 7\n"), &mut child, None, &mut acked)
+            .expect_err("an id out of the stream");
+        assert!(err.contains("ack 7"), "{err}");
+    }
+
+    /// A fresh directory under the temporary directory, removed when dropped.
+    fn scratch(name: &str) -> Scratch {
+        let d = std::env::temp_dir().join(format!("idem-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        Scratch(d)
+    }
+
+    /// Writes ledger entries as completions do: in the atomic write of a completion
+    /// (of a key of its own, so that no claim of a message is involved).
+    fn write_entries(engine: &Engine, entries: &[(u32, usize, u64, u64)]) {
+        let orders = engine.namespace("orders").unwrap();
+        for (n, &(run, worker, seq, id)) in entries.iter().enumerate() {
+            let mut changes = idem::StateChanges::new();
+            changes.put(
+                "ledger",
+                &consumer::application_key(run, worker, seq),
+                &id.to_le_bytes(),
+            );
+            match orders.claim(format!("writer-{n}").as_bytes()).unwrap() {
+                idem::Claim::Acquired(g) => g.complete_with(None, changes).unwrap(),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    fn open(dir: &Path) -> Engine {
+        consumer::open(dir, idem::SyncPolicy::Never, 1000).unwrap()
+    }
+
+    #[test]
+    fn the_check_catches_two_workers_applying_one_message_at_once() {
+        let dir = scratch("verify-concurrent");
+        let engine = open(&dir.0);
+        // Message 1 applied by workers 0 and 1 of the same run, as two holders of one
+        // claim would: a counter read and written back by both would read 1.
+        write_entries(
+            &engine,
+            &[(1, 0, 0, 0), (1, 0, 1, 1), (1, 1, 0, 1), (1, 1, 1, 2)],
+        );
+        let v = verify(&engine, &[1, 2], 2, &[1, 1, 1]).unwrap();
+        assert_eq!(
+            (v.once, v.lost, v.doubled, v.entries),
+            (2, 0, 1, 4),
+            "{v:?}"
+        );
+    }
+
+    #[test]
+    fn the_check_catches_a_message_applied_again_after_the_restart() {
+        let dir = scratch("verify-again");
+        let engine = open(&dir.0);
+        write_entries(&engine, &[(1, 0, 0, 0), (1, 0, 1, 1), (2, 0, 0, 1)]);
+        let v = verify(&engine, &[1, 2], 1, &[1, 1]).unwrap();
+        assert_eq!((v.once, v.doubled), (1, 1), "{v:?}");
+    }
+
+    #[test]
+    fn a_completion_lost_in_the_crash_applied_again_is_once() {
+        let dir = scratch("verify-lost");
+        let engine = open(&dir.0);
+        // Run 1 applied 0 and had 1 in flight at the kill: its completion and its
+        // entry were lost together, and run 2 applied it.
+        write_entries(&engine, &[(1, 0, 0, 0), (2, 0, 0, 1)]);
+        let v = verify(&engine, &[1, 2], 1, &[1, 1]).unwrap();
+        assert_eq!(
+            (v.once, v.lost, v.doubled, v.acked_twice),
+            (2, 0, 0, 0),
+            "{v:?}"
+        );
+    }
+
+    #[test]
+    fn the_check_catches_two_acknowledgements_and_stray_entries() {
+        let dir = scratch("verify-acks");
+        let engine = open(&dir.0);
+        write_entries(&engine, &[(1, 0, 0, 0), (1, 0, 1, 1), (1, 0, 2, 9)]);
+        let v = verify(&engine, &[1, 2], 1, &[1, 2, 0]).unwrap();
+        assert_eq!(
+            (v.once, v.lost, v.acked_twice, v.stray),
+            (1, 1, 1, 1),
+            "{v:?}"
+        );
     }
 }

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use rocksdb::{IteratorMode, Options, DB};
 
 use super::codec::{Record, RecordState};
+use super::journal::ReadSlot;
 use crate::error::{Error, StoreError};
 
 /// What a database holds, as [`inspect`] found it.
@@ -39,7 +40,9 @@ pub struct NamespaceSummary {
     /// Claim markers, in RocksDB and in the namespace's journal: claims in flight (or
     /// orphans of a crash).
     pub in_flight: u64,
-    /// Records that could not be decoded.
+    /// Records that could not be decoded. A journal slot counts only if it fails its
+    /// check in two reads of the journal: an engine serving from the database may be
+    /// filling a slot while it is read.
     pub corrupt: u64,
 }
 
@@ -80,7 +83,7 @@ fn dir_size(path: &Path) -> u64 {
 
 /// The configuration namespace `namespace` of the database at `path` was last opened
 /// with: its TTL, lease, retention and longest key, on top of the defaults of
-/// [`NamespaceConfig::new`] (the other settings are the application's own business).
+/// [`NamespaceConfig::new`](crate::NamespaceConfig::new) (the other settings are the application's own business).
 /// Tools that open the database without the application's configuration (`idem
 /// dlq`) use it, so that the records they write last as the application's do.
 /// `None` if the database holds none for it (a namespace it does not hold, or a
@@ -190,7 +193,7 @@ pub fn inspect(path: impl AsRef<Path>, now_ms: u64) -> Result<Inspection, Error>
             }
         }
         // Claims whose markers are in the namespace's journal (the default).
-        for (_, r) in super::journal::read(path, &name, seed)?.unwrap_or_default() {
+        for (_, r) in journal_markers(path, &name, seed)? {
             match r {
                 Ok(_) => s.in_flight += 1,
                 Err(_) => s.corrupt += 1,
@@ -213,12 +216,70 @@ pub fn inspect(path: impl AsRef<Path>, now_ms: u64) -> Result<Inspection, Error>
     })
 }
 
+/// The slots of namespace `ns`'s journal that hold markers (none without a journal).
+/// The file is read with plain reads while an engine may be writing it, so a slot
+/// being filled can be read half old and half new and fail its check: when a slot
+/// fails, the journal is read once more and the second read is kept, with only the
+/// failures that the first read had too ([`confirmed`]).
+fn journal_markers(path: &Path, ns: &str, seed: u64) -> Result<Vec<ReadSlot>, Error> {
+    let first = super::journal::read(path, ns, seed)?.unwrap_or_default();
+    if first.iter().all(|(_, r)| r.is_ok()) {
+        return Ok(first);
+    }
+    let second = super::journal::read(path, ns, seed)?.unwrap_or_default();
+    Ok(confirmed(&first, second))
+}
+
+/// The slots of a `second` read of a journal, without the failing ones that the
+/// `first` read did not have: a slot damaged at rest fails in both reads with the
+/// same words, so with the same fingerprint; a slot caught in the middle of a change
+/// fails in one read only.
+fn confirmed(first: &[ReadSlot], second: Vec<ReadSlot>) -> Vec<ReadSlot> {
+    let mut failed_before: Vec<u128> = first
+        .iter()
+        .filter(|(_, r)| r.is_err())
+        .map(|(fp, _)| *fp)
+        .collect();
+    second
+        .into_iter()
+        .filter(|(fp, r)| {
+            if r.is_ok() {
+                return true;
+            }
+            match failed_before.iter().position(|f| f == fp) {
+                Some(i) => {
+                    failed_before.swap_remove(i);
+                    true
+                }
+                None => false,
+            }
+        })
+        .collect()
+}
+
 impl Inspection {
     /// The durable state of `key` in `namespace`: a completed record, a claim in
-    /// flight, or `None`.
+    /// flight (its marker in RocksDB or in the namespace's journal, the default
+    /// marker mode: a claim an engine holds now, or an orphan of a crash), or
+    /// `None`.
     pub fn key(&self, namespace: &str, key: &[u8]) -> Result<Option<InspectedKey>, Error> {
         let fp = xxhash_rust::xxh3::xxh3_128_with_seed(key, self.seed);
-        let mut found = None;
+        let corrupt = |reason: String| Error::CorruptRecord {
+            namespace: namespace.to_owned(),
+            fingerprint: fp,
+            reason,
+        };
+        let found = |r: Record| InspectedKey {
+            fingerprint: fp,
+            done: r.state == RecordState::Done,
+            at_ms: r.at_ms,
+            expires_at_ms: r.expires_ms,
+            has_payload: r.payload.is_some(),
+            result: r.result,
+        };
+        // The journal first: a claim that completes meanwhile is then found done, where
+        // reading it last could miss the key between its two places.
+        let journal = journal_markers(&self.path, namespace, self.seed)?;
         for family in ["done", "claims"] {
             let Some(cf) = self.db.cf_handle(&format!("{family}:{namespace}")) else {
                 return Err(Error::UnknownNamespace(namespace.to_owned()));
@@ -228,22 +289,55 @@ impl Inspection {
                 .get_cf(cf, super::fp_key(fp))
                 .map_err(|e| store_err("read", e))?
             {
-                let r = Record::decode(&v).map_err(|reason| Error::CorruptRecord {
-                    namespace: namespace.to_owned(),
-                    fingerprint: fp,
-                    reason: reason.to_string(),
-                })?;
-                found = Some(InspectedKey {
-                    fingerprint: fp,
-                    done: r.state == RecordState::Done,
-                    at_ms: r.at_ms,
-                    expires_at_ms: r.expires_ms,
-                    has_payload: r.payload.is_some(),
-                    result: r.result,
-                });
-                break;
+                let r = Record::decode(&v).map_err(|reason| corrupt(reason.to_string()))?;
+                return Ok(Some(found(r)));
             }
         }
-        Ok(found)
+        for (slot_fp, r) in journal {
+            if slot_fp == fp {
+                return r.map(|r| Some(found(r))).map_err(corrupt);
+            }
+        }
+        Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn marker(at_ms: u64) -> Result<Record, String> {
+        Ok(Record {
+            state: RecordState::InProgress,
+            token: 1,
+            at_ms,
+            expires_ms: at_ms + 1000,
+            payload: None,
+            result: None,
+        })
+    }
+
+    fn failing() -> Result<Record, String> {
+        Err("journal slot fails its check".to_owned())
+    }
+
+    #[test]
+    fn a_slot_failing_in_one_read_only_is_not_corrupt() {
+        // Slot 7 was being filled during the first read; slot 9 during the second.
+        let first = vec![(1, marker(10)), (7, failing())];
+        let second = vec![(1, marker(10)), (7, marker(20)), (9, failing())];
+        let kept = confirmed(&first, second);
+        let fps: Vec<u128> = kept.iter().map(|(fp, _)| *fp).collect();
+        assert_eq!(fps, [1, 7]);
+        assert!(kept.iter().all(|(_, r)| r.is_ok()), "{kept:?}");
+    }
+
+    #[test]
+    fn a_slot_failing_in_both_reads_is_corrupt() {
+        let first = vec![(3, failing()), (3, failing()), (5, marker(10))];
+        let second = vec![(3, failing()), (3, failing()), (5, marker(10))];
+        let kept = confirmed(&first, second);
+        assert_eq!(kept.iter().filter(|(_, r)| r.is_err()).count(), 2);
+        assert_eq!(kept.len(), 3);
     }
 }

@@ -127,11 +127,18 @@ pub struct ReadmeDoctests;
 #[cfg(fuzzing)]
 #[doc(hidden)]
 pub mod __fuzz {
-    /// Decodes a durable record; on success returns its re-encoding.
+    /// Decodes a durable record; on success returns its re-encoding. Panics if the
+    /// header-only reading the retention scan uses (`Record::peek_expiry`) disagrees
+    /// with the whole decode on a record that decodes.
     pub fn record_roundtrip(bytes: &[u8]) -> Option<Vec<u8>> {
-        crate::durable::codec::Record::decode(bytes)
-            .ok()
-            .map(|r| r.encode())
+        use crate::durable::codec::Record;
+        let r = Record::decode(bytes).ok()?;
+        assert_eq!(
+            Record::peek_expiry(bytes).ok(),
+            Some((r.state, r.expires_ms)),
+            "the header's state and expiry are the record's"
+        );
+        Some(r.encode())
     }
 
     /// Decodes a stored dead letter; on success returns its re-encoding.

@@ -112,7 +112,6 @@ impl Record {
         out
     }
 
-    /// Decodes one record, refusing anything malformed.
     /// The state and expiry of an encoded record, from its header alone (for scans
     /// that need nothing else). The rest of the record is not checked.
     pub(crate) fn peek_expiry(bytes: &[u8]) -> Result<(RecordState, u64), DecodeError> {
@@ -132,6 +131,7 @@ impl Record {
         Ok((state, u64::from_le_bytes(exp)))
     }
 
+    /// Decodes one record, refusing anything malformed.
     pub(crate) fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         let mut r = Reader::new(bytes);
         let version = r.u8()?;

@@ -664,13 +664,6 @@ pub(crate) struct Inner {
     ns: Namespace,
     clock: std::sync::Arc<dyn Clock>,
     store: Option<StoreHandle>,
-    /// Whether dead-letter writes are fsynced (the namespace's `SyncPolicy::Always`).
-    #[cfg_attr(not(feature = "durable"), allow(dead_code))]
-    sync: bool,
-    /// Whether the namespace syncs periodically: once the engine (and its sync
-    /// thread) is gone, dead-letter writes are fsynced each.
-    #[cfg_attr(not(feature = "durable"), allow(dead_code))]
-    periodic: bool,
     state: Mutex<State>,
 }
 
@@ -680,8 +673,6 @@ impl Inner {
         clock: std::sync::Arc<dyn Clock>,
         store: Option<StoreHandle>,
     ) -> Result<Inner> {
-        let sync = matches!(ns.config().sync, crate::config::SyncPolicy::Always);
-        let periodic = matches!(ns.config().sync, crate::config::SyncPolicy::Periodic(_));
         #[cfg_attr(not(feature = "durable"), allow(unused_mut))]
         let mut st = State {
             next_id: 1,
@@ -711,8 +702,6 @@ impl Inner {
             ns,
             clock,
             store,
-            sync,
-            periodic,
             state: Mutex::new(st),
         })
     }
@@ -758,7 +747,8 @@ impl Inner {
         match &self.store {
             #[cfg(feature = "durable")]
             Some(s) => {
-                let sync = self.sync || (self.periodic && s.closed());
+                // Fsynced as the namespace's completions are (`Store::syncs`).
+                let sync = s.syncs(self.ns.config().sync);
                 s.dlq_put(self.ns.name(), id, &bytes, next, sync)?
             }
             #[cfg(not(feature = "durable"))]

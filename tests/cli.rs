@@ -5,7 +5,10 @@
 #[cfg(feature = "durable")]
 mod util;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
+#[cfg(feature = "durable")]
+use std::process::Stdio;
+#[cfg(feature = "durable")]
 use std::time::Duration;
 
 fn idem(args: &[&str]) -> std::process::Output {
@@ -17,6 +20,7 @@ fn idem(args: &[&str]) -> std::process::Output {
 
 /// [`idem`], but a command still running after `limit` is killed and fails the test:
 /// for the commands that must end instead of waiting forever.
+#[cfg(feature = "durable")]
 fn idem_within(args: &[&str], limit: Duration) -> std::process::Output {
     let child = Command::new(env!("CARGO_BIN_EXE_idem"))
         .args(args)

@@ -780,6 +780,16 @@ impl Store {
         self.closed.load(Ordering::SeqCst)
     }
 
+    /// Whether a write under `policy` is fsynced before it returns: always under
+    /// `Always`, and under `Periodic` once the engine (and its sync thread) is gone.
+    pub(crate) fn syncs(&self, policy: SyncPolicy) -> bool {
+        match policy {
+            SyncPolicy::Always => true,
+            SyncPolicy::Periodic(_) => self.closed(),
+            _ => false,
+        }
+    }
+
     /// Fails as a sync would under the testing hook (`Engine::debug_fail_syncs`).
     pub(crate) fn check_syncable(&self) -> Result<(), Error> {
         injected(&self.fail_syncs, "sync", "to sync")
@@ -1398,11 +1408,7 @@ impl DurableNs {
         // `Periodic` relies on the engine's sync thread; once the engine is dropped
         // a completion through a guard that outlived it syncs as `Always` does, so
         // no acknowledged completion waits on a sync that will never come.
-        let sync = match self.sync {
-            SyncPolicy::Always => true,
-            SyncPolicy::Periodic(_) => self.store.closed(),
-            _ => false,
-        };
+        let sync = self.store.syncs(self.sync);
         let mut written = self
             .store
             .write_completions(&self.name, &self.fams, done, &unwritten, state, sync);

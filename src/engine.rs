@@ -498,30 +498,40 @@ impl Engine {
 mod tests {
     use super::default_shards;
 
+    /// A test's hook into the engine: runs once, on the thread that set it, where
+    /// the engine calls it.
+    type Hook = std::cell::RefCell<Option<Box<dyn FnOnce()>>>;
+
     std::thread_local! {
-        /// Runs once, on the claiming thread, between a single claim's shard lock
-        /// and its marker's write.
-        static BEFORE_MARKER: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
-            const { std::cell::RefCell::new(None) };
+        /// Between a single claim's shard lock and its marker's write.
+        static BEFORE_MARKER: Hook = const { std::cell::RefCell::new(None) };
+        /// Where a durable release settles its claim's marker.
+        static BEFORE_SETTLE: Hook = const { std::cell::RefCell::new(None) };
+        /// Just before a claim's last attempt (the one with every shard's lock:
+        /// `NsInner::claim_exclusive`).
+        static BEFORE_EXCLUSIVE: Hook = const { std::cell::RefCell::new(None) };
+    }
+
+    fn set_hook(hook: &'static std::thread::LocalKey<Hook>, f: impl FnOnce() + 'static) {
+        hook.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+    }
+
+    fn run_hook(hook: &'static std::thread::LocalKey<Hook>) {
+        if let Some(f) = hook.with(|h| h.borrow_mut().take()) {
+            f();
+        }
     }
 
     pub(super) fn before_marker_write() {
-        if let Some(f) = BEFORE_MARKER.with(|h| h.borrow_mut().take()) {
-            f();
-        }
-    }
-
-    std::thread_local! {
-        /// Runs once, on the releasing thread, where a durable release settles its
-        /// claim's marker.
-        static BEFORE_SETTLE: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
-            const { std::cell::RefCell::new(None) };
+        run_hook(&BEFORE_MARKER);
     }
 
     pub(super) fn before_marker_settled() {
-        if let Some(f) = BEFORE_SETTLE.with(|h| h.borrow_mut().take()) {
-            f();
-        }
+        run_hook(&BEFORE_SETTLE);
+    }
+
+    pub(super) fn before_exclusive_claim() {
+        run_hook(&BEFORE_EXCLUSIVE);
     }
 
     /// A scratch directory under the system's temporary one, removed when dropped.
@@ -585,12 +595,10 @@ mod tests {
         use crate::Claim;
         let dir = Scratch::new("marker-panic");
         let (_engine, ns, clock) = durable_namespace(&dir, crate::ClaimMarkers::Journal);
-        BEFORE_MARKER.with(|h| {
-            *h.borrow_mut() = Some(Box::new(move || {
-                // The lease runs out first, so the guard's release is refused.
-                clock.advance(std::time::Duration::from_secs(2));
-                panic!("a failing write")
-            }))
+        set_hook(&BEFORE_MARKER, move || {
+            // The lease runs out first, so the guard's release is refused.
+            clock.advance(std::time::Duration::from_secs(2));
+            panic!("a failing write")
         });
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ns.claim(b"k")));
         assert!(caught.is_err(), "the panic goes on");
@@ -607,7 +615,7 @@ mod tests {
         let dir = Scratch::new("settle-panic");
         let (_engine, ns, _clock) = durable_namespace(&dir, crate::ClaimMarkers::Immediate);
         let g = first_claim(&ns);
-        BEFORE_SETTLE.with(|h| *h.borrow_mut() = Some(Box::new(|| panic!("a failing delete"))));
+        set_hook(&BEFORE_SETTLE, || panic!("a failing delete"));
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| g.release()));
         assert!(caught.is_err(), "the panic goes on");
         assert!(ns.check(b"k").unwrap().is_none());
@@ -643,7 +651,7 @@ mod tests {
         let dir = Scratch::new("unwind-drop");
         let (_engine, ns, _clock) = durable_namespace(&dir, crate::ClaimMarkers::Immediate);
         let g = first_claim(&ns);
-        BEFORE_SETTLE.with(|h| *h.borrow_mut() = Some(Box::new(|| panic!("a failing delete"))));
+        set_hook(&BEFORE_SETTLE, || panic!("a failing delete"));
         let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
             let _held = g;
             panic!("the handler fails");
@@ -679,19 +687,6 @@ mod tests {
             writes + 1
         );
         drop((before, after));
-    }
-
-    std::thread_local! {
-        /// Runs once, on the claiming thread, just before a claim's last attempt
-        /// (the one with every shard's lock: `NsInner::claim_exclusive`).
-        static BEFORE_EXCLUSIVE: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
-            const { std::cell::RefCell::new(None) };
-    }
-
-    pub(super) fn before_exclusive_claim() {
-        if let Some(f) = BEFORE_EXCLUSIVE.with(|h| h.borrow_mut().take()) {
-            f();
-        }
     }
 
     /// A clock that moves one millisecond on at every reading after the first, from
@@ -744,10 +739,9 @@ mod tests {
     #[test]
     fn the_last_attempt_of_a_full_durable_namespace_evicts_a_done_key() {
         use crate::{Claim, ManualClock, NamespaceConfig};
-        let dir = std::env::temp_dir().join(format!("idem-unit-evict-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = Scratch::new("evict");
         let engine = super::Engine::builder()
-            .durable(&dir)
+            .durable(&dir.0)
             .clock(ManualClock::new(1_000_000))
             .maintenance_interval(None)
             .namespace(
@@ -768,27 +762,24 @@ mod tests {
         let held = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
         {
             let (ns, held) = (ns.clone(), held.clone());
-            BEFORE_EXCLUSIVE.with(|h| {
-                *h.borrow_mut() = Some(Box::new(move || {
-                    // Other claims take the room the eviction just made (64 keys),
-                    // and hold it (claims in flight are never evicted).
-                    let evicted = ns.inner.stats().evictions;
-                    assert_eq!(evicted, 64);
-                    for i in 0..evicted {
-                        match ns.claim(format!("other-{i}").as_bytes()) {
-                            Ok(Claim::Acquired(g)) => held.borrow_mut().push(g),
-                            other => panic!("{other:?}"),
-                        }
+            set_hook(&BEFORE_EXCLUSIVE, move || {
+                // Other claims take the room the eviction just made (64 keys), and
+                // hold it (claims in flight are never evicted).
+                let evicted = ns.inner.stats().evictions;
+                assert_eq!(evicted, 64);
+                for i in 0..evicted {
+                    match ns.claim(format!("other-{i}").as_bytes()) {
+                        Ok(Claim::Acquired(g)) => held.borrow_mut().push(g),
+                        other => panic!("{other:?}"),
                     }
-                    assert_eq!(ns.inner.stats().evictions, evicted, "no more evicted");
-                }))
+                }
+                assert_eq!(ns.inner.stats().evictions, evicted, "no more evicted");
             });
         }
         let claim = ns.claim(b"new").unwrap();
         assert!(matches!(claim, Claim::Acquired(_)), "{claim:?}");
         assert!(!held.borrow().is_empty(), "the other claims took the room");
         drop((claim, held, ns, engine));
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A claim whose thread stops between its shard lock and its marker's write
@@ -798,28 +789,18 @@ mod tests {
     #[cfg(feature = "durable")]
     #[test]
     fn a_claim_held_while_its_marker_is_written_keeps_a_later_claims_marker_whole() {
-        use crate::{Claim, ManualClock, NamespaceConfig};
+        use crate::Claim;
         use std::time::Duration;
-        let dir = std::env::temp_dir().join(format!("idem-unit-marker-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let clock = ManualClock::new(1_000_000);
-        let engine = super::Engine::builder()
-            .durable(&dir)
-            .clock(clock.clone())
-            .namespace("n", NamespaceConfig::new().lease(Duration::from_secs(1)))
-            .build()
-            .unwrap();
-        let ns = engine.namespace("n").unwrap();
+        let dir = Scratch::new("marker");
+        let (engine, ns, clock) = durable_namespace(&dir, crate::ClaimMarkers::Journal);
         let during = std::rc::Rc::new(std::cell::RefCell::new(None));
         {
             let (ns, clock, during) = (ns.clone(), clock.clone(), during.clone());
-            BEFORE_MARKER.with(|h| {
-                *h.borrow_mut() = Some(Box::new(move || {
-                    // The first claim's lease runs out before its marker is written,
-                    // and another consumer claims the key.
-                    clock.advance(Duration::from_secs(2));
-                    *during.borrow_mut() = Some(ns.claim(b"k").unwrap());
-                }))
+            set_hook(&BEFORE_MARKER, move || {
+                // The first claim's lease runs out before its marker is written, and
+                // another consumer claims the key.
+                clock.advance(Duration::from_secs(2));
+                *during.borrow_mut() = Some(ns.claim(b"k").unwrap());
             });
         }
         let Claim::Acquired(first) = ns.claim(b"k").unwrap() else {
@@ -849,7 +830,6 @@ mod tests {
         assert!(!d.journal_holds(fp.to_u128(), token));
         assert!(held, "the first claim is held while its marker is written");
         drop((ns, engine));
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

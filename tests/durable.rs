@@ -2375,6 +2375,56 @@ fn a_journal_of_another_version_refuses_the_open_and_is_left_as_it_is() {
 
 #[cfg(target_os = "linux")]
 #[test]
+fn a_refused_journal_leaves_the_database_as_it_was() {
+    // Every way a journal is refused: another version, another database's seed,
+    // another namespace's journal under this one's name.
+    let cases: [(&str, fn(&mut Vec<u8>)); 3] = [
+        ("version", |b| {
+            b[8..12].copy_from_slice(&99u32.to_le_bytes())
+        }),
+        ("seed", |b| b[16] ^= 1),
+        ("namespace", |b| b[24] ^= 1),
+    ];
+    for (what, damage) in cases {
+        let dir = TempDir::new();
+        let clock = ManualClock::new(T0);
+        leave_journal_markers(&dir, &clock, &[b"k"]);
+        let mut bytes = std::fs::read(journal_file(&dir)).unwrap();
+        damage(&mut bytes);
+        std::fs::write(journal_file(&dir), &bytes).unwrap();
+        let snapshot = |dir: &TempDir| {
+            let cfs = column_families(dir);
+            let db = raw_db(dir);
+            (cfs, entries(&db, "default"))
+        };
+        let before = snapshot(&dir);
+        // The refused open asks for other settings, with and without another
+        // namespace (a column family to add): nothing may be written.
+        for another in [true, false] {
+            let mut b = builder(&dir, &clock)
+                .seed(3)
+                .namespace("ns", small().ttl(secs(99)));
+            if another {
+                b = b.namespace("another", small());
+            }
+            let refused = b.build();
+            assert!(
+                matches!(refused, Err(Error::IncompatibleFormat { .. })),
+                "{what}, {another}: {:?}",
+                refused.map(|_| ())
+            );
+            assert_eq!(
+                snapshot(&dir),
+                before,
+                "{what}, {another}: the database changed"
+            );
+            assert_eq!(std::fs::read(journal_file(&dir)).unwrap(), bytes, "{what}");
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+#[test]
 fn journal_markers_are_read_whatever_the_marker_mode_of_the_next_run() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);

@@ -139,35 +139,45 @@ fn decode(w: &[u64; WORDS]) -> Option<ReadSlot> {
     ))
 }
 
-/// The markers in a journal file's bytes (header included), or the reason the file
-/// is not a journal this build can read for this namespace and database. Never
-/// panics, whatever the bytes (the `journal` fuzz target holds it to that).
-pub(crate) fn parse(bytes: &[u8], seed: u64, ns: &str) -> Result<Vec<ReadSlot>, ParseError> {
-    if bytes.len() < HEADER || &bytes[..8] != MAGIC {
+/// The little-endian word at `at` (the caller checked the length).
+fn le64(bytes: &[u8], at: usize) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&bytes[at..at + 8]);
+    u64::from_le_bytes(b)
+}
+
+/// The slot count of a journal whose file is `len` bytes long and starts with `head`
+/// (at least the header), or the reason it is not a journal this build can read for
+/// this namespace (and, given `seed`, this database). Never panics.
+fn parse_header(head: &[u8], len: u64, seed: Option<u64>, ns: &str) -> Result<usize, ParseError> {
+    if head.len() < HEADER || &head[..8] != MAGIC {
         return Err(ParseError::NotAJournal);
     }
-    let le32 =
-        |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
-    let le64 = |at: usize| {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(&bytes[at..at + 8]);
-        u64::from_le_bytes(b)
-    };
+    let le32 = |at: usize| u32::from_le_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]);
+    let le64 = |at: usize| le64(head, at);
     let version = le32(8);
     if version != JOURNAL_VERSION {
         return Err(ParseError::Version(version));
     }
     let slots = le32(12) as usize;
-    if le64(16) != seed || le64(24) != xxh3_64(ns.as_bytes()) {
+    if seed.is_some_and(|s| le64(16) != s) || le64(24) != xxh3_64(ns.as_bytes()) {
         return Err(ParseError::Foreign);
     }
-    if bytes.len() != HEADER + slots * SLOT {
+    if len != (HEADER + slots * SLOT) as u64 {
         return Err(ParseError::Length);
     }
+    Ok(slots)
+}
+
+/// The markers in a journal file's bytes (header included), or the reason the file
+/// is not a journal this build can read for this namespace and database. Never
+/// panics, whatever the bytes (the `journal` fuzz target holds it to that).
+pub(crate) fn parse(bytes: &[u8], seed: u64, ns: &str) -> Result<Vec<ReadSlot>, ParseError> {
+    let slots = parse_header(bytes, bytes.len() as u64, Some(seed), ns)?;
     let mut out = Vec::new();
     for s in 0..slots {
         let at = HEADER + s * SLOT;
-        let w: [u64; WORDS] = std::array::from_fn(|i| le64(at + i * 8));
+        let w: [u64; WORDS] = std::array::from_fn(|i| le64(bytes, at + i * 8));
         out.extend(decode(&w));
     }
     Ok(out)
@@ -200,16 +210,47 @@ pub(crate) fn read(dir: &Path, ns: &str, seed: u64) -> Result<Option<Vec<ReadSlo
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io_err("open journal", &file, e)),
     };
-    match parse(&bytes, seed, ns) {
-        Ok(slots) => Ok(Some(slots)),
-        Err(e) => Err(Error::IncompatibleFormat {
-            path: file,
-            found: match e {
-                ParseError::Version(v) => Some(v),
-                _ => None,
-            },
-            supported: JOURNAL_VERSION,
-        }),
+    parse(&bytes, seed, ns)
+        .map(Some)
+        .map_err(|e| refused(file, e))
+}
+
+#[cfg(feature = "durable")]
+/// Checks, reading only its header, that the journal file of `ns` (if there is one)
+/// is one this build can read for that namespace, and for the database whose seed
+/// is `seed` when it is given: the open refuses a foreign journal before it changes
+/// anything in the database.
+pub(crate) fn check_header(dir: &Path, ns: &str, seed: Option<u64>) -> Result<(), Error> {
+    let file = path(dir, ns);
+    let mut f = match File::open(&file) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_err("open journal", &file, e)),
+    };
+    let len = f
+        .metadata()
+        .map_err(|e| io_err("read journal", &file, e))?
+        .len();
+    let mut head = Vec::with_capacity(HEADER);
+    (&mut f)
+        .take(HEADER as u64)
+        .read_to_end(&mut head)
+        .map_err(|e| io_err("read journal", &file, e))?;
+    parse_header(&head, len, seed, ns)
+        .map(|_| ())
+        .map_err(|e| refused(file, e))
+}
+
+/// The error of a journal file that is not one this build can read here.
+#[cfg(feature = "durable")]
+fn refused(path: PathBuf, e: ParseError) -> Error {
+    Error::IncompatibleFormat {
+        path,
+        found: match e {
+            ParseError::Version(v) => Some(v),
+            _ => None,
+        },
+        supported: JOURNAL_VERSION,
     }
 }
 

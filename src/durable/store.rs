@@ -282,6 +282,18 @@ impl Store {
             Err(_) => BTreeSet::new(),
         };
         report.created = existing.is_empty();
+        // A journal left beside the database is checked before anything changes: one
+        // of another version or namespace now, one of another database (its seed) as
+        // soon as the seed is known, always before the open could add a column
+        // family or write settings.
+        let check_journals = |seed: Option<u64>| -> Result<(), Error> {
+            for (name, _) in namespaces {
+                super::journal::check_header(path, name, seed)?;
+            }
+            Ok(())
+        };
+        // (A new database takes `seed`: a journal of any other is foreign.)
+        check_journals(report.created.then_some(seed))?;
         if !report.created {
             let ours = existing.iter().all(|c| c == "default" || c.contains(':'));
             if !ours {
@@ -314,6 +326,9 @@ impl Store {
                 check_format(path, f)?;
             }
             let has_format = format.is_some();
+            if let Some(stored) = db.get(SEED_KEY).map_err(|e| store_err("open", e))? {
+                check_journals(Some(seed_of(path, &stored)?))?;
+            }
             format_read = true;
             adopt_empty = db.iterator(rocksdb::IteratorMode::Start).next().is_none();
             if !has_format && !adopt_empty {
@@ -345,6 +360,9 @@ impl Store {
                 .map_err(|e| store_err("open", e))?;
             if let Some(f) = db.get(FORMAT_KEY).map_err(|e| store_err("open", e))? {
                 check_format(path, &f)?;
+            }
+            if let Some(stored) = db.get(SEED_KEY).map_err(|e| store_err("open", e))? {
+                check_journals(Some(seed_of(path, &stored)?))?;
             }
         }
 
@@ -400,14 +418,8 @@ impl Store {
                 seed
             }
             (Some(f), Some(s)) => {
-                let found = check_format(path, &f)?;
-                let stored = <[u8; 8]>::try_from(s.as_slice())
-                    .map(u64::from_le_bytes)
-                    .map_err(|_| Error::IncompatibleFormat {
-                        path: path.to_path_buf(),
-                        found,
-                        supported: FORMAT_VERSION,
-                    })?;
+                check_format(path, &f)?;
+                let stored = seed_of(path, &s)?;
                 if seed_fixed && stored != seed {
                     return Err(Error::InvalidConfig {
                         namespace: String::new(),
@@ -424,6 +436,7 @@ impl Store {
                 })
             }
         };
+        check_journals(Some(seed))?;
         // Each namespace's settings, written only when they changed: an unchanged
         // open writes nothing (a saved prefilter is good only at an unchanged
         // sequence number).
@@ -1509,6 +1522,18 @@ fn check_format(path: &Path, stored: &[u8]) -> Result<Option<u32>, Error> {
             supported: FORMAT_VERSION,
         })
     }
+}
+
+/// The fingerprint seed stored in the database: eight bytes, or the database is not
+/// one this build reads.
+fn seed_of(path: &Path, stored: &[u8]) -> Result<u64, Error> {
+    <[u8; 8]>::try_from(stored)
+        .map(u64::from_le_bytes)
+        .map_err(|_| Error::IncompatibleFormat {
+            path: path.to_path_buf(),
+            found: Some(FORMAT_VERSION),
+            supported: FORMAT_VERSION,
+        })
 }
 
 /// Whether directory `path` holds files that may carry records: table files, write-

@@ -1675,7 +1675,12 @@ mod maintenance {
             let (lock, cvar) = &*self.stop;
             *lock.lock().unwrap_or_else(|p| p.into_inner()) = true;
             cvar.notify_all();
-            let _ = self.handle.join();
+            // Stopped from its own run (the engine dropped by something the run let
+            // go of, a clock or subscriber that owned it): the thread ends once the
+            // run returns; joining itself would fail.
+            if self.handle.thread().id() != std::thread::current().id() {
+                let _ = self.handle.join();
+            }
         }
     }
 }

@@ -251,6 +251,61 @@ fn a_maintenance_run_that_panics_does_not_end_the_thread() {
     assert!(clock.ended.load(SeqCst));
 }
 
+/// A clock that, read on the maintenance thread, drops the engine it was handed
+/// there (as a clock or subscriber owning the engine would when the application lets
+/// go of it), and reports whether that drop returned without a panic.
+struct DropsTheEngine {
+    time: ManualClock,
+    engine: Arc<std::sync::Mutex<Option<Engine>>>,
+    dropped: std::sync::Mutex<std::sync::mpsc::Sender<bool>>,
+}
+
+impl Clock for DropsTheEngine {
+    fn now_ms(&self) -> u64 {
+        if std::thread::current().name() == Some("idem-maintenance") {
+            let engine = self.engine.lock().unwrap().take();
+            if let Some(engine) = engine {
+                let clean = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    drop(engine);
+                }))
+                .is_ok();
+                let _ = self.dropped.lock().unwrap().send(clean);
+            }
+        }
+        self.time.now_ms()
+    }
+}
+
+#[test]
+fn an_engine_dropped_on_its_own_maintenance_thread_stops_it_without_a_panic() {
+    let slot = Arc::new(std::sync::Mutex::new(None));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let engine = Engine::builder()
+        .namespace("ns", small())
+        .clock(DropsTheEngine {
+            time: ManualClock::new(T0),
+            engine: slot.clone(),
+            dropped: std::sync::Mutex::new(tx),
+        })
+        .maintenance_interval(Some(ms(1)))
+        .build()
+        .unwrap();
+    let ns = engine.namespace("ns").unwrap();
+    done(&ns, b"k");
+    *slot.lock().unwrap() = Some(engine);
+    // Waits for the maintenance thread's next run (every millisecond of real time);
+    // the bound only keeps a thread that never runs from hanging the test.
+    let clean = rx
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .expect("the maintenance thread never ran");
+    assert!(
+        clean,
+        "dropping the engine on its maintenance thread panicked"
+    );
+    // The handle goes on without the engine.
+    assert!(matches!(ns.claim(b"k").unwrap(), Claim::Duplicate(_)));
+}
+
 #[test]
 fn long_clock_jump_without_maintenance_expires_everything() {
     // At the default 1 ms tick, 40 days are more than 2^31 ticks: the jump spans more

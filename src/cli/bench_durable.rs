@@ -13,9 +13,12 @@
 //!
 //! W4: claim + complete of fresh keys per sync policy, 1 and 2 threads, beside RocksDB
 //! get + put (a check-then-write, as a consumer would use it) with the same write
-//! options. W5: a database holding N completed keys is reopened: time from open to the
-//! first claim served, peak memory of the process (a child process per measurement),
-//! then every key is claimed again and must be a duplicate.
+//! options. W5: a database holding N completed keys, its filling process killed with
+//! SIGKILL once the last key completed, is reopened (the crash's recovery: log replay
+//! and filter rebuild), then reopened after clean shutdowns (filter loaded, and filter
+//! rebuilt alone): time from open to the first claim served, peak memory of the
+//! process (a child process per measurement); every key is claimed again and must be
+//! a duplicate.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -688,10 +691,50 @@ fn fill(ns: &idem::Namespace, keys: u64, result: &[u8]) {
     }
 }
 
-/// Child: fill the database with `keys` completed keys.
-fn w5_fill(dir: &Path, keys: u64) {
+/// Child: fill the database with `keys` completed keys, say so on stdout, and wait
+/// to be killed (SIGKILL: the engine is never dropped, so nothing is flushed or
+/// saved). If the parent goes away first (stdin ends), it exits without shutting
+/// down either.
+fn w5_fill(dir: &Path, keys: u64) -> ! {
+    use std::io::{Read as _, Write as _};
     let engine = w5_engine(dir, keys);
     fill(&engine.namespace("w5").unwrap(), keys, &[]);
+    println!("FILLED");
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stdin().read_to_end(&mut Vec::new());
+    std::process::exit(3)
+}
+
+/// Runs the fill child on `dir` and kills it with SIGKILL once it has filled: the
+/// time to the fill's end.
+fn w5_fill_and_kill(exe: &Path, dir: &Path, keys: u64) -> Duration {
+    use std::io::BufRead as _;
+    use std::process::Stdio;
+    let t = Instant::now();
+    let mut c = Command::new(exe)
+        .args(["bench", "durable", "--child-fill", &keys.to_string()])
+        .arg(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = c.stdout.take().unwrap();
+    let filled = std::io::BufReader::new(out)
+        .lines()
+        .map_while(Result::ok)
+        .any(|l| l == "FILLED");
+    let took = t.elapsed();
+    assert!(filled, "the fill child ended before it filled");
+    c.kill().unwrap();
+    let st = c.wait().unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt as _;
+        assert_eq!(st.signal(), Some(9), "the fill child was not killed: {st}");
+    }
+    #[cfg(not(unix))]
+    assert!(!st.success(), "the fill child was not killed: {st}");
+    took
 }
 
 /// Disk bytes per completed key: N keys completed (sync Never), then the done records
@@ -821,14 +864,7 @@ const W5_W2_THREADS: u64 = 2;
 fn w5(keys: u64) {
     let dir = Dir::new("w5");
     let exe = std::env::current_exe().unwrap();
-    let t = Instant::now();
-    let st = Command::new(&exe)
-        .args(["bench", "durable", "--child-fill", &keys.to_string()])
-        .arg(&dir.0)
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let fill = t.elapsed();
+    let fill = w5_fill_and_kill(&exe, &dir.0, keys);
     // Runs a child mode on the database and returns the numbers of its `tag` line.
     let child = |mode: &str, tag: &str| -> Vec<u64> {
         let out = Command::new(&exe)
@@ -848,10 +884,15 @@ fn w5(keys: u64) {
             .map(|v| v.parse().unwrap())
             .collect()
     };
-    let f = child("--child-restart", "RESULT");
-    // The crash path: no saved filter (a SIGKILL leaves none), so open rebuilds it
-    // from the done records; and a second clean open, which loads the saved one.
     let open_child = || child("--child-open", "OPEN");
+    // The crash: the fill was killed, so its write-ahead log is replayed and the
+    // filter rebuilt from the done records. This open shuts down cleanly.
+    let crashed = open_child();
+    // Then a clean restart (the filter saved at that shutdown loaded), every key
+    // claimed again (so a key the crash lost is counted).
+    let f = child("--child-restart", "RESULT");
+    // The filter's rebuild alone: its saved file removed, with no log to replay;
+    // and a second clean open, which loads the saved one.
     for entry in std::fs::read_dir(&dir.0).unwrap().flatten() {
         if entry
             .file_name()
@@ -872,7 +913,7 @@ fn w5(keys: u64) {
     outln!("| figure | value |");
     outln!("|---|---|");
     outln!(
-        "| fill (claim_batch + complete_batch of 1024, sync Never) | {:.1} s |",
+        "| fill (claim_batch + complete_batch of 1024, sync Never; the process is then killed with SIGKILL) | {:.1} s |",
         fill.as_secs_f64()
     );
     outln!(
@@ -881,7 +922,13 @@ fn w5(keys: u64) {
         disk as f64 / keys as f64
     );
     outln!(
-        "| open to first claim served (after the fill's clean shutdown; prefilter {}) | {:.1} ms |",
+        "| open to first claim served after the fill's SIGKILL (write-ahead log replayed; prefilter {}) | {:.1} ms, peak RSS {:.1} MB |",
+        if crashed[3] == 1 { "rebuilt" } else { "loaded" },
+        crashed[0] as f64 / 1e3,
+        crashed[1] as f64 / 1024.0
+    );
+    outln!(
+        "| open to first claim served after that open's clean shutdown (prefilter {}) | {:.1} ms |",
         if f[10] == 1 {
             "loaded from its saved file"
         } else {
@@ -890,7 +937,7 @@ fn w5(keys: u64) {
         f[0] as f64 / 1e3
     );
     outln!(
-        "| open to first claim served, no saved filter (a crash's filter rebuild; the memtables were flushed at the fill's clean shutdown, so no log is replayed; prefilter {}) | {:.1} ms, peak RSS {:.1} MB |",
+        "| open to first claim served, saved filter removed (its rebuild alone: the memtables were flushed at the last clean shutdown, so no log is replayed; prefilter {}) | {:.1} ms, peak RSS {:.1} MB |",
         if rebuilt[3] == 1 { "rebuilt" } else { "loaded" },
         rebuilt[0] as f64 / 1e3,
         rebuilt[1] as f64 / 1024.0
@@ -917,6 +964,7 @@ fn w5(keys: u64) {
         ));
     }
     for (what, us) in [
+        ("after a SIGKILL (log replayed, filter rebuilt)", crashed[0]),
         ("after a clean shutdown", f[0]),
         (
             "no saved filter (the filter rebuilt, no log replayed)",
@@ -965,7 +1013,7 @@ fn child_args<'a>(args: &'a [String], flag: &str) -> Option<Result<(u64, &'a Pat
 pub(crate) fn run(args: &[String]) -> Result<std::process::ExitCode, String> {
     if let Some(a) = child_args(args, "--child-fill") {
         let (n, dir) = a?;
-        w5_fill(dir, n);
+        w5_fill(dir, n)
     } else if let Some(a) = child_args(args, "--child-open") {
         let (n, dir) = a?;
         w5_open(dir, n);

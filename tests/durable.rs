@@ -2378,7 +2378,8 @@ fn a_journal_of_another_version_refuses_the_open_and_is_left_as_it_is() {
 fn a_refused_journal_leaves_the_database_as_it_was() {
     // Every way a journal is refused: another version, another database's seed,
     // another namespace's journal under this one's name.
-    let cases: [(&str, fn(&mut Vec<u8>)); 3] = [
+    type Damage = fn(&mut Vec<u8>);
+    let cases: [(&str, Damage); 3] = [
         ("version", |b| {
             b[8..12].copy_from_slice(&99u32.to_le_bytes())
         }),

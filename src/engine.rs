@@ -512,6 +512,8 @@ mod tests {
         static BEFORE_EXCLUSIVE: Hook = const { std::cell::RefCell::new(None) };
     }
 
+    // (Every test that sets a hook needs the durable tier.)
+    #[cfg_attr(not(feature = "durable"), allow(dead_code))]
     fn set_hook(hook: &'static std::thread::LocalKey<Hook>, f: impl FnOnce() + 'static) {
         hook.with(|h| *h.borrow_mut() = Some(Box::new(f)));
     }

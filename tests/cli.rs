@@ -74,6 +74,8 @@ fn an_argument_that_is_not_utf8_is_refused_with_a_message() {
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
+// (The demo's consumer process is built with the durable tier only.)
+#[cfg(feature = "durable")]
 #[test]
 fn the_consumer_refuses_a_stream_longer_than_the_demo_runs() {
     let out = idem(&[

@@ -937,9 +937,14 @@ impl ShardSlot {
                 return false;
             }
             // SAFETY: `c` is below the published count, so the table (alive while
-            // pinned) holds a pointer to a live chunk there; the offset is masked to
-            // the chunk's length.
-            entry = unsafe { Entry::read_racy(*table.add(c) as *const Entry, i) };
+            // pinned) holds a pointer to a live chunk there.
+            let chunk = unsafe { *table.add(c) } as *const Entry;
+            // The line after the entry's: in a replay (keys again in the order they
+            // were first claimed, which is each shard's slab order), the shard's next
+            // duplicate reads it. Only an address: a prefetch never faults.
+            index::prefetch_line(chunk.wrapping_add(i as usize & (CHUNK - 1)) as usize + 64);
+            // SAFETY: the chunk is live (above); the offset is masked to its length.
+            entry = unsafe { Entry::read_racy(chunk, i) };
             entry.is(fp)
         };
         // SAFETY: see the method's documentation: the array is alive while pinned.

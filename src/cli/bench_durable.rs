@@ -921,11 +921,19 @@ fn w5(keys: u64) {
         disk as f64 / 1e6,
         disk as f64 / keys as f64
     );
-    outln!(
-        "| open to first claim served after the fill's SIGKILL (write-ahead log replayed; prefilter {}) | {:.1} ms, peak RSS {:.1} MB |",
-        if crashed[3] == 1 { "rebuilt" } else { "loaded" },
-        crashed[0] as f64 / 1e3,
-        crashed[1] as f64 / 1024.0
+    // A row of an `--child-open` measurement: time to the first claim, peak RSS, and
+    // how the prefilter came (its loads count).
+    let open_row = |what: &str, o: &[u64]| {
+        outln!(
+            "| open to first claim served{what} (prefilter {}) | {:.1} ms, peak RSS {:.1} MB |",
+            if o[2] == 1 { "loaded" } else { "rebuilt" },
+            o[0] as f64 / 1e3,
+            o[1] as f64 / 1024.0
+        );
+    };
+    open_row(
+        " after the fill's SIGKILL (write-ahead log replayed)",
+        &crashed,
     );
     outln!(
         "| open to first claim served after that open's clean shutdown (prefilter {}) | {:.1} ms |",
@@ -936,18 +944,11 @@ fn w5(keys: u64) {
         },
         f[0] as f64 / 1e3
     );
-    outln!(
-        "| open to first claim served, saved filter removed (its rebuild alone: the memtables were flushed at the last clean shutdown, so no log is replayed; prefilter {}) | {:.1} ms, peak RSS {:.1} MB |",
-        if rebuilt[3] == 1 { "rebuilt" } else { "loaded" },
-        rebuilt[0] as f64 / 1e3,
-        rebuilt[1] as f64 / 1024.0
+    open_row(
+        ", saved filter removed (its rebuild alone: the memtables were flushed at the last clean shutdown, so no log is replayed)",
+        &rebuilt,
     );
-    outln!(
-        "| open to first claim served, again after a clean shutdown (prefilter {}) | {:.1} ms, peak RSS {:.1} MB |",
-        if loaded[2] == 1 { "loaded" } else { "rebuilt" },
-        loaded[0] as f64 / 1e3,
-        loaded[1] as f64 / 1024.0
-    );
+    open_row(", again after a clean shutdown", &loaded);
     outln!(
         "| peak RSS when the first claim was served | {:.1} MB |",
         f[1] as f64 / 1024.0

@@ -32,7 +32,10 @@ pub(crate) mod journal;
 mod store;
 
 #[cfg(feature = "durable")]
-pub(crate) use store::{dlq_message_key, stored_settings, DurableNs, Families, NsSettings, Store};
+pub(crate) use store::{
+    dlq_message_key, stored_settings, DurableNs, Families, FpSet, JournalTakeover, NsSettings,
+    Store,
+};
 
 /// Scratch directories for the durable tier's unit tests.
 #[cfg(test)]

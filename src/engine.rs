@@ -260,18 +260,58 @@ impl Engine {
                     None => journals.push(None),
                 }
             }
-            for (name, journal) in names.into_iter().zip(journals) {
-                let ns = &namespaces[name];
-                let mut damaged = Vec::new();
+            // Every step that can fail for want of space, or on a read, runs for
+            // every namespace before anything on disk changes: an open that fails
+            // leaves each orphan, expired or damaged, for the next open to report.
+            let mut takeovers = Vec::with_capacity(names.len());
+            let mut expired = Vec::with_capacity(names.len());
+            for (name, journal) in names.iter().zip(journals) {
+                let ns = &namespaces[*name];
+                let mut takeover = None;
                 if let Some(d) = &ns.durable {
                     // The namespace's own time, which starts its high-water mark:
                     // it never reads earlier than the time the filter was built at,
                     // so no record the filter left out as past retention is live
                     // for it (a clock stepped back during the open reads as stopped).
                     d.open_prefilter(ns.now_ms())?;
-                    damaged = d.open_journal(journal)?;
+                    takeover = Some(d.prepare_journal(journal)?);
                 }
-                orphans.extend(ns.load_orphans(store, damaged)?);
+                let (found, gone) = ns.load_orphans(store, takeover.as_ref())?;
+                orphans.extend(found);
+                expired.push(gone);
+                takeovers.push(takeover);
+            }
+            // The live markers of the old journals into the `claims:` family, synced
+            // before any journal is replaced.
+            let mut moved = false;
+            for (name, takeover) in names.iter().zip(&takeovers) {
+                if let (Some(d), Some(t)) = (&namespaces[*name].durable, takeover) {
+                    moved |= d.move_markers(t)?;
+                }
+            }
+            if moved {
+                store.sync_wal()?;
+            }
+            for (name, takeover) in names.iter().zip(takeovers) {
+                if let (Some(d), Some(t)) = (&namespaces[*name].durable, takeover) {
+                    d.finish_journal(t)?;
+                }
+            }
+            // Last, the markers of orphans whose lease is over: this open reports
+            // them, so a delete that fails only has the next open report them again.
+            for (name, gone) in names.iter().zip(expired) {
+                if gone.is_empty() {
+                    continue;
+                }
+                let fams = crate::durable::Families::of(name);
+                if let Err(e) = store.delete_claims(&fams, &gone) {
+                    tracing::warn!(
+                        namespace = %name,
+                        markers = gone.len(),
+                        error = %e,
+                        "could not delete the markers of expired orphans; the next open reports them again"
+                    );
+                }
             }
         }
         // Each namespace's handles share a keeper, which hands the namespace to the
@@ -1862,13 +1902,28 @@ impl NsInner {
     fn load_orphans(
         &self,
         store: &crate::durable::Store,
-        damaged: Vec<(u128, std::result::Result<Record, String>)>,
-    ) -> Result<Vec<Orphan>> {
+        journal: Option<&crate::durable::JournalTakeover>,
+    ) -> Result<(Vec<Orphan>, Vec<u128>)> {
         let now = self.now();
         let mut out = Vec::new();
         let mut expired = Vec::new();
         let mut unheld = 0usize;
-        for (fp, rec) in store.scan_claims(&self.name)?.into_iter().chain(damaged) {
+        // The old journal's live markers are about to replace the `claims:` records
+        // of their keys; its damaged slots are reported beside them.
+        let (moved, damaged) = match journal {
+            Some(t) => (t.moved.as_slice(), t.damaged.as_slice()),
+            None => (&[][..], &[][..]),
+        };
+        let replaced: crate::durable::FpSet = moved.iter().map(|(fp, _)| *fp).collect();
+        let scanned = store
+            .scan_claims(&self.name)?
+            .into_iter()
+            .filter(|(fp, _)| !replaced.contains(fp));
+        let from_journal = moved
+            .iter()
+            .map(|(fp, rec)| (*fp, Ok(rec.clone())))
+            .chain(damaged.iter().cloned());
+        for (fp, rec) in scanned.chain(from_journal) {
             match rec {
                 Ok(rec) => {
                     let mut held = false;
@@ -1922,9 +1977,6 @@ impl NsInner {
                 }),
             }
         }
-        if !expired.is_empty() {
-            store.delete_claims(&crate::durable::Families::of(&self.name), &expired)?;
-        }
         if !out.is_empty() {
             tracing::warn!(
                 namespace = %self.name,
@@ -1940,7 +1992,7 @@ impl NsInner {
                 "max_keys cannot hold every live orphan; those keys are claimable at once"
             );
         }
-        Ok(out)
+        Ok((out, expired))
     }
 
     /// Drops up to `max` done entries (durable namespaces: they stay in the durable

@@ -2578,6 +2578,89 @@ fn a_refused_journal_refuses_the_open_before_any_namespace_changed() {
 
 #[cfg(target_os = "linux")]
 #[test]
+fn an_open_that_fails_on_a_later_namespace_leaves_every_orphan_for_the_next() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let two = || {
+        builder(&dir, &clock)
+            .seed(3)
+            .namespace("a", small())
+            .namespace("b", small())
+    };
+    {
+        let engine = two().build().unwrap();
+        let (a, b) = (
+            engine.namespace("a").unwrap(),
+            engine.namespace("b").unwrap(),
+        );
+        let guards = [acquire(&a, b"x"), acquire(&a, b"y"), acquire(&b, b"z")];
+        engine.debug_keep_journal_markers(true);
+        drop(guards);
+    }
+    let file = |ns: &str| {
+        dir.path().join(format!(
+            "idem-journal-{:016x}.bin",
+            xxhash_rust::xxh3::xxh3_64(ns.as_bytes())
+        ))
+    };
+    // Namespace a's journal: the first slot damaged (its claim time).
+    let mut bytes = std::fs::read(file("a")).unwrap();
+    bytes[64 + 16] ^= 0x10;
+    std::fs::write(file("a"), &bytes).unwrap();
+    clock.advance(secs(6)); // every lease has run out: reported once, then deleted
+    let listing = || {
+        let mut v: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("idem-journal-"))
+            .collect();
+        v.sort();
+        v
+    };
+    let before = listing();
+    // Namespace b's new journal cannot be made: its temporary name is taken by a
+    // directory.
+    let mut blocked = file("b").into_os_string();
+    blocked.push(".new");
+    std::fs::create_dir(&blocked).unwrap();
+    let err = two().build().unwrap_err();
+    assert!(
+        matches!(&err, Error::Store(s) if s.operation() == "create journal"),
+        "{err:?}"
+    );
+    std::fs::remove_dir(&blocked).unwrap();
+    assert_eq!(
+        listing(),
+        before,
+        "the failed open left every journal as it was"
+    );
+    assert_eq!(std::fs::read(file("a")).unwrap(), bytes);
+    let engine = two().build().unwrap();
+    let mut found: Vec<(&str, u128, bool)> = engine
+        .orphans()
+        .iter()
+        .map(|o| (o.namespace.as_str(), o.fingerprint, o.corrupt.is_some()))
+        .collect();
+    found.sort();
+    let mut want = vec![
+        ("a", fingerprint(b"x", 3), true),
+        ("a", fingerprint(b"y", 3), false),
+        ("b", fingerprint(b"z", 3), false),
+    ];
+    want.sort();
+    assert_eq!(found, want);
+    drop(engine);
+    let kept = listing()
+        .into_iter()
+        .filter(|n| n.contains(".damaged-"))
+        .count();
+    assert_eq!(kept, 1, "a's damaged journal is kept aside once");
+    let engine = two().build().unwrap();
+    assert!(engine.orphans().is_empty(), "{:?}", engine.orphans());
+}
+
+#[cfg(target_os = "linux")]
+#[test]
 fn a_marker_is_not_settled_by_an_expired_record_that_happens_to_carry_its_token() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);

@@ -376,20 +376,37 @@ struct Slots {
 
 #[cfg(all(feature = "durable", target_os = "linux"))]
 impl Journal {
-    /// Creates (or replaces) the journal file of `ns` with `slots` free slots, its
-    /// blocks allocated up front so that a store into the mapping needs no new space
-    /// (on file systems that write in place: a copy-on-write one, btrfs or ZFS, may
-    /// still need space when a page is written back, and a full disk there can end
-    /// the process with SIGBUS). The file is made whole under a temporary name,
-    /// synced, then renamed over the old one, so a crash while creating it leaves the
-    /// old journal or the new one, never a part of one.
+    /// Creates (or replaces) the journal file of `ns`: [`Journal::prepare`], then
+    /// [`Prepared::install`].
+    #[cfg(test)]
     pub(crate) fn create(dir: &Path, ns: &str, seed: u64, slots: u32) -> Result<Self, Error> {
+        Self::prepare(dir, ns, seed, slots)?.install()
+    }
+
+    /// Makes the journal file of `ns` with `slots` free slots under its temporary
+    /// name, its blocks allocated up front so that a store into the mapping needs
+    /// no new space (on file systems that write in place: a copy-on-write one, btrfs
+    /// or ZFS, may still need space when a page is written back, and a full disk
+    /// there can end the process with SIGBUS). The file is made whole, synced and
+    /// mapped, and the old journal is untouched until [`Prepared::install`] renames
+    /// the new one over it, so a crash while creating it leaves the old journal or
+    /// the new one, never a part of one. The engine's open prepares every
+    /// namespace's journal before it replaces any: a disk out of space leaves every
+    /// old journal as it was.
+    pub(crate) fn prepare(dir: &Path, ns: &str, seed: u64, slots: u32) -> Result<Prepared, Error> {
         let tmp = tmp_path(dir, ns);
         let made = Self::create_at(dir, ns, seed, slots, &tmp);
-        if made.is_err() {
-            let _ = std::fs::remove_file(&tmp);
+        match made {
+            Ok(journal) => Ok(Prepared {
+                journal: Some(journal),
+                tmp,
+                to: path(dir, ns),
+            }),
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                Err(e)
+            }
         }
-        made
     }
 
     fn create_at(dir: &Path, ns: &str, seed: u64, slots: u32, tmp: &Path) -> Result<Self, Error> {
@@ -419,12 +436,7 @@ impl Journal {
         }
         file.sync_all()
             .map_err(|e| io_err("sync journal", &file_path, e))?;
-        std::fs::rename(tmp, &file_path).map_err(|e| io_err("create journal", &file_path, e))?;
-        if let Some(parent) = file_path.parent() {
-            File::open(parent)
-                .and_then(|d| d.sync_all())
-                .map_err(|e| io_err("sync journal", &file_path, e))?;
-        }
+        // The mapping follows the file through the rename that installs it.
         let map = Mapping::new(&file, len, &file_path)?;
         Ok(Journal {
             map,
@@ -520,6 +532,47 @@ impl Journal {
     /// Markers held here now.
     pub(crate) fn len(&self) -> usize {
         self.state.lock().of.len()
+    }
+}
+
+#[cfg(all(feature = "durable", target_os = "linux"))]
+/// A journal made whole under its temporary name ([`Journal::prepare`]), not yet in
+/// place: dropped without [`Prepared::install`], its file is removed.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    journal: Option<Journal>,
+    tmp: PathBuf,
+    to: PathBuf,
+}
+
+#[cfg(all(feature = "durable", target_os = "linux"))]
+impl Prepared {
+    /// Renames the file over the namespace's journal (the old one, if any, goes)
+    /// and syncs the directory.
+    pub(crate) fn install(mut self) -> Result<Journal, Error> {
+        std::fs::rename(&self.tmp, &self.to).map_err(|e| io_err("create journal", &self.to, e))?;
+        let journal = self.journal.take();
+        if let Some(parent) = self.to.parent() {
+            File::open(parent)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| io_err("sync journal", &self.to, e))?;
+        }
+        journal.ok_or_else(|| {
+            io_err(
+                "create journal",
+                &self.to,
+                std::io::Error::other("installed twice"),
+            )
+        })
+    }
+}
+
+#[cfg(all(feature = "durable", target_os = "linux"))]
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        if self.journal.is_some() {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
     }
 }
 

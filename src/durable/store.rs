@@ -819,6 +819,19 @@ impl Store {
 /// record could not be decoded.
 pub(crate) type ScannedClaim = (u128, Result<Record, String>);
 
+/// The journal a namespace's last run left, as the open takes it over
+/// ([`DurableNs::prepare_journal`]).
+#[derive(Debug, Default)]
+pub(crate) struct JournalTakeover {
+    /// Its live markers, to be moved into the `claims:` family.
+    pub(crate) moved: Vec<(u128, Record)>,
+    /// Its damaged slots, reported as corrupt orphans.
+    pub(crate) damaged: Vec<ScannedClaim>,
+    /// This run's journal, made but not yet in place.
+    #[cfg(target_os = "linux")]
+    next: Option<journal::Prepared>,
+}
+
 /// A namespace's view of the durable tier: its policies and counters.
 #[derive(Debug)]
 pub(crate) struct DurableNs {
@@ -877,7 +890,7 @@ impl std::hash::Hasher for FpHasher {
 /// A map or set keyed by fingerprint.
 pub(crate) type FpMap<V> =
     std::collections::HashMap<u128, V, std::hash::BuildHasherDefault<FpHasher>>;
-type FpSet = std::collections::HashSet<u128, std::hash::BuildHasherDefault<FpHasher>>;
+pub(crate) type FpSet = std::collections::HashSet<u128, std::hash::BuildHasherDefault<FpHasher>>;
 
 /// Claim markers kept in memory until the maintenance pass writes them.
 #[derive(Debug, Default)]
@@ -1033,82 +1046,101 @@ impl DurableNs {
         }
     }
 
-    /// At open, before the namespace serves and before the orphans are read: moves
-    /// the markers of the journal left by the last run (whatever this run's marker
-    /// mode) into the `claims:` family, synced, then starts this run's journal (or
-    /// removes the file if the namespace does not journal). A marker whose key has
-    /// since been completed (a crash between the completion's write and the
-    /// marker's clearing) is settled, not moved. A journal with damaged slots is
-    /// kept beside, renamed, and its damaged slots are returned to be reported.
+    /// At open, before the namespace serves, the fallible half of taking over the
+    /// journal the last run left (whatever this run's marker mode): sorts its
+    /// markers into those to move into the `claims:` family and its damaged slots,
+    /// and makes this run's journal under its temporary name. Nothing on disk
+    /// changes but that temporary file: a marker whose key has since been completed
+    /// (a crash between the completion's write and the marker's clearing) is
+    /// settled, not moved.
     ///
     /// `found` is what [`DurableNs::read_journal`] read: every namespace's journal is
     /// read (and a foreign one refused) before any is changed.
-    pub(crate) fn open_journal(
+    pub(crate) fn prepare_journal(
         &self,
         found: Option<Vec<ScannedClaim>>,
-    ) -> Result<Vec<ScannedClaim>, Error> {
-        let dir = self.store.path.as_path();
-        let mut damaged = Vec::new();
-        if let Some(slots) = found {
-            let mut moved = Vec::new();
-            for (fp, rec) in slots {
-                match rec {
-                    Ok(rec) => {
-                        // The claim's own completion was written: a done record with
-                        // its fencing token that did not expire before the claim
-                        // (tokens restart every run, so an old record of the key can
-                        // carry the same one; it had expired when the key was
-                        // acquired again, or the claim would have been a duplicate).
-                        let completed = match self.store.get_done(&self.name, &self.fams, fp) {
-                            Ok(Some(d)) => {
-                                d.state == RecordState::Done
-                                    && d.token == rec.token
-                                    && d.expires_ms > rec.at_ms
-                            }
-                            Ok(None) | Err(Error::CorruptRecord { .. }) => false,
-                            Err(e) => return Err(e),
-                        };
-                        if !completed {
-                            moved.push((fp, rec));
+    ) -> Result<JournalTakeover, Error> {
+        let mut takeover = JournalTakeover::default();
+        for (fp, rec) in found.into_iter().flatten() {
+            match rec {
+                Ok(rec) => {
+                    // The claim's own completion was written: a done record with
+                    // its fencing token that did not expire before the claim
+                    // (tokens restart every run, so an old record of the key can
+                    // carry the same one; it had expired when the key was
+                    // acquired again, or the claim would have been a duplicate).
+                    let completed = match self.store.get_done(&self.name, &self.fams, fp) {
+                        Ok(Some(d)) => {
+                            d.state == RecordState::Done
+                                && d.token == rec.token
+                                && d.expires_ms > rec.at_ms
                         }
+                        Ok(None) | Err(Error::CorruptRecord { .. }) => false,
+                        Err(e) => return Err(e),
+                    };
+                    if !completed {
+                        takeover.moved.push((fp, rec));
                     }
-                    Err(reason) => damaged.push((fp, Err(reason))),
                 }
-            }
-            if !moved.is_empty() {
-                self.store.put_claims(&self.fams, &moved)?;
-                self.store.sync_wal()?;
-            }
-            if !damaged.is_empty() {
-                let from = journal::path(dir, &self.name);
-                let mut to = from.clone().into_os_string();
-                let stamp = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_millis());
-                to.push(format!(".damaged-{stamp}"));
-                std::fs::rename(&from, &to).map_err(|e| {
-                    Error::Store(crate::error::StoreError::new(
-                        "keep damaged journal",
-                        e.to_string(),
-                    ))
-                })?;
-                tracing::warn!(
-                    namespace = %self.name,
-                    slots = damaged.len(),
-                    kept = %std::path::Path::new(&to).display(),
-                    "the claim-marker journal has damaged slots; the file is kept"
-                );
+                Err(reason) => takeover.damaged.push((fp, Err(reason))),
             }
         }
-        match self.journal_slots {
-            #[cfg(target_os = "linux")]
-            Some(slots) => {
-                let j = Journal::create(dir, &self.name, self.store.seed, slots)?;
-                let _ = self.journal.set(j);
-            }
-            _ => journal::remove(dir, &self.name)?,
+        #[cfg(target_os = "linux")]
+        if let Some(slots) = self.journal_slots {
+            takeover.next = Some(Journal::prepare(
+                self.store.path.as_path(),
+                &self.name,
+                self.store.seed,
+                slots,
+            )?);
         }
-        Ok(damaged)
+        Ok(takeover)
+    }
+
+    /// Writes the markers [`DurableNs::prepare_journal`] found live into the
+    /// `claims:` family (not synced: the open syncs once for every namespace).
+    /// Returns whether there were any.
+    pub(crate) fn move_markers(&self, takeover: &JournalTakeover) -> Result<bool, Error> {
+        if takeover.moved.is_empty() {
+            return Ok(false);
+        }
+        self.store.put_claims(&self.fams, &takeover.moved)?;
+        Ok(true)
+    }
+
+    /// Last step of the takeover, once every namespace's markers are moved and
+    /// synced: a journal with damaged slots is kept beside, renamed (its slots were
+    /// reported by this open), and this run's journal replaces the old one (or the
+    /// file is removed if the namespace does not journal).
+    pub(crate) fn finish_journal(&self, takeover: JournalTakeover) -> Result<(), Error> {
+        let dir = self.store.path.as_path();
+        if !takeover.damaged.is_empty() {
+            let from = journal::path(dir, &self.name);
+            let mut to = from.clone().into_os_string();
+            let stamp = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis());
+            to.push(format!(".damaged-{stamp}"));
+            std::fs::rename(&from, &to).map_err(|e| {
+                Error::Store(crate::error::StoreError::new(
+                    "keep damaged journal",
+                    e.to_string(),
+                ))
+            })?;
+            tracing::warn!(
+                namespace = %self.name,
+                slots = takeover.damaged.len(),
+                kept = %std::path::Path::new(&to).display(),
+                "the claim-marker journal has damaged slots; the file is kept"
+            );
+        }
+        #[cfg(target_os = "linux")]
+        if let Some(next) = takeover.next {
+            let j = next.install()?;
+            let _ = self.journal.set(j);
+            return Ok(());
+        }
+        journal::remove(dir, &self.name)
     }
 
     /// Reads the journal the last run left for this namespace, if any, changing

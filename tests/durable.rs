@@ -792,6 +792,7 @@ fn another_format_version_is_refused() {
         );
         db.put(b"idem/format", 2u32.to_le_bytes()).unwrap();
     }
+    let files = listing(&dir);
     let err = builder(&dir, &clock)
         .namespace("ns", small())
         .build()
@@ -804,6 +805,9 @@ fn another_format_version_is_refused() {
             supported: FORMAT,
         }
     );
+    // Refused from a read-only look: no manifest, options file or flushed table
+    // was written (a read-write open writes all three).
+    assert_eq!(listing(&dir), files);
     // Nor is a namespace the database does not have yet added to it first (before,
     // its column families were created and only then was the version read).
     let families = column_families(&dir);
@@ -939,6 +943,32 @@ fn our_families_with_records_but_no_metadata_are_refused() {
         .build()
         .unwrap_err();
     assert!(matches!(err, Error::IncompatibleFormat { .. }), "{err:?}");
+    // Nor does an open with another namespace add that namespace's families first.
+    let families = column_families(&dir);
+    let err = builder(&dir, &clock)
+        .namespace("other", small())
+        .build()
+        .unwrap_err();
+    assert!(matches!(err, Error::IncompatibleFormat { .. }), "{err:?}");
+    assert_eq!(column_families(&dir), families);
+}
+
+#[test]
+fn a_foreign_database_whose_family_names_hold_a_colon_is_refused_and_left_alone() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    {
+        let mut opts = rocksdb::Options::default();
+        opts.create_if_missing(true);
+        opts.create_missing_column_families(true);
+        let db = rocksdb::DB::open_cf(&opts, dir.path(), ["app:users"]).unwrap();
+        db.put_cf(db.cf_handle("app:users").unwrap(), b"alice", b"1")
+            .unwrap();
+    }
+    let files = listing(&dir);
+    assert_refused_as_foreign(&dir, &clock);
+    assert_eq!(listing(&dir), files);
+    assert_eq!(column_families(&dir), ["app:users", "default"]);
 }
 
 /// The names and sizes of the files in `dir`.

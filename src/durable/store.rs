@@ -305,15 +305,15 @@ impl Store {
             }
         }
 
-        // A database with only the default column family and without our metadata is
-        // adopted only if it holds nothing at all (one created by an open that crashed
-        // before writing the metadata). Anything else is someone else's: it is looked
-        // at read-only and refused before the open below could add column families.
+        // An existing database is looked at read-only first (RocksDB's read-only
+        // open takes no lock and writes nothing): another version, another seed, a
+        // foreign journal or a database that is not ours is refused before the
+        // read-write open below could write a manifest, add column families or run
+        // this build's compaction filter over records it cannot read. A database
+        // without our metadata is adopted only if it holds nothing at all (one
+        // created by an open that crashed before writing the metadata).
         let mut adopt_empty = false;
-        // Whether the stored format version was read (and found to be this build's)
-        // before the open below.
-        let mut format_read = false;
-        if !report.created && existing.iter().all(|c| c == "default") {
+        if !report.created {
             let foreign = || Error::IncompatibleFormat {
                 path: path.to_path_buf(),
                 found: None,
@@ -322,17 +322,32 @@ impl Store {
             let db = DB::open_for_read_only(&Options::default(), path, false)
                 .map_err(|e| store_err("open", e))?;
             let format = db.get(FORMAT_KEY).map_err(|e| store_err("open", e))?;
-            if let Some(f) = &format {
-                check_format(path, f)?;
-            }
-            let has_format = format.is_some();
-            if let Some(stored) = db.get(SEED_KEY).map_err(|e| store_err("open", e))? {
-                check_journals(Some(seed_of(path, &stored)?))?;
-            }
-            format_read = true;
-            adopt_empty = db.iterator(rocksdb::IteratorMode::Start).next().is_none();
-            if !has_format && !adopt_empty {
-                return Err(foreign());
+            let stored_seed = db.get(SEED_KEY).map_err(|e| store_err("open", e))?;
+            match (format, stored_seed) {
+                (Some(f), Some(s)) => {
+                    check_format(path, &f)?;
+                    let stored = seed_of(path, &s)?;
+                    if seed_fixed && stored != seed {
+                        return Err(fixed_seed_differs());
+                    }
+                    check_journals(Some(stored))?;
+                }
+                (Some(f), None) => {
+                    check_format(path, &f)?;
+                    return Err(foreign());
+                }
+                (None, _) => {
+                    drop(db);
+                    let names: Vec<&String> = existing.iter().filter(|c| *c != "default").collect();
+                    let all = DB::open_cf_for_read_only(&Options::default(), path, names, false)
+                        .map_err(|e| store_err("open", e))?;
+                    if !holds_nothing(&all, &existing)? {
+                        return Err(foreign());
+                    }
+                    adopt_empty = true;
+                    // The seed it will take: a journal of any other is foreign.
+                    check_journals(Some(seed))?;
+                }
             }
         }
 
@@ -350,19 +365,6 @@ impl Store {
                 if !namespaces.iter().any(|(n, _)| n == ns) {
                     report.unconfigured.push(ns.to_owned());
                 }
-            }
-        }
-
-        // An existing database about to gain column families has its format read
-        // first: another version is refused before the open below could add them.
-        if !report.created && !format_read && !wanted.is_subset(&existing) {
-            let db = DB::open_for_read_only(&Options::default(), path, false)
-                .map_err(|e| store_err("open", e))?;
-            if let Some(f) = db.get(FORMAT_KEY).map_err(|e| store_err("open", e))? {
-                check_format(path, &f)?;
-            }
-            if let Some(stored) = db.get(SEED_KEY).map_err(|e| store_err("open", e))? {
-                check_journals(Some(seed_of(path, &stored)?))?;
             }
         }
 
@@ -408,7 +410,7 @@ impl Store {
             // Also adopted: our column families with nothing in any of them, left by
             // an open that crashed after creating them and before writing the
             // metadata.
-            (None, None) if report.created || adopt_empty || holds_nothing(&db, &existing)? => {
+            (None, None) if report.created || adopt_empty => {
                 let mut batch = WriteBatch::default();
                 batch.put(FORMAT_KEY, FORMAT_VERSION.to_le_bytes());
                 batch.put(SEED_KEY, seed.to_le_bytes());
@@ -421,10 +423,7 @@ impl Store {
                 check_format(path, &f)?;
                 let stored = seed_of(path, &s)?;
                 if seed_fixed && stored != seed {
-                    return Err(Error::InvalidConfig {
-                        namespace: String::new(),
-                        reason: "the fixed seed differs from the one stored in the database",
-                    });
+                    return Err(fixed_seed_differs());
                 }
                 stored
             }
@@ -1583,6 +1582,15 @@ fn holds_data_files(path: &Path) -> bool {
             || name.starts_with("idem-journal-")
             || name.starts_with("idem-prefilter-")
     })
+}
+
+/// A fixed seed ([`EngineBuilder::seed`](crate::EngineBuilder::seed)) that is not
+/// the database's.
+fn fixed_seed_differs() -> Error {
+    Error::InvalidConfig {
+        namespace: String::new(),
+        reason: "the fixed seed differs from the one stored in the database",
+    }
 }
 
 /// Whether every column family of `db` among `existing` (and the default one) is

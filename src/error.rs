@@ -213,6 +213,26 @@ impl fmt::Display for Error {
                 "the database at {} is already open (by this process or another)",
                 path.display()
             ),
+            // A claim-marker journal beside the database (`idem-journal-*.bin`).
+            Error::IncompatibleFormat {
+                path,
+                found,
+                supported,
+            } if is_journal_file(path) => match found {
+                Some(v) => write!(
+                    f,
+                    "the claim-marker journal {} has format version {v}; this build reads \
+                     version {supported}",
+                    path.display()
+                ),
+                None => write!(
+                    f,
+                    "the file {} is not a claim-marker journal this build can read for this \
+                     database and namespace (its header, seed, namespace or length does not \
+                     match)",
+                    path.display()
+                ),
+            },
             Error::IncompatibleFormat {
                 path,
                 found: Some(v),
@@ -297,3 +317,11 @@ impl From<KeyError> for Error {
 
 /// `Result` with idem's [`Error`] as the default error type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Whether `path` names a claim-marker journal file (the durable tier's
+/// `idem-journal-<hash>.bin`), which [`Error::IncompatibleFormat`] also reports.
+fn is_journal_file(path: &std::path::Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("idem-journal-"))
+}

@@ -160,6 +160,11 @@ fn parse_header(head: &[u8], len: u64, seed: Option<u64>, ns: &str) -> Result<us
         return Err(ParseError::Version(version));
     }
     let slots = le32(12) as usize;
+    // No build makes more: a header claiming more is damage (and would be read
+    // whole into memory).
+    if slots > crate::config::MAX_JOURNAL_SLOTS {
+        return Err(ParseError::TooLarge);
+    }
     if seed.is_some_and(|s| le64(16) != s) || le64(24) != xxh3_64(ns.as_bytes()) {
         return Err(ParseError::Foreign);
     }
@@ -194,6 +199,9 @@ pub(crate) enum ParseError {
     Foreign,
     /// The length does not match the slot count of the header.
     Length,
+    /// The header claims more slots than any build makes
+    /// ([`MAX_JOURNAL_SLOTS`](crate::MAX_JOURNAL_SLOTS)).
+    TooLarge,
 }
 
 #[cfg(feature = "durable")]
@@ -756,5 +764,41 @@ mod tests {
             "a refused file is left as it is"
         );
         assert!(read(dir.path(), "absent", 1).unwrap().is_none());
+        // The errors name the journal, not a database directory.
+        let e = read(dir.path(), "n", 1).unwrap_err().to_string();
+        assert!(
+            e.contains("claim-marker journal") && e.contains("version 2"),
+            "{e}"
+        );
+        std::fs::write(path(dir.path(), "n"), &bytes[..bytes.len() - 8]).unwrap();
+        let e = read(dir.path(), "n", 1).unwrap_err().to_string();
+        assert!(e.contains("is not a claim-marker journal"), "{e}");
+    }
+
+    #[test]
+    fn a_header_claiming_more_slots_than_any_build_makes_is_refused_unread() {
+        let dir = tempdir();
+        drop(Journal::create(dir.path(), "n", 1, 2).unwrap());
+        let mut head = file_bytes(dir.path(), "n")[..HEADER].to_vec();
+        let slots = crate::config::MAX_JOURNAL_SLOTS + 1;
+        head[12..16].copy_from_slice(&(slots as u32).to_le_bytes());
+        assert_eq!(
+            parse_header(&head, (HEADER + slots * SLOT) as u64, Some(1), "n"),
+            Err(ParseError::TooLarge)
+        );
+        // A sparse file of exactly that length: refused from its header alone.
+        let file = path(dir.path(), "n");
+        std::fs::write(&file, &head).unwrap();
+        File::options()
+            .write(true)
+            .open(&file)
+            .unwrap()
+            .set_len((HEADER + slots * SLOT) as u64)
+            .unwrap();
+        assert!(matches!(
+            check_header(dir.path(), "n", Some(1)),
+            Err(Error::IncompatibleFormat { found: None, .. })
+        ));
+        assert!(read(dir.path(), "n", 1).is_err());
     }
 }

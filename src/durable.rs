@@ -29,6 +29,8 @@ mod group;
 pub(crate) mod inspect;
 pub(crate) mod journal;
 #[cfg(feature = "durable")]
+pub(crate) mod stamp;
+#[cfg(feature = "durable")]
 mod store;
 
 #[cfg(feature = "durable")]

@@ -784,45 +784,62 @@ fn another_format_version_is_refused() {
         let (_engine, ns) = open(&dir, &clock, small());
         acquire(&ns, b"k").complete().unwrap();
     }
-    {
+    let seed = {
         let db = raw_db(&dir);
         assert_eq!(
             db.get(b"idem/format").unwrap(),
             Some(FORMAT.to_le_bytes().to_vec())
         );
         db.put(b"idem/format", 2u32.to_le_bytes()).unwrap();
-    }
-    let files = listing(&dir);
-    let err = builder(&dir, &clock)
-        .namespace("ns", small())
-        .build()
-        .unwrap_err();
+        let seed = db.get(b"idem/seed").unwrap().unwrap();
+        u64::from_le_bytes(seed.try_into().unwrap())
+    };
     assert_eq!(
-        err,
-        Error::IncompatibleFormat {
-            path: dir.path().to_path_buf(),
-            found: Some(2),
-            supported: FORMAT,
-        }
+        read_stamp(&dir),
+        Some((FORMAT, seed)),
+        "the open stamped it"
     );
-    // Refused from a read-only look: no manifest, options file or flushed table
-    // was written (a read-write open writes all three).
-    assert_eq!(listing(&dir), files);
-    // Nor is a namespace the database does not have yet added to it first (before,
-    // its column families were created and only then was the version read).
-    let families = column_families(&dir);
-    let err = builder(&dir, &clock)
-        .namespace("ns", small())
-        .namespace("new", small())
-        .build()
-        .unwrap_err();
-    assert!(
-        matches!(err, Error::IncompatibleFormat { found: Some(2), .. }),
-        "{err:?}"
-    );
-    assert_eq!(column_families(&dir), families);
-    // The refusal changed nothing: version 2 is still there; restoring version 1
-    // brings the data back.
+    // As a build of format 2 would leave it: refused from the stamp alone, before
+    // anything is opened.
+    write_stamp(&dir, 2, seed);
+    let refused = |dir: &TempDir| {
+        let files = listing(dir);
+        let err = builder(dir, &clock)
+            .namespace("ns", small())
+            .build()
+            .unwrap_err();
+        assert_eq!(
+            err,
+            Error::IncompatibleFormat {
+                path: dir.path().to_path_buf(),
+                found: Some(2),
+                supported: FORMAT,
+            }
+        );
+        // Nothing was written: no manifest, options file or flushed table (a
+        // read-write open writes all three).
+        assert_eq!(listing(dir), files);
+        // Nor is a namespace the database does not have yet added to it first.
+        let families = column_families(dir);
+        let err = builder(dir, &clock)
+            .namespace("ns", small())
+            .namespace("new", small())
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::IncompatibleFormat { found: Some(2), .. }),
+            "{err:?}"
+        );
+        assert_eq!(column_families(dir), families);
+        assert_eq!(listing(dir), files);
+    };
+    refused(&dir);
+    // Without a stamp (a build before stamps): refused from a read-only look at the
+    // database's own metadata, still with nothing written.
+    std::fs::remove_file(dir.path().join(STAMP)).unwrap();
+    refused(&dir);
+    // The refusals changed nothing: version 2 is still there; restoring version 1
+    // brings the data back, and the open stamps the database again.
     {
         let db = raw_db(&dir);
         assert_eq!(
@@ -831,8 +848,45 @@ fn another_format_version_is_refused() {
         );
         db.put(b"idem/format", FORMAT.to_le_bytes()).unwrap();
     }
-    let (_engine, ns) = open(&dir, &clock, small());
-    duplicate(&ns, b"k");
+    {
+        let (_engine, ns) = open(&dir, &clock, small());
+        duplicate(&ns, b"k");
+    }
+    assert_eq!(read_stamp(&dir), Some((FORMAT, seed)));
+    // The stamp is what the open reads first: one of another version is refused
+    // even though the database's own metadata would be read.
+    write_stamp(&dir, 2, seed);
+    let err = builder(&dir, &clock)
+        .namespace("ns", small())
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::IncompatibleFormat { found: Some(2), .. }),
+        "{err:?}"
+    );
+}
+
+/// The database's stamp file (`idem-format.bin`: magic, format version, seed, and
+/// the xxh3-64 of the first 24 bytes).
+const STAMP: &str = "idem-format.bin";
+
+/// Writes a stamp of `format` and `seed` for the database in `dir`.
+fn write_stamp(dir: &TempDir, format: u32, seed: u64) {
+    let mut b = [0u8; 32];
+    b[..8].copy_from_slice(b"IDEMSTMP");
+    b[8..12].copy_from_slice(&format.to_le_bytes());
+    b[16..24].copy_from_slice(&seed.to_le_bytes());
+    let check = xxhash_rust::xxh3::xxh3_64(&b[..24]);
+    b[24..].copy_from_slice(&check.to_le_bytes());
+    std::fs::write(dir.path().join(STAMP), b).unwrap();
+}
+
+/// The format version and seed of the stamp in `dir`, if it is there and whole.
+fn read_stamp(dir: &TempDir) -> Option<(u32, u64)> {
+    let b = std::fs::read(dir.path().join(STAMP)).ok()?;
+    let word = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+    (b.len() == 32 && &b[..8] == b"IDEMSTMP" && word(24) == xxhash_rust::xxh3::xxh3_64(&b[..24]))
+        .then(|| (u32::from_le_bytes(b[8..12].try_into().unwrap()), word(16)))
 }
 
 /// Opening an engine on `dir` is refused: the database is not idem's.

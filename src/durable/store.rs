@@ -305,15 +305,34 @@ impl Store {
             }
         }
 
-        // An existing database is looked at read-only first (RocksDB's read-only
-        // open takes no lock and writes nothing): another version, another seed, a
-        // foreign journal or a database that is not ours is refused before the
-        // read-write open below could write a manifest, add column families or run
-        // this build's compaction filter over records it cannot read. A database
-        // without our metadata is adopted only if it holds nothing at all (one
-        // created by an open that crashed before writing the metadata).
+        // An existing database is checked before the read-write open below could
+        // write a manifest, add column families or run this build's compaction
+        // filter over records it cannot read: another version, another seed, a
+        // foreign journal or a database that is not ours is refused with nothing
+        // written. Its stamp says which version and seed it is; without one, a
+        // read-only look at RocksDB's own metadata does (it takes no lock and
+        // writes nothing, but replays the write-ahead log). A database without
+        // our metadata is adopted only if it holds nothing at all (one created by
+        // an open that crashed before writing the metadata).
         let mut adopt_empty = false;
-        if !report.created {
+        let stamp = if report.created {
+            None
+        } else {
+            super::stamp::read(path)
+        };
+        if let Some(st) = stamp {
+            if st.format != FORMAT_VERSION {
+                return Err(Error::IncompatibleFormat {
+                    path: path.to_path_buf(),
+                    found: Some(st.format),
+                    supported: FORMAT_VERSION,
+                });
+            }
+            if seed_fixed && st.seed != seed {
+                return Err(fixed_seed_differs());
+            }
+            check_journals(Some(st.seed))?;
+        } else if !report.created {
             let foreign = || Error::IncompatibleFormat {
                 path: path.to_path_buf(),
                 found: None,
@@ -436,6 +455,17 @@ impl Store {
             }
         };
         check_journals(Some(seed))?;
+        let ours = super::stamp::Stamp {
+            format: FORMAT_VERSION,
+            seed,
+        };
+        if stamp != Some(ours) {
+            // Without it the next open is checked the slow way, so a failure here
+            // costs time, not safety.
+            if let Err(e) = super::stamp::write(path, ours) {
+                tracing::warn!(error = %e, "could not write the database's stamp");
+            }
+        }
         // Each namespace's settings, written only when they changed: an unchanged
         // open writes nothing (a saved prefilter is good only at an unchanged
         // sequence number).
@@ -1581,6 +1611,7 @@ fn holds_data_files(path: &Path) -> bool {
             || name.ends_with(".blob")
             || name.starts_with("idem-journal-")
             || name.starts_with("idem-prefilter-")
+            || name.starts_with("idem-format")
     })
 }
 

@@ -40,6 +40,46 @@ const HARNESS_VALUED: [&str; 11] = [
     "--w2-shuffled-max-n",
 ];
 
+/// Checks a value for the workloads harness here, so that a bad one is a usage
+/// error before anything runs (the harness itself would stop with a panic, after
+/// cargo built it). `--n` and `--threads` take comma-separated lists; `--peers`
+/// names, checked by the harness; every other option one number (`_` allowed as a
+/// digit separator), at least 1 for `--runs`, `--threads` and `--w2-passes`.
+fn check_harness_value(flag: &str, v: &str) -> Result<(), String> {
+    if flag == "--peers" {
+        return if v.split(',').all(|p| !p.trim().is_empty()) {
+            Ok(())
+        } else {
+            Err(format!(
+                "bench: {flag} needs comma-separated peer names, not {v:?}"
+            ))
+        };
+    }
+    let items: Vec<&str> = if matches!(flag, "--n" | "--threads") {
+        v.split(',').map(str::trim).collect()
+    } else {
+        vec![v]
+    };
+    let positive = matches!(flag, "--runs" | "--threads" | "--w2-passes");
+    for item in items {
+        match item.replace('_', "").parse::<usize>() {
+            Ok(0) if positive => return Err(format!("bench: {flag} must be at least 1")),
+            Ok(_) => {}
+            Err(_) => {
+                return Err(format!(
+                    "bench: {flag} needs {}, not {v:?}",
+                    if matches!(flag, "--n" | "--threads") {
+                        "a comma-separated list of whole numbers"
+                    } else {
+                        "a whole number"
+                    }
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
 impl Options {
     pub(crate) fn parse(args: &[String]) -> Result<Options, String> {
         let mut o = Options {
@@ -68,6 +108,7 @@ impl Options {
                 }
                 flag if HARNESS_VALUED.contains(&flag) => {
                     let v = it.next().ok_or(format!("bench: {flag} needs a value"))?;
+                    check_harness_value(flag, v)?;
                     o.harness_args.push(a.clone());
                     o.harness_args.push(v.clone());
                 }
@@ -153,6 +194,28 @@ mod tests {
 
     fn args(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_bad_harness_value_is_a_usage_error_before_anything_runs() {
+        for (flag, bad) in [
+            ("--runs", "abc"),
+            ("--runs", "0"),
+            ("--n", "1000000,x"),
+            ("--threads", "1,0"),
+            ("--w2-passes", "0"),
+            ("--moka-max-n", "-5"),
+            ("--redis-sample", "1e6"),
+            ("--peers", "idem,,redis"),
+        ] {
+            let err = Options::parse(&args(&[flag, bad])).unwrap_err();
+            assert!(err.contains(flag), "{flag} {bad}: {err}");
+        }
+        let o = Options::parse(&args(&["--n", "1_000_000, 2000", "--redis-max-n", "0"])).unwrap();
+        assert!(o
+            .cargo_args()
+            .join(" ")
+            .ends_with("--n 1_000_000, 2000 --redis-max-n 0"));
     }
 
     #[test]

@@ -1056,6 +1056,7 @@ impl Opts {
             result_bytes: 0,
             w3_rounds: None,
         };
+        let mut given: Vec<&str> = Vec::new();
         let mut it = args.iter();
         while let Some(a) = it.next() {
             let mut value = |name: &str| -> Result<u64, String> {
@@ -1093,6 +1094,28 @@ impl Opts {
                 }
                 "--w3-rounds" => o.w3_rounds = Some(value("--w3-rounds")? as usize),
                 other => return Err(format!("unknown option {other}\n{USAGE}")),
+            }
+            given.push(a.as_str());
+        }
+        // An option the run would not use is refused, not silently dropped.
+        let runs = |w: &str| o.picked.is_empty() || o.picked.contains(&w);
+        let unused = |flag: &str, why: &str| Err(format!("{flag} {why}\n{USAGE}"));
+        if o.disk {
+            if let Some(f) = given
+                .iter()
+                .find(|f| matches!(**f, "--quick" | "--w3" | "--w4" | "--w5" | "--w3-rounds"))
+            {
+                return unused(f, "does not apply to --disk");
+            }
+        } else {
+            if given.contains(&"--result-bytes") {
+                return unused("--result-bytes", "applies to --disk only");
+            }
+            if o.w3_rounds.is_some() && !runs("--w3") {
+                return unused("--w3-rounds", "needs W3 to run");
+            }
+            if o.keys.is_some() && !runs("--w3") && !runs("--w5") {
+                return unused("--keys", "needs W3, W5 or --disk (W4 has no key count)");
             }
         }
         Ok(o)
@@ -1240,7 +1263,9 @@ mod tests {
             Some(2_147_482_623)
         );
         assert_eq!(
-            parse(&["--result-bytes", "65536"]).unwrap().result_bytes,
+            parse(&["--disk", "--result-bytes", "65536"])
+                .unwrap()
+                .result_bytes,
             65_536
         );
         for flag in ["--child-fill", "--child-open", "--child-restart"] {
@@ -1271,5 +1296,18 @@ mod tests {
             let e = parse(bad).unwrap_err();
             assert!(e.contains("usage: idem bench durable"), "{bad:?}: {e}");
         }
+        // Options the run would not use are refused, naming the option.
+        for (bad, named) in [
+            (&["--result-bytes", "64"][..], "--result-bytes"),
+            (&["--disk", "--w3"], "--w3"),
+            (&["--disk", "--quick"], "--quick"),
+            (&["--disk", "--w3-rounds", "2"], "--w3-rounds"),
+            (&["--w5", "--w3-rounds", "2"], "--w3-rounds"),
+            (&["--w4", "--keys", "10"], "--keys"),
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert!(e.starts_with(named), "{bad:?}: {e}");
+        }
+        assert!(parse(&["--w4", "--w5", "--keys", "10"]).is_ok());
     }
 }

@@ -49,7 +49,13 @@ impl Options {
         let mut it = args.iter();
         while let Some(a) = it.next() {
             match a.as_str() {
-                "--dir" => o.dir = Some(it.next().ok_or("--dir needs a value")?.into()),
+                "--dir" => {
+                    let v = it.next().ok_or("--dir needs a value")?;
+                    if v.is_empty() {
+                        return Err("demo: --dir needs a directory, not an empty string".into());
+                    }
+                    o.dir = Some(v.into());
+                }
                 "--messages" | "-n" => o.messages = number(a, it.next())?,
                 "--workers" | "-w" => o.workers = number(a, it.next())?,
                 "--sync" => {
@@ -421,6 +427,15 @@ mod tests {
     const LINES: &str = "orphans 0\nack 0\nack 1\nack 2\ndone\n";
 
     #[cfg(unix)]
+    #[test]
+    fn an_empty_directory_name_is_a_usage_error() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let e = Options::parse(&args(&["--dir", ""])).unwrap_err();
+        assert!(e.contains("--dir needs a directory"), "{e}");
+        let o = Options::parse(&args(&["--dir", "d"])).unwrap();
+        assert_eq!(o.dir, Some(std::path::PathBuf::from("d")));
+    }
+
     #[test]
     fn a_consumer_that_exited_before_the_kill_is_not_counted_as_killed() {
         let mut child = exited_child();

@@ -606,7 +606,7 @@ impl Registry {
             Some(inner) => inner.clone(),
             None => {
                 let name = ns.name().to_owned();
-                let inner = Arc::new(Inner::open(ns, clock, store)?);
+                let inner = Arc::new(Inner::open(Home::Engine { ns, store }, clock)?);
                 map.insert(name, inner.clone());
                 inner
             }
@@ -660,55 +660,139 @@ struct State {
     busy: HashMap<u64, MessageState>,
 }
 
+/// A stored message: its id and its encoded letter.
+type Stored = (u64, Vec<u8>);
+
+/// Where a dead-letter store keeps its messages, and whose claim state its replays
+/// go through.
+enum Home {
+    /// A namespace of an engine: the messages are in the engine's durable store if it
+    /// has one, in memory otherwise; a replay claims keys in the namespace.
+    Engine {
+        ns: Namespace,
+        store: Option<StoreHandle>,
+    },
+    /// A database opened read-only ([`Dlq::open_read_only`]): messages and keys are
+    /// read from it as it was when opened, and nothing is ever written.
+    #[cfg(feature = "durable")]
+    ReadOnly {
+        name: String,
+        db: crate::durable::inspect::ReadOnlyDb,
+    },
+}
+
+impl Home {
+    fn name(&self) -> &str {
+        match self {
+            Home::Engine { ns, .. } => ns.name(),
+            #[cfg(feature = "durable")]
+            Home::ReadOnly { name, .. } => name,
+        }
+    }
+
+    /// The next id to hand out and every stored message, by ascending id (the
+    /// memory-only store starts empty).
+    fn stored(&self) -> Result<(u64, Vec<Stored>)> {
+        match self {
+            Home::Engine { store: None, .. } => Ok((1, Vec::new())),
+            #[cfg(feature = "durable")]
+            Home::Engine { ns, store: Some(s) } => {
+                Ok((s.dlq_next_id(ns.name())?, s.dlq_scan(ns.name())?))
+            }
+            #[cfg(not(feature = "durable"))]
+            Home::Engine {
+                store: Some(never), ..
+            } => match *never {},
+            #[cfg(feature = "durable")]
+            Home::ReadOnly { name, db } => Ok((1, db.dead_letters(name)?)),
+        }
+    }
+}
+
+/// The refusal of a change to a dead-letter store opened read-only.
+#[cfg(feature = "durable")]
+fn read_only(namespace: &str) -> Error {
+    Error::Store(crate::error::StoreError::new(
+        "write dead letter",
+        format!("the dead-letter store of namespace {namespace:?} was opened read-only"),
+    ))
+}
+
 pub(crate) struct Inner {
-    ns: Namespace,
+    home: Home,
     clock: std::sync::Arc<dyn Clock>,
-    store: Option<StoreHandle>,
     state: Mutex<State>,
 }
 
 impl Inner {
-    fn open(
-        ns: Namespace,
-        clock: std::sync::Arc<dyn Clock>,
-        store: Option<StoreHandle>,
-    ) -> Result<Inner> {
-        #[cfg_attr(not(feature = "durable"), allow(unused_mut))]
+    fn open(home: Home, clock: std::sync::Arc<dyn Clock>) -> Result<Inner> {
+        let (next_id, stored) = home.stored()?;
         let mut st = State {
-            next_id: 1,
+            next_id,
             index: BTreeMap::new(),
             corrupt: BTreeSet::new(),
             memory: BTreeMap::new(),
             busy: HashMap::new(),
         };
-        #[cfg(feature = "durable")]
-        if let Some(s) = &store {
-            st.next_id = s.dlq_next_id(ns.name())?;
-            for (id, bytes) in s.dlq_scan(ns.name())? {
-                match Letter::decode(&bytes) {
-                    Ok(l) => {
-                        st.index.insert(id, Summary::of(&l));
-                    }
-                    Err(e) => {
-                        tracing::warn!(namespace = %ns.name(), id, error = %e, "corrupt dead letter");
-                        st.corrupt.insert(id);
-                    }
+        for (id, bytes) in stored {
+            match Letter::decode(&bytes) {
+                Ok(l) => {
+                    st.index.insert(id, Summary::of(&l));
                 }
-                // Never hand out an id that is taken, whatever the counter says.
-                st.next_id = st.next_id.max(id.saturating_add(1));
+                Err(e) => {
+                    tracing::warn!(namespace = %home.name(), id, error = %e, "corrupt dead letter");
+                    st.corrupt.insert(id);
+                }
             }
+            // Never hand out an id that is taken, whatever the counter says.
+            st.next_id = st.next_id.max(id.saturating_add(1));
         }
         Ok(Inner {
-            ns,
+            home,
             clock,
-            store,
             state: Mutex::new(st),
         })
     }
 
+    fn name(&self) -> &str {
+        self.home.name()
+    }
+
+    /// The engine namespace that replays claim keys in; a store opened read-only has
+    /// none and refuses every change with [`Error::Store`].
+    fn namespace(&self) -> Result<&Namespace> {
+        match &self.home {
+            Home::Engine { ns, .. } => Ok(ns),
+            #[cfg(feature = "durable")]
+            Home::ReadOnly { name, .. } => Err(read_only(name)),
+        }
+    }
+
+    /// The state of `key` in the namespace, as [`Namespace::check`] reports it: for a
+    /// database opened read-only, as an engine opened now would find it.
+    fn check(&self, key: &[u8]) -> Result<Option<KeyState>> {
+        match &self.home {
+            Home::Engine { ns, .. } => ns.check(key),
+            #[cfg(feature = "durable")]
+            Home::ReadOnly { name, db } => {
+                let found = db.key(name, key, Some(self.clock.now_ms()))?;
+                Ok(found.map(|k| match k.done {
+                    true => KeyState::Done {
+                        completed_at_ms: k.at_ms,
+                        expires_at_ms: k.expires_at_ms,
+                        result: k.result.map(std::sync::Arc::from),
+                    },
+                    false => KeyState::InProgress {
+                        lease_expires_at_ms: k.expires_at_ms,
+                    },
+                }))
+            }
+        }
+    }
+
     fn corrupt(&self, id: u64, reason: String) -> Error {
         Error::CorruptDeadLetter {
-            namespace: self.ns.name().to_owned(),
+            namespace: self.name().to_owned(),
             id: Some(MessageId(id)),
             reason,
         }
@@ -716,19 +800,24 @@ impl Inner {
 
     fn unknown(&self, id: u64) -> Error {
         Error::UnknownMessage {
-            namespace: self.ns.name().to_owned(),
+            namespace: self.name().to_owned(),
             id: MessageId(id),
         }
     }
 
     /// The stored letter `id`: unknown and corrupt ids are errors.
     fn load(&self, st: &State, id: u64) -> Result<Letter> {
-        #[allow(unused_mut)]
-        let mut bytes = st.memory.get(&id).cloned();
-        #[cfg(feature = "durable")]
-        if let Some(s) = &self.store {
-            bytes = s.dlq_get(self.ns.name(), id)?;
-        }
+        let bytes = match &self.home {
+            Home::Engine { store: None, .. } => st.memory.get(&id).cloned(),
+            #[cfg(feature = "durable")]
+            Home::Engine { ns, store: Some(s) } => s.dlq_get(ns.name(), id)?,
+            #[cfg(not(feature = "durable"))]
+            Home::Engine {
+                store: Some(never), ..
+            } => match *never {},
+            #[cfg(feature = "durable")]
+            Home::ReadOnly { name, db } => db.dead_letter(name, id)?,
+        };
         let Some(bytes) = bytes else {
             return Err(self.unknown(id));
         };
@@ -744,19 +833,23 @@ impl Inner {
         next: Option<u64>,
     ) -> Result<()> {
         let bytes = letter.encode();
-        match &self.store {
+        match &self.home {
             #[cfg(feature = "durable")]
-            Some(s) => {
+            Home::Engine { ns, store: Some(s) } => {
                 // Fsynced as the namespace's completions are (`Store::syncs`).
-                let sync = s.syncs(self.ns.config().sync);
-                s.dlq_put(self.ns.name(), id, &bytes, next, sync)?
+                let sync = s.syncs(ns.config().sync);
+                s.dlq_put(ns.name(), id, &bytes, next, sync)?
             }
             #[cfg(not(feature = "durable"))]
-            Some(never) => match *never {},
-            None => {
+            Home::Engine {
+                store: Some(never), ..
+            } => match *never {},
+            Home::Engine { store: None, .. } => {
                 let _ = next;
                 st.memory.insert(id, bytes);
             }
+            #[cfg(feature = "durable")]
+            Home::ReadOnly { name, .. } => return Err(read_only(name)),
         }
         st.index.insert(id, Summary::of(letter));
         Ok(())
@@ -776,7 +869,7 @@ impl Inner {
         report: &mut ReplayReport,
     ) -> Result<()> {
         let mid = MessageId(id);
-        let taken = match self.ns.claim(key)? {
+        let taken = match self.namespace()?.claim(key)? {
             Claim::Acquired(guard) => match self.complete_replayed(guard, id, &done) {
                 Ok(()) => {
                     report.notes.insert(
@@ -804,9 +897,9 @@ impl Inner {
     }
 
     fn complete_replayed(&self, guard: ClaimGuard, id: u64, letter: &Letter) -> Result<()> {
-        match &self.store {
+        match &self.home {
             #[cfg(feature = "durable")]
-            Some(_) => {
+            Home::Engine { store: Some(_), .. } => {
                 let key = crate::durable::dlq_message_key(id).to_vec();
                 let op = crate::durable::StateOp::DeadLetter(key, letter.encode());
                 guard.complete_co_committed(&[(String::new(), op)])?;
@@ -814,14 +907,19 @@ impl Inner {
                 Ok(())
             }
             #[cfg(not(feature = "durable"))]
-            Some(never) => match *never {},
-            None => {
+            Home::Engine {
+                store: Some(never), ..
+            } => match *never {},
+            Home::Engine { store: None, .. } => {
                 guard.complete()?;
                 let mut st = self.state.lock();
                 st.memory.insert(id, letter.encode());
                 st.index.insert(id, Summary::of(letter));
                 Ok(())
             }
+            // No claim is ever taken through a store opened read-only.
+            #[cfg(feature = "durable")]
+            Home::ReadOnly { name, .. } => Err(read_only(name)),
         }
     }
 
@@ -873,6 +971,7 @@ impl Inner {
 
     /// Moves message `id` to `to` (an operator's or a policy's transition).
     fn transition(&self, id: u64, to: MessageState, actor: &str, note: &str) -> Result<()> {
+        self.namespace()?;
         validate_reason(note)?;
         let mut st = self.state.lock();
         if let Some(step) = st.busy.get(&id) {
@@ -925,7 +1024,9 @@ impl Drop for Busy<'_> {
 /// With a durable tier it lives in the same RocksDB database (column family
 /// `dlq:<namespace>`) and survives restarts and crashes; on a memory-only engine it
 /// is kept in memory and lost with the process ([`is_durable`](Self::is_durable)
-/// says which). Handles are cheap to clone and share one store.
+/// says which). Handles are cheap to clone and share one store. A tool that only
+/// looks at a database opens its store with [`open_read_only`](Self::open_read_only),
+/// without an engine.
 ///
 /// Replay goes through the namespace's own claim state: a key the namespace knows as
 /// done is never processed again, in any mode.
@@ -970,8 +1071,9 @@ pub struct Dlq {
 impl fmt::Debug for Dlq {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Dlq")
-            .field("namespace", &self.inner.ns.name())
+            .field("namespace", &self.inner.name())
             .field("durable", &self.is_durable())
+            .field("read_only", &self.is_read_only())
             .field("actor", &self.actor)
             .finish()
     }
@@ -983,24 +1085,86 @@ type Handler<'a> = dyn FnMut(&[u8], &[u8]) -> std::result::Result<(), String> + 
 impl Dlq {
     /// The namespace this store belongs to.
     pub fn namespace(&self) -> &str {
-        self.inner.ns.name()
+        self.inner.name()
     }
 
     /// Whether the store is persisted in the durable tier. `false` on a memory-only
     /// engine: the dead letters are then lost when the process ends.
     pub fn is_durable(&self) -> bool {
-        self.inner.store.is_some()
+        match &self.inner.home {
+            Home::Engine { store, .. } => store.is_some(),
+            #[cfg(feature = "durable")]
+            Home::ReadOnly { .. } => true,
+        }
+    }
+
+    /// Whether the store was opened with [`open_read_only`](Self::open_read_only).
+    pub fn is_read_only(&self) -> bool {
+        !matches!(self.inner.home, Home::Engine { .. })
+    }
+
+    /// The dead-letter store of namespace `namespace` in the durable database at
+    /// `path`, opened read-only, without an engine: for tools that look at a
+    /// database (`idem dlq list|show|health|replay --dry-run`).
+    ///
+    /// RocksDB's read-only open takes no lock and writes nothing, so it works while
+    /// an application serves from the database, and it stores no settings and
+    /// touches no journal or prefilter file, as opening an engine would. The store
+    /// is seen as it was when opened. [`get`](Self::get), [`list`](Self::list),
+    /// [`health`](Self::health) and a [`ReplayMode::DryRun`] replay work (the dry
+    /// run looks keys up in the database: a done record within its retention, a
+    /// claim marker within its lease, as of `clock`); every change (quarantine,
+    /// review, archive, an executed replay, the policies) is refused with
+    /// [`Error::Store`], and nothing is written.
+    ///
+    /// [`Error::UnknownNamespace`] for a namespace the database does not hold,
+    /// [`Error::IncompatibleFormat`] if `path` holds no idem database of this
+    /// build's format.
+    #[cfg(feature = "durable")]
+    pub fn open_read_only(
+        path: impl AsRef<std::path::Path>,
+        namespace: &str,
+        clock: impl Clock,
+    ) -> Result<Dlq> {
+        let db = crate::durable::inspect::ReadOnlyDb::open(path.as_ref())?;
+        if !db.has_namespace(namespace) {
+            return Err(Error::UnknownNamespace(namespace.to_owned()));
+        }
+        let home = Home::ReadOnly {
+            name: namespace.to_owned(),
+            db,
+        };
+        Ok(Dlq {
+            inner: Arc::new(Inner::open(home, std::sync::Arc::new(clock))?),
+            actor: DEFAULT_ACTOR.to_owned(),
+        })
+    }
+
+    /// Checks `actor` by the rule of [`as_actor`](Self::as_actor) (1 to
+    /// [`MAX_ACTOR_LEN`] bytes, no whitespace; [`Error::InvalidReason`] otherwise),
+    /// without a handle: for tools that check their input before opening a database.
+    pub fn validate_actor(actor: &str) -> Result<()> {
+        if actor.is_empty() || actor.len() > MAX_ACTOR_LEN || actor.contains(char::is_whitespace) {
+            return Err(Error::InvalidReason(
+                "an actor is 1 to 256 bytes with no whitespace",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks a note for [`review`](Self::review) or [`archive`](Self::archive) by
+    /// the rule of reasons (it starts with its classification, not with whitespace,
+    /// and is at most [`MAX_REASON_LEN`] bytes; [`Error::InvalidReason`] otherwise),
+    /// without a handle.
+    pub fn validate_note(note: &str) -> Result<()> {
+        validate_reason(note)
     }
 
     /// A handle that records `actor` as the author of its transitions (default
     /// `"operator"`). Refused with [`Error::InvalidReason`] if empty, longer than
     /// [`MAX_ACTOR_LEN`] or containing whitespace.
     pub fn as_actor(&self, actor: &str) -> Result<Dlq> {
-        if actor.is_empty() || actor.len() > MAX_ACTOR_LEN || actor.contains(char::is_whitespace) {
-            return Err(Error::InvalidReason(
-                "an actor is 1 to 256 bytes with no whitespace",
-            ));
-        }
+        Dlq::validate_actor(actor)?;
         Ok(Dlq {
             inner: self.inner.clone(),
             actor: actor.to_owned(),
@@ -1021,7 +1185,7 @@ impl Dlq {
     /// ([`Error::PayloadTooLarge`]), an empty or oversized reason
     /// ([`Error::InvalidReason`]), a store failure ([`Error::Store`]).
     pub fn quarantine(&self, key: &[u8], payload: &[u8], reason: &str) -> Result<MessageId> {
-        let max_key = self.inner.ns.config().max_key_len;
+        let max_key = self.inner.namespace()?.config().max_key_len;
         if key.is_empty() {
             return Err(KeyError::Empty.into());
         }
@@ -1123,9 +1287,10 @@ impl Dlq {
     /// from `replayed` to `failed`.
     ///
     /// Errors: a selection naming an unknown message or one already replayed or
-    /// archived is refused before anything is done. A claim or store error stops the
-    /// replay and is returned: messages handled before it keep their outcome, the
-    /// message at hand is left as it was.
+    /// archived is refused before anything is done, and so is an `Execute` replay of
+    /// a store opened read-only. A claim or store error stops the replay and is
+    /// returned: messages handled before it keep their outcome, the message at hand
+    /// is left as it was.
     pub fn replay(
         &self,
         selection: &Selection,
@@ -1144,6 +1309,9 @@ impl Dlq {
         handler: &mut Handler<'_>,
         mode: ReplayMode,
     ) -> Result<ReplayReport> {
+        if mode == ReplayMode::Execute {
+            self.inner.namespace()?;
+        }
         let ids = {
             let st = self.inner.state.lock();
             let ids = self.inner.select(&st, selection)?;
@@ -1227,7 +1395,7 @@ impl Dlq {
             report.already_done.push(mid);
             return Ok(());
         }
-        match self.inner.ns.check(&letter.key)? {
+        match self.inner.check(&letter.key)? {
             Some(KeyState::Done { .. }) => report.already_done.push(mid),
             Some(KeyState::InProgress {
                 lease_expires_at_ms,
@@ -1321,7 +1489,7 @@ impl Dlq {
             }
         };
         busy.step(IdempotencyCheck);
-        let guard = match inner.ns.claim(&letter.key)? {
+        let guard = match inner.namespace()?.claim(&letter.key)? {
             Claim::InProgress(held) => {
                 // Someone holds the key: the message stays exactly as it was.
                 report.notes.insert(
@@ -1408,6 +1576,7 @@ impl Dlq {
         schema: &dyn SchemaCheck,
         mut handler: impl FnMut(&[u8], &[u8]) -> std::result::Result<(), String>,
     ) -> Result<PolicyReport> {
+        self.inner.namespace()?;
         let mut out = PolicyReport {
             replay: ReplayReport {
                 mode: ReplayMode::Execute,

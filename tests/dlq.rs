@@ -1099,3 +1099,72 @@ fn a_dead_letter_after_the_engine_is_dropped_is_synced_under_periodic() {
     let r = dlq.quarantine(b"after", b"p", OUTAGE);
     assert!(matches!(r, Err(Error::Store(_))), "{r:?}");
 }
+
+/// `Dlq::open_read_only`: beside an engine that holds the database, the store reads
+/// as the engine's does, a dry run looks keys up in the database as of its clock (a
+/// claim marker past its lease and a done record past its retention no longer
+/// count), and every change is refused with nothing written.
+#[cfg(feature = "durable")]
+#[test]
+fn a_store_opened_read_only_reads_dry_runs_and_refuses_every_change() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (_engine, ns, dlq) = open(&dir, &clock);
+    let [a, b, c] = [b"a", b"b", b"c"].map(|k| dlq.quarantine(k, b"p", OUTAGE).unwrap());
+    dlq.review(c, "looking-at-it").unwrap();
+    acquire(&ns, b"a").complete().unwrap();
+    let _held = acquire(&ns, b"b");
+    let before = everything(&dlq);
+
+    let ro = Dlq::open_read_only(dir.path(), "ns", clock.clone()).unwrap();
+    assert!(ro.is_read_only() && ro.is_durable() && !dlq.is_read_only());
+    assert_eq!(ro.namespace(), "ns");
+    assert_eq!(everything(&ro), before);
+    assert_eq!(ro.get(c).unwrap(), dlq.get(c).unwrap());
+    assert_eq!(ro.health(), dlq.health());
+
+    let dry = |d: &Dlq| {
+        d.replay(
+            &Selection::all(),
+            &any_schema,
+            |_: &[u8], _: &[u8]| panic!("a dry run calls no handler"),
+            ReplayMode::DryRun,
+        )
+        .unwrap()
+    };
+    let r = dry(&ro);
+    assert_eq!(
+        (r.already_done, r.skipped_in_progress, r.replayed),
+        (vec![a], vec![b], vec![c])
+    );
+    assert_eq!(dry(&ro), dry(&dlq));
+    // Past b's lease (5 s), then past a's retention (7 x the 60 s TTL).
+    clock.advance(secs(6));
+    let r = dry(&ro);
+    assert_eq!((r.already_done, r.replayed), (vec![a], vec![b, c]));
+    clock.advance(secs(7 * 60));
+    assert_eq!(dry(&ro).replayed, vec![a, b, c]);
+
+    let handler = |_: &[u8], _: &[u8]| -> Result<(), String> { panic!("nothing runs") };
+    let refusals = [
+        ro.quarantine(b"d", b"p", OUTAGE).map(drop),
+        ro.review(a, "x"),
+        ro.archive(a, "x"),
+        ro.replay(&Selection::all(), &any_schema, handler, ReplayMode::Execute)
+            .map(drop),
+        ro.run_policies(&DlqPolicy::new(), &any_schema, handler)
+            .map(drop),
+    ];
+    for r in refusals {
+        assert!(
+            matches!(&r, Err(Error::Store(e)) if e.detail().contains("read-only")),
+            "{r:?}"
+        );
+    }
+    assert_eq!(everything(&ro), before);
+    assert_eq!(everything(&dlq), before);
+    assert!(matches!(
+        Dlq::open_read_only(dir.path(), "other", clock.clone()),
+        Err(Error::UnknownNamespace(n)) if n == "other"
+    ));
+}

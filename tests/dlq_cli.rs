@@ -3,6 +3,7 @@
 
 #![cfg(all(feature = "durable", not(idem_loom)))]
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -433,4 +434,154 @@ fn an_unknown_namespace_is_refused_and_the_database_is_left_as_it_was() {
     let (ok, _, out, err) = idem(&["dlq", "list", db.to_str().unwrap(), "--namespace", "orders"]);
     assert!(ok, "{err}");
     assert!(out.contains("5 message(s)"), "{out}");
+}
+
+/// Every file of `dir` by name, with its bytes, except RocksDB's info logs (`LOG`,
+/// `LOG.old.*`), which any open, read-only too, starts anew: left out whole.
+fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with("LOG"))
+        .map(|n| {
+            let bytes = std::fs::read(dir.join(&n)).unwrap();
+            (n, bytes)
+        })
+        .collect()
+}
+
+/// `list`, `show`, `health` and `replay --dry-run` on `dbs`, each succeeding: the
+/// dry run's output.
+fn read_only_commands(dbs: &str) -> String {
+    for (cmd, args) in [
+        ("list", &["--all"][..]),
+        ("show", &["--id", "2"]),
+        ("health", &[]),
+    ] {
+        let (ok, _, out, err) = orders(cmd, dbs, args);
+        assert!(ok, "{cmd}: {err}");
+        assert!(!out.is_empty(), "{cmd}");
+    }
+    let (ok, _, dry, err) = orders("replay", dbs, &["--dry-run"]);
+    assert!(ok, "replay --dry-run: {err}");
+    dry
+}
+
+#[test]
+fn read_only_commands_leave_the_database_as_it_was() {
+    let (tmp, dbs) = populated("untouched");
+    let db = tmp.0.join("db");
+    // A database last opened by an idem that stored no settings.
+    {
+        let opts = rocksdb::Options::default();
+        let cfs = rocksdb::DB::list_cf(&opts, &db).unwrap();
+        let raw = rocksdb::DB::open_cf(&opts, &db, &cfs).unwrap();
+        raw.delete(b"idem/ns/orders").unwrap();
+    }
+    assert!(idem::stored_config(&db, "orders").unwrap().is_none());
+    let before = snapshot(&db);
+    read_only_commands(&dbs);
+    // Before, each command opened an engine: it stored the default settings (a later
+    // replay then used them without a warning), moved the journal's claim markers
+    // and deleted the saved prefilter.
+    assert!(idem::stored_config(&db, "orders").unwrap().is_none());
+    let after = snapshot(&db);
+    assert_eq!(
+        after.keys().collect::<Vec<_>>(),
+        before.keys().collect::<Vec<_>>(),
+        "no file appeared or vanished"
+    );
+    for (name, bytes) in &before {
+        assert!(after[name] == *bytes, "{name} changed");
+    }
+}
+
+#[test]
+fn read_only_commands_work_while_an_application_holds_the_database() {
+    let (tmp, dbs) = populated("held");
+    let engine = Engine::builder()
+        .namespace("orders", NamespaceConfig::new())
+        .durable(tmp.0.join("db"))
+        .maintenance_interval(None)
+        .build()
+        .unwrap();
+    let ns = engine.namespace("orders").unwrap();
+    // The application holds ord-2 and has just completed ord-3.
+    let _held = match ns.claim(b"ord-2").unwrap() {
+        Claim::Acquired(g) => g,
+        other => panic!("{other:?}"),
+    };
+    match ns.claim(b"ord-3").unwrap() {
+        Claim::Acquired(g) => g.complete().unwrap(),
+        other => panic!("{other:?}"),
+    }
+    // Before, every command failed: the database is already open.
+    let dry = read_only_commands(&dbs);
+    // The dry run sees the application's claims: #2 held, #3 and #5 done.
+    let count = |label: &str| row(&dry, label).last().copied().unwrap_or_default();
+    let labels = [
+        "would be replayed ",
+        "would be replayed: already done",
+        "skipped: key in progress",
+    ];
+    assert_eq!(labels.map(count), ["2", "2", "1"], "{dry}");
+    assert!(dry.contains("key held by a live claim until"), "{dry}");
+    // A command that changes the store still needs the database to itself.
+    let (ok, code, _, err) = orders("archive", &dbs, &["--id", "1", "--note", "x"]);
+    assert!(!ok && code == Some(1), "{err}");
+}
+
+#[test]
+fn a_bad_actor_or_note_is_a_usage_error_before_anything_is_opened() {
+    let tmp = TempDir::new("actor");
+    let missing = tmp.0.join("nothing-here");
+    let dbs = missing.to_str().unwrap();
+    let long = "a".repeat(idem::MAX_ACTOR_LEN + 1);
+    for args in [
+        &["--id", "1", "--note", "x", "--actor", "two words"][..],
+        &["--id", "1", "--note", "x", "--actor", ""],
+        &["--id", "1", "--note", "x", "--actor", &long],
+        &["--id", "1", "--note", " starts with a space"],
+        &["--id", "1", "--note", ""],
+    ] {
+        // Before, the database was opened first: "no idem database", status 1.
+        let (_, code, _, err) = orders("archive", dbs, args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains("--actor") || err.contains("--note"), "{err}");
+    }
+    let (_, code, _, err) = orders("replay", dbs, &["--exec", "true", "--actor", "a b"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(!missing.exists());
+}
+
+#[test]
+fn an_option_that_does_not_apply_to_the_command_is_refused() {
+    let tmp = TempDir::new("ignored");
+    let dbs = tmp.0.join("nothing-here");
+    let dbs = dbs.to_str().unwrap();
+    for (cmd, args, named) in [
+        ("list", &["--exec", "x"][..], "--exec"),
+        ("list", &["--dry-run"], "--dry-run"),
+        ("list", &["--note", "x"], "--note"),
+        ("health", &["--dry-run"], "--dry-run"),
+        ("health", &["--all"], "--all"),
+        ("show", &["--id", "1", "--state", "archived"], "--state"),
+        ("show", &["--id", "1", "--actor", "a"], "--actor"),
+        (
+            "archive",
+            &["--id", "1", "--note", "x", "--dry-run"],
+            "--dry-run",
+        ),
+        ("archive", &["--id", "1", "--note", "x", "--all"], "--all"),
+        ("replay", &["--dry-run", "--note", "x"], "--note"),
+    ] {
+        // Before, the option was ignored: the command went on to the database.
+        let (_, code, _, err) = orders(cmd, dbs, args);
+        assert_eq!(code, Some(2), "{cmd} {args:?}: {err}");
+        assert!(
+            err.contains(&format!("option {named} does not apply")),
+            "{err}"
+        );
+    }
 }

@@ -10,13 +10,33 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use idem::{
     DeadLetter, Dlq, Engine, MessageId, MessageState, NamespaceConfig, ReplayMode, ReplayReport,
-    SchemaVerdict, Selection,
+    SchemaVerdict, Selection, SystemClock,
 };
 
 use super::{grouped, number};
 
 /// How many messages one replay call takes: the progress bar moves between calls.
 const CHUNK: usize = 64;
+
+/// The options of a selection (`list`, `replay`).
+const SELECTION: [&str; 5] = ["--id", "--state", "--class", "--all", "--limit"];
+
+/// Whether option `flag` (other than `--namespace`) applies to command `cmd`: one
+/// that does not is refused rather than ignored.
+fn applies(cmd: &str, flag: &str) -> bool {
+    match cmd {
+        "list" => SELECTION.contains(&flag),
+        "show" => flag == "--id",
+        // `--exec` and `--actor` are taken with `--dry-run` too, so that a dry run
+        // can be the replay's own command line.
+        "replay" => {
+            SELECTION.contains(&flag)
+                || ["--dry-run", "--exec", "--schema-cmd", "--actor"].contains(&flag)
+        }
+        "archive" => ["--id", "--note", "--actor"].contains(&flag),
+        _ => false,
+    }
+}
 
 #[derive(Debug, Default)]
 struct Options {
@@ -42,6 +62,22 @@ impl Options {
             v.cloned().ok_or_else(|| format!("{flag} needs a value"))
         };
         while let Some(a) = it.next() {
+            let known = matches!(
+                a.as_str(),
+                "--id"
+                    | "--state"
+                    | "--class"
+                    | "--all"
+                    | "--limit"
+                    | "--dry-run"
+                    | "--exec"
+                    | "--schema-cmd"
+                    | "--note"
+                    | "--actor"
+            );
+            if known && !applies(cmd, a) {
+                return Err(format!("dlq {cmd}: option {a} does not apply to {cmd}"));
+            }
             match a.as_str() {
                 "--namespace" | "-n" => o.namespace = Some(value(a, it.next())?),
                 "--id" => o.ids.push(MessageId::new(number(a, it.next())?)),
@@ -72,6 +108,13 @@ impl Options {
         }
         if o.namespace.is_none() {
             return Err(format!("dlq {cmd}: --namespace is required"));
+        }
+        // Checked before the database is opened: a bad value is a usage error.
+        if let Some(a) = &o.actor {
+            Dlq::validate_actor(a).map_err(|e| format!("dlq {cmd}: --actor {a:?}: {e}"))?;
+        }
+        if let Some(n) = &o.note {
+            Dlq::validate_note(n).map_err(|e| format!("dlq {cmd}: --note {n:?}: {e}"))?;
         }
         Ok(o)
     }
@@ -120,7 +163,14 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
     }
     let dir = o.dir.clone().unwrap_or_default();
     let name = o.namespace.clone().unwrap_or_default();
-    let (_engine, dlq) = match open(&dir, &name, o.actor.as_deref()) {
+    // Only a replay that runs and an archive change the store: everything else reads
+    // the database read-only, without a lock, while an application may serve from it.
+    let opened = match cmd {
+        "archive" => open_engine(&dir, &name, o.actor.as_deref()),
+        "replay" if !o.dry_run => open_engine(&dir, &name, o.actor.as_deref()),
+        _ => open_read_only(&dir, &name).map(|dlq| (None, dlq)),
+    };
+    let (_engine, dlq) = match opened {
         Ok(x) => x,
         Err(e) => {
             eprintln!("idem dlq: {e}");
@@ -146,14 +196,12 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
     }
 }
 
-/// An engine on an existing database with namespace `name`, configured as the
-/// application last opened it (its TTL, lease, retention and longest key).
-fn open(dir: &Path, name: &str, actor: Option<&str>) -> Result<(Engine, Dlq), String> {
+/// Checks that `dir` holds a database with namespace `name`: an engine creates the
+/// namespaces it is given, so a mistyped name must not reach one.
+fn check_namespace(dir: &Path, name: &str) -> Result<(), String> {
     if !dir.join("CURRENT").is_file() {
         return Err(format!("no idem database in {}", dir.display()));
     }
-    // An engine creates the namespaces it is given: a mistyped name must not add
-    // one to the database.
     let known = idem::namespaces(dir).map_err(|e| e.to_string())?;
     if !known.iter().any(|n| n == name) {
         return Err(format!(
@@ -167,11 +215,32 @@ fn open(dir: &Path, name: &str, actor: Option<&str>) -> Result<(Engine, Dlq), St
             }
         ));
     }
+    Ok(())
+}
+
+/// The dead-letter store of namespace `name`, read-only: nothing in the directory
+/// changes, and an application may hold the database meanwhile.
+fn open_read_only(dir: &Path, name: &str) -> Result<Dlq, String> {
+    check_namespace(dir, name)?;
+    Dlq::open_read_only(dir, name, SystemClock).map_err(|e| e.to_string())
+}
+
+/// An engine on an existing database with namespace `name`, configured as the
+/// application last opened it (its TTL, lease, retention and longest key), for the
+/// commands that change the store.
+fn open_engine(
+    dir: &Path,
+    name: &str,
+    actor: Option<&str>,
+) -> Result<(Option<Engine>, Dlq), String> {
+    check_namespace(dir, name)?;
     // The namespace as the application last configured it: a replay's done record
     // must last the application's retention, not the default one.
     let cfg = match idem::stored_config(dir, name).map_err(|e| e.to_string())? {
         Some(cfg) => cfg,
         None => {
+            // (Opening the engine stores these settings for the namespace: the
+            // engine stores the settings of every namespace it opens.)
             eprintln!(
                 "idem dlq: the database holds no settings for namespace {name:?} (last opened \
                  by an older idem): using the defaults (TTL 24 h, retention 7 x TTL)"
@@ -189,7 +258,7 @@ fn open(dir: &Path, name: &str, actor: Option<&str>) -> Result<(Engine, Dlq), St
     if let Some(a) = actor {
         dlq = dlq.as_actor(a).map_err(|e| e.to_string())?;
     }
-    Ok((engine, dlq))
+    Ok((Some(engine), dlq))
 }
 
 fn now_ms() -> u64 {
@@ -462,8 +531,8 @@ fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
         let schema = |payload: &[u8]| match &o.schema_cmd {
             None => SchemaVerdict::Compatible,
             // Every payload the replay checks was read above (this process holds
-            // the database, so none changed since); the command runs again only if
-            // one was not.
+            // the database, or a dry run reads it as it was when opened, so none
+            // changed since); the command runs again only if one was not.
             Some(cmd) => verdicts.get(payload).cloned().unwrap_or_else(|| {
                 schema_verdict(cmd, payload).unwrap_or_else(SchemaVerdict::Incompatible)
             }),

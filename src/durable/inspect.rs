@@ -7,7 +7,7 @@ use rocksdb::{IteratorMode, Options, DB};
 
 use super::codec::{Record, RecordState};
 use super::journal::ReadSlot;
-use crate::error::{Error, StoreError};
+use crate::error::{Error, KeyError, StoreError};
 
 /// What a database holds, as [`inspect`] found it.
 #[derive(Debug)]
@@ -23,8 +23,20 @@ pub struct Inspection {
     pub state_families: Vec<String>,
     /// Bytes of all files in the directory.
     pub size_on_disk: u64,
-    seed: u64,
+    db: ReadOnlyDb,
+}
+
+/// A database opened read-only: RocksDB's read-only open takes no lock and writes
+/// nothing (no journal, settings or prefilter file is touched), so it works while an
+/// engine serves from the database, and sees the database as it was when opened.
+/// [`inspect`] and [`Dlq::open_read_only`](crate::Dlq::open_read_only) read through it.
+#[derive(Debug)]
+pub(crate) struct ReadOnlyDb {
+    path: PathBuf,
     db: DB,
+    seed: u64,
+    format_version: u32,
+    families: Vec<String>,
 }
 
 /// One namespace's records.
@@ -139,33 +151,10 @@ fn namespace_names(cfs: &[String]) -> Vec<String> {
 /// Opens the database in `path` read-only and summarises it as of `now_ms`.
 pub fn inspect(path: impl AsRef<Path>, now_ms: u64) -> Result<Inspection, Error> {
     let path = path.as_ref();
-    let incompatible = |found| Error::IncompatibleFormat {
-        path: path.to_path_buf(),
-        found,
-        supported: super::FORMAT_VERSION,
-    };
-    let cfs = DB::list_cf(&Options::default(), path).map_err(|_| incompatible(None))?;
-    let db = DB::open_cf_for_read_only(&Options::default(), path, &cfs, false)
-        .map_err(|e| store_err("open read-only", e))?;
-    let format = db.get(b"idem/format").map_err(|e| store_err("read", e))?;
-    let format_version = format
-        .as_deref()
-        .and_then(|b| <[u8; 4]>::try_from(b).ok())
-        .map(u32::from_le_bytes)
-        .ok_or_else(|| incompatible(None))?;
-    if format_version != super::FORMAT_VERSION {
-        return Err(incompatible(Some(format_version)));
-    }
-    let seed = db
-        .get(b"idem/seed")
-        .map_err(|e| store_err("read", e))?
-        .as_deref()
-        .and_then(|b| <[u8; 8]>::try_from(b).ok())
-        .map(u64::from_le_bytes)
-        .ok_or_else(|| incompatible(Some(format_version)))?;
-    let names = namespace_names(&cfs);
+    let ro = ReadOnlyDb::open(path)?;
+    let db = &ro.db;
     let mut namespaces = Vec::new();
-    for name in names {
+    for name in namespace_names(&ro.families) {
         let mut s = NamespaceSummary {
             name: name.clone(),
             done: 0,
@@ -193,7 +182,7 @@ pub fn inspect(path: impl AsRef<Path>, now_ms: u64) -> Result<Inspection, Error>
             }
         }
         // Claims whose markers are in the namespace's journal (the default).
-        for (_, r) in journal_markers(path, &name, seed)? {
+        for (_, r) in journal_markers(path, &name, ro.seed)? {
             match r {
                 Ok(_) => s.in_flight += 1,
                 Err(_) => s.corrupt += 1,
@@ -201,19 +190,154 @@ pub fn inspect(path: impl AsRef<Path>, now_ms: u64) -> Result<Inspection, Error>
         }
         namespaces.push(s);
     }
-    let state_families = cfs
+    let state_families = ro
+        .families
         .iter()
         .filter_map(|c| c.strip_prefix("state:").map(str::to_owned))
         .collect();
     Ok(Inspection {
         path: path.to_path_buf(),
-        format_version,
+        format_version: ro.format_version,
         namespaces,
         state_families,
         size_on_disk: dir_size(path),
-        seed,
-        db,
+        db: ro,
     })
+}
+
+impl ReadOnlyDb {
+    /// Opens the database in `path` read-only, checking its format version and
+    /// reading its fingerprint seed. [`Error::IncompatibleFormat`] if `path` holds no
+    /// idem database of this build's format.
+    pub(crate) fn open(path: &Path) -> Result<ReadOnlyDb, Error> {
+        let incompatible = |found| Error::IncompatibleFormat {
+            path: path.to_path_buf(),
+            found,
+            supported: super::FORMAT_VERSION,
+        };
+        let families = DB::list_cf(&Options::default(), path).map_err(|_| incompatible(None))?;
+        let db = DB::open_cf_for_read_only(&Options::default(), path, &families, false)
+            .map_err(|e| store_err("open read-only", e))?;
+        let format = db.get(b"idem/format").map_err(|e| store_err("read", e))?;
+        let format_version = format
+            .as_deref()
+            .and_then(|b| <[u8; 4]>::try_from(b).ok())
+            .map(u32::from_le_bytes)
+            .ok_or_else(|| incompatible(None))?;
+        if format_version != super::FORMAT_VERSION {
+            return Err(incompatible(Some(format_version)));
+        }
+        let seed = db
+            .get(b"idem/seed")
+            .map_err(|e| store_err("read", e))?
+            .as_deref()
+            .and_then(|b| <[u8; 8]>::try_from(b).ok())
+            .map(u64::from_le_bytes)
+            .ok_or_else(|| incompatible(Some(format_version)))?;
+        Ok(ReadOnlyDb {
+            path: path.to_path_buf(),
+            db,
+            seed,
+            format_version,
+            families,
+        })
+    }
+
+    /// Whether the database holds namespace `ns`.
+    pub(crate) fn has_namespace(&self, ns: &str) -> bool {
+        namespace_names(&self.families).iter().any(|n| n == ns)
+    }
+
+    /// The durable state of `key` in `namespace`, as [`Inspection::key`] describes
+    /// it. With `live_at`, only a record still in force at that time (a done record
+    /// within its retention, a claim marker within its lease) counts: the state an
+    /// engine opened then would find.
+    pub(crate) fn key(
+        &self,
+        namespace: &str,
+        key: &[u8],
+        live_at: Option<u64>,
+    ) -> Result<Option<InspectedKey>, Error> {
+        if key.is_empty() {
+            return Err(KeyError::Empty.into());
+        }
+        let fp = xxhash_rust::xxh3::xxh3_128_with_seed(key, self.seed);
+        let corrupt = |reason: String| Error::CorruptRecord {
+            namespace: namespace.to_owned(),
+            fingerprint: fp,
+            reason,
+        };
+        let live = |r: &Record| live_at.map_or(true, |now| r.expires_ms > now);
+        let found = |r: Record| InspectedKey {
+            fingerprint: fp,
+            done: r.state == RecordState::Done,
+            at_ms: r.at_ms,
+            expires_at_ms: r.expires_ms,
+            has_payload: r.payload.is_some(),
+            result: r.result,
+        };
+        // The journal first: a claim that completes meanwhile is then found done, where
+        // reading it last could miss the key between its two places.
+        let journal = journal_markers(&self.path, namespace, self.seed)?;
+        for family in ["done", "claims"] {
+            let Some(cf) = self.db.cf_handle(&format!("{family}:{namespace}")) else {
+                return Err(Error::UnknownNamespace(namespace.to_owned()));
+            };
+            if let Some(v) = self
+                .db
+                .get_cf(cf, super::fp_key(fp))
+                .map_err(|e| store_err("read", e))?
+            {
+                let r = Record::decode(&v).map_err(|reason| corrupt(reason.to_string()))?;
+                if live(&r) {
+                    return Ok(Some(found(r)));
+                }
+            }
+        }
+        for (slot_fp, r) in journal {
+            match r {
+                _ if slot_fp != fp => {}
+                Ok(r) if !live(&r) => {}
+                r => return r.map(|r| Some(found(r))).map_err(corrupt),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Every stored dead letter of namespace `ns` (`dlq:<ns>`, laid out as
+    /// `src/durable/store/dlq.rs` describes), by ascending id; none if the family is
+    /// not there (a database from before the dead-letter store).
+    pub(crate) fn dead_letters(&self, ns: &str) -> Result<Vec<(u64, Vec<u8>)>, Error> {
+        let Some(cf) = self.db.cf_handle(&format!("dlq:{ns}")) else {
+            return Ok(Vec::new());
+        };
+        let first = super::dlq_message_key(0);
+        let mode = IteratorMode::From(&first, rocksdb::Direction::Forward);
+        let mut out = Vec::new();
+        for item in self.db.iterator_cf(cf, mode) {
+            let (k, v) = item.map_err(|e| store_err("scan dead letters", e))?;
+            if k.first() != first.first() {
+                break;
+            }
+            let id = <[u8; 8]>::try_from(&k[1..]).map_err(|_| Error::CorruptDeadLetter {
+                namespace: ns.to_owned(),
+                id: None,
+                reason: format!("a dead-letter key is {} bytes long", k.len()),
+            })?;
+            out.push((u64::from_be_bytes(id), v.into_vec()));
+        }
+        Ok(out)
+    }
+
+    /// The stored bytes of dead letter `id` of namespace `ns`, if any.
+    pub(crate) fn dead_letter(&self, ns: &str, id: u64) -> Result<Option<Vec<u8>>, Error> {
+        let Some(cf) = self.db.cf_handle(&format!("dlq:{ns}")) else {
+            return Ok(None);
+        };
+        self.db
+            .get_cf(cf, super::dlq_message_key(id))
+            .map_err(|e| store_err("read dead letter", e))
+    }
 }
 
 /// The slots of namespace `ns`'s journal that hold markers (none without a journal).
@@ -261,44 +385,11 @@ impl Inspection {
     /// The durable state of `key` in `namespace`: a completed record, a claim in
     /// flight (its marker in RocksDB or in the namespace's journal, the default
     /// marker mode: a claim an engine holds now, or an orphan of a crash), or
-    /// `None`.
+    /// `None`. An empty key is refused with [`Error::InvalidKey`] (no key can be
+    /// empty); a namespace the database does not hold with
+    /// [`Error::UnknownNamespace`].
     pub fn key(&self, namespace: &str, key: &[u8]) -> Result<Option<InspectedKey>, Error> {
-        let fp = xxhash_rust::xxh3::xxh3_128_with_seed(key, self.seed);
-        let corrupt = |reason: String| Error::CorruptRecord {
-            namespace: namespace.to_owned(),
-            fingerprint: fp,
-            reason,
-        };
-        let found = |r: Record| InspectedKey {
-            fingerprint: fp,
-            done: r.state == RecordState::Done,
-            at_ms: r.at_ms,
-            expires_at_ms: r.expires_ms,
-            has_payload: r.payload.is_some(),
-            result: r.result,
-        };
-        // The journal first: a claim that completes meanwhile is then found done, where
-        // reading it last could miss the key between its two places.
-        let journal = journal_markers(&self.path, namespace, self.seed)?;
-        for family in ["done", "claims"] {
-            let Some(cf) = self.db.cf_handle(&format!("{family}:{namespace}")) else {
-                return Err(Error::UnknownNamespace(namespace.to_owned()));
-            };
-            if let Some(v) = self
-                .db
-                .get_cf(cf, super::fp_key(fp))
-                .map_err(|e| store_err("read", e))?
-            {
-                let r = Record::decode(&v).map_err(|reason| corrupt(reason.to_string()))?;
-                return Ok(Some(found(r)));
-            }
-        }
-        for (slot_fp, r) in journal {
-            if slot_fp == fp {
-                return r.map(|r| Some(found(r))).map_err(corrupt);
-            }
-        }
-        Ok(None)
+        self.db.key(namespace, key, None)
     }
 }
 

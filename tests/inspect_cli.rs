@@ -1,0 +1,52 @@
+//! `idem inspect`: a key that cannot exist is reported as invalid, not as unknown.
+
+#![cfg(all(feature = "durable", not(idem_loom)))]
+
+use std::process::Command;
+
+use idem::{Engine, NamespaceConfig};
+
+/// A directory removed when dropped.
+struct TempDir(std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn an_empty_key_is_refused_as_invalid() {
+    let tmp =
+        TempDir(std::env::temp_dir().join(format!("idem-inspect-cli-{}", std::process::id())));
+    let dir = tmp.0.join("db");
+    Engine::builder()
+        .namespace("orders", NamespaceConfig::new())
+        .durable(&dir)
+        .maintenance_interval(None)
+        .build()
+        .unwrap();
+    let inspect = |key: &str| {
+        Command::new(env!("CARGO_BIN_EXE_idem"))
+            .args(["inspect", dir.to_str().unwrap(), "-n", "orders", "-k", key])
+            .output()
+            .expect("the idem binary runs")
+    };
+    // Before, the empty key was looked up and answered "unknown".
+    let out = inspect("");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(stderr.contains("the key is empty"), "{stderr}");
+    assert!(!stdout.contains("unknown"), "{stdout}");
+    // A key that is not there is still unknown.
+    let out = inspect("ord-1");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("key \"ord-1\" in \"orders\": unknown"),
+        "{stdout}"
+    );
+}

@@ -498,6 +498,40 @@ fn read_only_commands_leave_the_database_as_it_was() {
 }
 
 #[test]
+fn replay_and_archive_without_stored_settings_are_refused_and_store_none() {
+    let (tmp, dbs) = populated("unsettled");
+    let db = tmp.0.join("db");
+    {
+        let opts = rocksdb::Options::default();
+        let cfs = rocksdb::DB::list_cf(&opts, &db).unwrap();
+        let raw = rocksdb::DB::open_cf(&opts, &db, &cfs).unwrap();
+        raw.delete(b"idem/ns/orders").unwrap();
+    }
+    let dry = {
+        let (ok, _, out, err) = orders("replay", &dbs, &["--dry-run"]);
+        assert!(ok, "{err}");
+        out
+    };
+    for (cmd, args) in [
+        ("replay", &["--exec", "cat >/dev/null"][..]),
+        ("archive", &["--id", "1", "--note", "spam"]),
+    ] {
+        let (ok, code, _, err) = orders(cmd, &dbs, args);
+        assert!(!ok && code == Some(1), "{cmd}: {code:?} {err}");
+        assert!(err.contains("no settings for namespace"), "{cmd}: {err}");
+        // Before, the command went on with the default retention (7 x a 24 h TTL)
+        // and stored it as the application's.
+        assert!(
+            idem::stored_config(&db, "orders").unwrap().is_none(),
+            "{cmd}"
+        );
+    }
+    let (ok, _, again, err) = orders("replay", &dbs, &["--dry-run"]);
+    assert!(ok, "{err}");
+    assert_eq!(again, dry, "nothing was replayed or archived");
+}
+
+#[test]
 fn read_only_commands_work_while_an_application_holds_the_database() {
     let (tmp, dbs) = populated("held");
     let engine = Engine::builder()

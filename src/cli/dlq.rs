@@ -235,19 +235,19 @@ fn open_engine(
 ) -> Result<(Option<Engine>, Dlq), String> {
     check_namespace(dir, name)?;
     // The namespace as the application last configured it: a replay's done record
-    // must last the application's retention, not the default one.
-    let cfg = match idem::stored_config(dir, name).map_err(|e| e.to_string())? {
-        Some(cfg) => cfg,
-        None => {
-            // (Opening the engine stores these settings for the namespace: the
-            // engine stores the settings of every namespace it opens.)
-            eprintln!(
-                "idem dlq: the database holds no settings for namespace {name:?} (last opened \
-                 by an older idem): using the defaults (TTL 24 h, retention 7 x TTL)"
-            );
-            NamespaceConfig::new()
-        }
-    };
+    // must last the application's retention, not the default one. Without stored
+    // settings there is no right retention to write with (and opening an engine
+    // would store whatever it was given as the application's): refused.
+    let cfg = idem::stored_config(dir, name)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| {
+            format!(
+                "the database holds no settings for namespace {name:?} (it was last opened by \
+                 an older idem), so a replay's done records would not last the application's \
+                 retention; open the database once with the application, which stores its \
+                 settings, then run this again (nothing was changed)"
+            )
+        })?;
     let engine = Engine::builder()
         .namespace(name, cfg)
         .maintenance_interval(None)

@@ -292,9 +292,10 @@ impl Engine {
             if moved {
                 store.sync_wal()?;
             }
+            let mut reported = Vec::with_capacity(names.len());
             for (name, takeover) in names.iter().zip(takeovers) {
                 if let (Some(d), Some(t)) = (&namespaces[*name].durable, takeover) {
-                    d.finish_journal(t)?;
+                    reported.push((*name, d.finish_journal(t)?));
                 }
             }
             // Last, the markers of orphans whose lease is over: this open reports
@@ -305,12 +306,25 @@ impl Engine {
                 }
                 let fams = crate::durable::Families::of(name);
                 if let Err(e) = store.delete_claims(&fams, &gone) {
+                    // Still on disk: a completion of one of these keys in this run
+                    // deletes its marker, or the next open would report it again.
+                    if let Some(d) = &namespaces[*name].durable {
+                        for fp in &gone {
+                            d.note_marker_on_disk(*fp);
+                        }
+                    }
                     tracing::warn!(
                         namespace = %name,
                         markers = gone.len(),
                         error = %e,
                         "could not delete the markers of expired orphans; the next open reports them again"
                     );
+                }
+            }
+            // Damaged journals kept aside: reported by this open, which has finished.
+            for (name, files) in reported {
+                if let Some(d) = &namespaces[name].durable {
+                    d.mark_reported(&files);
                 }
             }
         }

@@ -1168,3 +1168,36 @@ fn a_store_opened_read_only_reads_dry_runs_and_refuses_every_change() {
         Err(Error::UnknownNamespace(n)) if n == "other"
     ));
 }
+
+#[cfg(all(feature = "durable", target_os = "linux"))]
+#[test]
+fn a_read_only_dry_run_takes_a_damaged_claim_marker_as_no_claim() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (engine, ns, dlq) = open(&dir, &clock);
+    let b = dlq.quarantine(b"b", b"p", OUTAGE).unwrap();
+    let held = acquire(&ns, b"b");
+    engine.debug_keep_journal_markers(true);
+    drop(held);
+    drop((dlq, ns, engine));
+    // The claim's journal slot (the first, after the 64-byte header) damaged: an
+    // engine would report it as a corrupt orphan, holding nothing.
+    let file = dir.path().join(format!(
+        "idem-journal-{:016x}.bin",
+        xxhash_rust::xxh3::xxh3_64(b"ns")
+    ));
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes[64 + 16] ^= 0x10;
+    std::fs::write(&file, &bytes).unwrap();
+    let ro = Dlq::open_read_only(dir.path(), "ns", clock.clone()).unwrap();
+    // Before, the dry run failed with the marker's CorruptRecord.
+    let r = ro
+        .replay(
+            &Selection::all(),
+            &any_schema,
+            |_: &[u8], _: &[u8]| -> Result<(), String> { panic!("a dry run calls no handler") },
+            ReplayMode::DryRun,
+        )
+        .unwrap();
+    assert_eq!((r.replayed, r.skipped_in_progress), (vec![b], vec![]));
+}

@@ -838,6 +838,11 @@ fn another_format_version_is_refused() {
     // database's own metadata, still with nothing written.
     std::fs::remove_file(dir.path().join(STAMP)).unwrap();
     refused(&dir);
+    // Nor is a stamp of this version believed beside another database's files (its
+    // IDENTITY differs): the same read-only look refuses it.
+    write_stamp_of(&dir, FORMAT, seed, identity(&dir) ^ 1);
+    refused(&dir);
+    std::fs::remove_file(dir.path().join(STAMP)).unwrap();
     // The refusals changed nothing: version 2 is still there; restoring version 1
     // brings the data back, and the open stamps the database again.
     {
@@ -866,27 +871,42 @@ fn another_format_version_is_refused() {
     );
 }
 
-/// The database's stamp file (`idem-format.bin`: magic, format version, seed, and
-/// the xxh3-64 of the first 24 bytes).
+/// The database's stamp file (`idem-format.bin`: magic, format version, seed, the
+/// xxh3-64 of RocksDB's `IDENTITY` file, and the xxh3-64 of the first 32 bytes).
 const STAMP: &str = "idem-format.bin";
 
-/// Writes a stamp of `format` and `seed` for the database in `dir`.
-fn write_stamp(dir: &TempDir, format: u32, seed: u64) {
-    let mut b = [0u8; 32];
+/// The xxh3-64 of the `IDENTITY` file of the database in `dir`.
+fn identity(dir: &TempDir) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(&std::fs::read(dir.path().join("IDENTITY")).unwrap())
+}
+
+/// Writes a stamp of `format`, `seed` and `identity` for the database in `dir`.
+fn write_stamp_of(dir: &TempDir, format: u32, seed: u64, identity: u64) {
+    let mut b = [0u8; 40];
     b[..8].copy_from_slice(b"IDEMSTMP");
     b[8..12].copy_from_slice(&format.to_le_bytes());
     b[16..24].copy_from_slice(&seed.to_le_bytes());
-    let check = xxhash_rust::xxh3::xxh3_64(&b[..24]);
-    b[24..].copy_from_slice(&check.to_le_bytes());
+    b[24..32].copy_from_slice(&identity.to_le_bytes());
+    let check = xxhash_rust::xxh3::xxh3_64(&b[..32]);
+    b[32..].copy_from_slice(&check.to_le_bytes());
     std::fs::write(dir.path().join(STAMP), b).unwrap();
 }
 
-/// The format version and seed of the stamp in `dir`, if it is there and whole.
+/// Writes a stamp of `format` and `seed` for the database in `dir` (its identity).
+fn write_stamp(dir: &TempDir, format: u32, seed: u64) {
+    write_stamp_of(dir, format, seed, identity(dir));
+}
+
+/// The format version and seed of the stamp in `dir`, if it is there, whole and of
+/// this database.
 fn read_stamp(dir: &TempDir) -> Option<(u32, u64)> {
     let b = std::fs::read(dir.path().join(STAMP)).ok()?;
     let word = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
-    (b.len() == 32 && &b[..8] == b"IDEMSTMP" && word(24) == xxhash_rust::xxh3::xxh3_64(&b[..24]))
-        .then(|| (u32::from_le_bytes(b[8..12].try_into().unwrap()), word(16)))
+    (b.len() == 40
+        && &b[..8] == b"IDEMSTMP"
+        && word(32) == xxhash_rust::xxh3::xxh3_64(&b[..32])
+        && word(24) == identity(dir))
+    .then(|| (u32::from_le_bytes(b[8..12].try_into().unwrap()), word(16)))
 }
 
 /// Opening an engine on `dir` is refused: the database is not idem's.
@@ -2434,6 +2454,65 @@ fn a_damaged_journal_slot_is_reported_and_the_journal_kept_aside() {
         std::fs::read(dir.path().join(&kept[0])).unwrap(),
         bytes,
         "as it was found"
+    );
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_damaged_journal_kept_aside_by_an_open_that_did_not_finish_is_reported_by_the_next() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    leave_journal_markers(&dir, &clock, &[b"first", b"second"]);
+    let mut bytes = std::fs::read(journal_file(&dir)).unwrap();
+    bytes[64 + 16] ^= 0x10; // the first claim's slot
+    std::fs::write(journal_file(&dir), &bytes).unwrap();
+    {
+        // The first open reports it and keeps the file aside.
+        let (engine, _ns) = open_seeded(&dir, &clock, small());
+        assert_eq!(engine.orphans().len(), 2);
+    }
+    let kept = |suffix: &str| -> Vec<String> {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| {
+                n.starts_with(&format!("{}.damaged-", journal_name())) && n.ends_with(suffix)
+            })
+            .collect()
+    };
+    let done = kept("");
+    assert_eq!(done.len(), 1);
+    assert!(
+        !done[0].ends_with(".unreported"),
+        "{done:?}: marked reported"
+    );
+    // As an open killed (or failed) after keeping it aside and before it finished
+    // leaves it: the next open reports its damaged slot again.
+    std::fs::rename(
+        dir.path().join(&done[0]),
+        dir.path().join(format!("{}.unreported", done[0])),
+    )
+    .unwrap();
+    {
+        let (engine, ns) = open_seeded(&dir, &clock, small());
+        let bad: Vec<u128> = engine
+            .orphans()
+            .iter()
+            .filter(|o| o.corrupt.is_some())
+            .map(|o| o.fingerprint)
+            .collect();
+        assert_eq!(bad, vec![fingerprint(b"first", 3)]);
+        // "second" was moved into RocksDB by the first open: an orphan still.
+        assert_eq!(engine.orphans().len(), 2, "{:?}", engine.orphans());
+        in_progress(&ns, b"second");
+    }
+    assert_eq!(kept(".unreported").len(), 0);
+    assert_eq!(kept("").len(), 1);
+    let (engine, _ns) = open_seeded(&dir, &clock, small());
+    assert!(
+        engine.orphans().iter().all(|o| o.corrupt.is_none()),
+        "reported once: {:?}",
+        engine.orphans()
     );
 }
 

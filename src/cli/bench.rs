@@ -44,7 +44,8 @@ const HARNESS_VALUED: [&str; 11] = [
 /// error before anything runs (the harness itself would stop with a panic, after
 /// cargo built it). `--n` and `--threads` take comma-separated lists; `--peers`
 /// names, checked by the harness; every other option one number (`_` allowed as a
-/// digit separator), at least 1 for `--runs`, `--threads` and `--w2-passes`.
+/// digit separator but in `--runs` and `--w2-passes`), at least 1 for `--runs`,
+/// `--threads` and `--w2-passes`.
 fn check_harness_value(flag: &str, v: &str) -> Result<(), String> {
     if flag == "--peers" {
         return if v.split(',').all(|p| !p.trim().is_empty()) {
@@ -61,8 +62,15 @@ fn check_harness_value(flag: &str, v: &str) -> Result<(), String> {
         vec![v]
     };
     let positive = matches!(flag, "--runs" | "--threads" | "--w2-passes");
+    // The harness reads these two as plain numbers, without `_` separators.
+    let plain = matches!(flag, "--runs" | "--w2-passes");
     for item in items {
-        match item.replace('_', "").parse::<usize>() {
+        let digits = if plain {
+            item.to_owned()
+        } else {
+            item.replace('_', "")
+        };
+        match digits.parse::<usize>() {
             Ok(0) if positive => return Err(format!("bench: {flag} must be at least 1")),
             Ok(_) => {}
             Err(_) => {
@@ -201,6 +209,8 @@ mod tests {
         for (flag, bad) in [
             ("--runs", "abc"),
             ("--runs", "0"),
+            ("--runs", "1_0"),
+            ("--w2-passes", "2_0"),
             ("--n", "1000000,x"),
             ("--threads", "1,0"),
             ("--w2-passes", "0"),

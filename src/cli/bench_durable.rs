@@ -1103,7 +1103,7 @@ impl Opts {
         if o.disk {
             if let Some(f) = given
                 .iter()
-                .find(|f| matches!(**f, "--quick" | "--w3" | "--w4" | "--w5" | "--w3-rounds"))
+                .find(|f| matches!(**f, "--w3" | "--w4" | "--w5" | "--w3-rounds"))
             {
                 return unused(f, "does not apply to --disk");
             }
@@ -1114,8 +1114,12 @@ impl Opts {
             if o.w3_rounds.is_some() && !runs("--w3") {
                 return unused("--w3-rounds", "needs W3 to run");
             }
-            if o.keys.is_some() && !runs("--w3") && !runs("--w5") {
-                return unused("--keys", "needs W3, W5 or --disk (W4 has no key count)");
+            // A quick W3 runs its own small stream; W4 has no key count.
+            if o.keys.is_some() && !runs("--w5") && (o.quick || !runs("--w3")) {
+                return unused(
+                    "--keys",
+                    "needs W5, a full W3 or --disk (a quick W3 and W4 take no key count)",
+                );
             }
         }
         Ok(o)
@@ -1252,9 +1256,9 @@ mod tests {
 
     #[test]
     fn options_and_their_errors() {
-        let o = parse(&["--quick", "--w3", "--keys", "5000"]).unwrap();
+        let o = parse(&["--quick", "--w3", "--w5", "--keys", "5000"]).unwrap();
         assert!(o.quick && !o.disk);
-        assert_eq!(o.picked, ["--w3"]);
+        assert_eq!(o.picked, ["--w3", "--w5"]);
         assert_eq!(o.keys, Some(5000));
         assert_eq!(o.w3_rounds, None);
         assert_eq!(parse(&["--w3-rounds", "5"]).unwrap().w3_rounds, Some(5));
@@ -1300,7 +1304,7 @@ mod tests {
         for (bad, named) in [
             (&["--result-bytes", "64"][..], "--result-bytes"),
             (&["--disk", "--w3"], "--w3"),
-            (&["--disk", "--quick"], "--quick"),
+            (&["--quick", "--w3", "--keys", "10"], "--keys"),
             (&["--disk", "--w3-rounds", "2"], "--w3-rounds"),
             (&["--w5", "--w3-rounds", "2"], "--w3-rounds"),
             (&["--w4", "--keys", "10"], "--keys"),
@@ -1309,5 +1313,10 @@ mod tests {
             assert!(e.starts_with(named), "{bad:?}: {e}");
         }
         assert!(parse(&["--w4", "--w5", "--keys", "10"]).is_ok());
+        assert!(parse(&["--quick", "--keys", "10"]).is_ok(), "W5 takes it");
+        assert!(
+            parse(&["--disk", "--quick"]).is_ok(),
+            "a smaller default key count"
+        );
     }
 }

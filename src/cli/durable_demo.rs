@@ -426,7 +426,6 @@ mod tests {
     #[cfg(unix)]
     const LINES: &str = "orphans 0\nack 0\nack 1\nack 2\ndone\n";
 
-    #[cfg(unix)]
     #[test]
     fn an_empty_directory_name_is_a_usage_error() {
         let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
@@ -436,6 +435,7 @@ mod tests {
         assert_eq!(o.dir, Some(std::path::PathBuf::from("d")));
     }
 
+    #[cfg(unix)]
     #[test]
     fn a_consumer_that_exited_before_the_kill_is_not_counted_as_killed() {
         let mut child = exited_child();

@@ -251,7 +251,8 @@ impl ReadOnlyDb {
     /// The durable state of `key` in `namespace`, as [`Inspection::key`] describes
     /// it. With `live_at`, only a record still in force at that time (a done record
     /// within its retention, a claim marker within its lease) counts: the state an
-    /// engine opened then would find.
+    /// engine opened then would find, so a corrupt claim marker (a corrupt orphan to
+    /// the engine) counts as none; without it, a corrupt record is an error.
     pub(crate) fn key(
         &self,
         namespace: &str,
@@ -288,9 +289,14 @@ impl ReadOnlyDb {
                 .get_cf(cf, super::fp_key(fp))
                 .map_err(|e| store_err("read", e))?
             {
-                let r = Record::decode(&v).map_err(|reason| corrupt(reason.to_string()))?;
-                if live(&r) {
-                    return Ok(Some(found(r)));
+                match Record::decode(&v) {
+                    Ok(r) if live(&r) => return Ok(Some(found(r))),
+                    Ok(_) => {}
+                    // As an engine would find it: a corrupt claim marker is a corrupt
+                    // orphan, which holds nothing (only a corrupt done record is an
+                    // error on the key's path).
+                    Err(_) if family == "claims" && live_at.is_some() => {}
+                    Err(reason) => return Err(corrupt(reason.to_string())),
                 }
             }
         }
@@ -298,6 +304,7 @@ impl ReadOnlyDb {
             match r {
                 _ if slot_fp != fp => {}
                 Ok(r) if !live(&r) => {}
+                Err(_) if live_at.is_some() => {}
                 r => return r.map(|r| Some(found(r))).map_err(corrupt),
             }
         }

@@ -455,11 +455,12 @@ impl Store {
             }
         };
         check_journals(Some(seed))?;
-        let ours = super::stamp::Stamp {
+        let ours = super::stamp::identity(path).map(|identity| super::stamp::Stamp {
             format: FORMAT_VERSION,
             seed,
-        };
-        if stamp != Some(ours) {
+            identity,
+        });
+        if let Some(ours) = ours.filter(|o| stamp != Some(*o)) {
             // Without it the next open is checked the slow way, so a failure here
             // costs time, not safety.
             if let Err(e) = super::stamp::write(path, ours) {
@@ -856,10 +857,19 @@ pub(crate) struct JournalTakeover {
     pub(crate) moved: Vec<(u128, Record)>,
     /// Its damaged slots, reported as corrupt orphans.
     pub(crate) damaged: Vec<ScannedClaim>,
+    /// Damaged journals an earlier open kept aside but may not have reported (it
+    /// failed or was killed before it finished): their damaged slots are among
+    /// `damaged` again.
+    unreported: Vec<PathBuf>,
+    /// Whether the journal in place has damaged slots (then it is kept aside).
+    damaged_here: bool,
     /// This run's journal, made but not yet in place.
     #[cfg(target_os = "linux")]
     next: Option<journal::Prepared>,
 }
+
+/// The suffix of a damaged journal kept aside by an open that has not yet finished.
+const UNREPORTED: &str = ".unreported";
 
 /// A namespace's view of the durable tier: its policies and counters.
 #[derive(Debug)]
@@ -1114,6 +1124,34 @@ impl DurableNs {
                 Err(reason) => takeover.damaged.push((fp, Err(reason))),
             }
         }
+        takeover.damaged_here = !takeover.damaged.is_empty();
+        // Damaged journals kept aside by an open that did not finish: their damaged
+        // slots are reported again (their live markers were moved before).
+        let file = journal::path(self.store.path.as_path(), &self.name);
+        let kept = file
+            .file_name()
+            .map(|n| format!("{}.damaged-", n.to_string_lossy()))
+            .unwrap_or_default();
+        if let Ok(entries) = std::fs::read_dir(self.store.path.as_path()) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if !(name.starts_with(&kept) && name.ends_with(UNREPORTED)) {
+                    continue;
+                }
+                let bytes = std::fs::read(e.path()).map_err(|err| {
+                    Error::Store(StoreError::new(
+                        "read damaged journal",
+                        format!("{}: {err}", e.path().display()),
+                    ))
+                })?;
+                if let Ok(slots) = journal::parse(&bytes, self.store.seed, &self.name) {
+                    takeover
+                        .damaged
+                        .extend(slots.into_iter().filter(|(_, r)| r.is_err()));
+                }
+                takeover.unreported.push(e.path());
+            }
+        }
         #[cfg(target_os = "linux")]
         if let Some(slots) = self.journal_slots {
             takeover.next = Some(Journal::prepare(
@@ -1141,15 +1179,16 @@ impl DurableNs {
     /// synced: a journal with damaged slots is kept beside, renamed (its slots were
     /// reported by this open), and this run's journal replaces the old one (or the
     /// file is removed if the namespace does not journal).
-    pub(crate) fn finish_journal(&self, takeover: JournalTakeover) -> Result<(), Error> {
+    pub(crate) fn finish_journal(&self, takeover: JournalTakeover) -> Result<Vec<PathBuf>, Error> {
         let dir = self.store.path.as_path();
-        if !takeover.damaged.is_empty() {
-            let from = journal::path(dir, &self.name);
+        let mut unreported = takeover.unreported;
+        let from = journal::path(dir, &self.name);
+        if takeover.damaged_here {
             let mut to = from.clone().into_os_string();
             let stamp = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis());
-            to.push(format!(".damaged-{stamp}"));
+            to.push(format!(".damaged-{stamp}{UNREPORTED}"));
             std::fs::rename(&from, &to).map_err(|e| {
                 Error::Store(crate::error::StoreError::new(
                     "keep damaged journal",
@@ -1162,14 +1201,39 @@ impl DurableNs {
                 kept = %std::path::Path::new(&to).display(),
                 "the claim-marker journal has damaged slots; the file is kept"
             );
+            unreported.push(PathBuf::from(to));
         }
         #[cfg(target_os = "linux")]
         if let Some(next) = takeover.next {
             let j = next.install()?;
             let _ = self.journal.set(j);
-            return Ok(());
+            return Ok(unreported);
         }
-        journal::remove(dir, &self.name)
+        journal::remove(dir, &self.name)?;
+        Ok(unreported)
+    }
+
+    /// Once the open has finished (its orphans reported), drops the
+    /// [`UNREPORTED`] suffix of the damaged journals it reported, so that later opens
+    /// leave them be. A rename that fails only has them reported again.
+    pub(crate) fn mark_reported(&self, files: &[PathBuf]) {
+        for file in files {
+            let name = file.to_string_lossy();
+            let Some(kept) = name.strip_suffix(UNREPORTED) else {
+                continue;
+            };
+            if let Err(e) = std::fs::rename(file, kept) {
+                tracing::warn!(
+                    namespace = %self.name,
+                    file = %file.display(),
+                    error = %e,
+                    "could not mark a damaged journal reported; the next open reports it again"
+                );
+            }
+        }
+        if !files.is_empty() {
+            let _ = std::fs::File::open(self.store.path.as_path()).and_then(|d| d.sync_all());
+        }
     }
 
     /// Reads the journal the last run left for this namespace, if any, changing

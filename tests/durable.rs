@@ -804,18 +804,7 @@ fn another_format_version_is_refused() {
     write_stamp(&dir, 2, seed);
     let refused = |dir: &TempDir| {
         let files = listing(dir);
-        let err = builder(dir, &clock)
-            .namespace("ns", small())
-            .build()
-            .unwrap_err();
-        assert_eq!(
-            err,
-            Error::IncompatibleFormat {
-                path: dir.path().to_path_buf(),
-                found: Some(2),
-                supported: FORMAT,
-            }
-        );
+        assert_refused_finding(dir, &clock, Some(2));
         // Nothing was written: no manifest, options file or flushed table (a
         // read-write open writes all three).
         assert_eq!(listing(dir), files);
@@ -911,6 +900,12 @@ fn read_stamp(dir: &TempDir) -> Option<(u32, u64)> {
 
 /// Opening an engine on `dir` is refused: the database is not idem's.
 fn assert_refused_as_foreign(dir: &TempDir, clock: &ManualClock) {
+    assert_refused_finding(dir, clock, None);
+}
+
+/// Opening an engine with namespace "ns" on `dir` is refused as a database of
+/// format version `found` (`None`: not idem's).
+fn assert_refused_finding(dir: &TempDir, clock: &ManualClock, found: Option<u32>) {
     let err = builder(dir, clock)
         .namespace("ns", small())
         .build()
@@ -919,25 +914,31 @@ fn assert_refused_as_foreign(dir: &TempDir, clock: &ManualClock) {
         err,
         Error::IncompatibleFormat {
             path: dir.path().to_path_buf(),
-            found: None,
+            found,
             supported: FORMAT,
         }
     );
+}
+
+/// A RocksDB database in `dir` that is not idem's: one column family `family`
+/// holding alice's row.
+fn foreign_database(dir: &TempDir, family: &str) -> rocksdb::DB {
+    let mut opts = rocksdb::Options::default();
+    opts.create_if_missing(true);
+    opts.create_missing_column_families(true);
+    let db = rocksdb::DB::open_cf(&opts, dir.path(), [family]).unwrap();
+    db.put_cf(db.cf_handle(family).unwrap(), b"alice", b"1")
+        .unwrap();
+    db
 }
 
 #[test]
 fn a_database_that_is_not_idems_is_refused_and_left_alone() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);
-    {
-        let mut opts = rocksdb::Options::default();
-        opts.create_if_missing(true);
-        opts.create_missing_column_families(true);
-        let db = rocksdb::DB::open_cf(&opts, dir.path(), ["users"]).unwrap();
-        db.put_cf(db.cf_handle("users").unwrap(), b"alice", b"1")
-            .unwrap();
-        db.put(b"version", b"7").unwrap();
-    }
+    foreign_database(&dir, "users")
+        .put(b"version", b"7")
+        .unwrap();
     assert_refused_as_foreign(&dir, &clock);
     assert_eq!(column_families(&dir), ["default", "users"]);
     let db = raw_db(&dir);
@@ -1031,14 +1032,7 @@ fn our_families_with_records_but_no_metadata_are_refused() {
 fn a_foreign_database_whose_family_names_hold_a_colon_is_refused_and_left_alone() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);
-    {
-        let mut opts = rocksdb::Options::default();
-        opts.create_if_missing(true);
-        opts.create_missing_column_families(true);
-        let db = rocksdb::DB::open_cf(&opts, dir.path(), ["app:users"]).unwrap();
-        db.put_cf(db.cf_handle("app:users").unwrap(), b"alice", b"1")
-            .unwrap();
-    }
+    drop(foreign_database(&dir, "app:users"));
     let files = listing(&dir);
     assert_refused_as_foreign(&dir, &clock);
     assert_eq!(listing(&dir), files);
@@ -2689,29 +2683,49 @@ fn a_marker_left_by_a_completed_claim_is_settled_even_after_the_clock_went_back(
 }
 
 #[cfg(target_os = "linux")]
+/// A durable engine's builder with namespaces "a" and "b" and the fixed seed 3.
+fn two_namespaces(dir: &TempDir, clock: &ManualClock) -> EngineBuilder {
+    builder(dir, clock)
+        .seed(3)
+        .namespace("a", small())
+        .namespace("b", small())
+}
+
+#[cfg(target_os = "linux")]
+/// Leaves claims of `in_a` and `in_b` in the journals of a closed engine built by
+/// `two`, as a crash with those claims in flight would.
+fn leave_markers_in_two(two: EngineBuilder, in_a: &[&[u8]], in_b: &[&[u8]]) {
+    let engine = two.build().unwrap();
+    let (a, b) = (
+        engine.namespace("a").unwrap(),
+        engine.namespace("b").unwrap(),
+    );
+    let guards: Vec<_> = in_a
+        .iter()
+        .map(|k| acquire(&a, k))
+        .chain(in_b.iter().map(|k| acquire(&b, k)))
+        .collect();
+    engine.debug_keep_journal_markers(true);
+    drop(guards);
+}
+
+#[cfg(target_os = "linux")]
+/// The journal file of namespace `ns`: named by the xxh3-64 of its name.
+fn journal_of(dir: &TempDir, ns: &str) -> std::path::PathBuf {
+    dir.path().join(format!(
+        "idem-journal-{:016x}.bin",
+        xxhash_rust::xxh3::xxh3_64(ns.as_bytes())
+    ))
+}
+
+#[cfg(target_os = "linux")]
 #[test]
 fn a_refused_journal_refuses_the_open_before_any_namespace_changed() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);
-    let two = || {
-        builder(&dir, &clock)
-            .namespace("a", small())
-            .namespace("b", small())
-    };
-    {
-        let engine = two().build().unwrap();
-        let (a, b) = (
-            engine.namespace("a").unwrap(),
-            engine.namespace("b").unwrap(),
-        );
-        let guards = [acquire(&a, b"k"), acquire(&b, b"k")];
-        engine.debug_keep_journal_markers(true);
-        drop(guards);
-    }
-    let b_file = dir.path().join(format!(
-        "idem-journal-{:016x}.bin",
-        xxhash_rust::xxh3::xxh3_64(b"b")
-    ));
+    let two = || two_namespaces(&dir, &clock);
+    leave_markers_in_two(two(), &[b"k"], &[b"k"]);
+    let b_file = journal_of(&dir, "b");
     let good = std::fs::read(&b_file).unwrap();
     let mut bad = good.clone();
     bad[8..12].copy_from_slice(&99u32.to_le_bytes());
@@ -2744,28 +2758,9 @@ fn a_refused_journal_refuses_the_open_before_any_namespace_changed() {
 fn an_open_that_fails_on_a_later_namespace_leaves_every_orphan_for_the_next() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);
-    let two = || {
-        builder(&dir, &clock)
-            .seed(3)
-            .namespace("a", small())
-            .namespace("b", small())
-    };
-    {
-        let engine = two().build().unwrap();
-        let (a, b) = (
-            engine.namespace("a").unwrap(),
-            engine.namespace("b").unwrap(),
-        );
-        let guards = [acquire(&a, b"x"), acquire(&a, b"y"), acquire(&b, b"z")];
-        engine.debug_keep_journal_markers(true);
-        drop(guards);
-    }
-    let file = |ns: &str| {
-        dir.path().join(format!(
-            "idem-journal-{:016x}.bin",
-            xxhash_rust::xxh3::xxh3_64(ns.as_bytes())
-        ))
-    };
+    let two = || two_namespaces(&dir, &clock);
+    leave_markers_in_two(two(), &[b"x", b"y"], &[b"z"]);
+    let file = |ns: &str| journal_of(&dir, ns);
     // Namespace a's journal: the first slot damaged (its claim time).
     let mut bytes = std::fs::read(file("a")).unwrap();
     bytes[64 + 16] ^= 0x10;

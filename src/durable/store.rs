@@ -889,7 +889,7 @@ pub(crate) struct DurableNs {
     /// Claim markers not written yet (`ClaimMarkers::Deferred`).
     pub(crate) deferred: Option<DeferredMarkers>,
     /// The memory-mapped claim-marker journal (`ClaimMarkers::Journal`), with its
-    /// size in slots; set up at open ([`DurableNs::open_journal`]).
+    /// size in slots; set up at open ([`DurableNs::prepare_journal`], [`DurableNs::finish_journal`]).
     journal: std::sync::OnceLock<Journal>,
     journal_slots: Option<u32>,
     /// Markers that found the journal full and went to RocksDB instead.

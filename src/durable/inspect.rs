@@ -37,6 +37,9 @@ pub(crate) struct ReadOnlyDb {
     seed: u64,
     format_version: u32,
     families: Vec<String>,
+    /// Each namespace's journal markers, read at their first use and kept: a dry run
+    /// looks up many keys, and the journal is read once, not once a key.
+    journals: parking_lot::Mutex<std::collections::HashMap<String, std::sync::Arc<[ReadSlot]>>>,
 }
 
 /// One namespace's records.
@@ -182,7 +185,7 @@ pub fn inspect(path: impl AsRef<Path>, now_ms: u64) -> Result<Inspection, Error>
             }
         }
         // Claims whose markers are in the namespace's journal (the default).
-        for (_, r) in journal_markers(path, &name, ro.seed)? {
+        for (_, r) in ro.journal(&name)?.iter() {
             match r {
                 Ok(_) => s.in_flight += 1,
                 Err(_) => s.corrupt += 1,
@@ -240,7 +243,18 @@ impl ReadOnlyDb {
             seed,
             format_version,
             families,
+            journals: Default::default(),
         })
+    }
+
+    /// Namespace `ns`'s journal markers ([`journal_markers`]), read at the first call.
+    fn journal(&self, ns: &str) -> Result<std::sync::Arc<[ReadSlot]>, Error> {
+        if let Some(j) = self.journals.lock().get(ns) {
+            return Ok(j.clone());
+        }
+        let read: std::sync::Arc<[ReadSlot]> = journal_markers(&self.path, ns, self.seed)?.into();
+        self.journals.lock().insert(ns.to_owned(), read.clone());
+        Ok(read)
     }
 
     /// Whether the database holds namespace `ns`.
@@ -279,7 +293,7 @@ impl ReadOnlyDb {
         };
         // The journal first: a claim that completes meanwhile is then found done, where
         // reading it last could miss the key between its two places.
-        let journal = journal_markers(&self.path, namespace, self.seed)?;
+        let journal = self.journal(namespace)?;
         for family in ["done", "claims"] {
             let Some(cf) = self.db.cf_handle(&format!("{family}:{namespace}")) else {
                 return Err(Error::UnknownNamespace(namespace.to_owned()));
@@ -300,12 +314,12 @@ impl ReadOnlyDb {
                 }
             }
         }
-        for (slot_fp, r) in journal {
+        for (slot_fp, r) in journal.iter() {
             match r {
-                _ if slot_fp != fp => {}
-                Ok(r) if !live(&r) => {}
+                _ if *slot_fp != fp => {}
+                Ok(r) if !live(r) => {}
                 Err(_) if live_at.is_some() => {}
-                r => return r.map(|r| Some(found(r))).map_err(corrupt),
+                r => return r.clone().map(|r| Some(found(r))).map_err(corrupt),
             }
         }
         Ok(None)

@@ -62,22 +62,6 @@ impl Options {
             v.cloned().ok_or_else(|| format!("{flag} needs a value"))
         };
         while let Some(a) = it.next() {
-            let known = matches!(
-                a.as_str(),
-                "--id"
-                    | "--state"
-                    | "--class"
-                    | "--all"
-                    | "--limit"
-                    | "--dry-run"
-                    | "--exec"
-                    | "--schema-cmd"
-                    | "--note"
-                    | "--actor"
-            );
-            if known && !applies(cmd, a) {
-                return Err(format!("dlq {cmd}: option {a} does not apply to {cmd}"));
-            }
             match a.as_str() {
                 "--namespace" | "-n" => o.namespace = Some(value(a, it.next())?),
                 "--id" => o.ids.push(MessageId::new(number(a, it.next())?)),
@@ -101,6 +85,12 @@ impl Options {
                 }
                 other if o.dir.is_none() => o.dir = Some(other.into()),
                 other => return Err(format!("dlq {cmd}: unexpected argument {other:?}")),
+            }
+            // A known option (an unknown one was refused above) that this command
+            // would not use.
+            if a.starts_with('-') && !matches!(a.as_str(), "--namespace" | "-n") && !applies(cmd, a)
+            {
+                return Err(format!("dlq {cmd}: option {a} does not apply to {cmd}"));
             }
         }
         if o.dir.is_none() {

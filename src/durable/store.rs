@@ -315,23 +315,22 @@ impl Store {
         // our metadata is adopted only if it holds nothing at all (one created by
         // an open that crashed before writing the metadata).
         let mut adopt_empty = false;
+        // A database of this version whose seed is `stored`: a fixed seed must be
+        // the same, and the journals must be of that seed.
+        let check_seed = |stored: u64| -> Result<(), Error> {
+            if seed_fixed && stored != seed {
+                return Err(fixed_seed_differs());
+            }
+            check_journals(Some(stored))
+        };
         let stamp = if report.created {
             None
         } else {
             super::stamp::read(path)
         };
         if let Some(st) = stamp {
-            if st.format != FORMAT_VERSION {
-                return Err(Error::IncompatibleFormat {
-                    path: path.to_path_buf(),
-                    found: Some(st.format),
-                    supported: FORMAT_VERSION,
-                });
-            }
-            if seed_fixed && st.seed != seed {
-                return Err(fixed_seed_differs());
-            }
-            check_journals(Some(st.seed))?;
+            check_format(path, &st.format.to_le_bytes())?;
+            check_seed(st.seed)?;
         } else if !report.created {
             let foreign = || Error::IncompatibleFormat {
                 path: path.to_path_buf(),
@@ -345,11 +344,7 @@ impl Store {
             match (format, stored_seed) {
                 (Some(f), Some(s)) => {
                     check_format(path, &f)?;
-                    let stored = seed_of(path, &s)?;
-                    if seed_fixed && stored != seed {
-                        return Err(fixed_seed_differs());
-                    }
-                    check_journals(Some(stored))?;
+                    check_seed(seed_of(path, &s)?)?;
                 }
                 (Some(f), None) => {
                     check_format(path, &f)?;
@@ -441,9 +436,7 @@ impl Store {
             (Some(f), Some(s)) => {
                 check_format(path, &f)?;
                 let stored = seed_of(path, &s)?;
-                if seed_fixed && stored != seed {
-                    return Err(fixed_seed_differs());
-                }
+                check_seed(stored)?;
                 stored
             }
             _ => {
@@ -454,7 +447,7 @@ impl Store {
                 })
             }
         };
-        check_journals(Some(seed))?;
+        // (A new or adopted database's journals were checked against `seed` above.)
         let ours = super::stamp::identity(path).map(|identity| super::stamp::Stamp {
             format: FORMAT_VERSION,
             seed,

@@ -154,6 +154,85 @@ impl fmt::Debug for Engine {
     }
 }
 
+/// At open, the claims the last run left in flight, in every namespace of a durable
+/// engine (each has its durable tier): reported as orphans, live ones held in the hot
+/// tier, the journals taken over.
+///
+/// Every step that can fail for want of space, or on a read, runs for every
+/// namespace before anything on disk changes, so an open that fails leaves each
+/// orphan, expired or damaged, for the next open to report. Then the old journals'
+/// live markers go into the `claims:` families (synced once) before any journal is
+/// replaced; then the markers of expired orphans are deleted; last, the damaged
+/// journals kept aside are marked reported.
+#[cfg(feature = "durable")]
+fn take_over_markers(
+    store: &crate::durable::Store,
+    namespaces: &HashMap<String, Arc<NsInner>>,
+) -> Result<Vec<Orphan>> {
+    let mut names: Vec<&String> = namespaces.keys().collect();
+    names.sort();
+    let durable: Vec<(&str, &NsInner, &DurableNs)> = names
+        .iter()
+        .filter_map(|n| {
+            let ns = &*namespaces[*n];
+            ns.durable.as_ref().map(|d| (n.as_str(), ns, d))
+        })
+        .collect();
+    // Every journal is read (and a foreign one refused) before anything changes.
+    let journals = durable
+        .iter()
+        .map(|(_, _, d)| d.read_journal())
+        .collect::<Result<Vec<_>>>()?;
+    let mut orphans = Vec::new();
+    let mut taken = Vec::with_capacity(durable.len());
+    for (&(name, ns, d), journal) in durable.iter().zip(journals) {
+        // The namespace's own time, which starts its high-water mark: it never reads
+        // earlier than the time the filter was built at, so no record the filter left
+        // out as past retention is live for it (a clock stepped back during the open
+        // reads as stopped).
+        d.open_prefilter(ns.now_ms())?;
+        let takeover = d.prepare_journal(journal)?;
+        let (found, expired) = ns.load_orphans(store, &takeover)?;
+        orphans.extend(found);
+        taken.push((name, d, takeover, expired));
+    }
+    let mut moved = false;
+    for (_, d, takeover, _) in &taken {
+        moved |= d.move_markers(takeover)?;
+    }
+    if moved {
+        store.sync_wal()?;
+    }
+    let mut finished = Vec::with_capacity(taken.len());
+    for (name, d, takeover, expired) in taken {
+        finished.push((name, d, expired, d.finish_journal(takeover)?));
+    }
+    // Only once every journal is in place: a failure before this leaves them all.
+    for (name, d, expired, _) in &finished {
+        if expired.is_empty() {
+            continue;
+        }
+        // This open reports them, so a delete that fails only has the next open
+        // report them again; still on disk, a completion of one of these keys in
+        // this run deletes its marker.
+        if let Err(e) = store.delete_claims(&crate::durable::Families::of(name), expired) {
+            for fp in expired {
+                d.note_marker_on_disk(*fp);
+            }
+            tracing::warn!(
+                namespace = %name,
+                markers = expired.len(),
+                error = %e,
+                "could not delete the markers of expired orphans; the next open reports them again"
+            );
+        }
+    }
+    for (_, d, _, files) in &finished {
+        d.mark_reported(files);
+    }
+    Ok(orphans)
+}
+
 fn random_seed() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     // RandomState draws its keys from the operating system's entropy source.
@@ -250,83 +329,7 @@ impl Engine {
         let mut orphans = Vec::new();
         #[cfg(feature = "durable")]
         if let Some(store) = &store {
-            let mut names: Vec<&String> = namespaces.keys().collect();
-            names.sort();
-            // Every journal is read (and a foreign one refused) before anything changes.
-            let mut journals = Vec::with_capacity(names.len());
-            for name in &names {
-                match &namespaces[*name].durable {
-                    Some(d) => journals.push(d.read_journal()?),
-                    None => journals.push(None),
-                }
-            }
-            // Every step that can fail for want of space, or on a read, runs for
-            // every namespace before anything on disk changes: an open that fails
-            // leaves each orphan, expired or damaged, for the next open to report.
-            let mut takeovers = Vec::with_capacity(names.len());
-            let mut expired = Vec::with_capacity(names.len());
-            for (name, journal) in names.iter().zip(journals) {
-                let ns = &namespaces[*name];
-                let mut takeover = None;
-                if let Some(d) = &ns.durable {
-                    // The namespace's own time, which starts its high-water mark:
-                    // it never reads earlier than the time the filter was built at,
-                    // so no record the filter left out as past retention is live
-                    // for it (a clock stepped back during the open reads as stopped).
-                    d.open_prefilter(ns.now_ms())?;
-                    takeover = Some(d.prepare_journal(journal)?);
-                }
-                let (found, gone) = ns.load_orphans(store, takeover.as_ref())?;
-                orphans.extend(found);
-                expired.push(gone);
-                takeovers.push(takeover);
-            }
-            // The live markers of the old journals into the `claims:` family, synced
-            // before any journal is replaced.
-            let mut moved = false;
-            for (name, takeover) in names.iter().zip(&takeovers) {
-                if let (Some(d), Some(t)) = (&namespaces[*name].durable, takeover) {
-                    moved |= d.move_markers(t)?;
-                }
-            }
-            if moved {
-                store.sync_wal()?;
-            }
-            let mut reported = Vec::with_capacity(names.len());
-            for (name, takeover) in names.iter().zip(takeovers) {
-                if let (Some(d), Some(t)) = (&namespaces[*name].durable, takeover) {
-                    reported.push((*name, d.finish_journal(t)?));
-                }
-            }
-            // Last, the markers of orphans whose lease is over: this open reports
-            // them, so a delete that fails only has the next open report them again.
-            for (name, gone) in names.iter().zip(expired) {
-                if gone.is_empty() {
-                    continue;
-                }
-                let fams = crate::durable::Families::of(name);
-                if let Err(e) = store.delete_claims(&fams, &gone) {
-                    // Still on disk: a completion of one of these keys in this run
-                    // deletes its marker, or the next open would report it again.
-                    if let Some(d) = &namespaces[*name].durable {
-                        for fp in &gone {
-                            d.note_marker_on_disk(*fp);
-                        }
-                    }
-                    tracing::warn!(
-                        namespace = %name,
-                        markers = gone.len(),
-                        error = %e,
-                        "could not delete the markers of expired orphans; the next open reports them again"
-                    );
-                }
-            }
-            // Damaged journals kept aside: reported by this open, which has finished.
-            for (name, files) in reported {
-                if let Some(d) = &namespaces[name].durable {
-                    d.mark_reported(&files);
-                }
-            }
+            orphans = take_over_markers(store, &namespaces)?;
         }
         // Each namespace's handles share a keeper, which hands the namespace to the
         // shards with guards left when the last handle goes.
@@ -1916,7 +1919,7 @@ impl NsInner {
     fn load_orphans(
         &self,
         store: &crate::durable::Store,
-        journal: Option<&crate::durable::JournalTakeover>,
+        journal: &crate::durable::JournalTakeover,
     ) -> Result<(Vec<Orphan>, Vec<u128>)> {
         let now = self.now();
         let mut out = Vec::new();
@@ -1924,10 +1927,7 @@ impl NsInner {
         let mut unheld = 0usize;
         // The old journal's live markers are about to replace the `claims:` records
         // of their keys; its damaged slots are reported beside them.
-        let (moved, damaged) = match journal {
-            Some(t) => (t.moved.as_slice(), t.damaged.as_slice()),
-            None => (&[][..], &[][..]),
-        };
+        let (moved, damaged) = (journal.moved.as_slice(), journal.damaged.as_slice());
         let replaced: crate::durable::FpSet = moved.iter().map(|(fp, _)| *fp).collect();
         let scanned = store
             .scan_claims(&self.name)?

@@ -6,6 +6,14 @@
 //! for the bucket and one for the entry. A SwissTable keeps its control bytes and its
 //! slots in different lines, so the same look-up there costs three.
 //!
+//! A tag match alone would send one look-up in about thirty (a dozen slots at one in
+//! 255 each) to a slab entry that is not the key's: another cache miss. So a slot
+//! also keeps some of the hash's bits that neither the tag nor the bucket uses, in the
+//! high bits of its `u32` that slab indices leave free (their number, the array's
+//! `checks`, is written in every bucket, for lock-free readers), and a look-up only
+//! follows a slot whose bits agree. Slab indices too large for the array's free bits
+//! make the index rebuild its array with fewer check bits.
+//!
 //! A full bucket overflows into the next one (linear probing by bucket). Each bucket
 //! counts the entries that live past it because it was full on their way (`over`), so
 //! a look-up stops at the first bucket with no overflow, and removal leaves no
@@ -27,8 +35,40 @@ struct Bucket {
     tags: [u8; SLOTS],
     /// Entries placed past this bucket because it was full when they arrived.
     over: u8,
-    _pad: [u8; 3],
+    /// How many high bits of every slot in this bucket's array hold check bits of
+    /// the slot's hash (0 to [`MAX_CHECKS`]); the same in every bucket of an array.
+    checks: u8,
+    _pad: [u8; 2],
     slots: [u32; SLOTS],
+}
+
+/// The most check bits a slot keeps: 16, so that slab indices below 2^16 never make
+/// an index rebuild.
+const MAX_CHECKS: u32 = 16;
+
+/// The slot bits that hold check bits, in an array with `checks` of them.
+#[inline(always)]
+fn check_mask(checks: u8) -> u32 {
+    match checks {
+        0 => 0,
+        c => u32::MAX << (32 - u32::from(c).min(MAX_CHECKS)),
+    }
+}
+
+/// The check bits of hash `h` under `mask`: from bits 40 to 55 of the hash, which the
+/// tag (56 to 63) and the home bucket (the low bits) do not use.
+#[inline(always)]
+fn check_bits(h: u64, mask: u32) -> u32 {
+    (h >> 24) as u32 & mask
+}
+
+/// The check bits an array of `buckets` buckets keeps when slab indices up to
+/// `largest` are stored in it: the slab index gets the bits of twice the array's
+/// capacity (and of `largest`), at least 16; the rest, at most [`MAX_CHECKS`], check.
+fn checks_for(buckets: usize, largest: u32) -> u8 {
+    let room = capacity(buckets).max(largest as usize);
+    let width = (usize::BITS - room.leading_zeros() + 1).clamp(32 - MAX_CHECKS, 32);
+    (32 - width) as u8
 }
 
 const _: () = assert!(std::mem::size_of::<Bucket>() == BUCKET_ALIGN);
@@ -39,9 +79,18 @@ impl Bucket {
     const EMPTY: Bucket = Bucket {
         tags: [0; SLOTS],
         over: 0,
-        _pad: [0; 3],
+        checks: 0,
+        _pad: [0; 2],
         slots: [0; SLOTS],
     };
+
+    /// An empty bucket of an array whose slots keep `checks` check bits.
+    const fn empty(checks: u8) -> Bucket {
+        Bucket {
+            checks,
+            ..Bucket::EMPTY
+        }
+    }
 
     /// A bit per slot whose tag is `t`: the bucket's first 16 bytes (the 12 tags,
     /// `over` and the padding) compared at once in one SSE2 register, which every
@@ -56,7 +105,8 @@ impl Bucket {
         // SAFETY: SSE2 is part of the x86_64 baseline. The load reads 16 bytes from
         // the start of the bucket, which is 64 bytes long and 64-byte aligned (both
         // asserted beside the type), and every one of those bytes is initialised:
-        // `tags`, `over` and `_pad` are plain bytes, laid out first by `repr(C)`.
+        // `tags`, `over`, `checks` and `_pad` are plain bytes, laid out first by
+        // `repr(C)`.
         let bits = unsafe {
             let v = _mm_load_si128(self as *const Bucket as *const __m128i);
             _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(t as i8)))
@@ -281,7 +331,14 @@ impl HomeBucket {
         zero_bytes(self.tags[0] ^ t) | (zero_bytes(self.tags[1] ^ t) & 0xF) << 8
     }
 
-    /// The slab index in slot `i`.
+    /// The slot bits of this bucket's array that hold check bits (`checks` is the
+    /// bucket's 14th byte).
+    #[inline(always)]
+    fn check_mask(&self) -> u32 {
+        check_mask((self.tags[1] >> 40) as u8)
+    }
+
+    /// Slot `i` as stored: its slab index, and check bits above it.
     #[inline(always)]
     #[allow(unsafe_code)]
     fn slot(&self, i: usize) -> u32 {
@@ -289,27 +346,29 @@ impl HomeBucket {
         unsafe { racy_u32(std::ptr::addr_of!((*self.at).slots[i])) }
     }
 
-    /// The first slab index among this bucket's whose tag matches `h` that `eq`
-    /// accepts.
+    /// The first slab index among this bucket's whose tag and check bits match `h`
+    /// that `eq` accepts.
     #[inline(always)]
     fn find(&self, h: u64, mut eq: impl FnMut(u32) -> bool) -> Option<u32> {
         let mut m = self.matches(tag(h));
+        let mask = self.check_mask();
+        let check = check_bits(h, mask);
         while m != 0 {
             let i = m.trailing_zeros() as usize;
             m &= m - 1;
-            let idx = self.slot(i);
-            if eq(idx) {
-                return Some(idx);
+            let slot = self.slot(i);
+            if slot & mask == check && eq(slot & !mask) {
+                return Some(slot & !mask);
             }
         }
         None
     }
 
-    /// The first slab index whose tag matches `h`, if any (to prefetch its entry).
+    /// The first slab index whose tag and check bits match `h`, if any (to prefetch
+    /// its entry).
     #[inline(always)]
     pub(crate) fn candidate(&self, h: u64) -> Option<u32> {
-        let m = self.matches(tag(h));
-        (m != 0).then(|| self.slot(m.trailing_zeros() as usize))
+        self.find(h, |_| true)
     }
 }
 
@@ -334,6 +393,10 @@ pub(crate) struct Index {
     retired: Vec<Vec<Bucket>>,
     buckets: Vec<Bucket>,
     len: usize,
+    /// The slot bits that hold check bits (see [`check_mask`]): the array's.
+    checks: u32,
+    /// The largest slab index ever stored: every array made has room for it.
+    largest: u32,
     /// The bucket array was replaced since the hint was last published.
     pub(crate) dirty: bool,
 }
@@ -367,10 +430,13 @@ impl Index {
         }
         let mut buckets = Vec::new();
         buckets.try_reserve_exact(n).ok()?;
-        buckets.resize(n, Bucket::EMPTY);
+        let checks = checks_for(n, 0);
+        buckets.resize(n, Bucket::empty(checks));
         Some(Index {
             buckets,
             len: 0,
+            checks: check_mask(checks),
+            largest: 0,
             retired: Vec::new(),
             dirty: false,
         })
@@ -395,7 +461,8 @@ impl Index {
     /// The index whose slab entry `eq` accepts, among those stored under `h`.
     #[inline]
     pub(crate) fn find(&self, h: u64, eq: impl FnMut(u32) -> bool) -> Option<u32> {
-        self.position(h, eq).map(|(b, i)| self.buckets[b].slots[i])
+        self.position(h, eq)
+            .map(|(b, i)| self.buckets[b].slots[i] & !self.checks)
     }
 
     /// Bucket and slot of the index that `eq` accepts, among those stored under `h`.
@@ -405,6 +472,7 @@ impl Index {
             return None;
         }
         let t = tag(h);
+        let check = check_bits(h, self.checks);
         let mask = self.mask();
         let mut b = h as usize & mask;
         for _ in 0..self.buckets.len() {
@@ -413,7 +481,8 @@ impl Index {
             while m != 0 {
                 let i = m.trailing_zeros() as usize;
                 m &= m - 1;
-                if eq(bucket.slots[i]) {
+                let slot = bucket.slots[i];
+                if slot & self.checks == check && eq(slot & !self.checks) {
                     return Some((b, i));
                 }
             }
@@ -426,21 +495,29 @@ impl Index {
     }
 
     /// Stores `idx` under `h` (the caller knows it is not there yet). When the index
-    /// must grow first, `entries` lists every index already stored with its hash (the
+    /// must grow first, or rebuild because `idx` needs bits its slots keep for
+    /// checking, `entries` lists every index already stored with its hash (the
     /// caller reads them from wherever they are cheapest to read in order: a shard
     /// scans its slab front to back rather than chase each bucket's slots into it).
-    /// True if the index grew (and its [`Index::hint`] changed).
+    /// True if the index made a new bucket array (and its [`Index::hint`] changed).
     pub(crate) fn insert<I>(&mut self, h: u64, idx: u32, entries: impl FnOnce() -> I) -> bool
     where
         I: IntoIterator<Item = (u64, u32)>,
     {
         let grow = self.full();
-        if grow {
-            self.grow(entries());
+        let rebuild = grow || idx & self.checks != 0;
+        self.largest = self.largest.max(idx);
+        if rebuild {
+            let n = if grow {
+                (self.buckets.len() * 2).max(1)
+            } else {
+                self.buckets.len()
+            };
+            self.rebuild(n, entries());
         }
         self.place(h, idx);
         self.len += 1;
-        grow
+        rebuild
     }
 
     /// Whether the next insert would grow the index first.
@@ -467,7 +544,9 @@ impl Index {
     /// count of every full bucket passed. There is always a free slot: the load
     /// stays under 7/8.
     fn place(&mut self, h: u64, idx: u32) {
+        debug_assert_eq!(idx & self.checks, 0, "the slab index fits under the checks");
         let t = tag(h);
+        let slot = idx | check_bits(h, self.checks);
         let mask = self.mask();
         let mut b = h as usize & mask;
         loop {
@@ -476,7 +555,7 @@ impl Index {
             if free != 0 {
                 let i = free.trailing_zeros() as usize;
                 bucket.tags[i] = t;
-                bucket.slots[i] = idx;
+                bucket.slots[i] = slot;
                 return;
             }
             if bucket.over != STICKY {
@@ -508,11 +587,13 @@ impl Index {
         true
     }
 
-    /// Doubles the buckets (or makes the first) and places `entries` (every stored
-    /// index, with its hash) again.
-    fn grow(&mut self, entries: impl IntoIterator<Item = (u64, u32)>) {
-        let n = (self.buckets.len() * 2).max(1);
-        let old = std::mem::replace(&mut self.buckets, vec![Bucket::EMPTY; n]);
+    /// Makes a new array of `n` buckets, with room in its slots for every slab index
+    /// stored so far, and places `entries` (every stored index,
+    /// with its hash) in it again.
+    fn rebuild(&mut self, n: usize, entries: impl IntoIterator<Item = (u64, u32)>) {
+        let checks = checks_for(n, self.largest);
+        let old = std::mem::replace(&mut self.buckets, vec![Bucket::empty(checks); n]);
+        self.checks = check_mask(checks);
         if old.capacity() > 0 {
             self.retired.push(old);
         }
@@ -607,8 +688,11 @@ mod tests {
         for (b, bucket) in ix.buckets.iter().enumerate() {
             for i in 0..SLOTS {
                 if bucket.tags[i] != 0 {
-                    let h = model[&bucket.slots[i]];
+                    let slot = bucket.slots[i];
+                    let h = model[&(slot & !ix.checks)];
                     assert_eq!(bucket.tags[i], tag(h));
+                    assert_eq!(slot & ix.checks, check_bits(h, ix.checks));
+                    assert_eq!(check_mask(bucket.checks), ix.checks);
                     let mut p = h as usize & mask;
                     while p != b {
                         want[p] += 1;
@@ -634,7 +718,8 @@ mod tests {
             for t in [0u8, 1, 0x7F, 0x80, 0xFF, 0x42] {
                 // The bytes after the tags sometimes equal the tag: never a match.
                 b.over = if r & 1 == 0 { t } else { !t };
-                b._pad = [t; 3];
+                b.checks = t;
+                b._pad = [t; 2];
                 let want = (0..SLOTS).fold(0u32, |m, i| m | ((b.tags[i] == t) as u32) << i);
                 assert_eq!(b.matches(t), want, "tags {:?}, t {t}", b.tags);
                 assert_eq!(b.matches_portable(t), want, "tags {:?}, t {t}", b.tags);
@@ -714,13 +799,129 @@ mod tests {
         assert_eq!(candidate(&ix, h), None, "no slot there has the tag");
         put(&mut ix, &mut model, 9, h);
         assert_eq!(candidate(&ix, h), Some(9));
-        // Another tag in the same bucket: none. A hash sharing the tag and the home
-        // bucket names the first such slot, which its look-up checks first.
+        // Another tag in the same bucket: none. A hash sharing the tag, the check
+        // bits and the home bucket names the first such slot, which its look-up
+        // checks first.
         assert_eq!(candidate(&ix, h ^ 0xFF00_0000_0000_0000), None);
-        let twin = h ^ 0x0000_FF00_0000_0000;
+        let twin = h ^ 0x0000_00F0_0000_0000;
         assert_eq!(candidate(&ix, twin), Some(9));
         assert_eq!(ix.find(twin, |i| i == 9), Some(9));
+        // The same tag and home bucket but other check bits: no candidate.
+        assert_eq!(candidate(&ix, h ^ 0x0000_FF00_0000_0000), None);
         check(&ix, &model);
+    }
+
+    #[test]
+    fn a_slot_whose_check_bits_differ_is_never_offered_to_eq() {
+        let mut ix = Index::default();
+        let mut model = HashMap::new();
+        // Forty hashes with one tag and one home bucket, differing only in bits 40
+        // to 55: the check bits.
+        let hash = |i: u64| 0x7700_0000_0000_0003 | i << 40;
+        for i in 0..40u32 {
+            put(&mut ix, &mut model, i, hash(i as u64));
+        }
+        check(&ix, &model);
+        assert!(ix.checks != 0, "a small index keeps check bits");
+        for i in 0..40u32 {
+            let mut asked = Vec::new();
+            let found = ix.find(hash(i as u64), |s| {
+                asked.push(s);
+                s == i
+            });
+            assert_eq!(found, Some(i));
+            assert_eq!(asked, [i], "only the slot whose bits agree is followed");
+            // So does the lock-free reader.
+            asked.clear();
+            let found = lock_free_find(&ix, hash(i as u64), |s| {
+                asked.push(s);
+                s == i
+            });
+            assert_eq!(found, Some(i));
+            assert_eq!(asked, [i], "lock-free");
+        }
+        // Absent: same tag and home, check bits no slot holds.
+        let mut asked = 0;
+        let mut count = |_| {
+            asked += 1;
+            true
+        };
+        assert_eq!(ix.find(hash(41), &mut count), None);
+        assert_eq!(lock_free_find(&ix, hash(41), &mut count), None);
+        assert_eq!(asked, 0);
+    }
+
+    /// A look-up as a lock-free reader makes it from the index's published hint.
+    #[allow(unsafe_code)]
+    fn lock_free_find(ix: &Index, h: u64, eq: impl FnMut(u32) -> bool) -> Option<u32> {
+        // SAFETY: the hint is the live index's own.
+        unsafe { HomeBucket::find_from(ix.hint(), h, eq) }
+    }
+
+    #[test]
+    fn a_slab_index_too_wide_for_the_slots_rebuilds_the_array_with_fewer_checks() {
+        let mut ix = Index::default();
+        let mut model: HashMap<u32, u64> = HashMap::new();
+        for i in 0..100u32 {
+            put(&mut ix, &mut model, i, mix(i as u64));
+        }
+        assert_eq!(ix.checks, check_mask(MAX_CHECKS as u8));
+        let buckets = ix.buckets.len();
+        // Indices that need 17, 25, 30 and 32 bits (one more for room, up to 32):
+        // each rebuilds the array at the same size, with fewer check bits, and keeps
+        // every entry.
+        for (idx, checks) in [
+            (1u32 << 16, 14u8),
+            (1 << 24, 6),
+            (1 << 29, 1),
+            (u32::MAX - 1, 0),
+        ] {
+            let before = ix.hint();
+            let h = mix(idx as u64);
+            let stored: Vec<(u64, u32)> = model.iter().map(|(&i, &h)| (h, i)).collect();
+            assert!(ix.insert(h, idx, || stored));
+            model.insert(idx, h);
+            assert_ne!(ix.hint(), before, "a new array, to publish");
+            assert_eq!(ix.buckets.len(), buckets);
+            assert_eq!(ix.checks, check_mask(checks), "index {idx}");
+            check(&ix, &model);
+            for (&i, &h) in &model {
+                assert_eq!(
+                    lock_free_find(&ix, h, |s| s == i),
+                    Some(i),
+                    "lock-free, {i}"
+                );
+            }
+        }
+        // Smaller indices after that rebuild nothing.
+        let before = ix.hint();
+        put(&mut ix, &mut model, 100, mix(100));
+        assert_eq!(ix.hint(), before);
+        // Growth keeps room for the largest index stored.
+        let mut i = 101u32;
+        while ix.buckets.len() == buckets {
+            put(&mut ix, &mut model, i, mix(i as u64));
+            i += 1;
+        }
+        assert_eq!(ix.checks, 0);
+        check(&ix, &model);
+    }
+
+    #[test]
+    fn an_arrays_check_bits_leave_room_for_twice_its_capacity() {
+        for buckets in [1usize, 2, 64, 1 << 10, 1 << 14, 1 << 20, 1 << 26] {
+            let mask = check_mask(checks_for(buckets, 0));
+            assert!(
+                (2 * capacity(buckets) as u64) < u64::from(!mask) + 1,
+                "{buckets} buckets"
+            );
+            assert!(mask.count_ones() <= MAX_CHECKS);
+        }
+        // 16 checks until the slab index needs more than 16 bits.
+        assert_eq!(checks_for(1 << 10, 0), 16);
+        assert_eq!(checks_for(1 << 14, 0), 13);
+        assert_eq!(checks_for(1 << 14, 1 << 20), 10);
+        assert_eq!(checks_for(1, u32::MAX), 0);
     }
 
     #[test]

@@ -868,6 +868,38 @@ fn utc_now() -> String {
     )
 }
 
+/// This machine's latency for one load that depends on the one before (a random
+/// cyclic walk over the cache lines of a `bytes`-byte array): the cost of one cache
+/// miss at that working-set size, in nanoseconds. W1 and W2 on one thread at large N
+/// wait for about one such miss a key (the index's bucket), so this bounds from
+/// below what any table can do here, at this moment.
+fn dependent_load_ns(bytes: usize) -> f64 {
+    const LINE: usize = 64 / std::mem::size_of::<usize>();
+    let lines = (bytes / 64).max(2);
+    // Sattolo's shuffle: one cycle through every line, in a random order.
+    let mut order: Vec<usize> = (0..lines).collect();
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for i in (1..lines).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        order.swap(i, (x % i as u64) as usize);
+    }
+    let mut next = vec![0usize; lines * LINE];
+    for (k, &line) in order.iter().enumerate() {
+        next[line * LINE] = order[(k + 1) % lines] * LINE;
+    }
+    let steps = 2_000_000;
+    let mut at = 0;
+    let t = Instant::now();
+    for _ in 0..steps {
+        at = next[at];
+    }
+    let ns = t.elapsed().as_nanos() as f64 / steps as f64;
+    std::hint::black_box(at);
+    ns
+}
+
 fn machine() -> String {
     let cpuinfo = read_file("/proc/cpuinfo");
     let model = cpuinfo
@@ -1001,6 +1033,14 @@ fn main() -> ExitCode {
     }
     println!("- date: {}", utc_now());
     println!("- machine: {}", machine());
+    if o.label == "full" {
+        println!(
+            "- memory: one dependent load over random lines of a 2 MiB array {:.0} ns, of 64 MiB {:.0} ns, of 512 MiB {:.0} ns (a pointer chase, at the start of the run: the cost of one cache miss at each size, what a single claim at 10 M keys waits for at least once)",
+            dependent_load_ns(2 << 20),
+            dependent_load_ns(64 << 20),
+            dependent_load_ns(512 << 20)
+        );
+    }
     println!(
         "- N = {:?}, threads = {:?}, runs = {}, peers = {}; keys `ord-{{:016x}}` of i * 0x9E37_79B9_7F4A_7C15, TTL 3600 s",
         o.ns,

@@ -785,7 +785,8 @@ impl std::ops::Deref for SlotCell {
 #[repr(C, align(64))]
 pub(crate) struct Published {
     /// The shard index's [`index::Index::hint`], republished by the lock holder
-    /// whenever the index grows, read without the lock to [`prefetch`] a key's bucket.
+    /// whenever the index makes a new bucket array (it grew, or rebuilt for a wider
+    /// slab index), read without the lock to [`prefetch`] a key's bucket.
     pub(crate) hint: AtomicUsize,
     /// The slab's chunk address table: where it starts, and how many addresses it
     /// holds (published in that order; read in the other).
@@ -1326,8 +1327,9 @@ impl Shard {
         )
     }
 
-    /// Adds slab entry `idx` (fingerprint `fp`) to the index. A grown index's new
-    /// hint is published when the lock is let go ([`ShardWrite`]).
+    /// Adds slab entry `idx` (fingerprint `fp`) to the index. A new bucket array's
+    /// hint (the index grew or rebuilt) is published when the lock is let go
+    /// ([`ShardWrite`]).
     fn index_insert(&mut self, fp: Fp, idx: u32) {
         let slab = &self.slab;
         // Growth re-places every other live entry, read from the slab in order.

@@ -193,9 +193,12 @@ pub mod __bench {
 
         /// Stores slab index `idx` under hash `h`, which is not stored yet. False,
         /// storing nothing, if the index is full (it holds the entries it was built
-        /// for: growing needs the shard's slab to place them again).
+        /// for: growing needs the shard's slab to place them again), or if `idx` is
+        /// too large to sit beside the slots' check bits (which would need the same
+        /// rebuild; every index below 2^16 fits, and so does every index below
+        /// twice the room asked for).
         pub fn insert(&mut self, h: u64, idx: u32) -> bool {
-            if self.0.full() {
+            if self.0.full() || !self.0.fits(idx) {
                 return false;
             }
             self.0.insert(h, idx, Vec::new);

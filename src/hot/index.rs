@@ -49,10 +49,8 @@ const MAX_CHECKS: u32 = 16;
 /// The slot bits that hold check bits, in an array with `checks` of them.
 #[inline(always)]
 fn check_mask(checks: u8) -> u32 {
-    match checks {
-        0 => 0,
-        c => u32::MAX << (32 - u32::from(c).min(MAX_CHECKS)),
-    }
+    // Shifted in 64 bits, so that 0 checks is a shift by 32: no bits.
+    (u64::MAX << (32 - u32::from(checks).min(MAX_CHECKS))) as u32
 }
 
 /// The check bits of hash `h` under `mask`: from bits 40 to 55 of the hash, which the
@@ -393,12 +391,13 @@ pub(crate) struct Index {
     retired: Vec<Vec<Bucket>>,
     buckets: Vec<Bucket>,
     len: usize,
-    /// The slot bits that hold check bits (see [`check_mask`]): the array's.
-    checks: u32,
-    /// The largest slab index ever stored: every array made has room for it.
-    largest: u32,
     /// The bucket array was replaced since the hint was last published.
     pub(crate) dirty: bool,
+    /// How many high bits of a slot hold check bits: the array's (see
+    /// [`check_mask`]). A count, not the mask, so that the index stays one line.
+    check_count: u8,
+    /// The largest slab index ever stored: every array made has room for it.
+    largest: u32,
 }
 
 /// Bucket arrays an index has outgrown, to be freed once no lock-free reader can
@@ -435,7 +434,7 @@ impl Index {
         Some(Index {
             buckets,
             len: 0,
-            checks: check_mask(checks),
+            check_count: checks,
             largest: 0,
             retired: Vec::new(),
             dirty: false,
@@ -453,6 +452,12 @@ impl Index {
         self.buckets.capacity() * std::mem::size_of::<Bucket>()
     }
 
+    /// The slot bits that hold check bits.
+    #[inline]
+    fn checks(&self) -> u32 {
+        check_mask(self.check_count)
+    }
+
     #[inline]
     fn mask(&self) -> usize {
         self.buckets.len().wrapping_sub(1)
@@ -462,7 +467,7 @@ impl Index {
     #[inline]
     pub(crate) fn find(&self, h: u64, eq: impl FnMut(u32) -> bool) -> Option<u32> {
         self.position(h, eq)
-            .map(|(b, i)| self.buckets[b].slots[i] & !self.checks)
+            .map(|(b, i)| self.buckets[b].slots[i] & !self.checks())
     }
 
     /// Bucket and slot of the index that `eq` accepts, among those stored under `h`.
@@ -472,7 +477,8 @@ impl Index {
             return None;
         }
         let t = tag(h);
-        let check = check_bits(h, self.checks);
+        let checks = self.checks();
+        let check = check_bits(h, checks);
         let mask = self.mask();
         let mut b = h as usize & mask;
         for _ in 0..self.buckets.len() {
@@ -482,7 +488,7 @@ impl Index {
                 let i = m.trailing_zeros() as usize;
                 m &= m - 1;
                 let slot = bucket.slots[i];
-                if slot & self.checks == check && eq(slot & !self.checks) {
+                if slot & checks == check && eq(slot & !checks) {
                     return Some((b, i));
                 }
             }
@@ -505,7 +511,7 @@ impl Index {
         I: IntoIterator<Item = (u64, u32)>,
     {
         let grow = self.full();
-        let rebuild = grow || idx & self.checks != 0;
+        let rebuild = grow || !self.fits(idx);
         self.largest = self.largest.max(idx);
         if rebuild {
             let n = if grow {
@@ -518,6 +524,12 @@ impl Index {
         self.place(h, idx);
         self.len += 1;
         rebuild
+    }
+
+    /// Whether slab index `idx` fits in a slot beside the check bits, so that storing
+    /// it needs no rebuild (every index below 2^16 does).
+    pub(crate) fn fits(&self, idx: u32) -> bool {
+        idx & self.checks() == 0
     }
 
     /// Whether the next insert would grow the index first.
@@ -544,9 +556,13 @@ impl Index {
     /// count of every full bucket passed. There is always a free slot: the load
     /// stays under 7/8.
     fn place(&mut self, h: u64, idx: u32) {
-        debug_assert_eq!(idx & self.checks, 0, "the slab index fits under the checks");
+        debug_assert_eq!(
+            idx & self.checks(),
+            0,
+            "the slab index fits under the checks"
+        );
         let t = tag(h);
-        let slot = idx | check_bits(h, self.checks);
+        let slot = idx | check_bits(h, self.checks());
         let mask = self.mask();
         let mut b = h as usize & mask;
         loop {
@@ -593,7 +609,7 @@ impl Index {
     fn rebuild(&mut self, n: usize, entries: impl IntoIterator<Item = (u64, u32)>) {
         let checks = checks_for(n, self.largest);
         let old = std::mem::replace(&mut self.buckets, vec![Bucket::empty(checks); n]);
-        self.checks = check_mask(checks);
+        self.check_count = checks;
         if old.capacity() > 0 {
             self.retired.push(old);
         }
@@ -603,7 +619,7 @@ impl Index {
             self.place(h, idx);
             placed += 1;
         }
-        debug_assert_eq!(placed, self.len, "growth was given every stored entry");
+        debug_assert_eq!(placed, self.len, "a rebuild was given every stored entry");
     }
 }
 
@@ -689,10 +705,10 @@ mod tests {
             for i in 0..SLOTS {
                 if bucket.tags[i] != 0 {
                     let slot = bucket.slots[i];
-                    let h = model[&(slot & !ix.checks)];
+                    let h = model[&(slot & !ix.checks())];
                     assert_eq!(bucket.tags[i], tag(h));
-                    assert_eq!(slot & ix.checks, check_bits(h, ix.checks));
-                    assert_eq!(check_mask(bucket.checks), ix.checks);
+                    assert_eq!(slot & ix.checks(), check_bits(h, ix.checks()));
+                    assert_eq!(check_mask(bucket.checks), ix.checks());
                     let mut p = h as usize & mask;
                     while p != b {
                         want[p] += 1;
@@ -822,7 +838,7 @@ mod tests {
             put(&mut ix, &mut model, i, hash(i as u64));
         }
         check(&ix, &model);
-        assert!(ix.checks != 0, "a small index keeps check bits");
+        assert!(ix.checks() != 0, "a small index keeps check bits");
         for i in 0..40u32 {
             let mut asked = Vec::new();
             let found = ix.find(hash(i as u64), |s| {
@@ -852,10 +868,17 @@ mod tests {
     }
 
     /// A look-up as a lock-free reader makes it from the index's published hint.
-    #[allow(unsafe_code)]
     fn lock_free_find(ix: &Index, h: u64, eq: impl FnMut(u32) -> bool) -> Option<u32> {
-        // SAFETY: the hint is the live index's own.
-        unsafe { HomeBucket::find_from(ix.hint(), h, eq) }
+        lock_free_find_at(ix.hint(), h, eq)
+    }
+
+    /// A look-up as a lock-free reader makes it from `hint`, whose array the caller
+    /// keeps allocated.
+    #[allow(unsafe_code)]
+    fn lock_free_find_at(hint: usize, h: u64, eq: impl FnMut(u32) -> bool) -> Option<u32> {
+        // SAFETY: the caller keeps the array allocated (the index's own, or retired
+        // and held).
+        unsafe { HomeBucket::find_from(hint, h, eq) }
     }
 
     #[test]
@@ -865,8 +888,10 @@ mod tests {
         for i in 0..100u32 {
             put(&mut ix, &mut model, i, mix(i as u64));
         }
-        assert_eq!(ix.checks, check_mask(MAX_CHECKS as u8));
+        assert_eq!(ix.checks(), check_mask(MAX_CHECKS as u8));
         let buckets = ix.buckets.len();
+        // The arrays outgrown so far.
+        drop(ix.take_retired());
         // Indices that need 17, 25, 30 and 32 bits (one more for room, up to 32):
         // each rebuilds the array at the same size, with fewer check bits, and keeps
         // every entry.
@@ -876,14 +901,19 @@ mod tests {
             (1 << 29, 1),
             (u32::MAX - 1, 0),
         ] {
+            ix.dirty = false;
+            assert!(ix.take_retired().is_none());
             let before = ix.hint();
+            let old_model = model.clone();
             let h = mix(idx as u64);
             let stored: Vec<(u64, u32)> = model.iter().map(|(&i, &h)| (h, i)).collect();
+            assert!(!ix.fits(idx));
             assert!(ix.insert(h, idx, || stored));
             model.insert(idx, h);
             assert_ne!(ix.hint(), before, "a new array, to publish");
+            assert!(ix.dirty, "marked for publication");
             assert_eq!(ix.buckets.len(), buckets);
-            assert_eq!(ix.checks, check_mask(checks), "index {idx}");
+            assert_eq!(ix.checks(), check_mask(checks), "index {idx}");
             check(&ix, &model);
             for (&i, &h) in &model {
                 assert_eq!(
@@ -892,7 +922,22 @@ mod tests {
                     "lock-free, {i}"
                 );
             }
+            // The old array is kept (retired, not freed), and a reader still holding
+            // its hint decodes it with its own check bits.
+            let retired = ix.take_retired().expect("the old array is retired");
+            for (&i, &h) in &old_model {
+                let found = lock_free_find_at(before, h, |s| s == i);
+                assert_eq!(found, Some(i), "the old array, {i}");
+            }
+            drop(retired);
         }
+        // Removal under fewer check bits.
+        for i in (0..100u32).step_by(3) {
+            let h = model.remove(&i).unwrap();
+            assert!(ix.remove(h, i));
+            assert_eq!(ix.find(h, |s| s == i), None);
+        }
+        check(&ix, &model);
         // Smaller indices after that rebuild nothing.
         let before = ix.hint();
         put(&mut ix, &mut model, 100, mix(100));
@@ -903,7 +948,7 @@ mod tests {
             put(&mut ix, &mut model, i, mix(i as u64));
             i += 1;
         }
-        assert_eq!(ix.checks, 0);
+        assert_eq!(ix.checks(), 0);
         check(&ix, &model);
     }
 

@@ -1929,15 +1929,18 @@ impl NsInner {
         // of their keys; its damaged slots are reported beside them.
         let (moved, damaged) = (journal.moved.as_slice(), journal.damaged.as_slice());
         let replaced: crate::durable::FpSet = moved.iter().map(|(fp, _)| *fp).collect();
+        // Each with whether its marker is a `claims:` record (a journal's damaged
+        // slot is not: its file is kept aside instead).
         let scanned = store
             .scan_claims(&self.name)?
             .into_iter()
-            .filter(|(fp, _)| !replaced.contains(fp));
+            .filter(|(fp, _)| !replaced.contains(fp))
+            .map(|(fp, rec)| (fp, rec, true));
         let from_journal = moved
             .iter()
-            .map(|(fp, rec)| (*fp, Ok(rec.clone())))
-            .chain(damaged.iter().cloned());
-        for (fp, rec) in scanned.chain(from_journal) {
+            .map(|(fp, rec)| (*fp, Ok(rec.clone()), true))
+            .chain(damaged.iter().map(|(fp, why)| (*fp, why.clone(), false)));
+        for (fp, rec, recorded) in scanned.chain(from_journal) {
             match rec {
                 Ok(rec) => {
                     let mut held = false;
@@ -1981,14 +1984,23 @@ impl NsInner {
                         held,
                     });
                 }
-                Err(reason) => out.push(Orphan {
-                    namespace: self.name.clone(),
-                    fingerprint: fp,
-                    claimed_at_ms: 0,
-                    lease_expires_at_ms: 0,
-                    corrupt: Some(reason),
-                    held: false,
-                }),
+                Err(reason) => {
+                    // The record is kept (and reported at each open) until the key's
+                    // next claim settles: its completion or release deletes it too,
+                    // where a marker mode that writes no record of its own would
+                    // leave it for good.
+                    if let (true, Some(d)) = (recorded, &self.durable) {
+                        d.note_marker_on_disk(fp);
+                    }
+                    out.push(Orphan {
+                        namespace: self.name.clone(),
+                        fingerprint: fp,
+                        claimed_at_ms: 0,
+                        lease_expires_at_ms: 0,
+                        corrupt: Some(reason),
+                        held: false,
+                    })
+                }
             }
         }
         if !out.is_empty() {
@@ -2935,6 +2947,20 @@ impl Namespace {
         #[cfg(feature = "durable")]
         if let Some(d) = &self.inner.durable {
             return d.store.corrupt_done(&d.name, fp.to_u128());
+        }
+        let _ = fp;
+        Ok(())
+    }
+
+    /// Testing hook: writes a claim marker of `key` in the durable tier with bytes
+    /// that do not decode, as damage at rest would leave it (nothing without a
+    /// durable tier). Not part of the stable API.
+    #[doc(hidden)]
+    pub fn debug_corrupt_claim_marker(&self, key: &[u8]) -> Result<()> {
+        let fp = self.inner.key_fp(key)?;
+        #[cfg(feature = "durable")]
+        if let Some(d) = &self.inner.durable {
+            return d.store.corrupt_claim(&d.name, fp.to_u128());
         }
         let _ = fp;
         Ok(())

@@ -2819,6 +2819,55 @@ fn an_open_that_fails_on_a_later_namespace_leaves_every_orphan_for_the_next() {
 
 #[cfg(target_os = "linux")]
 #[test]
+fn a_corrupt_claim_marker_is_reported_until_the_keys_next_claim_settles() {
+    // In the marker modes that write no `claims:` record of their own, the next
+    // claim of the key must still delete the damaged one when it settles, by
+    // completion or by release; otherwise every open reports it again, for good.
+    for markers in [ClaimMarkers::Journal, ClaimMarkers::Deferred] {
+        for complete in [true, false] {
+            let dir = TempDir::new();
+            let clock = ManualClock::new(T0);
+            let cfg = || small().claim_markers(markers);
+            {
+                let (_engine, ns) = open_seeded(&dir, &clock, cfg());
+                ns.debug_corrupt_claim_marker(b"k").unwrap();
+                ns.debug_corrupt_claim_marker(b"other").unwrap();
+            }
+            let corrupt = |engine: &Engine| -> Vec<u128> {
+                let mut v: Vec<u128> = engine
+                    .orphans()
+                    .iter()
+                    .filter(|o| o.corrupt.is_some())
+                    .map(|o| o.fingerprint)
+                    .collect();
+                v.sort();
+                v
+            };
+            let mut both = vec![fingerprint(b"k", 3), fingerprint(b"other", 3)];
+            both.sort();
+            {
+                let (engine, ns) = open_seeded(&dir, &clock, cfg());
+                assert_eq!(corrupt(&engine), both, "{markers:?}");
+                let g = acquire(&ns, b"k");
+                if complete {
+                    g.complete().unwrap();
+                } else {
+                    g.release().unwrap();
+                }
+            }
+            let (engine, _ns) = open_seeded(&dir, &clock, cfg());
+            assert_eq!(
+                corrupt(&engine),
+                vec![fingerprint(b"other", 3)],
+                "{markers:?}, complete {complete}: k's damaged marker went with its claim; \
+                 the other key's stays reported"
+            );
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+#[test]
 fn a_marker_is_not_settled_by_an_expired_record_that_happens_to_carry_its_token() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);

@@ -538,6 +538,13 @@ impl Store {
             .map_err(|e| store_err("write", e))
     }
 
+    /// Testing hook: writes a claim marker of `fp` with bytes that do not decode.
+    pub(crate) fn corrupt_claim(&self, ns: &str, fp: u128) -> Result<(), Error> {
+        self.db
+            .put_cf(self.cf(&claims_cf(ns))?, fp_key(fp), b"garbage")
+            .map_err(|e| store_err("write", e))
+    }
+
     pub(crate) fn set_hold_completions(&self, hold: bool) {
         self.hold_completions.store(hold, Ordering::SeqCst);
     }

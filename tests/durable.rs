@@ -2512,6 +2512,49 @@ fn a_damaged_journal_kept_aside_by_an_open_that_did_not_finish_is_reported_by_th
 
 #[cfg(target_os = "linux")]
 #[test]
+fn a_damaged_journal_kept_aside_that_no_longer_reads_is_left_unreported() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    leave_journal_markers(&dir, &clock, &[b"first", b"second"]);
+    let mut bytes = std::fs::read(journal_file(&dir)).unwrap();
+    bytes[64 + 16] ^= 0x10; // the first claim's slot
+    std::fs::write(journal_file(&dir), &bytes).unwrap();
+    drop(open_seeded(&dir, &clock, small()));
+    let aside = |suffix: &str| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                let n = p.file_name().unwrap().to_string_lossy();
+                n.starts_with(&format!("{}.damaged-", journal_name())) && n.ends_with(suffix)
+            })
+            .collect()
+    };
+    let kept = aside("");
+    assert_eq!(kept.len(), 1);
+    // As an open that did not finish leaves it, and then damaged further at rest:
+    // cut short, it no longer reads as a journal.
+    let unreported = std::path::PathBuf::from(format!("{}.unreported", kept[0].display()));
+    std::fs::rename(&kept[0], &unreported).unwrap();
+    let cut = &bytes[..bytes.len() - 8];
+    std::fs::write(&unreported, cut).unwrap();
+    for _ in 0..2 {
+        let (engine, ns) = open_seeded(&dir, &clock, small());
+        assert!(
+            engine.orphans().iter().all(|o| o.corrupt.is_none()),
+            "{:?}",
+            engine.orphans()
+        );
+        in_progress(&ns, b"second");
+        drop(engine);
+        // Not marked reported: its slots never were. Left exactly as it was.
+        assert_eq!(aside(".unreported"), vec![unreported.clone()]);
+        assert_eq!(std::fs::read(&unreported).unwrap(), cut);
+    }
+}
+
+#[cfg(target_os = "linux")]
+#[test]
 fn a_journal_of_another_version_refuses_the_open_and_is_left_as_it_is() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);

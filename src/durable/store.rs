@@ -1132,8 +1132,14 @@ impl DurableNs {
             .file_name()
             .map(|n| format!("{}.damaged-", n.to_string_lossy()))
             .unwrap_or_default();
-        if let Ok(entries) = std::fs::read_dir(self.store.path.as_path()) {
-            for e in entries.flatten() {
+        let listed = std::fs::read_dir(self.store.path.as_path()).map_err(|err| {
+            Error::Store(StoreError::new(
+                "list database directory",
+                format!("{}: {err}", self.store.path.display()),
+            ))
+        })?;
+        {
+            for e in listed.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
                 if !(name.starts_with(&kept) && name.ends_with(UNREPORTED)) {
                     continue;
@@ -1144,12 +1150,23 @@ impl DurableNs {
                         format!("{}: {err}", e.path().display()),
                     ))
                 })?;
-                if let Ok(slots) = journal::parse(&bytes, self.store.seed, &self.name) {
-                    takeover
-                        .damaged
-                        .extend(slots.into_iter().filter(|(_, r)| r.is_err()));
+                match journal::parse(&bytes, self.store.seed, &self.name) {
+                    Ok(slots) => {
+                        takeover
+                            .damaged
+                            .extend(slots.into_iter().filter(|(_, r)| r.is_err()));
+                        takeover.unreported.push(e.path());
+                    }
+                    // Readable when it was kept aside, damaged since: its slots
+                    // cannot be reported, so neither is it marked reported. It stays
+                    // as it is, named in a warning at each open, until removed.
+                    Err(why) => tracing::warn!(
+                        namespace = %self.name,
+                        file = %e.path().display(),
+                        reason = ?why,
+                        "a damaged journal kept aside cannot be read any more; left as it is"
+                    ),
                 }
-                takeover.unreported.push(e.path());
             }
         }
         #[cfg(target_os = "linux")]

@@ -163,7 +163,8 @@ impl fmt::Debug for Engine {
 /// orphan, expired or damaged, for the next open to report. Then the old journals'
 /// live markers go into the `claims:` families (synced once) before any journal is
 /// replaced; then the markers of expired orphans are deleted; last, the damaged
-/// journals kept aside are marked reported.
+/// journals kept aside are marked reported and the saved prefilters, loaded in the
+/// first step, removed.
 #[cfg(feature = "durable")]
 fn take_over_markers(
     store: &crate::durable::Store,
@@ -229,6 +230,7 @@ fn take_over_markers(
     }
     for (_, d, _, files) in &finished {
         d.mark_reported(files);
+        d.spend_saved_prefilter();
     }
     Ok(orphans)
 }

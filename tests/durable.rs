@@ -2911,6 +2911,47 @@ fn a_corrupt_claim_marker_is_reported_until_the_keys_next_claim_settles() {
 
 #[cfg(target_os = "linux")]
 #[test]
+fn an_open_that_fails_before_changing_the_database_leaves_the_saved_prefilters() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let two = || two_namespaces(&dir, &clock);
+    {
+        let engine = two().build().unwrap();
+        for name in ["a", "b"] {
+            let ns = engine.namespace(name).unwrap();
+            acquire(&ns, b"k").complete().unwrap();
+        }
+        // A clean shutdown saves each namespace's prefilter.
+    }
+    let mut blocked = journal_of(&dir, "b").into_os_string();
+    blocked.push(".new");
+    std::fs::create_dir(&blocked).unwrap();
+    // a's filter is loaded, then b's journal cannot be made.
+    assert!(two().build().is_err());
+    std::fs::remove_dir(&blocked).unwrap();
+    let engine = two().build().unwrap();
+    let s = engine.stats();
+    assert_eq!(
+        (s.prefilter_loads, s.prefilter_rebuilds),
+        (2, 0),
+        "both saved filters were still there: {s:?}"
+    );
+    for name in ["a", "b"] {
+        duplicate(&engine.namespace(name).unwrap(), b"k");
+    }
+    // Spent by the open that finished: a crash now (no clean shutdown) leaves none.
+    let saved = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter(|e| {
+            let n = e.as_ref().unwrap().file_name();
+            n.to_string_lossy().contains("prefilter")
+        })
+        .count();
+    assert_eq!(saved, 0);
+}
+
+#[cfg(target_os = "linux")]
+#[test]
 fn a_marker_is_not_settled_by_an_expired_record_that_happens_to_carry_its_token() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);

@@ -1297,17 +1297,14 @@ impl DurableNs {
     /// Sets up the prefilter at open, before the namespace serves: from the file
     /// saved at the last clean shutdown if it is whole, of the same settings and
     /// saved at the database's current sequence number (so no write happened since);
-    /// otherwise rebuilt from the done records. The file is removed either way: it
-    /// is good for one open only.
+    /// otherwise rebuilt from the done records. The file is good for one open only:
+    /// [`DurableNs::spend_saved_prefilter`] removes it once the open has finished
+    /// (an open that fails before changing the database leaves it for the next).
     pub(crate) fn open_prefilter(&self, now_ms: u64) -> Result<(), Error> {
         let Some(p) = &self.prefilter else {
             return Ok(());
         };
-        let file = self.store.prefilter_file(&self.name);
-        let saved = std::fs::read(&file).ok();
-        if saved.is_some() {
-            let _ = std::fs::remove_file(&file);
-        }
+        let saved = std::fs::read(self.store.prefilter_file(&self.name)).ok();
         if let Some(bytes) = saved {
             match p.load(&bytes, self.store.latest_sequence(), now_ms) {
                 Ok(_) => {
@@ -1325,6 +1322,16 @@ impl DurableNs {
         self.rebuild_prefilter(now_ms)?;
         self.prefilter_rebuilds.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Removes the prefilter saved at the last clean shutdown, once an open has
+    /// finished and before the namespace serves: the writes to come make it stale,
+    /// and it must never be read at a later open whose database merely reached the
+    /// same sequence number another way (a restored copy written to since).
+    pub(crate) fn spend_saved_prefilter(&self) {
+        if self.prefilter.is_some() {
+            let _ = std::fs::remove_file(self.store.prefilter_file(&self.name));
+        }
     }
 
     /// Saves the prefilter for the next open (a clean shutdown). The sequence

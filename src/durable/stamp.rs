@@ -4,8 +4,12 @@
 //! created), so that a stamp left beside other database files is not believed. The open reads it before it opens anything, so a database of another
 //! version or seed is refused with nothing written, without a read-only open of
 //! RocksDB first (which replays the whole write-ahead log: 2.8 s after a crash of a
-//! 10 M-key fill). Without a stamp whole and of this layout, the open falls back to
-//! that read-only look and writes the stamp once the database is known to be ours.
+//! 10 M-key fill). Without a stamp whole and of this layout, or with one that would
+//! refuse the database (a stale stamp must not refuse a good database for good), the
+//! open falls back to that read-only look, and writes the stamp once the database is
+//! known to be ours. A stamp that accepts is believed: whatever changes the metadata
+//! it vouches for (a later format's upgrade) removes the stamp first and writes it
+//! last. This build writes that metadata only when it creates a database.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

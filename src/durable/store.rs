@@ -328,10 +328,14 @@ impl Store {
         } else {
             super::stamp::read(path)
         };
-        if let Some(st) = stamp {
-            check_format(path, &st.format.to_le_bytes())?;
-            check_seed(st.seed)?;
-        } else if !report.created {
+        // A stamp that would refuse the database is not taken at its word: the
+        // read-only look below decides (a stamp can be stale, beside files restored
+        // without their IDENTITY, say), so a refusal costs time and never refuses a
+        // good database for good.
+        let believed = stamp.is_some_and(|st| {
+            check_format(path, &st.format.to_le_bytes()).is_ok() && check_seed(st.seed).is_ok()
+        });
+        if !believed && !report.created {
             let foreign = || Error::IncompatibleFormat {
                 path: path.to_path_buf(),
                 found: None,

@@ -68,7 +68,8 @@ USAGE:
         message) through the schema check and the namespace's claim state, with
         a progress bar, an archive, and its health (depth, oldest age, replay
         success rate, arrival rate against a baseline). A replay runs CMD with
-        `sh -c`, the payload on stdin and the key in IDEM_KEY: exit 0 applied it,
+        `sh -c`, the payload on stdin and the key in IDEM_KEY (its bytes; left
+        unset for a key with a NUL byte) and IDEM_KEY_HEX: exit 0 applied it,
         anything else is a failure (stderr is the reason). --schema-cmd gets the
         payload on stdin: exit 0 and no output is compatible, exit 0 with output
         replaces the payload, any other exit is incompatible (stderr is the

@@ -264,6 +264,12 @@ fn class_matches(class: &str, wanted: &str) -> bool {
 }
 
 /// `s` cut to at most `max` bytes, at a character boundary.
+/// Reports message `mid` as left alone because the namespace refuses its key.
+fn refuse_key(mid: MessageId, why: &crate::error::KeyError, report: &mut ReplayReport) {
+    report.notes.insert(mid, format!("key-refused: {why}"));
+    report.refused_key.push(mid);
+}
+
 pub(crate) fn truncate(s: &str, max: usize) -> &str {
     if s.len() <= max {
         return s;
@@ -433,6 +439,10 @@ pub struct ReplayReport {
     /// Their key is held by a live claim elsewhere (or another replay works on the
     /// message): left as they were.
     pub skipped_in_progress: Vec<MessageId>,
+    /// The namespace refuses their key now ([`Error::InvalidKey`]: longer than its
+    /// `max_key_len`, lowered since they were quarantined, or empty): left as they
+    /// were, with a note, while the rest of the replay goes on.
+    pub refused_key: Vec<MessageId>,
     /// The messages among `replayed` and `failed` whose payload the schema check
     /// transformed.
     pub transformed: Vec<MessageId>,
@@ -449,6 +459,7 @@ impl ReplayReport {
             + self.archived.len()
             + self.failed.len()
             + self.skipped_in_progress.len()
+            + self.refused_key.len()
     }
 
     fn merge(&mut self, other: ReplayReport) {
@@ -457,6 +468,7 @@ impl ReplayReport {
         self.archived.extend(other.archived);
         self.failed.extend(other.failed);
         self.skipped_in_progress.extend(other.skipped_in_progress);
+        self.refused_key.extend(other.refused_key);
         self.transformed.extend(other.transformed);
         self.notes.extend(other.notes);
     }
@@ -775,6 +787,16 @@ impl Inner {
             Home::Engine { ns, .. } => ns.check(key),
             #[cfg(feature = "durable")]
             Home::ReadOnly { name, db } => {
+                // The limit an engine opened now would apply: the application's, as
+                // the database last stored it.
+                if let Some(max) = db.max_key_len(name)? {
+                    if key.len() > max {
+                        return Err(Error::InvalidKey(crate::error::KeyError::TooLong {
+                            len: key.len(),
+                            max,
+                        }));
+                    }
+                }
                 let found = db.key(name, key, Some(self.clock.now_ms()))?;
                 Ok(found.map(|k| match k.done {
                     true => KeyState::Done {
@@ -1395,7 +1417,14 @@ impl Dlq {
             report.already_done.push(mid);
             return Ok(());
         }
-        match self.inner.check(&letter.key)? {
+        let state = match self.inner.check(&letter.key) {
+            Err(Error::InvalidKey(e)) => {
+                refuse_key(mid, &e, report);
+                return Ok(());
+            }
+            r => r?,
+        };
+        match state {
             Some(KeyState::Done { .. }) => report.already_done.push(mid),
             Some(KeyState::InProgress {
                 lease_expires_at_ms,
@@ -1489,7 +1518,14 @@ impl Dlq {
             }
         };
         busy.step(IdempotencyCheck);
-        let guard = match inner.namespace()?.claim(&letter.key)? {
+        let claim = match inner.namespace()?.claim(&letter.key) {
+            Err(Error::InvalidKey(e)) => {
+                refuse_key(mid, &e, report);
+                return Ok(());
+            }
+            r => r?,
+        };
+        let guard = match claim {
             Claim::InProgress(held) => {
                 // Someone holds the key: the message stays exactly as it was.
                 report.notes.insert(

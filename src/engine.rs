@@ -62,7 +62,10 @@ pub struct Orphan {
     pub claimed_at_ms: u64,
     /// When its lease runs out or ran out (wall-clock ms); 0 if its marker is corrupt.
     pub lease_expires_at_ms: u64,
-    /// Set when the claim marker could not be decoded; such markers are kept.
+    /// Set when the claim marker could not be decoded. Such a marker is kept, and
+    /// reported at every open, until the key's next claim is completed or released,
+    /// which deletes it. (A damaged slot of a journal file is reported once; the
+    /// file is kept aside as `<journal>.damaged-<ms>`.)
     pub corrupt: Option<String>,
     /// Whether the hot tier holds the key until the lease runs out. False when the
     /// lease had already run out, the marker is corrupt, or the namespace's

@@ -619,3 +619,152 @@ fn an_option_that_does_not_apply_to_the_command_is_refused() {
         );
     }
 }
+
+/// A fresh directory named after `tag` holding a database whose namespace `orders`
+/// has the given dead letters (key, payload), and that database's path.
+fn with_letters(tag: &str, cfg: NamespaceConfig, letters: &[(&[u8], &[u8])]) -> (TempDir, String) {
+    let tmp = TempDir::new(tag);
+    let db = tmp.0.join("db");
+    let engine = Engine::builder()
+        .namespace("orders", cfg)
+        .durable(&db)
+        .maintenance_interval(None)
+        .build()
+        .unwrap();
+    let dlq = engine.dlq("orders").unwrap();
+    for (key, payload) in letters {
+        dlq.quarantine(key, payload, "downstream-unavailable:test")
+            .unwrap();
+    }
+    drop(engine);
+    let dbs = db.to_str().unwrap().to_owned();
+    (tmp, dbs)
+}
+
+#[test]
+fn an_empty_exec_or_schema_command_is_a_usage_error_and_changes_nothing() {
+    let (tmp, dbs) = populated("blank");
+    let before = snapshot(&tmp.0.join("db"));
+    for args in [
+        &["--exec", ""][..],
+        &["--exec", "  "],
+        &["--exec", "true", "--schema-cmd", ""],
+        &["--dry-run", "--schema-cmd", " "],
+    ] {
+        let (ok, code, _, err) = orders("replay", &dbs, args);
+        assert!(!ok && code == Some(2), "{args:?}: {code:?} {err}");
+        assert!(err.contains("needs a command"), "{args:?}: {err}");
+    }
+    assert_eq!(snapshot(&tmp.0.join("db")), before);
+}
+
+#[test]
+fn a_command_that_echoes_a_large_payload_does_not_wait_on_itself() {
+    // Far more than a pipe holds (64 KiB), in many lines: `cat` writes its output
+    // while its input is still being written.
+    let payload: Vec<u8> = (0..20_000)
+        .flat_map(|i| format!("line {i:08} of a long payload\n").into_bytes())
+        .collect();
+    let (_tmp, dbs) = with_letters("echo", NamespaceConfig::new(), &[(b"ord-big", &payload)]);
+    // `timeout` ends a run that waits on itself (exit 124) instead of the test.
+    let run = |args: &[&str]| {
+        let mut all = vec!["120", env!("CARGO_BIN_EXE_idem"), "dlq", "replay", &dbs];
+        all.extend(["--namespace", "orders"]);
+        all.extend_from_slice(args);
+        let out = Command::new("timeout").args(&all).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        (
+            out.status.code(),
+            text,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = run(&["--dry-run", "--schema-cmd", "cat"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(row(&out, "would be replayed")[3], "1", "{out}");
+    let (code, out, err) = run(&["--exec", "cat", "--schema-cmd", "cat"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(row(&out, "replayed")[1], "1", "{out}");
+}
+
+#[test]
+fn the_handler_gets_the_keys_bytes_as_they_are() {
+    let keys: [&[u8]; 3] = [b"k\xff", b"k\xfe", b"a\0b"];
+    let letters: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (*k, &b"p"[..])).collect();
+    let (tmp, dbs) = with_letters("bytes", NamespaceConfig::new(), &letters);
+    let seen = tmp.0.join("seen");
+    let exec = format!(
+        "printf '%s %s %s\\n' \"$IDEM_KEY_HEX\" \"${{IDEM_KEY+set}}\" \
+         \"$(printf %s \"$IDEM_KEY\" | od -An -tx1 | tr -d ' \\n')\" >> {}",
+        seen.display()
+    );
+    let (ok, _, out, err) = orders("replay", &dbs, &["--exec", &exec]);
+    assert!(ok, "{err}");
+    assert_eq!(row(&out, "replayed")[1], "3", "{out}");
+    let mut lines: Vec<String> = std::fs::read_to_string(&seen)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    lines.sort();
+    // Two keys that differ in a byte that is not UTF-8 stay two keys; a key with a
+    // NUL byte has no IDEM_KEY (no variable can hold it) but its hexadecimal.
+    assert_eq!(lines, ["610062  ", "6bfe set 6bfe", "6bff set 6bff"]);
+}
+
+#[test]
+fn a_message_whose_key_the_namespace_now_refuses_is_left_and_the_rest_replayed() {
+    let long = [b'x'; 60];
+    let letters: [(&[u8], &[u8]); 3] = [(b"ord-1", b"a"), (&long, b"b"), (b"ord-3", b"c")];
+    let (_tmp, dbs) = with_letters("refused", NamespaceConfig::new(), &letters);
+    {
+        // The application lowers its longest key (stored at its next open).
+        let engine = Engine::builder()
+            .namespace("orders", NamespaceConfig::new().max_key_len(32))
+            .durable(&dbs)
+            .maintenance_interval(None)
+            .build()
+            .unwrap();
+        drop(engine);
+    }
+    let (ok, _, dry, err) = orders("replay", &dbs, &["--dry-run"]);
+    assert!(ok, "{err}");
+    assert_eq!(row(&dry, "would be replayed")[3], "2", "{dry}");
+    assert_eq!(row(&dry, "skipped: key refused")[5], "1", "{dry}");
+    let (ok, _, run, err) = orders("replay", &dbs, &["--exec", "true"]);
+    assert!(ok, "{err}");
+    assert_eq!(row(&run, "replayed")[1], "2", "{run}");
+    assert_eq!(row(&run, "skipped: key refused")[5], "1", "{run}");
+    assert!(run.contains("key-refused"), "{run}");
+    let (_, _, list, _) = orders("list", &dbs, &["--id", "2"]);
+    let cols = row(&list, "      #2");
+    assert_eq!(
+        (cols[1], cols[2]),
+        ("quarantined", "0"),
+        "left as it was: {list}"
+    );
+}
+
+#[test]
+fn a_replay_of_many_named_ids_with_one_it_cannot_take_does_nothing() {
+    let letters: Vec<(Vec<u8>, Vec<u8>)> = (1..=70)
+        .map(|i| (format!("ord-{i}").into_bytes(), b"p".to_vec()))
+        .collect();
+    let refs: Vec<(&[u8], &[u8])> = letters
+        .iter()
+        .map(|(k, p)| (k.as_slice(), p.as_slice()))
+        .collect();
+    let (_tmp, dbs) = with_letters("named", NamespaceConfig::new(), &refs);
+    let (ok, _, _, err) = orders("replay", &dbs, &["--exec", "true", "--id", "70"]);
+    assert!(ok, "{err}");
+    let ids: Vec<String> = (1..=70).map(|i| i.to_string()).collect();
+    let mut args = vec!["--exec", "true"];
+    for id in &ids {
+        args.extend(["--id", id.as_str()]);
+    }
+    let (ok, code, _, err) = orders("replay", &dbs, &args);
+    assert!(!ok && code == Some(1), "{code:?} {err}");
+    let (_, _, list, _) = orders("list", &dbs, &["--state", "replayed"]);
+    let replayed = list.lines().filter(|l| l.contains("replayed")).count();
+    assert_eq!(replayed, 1, "only #70, replayed before: {list}");
+}

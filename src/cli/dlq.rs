@@ -149,6 +149,14 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
         "replay" if !o.dry_run && o.exec.is_none() => {
             return Err("dlq replay: give --exec CMD (or --dry-run)".into())
         }
+        // `sh -c ""` succeeds having done nothing: every message would be recorded
+        // as applied (an unset variable in `--exec "$HANDLER"`, say).
+        "replay" if o.exec.as_deref().is_some_and(blank) => {
+            return Err("dlq replay: --exec needs a command".into())
+        }
+        "replay" if o.schema_cmd.as_deref().is_some_and(blank) => {
+            return Err("dlq replay: --schema-cmd needs a command".into())
+        }
         _ => {}
     }
     let dir = o.dir.clone().unwrap_or_default();
@@ -440,11 +448,33 @@ fn schema_verdict(cmd: &str, payload: &[u8]) -> Result<SchemaVerdict, String> {
     }
 }
 
+/// Whether a command is empty or only whitespace.
+fn blank(cmd: &str) -> bool {
+    cmd.trim().is_empty()
+}
+
+/// The environment a replay's `--exec` command gets for `key`: `IDEM_KEY_HEX`, the
+/// key's bytes in hexadecimal, always; `IDEM_KEY`, the bytes themselves, unless the
+/// key holds a NUL byte (which no environment variable can carry).
+fn key_env(key: &[u8]) -> Vec<(&'static str, std::ffi::OsString)> {
+    let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+    let mut env = vec![("IDEM_KEY_HEX", hex.into())];
+    if !key.contains(&0) {
+        #[cfg(unix)]
+        let raw: std::ffi::OsString =
+            <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(key).to_os_string();
+        #[cfg(not(unix))]
+        let raw: std::ffi::OsString = String::from_utf8_lossy(key).into_owned().into();
+        env.push(("IDEM_KEY", raw));
+    }
+    env
+}
+
 /// Runs `sh -c cmd` with `input` on stdin: (exit status, stdout, stderr or the exit
 /// status).
 fn run_shell(
     cmd: &str,
-    env: &[(&str, String)],
+    env: &[(&str, std::ffi::OsString)],
     input: &[u8],
 ) -> Result<(std::process::ExitStatus, Vec<u8>, String), String> {
     let mut child = Command::new("sh")
@@ -456,11 +486,22 @@ fn run_shell(
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| e.to_string())?;
-    if let Some(mut stdin) = child.stdin.take() {
-        // A command that does not read its input closes the pipe early: not an error.
-        let _ = stdin.write_all(input);
+    // The input goes in from a thread of its own while the output is read: a
+    // command that writes as it reads (`cat`, a filter) would otherwise fill its
+    // output pipe and wait on it while this process waits on its input pipe.
+    let writer = child.stdin.take().map(|mut stdin| {
+        let input = input.to_vec();
+        std::thread::spawn(move || {
+            // A command that does not read its input closes the pipe early: not an
+            // error.
+            let _ = stdin.write_all(&input);
+        })
+    });
+    let out = child.wait_with_output().map_err(|e| e.to_string());
+    if let Some(w) = writer {
+        let _ = w.join();
     }
-    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    let out = out?;
     let err = String::from_utf8_lossy(&out.stderr).trim().to_owned();
     let err = if err.is_empty() {
         format!("exec-failed: {}", out.status)
@@ -498,8 +539,10 @@ fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
     let mut bar = Progress::new(total);
     let exec = o.exec.clone().unwrap_or_default();
     // A dry run goes in one piece: what it predicts for a message depends on the
-    // messages of the same key before it, which a chunk of its own would not see.
-    let chunk_len = if o.dry_run {
+    // messages of the same key before it, which a chunk of its own would not see. So
+    // does a replay of named ids: the replay refuses ids it cannot take before it
+    // does anything, which holds only for the ids of one call.
+    let chunk_len = if o.dry_run || !o.ids.is_empty() {
         selected.len().max(1)
     } else {
         CHUNK
@@ -532,13 +575,10 @@ fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
             .replay(
                 &sel,
                 &schema,
-                |key: &[u8], payload: &[u8]| {
-                    let env = [("IDEM_KEY", String::from_utf8_lossy(key).into_owned())];
-                    match run_shell(&exec, &env, payload) {
-                        Ok((status, _, _)) if status.success() => Ok(()),
-                        Ok((_, _, err)) => Err(err),
-                        Err(e) => Err(format!("exec-failed: {e}")),
-                    }
+                |key: &[u8], payload: &[u8]| match run_shell(&exec, &key_env(key), payload) {
+                    Ok((status, _, _)) if status.success() => Ok(()),
+                    Ok((_, _, err)) => Err(err),
+                    Err(e) => Err(format!("exec-failed: {e}")),
                 },
                 mode,
             )
@@ -548,6 +588,7 @@ fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
         report.archived.extend(r.archived);
         report.failed.extend(r.failed);
         report.skipped_in_progress.extend(r.skipped_in_progress);
+        report.refused_key.extend(r.refused_key);
         report.transformed.extend(r.transformed);
         report.notes.extend(r.notes);
         bar.set(report.total() as u64);
@@ -571,6 +612,10 @@ fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
         (
             "skipped: key in progress".to_owned(),
             &report.skipped_in_progress,
+        ),
+        (
+            "skipped: key refused by namespace".to_owned(),
+            &report.refused_key,
         ),
     ] {
         outln!("{label:<34} {:>8}", grouped(ids.len() as u64));

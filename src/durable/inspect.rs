@@ -257,6 +257,27 @@ impl ReadOnlyDb {
         Ok(read)
     }
 
+    /// The longest key namespace `ns`'s settings, as the database last stored them,
+    /// allow; `None` if it stored none.
+    pub(crate) fn max_key_len(&self, ns: &str) -> Result<Option<usize>, Error> {
+        let Some(b) = self
+            .db
+            .get(super::store::settings_key(ns))
+            .map_err(|e| store_err("read", e))?
+        else {
+            return Ok(None);
+        };
+        let s = super::NsSettings::decode(&b).ok_or_else(|| {
+            Error::Store(StoreError::new(
+                "read",
+                format!(
+                    "the stored settings of namespace {ns:?} are damaged or of a newer version"
+                ),
+            ))
+        })?;
+        Ok(Some(s.max_key_len as usize))
+    }
+
     /// Whether the database holds namespace `ns`.
     pub(crate) fn has_namespace(&self, ns: &str) -> bool {
         namespace_names(&self.families).iter().any(|n| n == ns)

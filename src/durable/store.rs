@@ -63,7 +63,7 @@ impl NsSettings {
     }
 
     /// `None` for bytes of another length or version.
-    fn decode(b: &[u8]) -> Option<NsSettings> {
+    pub(crate) fn decode(b: &[u8]) -> Option<NsSettings> {
         if b.len() != 33 || b[0] != Self::VERSION {
             return None;
         }
@@ -81,7 +81,7 @@ impl NsSettings {
     }
 }
 
-fn settings_key(ns: &str) -> Vec<u8> {
+pub(crate) fn settings_key(ns: &str) -> Vec<u8> {
     [SETTINGS_PREFIX, ns.as_bytes()].concat()
 }
 

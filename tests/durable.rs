@@ -2434,16 +2434,38 @@ fn leave_journal_markers(dir: &TempDir, clock: &ManualClock, keys: &[&[u8]]) {
 }
 
 #[cfg(target_os = "linux")]
+/// Leaves claims of "first" and "second" in the journal of a closed engine, then
+/// damages the first claim's slot (its claim time; 64 bytes of header before it).
+/// The journal's bytes as damaged.
+fn damage_the_first_slot(dir: &TempDir, clock: &ManualClock) -> Vec<u8> {
+    leave_journal_markers(dir, clock, &[b"first", b"second"]);
+    let mut bytes = std::fs::read(journal_file(dir)).unwrap();
+    bytes[64 + 16] ^= 0x10;
+    std::fs::write(journal_file(dir), &bytes).unwrap();
+    bytes
+}
+
+#[cfg(target_os = "linux")]
+/// The damaged journals kept aside in `dir` whose names end in `suffix`, sorted.
+fn kept_aside(dir: &TempDir, suffix: &str) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<std::path::PathBuf> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_string_lossy();
+            n.starts_with(&format!("{}.damaged-", journal_name())) && n.ends_with(suffix)
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[cfg(target_os = "linux")]
 #[test]
 fn a_damaged_journal_slot_is_reported_and_the_journal_kept_aside() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);
-    leave_journal_markers(&dir, &clock, &[b"first", b"second"]);
-    let mut bytes = std::fs::read(journal_file(&dir)).unwrap();
-    // The first claim took slot 0 (64 bytes of header before it): damage its
-    // claim time.
-    bytes[64 + 16] ^= 0x10;
-    std::fs::write(journal_file(&dir), &bytes).unwrap();
+    let bytes = damage_the_first_slot(&dir, &clock);
     let (engine, ns) = open_seeded(&dir, &clock, small());
     let orphans = engine.orphans();
     assert_eq!(orphans.len(), 2, "{orphans:?}");
@@ -2451,17 +2473,9 @@ fn a_damaged_journal_slot_is_reported_and_the_journal_kept_aside() {
     assert_eq!(bad.len(), 1, "{orphans:?}");
     assert_eq!(bad[0].fingerprint, fingerprint(b"first", 3));
     in_progress(&ns, b"second");
-    let kept: Vec<_> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with(&format!("{}.damaged-", journal_name())))
-        .collect();
+    let kept = kept_aside(&dir, "");
     assert_eq!(kept.len(), 1, "the damaged journal is kept beside");
-    assert_eq!(
-        std::fs::read(dir.path().join(&kept[0])).unwrap(),
-        bytes,
-        "as it was found"
-    );
+    assert_eq!(std::fs::read(&kept[0]).unwrap(), bytes, "as it was found");
 }
 
 #[cfg(target_os = "linux")]
@@ -2469,37 +2483,21 @@ fn a_damaged_journal_slot_is_reported_and_the_journal_kept_aside() {
 fn a_damaged_journal_kept_aside_by_an_open_that_did_not_finish_is_reported_by_the_next() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);
-    leave_journal_markers(&dir, &clock, &[b"first", b"second"]);
-    let mut bytes = std::fs::read(journal_file(&dir)).unwrap();
-    bytes[64 + 16] ^= 0x10; // the first claim's slot
-    std::fs::write(journal_file(&dir), &bytes).unwrap();
+    damage_the_first_slot(&dir, &clock);
     {
         // The first open reports it and keeps the file aside.
         let (engine, _ns) = open_seeded(&dir, &clock, small());
         assert_eq!(engine.orphans().len(), 2);
     }
-    let kept = |suffix: &str| -> Vec<String> {
-        std::fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|n| {
-                n.starts_with(&format!("{}.damaged-", journal_name())) && n.ends_with(suffix)
-            })
-            .collect()
-    };
-    let done = kept("");
+    let done = kept_aside(&dir, "");
     assert_eq!(done.len(), 1);
     assert!(
-        !done[0].ends_with(".unreported"),
+        !done[0].to_string_lossy().ends_with(".unreported"),
         "{done:?}: marked reported"
     );
     // As an open killed (or failed) after keeping it aside and before it finished
     // leaves it: the next open reports its damaged slot again.
-    std::fs::rename(
-        dir.path().join(&done[0]),
-        dir.path().join(format!("{}.unreported", done[0])),
-    )
-    .unwrap();
+    std::fs::rename(&done[0], format!("{}.unreported", done[0].display())).unwrap();
     {
         let (engine, ns) = open_seeded(&dir, &clock, small());
         let bad: Vec<u128> = engine
@@ -2513,8 +2511,8 @@ fn a_damaged_journal_kept_aside_by_an_open_that_did_not_finish_is_reported_by_th
         assert_eq!(engine.orphans().len(), 2, "{:?}", engine.orphans());
         in_progress(&ns, b"second");
     }
-    assert_eq!(kept(".unreported").len(), 0);
-    assert_eq!(kept("").len(), 1);
+    assert_eq!(kept_aside(&dir, ".unreported").len(), 0);
+    assert_eq!(kept_aside(&dir, "").len(), 1);
     let (engine, _ns) = open_seeded(&dir, &clock, small());
     assert!(
         engine.orphans().iter().all(|o| o.corrupt.is_none()),
@@ -2528,22 +2526,9 @@ fn a_damaged_journal_kept_aside_by_an_open_that_did_not_finish_is_reported_by_th
 fn a_damaged_journal_kept_aside_that_no_longer_reads_is_left_unreported() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);
-    leave_journal_markers(&dir, &clock, &[b"first", b"second"]);
-    let mut bytes = std::fs::read(journal_file(&dir)).unwrap();
-    bytes[64 + 16] ^= 0x10; // the first claim's slot
-    std::fs::write(journal_file(&dir), &bytes).unwrap();
+    let bytes = damage_the_first_slot(&dir, &clock);
     drop(open_seeded(&dir, &clock, small()));
-    let aside = |suffix: &str| -> Vec<std::path::PathBuf> {
-        std::fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| {
-                let n = p.file_name().unwrap().to_string_lossy();
-                n.starts_with(&format!("{}.damaged-", journal_name())) && n.ends_with(suffix)
-            })
-            .collect()
-    };
-    let kept = aside("");
+    let kept = kept_aside(&dir, "");
     assert_eq!(kept.len(), 1);
     // As an open that did not finish leaves it, and then damaged further at rest:
     // cut short, it no longer reads as a journal.
@@ -2561,7 +2546,7 @@ fn a_damaged_journal_kept_aside_that_no_longer_reads_is_left_unreported() {
         in_progress(&ns, b"second");
         drop(engine);
         // Not marked reported: its slots never were. Left exactly as it was.
-        assert_eq!(aside(".unreported"), vec![unreported.clone()]);
+        assert_eq!(kept_aside(&dir, ".unreported"), vec![unreported.clone()]);
         assert_eq!(std::fs::read(&unreported).unwrap(), cut);
     }
 }

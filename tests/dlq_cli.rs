@@ -768,3 +768,29 @@ fn a_replay_of_many_named_ids_with_one_it_cannot_take_does_nothing() {
     let replayed = list.lines().filter(|l| l.contains("replayed")).count();
     assert_eq!(replayed, 1, "only #70, replayed before: {list}");
 }
+
+#[test]
+fn a_listing_says_how_many_stored_letters_it_could_not_decode() {
+    let (tmp, dbs) = populated("undecodable");
+    {
+        let db = tmp.0.join("db");
+        let opts = rocksdb::Options::default();
+        let cfs = rocksdb::DB::list_cf(&opts, &db).unwrap();
+        let raw = rocksdb::DB::open_cf(&opts, &db, &cfs).unwrap();
+        let cf = raw.cf_handle("dlq:orders").unwrap();
+        let mut key = vec![b'm'];
+        key.extend_from_slice(&3u64.to_be_bytes());
+        raw.put_cf(cf, key, b"garbage").unwrap();
+    }
+    let (ok, _, out, err) = orders("list", &dbs, &["--all"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("4 message(s)"), "{out}");
+    assert!(
+        out.contains("1 more stored message(s) could not be decoded"),
+        "{out}"
+    );
+    // Without damage, no such line.
+    let (_tmp2, clean) = populated("decodable");
+    let (_, _, out, _) = orders("list", &clean, &["--all"]);
+    assert!(!out.contains("could not be decoded"), "{out}");
+}

@@ -61,7 +61,11 @@ fn check_harness_value(flag: &str, v: &str) -> Result<(), String> {
     } else {
         vec![v]
     };
-    let positive = matches!(flag, "--runs" | "--threads" | "--w2-passes");
+    // (A sample of 0 would read as "the default" in the harness.)
+    let positive = matches!(
+        flag,
+        "--runs" | "--threads" | "--w2-passes" | "--redis-sample" | "--jetstream-sample"
+    );
     // The harness reads these two as plain numbers, without `_` separators.
     let plain = matches!(flag, "--runs" | "--w2-passes");
     for item in items {
@@ -297,5 +301,11 @@ mod tests {
             .contains("--runs needs a value"));
         assert!(Options::parse(&args(&["--source"])).is_err());
         assert!(Options::parse(&args(&["--durable-only", "--no-durable"])).is_err());
+        for flag in ["--redis-sample", "--jetstream-sample"] {
+            assert!(Options::parse(&args(&[flag, "0"]))
+                .unwrap_err()
+                .contains("must be at least 1"));
+            assert!(Options::parse(&args(&[flag, "1_000"])).is_ok());
+        }
     }
 }

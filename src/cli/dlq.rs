@@ -316,6 +316,14 @@ fn list(dlq: &Dlq, o: &Options) -> Result<(), String> {
         );
     }
     outln!("{} message(s)", grouped(messages.len() as u64));
+    // Letters that do not decode are never dropped, and never listed: say so.
+    let corrupt = dlq.health().corrupt;
+    if corrupt > 0 {
+        outln!(
+            "{} more stored message(s) could not be decoded and are not listed (`idem dlq health` counts them)",
+            grouped(corrupt)
+        );
+    }
     Ok(())
 }
 

@@ -794,3 +794,24 @@ fn a_listing_says_how_many_stored_letters_it_could_not_decode() {
     let (_, _, out, _) = orders("list", &clean, &["--all"]);
     assert!(!out.contains("could not be decoded"), "{out}");
 }
+
+#[test]
+fn an_archive_whose_output_cannot_be_written_still_archives_every_id() {
+    let (_tmp, dbs) = populated("full");
+    // Every write to /dev/full fails: the command fails on its output, after the
+    // archive, not half way through it.
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "exec >/dev/full; '{}' dlq archive '{dbs}' --namespace orders --id 1 --id 2 --note spam:test",
+            env!("CARGO_BIN_EXE_idem")
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    for id in ["1", "2"] {
+        let (_, _, list, _) = orders("list", &dbs, &["--all", "--id", id]);
+        let cols = row(&list, &format!("      #{id}"));
+        assert_eq!(cols[1], "archived", "#{id}: {list}");
+    }
+}

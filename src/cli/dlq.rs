@@ -385,8 +385,12 @@ fn archive(dlq: &Dlq, o: &Options) -> Result<(), String> {
             ));
         }
     }
+    // Every id is archived before anything is printed: output that cannot be written
+    // (a closed pipe ends the process) must not stop the command half way.
     for id in &o.ids {
         dlq.archive(*id, note).map_err(|e| e.to_string())?;
+    }
+    for id in &o.ids {
         outln!("archived {id}");
     }
     Ok(())

@@ -107,7 +107,9 @@ impl Options {
             match a.as_str() {
                 "--quick" => {
                     o.quick = true;
-                    o.harness_args.push(a.clone());
+                    // First: the harness sets the quick sizes where it meets the
+                    // flag, over any `--n` or `--runs` given before it.
+                    o.harness_args.insert(0, a.clone());
                 }
                 "--w2-shuffled" | "--w2-one-order" => o.harness_args.push(a.clone()),
                 "--no-durable" => {
@@ -252,6 +254,12 @@ mod tests {
         assert_eq!(
             o.cargo_args().join(" "),
             "bench --no-default-features --bench workloads -- --n 1000000 --w2-passes 10 --w2-shuffled"
+        );
+        // `--quick` goes first, so that the sizes given with it are the ones run.
+        let o = Options::parse(&args(&["--n", "5000", "--runs", "2", "--quick"])).unwrap();
+        assert_eq!(
+            o.cargo_args().join(" "),
+            "bench --no-default-features --bench workloads -- --quick --n 5000 --runs 2"
         );
         let o = Options::parse(&args(&["--w2-one-order"])).unwrap();
         assert_eq!(

@@ -263,13 +263,13 @@ fn class_matches(class: &str, wanted: &str) -> bool {
             && class[wanted.len()..].starts_with(':'))
 }
 
-/// `s` cut to at most `max` bytes, at a character boundary.
 /// Reports message `mid` as left alone because the namespace refuses its key.
 fn refuse_key(mid: MessageId, why: &crate::error::KeyError, report: &mut ReplayReport) {
     report.notes.insert(mid, format!("key-refused: {why}"));
     report.refused_key.push(mid);
 }
 
+/// `s` cut to at most `max` bytes, at a character boundary.
 pub(crate) fn truncate(s: &str, max: usize) -> &str {
     if s.len() <= max {
         return s;
@@ -420,8 +420,8 @@ impl Selection {
 }
 
 /// What a replay did, or in a dry run would do, with each selected message. A message
-/// is in exactly one of `replayed`, `already_done`, `archived`, `failed` and
-/// `skipped_in_progress`; each list is in id order.
+/// is in exactly one of `replayed`, `already_done`, `archived`, `failed`,
+/// `skipped_in_progress` and `refused_key`; each list is in id order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ReplayReport {

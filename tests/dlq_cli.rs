@@ -698,7 +698,27 @@ fn the_handler_gets_the_keys_bytes_as_they_are() {
          \"$(printf %s \"$IDEM_KEY\" | od -An -tx1 | tr -d ' \\n')\" >> {}",
         seen.display()
     );
-    let (ok, _, out, err) = orders("replay", &dbs, &["--exec", &exec]);
+    // Run with IDEM_KEY (and IDEM_KEY_HEX) already in idem's own environment, as
+    // inside another replay's handler: the handler sees only its own key's.
+    let out = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args([
+            "dlq",
+            "replay",
+            &dbs,
+            "--namespace",
+            "orders",
+            "--exec",
+            &exec,
+        ])
+        .env("IDEM_KEY", "stale")
+        .env("IDEM_KEY_HEX", "5354414c45")
+        .output()
+        .unwrap();
+    let (ok, out, err) = (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
     assert!(ok, "{err}");
     assert_eq!(row(&out, "replayed")[1], "3", "{out}");
     let mut lines: Vec<String> = std::fs::read_to_string(&seen)

@@ -387,8 +387,14 @@ fn archive(dlq: &Dlq, o: &Options) -> Result<(), String> {
     }
     // Every id is archived before anything is printed: output that cannot be written
     // (a closed pipe ends the process) must not stop the command half way.
-    for id in &o.ids {
-        dlq.archive(*id, note).map_err(|e| e.to_string())?;
+    for (i, id) in o.ids.iter().enumerate() {
+        dlq.archive(*id, note).map_err(|e| {
+            let done: Vec<String> = o.ids[..i].iter().map(|d| d.to_string()).collect();
+            match done.is_empty() {
+                true => format!("{e}; nothing was archived"),
+                false => format!("{e}; archived before it: {}", done.join(" ")),
+            }
+        })?;
     }
     for id in &o.ids {
         outln!("archived {id}");
@@ -492,6 +498,10 @@ fn run_shell(
     let mut child = Command::new("sh")
         .arg("-c")
         .arg(cmd)
+        // Only what this call gives: a key without IDEM_KEY (one with a NUL byte)
+        // must not inherit one from idem's own environment.
+        .env_remove("IDEM_KEY")
+        .env_remove("IDEM_KEY_HEX")
         .envs(env.iter().map(|(k, v)| (*k, v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -689,7 +689,7 @@ enum Home {
     #[cfg(feature = "durable")]
     ReadOnly {
         name: String,
-        db: crate::durable::inspect::ReadOnlyDb,
+        db: Box<crate::durable::inspect::ReadOnlyDb>,
     },
 }
 
@@ -1154,7 +1154,7 @@ impl Dlq {
         }
         let home = Home::ReadOnly {
             name: namespace.to_owned(),
-            db,
+            db: Box::new(db),
         };
         Ok(Dlq {
             inner: Arc::new(Inner::open(home, std::sync::Arc::new(clock))?),

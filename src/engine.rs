@@ -2948,13 +2948,7 @@ impl Namespace {
     /// that do not decode (nothing without a durable tier). Not part of the stable API.
     #[doc(hidden)]
     pub fn debug_corrupt_record(&self, key: &[u8]) -> Result<()> {
-        let fp = self.inner.key_fp(key)?;
-        #[cfg(feature = "durable")]
-        if let Some(d) = &self.inner.durable {
-            return d.store.corrupt_done(&d.name, fp.to_u128());
-        }
-        let _ = fp;
-        Ok(())
+        self.corrupt_record(key, false)
     }
 
     /// Testing hook: writes a claim marker of `key` in the durable tier with bytes
@@ -2962,12 +2956,17 @@ impl Namespace {
     /// durable tier). Not part of the stable API.
     #[doc(hidden)]
     pub fn debug_corrupt_claim_marker(&self, key: &[u8]) -> Result<()> {
+        self.corrupt_record(key, true)
+    }
+
+    /// The testing hooks above: `key`'s done record, or with `claim` its marker.
+    fn corrupt_record(&self, key: &[u8], claim: bool) -> Result<()> {
         let fp = self.inner.key_fp(key)?;
         #[cfg(feature = "durable")]
         if let Some(d) = &self.inner.durable {
-            return d.store.corrupt_claim(&d.name, fp.to_u128());
+            return d.store.corrupt_record(&d.name, fp.to_u128(), claim);
         }
-        let _ = fp;
+        let _ = (fp, claim);
         Ok(())
     }
 

@@ -438,6 +438,14 @@ fn an_unknown_namespace_is_refused_and_the_database_is_left_as_it_was() {
 
 /// Every file of `dir` by name, with its bytes, except RocksDB's info logs (`LOG`,
 /// `LOG.old.*`), which any open, read-only too, starts anew: left out whole.
+/// The database in `db` opened with RocksDB directly, every column family, to change
+/// what idem would not.
+fn raw_db(db: &Path) -> rocksdb::DB {
+    let opts = rocksdb::Options::default();
+    let cfs = rocksdb::DB::list_cf(&opts, db).unwrap();
+    rocksdb::DB::open_cf(&opts, db, &cfs).unwrap()
+}
+
 fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     std::fs::read_dir(dir)
         .unwrap()
@@ -474,9 +482,7 @@ fn read_only_commands_leave_the_database_as_it_was() {
     let db = tmp.0.join("db");
     // A database last opened by an idem that stored no settings.
     {
-        let opts = rocksdb::Options::default();
-        let cfs = rocksdb::DB::list_cf(&opts, &db).unwrap();
-        let raw = rocksdb::DB::open_cf(&opts, &db, &cfs).unwrap();
+        let raw = raw_db(&db);
         raw.delete(b"idem/ns/orders").unwrap();
     }
     assert!(idem::stored_config(&db, "orders").unwrap().is_none());
@@ -502,9 +508,7 @@ fn replay_and_archive_without_stored_settings_are_refused_and_store_none() {
     let (tmp, dbs) = populated("unsettled");
     let db = tmp.0.join("db");
     {
-        let opts = rocksdb::Options::default();
-        let cfs = rocksdb::DB::list_cf(&opts, &db).unwrap();
-        let raw = rocksdb::DB::open_cf(&opts, &db, &cfs).unwrap();
+        let raw = raw_db(&db);
         raw.delete(b"idem/ns/orders").unwrap();
     }
     let dry = {
@@ -794,9 +798,7 @@ fn a_listing_says_how_many_stored_letters_it_could_not_decode() {
     let (tmp, dbs) = populated("undecodable");
     {
         let db = tmp.0.join("db");
-        let opts = rocksdb::Options::default();
-        let cfs = rocksdb::DB::list_cf(&opts, &db).unwrap();
-        let raw = rocksdb::DB::open_cf(&opts, &db, &cfs).unwrap();
+        let raw = raw_db(&db);
         let cf = raw.cf_handle("dlq:orders").unwrap();
         let mut key = vec![b'm'];
         key.extend_from_slice(&3u64.to_be_bytes());

@@ -40,6 +40,9 @@ pub(crate) struct ReadOnlyDb {
     /// Each namespace's journal markers, read at their first use and kept: a dry run
     /// looks up many keys, and the journal is read once, not once a key.
     journals: parking_lot::Mutex<std::collections::HashMap<String, std::sync::Arc<[ReadSlot]>>>,
+    /// Each namespace's stored longest key ([`ReadOnlyDb::max_key_len`]), read at its
+    /// first use and kept.
+    max_key_lens: parking_lot::Mutex<std::collections::HashMap<String, Option<usize>>>,
 }
 
 /// One namespace's records.
@@ -244,6 +247,7 @@ impl ReadOnlyDb {
             format_version,
             families,
             journals: Default::default(),
+            max_key_lens: Default::default(),
         })
     }
 
@@ -258,24 +262,15 @@ impl ReadOnlyDb {
     }
 
     /// The longest key namespace `ns`'s settings, as the database last stored them,
-    /// allow; `None` if it stored none.
+    /// allow; `None` if it stored none. Read at the first call and kept, as the
+    /// journal is: a dry run asks once a message.
     pub(crate) fn max_key_len(&self, ns: &str) -> Result<Option<usize>, Error> {
-        let Some(b) = self
-            .db
-            .get(super::store::settings_key(ns))
-            .map_err(|e| store_err("read", e))?
-        else {
-            return Ok(None);
-        };
-        let s = super::NsSettings::decode(&b).ok_or_else(|| {
-            Error::Store(StoreError::new(
-                "read",
-                format!(
-                    "the stored settings of namespace {ns:?} are damaged or of a newer version"
-                ),
-            ))
-        })?;
-        Ok(Some(s.max_key_len as usize))
+        if let Some(&max) = self.max_key_lens.lock().get(ns) {
+            return Ok(max);
+        }
+        let max = super::store::read_settings(&self.db, ns)?.map(|s| s.max_key_len as usize);
+        self.max_key_lens.lock().insert(ns.to_owned(), max);
+        Ok(max)
     }
 
     /// Whether the database holds namespace `ns`.

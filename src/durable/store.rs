@@ -63,7 +63,7 @@ impl NsSettings {
     }
 
     /// `None` for bytes of another length or version.
-    pub(crate) fn decode(b: &[u8]) -> Option<NsSettings> {
+    fn decode(b: &[u8]) -> Option<NsSettings> {
         if b.len() != 33 || b[0] != Self::VERSION {
             return None;
         }
@@ -81,7 +81,7 @@ impl NsSettings {
     }
 }
 
-pub(crate) fn settings_key(ns: &str) -> Vec<u8> {
+fn settings_key(ns: &str) -> Vec<u8> {
     [SETTINGS_PREFIX, ns.as_bytes()].concat()
 }
 
@@ -91,6 +91,11 @@ pub(crate) fn settings_key(ns: &str) -> Vec<u8> {
 pub(crate) fn stored_settings(path: &Path, ns: &str) -> Result<Option<NsSettings>, Error> {
     let db = DB::open_for_read_only(&Options::default(), path, false)
         .map_err(|e| store_err("open read-only", e))?;
+    read_settings(&db, ns)
+}
+
+/// The settings stored for namespace `ns` in `db`, as [`stored_settings`] reads them.
+pub(crate) fn read_settings(db: &DB, ns: &str) -> Result<Option<NsSettings>, Error> {
     match db.get(settings_key(ns)).map_err(|e| store_err("read", e))? {
         None => Ok(None),
         Some(b) => NsSettings::decode(&b).map(Some).ok_or_else(|| {
@@ -535,17 +540,12 @@ impl Store {
         self.fail_reads.store(fail, Ordering::SeqCst);
     }
 
-    /// Testing hook: overwrites the done record of `fp` with bytes that do not decode.
-    pub(crate) fn corrupt_done(&self, ns: &str, fp: u128) -> Result<(), Error> {
+    /// Testing hook: writes bytes that do not decode as the record of `fp` in
+    /// namespace `ns`: its done record, or with `claim` its claim marker.
+    pub(crate) fn corrupt_record(&self, ns: &str, fp: u128, claim: bool) -> Result<(), Error> {
+        let family = if claim { claims_cf(ns) } else { done_cf(ns) };
         self.db
-            .put_cf(self.cf(&done_cf(ns))?, fp_key(fp), b"garbage")
-            .map_err(|e| store_err("write", e))
-    }
-
-    /// Testing hook: writes a claim marker of `fp` with bytes that do not decode.
-    pub(crate) fn corrupt_claim(&self, ns: &str, fp: u128) -> Result<(), Error> {
-        self.db
-            .put_cf(self.cf(&claims_cf(ns))?, fp_key(fp), b"garbage")
+            .put_cf(self.cf(&family)?, fp_key(fp), b"garbage")
             .map_err(|e| store_err("write", e))
     }
 

@@ -790,12 +790,7 @@ impl Inner {
                 // The limit an engine opened now would apply: the application's, as
                 // the database last stored it.
                 if let Some(max) = db.max_key_len(name)? {
-                    if key.len() > max {
-                        return Err(Error::InvalidKey(crate::error::KeyError::TooLong {
-                            len: key.len(),
-                            max,
-                        }));
-                    }
+                    KeyError::check(key, max)?;
                 }
                 let found = db.key(name, key, Some(self.clock.now_ms()))?;
                 Ok(found.map(|k| match k.done {
@@ -1207,17 +1202,7 @@ impl Dlq {
     /// ([`Error::PayloadTooLarge`]), an empty or oversized reason
     /// ([`Error::InvalidReason`]), a store failure ([`Error::Store`]).
     pub fn quarantine(&self, key: &[u8], payload: &[u8], reason: &str) -> Result<MessageId> {
-        let max_key = self.inner.namespace()?.config().max_key_len;
-        if key.is_empty() {
-            return Err(KeyError::Empty.into());
-        }
-        if key.len() > max_key {
-            return Err(KeyError::TooLong {
-                len: key.len(),
-                max: max_key,
-            }
-            .into());
-        }
+        KeyError::check(key, self.inner.namespace()?.config().max_key_len)?;
         if payload.len() > MAX_DEAD_LETTER_PAYLOAD {
             return Err(Error::PayloadTooLarge {
                 len: payload.len(),

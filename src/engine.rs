@@ -2416,16 +2416,7 @@ impl NsInner {
 
     #[inline]
     fn key_fp(&self, key: &[u8]) -> Result<Fp> {
-        if key.is_empty() {
-            return Err(KeyError::Empty.into());
-        }
-        if key.len() > self.cfg.max_key_len {
-            return Err(KeyError::TooLong {
-                len: key.len(),
-                max: self.cfg.max_key_len,
-            }
-            .into());
-        }
+        KeyError::check(key, self.cfg.max_key_len)?;
         Ok(Fp::from_u128(xxh3_128_with_seed(key, self.seed)))
     }
 

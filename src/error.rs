@@ -17,6 +17,23 @@ pub enum KeyError {
     },
 }
 
+impl KeyError {
+    /// Checks `key` against a namespace's rules: not empty, at most `max` bytes.
+    #[inline]
+    pub(crate) fn check(key: &[u8], max: usize) -> Result<(), KeyError> {
+        if key.is_empty() {
+            return Err(KeyError::Empty);
+        }
+        if key.len() > max {
+            return Err(KeyError::TooLong {
+                len: key.len(),
+                max,
+            });
+        }
+        Ok(())
+    }
+}
+
 impl fmt::Display for KeyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

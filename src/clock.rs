@@ -114,12 +114,15 @@ impl ManualClock {
         }
     }
 
-    /// Moves the clock forward by `by` (whole milliseconds; sub-millisecond parts are dropped).
+    /// Moves the clock forward by `by` (whole milliseconds; sub-millisecond parts are
+    /// dropped), stopping at `u64::MAX`.
     pub fn advance(&self, by: Duration) {
-        self.now.fetch_add(
-            by.as_millis().min(u64::MAX as u128) as u64,
-            Ordering::SeqCst,
-        );
+        let by = by.as_millis().min(u64::MAX as u128) as u64;
+        let _ = self
+            .now
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |now| {
+                Some(now.saturating_add(by))
+            });
     }
 
     /// Sets the clock to `ms`, forwards or backwards.

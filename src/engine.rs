@@ -572,6 +572,9 @@ mod tests {
         /// Just before a claim's last attempt (the one with every shard's lock:
         /// `NsInner::claim_exclusive`).
         static BEFORE_EXCLUSIVE: Hook = const { std::cell::RefCell::new(None) };
+        /// In a durable forget, between the delete of the key's records and the
+        /// removal of its hot entry.
+        static AFTER_FORGET_DELETE: Hook = const { std::cell::RefCell::new(None) };
     }
 
     // (Every test that sets a hook needs the durable tier.)
@@ -596,6 +599,10 @@ mod tests {
 
     pub(super) fn before_exclusive_claim() {
         run_hook(&BEFORE_EXCLUSIVE);
+    }
+
+    pub(super) fn after_forget_delete() {
+        run_hook(&AFTER_FORGET_DELETE);
     }
 
     /// A scratch directory under the system's temporary one, removed when dropped.
@@ -649,6 +656,96 @@ mod tests {
             crate::Claim::Acquired(g) => g,
             other => panic!("the first claim acquires: {other:?}"),
         }
+    }
+
+    /// A completion that begins and ends after a forget deleted the key's records,
+    /// before the forget removed its hot entry, is refused as lost: had it written
+    /// its record, the key would answer Duplicate after the forget returned, though
+    /// the forget removed its claim.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_completion_begun_while_its_key_is_forgotten_is_lost_and_writes_nothing() {
+        use crate::{Claim, ClaimMarkers, Error};
+        for markers in [
+            ClaimMarkers::Journal,
+            ClaimMarkers::Immediate,
+            ClaimMarkers::Deferred,
+        ] {
+            let dir = Scratch::new(&format!("forget-complete-{markers:?}"));
+            let (_engine, ns, _clock) = durable_namespace(&dir, markers);
+            let g = first_claim(&ns);
+            let completed = std::rc::Rc::new(std::cell::RefCell::new(None));
+            {
+                let completed = completed.clone();
+                set_hook(&AFTER_FORGET_DELETE, move || {
+                    *completed.borrow_mut() = Some(g.complete());
+                });
+            }
+            assert!(ns.forget(b"k").unwrap(), "the held claim was removed");
+            assert_eq!(
+                completed.borrow_mut().take(),
+                Some(Err(Error::LeaseLost)),
+                "{markers:?}"
+            );
+            assert!(ns.check(b"k").unwrap().is_none(), "{markers:?}");
+            assert!(
+                matches!(ns.claim(b"k").unwrap(), Claim::Acquired(_)),
+                "{markers:?}: forgotten, not done"
+            );
+        }
+    }
+
+    /// Likewise a sliding window's sighting during a forget answers Duplicate (the
+    /// forget has not returned) but does not rewrite the record being deleted.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_sighting_while_its_key_is_forgotten_does_not_rewrite_its_record() {
+        use crate::Claim;
+        use std::time::Duration;
+        let dir = Scratch::new("forget-extend");
+        let clock = crate::ManualClock::new(1_000_000);
+        let engine = super::Engine::builder()
+            .durable(&dir.0)
+            .clock(clock.clone())
+            .maintenance_interval(None)
+            .namespace(
+                "n",
+                crate::NamespaceConfig::new()
+                    .ttl(Duration::from_secs(60))
+                    .retention(Duration::from_secs(60))
+                    .extend_on_duplicate(true)
+                    .sync(crate::SyncPolicy::Never),
+            )
+            .build()
+            .unwrap();
+        let ns = engine.namespace("n").unwrap();
+        first_claim(&ns).complete().unwrap();
+        // A sighting now (the hot entry live) moves the window past the record's
+        // retention: a rewrite.
+        clock.advance(Duration::from_secs(30));
+        let sighted = std::rc::Rc::new(std::cell::RefCell::new(None));
+        {
+            let (ns, sighted) = (ns.clone(), sighted.clone());
+            set_hook(&AFTER_FORGET_DELETE, move || {
+                *sighted.borrow_mut() = Some(ns.claim(b"k").unwrap());
+            });
+        }
+        let writes = engine.stats().durable_writes;
+        assert!(ns.forget(b"k").unwrap());
+        assert!(matches!(
+            sighted.borrow_mut().take(),
+            Some(Claim::Duplicate(_))
+        ));
+        assert_eq!(
+            engine.stats().durable_writes,
+            writes + 1,
+            "the forget's delete, and no rewrite"
+        );
+        assert!(ns.check(b"k").unwrap().is_none());
+        assert!(
+            matches!(ns.claim(b"k").unwrap(), Claim::Acquired(_)),
+            "forgotten, not extended"
+        );
     }
 
     /// A panic while a claim's marker is written gives the claim up: the key is not
@@ -762,6 +859,43 @@ mod tests {
         fn now_ms(&self) -> u64 {
             self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
         }
+    }
+
+    /// The namespace's time starts at the reading its wheels start from: a clock
+    /// set back below it afterwards is held there (as at any later reading), so a
+    /// lease runs from that time, not from the clock's earlier one.
+    #[test]
+    fn a_clock_set_back_below_the_namespaces_start_is_held_at_it() {
+        use crate::{Claim, NamespaceConfig};
+        use std::sync::atomic::Ordering::SeqCst;
+        use std::time::Duration;
+        const X: u64 = 1_000_000;
+        let at = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(X));
+        let engine = super::Engine::builder()
+            .clock(Ticking(at.clone()))
+            .maintenance_interval(None)
+            .namespace("n", NamespaceConfig::new().lease(Duration::from_secs(5)))
+            .build()
+            .unwrap();
+        let ns = engine.namespace("n").unwrap();
+        // The builder's first reading (X) is the epoch; the namespace started later.
+        let after_build = at.load(SeqCst);
+        assert!(
+            after_build > X + 1,
+            "the build read the clock more than once"
+        );
+        at.store(X - 1000, SeqCst);
+        let Claim::Acquired(_g) = ns.claim(b"k").unwrap() else {
+            panic!("the first claim acquires");
+        };
+        let Claim::InProgress(busy) = ns.claim(b"k").unwrap() else {
+            panic!("held");
+        };
+        let expires = busy.lease_expires_at_ms();
+        assert!(
+            expires > X + 5000 && expires < after_build + 5000,
+            "the lease ran from the namespace's start: {expires}"
+        );
     }
 
     /// A full namespace's last attempt reclaims the keys expired at its own time:
@@ -1877,7 +2011,10 @@ impl NsInner {
                 .as_ref()
                 .map(|_| cfg.get_retention().as_millis() as u64),
         };
-        let now_tick = params.now(clock.now_ms()).tick;
+        // The wheels start at this reading, so the namespace's time never goes below
+        // it (see `NsInner::now_ms`).
+        let start_ms = clock.now_ms();
+        let now_tick = params.now(start_ms).tick;
         let room = if cfg.preallocate {
             cfg.max_keys.div_ceil(shards)
         } else {
@@ -1903,7 +2040,7 @@ impl NsInner {
             chunks: Reservoir::new(cfg_max_keys),
             forget_waits: AtomicU64::new(0),
             lock_free_duplicates: Default::default(),
-            latest_ms: std::sync::atomic::AtomicU64::new(0),
+            latest_ms: std::sync::atomic::AtomicU64::new(start_ms),
         })
     }
 
@@ -2878,6 +3015,11 @@ impl Namespace {
         let fp = ns.key_fp(key)?;
         let si = fp.shard(ns.slots.len());
         let cap = ns.capacity();
+        // From here no durable write of the key's done record begins (a completion is
+        // refused as lost, a window is not extended) until the forget ends: one that
+        // began and ended between the delete below and the hot entry's removal would
+        // bring the key back as done. One already begun is waited for below.
+        let _forgetting = ns.durable.is_some().then(|| Forgetting::begin(ns, si, fp));
         let mut waited = false;
         let mut durable_live = false;
         loop {
@@ -2900,6 +3042,8 @@ impl Namespace {
                     }
                 }
                 d.forget(fp)?;
+                #[cfg(test)]
+                tests::after_forget_delete();
             }
             let now = ns.now();
             let mut shard = ns.slots[si].lock();
@@ -3359,6 +3503,28 @@ impl ClaimGuard {
         self.counted = false;
         drop(anchor);
         finished(settled)
+    }
+}
+
+/// A forget in progress on a durable namespace, noted in the key's shard
+/// ([`Shard::begin_forget`](crate::hot::Shard)) for as long as it lives: its drop
+/// ends the note, on every way out of the forget (an error, a panic).
+struct Forgetting<'a> {
+    ns: &'a NsInner,
+    si: usize,
+    fp: Fp,
+}
+
+impl<'a> Forgetting<'a> {
+    fn begin(ns: &'a NsInner, si: usize, fp: Fp) -> Self {
+        ns.slots[si].lock().begin_forget(fp);
+        Forgetting { ns, si, fp }
+    }
+}
+
+impl Drop for Forgetting<'_> {
+    fn drop(&mut self) {
+        self.ns.slots[self.si].lock().end_forget(self.fp);
     }
 }
 

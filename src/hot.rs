@@ -513,7 +513,7 @@ impl Params {
     /// (rounded up: never early, at most one tick late).
     #[inline]
     pub(crate) fn deadline(&self, now: Now, span_ms: u64) -> u64 {
-        let rel = now.ms.saturating_sub(self.epoch_ms) + span_ms;
+        let rel = now.ms.saturating_sub(self.epoch_ms).saturating_add(span_ms);
         if self.tick_ms == 1 {
             // The default tick: no division on the claim path.
             rel
@@ -545,7 +545,8 @@ impl Params {
 
     #[inline]
     pub(crate) fn tick_to_ms(&self, tick: u64) -> u64 {
-        self.epoch_ms + tick * self.tick_ms
+        self.epoch_ms
+            .saturating_add(tick.saturating_mul(self.tick_ms))
     }
 
     #[inline]
@@ -1163,6 +1164,12 @@ pub(crate) struct Shard {
     /// refused under fail-open ([`Stored::HotOnly`]): eviction passes them by.
     /// Empty unless the store has failed.
     unstored: HashSet<u32>,
+    /// Keys of this shard whose `forget` is deleting their durable records (one
+    /// element a forget in progress; empty almost always). While a key is here, no
+    /// durable write of its done record may begin: a completion is refused as lost
+    /// and a window is not extended, so that no record lands after the forget's
+    /// delete (see `Namespace::forget`).
+    forgetting: Vec<Fp>,
     /// Once no handle of the namespace is left and this shard still counts guards:
     /// the reference that keeps the namespace alive for them, taken by the guard
     /// that ends the last count.
@@ -1242,6 +1249,7 @@ impl Shard {
             payloads: HashMap::new(),
             extras: HashMap::new(),
             unstored: HashSet::new(),
+            forgetting: Vec::new(),
             next_token: 0,
             guards: 0,
             live: 0,
@@ -1293,6 +1301,7 @@ impl Shard {
             + table_bytes(self.payloads.capacity(), std::mem::size_of::<(u32, u64)>())
             + table_bytes(self.extras.capacity(), std::mem::size_of::<(u32, Extra)>())
             + table_bytes(self.unstored.capacity(), std::mem::size_of::<u32>())
+            + self.forgetting.capacity() * std::mem::size_of::<Fp>()
             + results
     }
 
@@ -1570,7 +1579,7 @@ impl Shard {
                     };
                 }
                 let idx = self.place(fp, meta, deadline);
-                return self.after_insert(idx, payload, found, p, now, lease_deadline);
+                return self.after_insert(fp, idx, payload, found, p, now, lease_deadline);
             }
         };
         let e = *self.slab.get(idx);
@@ -1613,7 +1622,7 @@ impl Shard {
                 } else {
                     self.reschedule(idx, when);
                     if covered == Some(false) {
-                        extend = self.begin_extension(p, idx, when, Some(old));
+                        extend = self.begin_extension(p, fp, idx, when, Some(old));
                     }
                 }
             }
@@ -1661,7 +1670,7 @@ impl Shard {
         };
         self.slab.get_mut(idx).meta = meta;
         self.reschedule(idx, deadline);
-        self.after_insert(idx, payload, found, p, now, lease_deadline)
+        self.after_insert(fp, idx, payload, found, p, now, lease_deadline)
     }
 
     /// The claim of a key the hot tier does not hold, in a namespace without a durable
@@ -1742,10 +1751,15 @@ impl Shard {
     fn begin_extension(
         &mut self,
         p: &Params,
+        fp: Fp,
         idx: u32,
         when: u64,
         fallback: Option<u64>,
     ) -> Option<Extension> {
+        if self.being_forgotten(fp) {
+            // Its record is being deleted: a rewrite could land after the delete.
+            return None;
+        }
         let completed_at_ms = self.completed_at(idx)?;
         let expires_ms = p.durable_until(completed_at_ms, p.tick_to_ms(when))?;
         let e = self.slab.get_mut(idx);
@@ -1798,8 +1812,10 @@ impl Shard {
 
     /// Finishes a claim that placed entry `idx`: as a new holder, or as a duplicate
     /// found in the durable tier.
+    #[allow(clippy::too_many_arguments)]
     fn after_insert(
         &mut self,
+        fp: Fp,
         idx: u32,
         payload: Option<u64>,
         found: DurableLookup,
@@ -1820,7 +1836,7 @@ impl Shard {
                 // record, the record is rewritten.
                 let when = found_deadline(p, now, &d);
                 let extend = if p.sliding && needs_rewrite(p, &d, when) {
-                    self.begin_extension(p, idx, when, None)
+                    self.begin_extension(p, fp, idx, when, None)
                 } else {
                     None
                 };
@@ -1873,9 +1889,10 @@ impl Shard {
         cap: &Capacity<'_>,
     ) -> Result<Option<u64>, Refused> {
         self.catch_up(now, cap);
-        if !self.holds(fp, lease, now) {
+        if !self.holds(fp, lease, now) || self.being_forgotten(fp) {
             // A hold its guard never ended (a panic dropped the guard while its marker
             // was being written) goes with the lease: the entry expires as any other.
+            // A key being forgotten is lost to its guard: the forget removes it.
             self.marker_written(fp, lease);
             self.counters.lease_lost += 1;
             return Err(Refused::LeaseLost);
@@ -2083,6 +2100,26 @@ impl Shard {
             self.counters.expirations += 1;
         }
         Some(live)
+    }
+
+    /// Notes that a forget of `fp` is about to delete its durable records: until
+    /// [`Shard::end_forget`], no durable write of its done record begins (a
+    /// completion is refused as lost, a window is not extended).
+    pub(crate) fn begin_forget(&mut self, fp: Fp) {
+        self.forgetting.push(fp);
+    }
+
+    /// Ends one [`Shard::begin_forget`] of `fp`.
+    pub(crate) fn end_forget(&mut self, fp: Fp) {
+        if let Some(i) = self.forgetting.iter().position(|f| *f == fp) {
+            self.forgetting.swap_remove(i);
+        }
+    }
+
+    /// Whether a forget of `fp` is deleting its durable records.
+    #[inline]
+    fn being_forgotten(&self, fp: Fp) -> bool {
+        !self.forgetting.is_empty() && self.forgetting.contains(&fp)
     }
 
     /// Holds entry `idx`, just acquired, while its claim marker is written outside

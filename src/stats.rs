@@ -57,8 +57,9 @@ pub struct Stats {
     pub durable_writes: u64,
     /// Durable-tier operations that failed.
     pub store_errors: u64,
-    /// Claims and completions decided from the hot tier alone because the store
-    /// failed and the namespace fails open.
+    /// Claims, completions and checks decided from the hot tier alone because the
+    /// store failed and the namespace fails open. (A `forget` whose delete fails is an
+    /// error under either policy.)
     pub fail_open_decisions: u64,
     /// Fsyncs of the write-ahead log issued by grouped completions (`SyncPolicy::Always`,
     /// unless [`EngineBuilder::commit_delay`](crate::EngineBuilder::commit_delay) turned
@@ -66,8 +67,9 @@ pub struct Stats {
     /// `completions`, how many completions shared each. Engine-wide: only
     /// [`Engine::stats`](crate::Engine::stats) reports it.
     pub wal_group_syncs: u64,
-    /// Claims the prefilter answered alone: it knew the key was new, so the durable
-    /// tier was not read.
+    /// Look-ups the prefilter answered alone: it knew the key was new, so the durable
+    /// tier was not read. Mostly claims; a `check` or `forget` of a key the hot tier
+    /// does not hold asks it too.
     pub prefilter_negatives: u64,
     /// Durable reads the prefilter let through (the key may have had a record).
     pub prefilter_passes: u64,

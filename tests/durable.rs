@@ -1361,6 +1361,27 @@ fn a_co_commit_stores_state_with_the_completion() {
 }
 
 #[test]
+fn a_forget_the_store_refuses_is_an_error_whatever_the_policy() {
+    for policy in [FailurePolicy::FailClosed, FailurePolicy::FailOpen] {
+        let dir = TempDir::new();
+        let clock = ManualClock::new(T0);
+        let (engine, ns) = open(&dir, &clock, small().on_store_error(policy));
+        acquire(&ns, b"k").complete().unwrap();
+        engine.debug_fail_store_writes(true);
+        let err = ns.forget(b"k").unwrap_err();
+        assert!(is_store_error(&err), "{policy:?}: {err:?}");
+        assert_eq!(engine.stats().fail_open_decisions, 0, "{policy:?}");
+        engine.debug_fail_store_writes(false);
+        // Nothing was forgotten: the key is done in both tiers.
+        assert!(ns.check(b"k").unwrap().is_some(), "{policy:?}");
+        duplicate(&ns, b"k");
+        drop((ns, engine));
+        let (_engine, ns) = open(&dir, &clock, small().on_store_error(policy));
+        duplicate(&ns, b"k");
+    }
+}
+
+#[test]
 fn a_co_commit_that_cannot_be_written_stores_nothing_whatever_the_policy() {
     for policy in [FailurePolicy::FailClosed, FailurePolicy::FailOpen] {
         let dir = TempDir::new();
@@ -2905,6 +2926,94 @@ fn a_corrupt_claim_marker_is_reported_until_the_keys_next_claim_settles() {
             );
         }
     }
+}
+
+#[test]
+fn deferred_markers_whose_flush_failed_are_written_by_the_next() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small().claim_markers(ClaimMarkers::Deferred);
+    {
+        let (engine, ns) = open(&dir, &clock, cfg.clone());
+        let g = acquire(&ns, b"k");
+        engine.debug_fail_store_writes(true);
+        engine.run_maintenance(); // the flush fails
+        engine.debug_fail_store_writes(false);
+        let w0 = engine.stats().durable_writes;
+        engine.run_maintenance();
+        assert_eq!(
+            engine.stats().durable_writes,
+            w0 + 1,
+            "the claim's marker was written by the next flush"
+        );
+        g.complete().unwrap();
+    }
+    // The completion deleted the flushed marker.
+    let (engine, ns) = open(&dir, &clock, cfg);
+    assert!(engine.orphans().is_empty(), "{:?}", engine.orphans());
+    duplicate(&ns, b"k");
+}
+
+#[test]
+fn a_completion_decided_from_the_hot_tier_alone_keeps_its_deferred_marker() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = || {
+        small()
+            .claim_markers(ClaimMarkers::Deferred)
+            .on_store_error(FailurePolicy::FailOpen)
+    };
+    {
+        let (engine, ns) = open_seeded(&dir, &clock, cfg());
+        let g = acquire(&ns, b"k");
+        engine.debug_fail_store_writes(true);
+        g.complete().unwrap();
+        duplicate(&ns, b"k");
+        engine.debug_fail_store_writes(false);
+        // The shutdown flushes the marker: nothing on disk says the key is done.
+    }
+    let (engine, ns) = open_seeded(&dir, &clock, cfg());
+    assert_eq!(orphan_fps(&engine), vec![fingerprint(b"k", 3)]);
+    in_progress(&ns, b"k");
+}
+
+#[test]
+fn a_failed_completion_leaves_an_earlier_claims_marker_noted_on_disk() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = || {
+        small()
+            .claim_markers(ClaimMarkers::Deferred)
+            .on_store_error(FailurePolicy::FailOpen)
+    };
+    {
+        let (_engine, ns) = open_seeded(&dir, &clock, cfg());
+        ns.debug_corrupt_claim_marker(b"k").unwrap();
+    }
+    let damaged = |engine: &Engine| {
+        engine
+            .orphans()
+            .iter()
+            .filter(|o| o.corrupt.is_some())
+            .count()
+    };
+    {
+        let (engine, ns) = open_seeded(&dir, &clock, cfg());
+        assert_eq!(damaged(&engine), 1);
+        // The completion's write, which would have deleted the damaged marker, fails:
+        // the key is done from the hot tier alone, until its TTL ends.
+        let g = acquire(&ns, b"k");
+        engine.debug_fail_store_writes(true);
+        g.complete().unwrap();
+        engine.debug_fail_store_writes(false);
+        clock.advance(secs(3600));
+        engine.run_maintenance();
+        // The next claim's completion deletes the damaged marker: it is still
+        // known to be on disk.
+        acquire(&ns, b"k").complete().unwrap();
+    }
+    let (engine, _ns) = open_seeded(&dir, &clock, cfg());
+    assert_eq!(damaged(&engine), 0, "{:?}", engine.orphans());
 }
 
 #[cfg(target_os = "linux")]

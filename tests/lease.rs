@@ -106,3 +106,30 @@ fn a_guard_held_across_a_clock_jump_of_weeks_is_refused() {
     clock.advance(ms((1 << 32) + 5000));
     assert_eq!(g.release(), Err(Error::LeaseLost));
 }
+
+#[test]
+fn a_clock_near_the_end_of_time_neither_panics_nor_wraps() {
+    let clock = idem::ManualClock::new(u64::MAX - 1000);
+    let engine = idem::Engine::builder()
+        .namespace("ns", small())
+        .clock(clock.clone())
+        .maintenance_interval(None)
+        .build()
+        .unwrap();
+    let ns = engine.namespace("ns").unwrap();
+    acquire(&ns, b"k").complete().unwrap();
+    let Claim::Duplicate(done) = ns.claim(b"k").unwrap() else {
+        panic!("done, not expired at once")
+    };
+    assert_eq!(done.expires_at_ms(), u64::MAX, "saturated, not wrapped");
+    clock.advance(secs(3600));
+    assert_eq!(
+        idem::Clock::now_ms(&clock),
+        u64::MAX,
+        "the manual clock stops at the end"
+    );
+    assert!(
+        ns.claim(b"k").unwrap().is_duplicate(),
+        "time stands still there"
+    );
+}

@@ -1017,18 +1017,30 @@ impl DurableNs {
         if let Some(j) = self.journal.get() {
             return self.clear_journal(j, fp, Some(token)) && !self.take_marker_on_disk(fp);
         }
-        let Some(d) = &self.deferred else {
-            return false;
+        self.take_deferred(fp, token)
+            .is_some_and(|(_, was_on_disk)| !was_on_disk)
+    }
+
+    /// [`DurableNs::settle_marker`] without a journal: the deferred marker of claim
+    /// `token` of `fp` taken out of memory (so no flush writes it), and whether an
+    /// earlier claim's marker was noted on disk (noted no more). `None` if it was not
+    /// in memory; any write of it in progress has then finished.
+    fn take_deferred(&self, fp: u128, token: u32) -> Option<(Record, bool)> {
+        let d = self.deferred.as_ref()?;
+        let take = || {
+            let mut pending = d.pending.lock();
+            if pending.get(&fp).is_some_and(|r| r.token == token) {
+                pending.remove(&fp)
+            } else {
+                None
+            }
         };
-        let mut pending = d.pending.lock();
-        if pending.get(&fp).is_some_and(|r| r.token == token) {
-            pending.remove(&fp);
-            drop(pending);
-            return !self.take_marker_on_disk(fp);
-        }
-        drop(pending);
-        drop(d.flushing.lock());
-        false
+        let marker = take().or_else(|| {
+            // Perhaps in a flush: wait for it. One that failed put its markers back.
+            let _flushed = d.flushing.lock();
+            take()
+        })?;
+        Some((marker, self.take_marker_on_disk(fp)))
     }
 
     /// Clears the journal marker of `fp` (true if it had one), or under the testing
@@ -1292,8 +1304,15 @@ impl DurableNs {
                     namespace = %self.name,
                     markers = batch.len(),
                     error = %e,
-                    "could not write deferred claim markers"
+                    "could not write deferred claim markers; the next flush tries again"
                 );
+                // Back in memory, under the flush's lock: a completion, release or
+                // forget that waited for this flush looks there again. A newer claim
+                // of the key that deferred its own marker meanwhile keeps it.
+                let mut pending = d.pending.lock();
+                for (fp, marker) in batch {
+                    pending.entry(fp).or_insert(marker);
+                }
             }
         }
     }
@@ -1560,6 +1579,9 @@ impl DurableNs {
         // one being written finishes first, so the batch's delete of it lands after
         // it. A journaled marker needs no delete either, and stays in the journal
         // until the write is over: a crash before then leaves the claim an orphan.
+        // (Deferred markers taken out of memory are put back if the write fails: see
+        // below.)
+        let mut taken = Vec::new();
         let unwritten: Vec<bool> = match self.journal.get() {
             Some(j) => done
                 .iter()
@@ -1567,7 +1589,14 @@ impl DurableNs {
                 .collect(),
             None => done
                 .iter()
-                .map(|(fp, r)| self.settle_marker(*fp, r.token))
+                .map(|(fp, r)| {
+                    let t = self.take_deferred(*fp, r.token);
+                    let unwritten = t.as_ref().is_some_and(|(_, was_on_disk)| !was_on_disk);
+                    if let Some(t) = t {
+                        taken.push((*fp, t));
+                    }
+                    unwritten
+                })
                 .collect(),
         };
         self.writes.fetch_add(1, Ordering::Relaxed);
@@ -1613,6 +1642,20 @@ impl DurableNs {
             for (fp, _) in done {
                 self.take_marker_on_disk(*fp);
             }
+        } else {
+            // Nothing was deleted: an earlier claim's marker is still on disk. A claim
+            // decided from the hot tier alone (fail open) keeps its deferred marker,
+            // as a journaled one stays: nothing on disk says it is done, so a crash
+            // must leave it an orphan. (A refused completion releases its claim:
+            // its marker is not due any more.)
+            for (fp, (marker, was_on_disk)) in taken {
+                if was_on_disk {
+                    self.note_marker_on_disk(fp);
+                }
+                if let (Ok(_), Some(d)) = (&answer, &self.deferred) {
+                    d.pending.lock().entry(fp).or_insert(marker);
+                }
+            }
         }
         answer
     }
@@ -1623,14 +1666,20 @@ impl DurableNs {
         // at the next flush and read back as an orphan at the next open.
         let waiting = self.deferred.as_ref().and_then(|d| {
             let m = d.pending.lock().remove(&fp.to_u128());
-            drop(d.flushing.lock());
-            m
+            // A flush under way finishes first; one that failed put its markers back.
+            let _flushed = d.flushing.lock();
+            m.or_else(|| d.pending.lock().remove(&fp.to_u128()))
         });
         self.writes.fetch_add(1, Ordering::Relaxed);
-        let r = match self.store.forget(&self.fams, fp.to_u128()) {
-            Ok(()) => Ok(()),
-            Err(e) => self.on_failure(e, "forget"),
-        };
+        // Never decided from the hot tier (as a claim may be under fail-open): a
+        // delete the store refused did not happen, whatever the failure policy, and
+        // the record it left would still answer for the key.
+        let r = self
+            .store
+            .forget(&self.fams, fp.to_u128())
+            .inspect_err(|_| {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+            });
         // A refused forget changes nothing: the waiting marker goes back (unless a
         // new claim of the key has written its own meanwhile).
         if let (Some(d), Some(m), Err(_)) = (&self.deferred, waiting, &r) {

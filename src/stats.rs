@@ -101,6 +101,15 @@ pub struct Stats {
     /// Claim markers that found the journal full and were written to RocksDB instead
     /// (more claims in flight than `NamespaceConfig::journal_slots`).
     pub journal_overflows: u64,
+    /// Claim markers known to be in RocksDB that the next completion, release or
+    /// forget of their key deletes (with [`ClaimMarkers::Journal`] and
+    /// [`ClaimMarkers::Deferred`](crate::ClaimMarkers::Deferred), whose claims
+    /// otherwise write no RocksDB marker: orphans of the last run, damaged markers,
+    /// flushed deferred markers, journal overflows). While any is left, completions
+    /// take one more lock to ask about their key.
+    ///
+    /// [`ClaimMarkers::Journal`]: crate::ClaimMarkers::Journal
+    pub markers_on_disk: u64,
 }
 
 impl Stats {
@@ -151,6 +160,7 @@ impl Stats {
         self.prefilter_rebuilds += o.prefilter_rebuilds;
         self.journal_markers += o.journal_markers;
         self.journal_overflows += o.journal_overflows;
+        self.markers_on_disk += o.markers_on_disk;
     }
 
     #[cfg_attr(not(feature = "durable"), allow(dead_code))]

@@ -2955,6 +2955,36 @@ fn deferred_markers_whose_flush_failed_are_written_by_the_next() {
 }
 
 #[test]
+fn a_forget_takes_the_note_of_the_keys_marker_on_disk_with_it() {
+    // A flushed deferred marker, and a damaged marker of the last run, are noted on
+    // disk until something deletes them; a forget does, and its note goes too.
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = || small().claim_markers(ClaimMarkers::Deferred);
+    {
+        let (_engine, ns) = open(&dir, &clock, cfg());
+        ns.debug_corrupt_claim_marker(b"damaged").unwrap();
+    }
+    let (engine, ns) = open(&dir, &clock, cfg());
+    assert_eq!(engine.stats().markers_on_disk, 1);
+    let held = acquire(&ns, b"k");
+    engine.run_maintenance(); // flushes k's marker
+    assert_eq!(engine.stats().markers_on_disk, 2);
+    // A refused forget leaves both the marker and its note.
+    engine.debug_fail_store_writes(true);
+    assert!(ns.forget(b"k").is_err());
+    engine.debug_fail_store_writes(false);
+    assert_eq!(engine.stats().markers_on_disk, 2);
+    assert!(ns.forget(b"k").unwrap());
+    assert_eq!(held.complete(), Err(Error::LeaseLost));
+    assert!(!ns.forget(b"damaged").unwrap(), "no record, only a marker");
+    assert_eq!(engine.stats().markers_on_disk, 0);
+    drop((ns, engine));
+    let (engine, _ns) = open(&dir, &clock, cfg());
+    assert!(engine.orphans().is_empty(), "{:?}", engine.orphans());
+}
+
+#[test]
 fn a_completion_decided_from_the_hot_tier_alone_keeps_its_deferred_marker() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);

@@ -390,7 +390,14 @@ struct W3Run {
 
 /// One W3 run: `durable` None is memory-only; Some((prefilter, markers)) has a
 /// durable tier with or without the prefilter, with the given claim markers.
-fn w3_run(stream: &[(u64, u64, Kind)], durable: Option<(bool, ClaimMarkers)>) -> W3Run {
+/// One W3 run: memory-only (`durable` `None`), or with a durable tier (with or without
+/// the prefilter, with these claim markers), the prefilter at `fpr` (`None`: the
+/// default `prefilter_fpr`).
+fn w3_run(
+    stream: &[(u64, u64, Kind)],
+    durable: Option<(bool, ClaimMarkers)>,
+    fpr: Option<f64>,
+) -> W3Run {
     let ttl = Duration::from_secs(3600);
     let distinct = stream.iter().map(|&(id, _, _)| id).max().unwrap_or(0) as usize + 1;
     let clock = idem::ManualClock::new(1_700_000_000_000);
@@ -407,6 +414,9 @@ fn w3_run(stream: &[(u64, u64, Kind)], durable: Option<(bool, ClaimMarkers)>) ->
             .prefilter(prefilter)
             .claim_markers(markers)
             .expected_keys(distinct);
+        if let Some(f) = fpr {
+            cfg = cfg.prefilter_fpr(f);
+        }
         b = b.durable(&dir.0);
     }
     let engine = b.namespace("w3", cfg).build().unwrap();
@@ -490,7 +500,7 @@ fn median_by_p99(runs: Vec<W3Run>) -> (W3Run, Vec<u64>) {
 /// durable tier with its prefilter) run `rounds` times, alternately; each is shown by
 /// its run of median p99, with every run's p99 after the table. The other tiers run
 /// once.
-fn w3(n: u64, rounds: usize) {
+fn w3(n: u64, rounds: usize, fpr: Option<f64>) {
     let messages = 10 * n;
     let stream = w3_stream(messages, 3_600_000);
     outln!(
@@ -499,12 +509,16 @@ fn w3(n: u64, rounds: usize) {
     );
     outln!("Claims and completions on one thread; claim latency is the claim call alone (for a new key it includes writing the claim marker). Durable runs use SyncPolicy::Never. Memory-only and the default durable tier ran {rounds} times each, alternately: their rows are the run of median p99.
 ");
+    if let Some(f) = fpr {
+        outln!("Every durable tier here runs its prefilter at prefilter_fpr {f} (--prefilter-fpr), not the default {}.
+", idem::DEFAULT_PREFILTER_FPR);
+    }
     outln!("| tier | claims/s | p50 | p99 | p99.9 | durable reads per claim | claims answered by the prefilter alone | prefilter false-positive rate | prefilter memory | redeliveries past the hot TTL acquired again |");
     outln!("|---|---|---|---|---|---|---|---|---|---|");
     let (mut mems, mut durs) = (Vec::new(), Vec::new());
     for _ in 0..rounds.max(1) {
-        mems.push(w3_run(&stream, None));
-        durs.push(w3_run(&stream, Some((true, ClaimMarkers::Journal))));
+        mems.push(w3_run(&stream, None, fpr));
+        durs.push(w3_run(&stream, Some((true, ClaimMarkers::Journal)), fpr));
     }
     let (mem, mem_p99s) = median_by_p99(mems);
     let (dur, dur_p99s) = median_by_p99(durs);
@@ -513,21 +527,22 @@ fn w3(n: u64, rounds: usize) {
         ("durable + prefilter (journal markers, the default)", dur),
         (
             "durable + prefilter, immediate markers",
-            w3_run(&stream, Some((true, ClaimMarkers::Immediate))),
+            w3_run(&stream, Some((true, ClaimMarkers::Immediate)), fpr),
         ),
         (
             "durable + prefilter, deferred markers",
-            w3_run(&stream, Some((true, ClaimMarkers::Deferred))),
+            w3_run(&stream, Some((true, ClaimMarkers::Deferred)), fpr),
         ),
         (
             "durable, no prefilter (journal markers)",
-            w3_run(&stream, Some((false, ClaimMarkers::Journal))),
+            w3_run(&stream, Some((false, ClaimMarkers::Journal)), fpr),
         ),
     ];
     let mem = &runs[0].1;
     let ratio = runs[1].1.p99_ns as f64 / mem.p99_ns as f64;
+    let at = fpr.map_or(String::new(), |f| format!(" (prefilter_fpr {f})"));
     judge(
-        "W3: durable + prefilter p99 <= 3x memory-only p99".to_owned(),
+        format!("W3: durable + prefilter p99 <= 3x memory-only p99{at}"),
         format!("{ratio:.3}x"),
         ratio <= 3.0,
     );
@@ -1030,7 +1045,7 @@ pub(crate) fn run(args: &[String]) -> Result<std::process::ExitCode, String> {
     Ok(std::process::ExitCode::SUCCESS)
 }
 
-const USAGE: &str = "usage: idem bench durable [--quick] [--w3] [--w4] [--w5] [--keys N] [--w3-rounds N]\n       idem bench durable --disk [--keys N] [--result-bytes N]";
+const USAGE: &str = "usage: idem bench durable [--quick] [--w3] [--w4] [--w5] [--keys N] [--w3-rounds N] [--prefilter-fpr F]\n       idem bench durable --disk [--keys N] [--result-bytes N]";
 
 /// The options of `idem bench durable`; anything else is a usage error.
 #[derive(Debug, PartialEq)]
@@ -1044,6 +1059,9 @@ struct Opts {
     /// W3's rounds of the two compared tiers (`--w3-rounds`; default 3, 1 with
     /// `--quick`).
     w3_rounds: Option<usize>,
+    /// W3's durable tiers' `prefilter_fpr` (`--prefilter-fpr`; default the
+    /// namespace's default).
+    fpr: Option<f64>,
 }
 
 impl Opts {
@@ -1055,6 +1073,7 @@ impl Opts {
             keys: None,
             result_bytes: 0,
             w3_rounds: None,
+            fpr: None,
         };
         let mut given: Vec<&str> = Vec::new();
         let mut it = args.iter();
@@ -1093,6 +1112,17 @@ impl Opts {
                     o.result_bytes = bytes as usize;
                 }
                 "--w3-rounds" => o.w3_rounds = Some(value("--w3-rounds")? as usize),
+                "--prefilter-fpr" => {
+                    // As `NamespaceConfig::prefilter_fpr` accepts it.
+                    let f = it
+                        .next()
+                        .and_then(|v| v.parse::<f64>().ok())
+                        .filter(|f| *f > 0.0 && *f <= 0.5)
+                        .ok_or_else(|| {
+                            format!("--prefilter-fpr needs a rate above 0 and at most 0.5\n{USAGE}")
+                        })?;
+                    o.fpr = Some(f);
+                }
                 other => return Err(format!("unknown option {other}\n{USAGE}")),
             }
             given.push(a.as_str());
@@ -1101,10 +1131,12 @@ impl Opts {
         let runs = |w: &str| o.picked.is_empty() || o.picked.contains(&w);
         let unused = |flag: &str, why: &str| Err(format!("{flag} {why}\n{USAGE}"));
         if o.disk {
-            if let Some(f) = given
-                .iter()
-                .find(|f| matches!(**f, "--w3" | "--w4" | "--w5" | "--w3-rounds"))
-            {
+            if let Some(f) = given.iter().find(|f| {
+                matches!(
+                    **f,
+                    "--w3" | "--w4" | "--w5" | "--w3-rounds" | "--prefilter-fpr"
+                )
+            }) {
                 return unused(f, "does not apply to --disk");
             }
         } else {
@@ -1113,6 +1145,9 @@ impl Opts {
             }
             if o.w3_rounds.is_some() && !runs("--w3") {
                 return unused("--w3-rounds", "needs W3 to run");
+            }
+            if o.fpr.is_some() && !runs("--w3") {
+                return unused("--prefilter-fpr", "needs W3 to run");
             }
             // A quick W3 runs its own small stream; W4 has no key count.
             if o.keys.is_some() && !runs("--w5") && (o.quick || !runs("--w3")) {
@@ -1186,6 +1221,7 @@ fn run_benches(args: &[String], o: &Opts) {
                 keys.min(1_000_000) / 10
             },
             o.w3_rounds.unwrap_or(if o.quick { 1 } else { 3 }),
+            o.fpr,
         );
     }
     if runs("--w4") {
@@ -1204,7 +1240,7 @@ mod tests {
     fn w3_counts_each_durable_read_against_the_claim_that_made_it() {
         let stream = w3_stream(20_000, 3_600_000);
         // One thread: every read the engine counts happened inside one claim.
-        let durable = w3_run(&stream, Some((true, ClaimMarkers::Journal)));
+        let durable = w3_run(&stream, Some((true, ClaimMarkers::Journal)), None);
         assert!(durable.read.0 > 0);
         assert_eq!(durable.read.0 as u64, durable.stats.durable_reads);
         // Redeliveries past the hot TTL all read, so they are among the reads.
@@ -1214,7 +1250,7 @@ mod tests {
             "{} < {old}",
             durable.read.0
         );
-        let memory = w3_run(&stream, None);
+        let memory = w3_run(&stream, None, None);
         assert_eq!(memory.read.0, 0);
         assert_eq!(memory.stats.durable_reads, 0);
     }
@@ -1263,6 +1299,10 @@ mod tests {
         assert_eq!(o.w3_rounds, None);
         assert_eq!(parse(&["--w3-rounds", "5"]).unwrap().w3_rounds, Some(5));
         assert_eq!(
+            parse(&["--w3", "--prefilter-fpr", "0.001"]).unwrap().fpr,
+            Some(0.001)
+        );
+        assert_eq!(
             parse(&["--keys", "2147482623"]).unwrap().keys,
             Some(2_147_482_623)
         );
@@ -1296,6 +1336,11 @@ mod tests {
             &["--keys", "2147482624"],
             &["--keys", "18446744073709551615"],
             &["--w3-rounds", "0"],
+            &["--prefilter-fpr"],
+            &["--prefilter-fpr", "0"],
+            &["--prefilter-fpr", "0.6"],
+            &["--prefilter-fpr", "NaN"],
+            &["--prefilter-fpr", "often"],
         ] {
             let e = parse(bad).unwrap_err();
             assert!(e.contains("usage: idem bench durable"), "{bad:?}: {e}");
@@ -1307,6 +1352,8 @@ mod tests {
             (&["--quick", "--w3", "--keys", "10"], "--keys"),
             (&["--disk", "--w3-rounds", "2"], "--w3-rounds"),
             (&["--w5", "--w3-rounds", "2"], "--w3-rounds"),
+            (&["--w4", "--prefilter-fpr", "0.001"], "--prefilter-fpr"),
+            (&["--disk", "--prefilter-fpr", "0.001"], "--prefilter-fpr"),
             (&["--w4", "--keys", "10"], "--keys"),
         ] {
             let e = parse(bad).unwrap_err();

@@ -1662,32 +1662,43 @@ impl DurableNs {
 
     /// Deletes a key's durable records.
     pub(crate) fn forget(&self, fp: Fp) -> Result<(), Error> {
+        let fp = fp.to_u128();
+        // With deferred markers the flush's lock is held through the delete (a flush
+        // under way finishes first): no marker of the key is written and noted on
+        // disk in between, so the note taken below stays true.
+        let flushing = self.deferred.as_ref().map(|d| d.flushing.lock());
         // A held claim's marker still waiting in memory would otherwise be written
         // at the next flush and read back as an orphan at the next open.
-        let waiting = self.deferred.as_ref().and_then(|d| {
-            let m = d.pending.lock().remove(&fp.to_u128());
-            // A flush under way finishes first; one that failed put its markers back.
-            let _flushed = d.flushing.lock();
-            m.or_else(|| d.pending.lock().remove(&fp.to_u128()))
-        });
+        let waiting = self
+            .deferred
+            .as_ref()
+            .and_then(|d| d.pending.lock().remove(&fp));
+        // The delete takes any marker of the key on disk with it: it is no longer
+        // noted there (a completion need not delete it, and completions stop taking
+        // the note's lock once none is left).
+        let was_on_disk = self.take_marker_on_disk(fp);
         self.writes.fetch_add(1, Ordering::Relaxed);
         // Never decided from the hot tier (as a claim may be under fail-open): a
         // delete the store refused did not happen, whatever the failure policy, and
         // the record it left would still answer for the key.
-        let r = self
-            .store
-            .forget(&self.fams, fp.to_u128())
-            .inspect_err(|_| {
-                self.errors.fetch_add(1, Ordering::Relaxed);
-            });
-        // A refused forget changes nothing: the waiting marker goes back (unless a
-        // new claim of the key has written its own meanwhile).
-        if let (Some(d), Some(m), Err(_)) = (&self.deferred, waiting, &r) {
-            d.pending.lock().entry(fp.to_u128()).or_insert(m);
+        let r = self.store.forget(&self.fams, fp).inspect_err(|_| {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+        });
+        if r.is_err() {
+            // A refused forget changes nothing: the waiting marker goes back (unless
+            // a new claim of the key has deferred its own meanwhile), and a marker on
+            // disk is still there.
+            if let (Some(d), Some(m)) = (&self.deferred, waiting) {
+                d.pending.lock().entry(fp).or_insert(m);
+            }
+            if was_on_disk {
+                self.note_marker_on_disk(fp);
+            }
         }
+        drop(flushing);
         // A journaled marker goes only with the key, too.
         if let (Some(j), Ok(())) = (self.journal.get(), &r) {
-            self.clear_journal(j, fp.to_u128(), None);
+            self.clear_journal(j, fp, None);
         }
         r
     }
@@ -1708,6 +1719,9 @@ impl DurableNs {
         s.prefilter_rebuilds += self.prefilter_rebuilds.load(Ordering::Relaxed);
         s.journal_markers += self.journal.get().map_or(0, |j| j.len() as u64);
         s.journal_overflows += self.journal_overflows.load(Ordering::Relaxed);
+        if self.any_on_disk.load(Ordering::Acquire) {
+            s.markers_on_disk += self.on_disk.lock().len() as u64;
+        }
     }
 }
 

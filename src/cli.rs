@@ -88,12 +88,14 @@ USAGE:
         W2 both in W1's order and (at N <= 1000000 unless --w2-shuffled-max-n)
         shuffled (--w2-one-order: W1's order only; --w2-shuffled: shuffled only),
         through cargo and the workloads harness of the source tree DIR (default:
-        where this binary was built from), then W4/W5.
+        where this binary was built from), then W3, W4 and W5.
         --quick runs in under a minute.
     idem bench durable [--quick] [--w3] [--w4] [--w5] [--keys N] [--w3-rounds N]
+                       [--prefilter-fpr F]
         Measures the mixed stream's claim latency per tier (W3; memory-only and
         the default durable tier --w3-rounds times each, default 3, shown by the
-        run of median p99), durable completion per sync policy beside RocksDB
+        run of median p99; every durable tier's prefilter at rate F when given),
+        durable completion per sync policy beside RocksDB
         used directly (W4), and restart with N completed keys (W5), printing
         markdown tables.
     idem bench durable --disk [--keys N] [--result-bytes N]

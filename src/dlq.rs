@@ -433,8 +433,9 @@ pub struct ReplayReport {
     pub already_done: Vec<MessageId>,
     /// Archived by the schema check.
     pub archived: Vec<MessageId>,
-    /// The handler failed (or the claim was lost before completing): back in
-    /// quarantine with one more attempt. Always empty in a dry run.
+    /// The handler failed: back in quarantine with one more attempt. (A claim lost
+    /// after the handler succeeded is recorded as replayed, not failed.) Always
+    /// empty in a dry run.
     pub failed: Vec<MessageId>,
     /// Their key is held by a live claim elsewhere (or another replay works on the
     /// message): left as they were.

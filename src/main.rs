@@ -1,5 +1,6 @@
 //! The `idem` command line: `idem demo` runs a simulated at-least-once consumer on the
-//! engine and proves every message took effect exactly once.
+//! engine (by default with the durable tier, killed with SIGKILL part way and
+//! restarted) and proves every message took effect exactly once.
 
 mod cli;
 

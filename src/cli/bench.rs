@@ -6,8 +6,8 @@
 //! harness counts heap bytes with a global allocator that the `idem` binary itself
 //! should not carry. This command builds and runs it through
 //! cargo in the source tree (release profile, without the durable feature, which
-//! W1/W2 do not use), then runs W4/W5 in this binary (`idem bench durable`) when it
-//! has the durable tier.
+//! W1/W2 do not use), then runs W3, W4 and W5 in this binary (`idem bench durable`)
+//! when it has the durable tier.
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};

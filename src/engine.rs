@@ -2800,6 +2800,11 @@ impl Namespace {
     /// [`NamespaceConfig::extend_on_duplicate`]) is written on its own, as in
     /// [`Namespace::claim`]; if that write fails, the batch fails as above, and the
     /// rewrites already made in it stay (they only extend windows the keys had).
+    ///
+    /// In [`Stats`], a failed batch's released claims are not counted as acquired
+    /// (nor as released); its other answers (duplicates, in-progress answers,
+    /// expired entries reclaimed on the way, the refusal itself) were made and stay
+    /// counted.
     pub fn claim_batch(&self, keys: &[&[u8]]) -> Result<Vec<Claim>> {
         let ns = &self.inner;
         let mut fps = Vec::with_capacity(keys.len());

@@ -17,6 +17,25 @@ macro_rules! outln {
     };
 }
 
+/// `eprint!` for the commands: progress and error lines on stderr. A stderr that
+/// cannot be written (a closed pipe) loses them; `eprint!` would panic.
+macro_rules! err {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = std::io::stderr().write_fmt(format_args!($($arg)*));
+    }};
+}
+
+/// `eprintln!` for the commands: see [`err!`].
+macro_rules! errln {
+    () => {
+        err!("\n")
+    };
+    ($($arg:tt)*) => {
+        err!("{}\n", format_args!($($arg)*))
+    };
+}
+
 mod bench;
 #[cfg(feature = "durable")]
 mod bench_durable;
@@ -199,7 +218,7 @@ pub(crate) fn emit(args: std::fmt::Arguments<'_>) {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             std::process::exit(141);
         }
-        eprintln!("idem: writing the output failed: {e}");
+        errln!("idem: writing the output failed: {e}");
         std::process::exit(1);
     }
 }

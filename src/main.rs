@@ -4,6 +4,7 @@
 
 mod cli;
 
+use std::io::Write;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -12,7 +13,9 @@ fn main() -> ExitCode {
         match arg.into_string() {
             Ok(a) => args.push(a),
             Err(raw) => {
-                eprintln!(
+                // (A stderr that cannot be written loses the message: no panic.)
+                let _ = writeln!(
+                    std::io::stderr(),
                     "idem: an argument is not valid UTF-8: {}",
                     raw.to_string_lossy()
                 );
@@ -23,8 +26,7 @@ fn main() -> ExitCode {
     match cli::run(&args) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("idem: {e}");
-            eprintln!("run `idem help` for usage");
+            let _ = writeln!(std::io::stderr(), "idem: {e}\nrun `idem help` for usage");
             ExitCode::from(2)
         }
     }

@@ -57,6 +57,10 @@ const REDIS_BYTES_PER_KEY: f64 = 129.6;
 /// The TTL and lease limit at the default 1 ms tick (2^30 ticks).
 const MAX_SPAN_DEFAULT_TICK: Duration = Duration::from_millis(1 << 30);
 
+/// The longest TTL a namespace takes at all: 2^30 ticks of the coarsest tick the
+/// engine accepts (60 s).
+const MAX_TTL: Duration = Duration::from_secs(60 << 30);
+
 /// The largest prefilter false-positive rate a namespace accepts: the bound
 /// `NamespaceConfig` validation applies to `prefilter_fpr` (held against it by a test).
 const MAX_FALSE_POSITIVE_RATE: f64 = 0.5;
@@ -97,6 +101,9 @@ pub enum SizingError {
     Rate(f64),
     /// The TTL is shorter than 1 ms.
     TtlTooShort,
+    /// The TTL is longer than a namespace holds at the coarsest tick (2^30 ticks of
+    /// 60 s, about 2,000 years).
+    TtlTooLong(Duration),
     /// The retention is shorter than the TTL.
     RetentionShorterThanTtl,
     /// The prefilter's false-positive rate is not above 0 and at most 0.5, the range
@@ -128,6 +135,12 @@ impl fmt::Display for SizingError {
                 )
             }
             SizingError::TtlTooShort => f.write_str("the TTL must be at least 1 ms"),
+            SizingError::TtlTooLong(t) => write!(
+                f,
+                "the TTL must be at most 2^30 ticks of the coarsest tick, 60 s ({} s), not {} s",
+                MAX_TTL.as_secs(),
+                t.as_secs()
+            ),
             SizingError::RetentionShorterThanTtl => {
                 f.write_str("the retention must be at least the TTL")
             }
@@ -205,6 +218,9 @@ impl Sizing {
         }
         if self.ttl < Duration::from_millis(1) {
             return Err(SizingError::TtlTooShort);
+        }
+        if self.ttl > MAX_TTL {
+            return Err(SizingError::TtlTooLong(self.ttl));
         }
         let retention = self.get_retention();
         if retention < self.ttl {
@@ -538,8 +554,17 @@ mod tests {
             .result_bytes(MAX_RESULT)
             .plan()
             .is_ok());
+        // The longest TTL any tick holds plans (with a coarser tick advised); one
+        // millisecond more would be refused by every namespace.
+        assert!(Sizing::new(1.0, MAX_TTL).retention(MAX_TTL).plan().is_ok());
+        let over = MAX_TTL + Duration::from_millis(1);
+        assert_eq!(
+            Sizing::new(1.0, over).retention(over).plan(),
+            Err(SizingError::TtlTooLong(over))
+        );
         // Every error says what is wrong in words.
         assert!(SizingError::TtlTooShort.to_string().contains("TTL"));
+        assert!(SizingError::TtlTooLong(over).to_string().contains("TTL"));
     }
 
     #[test]
@@ -652,13 +677,15 @@ mod tests {
             Sizing::new(1.0, DAY).retention(MAX_RETENTION + ms).plan(),
             Err(SizingError::RetentionTooLong(MAX_RETENTION + ms))
         );
-        // The default retention, 7 x TTL, is held to the same limit.
+        // The default retention, 7 x TTL, is held to the same limit; the longest TTL
+        // a namespace takes at all (2^30 ticks of 60 s) keeps it below.
+        assert!(MAX_TTL * 7 < MAX_RETENTION);
+        assert!(Sizing::new(1.0, MAX_TTL).plan().is_ok());
         let ttl = MAX_RETENTION / 7 + ms;
         assert_eq!(
             Sizing::new(1.0, ttl).plan(),
-            Err(SizingError::RetentionTooLong(ttl * 7))
+            Err(SizingError::TtlTooLong(ttl))
         );
-        assert!(Sizing::new(1.0, MAX_RETENTION / 7).plan().is_ok());
     }
 
     #[test]

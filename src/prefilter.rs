@@ -482,6 +482,9 @@ impl Prefilter {
 pub(crate) fn fuzz_load(data: &[u8]) {
     let p = Prefilter::new(1_000, 4_000, 0.01);
     let (seq, now_ms) = (7, 1_000);
+    // The bytes as they are, a whole file: refused (its magic, length or checksum)
+    // or loaded, never a panic.
+    let _ = Prefilter::new(1_000, 4_000, 0.01).load(data, seq, now_ms);
     let mut body = FILE_MAGIC.to_vec();
     for v in [
         seq,

@@ -91,6 +91,22 @@ fn the_consumer_refuses_a_stream_longer_than_the_demo_runs() {
 }
 
 #[test]
+fn progress_into_a_stderr_nobody_reads_does_not_stop_the_demo() {
+    // `idem demo --memory 2>&1 | head -1`: once the reader is gone, the progress
+    // lines meet a broken pipe. They are lost; before, the first of them panicked.
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(["demo", "--memory", "--messages", "20000"])
+        .stderr(writer)
+        .output()
+        .expect("the idem binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{:?}\n{stdout}", out.status);
+    assert!(stdout.contains("verified:"), "{stdout}");
+}
+
+#[test]
 fn demo_verifies_every_message_took_effect_once() {
     let out = idem(&[
         "demo",

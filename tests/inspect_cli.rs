@@ -1,4 +1,5 @@
-//! `idem inspect`: a key that cannot exist is reported as invalid, not as unknown.
+//! `idem inspect`: a key that cannot exist is reported as invalid, not as unknown; a
+//! path that is not there is said to be missing, not to hold no database.
 
 #![cfg(all(feature = "durable", not(idem_loom)))]
 
@@ -49,4 +50,21 @@ fn an_empty_key_is_refused_as_invalid() {
         stdout.contains("key \"ord-1\" in \"orders\": unknown"),
         "{stdout}"
     );
+}
+
+#[test]
+fn a_missing_directory_is_said_to_be_missing() {
+    let tmp = TempDir(
+        std::env::temp_dir().join(format!("idem-inspect-cli-missing-{}", std::process::id())),
+    );
+    let dir = tmp.0.join("not-there");
+    let out = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(["inspect", dir.to_str().unwrap()])
+        .output()
+        .expect("the idem binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("No such file or directory"), "{stderr}");
+    assert!(!stderr.contains("no idem database"), "{stderr}");
+    assert!(!dir.exists(), "nothing was created");
 }

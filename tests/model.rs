@@ -89,6 +89,8 @@ fn assert_covers_every_path(t: &Tally) {
         ("forgotten keys", t.forgotten),
         ("keys reclaimed by maintenance", t.maintenance_reclaims),
         ("clock leaps", t.leaps),
+        ("batches", t.batches),
+        ("refused batches", t.batches_refused),
     ];
     for (what, n) in reached {
         assert!(n >= 20, "only {n} {what} in {t:?}");

@@ -173,7 +173,7 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
             ));
         }
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        eprintln!("idem bench: cargo {}", o.cargo_args().join(" "));
+        errln!("idem bench: cargo {}", o.cargo_args().join(" "));
         let status = Command::new(&cargo)
             .args(o.cargo_args())
             .current_dir(&o.source)
@@ -183,7 +183,7 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
         outln!();
     }
     if let Some(notice) = o.durable_skip_notice(cfg!(feature = "durable")) {
-        eprintln!("idem bench: {notice}");
+        errln!("idem bench: {notice}");
         outln!("{notice}");
     }
     #[cfg(feature = "durable")]

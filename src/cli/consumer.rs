@@ -206,7 +206,7 @@ pub(crate) fn run(o: Options) -> Result<std::process::ExitCode, String> {
     match consume(&o) {
         Ok(()) => Ok(std::process::ExitCode::SUCCESS),
         Err(e) => {
-            eprintln!("idem __consumer: {e}");
+            errln!("idem __consumer: {e}");
             Ok(std::process::ExitCode::FAILURE)
         }
     }

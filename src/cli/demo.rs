@@ -117,7 +117,7 @@ pub(crate) fn run(o: Options) -> Result<ExitCode, String> {
     match demo(&o) {
         Ok(code) => Ok(code),
         Err(e) => {
-            eprintln!("idem demo: {e}");
+            errln!("idem demo: {e}");
             Ok(ExitCode::FAILURE)
         }
     }
@@ -168,7 +168,7 @@ fn demo(o: &Options) -> Result<ExitCode, String> {
     let deliveries = stream.len() as u64;
 
     outln!(
-        "idem demo: {} messages, {} deliveries ({} redeliveries, {} of them concurrent duplicates), {} workers, {}% of workers fail after claiming",
+        "idem demo: {} messages, {} deliveries ({} redeliveries, {} of them concurrent duplicates), {} workers; {}% of acquired claims fail before applying (released, delivered again)",
         grouped(o.messages),
         grouped(deliveries),
         grouped(deliveries - o.messages),
@@ -331,7 +331,7 @@ fn progress(tally: &Tally, total: u64, started: Instant) {
         if tty {
             let width = 40;
             let filled = (frac * width as f64) as usize;
-            eprint!(
+            err!(
                 "\r[{}{}] {:5.1}% {}/{} deliveries  {:.1}s",
                 "#".repeat(filled),
                 ".".repeat(width - filled),
@@ -343,7 +343,7 @@ fn progress(tally: &Tally, total: u64, started: Instant) {
             let _ = std::io::stderr().flush();
         } else {
             while next_quarter <= 4 && frac >= next_quarter as f64 / 4.0 {
-                eprintln!(
+                errln!(
                     "progress: {}% of deliveries acknowledged",
                     next_quarter * 25
                 );
@@ -356,7 +356,7 @@ fn progress(tally: &Tally, total: u64, started: Instant) {
         std::thread::sleep(Duration::from_millis(100));
     }
     if tty {
-        eprintln!();
+        errln!();
     }
 }
 

@@ -171,7 +171,7 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
     let (_engine, dlq) = match opened {
         Ok(x) => x,
         Err(e) => {
-            eprintln!("idem dlq: {e}");
+            errln!("idem dlq: {e}");
             return Ok(ExitCode::FAILURE);
         }
     };
@@ -188,7 +188,7 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
     match outcome {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(e) => {
-            eprintln!("idem dlq {cmd}: {e}");
+            errln!("idem dlq {cmd}: {e}");
             Ok(ExitCode::FAILURE)
         }
     }
@@ -674,7 +674,7 @@ impl Progress {
         if self.tty {
             let width = 40;
             let filled = ((frac * width as f64) as usize).min(width);
-            eprint!(
+            err!(
                 "\r[{}{}] {:5.1}% {}/{} messages  {:.1}s",
                 "#".repeat(filled),
                 ".".repeat(width - filled),
@@ -686,7 +686,7 @@ impl Progress {
             let _ = std::io::stderr().flush();
         } else {
             while self.next_quarter <= 4 && frac >= self.next_quarter as f64 / 4.0 {
-                eprintln!("progress: {}% of messages", self.next_quarter * 25);
+                errln!("progress: {}% of messages", self.next_quarter * 25);
                 self.next_quarter += 1;
             }
         }
@@ -694,7 +694,7 @@ impl Progress {
 
     fn finish(&mut self) {
         if self.tty && self.total > 0 {
-            eprintln!();
+            errln!();
         }
     }
 }

@@ -32,7 +32,7 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
     let db = match idem::inspect(&dir, now_ms) {
         Ok(db) => db,
         Err(e) => {
-            eprintln!("idem inspect: {e}");
+            errln!("idem inspect: {e}");
             return Ok(ExitCode::FAILURE);
         }
     };
@@ -90,7 +90,7 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
                 }
             }
             Err(e) => {
-                eprintln!("idem inspect: {e}");
+                errln!("idem inspect: {e}");
                 return Ok(ExitCode::FAILURE);
             }
         }

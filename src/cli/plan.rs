@@ -361,14 +361,12 @@ mod tests {
             );
         }
         // u64 seconds overflow is an error, not a wrap or a panic; the largest
-        // duration that fits is refused as a retention no namespace accepts.
+        // duration that fits is refused as a TTL no namespace accepts.
         assert!(d("213503982334602d").is_err());
         let max = Duration::from_secs(213_503_982_334_601 * 86_400);
         assert_eq!(
             Options::parse(&args(&["--rate", "1/s", "--ttl", "213503982334601d"])),
-            Err(ArgError::Sizing(SizingError::RetentionTooLong(
-                max.saturating_mul(7)
-            )))
+            Err(ArgError::Sizing(SizingError::TtlTooLong(max)))
         );
     }
 

@@ -221,6 +221,14 @@ impl ReadOnlyDb {
             found,
             supported: super::FORMAT_VERSION,
         };
+        if let Err(e) = std::fs::metadata(path) {
+            // Said as it is: "holds no idem database" would mislead about a path
+            // that is not there, or cannot be read.
+            return Err(Error::Store(StoreError::new(
+                "open read-only",
+                format!("{}: {e}", path.display()),
+            )));
+        }
         let families = DB::list_cf(&Options::default(), path).map_err(|_| incompatible(None))?;
         let db = DB::open_cf_for_read_only(&Options::default(), path, &families, false)
             .map_err(|e| store_err("open read-only", e))?;

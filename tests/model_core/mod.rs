@@ -71,6 +71,9 @@ pub enum Op {
     Claim { key: u8 },
     /// `claim_with_payload(key, PAYLOADS[payload % 3])`.
     ClaimWithPayload { key: u8, payload: u8 },
+    /// `claim_batch` of one to four keys chosen by `a` and `b` (see
+    /// [`batch_keys`]), repeats included.
+    ClaimBatch { a: u8, b: u8 },
     /// `complete()` on a held guard.
     Complete { guard: u8 },
     /// `complete_with_result(result_bytes(result))` on a held guard.
@@ -105,7 +108,8 @@ pub fn decode(bytes: &[u8]) -> Vec<Op> {
         .map(|c| {
             let (a, b) = (c[1], c[2]);
             match c[0] % 20 {
-                0..=3 => Op::Claim { key: a },
+                0..=2 => Op::Claim { key: a },
+                3 => Op::ClaimBatch { a, b },
                 4 | 5 => Op::ClaimWithPayload { key: a, payload: b },
                 6..=8 => Op::Complete { guard: a },
                 9 | 10 => Op::CompleteWithResult {
@@ -483,6 +487,9 @@ pub struct Tally {
     pub forgotten: u64,
     pub maintenance_reclaims: u64,
     pub leaps: u64,
+    /// `claim_batch` calls with valid keys, and those refused (capacity).
+    pub batches: u64,
+    pub batches_refused: u64,
     pub steps: u64,
 }
 
@@ -506,7 +513,45 @@ impl std::ops::AddAssign for Tally {
         self.forgotten += o.forgotten;
         self.maintenance_reclaims += o.maintenance_reclaims;
         self.leaps += o.leaps;
+        self.batches += o.batches;
+        self.batches_refused += o.batches_refused;
         self.steps += o.steps;
+    }
+}
+
+/// The key selectors of a [`Op::ClaimBatch`]: one to four (`b`'s low bits), the
+/// same key more than once now and then.
+pub fn batch_keys(a: u8, b: u8) -> Vec<u8> {
+    let all = [a, a.wrapping_add(b >> 2), b, a ^ 0x55];
+    all[..1 + (b & 3) as usize].to_vec()
+}
+
+/// What the engine answered to a claim, as the model writes its answers, and the
+/// guard if it acquired.
+fn observed(got: Result<Claim, Error>) -> (Answer, Option<ClaimGuard>) {
+    match got {
+        Ok(Claim::Acquired(g)) => (
+            Answer::Acquired {
+                lease_expires_at_ms: g.lease_expires_at_ms(),
+            },
+            Some(g),
+        ),
+        Ok(Claim::Duplicate(d)) => (
+            Answer::Duplicate {
+                completed_at_ms: d.completed_at_ms(),
+                expires_at_ms: d.expires_at_ms(),
+                result: d.result().map(<[u8]>::to_vec),
+            },
+            None,
+        ),
+        Ok(Claim::InProgress(f)) => (
+            Answer::InProgress {
+                lease_expires_at_ms: f.lease_expires_at_ms(),
+                retry_after: f.retry_after(),
+            },
+            None,
+        ),
+        Err(e) => (Answer::Failed(e), None),
     }
 }
 
@@ -583,6 +628,7 @@ impl Harness {
         self.tally.steps += 1;
         match op {
             Op::Claim { key } => self.claim(key, None),
+            Op::ClaimBatch { a, b } => self.claim_batch(&batch_keys(a, b)),
             Op::ClaimWithPayload { key, payload } => {
                 self.claim(key, Some(payload as usize % PAYLOADS.len()))
             }
@@ -676,30 +722,7 @@ impl Harness {
         let previous_deadline = self.model.entries.get(&key).map(Entry::deadline);
         let was_full = self.model.entries.len() >= self.model.cfg.max_keys;
         let (expected, acquired) = self.model.claim(key, payload);
-        let (answer, guard) = match got {
-            Ok(Claim::Acquired(g)) => (
-                Answer::Acquired {
-                    lease_expires_at_ms: g.lease_expires_at_ms(),
-                },
-                Some(g),
-            ),
-            Ok(Claim::Duplicate(d)) => (
-                Answer::Duplicate {
-                    completed_at_ms: d.completed_at_ms(),
-                    expires_at_ms: d.expires_at_ms(),
-                    result: d.result().map(<[u8]>::to_vec),
-                },
-                None,
-            ),
-            Ok(Claim::InProgress(f)) => (
-                Answer::InProgress {
-                    lease_expires_at_ms: f.lease_expires_at_ms(),
-                    retry_after: f.retry_after(),
-                },
-                None,
-            ),
-            Err(e) => (Answer::Failed(e), None),
-        };
+        let (answer, guard) = observed(got);
         assert_eq!(answer, expected, "claim of key-{key:02}: {}", self.at());
         match (&expected, guard, acquired) {
             (Answer::Acquired { .. }, Some(guard), Some((id, deadline))) => {
@@ -729,6 +752,77 @@ impl Harness {
                 self.tally.capacity_refusals += 1
             }
             (other, ..) => panic!("unexpected model answer {other:?}: {}", self.at()),
+        }
+    }
+
+    /// `claim_batch`: the keys claimed one by one in the model, at the one clock
+    /// reading; a bad key refuses the whole batch unchanged, and a refused claim
+    /// (capacity) fails it, the claims it acquired released and not counted as
+    /// acquired, its other answers counted.
+    fn claim_batch(&mut self, sels: &[u8]) {
+        let resolved: Vec<(Vec<u8>, Result<usize, Error>)> =
+            sels.iter().map(|&s| Self::resolve_key(s)).collect();
+        let refs: Vec<&[u8]> = resolved.iter().map(|(b, _)| b.as_slice()).collect();
+        let got = self.ns.claim_batch(&refs);
+        if let Some(Err(expected)) = resolved.iter().map(|(_, k)| k).find(|k| k.is_err()) {
+            assert_eq!(
+                got.err().as_ref(),
+                Some(expected),
+                "invalid key in a batch: {}",
+                self.at()
+            );
+            self.tally.invalid_keys += 1;
+            return;
+        }
+        let keys: Vec<usize> = resolved.iter().map(|(_, k)| *k.as_ref().unwrap()).collect();
+        let mut expected = Vec::new();
+        let mut acquired = Vec::new();
+        let mut refused = None;
+        for &key in &keys {
+            let (answer, acq) = self.model.claim(key, None);
+            if let Answer::Failed(e) = answer {
+                refused = Some(e);
+                break;
+            }
+            if let Some((id, deadline)) = acq {
+                acquired.push((key, id, deadline));
+            }
+            expected.push(answer);
+        }
+        self.tally.batches += 1;
+        if let Some(e) = refused {
+            // The batch's own claims are given up: not counted as acquired (nor as
+            // released); what else it answered stays counted.
+            for (key, ..) in &acquired {
+                self.model.entries.remove(key);
+                self.model.counts.acquired -= 1;
+            }
+            assert_eq!(got.err(), Some(e), "refused batch {keys:?}: {}", self.at());
+            self.tally.batches_refused += 1;
+            return;
+        }
+        let claims = match got {
+            Ok(c) => c,
+            Err(e) => panic!(
+                "batch {keys:?} refused with {e:?}, expected {expected:?}: {}",
+                self.at()
+            ),
+        };
+        assert_eq!(claims.len(), keys.len(), "one answer a key: {}", self.at());
+        let mut acquired = acquired.into_iter();
+        for (i, (claim, want)) in claims.into_iter().zip(expected).enumerate() {
+            let (answer, guard) = observed(Ok(claim));
+            assert_eq!(answer, want, "batch {keys:?}, answer {i}: {}", self.at());
+            if let Some(guard) = guard {
+                let (key, id, deadline) = acquired.next().expect("the model acquired it too");
+                self.tally.acquired += 1;
+                self.held.push(Held {
+                    guard,
+                    key,
+                    id,
+                    lease_expires_at_ms: deadline,
+                });
+            }
         }
     }
 

@@ -791,6 +791,23 @@ mod tests {
     /// The fuzz target's harness on a real saved filter's generations (which load
     /// and save back), on cuts and flips of them, and on a claimed hash count past the
     /// bound (refused).
+    /// Inputs that once crashed the `prefilter_file` fuzz target, kept in
+    /// `fuzz/regressions/`: each goes through the target's checks again.
+    #[test]
+    fn the_fuzz_targets_past_crashes_load_or_are_refused() {
+        let dir = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fuzz/regressions/prefilter_file"
+        );
+        let mut seen = 0;
+        for entry in std::fs::read_dir(dir).expect("the regression inputs") {
+            let data = std::fs::read(entry.expect("an input").path()).expect("readable");
+            super::fuzz_load(&data);
+            seen += 1;
+        }
+        assert!(seen >= 3, "only {seen} inputs in {dir}");
+    }
+
     #[test]
     fn saved_generations_load_and_save_back_or_are_refused() {
         let p = Prefilter::new(1_000, 4_000, 0.01);

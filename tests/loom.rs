@@ -251,6 +251,42 @@ fn complete_races_lease_expiry_and_reclaim() {
     ]);
 }
 
+/// Model 2b. A completion racing a `forget` of its key. Either the completion comes
+/// first and the forget removes the done key, or the forget comes first and the
+/// completion is refused as lost; the forget removes a live entry either way. Never
+/// a key left done after both return, and never a completion counted that the forget
+/// did not follow.
+#[test]
+fn complete_races_forget() {
+    static TALLY: Tally<2> = Tally::new();
+    model(|| {
+        let (engine, ns, _clock) = build(config());
+        let Claim::Acquired(guard) = ns.claim(KEY).unwrap() else {
+            panic!("first claim must acquire")
+        };
+        let a = thread::spawn(move || guard.complete());
+        let forgot = ns.forget(KEY).unwrap();
+        let completed = match a.join().unwrap() {
+            Ok(()) => true,
+            Err(Error::LeaseLost) => false,
+            Err(e) => panic!("A: unexpected {e:?}"),
+        };
+        assert!(forgot, "a live entry was removed, held or done");
+        TALLY.hit(usize::from(completed));
+        assert_eq!(ns.check(KEY).unwrap(), None);
+        let stats = engine.stats();
+        assert_eq!(stats.completions, u64::from(completed));
+        assert_eq!(stats.lease_lost, u64::from(!completed));
+        assert_eq!(stats.forgotten, 1);
+        assert_eq!(stats.resident_keys, 0);
+        let Claim::Acquired(g) = ns.claim(KEY).unwrap() else {
+            panic!("forgotten: claimable again")
+        };
+        g.release().unwrap();
+    });
+    TALLY.assert_all_reached(["forget first: completion lost", "completion first"]);
+}
+
 /// Model 3. Maintenance racing a claim of a done key whose TTL has run out.
 ///
 /// With `max_keys(1)` the expired entry still holds the only unit of capacity, so

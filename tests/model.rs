@@ -91,6 +91,7 @@ fn assert_covers_every_path(t: &Tally) {
         ("clock leaps", t.leaps),
         ("batches", t.batches),
         ("refused batches", t.batches_refused),
+        ("batch completions", t.completion_batches),
     ];
     for (what, n) in reached {
         assert!(n >= 20, "only {n} {what} in {t:?}");

@@ -76,6 +76,8 @@ pub enum Op {
     ClaimBatch { a: u8, b: u8 },
     /// `complete()` on a held guard.
     Complete { guard: u8 },
+    /// `complete_batch` of one to four held guards (the newest, or from `a` on).
+    CompleteBatch { a: u8, b: u8 },
     /// `complete_with_result(result_bytes(result))` on a held guard.
     CompleteWithResult { guard: u8, result: u8 },
     /// `release()` on a held guard.
@@ -111,7 +113,8 @@ pub fn decode(bytes: &[u8]) -> Vec<Op> {
                 0..=2 => Op::Claim { key: a },
                 3 => Op::ClaimBatch { a, b },
                 4 | 5 => Op::ClaimWithPayload { key: a, payload: b },
-                6..=8 => Op::Complete { guard: a },
+                6 | 7 => Op::Complete { guard: a },
+                8 => Op::CompleteBatch { a, b },
                 9 | 10 => Op::CompleteWithResult {
                     guard: a,
                     result: b,
@@ -490,6 +493,8 @@ pub struct Tally {
     /// `claim_batch` calls with valid keys, and those refused (capacity).
     pub batches: u64,
     pub batches_refused: u64,
+    /// `complete_batch` calls.
+    pub completion_batches: u64,
     pub steps: u64,
 }
 
@@ -515,6 +520,7 @@ impl std::ops::AddAssign for Tally {
         self.leaps += o.leaps;
         self.batches += o.batches;
         self.batches_refused += o.batches_refused;
+        self.completion_batches += o.completion_batches;
         self.steps += o.steps;
     }
 }
@@ -633,6 +639,7 @@ impl Harness {
                 self.claim(key, Some(payload as usize % PAYLOADS.len()))
             }
             Op::Complete { guard } => self.finish(guard, Finish::Complete),
+            Op::CompleteBatch { a, b } => self.complete_batch(a, b),
             Op::CompleteWithResult { guard, result } => {
                 self.finish(guard, Finish::WithResult(result_bytes(result)))
             }
@@ -880,6 +887,43 @@ impl Harness {
             Err(Error::LeaseLost) => self.tally.lease_lost_taken += 1,
             Err(_) => {}
         }
+    }
+
+    /// `complete_batch`: each guard completed in the model in order, at the one
+    /// clock reading; one result a guard.
+    fn complete_batch(&mut self, a: u8, b: u8) {
+        if self.held.is_empty() {
+            return;
+        }
+        let count = (1 + (b & 3) as usize).min(self.held.len());
+        // Mostly the newest guards, otherwise a run of them from any one.
+        let start = match a {
+            0..=127 => self.held.len() - count,
+            _ => a as usize % (self.held.len() - count + 1),
+        };
+        let taken: Vec<Held> = self.held.drain(start..start + count).collect();
+        let mut guards = Vec::new();
+        let mut expected = Vec::new();
+        for Held { guard, key, id, .. } in taken {
+            guards.push(guard);
+            expected.push((key, self.model.complete(key, id, None)));
+        }
+        let got = self.ns.complete_batch(guards).unwrap_or_else(|e| {
+            panic!("a memory-only batch is never refused: {e:?}: {}", self.at())
+        });
+        assert_eq!(
+            got.len(),
+            expected.len(),
+            "one result a guard: {}",
+            self.at()
+        );
+        for (i, (r, (key, want))) in got.into_iter().zip(expected).enumerate() {
+            assert_eq!(r, want, "batch completion {i}, key-{key:02}: {}", self.at());
+            if r.is_ok() {
+                self.tally.completions += 1;
+            }
+        }
+        self.tally.completion_batches += 1;
     }
 
     fn forget(&mut self, key_sel: u8) {

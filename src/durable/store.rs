@@ -1368,7 +1368,17 @@ impl DurableNs {
         let bytes = p.encode(seq, now_ms);
         let file = self.store.prefilter_file(&self.name);
         let tmp = file.with_extension("tmp");
-        let written = std::fs::write(&tmp, &bytes).and_then(|()| std::fs::rename(&tmp, &file));
+        // Synced before the rename, and the directory after it: a power cut then
+        // leaves the old file or the whole new one (a torn one would only be
+        // refused by its checksum and rebuilt, at the cost of a rebuild).
+        let written = std::fs::File::create(&tmp)
+            .and_then(|mut f| {
+                use std::io::Write;
+                f.write_all(&bytes)?;
+                f.sync_all()
+            })
+            .and_then(|()| std::fs::rename(&tmp, &file))
+            .and_then(|()| std::fs::File::open(self.store.path.as_path())?.sync_all());
         if let Err(e) = written {
             let _ = std::fs::remove_file(&tmp);
             tracing::warn!(namespace = %self.name, error = %e, "could not save the prefilter");

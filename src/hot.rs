@@ -236,8 +236,17 @@ impl Reservoir {
         }
         let mut made: Vec<Chunk> = (0..self.batch).map(|_| new_chunk()).collect();
         let chunk = made.pop().unwrap_or_else(new_chunk);
-        self.chunks.lock().append(&mut made);
+        self.stock(made);
         chunk
+    }
+
+    /// Puts `made` in, up to a batch held in all: claims that found the reservoir
+    /// empty at once each made a batch (as may maintenance meanwhile), and the
+    /// chunks past one batch are let go rather than held unused.
+    fn stock(&self, mut made: Vec<Chunk>) {
+        let mut chunks = self.chunks.lock();
+        made.truncate(self.batch.saturating_sub(chunks.len()));
+        chunks.append(&mut made);
     }
 
     /// Makes chunks up to a full batch once fewer than half a batch are left, if the
@@ -250,8 +259,8 @@ impl Reservoir {
         if have * 2 >= self.batch {
             return;
         }
-        let mut made: Vec<Chunk> = (have..self.batch).map(|_| new_chunk()).collect();
-        self.chunks.lock().append(&mut made);
+        let made: Vec<Chunk> = (have..self.batch).map(|_| new_chunk()).collect();
+        self.stock(made);
     }
 
     /// Heap bytes held.
@@ -2247,5 +2256,25 @@ mod layout {
             &*cells[1] as *const ShardSlot as usize - &*cells[0] as *const ShardSlot as usize;
         assert_eq!(stride % 64, 0);
         assert_eq!(stride / 64 % 2, 1, "slots {stride} bytes apart");
+    }
+}
+
+#[cfg(all(test, not(idem_loom)))]
+mod reservoir_tests {
+    use super::{new_chunk, Reservoir, CHUNK};
+
+    /// Claims that found the reservoir empty at the same time each made a batch:
+    /// it keeps one batch, not one a claim.
+    #[test]
+    fn a_reservoir_holds_at_most_one_batch_whoever_made_it() {
+        let r = Reservoir::new(4 * 64 * CHUNK);
+        assert_eq!(r.batch(), 4);
+        r.stock((0..3).map(|_| new_chunk()).collect());
+        assert_eq!(r.len(), 3);
+        // A second claim's batch, made while the first one's was being made.
+        r.stock((0..3).map(|_| new_chunk()).collect());
+        assert_eq!(r.len(), 4, "one batch held, the rest let go");
+        let _ = r.take();
+        assert_eq!(r.len(), 3, "taken from what is held, nothing made");
     }
 }

@@ -631,18 +631,27 @@ mod tests {
         dir: &Scratch,
         markers: crate::ClaimMarkers,
     ) -> (super::Engine, super::Namespace, crate::ManualClock) {
+        durable_namespace_with(
+            dir,
+            crate::NamespaceConfig::new()
+                .lease(std::time::Duration::from_secs(1))
+                .claim_markers(markers)
+                .sync(crate::SyncPolicy::Never),
+        )
+    }
+
+    /// A durable namespace "n" of `cfg` in `dir` on a manual clock.
+    #[cfg(feature = "durable")]
+    fn durable_namespace_with(
+        dir: &Scratch,
+        cfg: crate::NamespaceConfig,
+    ) -> (super::Engine, super::Namespace, crate::ManualClock) {
         let clock = crate::ManualClock::new(1_000_000);
         let engine = super::Engine::builder()
             .durable(&dir.0)
             .clock(clock.clone())
             .maintenance_interval(None)
-            .namespace(
-                "n",
-                crate::NamespaceConfig::new()
-                    .lease(std::time::Duration::from_secs(1))
-                    .claim_markers(markers)
-                    .sync(crate::SyncPolicy::Never),
-            )
+            .namespace("n", cfg)
             .build()
             .unwrap();
         let ns = engine.namespace("n").unwrap();
@@ -665,7 +674,7 @@ mod tests {
     #[cfg(feature = "durable")]
     #[test]
     fn a_completion_begun_while_its_key_is_forgotten_is_lost_and_writes_nothing() {
-        use crate::{Claim, ClaimMarkers, Error};
+        use crate::{ClaimMarkers, Error};
         for markers in [
             ClaimMarkers::Journal,
             ClaimMarkers::Immediate,
@@ -687,11 +696,7 @@ mod tests {
                 Some(Err(Error::LeaseLost)),
                 "{markers:?}"
             );
-            assert!(ns.check(b"k").unwrap().is_none(), "{markers:?}");
-            assert!(
-                matches!(ns.claim(b"k").unwrap(), Claim::Acquired(_)),
-                "{markers:?}: forgotten, not done"
-            );
+            assert_forgotten(&ns, &format!("{markers:?}"));
         }
     }
 
@@ -703,22 +708,14 @@ mod tests {
         use crate::Claim;
         use std::time::Duration;
         let dir = Scratch::new("forget-extend");
-        let clock = crate::ManualClock::new(1_000_000);
-        let engine = super::Engine::builder()
-            .durable(&dir.0)
-            .clock(clock.clone())
-            .maintenance_interval(None)
-            .namespace(
-                "n",
-                crate::NamespaceConfig::new()
-                    .ttl(Duration::from_secs(60))
-                    .retention(Duration::from_secs(60))
-                    .extend_on_duplicate(true)
-                    .sync(crate::SyncPolicy::Never),
-            )
-            .build()
-            .unwrap();
-        let ns = engine.namespace("n").unwrap();
+        let (engine, ns, clock) = durable_namespace_with(
+            &dir,
+            crate::NamespaceConfig::new()
+                .ttl(Duration::from_secs(60))
+                .retention(Duration::from_secs(60))
+                .extend_on_duplicate(true)
+                .sync(crate::SyncPolicy::Never),
+        );
         first_claim(&ns).complete().unwrap();
         // A sighting now (the hot entry live) moves the window past the record's
         // retention: a rewrite.
@@ -741,10 +738,16 @@ mod tests {
             writes + 1,
             "the forget's delete, and no rewrite"
         );
-        assert!(ns.check(b"k").unwrap().is_none());
+        assert_forgotten(&ns, "not extended");
+    }
+
+    /// "k" is gone from both tiers: `check` knows nothing of it, and a claim acquires.
+    #[cfg(feature = "durable")]
+    fn assert_forgotten(ns: &super::Namespace, what: &str) {
+        assert!(ns.check(b"k").unwrap().is_none(), "{what}");
         assert!(
-            matches!(ns.claim(b"k").unwrap(), Claim::Acquired(_)),
-            "forgotten, not extended"
+            matches!(ns.claim(b"k").unwrap(), crate::Claim::Acquired(_)),
+            "{what}: forgotten, not done"
         );
     }
 

@@ -2984,15 +2984,18 @@ fn a_forget_takes_the_note_of_the_keys_marker_on_disk_with_it() {
     assert!(engine.orphans().is_empty(), "{:?}", engine.orphans());
 }
 
+/// Deferred markers, and a namespace that fails open when the store fails.
+fn deferred_fail_open() -> NamespaceConfig {
+    small()
+        .claim_markers(ClaimMarkers::Deferred)
+        .on_store_error(FailurePolicy::FailOpen)
+}
+
 #[test]
 fn a_completion_decided_from_the_hot_tier_alone_keeps_its_deferred_marker() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);
-    let cfg = || {
-        small()
-            .claim_markers(ClaimMarkers::Deferred)
-            .on_store_error(FailurePolicy::FailOpen)
-    };
+    let cfg = deferred_fail_open;
     {
         let (engine, ns) = open_seeded(&dir, &clock, cfg());
         let g = acquire(&ns, b"k");
@@ -3011,11 +3014,7 @@ fn a_completion_decided_from_the_hot_tier_alone_keeps_its_deferred_marker() {
 fn a_failed_completion_leaves_an_earlier_claims_marker_noted_on_disk() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);
-    let cfg = || {
-        small()
-            .claim_markers(ClaimMarkers::Deferred)
-            .on_store_error(FailurePolicy::FailOpen)
-    };
+    let cfg = deferred_fail_open;
     {
         let (_engine, ns) = open_seeded(&dir, &clock, cfg());
         ns.debug_corrupt_claim_marker(b"k").unwrap();

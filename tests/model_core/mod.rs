@@ -740,12 +740,7 @@ impl Harness {
                 if previous_deadline.is_none() && was_full {
                     self.tally.acquired_after_reclaim += 1;
                 }
-                self.held.push(Held {
-                    guard,
-                    key,
-                    id,
-                    lease_expires_at_ms: deadline,
-                });
+                self.hold(guard, key, id, deadline);
             }
             (Answer::Duplicate { .. }, ..) => {
                 self.tally.duplicates += 1;
@@ -823,14 +818,20 @@ impl Harness {
             if let Some(guard) = guard {
                 let (key, id, deadline) = acquired.next().expect("the model acquired it too");
                 self.tally.acquired += 1;
-                self.held.push(Held {
-                    guard,
-                    key,
-                    id,
-                    lease_expires_at_ms: deadline,
-                });
+                self.hold(guard, key, id, deadline);
             }
         }
+    }
+
+    /// Keeps `guard`, acquired on `key` as the model's claim `id` with its lease
+    /// until `deadline`.
+    fn hold(&mut self, guard: ClaimGuard, key: usize, id: u64, deadline: u64) {
+        self.held.push(Held {
+            guard,
+            key,
+            id,
+            lease_expires_at_ms: deadline,
+        });
     }
 
     fn finish(&mut self, sel: u8, how: Finish) {

@@ -575,6 +575,8 @@ mod tests {
         /// In a durable forget, between the delete of the key's records and the
         /// removal of its hot entry.
         static AFTER_FORGET_DELETE: Hook = const { std::cell::RefCell::new(None) };
+        /// In a durable forget, its key noted in its shard, before the delete.
+        static BEFORE_FORGET_DELETE: Hook = const { std::cell::RefCell::new(None) };
     }
 
     // (Every test that sets a hook needs the durable tier.)
@@ -603,6 +605,10 @@ mod tests {
 
     pub(super) fn after_forget_delete() {
         run_hook(&AFTER_FORGET_DELETE);
+    }
+
+    pub(super) fn before_forget_delete() {
+        run_hook(&BEFORE_FORGET_DELETE);
     }
 
     /// A scratch directory under the system's temporary one, removed when dropped.
@@ -698,6 +704,68 @@ mod tests {
             );
             assert_forgotten(&ns, &format!("{markers:?}"));
         }
+    }
+
+    /// A completion refused because its key is being forgotten gives its claim up at
+    /// once: if the forget's delete then fails, the key is not left held until the
+    /// lease ends, though nothing was forgotten.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_completion_refused_during_a_forget_that_fails_leaves_the_key_claimable() {
+        use crate::{Claim, ClaimMarkers, Error};
+        let dir = Scratch::new("forget-fails");
+        let (engine, ns, _clock) = durable_namespace(&dir, ClaimMarkers::Journal);
+        let g = first_claim(&ns);
+        let completed = std::rc::Rc::new(std::cell::RefCell::new(None));
+        {
+            let completed = completed.clone();
+            let store = engine.shared.store.clone().expect("a durable engine");
+            set_hook(&BEFORE_FORGET_DELETE, move || {
+                *completed.borrow_mut() = Some(g.complete());
+                store.set_fail_writes(true);
+            });
+        }
+        assert!(ns.forget(b"k").is_err(), "the delete fails");
+        engine.debug_fail_store_writes(false);
+        assert_eq!(completed.borrow_mut().take(), Some(Err(Error::LeaseLost)));
+        assert!(
+            matches!(ns.claim(b"k").unwrap(), Claim::Acquired(_)),
+            "claimable at once, not held until the lease ends"
+        );
+    }
+
+    /// A sliding window's sighting during a forget does not move the hot window past
+    /// the record either: if the forget then fails, the hot tier promises no more
+    /// than the record holds.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_sighting_during_a_forget_that_fails_keeps_the_window_of_the_record() {
+        use std::time::Duration;
+        let dir = Scratch::new("forget-fails-extend");
+        let (engine, ns, clock) = durable_namespace_with(
+            &dir,
+            crate::NamespaceConfig::new()
+                .ttl(Duration::from_secs(60))
+                .retention(Duration::from_secs(60))
+                .extend_on_duplicate(true)
+                .sync(crate::SyncPolicy::Never),
+        );
+        first_claim(&ns).complete().unwrap();
+        clock.advance(Duration::from_secs(30));
+        {
+            let ns = ns.clone();
+            let store = engine.shared.store.clone().expect("a durable engine");
+            set_hook(&BEFORE_FORGET_DELETE, move || {
+                assert!(ns.claim(b"k").unwrap().is_duplicate());
+                store.set_fail_writes(true);
+            });
+        }
+        assert!(ns.forget(b"k").is_err(), "the delete fails");
+        engine.debug_fail_store_writes(false);
+        let Some(crate::KeyState::Done { expires_at_ms, .. }) = ns.check(b"k").unwrap() else {
+            panic!("still done")
+        };
+        assert_eq!(expires_at_ms, 1_000_000 + 60_000, "the record's window");
     }
 
     /// Likewise a sliding window's sighting during a forget answers Duplicate (the
@@ -3027,7 +3095,7 @@ impl Namespace {
         // refused as lost, a window is not extended) until the forget ends: one that
         // began and ended between the delete below and the hot entry's removal would
         // bring the key back as done. One already begun is waited for below.
-        let _forgetting = ns.durable.is_some().then(|| Forgetting::begin(ns, si, fp));
+        let mut forgetting = ns.durable.is_some().then(|| Forgetting::begin(ns, si, fp));
         let mut waited = false;
         let mut durable_live = false;
         loop {
@@ -3049,6 +3117,8 @@ impl Namespace {
                         DurableLookup::Absent | DurableLookup::Failed => {}
                     }
                 }
+                #[cfg(test)]
+                tests::before_forget_delete();
                 d.forget(fp)?;
                 #[cfg(test)]
                 tests::after_forget_delete();
@@ -3059,6 +3129,11 @@ impl Namespace {
                 if !removed && durable_live {
                     // Done only in the durable tier: forgotten all the same.
                     shard.counters.forgotten += 1;
+                }
+                // Ended in the lock round that removed the entry: a claim acquired
+                // after it completes as any other.
+                if let Some(f) = forgetting.take() {
+                    f.end(&mut shard);
                 }
                 return Ok(removed || durable_live);
             }
@@ -3521,18 +3596,36 @@ struct Forgetting<'a> {
     ns: &'a NsInner,
     si: usize,
     fp: Fp,
+    /// Not ended yet (by [`Forgetting::end`]): the drop ends it.
+    open: bool,
 }
 
 impl<'a> Forgetting<'a> {
     fn begin(ns: &'a NsInner, si: usize, fp: Fp) -> Self {
         ns.slots[si].lock().begin_forget(fp);
-        Forgetting { ns, si, fp }
+        Forgetting {
+            ns,
+            si,
+            fp,
+            open: true,
+        }
+    }
+
+    /// Ends the note in `shard` (the key's, locked by the caller), the key forgotten.
+    fn end(mut self, shard: &mut crate::hot::Shard) {
+        shard.end_forget(self.fp);
+        self.open = false;
     }
 }
 
 impl Drop for Forgetting<'_> {
+    /// The forget failed (an error, a panic): the note ends, and a claim it refused
+    /// meanwhile is given up.
     fn drop(&mut self) {
-        self.ns.slots[self.si].lock().end_forget(self.fp);
+        if self.open {
+            let cap = self.ns.capacity();
+            self.ns.slots[self.si].lock().abandon_forget(self.fp, &cap);
+        }
     }
 }
 

@@ -626,9 +626,10 @@ fn hot_deadline(p: &Params, now: Now, expires_at_ms: u64) -> u64 {
 
 /// The hot deadline of a key found done in the durable tier: a sighting of a sliding
 /// window restarts its TTL (the record is then extended if it would end first, see
-/// [`Extension`]); a fixed window keeps what is left of it.
-fn found_deadline(p: &Params, now: Now, d: &DurableDone) -> u64 {
-    if p.sliding {
+/// [`Extension`]); a fixed window keeps what is left of it, and so does a sliding
+/// one when it may not `restart` (its key is being forgotten: no rewrite may begin).
+fn found_deadline(p: &Params, now: Now, d: &DurableDone, restart: bool) -> u64 {
+    if p.sliding && restart {
         p.deadline(now, p.ttl_ms)
     } else {
         hot_deadline(p, now, d.expires_at_ms)
@@ -1174,11 +1175,12 @@ pub(crate) struct Shard {
     /// Empty unless the store has failed.
     unstored: HashSet<u32>,
     /// Keys of this shard whose `forget` is deleting their durable records (one
-    /// element a forget in progress; empty almost always). While a key is here, no
-    /// durable write of its done record may begin: a completion is refused as lost
+    /// element a forget in progress; empty almost always), each with the entry and
+    /// token of a claim whose completion was refused meanwhile. While a key is here,
+    /// no durable write of its done record may begin: a completion is refused as lost
     /// and a window is not extended, so that no record lands after the forget's
     /// delete (see `Namespace::forget`).
-    forgetting: Vec<Fp>,
+    forgetting: Vec<(Fp, Option<(u32, u32)>)>,
     /// Once no handle of the namespace is left and this shard still counts guards:
     /// the reference that keeps the namespace alive for them, taken by the guard
     /// that ends the last count.
@@ -1310,7 +1312,7 @@ impl Shard {
             + table_bytes(self.payloads.capacity(), std::mem::size_of::<(u32, u64)>())
             + table_bytes(self.extras.capacity(), std::mem::size_of::<(u32, Extra)>())
             + table_bytes(self.unstored.capacity(), std::mem::size_of::<u32>())
-            + self.forgetting.capacity() * std::mem::size_of::<Fp>()
+            + self.forgetting.capacity() * std::mem::size_of::<(Fp, Option<(u32, u32)>)>()
             + results
     }
 
@@ -1563,7 +1565,10 @@ impl Shard {
                                 return ShardClaim::PayloadMismatch;
                             }
                         }
-                        (STATE_DONE, found_deadline(p, now, d))
+                        (
+                            STATE_DONE,
+                            found_deadline(p, now, d, !self.being_forgotten(fp)),
+                        )
                     }
                 };
                 if !room {
@@ -1623,11 +1628,14 @@ impl Shard {
                     let have = p.durable_until(c, window)?;
                     Some(p.durable_until(c, p.tick_to_ms(when))? <= have)
                 });
-                if covered == Some(false) && e.meta & COMPLETING_BIT != 0 {
-                    // The record is being rewritten and this sighting would need a
-                    // later rewrite still: the window is not moved, so the hot tier
-                    // never promises more than the durable tier will hold. Rare: it
-                    // takes a sighting a whole retention later during one write.
+                if covered == Some(false)
+                    && (e.meta & COMPLETING_BIT != 0 || self.being_forgotten(fp))
+                {
+                    // The record is being rewritten (or deleted by a forget) and this
+                    // sighting would need a later rewrite still: the window is not
+                    // moved, so the hot tier never promises more than the durable tier
+                    // will hold. Rare: it takes a sighting a whole retention later
+                    // during one write, or during a forget.
                 } else {
                     self.reschedule(idx, when);
                     if covered == Some(false) {
@@ -1671,7 +1679,10 @@ impl Shard {
             self.unstored.remove(&idx);
         }
         let (meta, deadline) = match &found {
-            DurableLookup::Done(d) => (STATE_DONE, found_deadline(p, now, d)),
+            DurableLookup::Done(d) => (
+                STATE_DONE,
+                found_deadline(p, now, d, !self.being_forgotten(fp)),
+            ),
             _ => {
                 let token = self.new_token();
                 (STATE_IN_PROGRESS | token << TOKEN_SHIFT, lease_deadline)
@@ -1843,7 +1854,7 @@ impl Shard {
                 self.counters.duplicates += 1;
                 // A sliding window restarts at this sighting; if that outlasts the
                 // record, the record is rewritten.
-                let when = found_deadline(p, now, &d);
+                let when = found_deadline(p, now, &d, !self.being_forgotten(fp));
                 let extend = if p.sliding && needs_rewrite(p, &d, when) {
                     self.begin_extension(p, fp, idx, when, None)
                 } else {
@@ -1898,11 +1909,18 @@ impl Shard {
         cap: &Capacity<'_>,
     ) -> Result<Option<u64>, Refused> {
         self.catch_up(now, cap);
-        if !self.holds(fp, lease, now) || self.being_forgotten(fp) {
+        if !self.holds(fp, lease, now) {
             // A hold its guard never ended (a panic dropped the guard while its marker
             // was being written) goes with the lease: the entry expires as any other.
-            // A key being forgotten is lost to its guard: the forget removes it.
             self.marker_written(fp, lease);
+            self.counters.lease_lost += 1;
+            return Err(Refused::LeaseLost);
+        }
+        if let Some(f) = self.forgetting.iter_mut().find(|f| f.0 == fp) {
+            // The forget takes the claim. Noted, so that a forget whose delete fails
+            // gives the claim up instead of leaving it held until its lease ends
+            // (`Shard::abandon_forget`).
+            f.1 = Some((lease.idx, lease.token));
             self.counters.lease_lost += 1;
             return Err(Refused::LeaseLost);
         }
@@ -2115,20 +2133,32 @@ impl Shard {
     /// [`Shard::end_forget`], no durable write of its done record begins (a
     /// completion is refused as lost, a window is not extended).
     pub(crate) fn begin_forget(&mut self, fp: Fp) {
-        self.forgetting.push(fp);
+        self.forgetting.push((fp, None));
     }
 
-    /// Ends one [`Shard::begin_forget`] of `fp`.
-    pub(crate) fn end_forget(&mut self, fp: Fp) {
-        if let Some(i) = self.forgetting.iter().position(|f| *f == fp) {
-            self.forgetting.swap_remove(i);
+    /// Ends one [`Shard::begin_forget`] of `fp`, which removed the key: returns the
+    /// claim whose completion it refused, if any.
+    pub(crate) fn end_forget(&mut self, fp: Fp) -> Option<(u32, u32)> {
+        let i = self.forgetting.iter().position(|f| f.0 == fp)?;
+        self.forgetting.swap_remove(i).1
+    }
+
+    /// Ends one [`Shard::begin_forget`] of `fp` that failed (its delete refused): a
+    /// claim whose completion it refused meanwhile is given up, as its guard was
+    /// told, instead of staying held until its lease ends.
+    pub(crate) fn abandon_forget(&mut self, fp: Fp, cap: &Capacity<'_>) {
+        if let Some((idx, token)) = self.end_forget(fp) {
+            let e = self.slab.get(idx);
+            if e.state() == STATE_IN_PROGRESS && e.is(fp) && e.token() == token {
+                self.remove(idx, cap);
+            }
         }
     }
 
     /// Whether a forget of `fp` is deleting its durable records.
     #[inline]
     fn being_forgotten(&self, fp: Fp) -> bool {
-        !self.forgetting.is_empty() && self.forgetting.contains(&fp)
+        !self.forgetting.is_empty() && self.forgetting.iter().any(|f| f.0 == fp)
     }
 
     /// Holds entry `idx`, just acquired, while its claim marker is written outside

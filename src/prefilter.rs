@@ -788,9 +788,6 @@ mod tests {
         assert_eq!(q.load(&bytes, 9, 4_000), Ok(0));
     }
 
-    /// The fuzz target's harness on a real saved filter's generations (which load
-    /// and save back), on cuts and flips of them, and on a claimed hash count past the
-    /// bound (refused).
     /// Inputs that once crashed the `prefilter_file` fuzz target, kept in
     /// `fuzz/regressions/`: each goes through the target's checks again.
     #[test]
@@ -808,6 +805,9 @@ mod tests {
         assert!(seen >= 3, "only {seen} inputs in {dir}");
     }
 
+    /// The fuzz target's harness on a real saved filter's generations (which load
+    /// and save back), on cuts and flips of them, and on a claimed hash count past the
+    /// bound (refused).
     #[test]
     fn saved_generations_load_and_save_back_or_are_refused() {
         let p = Prefilter::new(1_000, 4_000, 0.01);

@@ -57,8 +57,9 @@ pub struct Stats {
     pub durable_writes: u64,
     /// Durable-tier operations that failed.
     pub store_errors: u64,
-    /// Claims, completions and checks decided from the hot tier alone because the
-    /// store failed and the namespace fails open. (A `forget` whose delete fails is an
+    /// Decisions made from the hot tier alone because the store failed and the
+    /// namespace fails open: claims, completions and checks, and the reads a `forget`
+    /// or a sliding window's rewrite makes first. (A `forget` whose delete fails is an
     /// error under either policy.)
     pub fail_open_decisions: u64,
     /// Fsyncs of the write-ahead log issued by grouped completions (`SyncPolicy::Always`,

@@ -388,8 +388,6 @@ struct W3Run {
     missed_old: u64,
 }
 
-/// One W3 run: `durable` None is memory-only; Some((prefilter, markers)) has a
-/// durable tier with or without the prefilter, with the given claim markers.
 /// One W3 run: memory-only (`durable` `None`), or with a durable tier (with or without
 /// the prefilter, with these claim markers), the prefilter at `fpr` (`None`: the
 /// default `prefilter_fpr`).

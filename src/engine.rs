@@ -734,16 +734,14 @@ mod tests {
         );
     }
 
-    /// A sliding window's sighting during a forget does not move the hot window past
-    /// the record either: if the forget then fails, the hot tier promises no more
-    /// than the record holds.
+    /// A sliding window (TTL and retention 60 s) in `dir` whose "k" was completed at
+    /// the clock's start, 30 s ago: a sighting now (the hot entry live) moves the
+    /// window past the record's retention, a rewrite.
     #[cfg(feature = "durable")]
-    #[test]
-    fn a_sighting_during_a_forget_that_fails_keeps_the_window_of_the_record() {
+    fn sliding_k_sighted_later(dir: &Scratch) -> (super::Engine, super::Namespace) {
         use std::time::Duration;
-        let dir = Scratch::new("forget-fails-extend");
         let (engine, ns, clock) = durable_namespace_with(
-            &dir,
+            dir,
             crate::NamespaceConfig::new()
                 .ttl(Duration::from_secs(60))
                 .retention(Duration::from_secs(60))
@@ -752,6 +750,17 @@ mod tests {
         );
         first_claim(&ns).complete().unwrap();
         clock.advance(Duration::from_secs(30));
+        (engine, ns)
+    }
+
+    /// A sliding window's sighting during a forget does not move the hot window past
+    /// the record either: if the forget then fails, the hot tier promises no more
+    /// than the record holds.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_sighting_during_a_forget_that_fails_keeps_the_window_of_the_record() {
+        let dir = Scratch::new("forget-fails-extend");
+        let (engine, ns) = sliding_k_sighted_later(&dir);
         {
             let ns = ns.clone();
             let store = engine.shared.store.clone().expect("a durable engine");
@@ -774,20 +783,8 @@ mod tests {
     #[test]
     fn a_sighting_while_its_key_is_forgotten_does_not_rewrite_its_record() {
         use crate::Claim;
-        use std::time::Duration;
         let dir = Scratch::new("forget-extend");
-        let (engine, ns, clock) = durable_namespace_with(
-            &dir,
-            crate::NamespaceConfig::new()
-                .ttl(Duration::from_secs(60))
-                .retention(Duration::from_secs(60))
-                .extend_on_duplicate(true)
-                .sync(crate::SyncPolicy::Never),
-        );
-        first_claim(&ns).complete().unwrap();
-        // A sighting now (the hot entry live) moves the window past the record's
-        // retention: a rewrite.
-        clock.advance(Duration::from_secs(30));
+        let (engine, ns) = sliding_k_sighted_later(&dir);
         let sighted = std::rc::Rc::new(std::cell::RefCell::new(None));
         {
             let (ns, sighted) = (ns.clone(), sighted.clone());

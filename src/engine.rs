@@ -706,6 +706,35 @@ mod tests {
         }
     }
 
+    /// A release during a forget goes ahead (it writes no done record): its marker is
+    /// settled as any release's, and the forget, which found the key released, says
+    /// it removed nothing.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_release_during_a_forget_goes_ahead() {
+        use crate::ClaimMarkers;
+        for markers in [
+            ClaimMarkers::Journal,
+            ClaimMarkers::Immediate,
+            ClaimMarkers::Deferred,
+        ] {
+            let dir = Scratch::new(&format!("forget-release-{markers:?}"));
+            let (engine, ns, _clock) = durable_namespace(&dir, markers);
+            let g = first_claim(&ns);
+            let released = std::rc::Rc::new(std::cell::RefCell::new(None));
+            {
+                let released = released.clone();
+                set_hook(&BEFORE_FORGET_DELETE, move || {
+                    *released.borrow_mut() = Some(g.release());
+                });
+            }
+            assert!(!ns.forget(b"k").unwrap(), "{markers:?}: released first");
+            assert_eq!(released.borrow_mut().take(), Some(Ok(())), "{markers:?}");
+            assert_eq!(engine.stats().lease_lost, 0, "{markers:?}");
+            assert_forgotten(&ns, &format!("{markers:?}"));
+        }
+    }
+
     /// A completion refused because its key is being forgotten gives its claim up at
     /// once: if the forget's delete then fails, the key is not left held until the
     /// lease ends, though nothing was forgotten.
@@ -2984,7 +3013,7 @@ impl Namespace {
             let cap = ns.capacity();
             let r = ns.slots[si]
                 .lock()
-                .begin_complete(g.fp, &g.lease, now, &cap);
+                .begin_complete(g.fp, &g.lease, now, &cap, true);
             match r {
                 Ok(payload) => {
                     records.push((
@@ -3473,7 +3502,7 @@ impl ClaimGuard {
         // Mark the entry as completing, write without holding the shard lock (so an
         // fsync never blocks other keys, and concurrent completions share one), then
         // mark it done.
-        let payload = self.hold_for_durable(ns, d, now, &cap)?;
+        let payload = self.hold_for_durable(ns, d, now, &cap, true)?;
         let record = self.done_record(now, ns.params.retention_ms.unwrap_or(0), payload, result);
         let stored = write_unwinding(|| d.write_completions(&[(self.fp.to_u128(), record)], state));
         let stored_ok = stored_as(&stored);
@@ -3493,19 +3522,24 @@ impl ClaimGuard {
     }
 
     /// Marks the claim's entry completing (held whatever its lease) while its durable
-    /// write or marker settlement runs, returning its payload fingerprint; a claim
-    /// that lost its lease frees its journal slot and is refused.
+    /// write (`done`) or marker settlement runs, returning its payload fingerprint; a
+    /// claim that lost its lease (or a completion of a key being forgotten) frees its
+    /// journal slot and is refused.
     fn hold_for_durable(
         &self,
         ns: &NsInner,
         d: &DurableNs,
         now: Now,
         cap: &Capacity<'_>,
+        done: bool,
     ) -> Result<Option<u64>> {
-        let begun =
-            ns.slots[self.shard as usize]
-                .lock()
-                .begin_complete(self.fp, &self.lease, now, cap);
+        let begun = ns.slots[self.shard as usize].lock().begin_complete(
+            self.fp,
+            &self.lease,
+            now,
+            cap,
+            done,
+        );
         begun.map_err(|Refused::LeaseLost| {
             d.lease_lost(self.fp.to_u128(), self.lease.token);
             Error::LeaseLost
@@ -3560,7 +3594,8 @@ impl ClaimGuard {
         // The entry stays held (marked completing, as by a completion) while the
         // marker is settled, and is released only after: no new claim of the key can
         // write a marker in between for this release to remove.
-        self.hold_for_durable(ns, d, now, &cap)?;
+        // (No done record: a release goes ahead during a forget, which waits for it.)
+        self.hold_for_durable(ns, d, now, &cap, false)?;
         // A panic here still frees the entry below, then goes on.
         let settled = write_unwinding(|| {
             #[cfg(test)]

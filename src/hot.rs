@@ -1898,15 +1898,18 @@ impl Shard {
         true
     }
 
-    /// First half of a durable completion: checks the lease and marks the entry as
-    /// completing, so it stays held (whatever its lease) while the record is written
-    /// without the lock. Returns the claim's payload fingerprint.
+    /// First half of a durable completion (`done`) or release: checks the lease and
+    /// marks the entry as completing, so it stays held (whatever its lease) while the
+    /// record is written (or the marker settled) without the lock. Returns the claim's
+    /// payload fingerprint. A completion of a key being forgotten is refused; a
+    /// release writes no done record and goes ahead (the forget waits for it).
     pub(crate) fn begin_complete(
         &mut self,
         fp: Fp,
         lease: &Lease,
         now: Now,
         cap: &Capacity<'_>,
+        done: bool,
     ) -> Result<Option<u64>, Refused> {
         self.catch_up(now, cap);
         if !self.holds(fp, lease, now) {
@@ -1916,7 +1919,7 @@ impl Shard {
             self.counters.lease_lost += 1;
             return Err(Refused::LeaseLost);
         }
-        if let Some(f) = self.forgetting.iter_mut().find(|f| f.0 == fp) {
+        if let Some(f) = self.forgetting.iter_mut().find(|f| done && f.0 == fp) {
             // The forget takes the claim. Noted, so that a forget whose delete fails
             // gives the claim up instead of leaving it held until its lease ends
             // (`Shard::abandon_forget`).

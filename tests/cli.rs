@@ -170,6 +170,15 @@ fn durable_demo_survives_sigkill_and_verifies_the_ledger() {
     ]);
     assert!(out.status.success(), "demo failed:\n{stdout}");
     assert!(stdout.contains("was killed with SIGKILL"), "{stdout}");
+    // The restarted consumer's figures, and the progress on stderr.
+    assert!(stdout.contains("latency:    run 2, claim p50"), "{stdout}");
+    assert!(stdout.contains("p99.9"), "{stdout}");
+    assert!(stdout.contains("hot-tier bytes per key"), "{stdout}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("progress: 25% of messages acknowledged"),
+        "{stderr}"
+    );
     let report = String::from_utf8_lossy(&inspected.stdout);
     assert!(inspected.status.success(), "{report}");
     let orders = report

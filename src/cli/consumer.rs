@@ -23,11 +23,12 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam::channel;
 use idem::{Claim, ClaimMarkers, Engine, NamespaceConfig, StateChanges, SyncPolicy};
 
+use super::histogram::Histogram;
 use super::number;
 
 /// The consumer's settings.
@@ -250,6 +251,7 @@ fn consume(o: &Options) -> Result<(), String> {
         tx.send(id).map_err(|e| e.to_string())?;
     }
     let handled = AtomicUsize::new(0);
+    let (mut claims, mut completions) = (Histogram::new(), Histogram::new());
     // Set when any worker ends: the others stop too instead of waiting for messages
     // that a failed worker will never handle.
     let stop = AtomicBool::new(false);
@@ -258,16 +260,21 @@ fn consume(o: &Options) -> Result<(), String> {
         for w in 0..o.workers {
             let (tx, rx) = (tx.clone(), rx.clone());
             let (orders, say, handled, stop) = (&orders, &say, &handled, &stop);
-            workers.push(scope.spawn(move || -> Result<(), String> {
+            workers.push(scope.spawn(move || -> Result<[Histogram; 2], String> {
                 let _stop = StopOnExit(stop);
                 let fail_after = o.fail_worker_after.filter(|_| w == 0);
                 let mut seq = 0u64;
+                // Claim and completion latencies, ns.
+                let (mut claims, mut completions) = (Histogram::new(), Histogram::new());
                 while handled.load(Ordering::Acquire) < total && !stop.load(Ordering::Acquire) {
                     let Ok(id) = rx.recv_timeout(Duration::from_millis(20)) else {
                         continue;
                     };
                     let key = key_of(id);
-                    match orders.claim(&key).map_err(|e| e.to_string())? {
+                    let t = Instant::now();
+                    let claim = orders.claim(&key).map_err(|e| e.to_string())?;
+                    claims.record(t.elapsed().as_nanos() as u64);
+                    match claim {
                         Claim::Acquired(guard) => {
                             let mut changes = StateChanges::new();
                             changes.put("ledger", &key, &[1]);
@@ -276,9 +283,11 @@ fn consume(o: &Options) -> Result<(), String> {
                                 &application_key(o.run, w, seq),
                                 &id.to_le_bytes(),
                             );
+                            let t = Instant::now();
                             guard
                                 .complete_with(None, changes)
                                 .map_err(|e| e.to_string())?;
+                            completions.record(t.elapsed().as_nanos() as u64);
                             seq += 1;
                             say(format!("ack {id}"));
                             if fail_after.is_some_and(|n| seq >= n) {
@@ -297,7 +306,7 @@ fn consume(o: &Options) -> Result<(), String> {
                     }
                     handled.fetch_add(1, Ordering::AcqRel);
                 }
-                Ok(())
+                Ok([claims, completions])
             }));
         }
         let mut first_error = None;
@@ -306,8 +315,14 @@ fn consume(o: &Options) -> Result<(), String> {
                 .join()
                 .map_err(|_| "a worker panicked".to_string())
                 .and_then(|r| r);
-            if let Err(e) = r {
-                first_error.get_or_insert(e);
+            match r {
+                Ok([c, d]) => {
+                    claims.merge(&c);
+                    completions.merge(&d);
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
             }
         }
         first_error.map_or(Ok(()), Err)
@@ -315,6 +330,22 @@ fn consume(o: &Options) -> Result<(), String> {
     if handled.load(Ordering::Acquire) < total {
         return Err("the workers stopped before the end of the stream".into());
     }
+    // The run's figures, for the demo to print: latency lines (count, p50, p99,
+    // p99.9 in ns) and the hot tier's bytes and resident keys.
+    for (what, h) in [("claim", &claims), ("complete", &completions)] {
+        say(format!(
+            "latency {what} {} {} {} {}",
+            h.count(),
+            h.quantile(0.5),
+            h.quantile(0.99),
+            h.quantile(0.999)
+        ));
+    }
+    let stats = orders.stats();
+    say(format!(
+        "memory {} {}",
+        stats.hot_bytes, stats.resident_keys
+    ));
     say("done".to_string());
     drop(held);
     Ok(())

@@ -323,40 +323,75 @@ fn demo(o: &Options) -> Result<ExitCode, String> {
 /// Draws a progress bar on a terminal, or a line per quarter elsewhere, until done or
 /// until a worker stopped early.
 fn progress(tally: &Tally, total: u64, started: Instant) {
-    let tty = std::io::stderr().is_terminal();
-    let mut next_quarter = 1;
+    let mut bar = Progress::new(total, "deliveries", started);
     loop {
         let done = tally.acked.load(Ordering::Acquire).min(total);
-        let frac = done as f64 / total.max(1) as f64;
-        if tty {
-            let width = 40;
-            let filled = (frac * width as f64) as usize;
-            err!(
-                "\r[{}{}] {:5.1}% {}/{} deliveries  {:.1}s",
-                "#".repeat(filled),
-                ".".repeat(width - filled),
-                frac * 100.0,
-                grouped(done),
-                grouped(total),
-                started.elapsed().as_secs_f64()
-            );
-            let _ = std::io::stderr().flush();
-        } else {
-            while next_quarter <= 4 && frac >= next_quarter as f64 / 4.0 {
-                errln!(
-                    "progress: {}% of deliveries acknowledged",
-                    next_quarter * 25
-                );
-                next_quarter += 1;
-            }
-        }
+        bar.show(done);
         if done >= total || tally.stop.load(Ordering::Acquire) {
             break;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    if tty {
-        errln!();
+    bar.end();
+}
+
+/// The demos' progress display on stderr: a bar redrawn in place on a terminal, a
+/// line per quarter elsewhere.
+pub(crate) struct Progress {
+    total: u64,
+    what: &'static str,
+    started: Instant,
+    tty: bool,
+    next_quarter: u64,
+}
+
+impl Progress {
+    /// Progress towards `total` acknowledged `what`, timed from `started`.
+    pub(crate) fn new(total: u64, what: &'static str, started: Instant) -> Self {
+        Progress {
+            total,
+            what,
+            started,
+            tty: std::io::stderr().is_terminal(),
+            next_quarter: 1,
+        }
+    }
+
+    /// Shows `done` of the total.
+    pub(crate) fn show(&mut self, done: u64) {
+        let done = done.min(self.total);
+        let frac = done as f64 / self.total.max(1) as f64;
+        if self.tty {
+            let width = 40;
+            let filled = (frac * width as f64) as usize;
+            err!(
+                "\r[{}{}] {:5.1}% {}/{} {}  {:.1}s",
+                "#".repeat(filled),
+                ".".repeat(width - filled),
+                frac * 100.0,
+                grouped(done),
+                grouped(self.total),
+                self.what,
+                self.started.elapsed().as_secs_f64()
+            );
+            let _ = std::io::stderr().flush();
+        } else {
+            while self.next_quarter <= 4 && frac >= self.next_quarter as f64 / 4.0 {
+                errln!(
+                    "progress: {}% of {} acknowledged",
+                    self.next_quarter * 25,
+                    self.what
+                );
+                self.next_quarter += 1;
+            }
+        }
+    }
+
+    /// Ends the display (the bar's line on a terminal).
+    pub(crate) fn end(self) {
+        if self.tty {
+            errln!();
+        }
     }
 }
 

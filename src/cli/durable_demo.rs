@@ -25,6 +25,7 @@ use std::time::Instant;
 use idem::Engine;
 
 use super::consumer;
+use super::demo::Progress;
 use super::{grouped, number};
 
 /// What the durable demo was asked to do.
@@ -92,6 +93,12 @@ struct Run {
     /// The demo sent SIGKILL and the signal is what ended the process. `false` if
     /// the process had exited on its own before the signal reached it.
     killed: bool,
+    /// What a consumer that finished its stream measured: claim and completion
+    /// latency (count, p50, p99, p99.9 in ns), and the hot tier's bytes and resident
+    /// keys.
+    claim_latency: Option<[u64; 4]>,
+    complete_latency: Option<[u64; 4]>,
+    memory: Option<(u64, u64)>,
 }
 
 impl Run {
@@ -127,6 +134,7 @@ fn watch(
     child: &mut Child,
     kill_after: Option<u64>,
     acked: &mut [u8],
+    mut progress: Option<(&mut Throttled, u64)>,
 ) -> Result<Run, String> {
     let mut run = Run::default();
     let mut kill_sent = false;
@@ -156,7 +164,25 @@ fn watch(
             }
             (Some("dup"), _) => run.dups += 1,
             (Some("done"), _) => run.finished = true,
+            (Some("latency"), Some(what)) => {
+                let figures: Vec<u64> = words.filter_map(|w| w.parse().ok()).collect();
+                if let Ok(f) = <[u64; 4]>::try_from(figures) {
+                    match what {
+                        "claim" => run.claim_latency = Some(f),
+                        "complete" => run.complete_latency = Some(f),
+                        _ => {}
+                    }
+                }
+            }
+            (Some("memory"), Some(bytes)) => {
+                if let (Ok(b), Some(Ok(k))) = (bytes.parse(), words.next().map(str::parse)) {
+                    run.memory = Some((b, k));
+                }
+            }
             _ => {}
+        }
+        if let Some((bar, before)) = progress.as_mut() {
+            bar.tick(*before + run.acks);
         }
         if !kill_sent && kill_after.is_some_and(|k| run.acks >= k) {
             // SIGKILL: no destructor, no flush, no goodbye. The lines it wrote
@@ -182,12 +208,32 @@ fn watch(
     Ok(run)
 }
 
+/// [`Progress`] redrawn at most every 100 ms: a consumer acknowledges far more
+/// often.
+struct Throttled {
+    bar: Progress,
+    last: Option<Instant>,
+}
+
+impl Throttled {
+    fn tick(&mut self, done: u64) {
+        if self.last.map_or(true, |t| {
+            t.elapsed() >= std::time::Duration::from_millis(100)
+        }) {
+            self.bar.show(done);
+            self.last = Some(Instant::now());
+        }
+    }
+}
+
 fn consume(
     o: &Options,
     dir: &Path,
     run: u32,
     kill_after: Option<u64>,
     acked: &mut [u8],
+    progress: &mut Throttled,
+    before: u64,
 ) -> Result<Run, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut child = Command::new(exe)
@@ -205,7 +251,13 @@ fn consume(
         let _ = child.wait();
         return Err("no consumer output".into());
     };
-    watch(BufReader::new(out), &mut child, kill_after, acked)
+    watch(
+        BufReader::new(out),
+        &mut child,
+        kill_after,
+        acked,
+        Some((progress, before)),
+    )
 }
 
 /// What the ledger entries and the acknowledgements say about each message.
@@ -329,7 +381,11 @@ fn demo(o: &Options, dir: &Path) -> Result<ExitCode, String> {
     let kill_after = o.messages * o.kill_at_pct / 100;
     let messages = usize::try_from(o.messages).map_err(|e| e.to_string())?;
     let mut acked = vec![0u8; messages];
-    let first = consume(o, dir, 1, Some(kill_after), &mut acked)?;
+    let mut bar = Throttled {
+        bar: Progress::new(o.messages, "messages", started),
+        last: None,
+    };
+    let first = consume(o, dir, 1, Some(kill_after), &mut acked, &mut bar, 0)?;
     if first.crashed_mid_stream() {
         outln!(
             "run 1:      the consumer acknowledged {} messages, then was killed with SIGKILL",
@@ -348,7 +404,9 @@ fn demo(o: &Options, dir: &Path) -> Result<ExitCode, String> {
             grouped(first.acks)
         );
     }
-    let second = consume(o, dir, 2, None, &mut acked)?;
+    let second = consume(o, dir, 2, None, &mut acked, &mut bar, first.acks)?;
+    bar.bar.show(first.acks + second.acks);
+    bar.bar.end();
     if !second.finished {
         return Err("the restarted consumer did not finish its stream".into());
     }
@@ -371,6 +429,27 @@ fn demo(o: &Options, dir: &Path) -> Result<ExitCode, String> {
         elapsed.as_secs_f64(),
         grouped((o.messages as f64 / elapsed.as_secs_f64()) as u64)
     );
+    if let (Some(c), Some(d)) = (second.claim_latency, second.complete_latency) {
+        let us = |ns: u64| ns as f64 / 1e3;
+        outln!(
+            "latency:    run 2, claim p50 {:.1} us, p99 {:.1} us, p99.9 {:.1} us ({} claims); \
+             complete (with its ledger entries, one durable write) p50 {:.1} us, p99 {:.1} us, p99.9 {:.1} us",
+            us(c[1]),
+            us(c[2]),
+            us(c[3]),
+            grouped(c[0]),
+            us(d[1]),
+            us(d[2]),
+            us(d[3])
+        );
+    }
+    if let Some((bytes, keys)) = second.memory {
+        outln!(
+            "memory:     {} resident keys after run 2, {:.1} hot-tier bytes per key",
+            grouped(keys),
+            bytes as f64 / keys.max(1) as f64
+        );
+    }
     outln!(
         "check:      {} ledger entries, one per application; {} acknowledgements, counted per message",
         grouped(v.entries),
@@ -455,7 +534,7 @@ mod tests {
     fn a_consumer_that_exited_before_the_kill_is_not_counted_as_killed() {
         let mut child = exited_child();
         let mut acked = vec![0u8; 3];
-        let run = watch(Cursor::new(LINES), &mut child, Some(1), &mut acked).unwrap();
+        let run = watch(Cursor::new(LINES), &mut child, Some(1), &mut acked, None).unwrap();
         assert!(!run.killed, "{run:?}");
         assert!(run.finished, "{run:?}");
         assert_eq!(run.acks, 3);
@@ -466,7 +545,7 @@ mod tests {
     fn a_killed_consumer_is_counted_as_killed_and_its_pipe_read_to_the_end() {
         let mut child = blocked_child();
         let mut acked = vec![0u8; 3];
-        let run = watch(Cursor::new(LINES), &mut child, Some(1), &mut acked).unwrap();
+        let run = watch(Cursor::new(LINES), &mut child, Some(1), &mut acked, None).unwrap();
         assert!(run.killed, "{run:?}");
         // Every ack written before the kill counts, not only those before the limit.
         assert_eq!(run.acks, 3);
@@ -476,8 +555,25 @@ mod tests {
         let mut child = blocked_child();
         let mut acked = vec![0u8; 3];
         let lines = "orphans 0\nack 0\nack 1\n";
-        let run = watch(Cursor::new(lines), &mut child, Some(1), &mut acked).unwrap();
+        let run = watch(Cursor::new(lines), &mut child, Some(1), &mut acked, None).unwrap();
         assert!(run.crashed_mid_stream(), "{run:?}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_finished_consumers_figures_are_read() {
+        let mut child = exited_child();
+        let mut acked = vec![0u8; 3];
+        let lines = "orphans 0\nack 0\nlatency claim 3 400 900 1200\n\
+                     latency complete 1 5000 7000 8000\nmemory 3500 100\ndone\n";
+        let run = watch(Cursor::new(lines), &mut child, None, &mut acked, None).unwrap();
+        assert_eq!(run.claim_latency, Some([3, 400, 900, 1200]));
+        assert_eq!(run.complete_latency, Some([1, 5000, 7000, 8000]));
+        assert_eq!(run.memory, Some((3500, 100)));
+        // A run killed before its end reports none.
+        let mut child = exited_child();
+        let run = watch(Cursor::new(LINES), &mut child, None, &mut acked, None).unwrap();
+        assert_eq!((run.claim_latency, run.memory), (None, None));
     }
 
     #[cfg(unix)]
@@ -485,8 +581,14 @@ mod tests {
     fn a_consumer_that_fails_on_its_own_is_a_failure() {
         let mut child = Command::new("false").spawn().expect("false starts");
         let mut acked = vec![0u8; 3];
-        let err = watch(Cursor::new("orphans 0\n"), &mut child, Some(1), &mut acked)
-            .expect_err("a failed consumer");
+        let err = watch(
+            Cursor::new("orphans 0\n"),
+            &mut child,
+            Some(1),
+            &mut acked,
+            None,
+        )
+        .expect_err("a failed consumer");
         assert!(err.contains("the consumer failed"), "{err}");
     }
 
@@ -495,7 +597,7 @@ mod tests {
     fn an_ack_of_no_message_of_the_stream_is_refused() {
         let mut child = blocked_child();
         let mut acked = vec![0u8; 3];
-        let err = watch(Cursor::new("ack 7\n"), &mut child, None, &mut acked)
+        let err = watch(Cursor::new("ack 7\n"), &mut child, None, &mut acked, None)
             .expect_err("an id out of the stream");
         assert!(err.contains("ack 7"), "{err}");
     }

@@ -1043,6 +1043,19 @@ impl DurableNs {
         Some((marker, self.take_marker_on_disk(fp)))
     }
 
+    /// Undoes what a write that failed took of `fp`'s markers: its deferred `marker`
+    /// goes back into memory (unless a newer claim of the key has deferred its own
+    /// meanwhile), and a marker of an earlier claim that `was_on_disk` is noted
+    /// there again.
+    fn restore_marker(&self, fp: u128, marker: Option<Record>, was_on_disk: bool) {
+        if let (Some(d), Some(m)) = (&self.deferred, marker) {
+            d.pending.lock().entry(fp).or_insert(m);
+        }
+        if was_on_disk {
+            self.note_marker_on_disk(fp);
+        }
+    }
+
     /// Clears the journal marker of `fp` (true if it had one), or under the testing
     /// hook only forgets it, leaving it on disk as a crash would.
     fn clear_journal(&self, j: &Journal, fp: u128, token: Option<u32>) -> bool {
@@ -1154,35 +1167,33 @@ impl DurableNs {
                 format!("{}: {err}", self.store.path.display()),
             ))
         })?;
-        {
-            for e in listed.flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if !(name.starts_with(&kept) && name.ends_with(UNREPORTED)) {
-                    continue;
+        for e in listed.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !(name.starts_with(&kept) && name.ends_with(UNREPORTED)) {
+                continue;
+            }
+            let bytes = std::fs::read(e.path()).map_err(|err| {
+                Error::Store(StoreError::new(
+                    "read damaged journal",
+                    format!("{}: {err}", e.path().display()),
+                ))
+            })?;
+            match journal::parse(&bytes, self.store.seed, &self.name) {
+                Ok(slots) => {
+                    takeover
+                        .damaged
+                        .extend(slots.into_iter().filter(|(_, r)| r.is_err()));
+                    takeover.unreported.push(e.path());
                 }
-                let bytes = std::fs::read(e.path()).map_err(|err| {
-                    Error::Store(StoreError::new(
-                        "read damaged journal",
-                        format!("{}: {err}", e.path().display()),
-                    ))
-                })?;
-                match journal::parse(&bytes, self.store.seed, &self.name) {
-                    Ok(slots) => {
-                        takeover
-                            .damaged
-                            .extend(slots.into_iter().filter(|(_, r)| r.is_err()));
-                        takeover.unreported.push(e.path());
-                    }
-                    // Readable when it was kept aside, damaged since: its slots
-                    // cannot be reported, so neither is it marked reported. It stays
-                    // as it is, named in a warning at each open, until removed.
-                    Err(why) => tracing::warn!(
-                        namespace = %self.name,
-                        file = %e.path().display(),
-                        reason = ?why,
-                        "a damaged journal kept aside cannot be read any more; left as it is"
-                    ),
-                }
+                // Readable when it was kept aside, damaged since: its slots
+                // cannot be reported, so neither is it marked reported. It stays
+                // as it is, named in a warning at each open, until removed.
+                Err(why) => tracing::warn!(
+                    namespace = %self.name,
+                    file = %e.path().display(),
+                    reason = ?why,
+                    "a damaged journal kept aside cannot be read any more; left as it is"
+                ),
             }
         }
         #[cfg(target_os = "linux")]
@@ -1307,11 +1318,9 @@ impl DurableNs {
                     "could not write deferred claim markers; the next flush tries again"
                 );
                 // Back in memory, under the flush's lock: a completion, release or
-                // forget that waited for this flush looks there again. A newer claim
-                // of the key that deferred its own marker meanwhile keeps it.
-                let mut pending = d.pending.lock();
+                // forget that waited for this flush looks there again.
                 for (fp, marker) in batch {
-                    pending.entry(fp).or_insert(marker);
+                    self.restore_marker(fp, Some(marker), false);
                 }
             }
         }
@@ -1659,12 +1668,7 @@ impl DurableNs {
             // must leave it an orphan. (A refused completion releases its claim:
             // its marker is not due any more.)
             for (fp, (marker, was_on_disk)) in taken {
-                if was_on_disk {
-                    self.note_marker_on_disk(fp);
-                }
-                if let (Ok(_), Some(d)) = (&answer, &self.deferred) {
-                    d.pending.lock().entry(fp).or_insert(marker);
-                }
+                self.restore_marker(fp, answer.is_ok().then_some(marker), was_on_disk);
             }
         }
         answer
@@ -1698,12 +1702,7 @@ impl DurableNs {
             // A refused forget changes nothing: the waiting marker goes back (unless
             // a new claim of the key has deferred its own meanwhile), and a marker on
             // disk is still there.
-            if let (Some(d), Some(m)) = (&self.deferred, waiting) {
-                d.pending.lock().entry(fp).or_insert(m);
-            }
-            if was_on_disk {
-                self.note_marker_on_disk(fp);
-            }
+            self.restore_marker(fp, waiting, was_on_disk);
         }
         drop(flushing);
         // A journaled marker goes only with the key, too.

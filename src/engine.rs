@@ -335,6 +335,8 @@ impl Engine {
         #[cfg(feature = "durable")]
         if let Some(store) = &store {
             orphans = take_over_markers(store, &namespaces)?;
+            // The prefilters are set up: RocksDB may compact now.
+            store.start_compactions()?;
         }
         // Each namespace's handles share a keeper, which hands the namespace to the
         // shards with guards left when the last handle goes.

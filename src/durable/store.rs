@@ -18,7 +18,7 @@ use crate::clock::Clock;
 use crate::config::{ClaimMarkers, FailurePolicy, SyncPolicy};
 use crate::error::{Error, StoreError};
 use crate::hot::{DurableDone, DurableLookup, Fp, Stored};
-use crate::prefilter::{bloom_hash, Prefilter};
+use crate::prefilter::{bloom_hash, Prefilter, PINNED_EPOCH};
 
 mod dlq;
 pub(crate) use dlq::message_key as dlq_message_key;
@@ -411,6 +411,11 @@ impl Store {
             let mut cf_opts = Options::default();
             if let Some(ns) = name.strip_prefix("done:") {
                 done_cf_options(&mut cf_opts);
+                // No compaction until the engine has set up its prefilters
+                // (`Store::start_compactions`): after a crash, the files the log's
+                // replay wrote would otherwise be compacted at once, taking the cores
+                // the prefilter's rebuild scans on (W5 after a SIGKILL, BENCHMARKS.md).
+                cf_opts.set_disable_auto_compactions(true);
                 if namespaces.iter().any(|(n, _)| n == ns) {
                     let clock = clock.clone();
                     cf_opts.set_compaction_filter("idem-retention", move |_level, _key, value| {
@@ -780,6 +785,22 @@ impl Store {
         }
         it.status().map_err(|e| store_err("scan done", e))?;
         Ok(n)
+    }
+
+    /// Lets RocksDB compact the done column families, which `Store::open` leaves
+    /// without compaction so that the prefilters' set-up at open has the cores.
+    pub(crate) fn start_compactions(&self) -> Result<(), Error> {
+        for name in
+            DB::list_cf(&Options::default(), &self.path).map_err(|e| store_err("list", e))?
+        {
+            if name.starts_with("done:") {
+                let cf = self.cf(&name)?;
+                self.db
+                    .set_options_cf(cf, &[("disable_auto_compactions", "false")])
+                    .map_err(|e| store_err("start compactions", e))?;
+            }
+        }
+        Ok(())
     }
 
     /// A consumer state value.
@@ -1419,13 +1440,24 @@ impl DurableNs {
         let parts = std::thread::available_parallelism()
             .map_or(1, |n| n.get())
             .clamp(1, 4);
+        // Keys go into the filter a batch at a time (`Prefilter::insert_many`).
+        const BATCH: usize = 4096;
         let scan = |part: usize| {
-            self.store
-                .scan_done(&self.name, (part, parts), |fp, header| match header {
-                    Ok((RecordState::Done, expires_ms)) if expires_ms <= now_ms => {}
-                    Ok((_, expires_ms)) => p.insert(bloom_hash(fp), expires_ms),
-                    Err(_) => p.insert_pinned(bloom_hash(fp)),
-                })
+            let mut batch = Vec::with_capacity(BATCH);
+            let seen = self
+                .store
+                .scan_done(&self.name, (part, parts), |fp, header| {
+                    match header {
+                        Ok((RecordState::Done, expires_ms)) if expires_ms <= now_ms => return,
+                        Ok((_, expires_ms)) => batch.push((p.epoch_of(expires_ms), bloom_hash(fp))),
+                        Err(_) => batch.push((PINNED_EPOCH, bloom_hash(fp))),
+                    }
+                    if batch.len() == BATCH {
+                        p.insert_many(&mut batch);
+                    }
+                });
+            p.insert_many(&mut batch);
+            seen
         };
         std::thread::scope(|s| {
             let others: Vec<_> = (1..parts).map(|i| s.spawn(move || scan(i))).collect();
@@ -1955,5 +1987,65 @@ mod tests {
         assert_eq!(store.get_done("n", &fams, first).unwrap(), Some(done(2)));
         let claims = store.scan_claims("n").unwrap();
         assert_eq!(claims.len(), 1);
+    }
+
+    /// Whether RocksDB compacts each done column family, from the newest options
+    /// file it wrote in `dir` (it writes one at open and at each change).
+    fn done_compactions(dir: &Path) -> Vec<(String, bool)> {
+        let newest = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let n: u64 = name.strip_prefix("OPTIONS-")?.parse().ok()?;
+                Some((n, e.path()))
+            })
+            .max()
+            .unwrap()
+            .1;
+        let text = std::fs::read_to_string(newest).unwrap();
+        let mut out = Vec::new();
+        let mut family = None;
+        for line in text.lines().map(str::trim) {
+            if let Some(section) = line.strip_prefix('[') {
+                family = section
+                    .strip_prefix("CFOptions \"done\\:")
+                    .and_then(|r| r.strip_suffix("\"]"))
+                    .map(str::to_owned);
+            } else if let (Some(f), Some(v)) =
+                (&family, line.strip_prefix("disable_auto_compactions="))
+            {
+                out.push((f.clone(), v == "false"));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn done_families_compact_only_once_the_engine_has_set_up_its_prefilters() {
+        let dir = crate::durable::test_dir::tempdir("store");
+        let store = open_n(dir.path());
+        assert_eq!(done_compactions(dir.path()), [("n".to_owned(), false)]);
+        store.start_compactions().unwrap();
+        assert_eq!(done_compactions(dir.path()), [("n".to_owned(), true)]);
+        drop(store);
+
+        // An engine's open starts them, for every done family the database holds
+        // (`m` is no longer configured).
+        let open = |names: &[&str]| {
+            let mut b = crate::Engine::builder()
+                .durable(dir.path())
+                .clock(crate::ManualClock::new(1_000));
+            for n in names {
+                b = b.namespace(n, crate::NamespaceConfig::new());
+            }
+            b.build().unwrap()
+        };
+        drop(open(&["n", "m"]));
+        let engine = open(&["n"]);
+        let mut all = done_compactions(dir.path());
+        all.sort();
+        assert_eq!(all, [("m".to_owned(), true), ("n".to_owned(), true)]);
+        drop(engine);
     }
 }

@@ -304,19 +304,39 @@ fn w4(quick: bool) {
                     idem.ops_per_s / one.0,
                     immediate.ops_per_s / one.1
                 );
-                if matches!(policy, SyncPolicy::Always) {
-                    let scale = idem.ops_per_s / one.0;
-                    judge(
-                        "W4 Always: idem 2 threads / 1 thread >= 1.6x (group commit)".to_owned(),
-                        format!("{scale:.3}x"),
-                        scale >= 1.6,
-                    );
-                }
             }
         }
     }
     outln!();
+    w4_scaling(quick);
     w4_group_commit(quick);
+}
+
+/// Group commit's scaling under `Always`, judged on rounds that alternate one thread
+/// and two: a single pair of cells a few seconds apart (the table above) measures the
+/// disk's drift between them as much as the scaling.
+fn w4_scaling(quick: bool) {
+    let (rounds, per) = if quick { (1, 200) } else { (5, 2_000) };
+    let mut ratios: Vec<f64> = (0..rounds)
+        .map(|_| {
+            let one = w4_idem(SyncPolicy::Always, ClaimMarkers::Journal, 1, per);
+            let two = w4_idem(SyncPolicy::Always, ClaimMarkers::Journal, 2, per);
+            two.ops_per_s / one.ops_per_s
+        })
+        .collect();
+    let listed: Vec<String> = ratios.iter().map(|r| format!("{r:.2}x")).collect();
+    ratios.sort_by(f64::total_cmp);
+    let median = ratios[ratios.len() / 2];
+    outln!(
+        "W4 Always, idem (journal markers), two threads over one in {rounds} alternated rounds of {per} completions a thread: {}; median {median:.2}x.\n",
+        listed.join(", ")
+    );
+    judge(
+        "W4 Always: idem 2 threads / 1 thread >= 1.6x (group commit; median of alternated rounds)"
+            .to_owned(),
+        format!("{median:.3}x"),
+        median >= 1.6,
+    );
 }
 
 /// The W3 stream: `messages` claims in which 10% redeliver a key first seen at most

@@ -124,8 +124,9 @@ USAGE:
         Prints what a namespace costs at a peak rate (500/s, 30000/m, 1.8e6/h) and
         TTL (90s, 30m, 24h, 7d): resident keys, hot-tier memory, prefilter memory,
         durable disk, and Redis's memory for the same keys; warns when the hot tier
-        would not fit in this machine's memory. Retention defaults to 7 x TTL, the
-        prefilter's false-positive rate to 0.01, stored results to none.
+        would not fit in the memory available (the machine's, or its cgroup's limit
+        where lower). Retention defaults to 7 x TTL, the prefilter's false-positive
+        rate to 0.01, stored results to none.
     idem help
         Prints this text.
     idem version

@@ -354,11 +354,12 @@ pub(crate) fn journal_file_bytes(slots: usize) -> u64 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SizingWarning {
-    /// The hot tier needs more memory than the machine has.
+    /// The hot tier needs more memory than is available (the machine's, or a lower
+    /// limit such as a container's).
     HotTierExceedsMemory {
         /// Hot-tier bytes at peak.
         needed: u64,
-        /// The machine's memory, bytes.
+        /// The memory available, bytes.
         available: u64,
     },
     /// More resident keys than one namespace can hold (`MAX_KEYS_LIMIT`).
@@ -379,7 +380,7 @@ impl fmt::Display for SizingWarning {
         match self {
             SizingWarning::HotTierExceedsMemory { needed, available } => write!(
                 f,
-                "the hot tier needs {}, more than this machine's {} of memory",
+                "the hot tier needs {}, more than the {} of memory available",
                 human_bytes(*needed),
                 human_bytes(*available)
             ),
@@ -415,8 +416,9 @@ impl Plan {
         self.resident_keys.div_ceil(self.namespaces_needed()).max(1)
     }
 
-    /// The warnings for this plan on a machine with `machine_memory` bytes of memory
-    /// (`None`: unknown, not checked).
+    /// The warnings for this plan where `machine_memory` bytes of memory are available
+    /// (the machine's, or a lower limit such as a container's; `None`: unknown, not
+    /// checked).
     pub fn warnings(&self, machine_memory: Option<u64>) -> Vec<SizingWarning> {
         let mut w = Vec::new();
         if let Some(available) = machine_memory {

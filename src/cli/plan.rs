@@ -161,7 +161,7 @@ impl Options {
 }
 
 /// This machine's memory in bytes, from `/proc/meminfo` (`None` where unreadable).
-pub(crate) fn machine_memory() -> Option<u64> {
+fn machine_memory() -> Option<u64> {
     std::fs::read_to_string("/proc/meminfo")
         .ok()?
         .lines()
@@ -175,6 +175,61 @@ pub(crate) fn machine_memory() -> Option<u64> {
                 .ok()?;
             Some(kb * 1024)
         })
+}
+
+/// The memory this process may use: the machine's, or less where its cgroup sets a
+/// lower limit (a container's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Memory {
+    /// The machine's memory, bytes.
+    pub(crate) machine: u64,
+    /// The cgroup's limit, bytes, where it is below the machine's memory.
+    pub(crate) limit: Option<u64>,
+}
+
+impl Memory {
+    /// What the process may use.
+    pub(crate) fn available(&self) -> u64 {
+        self.limit.unwrap_or(self.machine)
+    }
+}
+
+/// The memory this process may use, from `/proc/meminfo` and its cgroup's limit
+/// (`None` where the machine's memory is unreadable).
+pub(crate) fn memory() -> Option<Memory> {
+    let machine = machine_memory()?;
+    let read = |path: &str| std::fs::read_to_string(path).ok();
+    let limit = read("/proc/self/cgroup")
+        .and_then(|own| cgroup_limit(&own, read))
+        .filter(|&l| l < machine);
+    Some(Memory { machine, limit })
+}
+
+/// The memory limit of the cgroup that `/proc/self/cgroup` (`own`) names, read with
+/// `read`: cgroup v2's `memory.max`, else v1's `memory.limit_in_bytes`, in the
+/// process's own group or (where that is not mounted, as inside some containers) at
+/// the mount's root. `None`: no limit ("max"), or nothing readable.
+fn cgroup_limit(own: &str, read: impl Fn(&str) -> Option<String>) -> Option<u64> {
+    let mut files = Vec::new();
+    for line in own.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let path = path.trim_end_matches('/');
+        if controllers.is_empty() {
+            files.push(format!("/sys/fs/cgroup{path}/memory.max"));
+            files.push("/sys/fs/cgroup/memory.max".to_owned());
+        } else if controllers.split(',').any(|c| c == "memory") {
+            files.push(format!("/sys/fs/cgroup/memory{path}/memory.limit_in_bytes"));
+            files.push("/sys/fs/cgroup/memory/memory.limit_in_bytes".to_owned());
+        }
+    }
+    files
+        .iter()
+        .find_map(|f| read(f))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// Bytes in binary units with three significant figures: "1.41 GiB".
@@ -199,7 +254,7 @@ fn short(d: Duration) -> String {
 }
 
 /// The plan as printed by `idem plan`.
-pub(crate) fn render(o: &Options, plan: &Plan, memory: Option<u64>) -> String {
+pub(crate) fn render(o: &Options, plan: &Plan, memory: Option<Memory>) -> String {
     let mut out = String::new();
     let retention = match &o.retention {
         Some(r) => r.clone(),
@@ -287,13 +342,20 @@ pub(crate) fn render(o: &Options, plan: &Plan, memory: Option<u64>) -> String {
         out += "- Redis with a stored result: its bytes are added to the measured per-key figure, a lower bound\n";
     }
     if let Some(m) = memory {
-        out += &format!(
-            "- this machine has {} of memory; the hot tier would take {:.1} % of it\n",
-            bytes(m),
-            plan.hot_bytes as f64 / m as f64 * 100.0
-        );
+        let share = plan.hot_bytes as f64 / m.available() as f64 * 100.0;
+        out += &match m.limit {
+            None => format!(
+                "- this machine has {} of memory; the hot tier would take {share:.1} % of it\n",
+                bytes(m.machine)
+            ),
+            Some(limit) => format!(
+                "- this process's cgroup may use {} of memory (the machine has {}); the hot tier would take {share:.1} % of it\n",
+                bytes(limit),
+                bytes(m.machine)
+            ),
+        };
     }
-    let warnings = plan.warnings(memory);
+    let warnings = plan.warnings(memory.map(|m| m.available()));
     if !warnings.is_empty() {
         out += "\n";
         for w in warnings {
@@ -307,7 +369,7 @@ pub(crate) fn render(o: &Options, plan: &Plan, memory: Option<u64>) -> String {
 pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
     let o = Options::parse(args).map_err(|e| e.to_string())?;
     let plan = o.sizing.plan().map_err(|e| format!("plan: {e}"))?;
-    out!("{}", render(&o, &plan, machine_memory()));
+    out!("{}", render(&o, &plan, memory()));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -463,11 +525,68 @@ mod tests {
             .contains("24h"));
     }
 
+    fn machine_of(bytes: u64) -> Memory {
+        Memory {
+            machine: bytes,
+            limit: None,
+        }
+    }
+
+    #[test]
+    fn a_cgroups_memory_limit_is_read_where_the_process_belongs() {
+        fn files(list: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+            move |path: &str| {
+                list.iter()
+                    .find(|(p, _)| *p == path)
+                    .map(|(_, v)| v.to_string())
+            }
+        }
+        // v2: the process's own group, else the mount's root; "max" is no limit.
+        let v2 = "0::/system.slice/app.service\n";
+        let own = &[(
+            "/sys/fs/cgroup/system.slice/app.service/memory.max",
+            "2147483648\n",
+        )];
+        assert_eq!(cgroup_limit(v2, files(own)), Some(1 << 31));
+        let root = &[("/sys/fs/cgroup/memory.max", "1073741824\n")];
+        assert_eq!(cgroup_limit(v2, files(root)), Some(1 << 30));
+        let none = &[(
+            "/sys/fs/cgroup/system.slice/app.service/memory.max",
+            "max\n",
+        )];
+        assert_eq!(cgroup_limit(v2, files(none)), None);
+        // v1: the memory controller's line, whatever its place among the others.
+        let v1 = "5:cpu,cpuacct:/\n4:memory:/docker/abc\n0::/\n";
+        let own = &[(
+            "/sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes",
+            "536870912",
+        )];
+        assert_eq!(cgroup_limit(v1, files(own)), Some(1 << 29));
+        assert_eq!(cgroup_limit(v1, files(&[])), None);
+
+        // A limit below the machine's memory is what the plan is checked against.
+        let o = Options::parse(&args(&["--rate", "500/s", "--ttl", "24h"])).unwrap();
+        let p = o.sizing.plan().unwrap();
+        let limited = Memory {
+            machine: 64 << 30,
+            limit: Some(1 << 30),
+        };
+        let text = render(&o, &p, Some(limited));
+        let line = format!(
+            "- this process's cgroup may use {} of memory (the machine has {})",
+            bytes(1 << 30),
+            bytes(64 << 30)
+        );
+        assert!(text.contains(&line), "{text}");
+        assert!(text.contains("warning: the hot tier needs"), "{text}");
+        assert!(!render(&o, &p, Some(machine_of(64 << 30))).contains("warning:"));
+    }
+
     #[test]
     fn render_shows_every_figure_and_warns_past_memory() {
         let o = Options::parse(&args(&["--rate", "500/s", "--ttl", "24h"])).unwrap();
         let p = o.sizing.plan().unwrap();
-        let text = render(&o, &p, Some(64 << 30));
+        let text = render(&o, &p, Some(machine_of(64 << 30)));
         assert!(text.contains("43,200,000"), "{text}");
         assert!(text.contains("302,400,000"), "{text}");
         assert!(text.contains(&bytes(p.hot_bytes)), "{text}");
@@ -482,7 +601,7 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("warning:"), "{text}");
-        let small = render(&o, &p, Some(1 << 30));
+        let small = render(&o, &p, Some(machine_of(1 << 30)));
         assert!(small.contains("warning: the hot tier needs"), "{small}");
     }
 
@@ -528,7 +647,7 @@ mod tests {
         assert_eq!(render(&o, &p, None), without_machine);
         // With a memory given, the only line added is the machine's, in the README's
         // form, at the README's place (the end).
-        let with_memory = render(&o, &p, Some(64 << 30));
+        let with_memory = render(&o, &p, Some(machine_of(64 << 30)));
         let printed = with_memory
             .strip_prefix(without_machine.as_str())
             .expect("the machine line comes last");

@@ -159,7 +159,8 @@ impl fmt::Debug for Engine {
 
 /// At open, the claims the last run left in flight, in every namespace of a durable
 /// engine (each has its durable tier): reported as orphans, live ones held in the hot
-/// tier, the journals taken over.
+/// tier, the journals taken over; and, once every prefilter is set up, compaction
+/// started.
 ///
 /// Every step that can fail for want of space, or on a read, runs for every
 /// namespace before anything on disk changes, so an open that fails leaves each
@@ -200,6 +201,9 @@ fn take_over_markers(
         orphans.extend(found);
         taken.push((name, d, takeover, expired));
     }
+    // The prefilters are set up: RocksDB may compact now (still before anything on
+    // disk changes, as this can fail).
+    store.start_compactions()?;
     let mut moved = false;
     for (_, d, takeover, _) in &taken {
         moved |= d.move_markers(takeover)?;
@@ -335,8 +339,6 @@ impl Engine {
         #[cfg(feature = "durable")]
         if let Some(store) = &store {
             orphans = take_over_markers(store, &namespaces)?;
-            // The prefilters are set up: RocksDB may compact now.
-            store.start_compactions()?;
         }
         // Each namespace's handles share a keeper, which hands the namespace to the
         // shards with guards left when the last handle goes.

@@ -746,6 +746,44 @@ mod tests {
     }
 
     #[test]
+    fn threads_inserting_batches_at_once_lose_no_key_and_overfill_no_filter() {
+        // Four threads, as the rebuild's scans: 6,000 keys into one generation planned
+        // for 1,000 a filter, so filters fill and grow while batches race.
+        let p = Prefilter::new(4_000, 4_000, 0.01);
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let p = &p;
+                s.spawn(move || {
+                    let mut batch = Vec::new();
+                    for i in 0..1_500u64 {
+                        batch.push((p.epoch_of(100), h(t * 1_500 + i)));
+                        if batch.len() == 128 + t as usize * 50 {
+                            p.insert_many(&mut batch);
+                        }
+                    }
+                    p.insert_many(&mut batch);
+                });
+            }
+        });
+        assert!((0..6_000).all(|i| p.may_contain(h(i))));
+        let gens = p.gens.read();
+        assert_eq!(gens.len(), 1);
+        let counts: Vec<usize> = gens[0]
+            .segments
+            .iter()
+            .map(|seg| seg.items.load(Ordering::Relaxed))
+            .collect();
+        assert_eq!(counts.iter().sum::<usize>(), 6_000, "{counts:?}");
+        assert!(
+            gens[0]
+                .segments
+                .iter()
+                .all(|seg| seg.items.load(Ordering::Relaxed) <= seg.capacity),
+            "{counts:?}"
+        );
+    }
+
+    #[test]
     fn over_a_long_stream_the_false_positive_rate_stays_near_the_target() {
         // Keys arrive at the expected rate for ten retention periods; each lives for
         // the retention. The rate is measured on new keys throughout.

@@ -174,9 +174,10 @@ fn done_cf_options(opts: &mut Options) {
     opts.set_block_based_table_factory(&table);
 }
 
-/// The most write-ahead log RocksDB keeps before it flushes the column families
-/// that hold its oldest file (`Store::open`): about one done memtable's worth (a
-/// 64 MiB write buffer). The unit tests use a smaller one, to reach it quickly.
+/// The most write-ahead log RocksDB keeps, per done column family, before it
+/// flushes the column families that hold its oldest file (`Store::open`): about one
+/// done memtable's worth (a 64 MiB write buffer). The unit tests use a smaller one,
+/// to reach it quickly.
 const MAX_TOTAL_WAL_BYTES: u64 = if cfg!(test) { 1 << 20 } else { 64 << 20 };
 
 /// The size of a done column family's memtable Bloom filter, as a share of its
@@ -209,6 +210,8 @@ pub(crate) struct Store {
     db: DB,
     path: PathBuf,
     seed: u64,
+    /// The done column families opened (configured namespaces' and others').
+    done_families: Vec<String>,
     /// Testing hook: make every write fail as a failing disk would.
     fail_writes: AtomicBool,
     /// Testing hook: make every point read of a done record fail.
@@ -272,13 +275,6 @@ impl Store {
         // The done column families use a hash memtable (below), which takes its writes
         // one at a time: RocksDB's write group leader inserts for the whole group.
         db_opts.set_allow_concurrent_memtable_write(false);
-        // A bound on the write-ahead log an open after a crash replays. RocksDB keeps a
-        // log file until every column family with writes in it has flushed them, and
-        // the claim markers' family rarely fills its memtable: without the bound, a
-        // crash after a long run left every log since the start to replay (W5: 32
-        // files, 450 MB, 1.4 s of the open). Past it, RocksDB flushes the families
-        // that hold the oldest log.
-        db_opts.set_max_total_wal_size(MAX_TOTAL_WAL_BYTES);
 
         let existing: BTreeSet<String> = match DB::list_cf(&db_opts, path) {
             Ok(cfs) => cfs.into_iter().collect(),
@@ -431,6 +427,21 @@ impl Store {
             descriptors.push(ColumnFamilyDescriptor::new(name.clone(), cf_opts));
         }
 
+        let done_families: Vec<String> = existing
+            .union(&wanted)
+            .filter(|n| n.starts_with("done:"))
+            .cloned()
+            .collect();
+        // A bound on the write-ahead log an open after a crash replays. RocksDB keeps a
+        // log file until every column family with writes in it has flushed them, and
+        // the claim markers' family rarely fills its memtable: without the bound, a
+        // crash after a long run left every log since the start to replay (W5: 32
+        // files, 450 MB, 1.4 s of the open). Past it, RocksDB flushes the families
+        // that hold the oldest log. A done memtable's worth for each namespace, so
+        // that namespaces writing at once do not flush each other's memtables early.
+        db_opts.set_max_total_wal_size(
+            MAX_TOTAL_WAL_BYTES.saturating_mul(done_families.len().max(1) as u64),
+        );
         let db = DB::open_cf_descriptors(&db_opts, path, descriptors).map_err(|e| {
             let msg = e.into_string();
             // RocksDB names its LOCK file when another handle (in this process or
@@ -505,6 +516,7 @@ impl Store {
                 db,
                 path: path.to_path_buf(),
                 seed,
+                done_families,
                 fail_writes: AtomicBool::new(false),
                 group: match commit_delay {
                     None => Some(GroupCommit::new(Delay::Adaptive)),
@@ -790,15 +802,11 @@ impl Store {
     /// Lets RocksDB compact the done column families, which `Store::open` leaves
     /// without compaction so that the prefilters' set-up at open has the cores.
     pub(crate) fn start_compactions(&self) -> Result<(), Error> {
-        for name in
-            DB::list_cf(&Options::default(), &self.path).map_err(|e| store_err("list", e))?
-        {
-            if name.starts_with("done:") {
-                let cf = self.cf(&name)?;
-                self.db
-                    .set_options_cf(cf, &[("disable_auto_compactions", "false")])
-                    .map_err(|e| store_err("start compactions", e))?;
-            }
+        for name in &self.done_families {
+            let cf = self.cf(name)?;
+            self.db
+                .set_options_cf(cf, &[("disable_auto_compactions", "false")])
+                .map_err(|e| store_err("start compactions", e))?;
         }
         Ok(())
     }

@@ -206,30 +206,51 @@ pub(crate) fn memory() -> Option<Memory> {
 }
 
 /// The memory limit of the cgroup that `/proc/self/cgroup` (`own`) names, read with
-/// `read`: cgroup v2's `memory.max`, else v1's `memory.limit_in_bytes`, in the
-/// process's own group or (where that is not mounted, as inside some containers) at
-/// the mount's root. `None`: no limit ("max"), or nothing readable.
+/// `read`; `None`: no limit, or nothing readable.
+///
+/// * cgroup v2: the lowest `memory.max` of the process's group and every group above
+///   it up to the mount's root (a limit on an enclosing slice binds too; "max" is
+///   none). Inside a container the mount's root is the container's own group.
+/// * cgroup v1: `hierarchical_memory_limit` of the group's `memory.stat` (the lowest
+///   limit on the way up), else its `memory.limit_in_bytes`; at the mount's root where
+///   the group's own directory is not mounted.
+///
+/// A limit of 0 is not one a process could run under, and is ignored.
 fn cgroup_limit(own: &str, read: impl Fn(&str) -> Option<String>) -> Option<u64> {
-    let mut files = Vec::new();
+    let number = |v: &str| v.trim().parse::<u64>().ok().filter(|&n| n > 0);
+    let mut limits = Vec::new();
     for line in own.lines() {
         let mut parts = line.splitn(3, ':');
         let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
         else {
             continue;
         };
-        let path = path.trim_end_matches('/');
+        let mut path = path.trim_end_matches('/');
         if controllers.is_empty() {
-            files.push(format!("/sys/fs/cgroup{path}/memory.max"));
-            files.push("/sys/fs/cgroup/memory.max".to_owned());
+            loop {
+                if let Some(v) = read(&format!("/sys/fs/cgroup{path}/memory.max")) {
+                    limits.extend(number(&v));
+                }
+                match path.rfind('/') {
+                    Some(i) => path = &path[..i],
+                    None => break,
+                }
+            }
         } else if controllers.split(',').any(|c| c == "memory") {
-            files.push(format!("/sys/fs/cgroup/memory{path}/memory.limit_in_bytes"));
-            files.push("/sys/fs/cgroup/memory/memory.limit_in_bytes".to_owned());
+            let v1 = [path, ""].into_iter().find_map(|dir| {
+                let base = format!("/sys/fs/cgroup/memory{dir}");
+                let stat = read(&format!("{base}/memory.stat")).and_then(|st| {
+                    st.lines()
+                        .find_map(|l| number(l.strip_prefix("hierarchical_memory_limit ")?))
+                });
+                stat.or_else(|| {
+                    read(&format!("{base}/memory.limit_in_bytes")).and_then(|v| number(&v))
+                })
+            });
+            limits.extend(v1);
         }
     }
-    files
-        .iter()
-        .find_map(|f| read(f))
-        .and_then(|v| v.trim().parse().ok())
+    limits.into_iter().min()
 }
 
 /// Bytes in binary units with three significant figures: "1.41 GiB".
@@ -541,27 +562,53 @@ mod tests {
                     .map(|(_, v)| v.to_string())
             }
         }
-        // v2: the process's own group, else the mount's root; "max" is no limit.
+        // v2: the lowest limit from the process's own group up to the mount's root;
+        // "max" is no limit, and neither is 0.
         let v2 = "0::/system.slice/app.service\n";
         let own = &[(
             "/sys/fs/cgroup/system.slice/app.service/memory.max",
             "2147483648\n",
         )];
         assert_eq!(cgroup_limit(v2, files(own)), Some(1 << 31));
+        let above = &[
+            (
+                "/sys/fs/cgroup/system.slice/app.service/memory.max",
+                "max\n",
+            ),
+            ("/sys/fs/cgroup/system.slice/memory.max", "1073741824\n"),
+        ];
+        assert_eq!(cgroup_limit(v2, files(above)), Some(1 << 30));
         let root = &[("/sys/fs/cgroup/memory.max", "1073741824\n")];
         assert_eq!(cgroup_limit(v2, files(root)), Some(1 << 30));
-        let none = &[(
-            "/sys/fs/cgroup/system.slice/app.service/memory.max",
-            "max\n",
-        )];
+        let none = &[
+            (
+                "/sys/fs/cgroup/system.slice/app.service/memory.max",
+                "max\n",
+            ),
+            ("/sys/fs/cgroup/system.slice/memory.max", "0\n"),
+        ];
         assert_eq!(cgroup_limit(v2, files(none)), None);
-        // v1: the memory controller's line, whatever its place among the others.
+        // v1: the memory controller's line, whatever its place among the others; the
+        // hierarchical limit of its statistics first.
         let v1 = "5:cpu,cpuacct:/\n4:memory:/docker/abc\n0::/\n";
         let own = &[(
             "/sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes",
             "536870912",
         )];
         assert_eq!(cgroup_limit(v1, files(own)), Some(1 << 29));
+        let stat = &[
+            (
+                "/sys/fs/cgroup/memory/docker/abc/memory.stat",
+                "cache 0\nhierarchical_memory_limit 268435456\nrss 0\n",
+            ),
+            (
+                "/sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes",
+                "536870912",
+            ),
+        ];
+        assert_eq!(cgroup_limit(v1, files(stat)), Some(1 << 28));
+        let root = &[("/sys/fs/cgroup/memory/memory.limit_in_bytes", "536870912")];
+        assert_eq!(cgroup_limit(v1, files(root)), Some(1 << 29));
         assert_eq!(cgroup_limit(v1, files(&[])), None);
 
         // A limit below the machine's memory is what the plan is checked against.

@@ -628,12 +628,31 @@ fn hot_deadline(p: &Params, now: Now, expires_at_ms: u64) -> u64 {
 /// window restarts its TTL (the record is then extended if it would end first, see
 /// [`Extension`]); a fixed window keeps what is left of it, and so does a sliding
 /// one when it may not `restart` (its key is being forgotten: no rewrite may begin).
+///
+/// A fixed window still within its TTL is held until the TTL's end, as if it had
+/// been completed in this run: its completion time then follows from its deadline,
+/// as a completion's does, and needs no side-table row (see [`found_needs_extra`]).
+/// One past its TTL (but within retention) is held a TTL from now.
 fn found_deadline(p: &Params, now: Now, d: &DurableDone, restart: bool) -> u64 {
     if p.sliding && restart {
-        p.deadline(now, p.ttl_ms)
+        return p.deadline(now, p.ttl_ms);
+    }
+    let window_end = d.completed_at_ms.saturating_add(p.ttl_ms);
+    if !p.sliding && window_end > now.ms && window_end <= d.expires_at_ms {
+        p.tick_at(window_end)
     } else {
         hot_deadline(p, now, d.expires_at_ms)
     }
+}
+
+/// Whether an entry made at `now` for a key found done in the durable tier, with hot
+/// deadline `deadline`, needs a side-table row: for a stored result, for a sliding
+/// window's completion time, or where the completion time that [`done_times`] would
+/// derive from the deadline is not the record's (a window past its TTL; a tick
+/// coarser than a millisecond that the completion time does not fall on).
+fn found_needs_extra(p: &Params, now: Now, d: &DurableDone, deadline: u64) -> bool {
+    let derived = p.tick_to_ms(deadline).saturating_sub(p.ttl_ms).min(now.ms);
+    d.result.is_some() || p.sliding || derived != d.completed_at_ms
 }
 
 /// Whether a sliding window read back from the durable tier, restarted to hot
@@ -1848,9 +1867,12 @@ impl Shard {
                 if let Some(pl) = d.payload {
                     self.set_payload(idx, pl);
                 }
-                let x = self.extra_mut(idx);
-                x.completed_at_ms = d.completed_at_ms;
-                x.result = d.result.clone();
+                let deadline = widen(now.tick, self.slab.get(idx).deadline);
+                if found_needs_extra(p, now, &d, deadline) {
+                    let x = self.extra_mut(idx);
+                    x.completed_at_ms = d.completed_at_ms;
+                    x.result = d.result.clone();
+                }
                 self.counters.duplicates += 1;
                 // A sliding window restarts at this sighting; if that outlasts the
                 // record, the record is rewritten.

@@ -173,6 +173,105 @@ fn a_completed_key_is_a_duplicate_after_a_restart_past_the_hot_ttl() {
     assert_eq!(engine.stats().resident_keys, 1);
 }
 
+/// Restarts `tick_ms` ms ticks after `keys` were completed at `T0 + 1234` and claims
+/// them again, 10.005 s later (within the 60 s TTL). Returns the engine and namespace,
+/// and the hot-tier bytes the keys took when completed and when read back.
+fn read_back_within_the_ttl(
+    dir: &TempDir,
+    tick_ms: u64,
+    keys: &[Vec<u8>],
+) -> (Engine, Namespace, u64, u64) {
+    let clock = ManualClock::new(T0);
+    // One shard: the keys fill whole chunks of entries rather than one each of many.
+    let cfg = small().retention(secs(3600)).shards(1).max_keys(4_096);
+    let open = || {
+        let engine = builder(dir, &clock)
+            .tick(ms(tick_ms))
+            .namespace("ns", cfg.clone())
+            .build()
+            .unwrap();
+        let ns = engine.namespace("ns").unwrap();
+        (engine, ns)
+    };
+    let completed = {
+        let (engine, ns) = open();
+        let before = engine.stats().hot_bytes;
+        clock.advance(ms(1234));
+        for k in keys {
+            acquire(&ns, k).complete().unwrap();
+        }
+        engine.stats().hot_bytes - before
+    };
+    // Not a whole number of 10 ms ticks after the completion.
+    clock.advance(ms(10_005));
+    let (engine, ns) = open();
+    let before = engine.stats().hot_bytes;
+    for k in keys {
+        let done = duplicate(&ns, k);
+        assert_eq!(done.completed_at_ms(), T0 + 1234);
+        assert_eq!(done.expires_at_ms(), T0 + 1234 + 3_600_000);
+    }
+    let read_back = engine.stats().hot_bytes - before;
+    assert_eq!(engine.stats().durable_reads, keys.len() as u64);
+    // Answered from the hot tier now, alike.
+    for k in keys {
+        let done = duplicate(&ns, k);
+        assert_eq!(done.completed_at_ms(), T0 + 1234, "{}", show(k));
+        assert_eq!(done.expires_at_ms(), T0 + 1234 + 3_600_000, "{}", show(k));
+        match ns.check(k).unwrap() {
+            Some(KeyState::Done {
+                completed_at_ms, ..
+            }) => assert_eq!(completed_at_ms, T0 + 1234),
+            other => panic!("{}: {other:?}", show(k)),
+        }
+    }
+    assert_eq!(engine.stats().durable_reads, keys.len() as u64);
+    (engine, ns, completed, read_back)
+}
+
+#[test]
+fn a_key_read_back_within_its_ttl_is_held_as_its_completion_left_it() {
+    let dir = TempDir::new();
+    let keys: Vec<Vec<u8>> = (0..2_000).map(|i| format!("k-{i}").into_bytes()).collect();
+    let (engine, ns, completed, read_back) = read_back_within_the_ttl(&dir, 1, &keys);
+    // No side-table row a key: the completion time follows from the deadline (the
+    // rows took more than the entries themselves).
+    assert!(
+        read_back <= completed + completed / 10,
+        "read back {read_back} bytes, completed {completed}"
+    );
+    // Held until the TTL's end, as a completion of this run would be; then the
+    // durable tier answers again, with the same times.
+    let clock = ManualClock::new(T0 + 1234 + 59_999);
+    drop((engine, ns));
+    let engine = builder(&dir, &clock)
+        .namespace(
+            "ns",
+            small().retention(secs(3600)).shards(1).max_keys(4_096),
+        )
+        .build()
+        .unwrap();
+    let ns = engine.namespace("ns").unwrap();
+    assert_eq!(duplicate(&ns, &keys[0]).completed_at_ms(), T0 + 1234);
+    clock.set(T0 + 1234 + 60_000);
+    let reads = engine.stats().durable_reads;
+    assert_eq!(duplicate(&ns, &keys[0]).completed_at_ms(), T0 + 1234);
+    assert_eq!(engine.stats().durable_reads, reads + 1);
+}
+
+#[test]
+fn a_key_read_back_keeps_its_completion_time_where_ticks_cannot_tell_it() {
+    // Ticks of 10 ms: a completion at ..234 ms does not fall on one, so the key
+    // keeps its time in a side-table row, and every answer is still exact.
+    let dir = TempDir::new();
+    let keys: Vec<Vec<u8>> = (0..200).map(|i| format!("k-{i}").into_bytes()).collect();
+    let (_engine, _ns, completed, read_back) = read_back_within_the_ttl(&dir, 10, &keys);
+    assert!(
+        read_back > completed,
+        "read back {read_back} bytes, completed {completed}"
+    );
+}
+
 // 2. Retention.
 
 #[test]

@@ -173,17 +173,23 @@ fn a_completed_key_is_a_duplicate_after_a_restart_past_the_hot_ttl() {
     assert_eq!(engine.stats().resident_keys, 1);
 }
 
-/// Restarts `tick_ms` ms ticks after `keys` were completed at `T0 + 1234` and claims
-/// them again, 10.005 s later (within the 60 s TTL). Returns the engine and namespace,
-/// and the hot-tier bytes the keys took when completed and when read back.
+/// The namespace of [`read_back_within_the_ttl`]: TTL 60 s, retention 1 h, one shard
+/// (the keys fill whole chunks of entries rather than one each of many).
+fn read_back_cfg() -> NamespaceConfig {
+    small().retention(secs(3600)).shards(1).max_keys(4_096)
+}
+
+/// On engines with ticks of `tick_ms` ms: completes `keys` at `T0 + 1234`, restarts,
+/// and claims them again 10.005 s later (within the 60 s TTL), checking every answer's
+/// times, then again from the hot tier. Returns the engine and namespace, and the
+/// hot-tier bytes the keys took when completed and when read back.
 fn read_back_within_the_ttl(
     dir: &TempDir,
     tick_ms: u64,
     keys: &[Vec<u8>],
 ) -> (Engine, Namespace, u64, u64) {
     let clock = ManualClock::new(T0);
-    // One shard: the keys fill whole chunks of entries rather than one each of many.
-    let cfg = small().retention(secs(3600)).shards(1).max_keys(4_096);
+    let cfg = read_back_cfg();
     let open = || {
         let engine = builder(dir, &clock)
             .tick(ms(tick_ms))
@@ -245,10 +251,7 @@ fn a_key_read_back_within_its_ttl_is_held_as_its_completion_left_it() {
     let clock = ManualClock::new(T0 + 1234 + 59_999);
     drop((engine, ns));
     let engine = builder(&dir, &clock)
-        .namespace(
-            "ns",
-            small().retention(secs(3600)).shards(1).max_keys(4_096),
-        )
+        .namespace("ns", read_back_cfg())
         .build()
         .unwrap();
     let ns = engine.namespace("ns").unwrap();

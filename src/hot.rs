@@ -456,7 +456,9 @@ impl Links for Slab {
 #[derive(Debug, Clone)]
 pub(crate) struct Extra {
     pub(crate) result: Option<std::sync::Arc<[u8]>>,
-    /// Completion time, kept only for sliding windows (fixed windows derive it);
+    /// Completion time, kept for sliding windows and for fixed-window keys read back
+    /// from the durable tier whose time their deadline does not give back (see
+    /// `found_needs_extra`; other fixed-window keys derive it);
     /// [`Extra::NO_TIME`] when not kept (an `Option` would cost 8 bytes more a row).
     completed_at_ms: u64,
 }
@@ -638,7 +640,13 @@ fn found_deadline(p: &Params, now: Now, d: &DurableDone, restart: bool) -> u64 {
         return p.deadline(now, p.ttl_ms);
     }
     let window_end = d.completed_at_ms.saturating_add(p.ttl_ms);
-    if !p.sliding && window_end > now.ms && window_end <= d.expires_at_ms {
+    // (A completion later than now, a clock set back since, is held a TTL from now
+    // at most, as before: never further ahead than a TTL.)
+    if !p.sliding
+        && d.completed_at_ms <= now.ms
+        && window_end > now.ms
+        && window_end <= d.expires_at_ms
+    {
         p.tick_at(window_end)
     } else {
         hot_deadline(p, now, d.expires_at_ms)
@@ -1236,9 +1244,18 @@ fn done_times(p: &Params, now: Now, deadline: u32, extra: Option<&Extra>) -> (u6
     let completed_at_ms = extra
         .and_then(Extra::completed_at_ms)
         .unwrap_or_else(|| expires_at_ms.saturating_sub(p.ttl_ms).min(now.ms));
-    // With a durable tier the key stays a duplicate until its record expires.
+    // With a durable tier the key stays a duplicate until its record expires. A fixed
+    // window's deadline is its TTL's end rounded up to a tick: the window it stands
+    // for may end up to a tick earlier, and a record that covers that window is the
+    // one written (else, with retention equal to the TTL, the answer would be a whole
+    // retention late). A sliding window's record was written for the rounded deadline.
+    let window_end = if p.sliding {
+        expires_at_ms
+    } else {
+        expires_at_ms.saturating_sub(p.tick_ms - 1)
+    };
     let expires_at_ms = p
-        .durable_until(completed_at_ms, expires_at_ms)
+        .durable_until(completed_at_ms, window_end)
         .map_or(expires_at_ms, |d| d.max(expires_at_ms));
     (completed_at_ms, expires_at_ms)
 }

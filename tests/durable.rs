@@ -264,14 +264,72 @@ fn a_key_read_back_within_its_ttl_is_held_as_its_completion_left_it() {
 
 #[test]
 fn a_key_read_back_keeps_its_completion_time_where_ticks_cannot_tell_it() {
-    // Ticks of 10 ms: a completion at ..234 ms does not fall on one, so the key
-    // keeps its time in a side-table row, and every answer is still exact.
+    // Ticks of 10 ms, counted from the second open (10.005 s after the completion):
+    // the TTL's end does not fall on one, so the key keeps its time in a side-table
+    // row, and every answer is still exact.
     let dir = TempDir::new();
     let keys: Vec<Vec<u8>> = (0..200).map(|i| format!("k-{i}").into_bytes()).collect();
     let (_engine, _ns, completed, read_back) = read_back_within_the_ttl(&dir, 10, &keys);
     assert!(
         read_back > completed,
         "read back {read_back} bytes, completed {completed}"
+    );
+}
+
+#[test]
+fn a_key_read_back_on_a_clock_set_back_is_held_a_ttl_at_most() {
+    // Completed at T0 + 120 s; after the restart the clock reads T0. The key is
+    // answered with its own times, and the hot tier holds it a TTL from the read,
+    // not until a TTL after its completion (three minutes ahead).
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0 + 120_000);
+    let cfg = small().retention(secs(3600));
+    {
+        let (_engine, ns) = open(&dir, &clock, cfg.clone());
+        acquire(&ns, b"k").complete().unwrap();
+    }
+    clock.set(T0);
+    let (engine, ns) = open(&dir, &clock, cfg);
+    assert_eq!(duplicate(&ns, b"k").completed_at_ms(), T0 + 120_000);
+    assert_eq!(duplicate(&ns, b"k").completed_at_ms(), T0 + 120_000);
+    let reads = engine.stats().durable_reads;
+    clock.set(T0 + 60_000);
+    assert_eq!(duplicate(&ns, b"k").completed_at_ms(), T0 + 120_000);
+    assert_eq!(engine.stats().durable_reads, reads + 1);
+}
+
+#[test]
+fn a_key_whose_retention_is_its_ttl_is_answered_with_its_records_expiry_on_coarse_ticks() {
+    // Retention equal to the TTL, ticks of 10 ms that the TTL's end does not fall on:
+    // the hot tier's answers say the record's expiry (to within a tick), not a
+    // retention later.
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small().retention(secs(60));
+    let open = || {
+        let engine = builder(&dir, &clock)
+            .tick(ms(10))
+            .namespace("ns", cfg.clone())
+            .build()
+            .unwrap();
+        let ns = engine.namespace("ns").unwrap();
+        (engine, ns)
+    };
+    {
+        let (_engine, ns) = open();
+        clock.advance(ms(1234));
+        acquire(&ns, b"k").complete().unwrap();
+    }
+    clock.advance(ms(10_005));
+    let (_engine, ns) = open();
+    let expiry = T0 + 1234 + 60_000;
+    assert_eq!(duplicate(&ns, b"k").expires_at_ms(), expiry);
+    let from_hot = duplicate(&ns, b"k");
+    assert_eq!(from_hot.completed_at_ms(), T0 + 1234);
+    assert!(
+        (expiry..expiry + 10).contains(&from_hot.expires_at_ms()),
+        "{} against the record's {expiry}",
+        from_hot.expires_at_ms()
     );
 }
 

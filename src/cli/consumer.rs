@@ -172,6 +172,12 @@ pub(crate) fn open_with(
         .build()
 }
 
+/// The resident keys a consumer of `messages` messages holding `hold` claims may
+/// need: every message's key, the held ones, and a margin.
+fn stream_room(messages: u64, hold: u64) -> usize {
+    usize::try_from(messages.saturating_add(hold).saturating_add(1024)).unwrap_or(usize::MAX)
+}
+
 /// The deterministic stream: every id once, and one in ten redelivered a little
 /// later.
 pub(crate) fn stream(messages: u64) -> Vec<u64> {
@@ -213,15 +219,25 @@ pub(crate) fn run(o: Options) -> Result<std::process::ExitCode, String> {
     }
 }
 
-fn consume(o: &Options) -> Result<(), String> {
-    let engine = open_with(
+/// The consumer's engine, its namespace sized for the stream's keys and the held
+/// claims: a namespace is sized by `max_keys` (shards, chunk reservoir), and the demo
+/// reports bytes per key.
+pub(crate) fn open_for(o: &Options) -> idem::Result<Engine> {
+    open_with(
         &o.dir,
         o.sync,
         o.lease_ms,
         o.commit_delay_us.map(Duration::from_micros),
-        |c| c.claim_markers(o.markers).journal_slots(o.journal_slots),
+        |c| {
+            c.claim_markers(o.markers)
+                .journal_slots(o.journal_slots)
+                .max_keys(stream_room(o.messages, o.hold))
+        },
     )
-    .map_err(|e| e.to_string())?;
+}
+
+fn consume(o: &Options) -> Result<(), String> {
+    let engine = open_for(o).map_err(|e| e.to_string())?;
     let orders = engine.namespace("orders").map_err(|e| e.to_string())?;
     let out = Mutex::new(std::io::stdout());
     let say = |line: String| {

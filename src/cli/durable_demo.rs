@@ -632,6 +632,26 @@ mod tests {
     }
 
     #[test]
+    fn the_consumers_namespace_is_sized_for_its_stream() {
+        let dir = scratch("consumer-room");
+        let args: Vec<String> = [
+            "--dir",
+            &dir.0.to_string_lossy(),
+            "--messages",
+            "5000",
+            "--hold",
+            "3",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+        let o = consumer::Options::parse(&args).unwrap();
+        let engine = consumer::open_for(&o).unwrap();
+        let orders = engine.namespace("orders").unwrap();
+        assert_eq!(orders.config().get_max_keys(), 5_000 + 3 + 1_024);
+    }
+
+    #[test]
     fn the_check_catches_two_workers_applying_one_message_at_once() {
         let dir = scratch("verify-concurrent");
         let engine = open(&dir.0);

@@ -173,6 +173,27 @@ fn a_completed_key_is_a_duplicate_after_a_restart_past_the_hot_ttl() {
     assert_eq!(engine.stats().resident_keys, 1);
 }
 
+/// [`open`] on an engine whose ticks are `tick_ms` ms long.
+fn open_ticked(
+    dir: &TempDir,
+    clock: &ManualClock,
+    tick_ms: u64,
+    cfg: NamespaceConfig,
+) -> (Engine, Namespace) {
+    let engine = builder(dir, clock)
+        .tick(ms(tick_ms))
+        .namespace("ns", cfg)
+        .build()
+        .unwrap();
+    let ns = engine.namespace("ns").unwrap();
+    (engine, ns)
+}
+
+/// Numbered keys `k-0`, `k-1`, ...
+fn numbered(n: usize) -> Vec<Vec<u8>> {
+    (0..n).map(|i| format!("k-{i}").into_bytes()).collect()
+}
+
 /// The namespace of [`read_back_within_the_ttl`]: TTL 60 s, retention 1 h, one shard
 /// (the keys fill whole chunks of entries rather than one each of many).
 fn read_back_cfg() -> NamespaceConfig {
@@ -190,15 +211,7 @@ fn read_back_within_the_ttl(
 ) -> (Engine, Namespace, u64, u64) {
     let clock = ManualClock::new(T0);
     let cfg = read_back_cfg();
-    let open = || {
-        let engine = builder(dir, &clock)
-            .tick(ms(tick_ms))
-            .namespace("ns", cfg.clone())
-            .build()
-            .unwrap();
-        let ns = engine.namespace("ns").unwrap();
-        (engine, ns)
-    };
+    let open = || open_ticked(dir, &clock, tick_ms, cfg.clone());
     let completed = {
         let (engine, ns) = open();
         let before = engine.stats().hot_bytes;
@@ -238,7 +251,7 @@ fn read_back_within_the_ttl(
 #[test]
 fn a_key_read_back_within_its_ttl_is_held_as_its_completion_left_it() {
     let dir = TempDir::new();
-    let keys: Vec<Vec<u8>> = (0..2_000).map(|i| format!("k-{i}").into_bytes()).collect();
+    let keys = numbered(2_000);
     let (engine, ns, completed, read_back) = read_back_within_the_ttl(&dir, 1, &keys);
     // No side-table row a key: the completion time follows from the deadline (the
     // rows took more than the entries themselves).
@@ -250,11 +263,7 @@ fn a_key_read_back_within_its_ttl_is_held_as_its_completion_left_it() {
     // durable tier answers again, with the same times.
     let clock = ManualClock::new(T0 + 1234 + 59_999);
     drop((engine, ns));
-    let engine = builder(&dir, &clock)
-        .namespace("ns", read_back_cfg())
-        .build()
-        .unwrap();
-    let ns = engine.namespace("ns").unwrap();
+    let (engine, ns) = open_ticked(&dir, &clock, 1, read_back_cfg());
     assert_eq!(duplicate(&ns, &keys[0]).completed_at_ms(), T0 + 1234);
     clock.set(T0 + 1234 + 60_000);
     let reads = engine.stats().durable_reads;
@@ -268,7 +277,7 @@ fn a_key_read_back_keeps_its_completion_time_where_ticks_cannot_tell_it() {
     // the TTL's end does not fall on one, so the key keeps its time in a side-table
     // row, and every answer is still exact.
     let dir = TempDir::new();
-    let keys: Vec<Vec<u8>> = (0..200).map(|i| format!("k-{i}").into_bytes()).collect();
+    let keys = numbered(200);
     let (_engine, _ns, completed, read_back) = read_back_within_the_ttl(&dir, 10, &keys);
     assert!(
         read_back > completed,
@@ -306,15 +315,7 @@ fn a_key_whose_retention_is_its_ttl_is_answered_with_its_records_expiry_on_coars
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);
     let cfg = small().retention(secs(60));
-    let open = || {
-        let engine = builder(&dir, &clock)
-            .tick(ms(10))
-            .namespace("ns", cfg.clone())
-            .build()
-            .unwrap();
-        let ns = engine.namespace("ns").unwrap();
-        (engine, ns)
-    };
+    let open = || open_ticked(&dir, &clock, 10, cfg.clone());
     {
         let (_engine, ns) = open();
         clock.advance(ms(1234));

@@ -635,6 +635,14 @@ mod tests {
         }
     }
 
+    /// Every way claim markers may be kept, for tests that hold in each.
+    #[cfg(feature = "durable")]
+    const MARKER_MODES: [crate::ClaimMarkers; 3] = [
+        crate::ClaimMarkers::Journal,
+        crate::ClaimMarkers::Immediate,
+        crate::ClaimMarkers::Deferred,
+    ];
+
     /// A durable namespace "n" in `dir` on a manual clock, lease 1 s.
     #[cfg(feature = "durable")]
     fn durable_namespace(
@@ -684,12 +692,8 @@ mod tests {
     #[cfg(feature = "durable")]
     #[test]
     fn a_completion_begun_while_its_key_is_forgotten_is_lost_and_writes_nothing() {
-        use crate::{ClaimMarkers, Error};
-        for markers in [
-            ClaimMarkers::Journal,
-            ClaimMarkers::Immediate,
-            ClaimMarkers::Deferred,
-        ] {
+        use crate::Error;
+        for markers in MARKER_MODES {
             let dir = Scratch::new(&format!("forget-complete-{markers:?}"));
             let (_engine, ns, _clock) = durable_namespace(&dir, markers);
             let g = first_claim(&ns);
@@ -716,12 +720,7 @@ mod tests {
     #[cfg(feature = "durable")]
     #[test]
     fn a_release_during_a_forget_goes_ahead() {
-        use crate::ClaimMarkers;
-        for markers in [
-            ClaimMarkers::Journal,
-            ClaimMarkers::Immediate,
-            ClaimMarkers::Deferred,
-        ] {
+        for markers in MARKER_MODES {
             let dir = Scratch::new(&format!("forget-release-{markers:?}"));
             let (engine, ns, _clock) = durable_namespace(&dir, markers);
             let g = first_claim(&ns);

@@ -659,8 +659,9 @@ fn found_deadline(p: &Params, now: Now, d: &DurableDone, restart: bool) -> u64 {
 /// derive from the deadline is not the record's (a window past its TTL; a tick
 /// coarser than a millisecond that the completion time does not fall on).
 fn found_needs_extra(p: &Params, now: Now, d: &DurableDone, deadline: u64) -> bool {
-    let derived = p.tick_to_ms(deadline).saturating_sub(p.ttl_ms).min(now.ms);
-    d.result.is_some() || p.sliding || derived != d.completed_at_ms
+    d.result.is_some()
+        || p.sliding
+        || derived_completion(p, now, p.tick_to_ms(deadline)) != d.completed_at_ms
 }
 
 /// Whether a sliding window read back from the durable tier, restarted to hot
@@ -1243,7 +1244,7 @@ fn done_times(p: &Params, now: Now, deadline: u32, extra: Option<&Extra>) -> (u6
     let expires_at_ms = deadline_ms(p, now, deadline);
     let completed_at_ms = extra
         .and_then(Extra::completed_at_ms)
-        .unwrap_or_else(|| expires_at_ms.saturating_sub(p.ttl_ms).min(now.ms));
+        .unwrap_or_else(|| derived_completion(p, now, expires_at_ms));
     // With a durable tier the key stays a duplicate until its record expires. A fixed
     // window's deadline is its TTL's end rounded up to a tick: the window it stands
     // for may end up to a tick earlier, and a record that covers that window is the
@@ -1258,6 +1259,13 @@ fn done_times(p: &Params, now: Now, deadline: u32, extra: Option<&Extra>) -> (u6
         .durable_until(completed_at_ms, window_end)
         .map_or(expires_at_ms, |d| d.max(expires_at_ms));
     (completed_at_ms, expires_at_ms)
+}
+
+/// A fixed-window done entry's completion time as its deadline (`deadline_ms`, its
+/// TTL's end) gives it back, never later than now.
+#[inline(always)]
+fn derived_completion(p: &Params, now: Now, deadline_ms: u64) -> u64 {
+    deadline_ms.saturating_sub(p.ttl_ms).min(now.ms)
 }
 
 /// Removes entry `idx` (already unlinked from the wheel) from index, side tables and slab.

@@ -44,10 +44,7 @@ pub(crate) const SPANS: u64 = 4;
 
 /// A generation that is never dropped: records whose expiry cannot be read (corrupt
 /// ones) go there, so their keys always reach the durable tier, which reports them.
-const PINNED: u64 = u64::MAX;
-
-/// The generation [`Prefilter::insert_many`] takes for a key kept until restart.
-pub(crate) const PINNED_EPOCH: u64 = PINNED;
+pub(crate) const PINNED: u64 = u64::MAX;
 
 /// One Bloom filter of a generation, with its fill.
 struct Segment {
@@ -221,22 +218,19 @@ impl Prefilter {
 
     /// Records many keys at once (the rebuild at open): `batch` holds (generation,
     /// Bloom hash) pairs, the generation from [`Prefilter::epoch_of`], or
-    /// [`PINNED_EPOCH`] for keys whose record is unreadable. Equivalent to inserting
+    /// [`PINNED`] for keys whose record is unreadable. Equivalent to inserting
     /// each, but it takes the generations' lock and counts a filter's keys once per
     /// run of one generation, not once per key: with two threads rebuilding, those
     /// shared lines went back and forth at every key. Empties `batch`.
     pub(crate) fn insert_many(&self, batch: &mut Vec<(u64, u64)>) {
         batch.sort_unstable_by_key(|&(epoch, _)| epoch);
-        let mut rest = &batch[..];
-        while let Some(&(epoch, _)) = rest.first() {
-            let run = rest.iter().take_while(|&&(e, _)| e == epoch).count();
-            let (now, later) = rest.split_at(run);
-            if !self.insert_run(epoch, now) {
-                for &(_, hash) in now {
+        for run in batch.chunk_by(|a, b| a.0 == b.0) {
+            let epoch = run[0].0;
+            if !self.insert_run(epoch, run) {
+                for &(_, hash) in run {
                     self.insert_epoch(hash, epoch);
                 }
             }
-            rest = later;
         }
         batch.clear();
     }
@@ -262,18 +256,11 @@ impl Prefilter {
     }
 
     fn insert_epoch(&self, hash: u64, epoch: u64) {
-        {
-            let gens = self.gens.read();
-            if let Some(g) = gens.iter().find(|g| g.epoch == epoch) {
-                let seg = g.segments.last().expect("a generation has a segment");
-                if seg.items.fetch_add(1, Ordering::Relaxed) < seg.capacity {
-                    seg.bloom.insert_hash(hash);
-                    return;
-                }
-                // Full: undo the count and grow below.
-                seg.items.fetch_sub(1, Ordering::Relaxed);
-            }
+        if self.insert_run(epoch, &[(epoch, hash)]) {
+            return;
         }
+        // No such generation, or its last filter is full: make one under the write
+        // lock.
         let mut gens = self.gens.write();
         let pos = match gens.iter().position(|g| g.epoch == epoch) {
             Some(p) => p,
@@ -715,7 +702,7 @@ mod tests {
             let (hash, expires) = (h(i), 100 + (i % 3) * 1_000 + (i % 7 == 0) as u64 * 2_000);
             if i % 97 == 0 {
                 one.insert_pinned(hash);
-                batch.push((PINNED_EPOCH, hash));
+                batch.push((PINNED, hash));
             } else {
                 one.insert(hash, expires);
                 batch.push((many.epoch_of(expires), hash));

@@ -18,7 +18,7 @@ use crate::clock::Clock;
 use crate::config::{ClaimMarkers, FailurePolicy, SyncPolicy};
 use crate::error::{Error, StoreError};
 use crate::hot::{DurableDone, DurableLookup, Fp, Stored};
-use crate::prefilter::{bloom_hash, Prefilter, PINNED_EPOCH};
+use crate::prefilter::{bloom_hash, Prefilter, PINNED};
 
 mod dlq;
 pub(crate) use dlq::message_key as dlq_message_key;
@@ -1458,7 +1458,7 @@ impl DurableNs {
                     match header {
                         Ok((RecordState::Done, expires_ms)) if expires_ms <= now_ms => return,
                         Ok((_, expires_ms)) => batch.push((p.epoch_of(expires_ms), bloom_hash(fp))),
-                        Err(_) => batch.push((PINNED_EPOCH, bloom_hash(fp))),
+                        Err(_) => batch.push((PINNED, bloom_hash(fp))),
                     }
                     if batch.len() == BATCH {
                         p.insert_many(&mut batch);

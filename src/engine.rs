@@ -2954,7 +2954,9 @@ impl Namespace {
             }
         }
         // Unpinned before the markers' write (which may wait for a disk): a pin held
-        // holds back every retired table's free, the whole process's.
+        // holds back every retired table's free, the whole process's. (The locked
+        // claims above ran pinned, durable reads and a sliding window's rewrites
+        // included: that only delays such frees for as long as they take.)
         #[cfg(not(idem_loom))]
         if let Some(pin) = pin {
             ns.lock_free_duplicates.add(&pin, lock_free_dups);

@@ -203,6 +203,31 @@ impl Prefilter {
         expires_ms / self.span_ms
     }
 
+    /// The generation the rebuild at `now_ms` files a record expiring at
+    /// `expires_ms` in. A record within today's retention gets its own
+    /// ([`Prefilter::epoch_of`]). One expiring later (written under a longer retention
+    /// in an earlier run, or before the clock was set back) shares a generation with
+    /// its neighbours, in generations that double in length with their distance from
+    /// today's last: a retention shortened k-fold then costs about `log2(k * SPANS)`
+    /// filters, not `k * SPANS` (each as large as one of today's). A generation is
+    /// dropped once its latest possible record has expired, so a record moved to a
+    /// later one is only kept longer; never earlier.
+    pub(crate) fn epoch_at_open(&self, expires_ms: u64, now_ms: u64) -> u64 {
+        let epoch = self.epoch_of(expires_ms);
+        // A record written at `now_ms` expires within a retention, at most
+        // `SPANS + 1` generations on (the span is the retention's quarter, rounded
+        // down).
+        let last = self.epoch_of(now_ms).saturating_add(SPANS + 1);
+        if epoch <= last {
+            return epoch;
+        }
+        (epoch - last)
+            .checked_next_power_of_two()
+            .and_then(|d| last.checked_add(d))
+            .filter(|&e| e < PINNED)
+            .unwrap_or(PINNED)
+    }
+
     /// Records that the key with Bloom hash `hash` has a done record expiring at
     /// `expires_ms`. Call it before the record is written.
     pub(crate) fn insert(&self, hash: u64, expires_ms: u64) {
@@ -217,7 +242,7 @@ impl Prefilter {
     }
 
     /// Records many keys at once (the rebuild at open): `batch` holds (generation,
-    /// Bloom hash) pairs, the generation from [`Prefilter::epoch_of`], or
+    /// Bloom hash) pairs, the generation from [`Prefilter::epoch_at_open`], or
     /// [`PINNED`] for keys whose record is unreadable. Equivalent to inserting
     /// each, but it takes the generations' lock and counts a filter's keys once per
     /// run of one generation, not once per key: with two threads rebuilding, those
@@ -668,6 +693,42 @@ mod tests {
         assert_eq!(p.expire(2_000), 1);
         assert!(p.may_contain(h(3)));
         assert_eq!(p.stats().dropped, 2);
+    }
+
+    #[test]
+    fn records_beyond_todays_retention_share_later_generations_at_open() {
+        // Span 1,000 ms; today's last generation at now = 10,500 is 10 + SPANS + 1.
+        let p = Prefilter::new(100, 4_000, 0.01);
+        let now = 10_500;
+        let last = 10 + SPANS + 1;
+        for expires in [0, now, now + 4_000, (last + 1) * 1_000 - 1] {
+            assert_eq!(p.epoch_at_open(expires, now), p.epoch_of(expires));
+        }
+        // Records of a retention 720 times today's, one a span: never filed in a
+        // generation dropped before they expire, and in a dozen generations, not
+        // 2,880.
+        let mut epochs = std::collections::BTreeSet::new();
+        for expires in (now..now + 720 * 4_000).step_by(1_000) {
+            let e = p.epoch_at_open(expires, now);
+            assert!(e >= p.epoch_of(expires), "{expires} filed in {e}");
+            epochs.insert(e);
+            p.insert_many(&mut vec![(e, h(expires))]);
+        }
+        assert!(epochs.len() <= 2 * SPANS as usize + 14, "{}", epochs.len());
+        assert_eq!(p.stats().generations as usize, epochs.len());
+        // Each key is let through until its record has expired, whatever drops.
+        for at in (now..now + 720 * 4_000).step_by(97_000) {
+            p.expire(at);
+            for expires in (at..now + 720 * 4_000).step_by(1_000) {
+                assert!(p.may_contain(h(expires)), "{expires} denied at {at}");
+            }
+        }
+        // Near the end of time (a span of 1 ms), no overflow: a later generation, or
+        // the one never dropped.
+        let p = Prefilter::new(100, 4, 0.01);
+        assert_eq!(p.epoch_at_open(u64::MAX, 0), PINNED);
+        let far = u64::MAX - 5_000;
+        assert!(p.epoch_at_open(far, u64::MAX - 10_000) >= p.epoch_of(far));
     }
 
     #[test]

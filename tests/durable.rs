@@ -16,6 +16,7 @@ use idem::{
 };
 use util::*;
 use xxhash_rust::xxh3::xxh3_128_with_seed;
+use std::path::{Path, PathBuf};
 
 /// [`small`] with claim markers written to RocksDB before `claim` returns: the
 /// tests of that mode's own behaviour (a failing disk refuses the claim; a marker
@@ -900,6 +901,45 @@ fn a_second_engine_on_an_open_directory_is_refused() {
 }
 
 #[test]
+fn a_directory_open_under_another_spelling_of_its_path_is_refused() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let link = dir.path().with_extension("link");
+    std::os::unix::fs::symlink(dir.path(), &link).unwrap();
+    let aliases = [
+        dir.path().join("."),
+        PathBuf::from(format!("{}/", dir.path().display())),
+        dir.path().join("..").join(dir.path().file_name().unwrap()),
+        link.clone(),
+    ];
+    let by = |path: &Path| {
+        Engine::builder()
+            .clock(clock.clone())
+            .maintenance_interval(None)
+            .durable(path)
+            .namespace("ns", small())
+    };
+    {
+        let (_engine, ns) = open(&dir, &clock, small());
+        acquire(&ns, b"before").complete().unwrap();
+        for alias in &aliases {
+            let refused = by(alias).build().unwrap_err();
+            assert_eq!(refused, Error::AlreadyOpen { path: alias.clone() }, "{alias:?}");
+        }
+        // The refusals took nothing from the open engine.
+        acquire(&ns, b"after").complete().unwrap();
+    }
+    // Closed, it opens under any of them, with everything written.
+    for alias in &aliases {
+        let engine = by(alias).build().expect("opening through an alias");
+        let ns = engine.namespace("ns").unwrap();
+        duplicate(&ns, b"before");
+        duplicate(&ns, b"after");
+    }
+    std::fs::remove_file(link).unwrap();
+}
+
+#[test]
 fn a_claim_guard_that_outlives_every_handle_keeps_the_database_open_until_it_ends() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);
@@ -1340,6 +1380,38 @@ fn a_corrupt_record_is_reported_and_other_keys_still_work() {
     assert!(ns.forget(b"bad").unwrap(), "the corrupt record was removed");
     acquire(&ns, b"bad").complete().unwrap();
     duplicate(&ns, b"bad");
+}
+
+#[test]
+fn an_expired_record_that_does_not_decode_is_reported_after_a_restart_prefilter_or_not() {
+    for prefilter in [true, false] {
+        let dir = TempDir::new();
+        let clock = ManualClock::new(T0);
+        let cfg = || small().prefilter(prefilter);
+        {
+            let (_engine, ns) = open(&dir, &clock, cfg());
+            acquire(&ns, b"bad").complete().unwrap();
+        }
+        let fp;
+        {
+            let db = raw_db(&dir);
+            fp = fingerprint(b"bad", stored_seed(&db));
+            let done = db.cf_handle("done:ns").unwrap();
+            let mut record = db.get_cf(done, fp.to_be_bytes()).unwrap().expect("stored");
+            // A flag no version writes: the header (state, expiry) still reads.
+            record[2] |= 0x80;
+            db.put_cf(done, fp.to_be_bytes(), &record).unwrap();
+        }
+        // Far past the record's retention (7 TTLs by default).
+        clock.advance(secs(3_600));
+        let (engine, ns) = open(&dir, &clock, cfg());
+        let err = ns.claim(b"bad").unwrap_err();
+        assert!(
+            matches!(&err, Error::CorruptRecord { fingerprint, .. } if *fingerprint == fp),
+            "prefilter {prefilter}: {err:?}"
+        );
+        assert_eq!(engine.stats().acquired, 0, "prefilter {prefilter}");
+    }
 }
 
 // 7. A failing disk.

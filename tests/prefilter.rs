@@ -284,6 +284,48 @@ fn records_past_retention_are_left_out_of_the_rebuilt_filter() {
 }
 
 #[test]
+fn a_retention_shortened_across_a_restart_keeps_the_prefilter_near_its_plan() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let with = |retention: u64| {
+        small()
+            .retention(secs(retention))
+            .sync(SyncPolicy::Never)
+            .expected_keys(10_000)
+    };
+    // A day's retention: 96 keys completed 15 minutes apart.
+    {
+        let (_engine, ns) = open(&dir, &clock, with(86_400));
+        for i in 0..96 {
+            if i > 0 {
+                clock.advance(secs(900));
+            }
+            complete(&ns, key(i).as_bytes());
+        }
+    }
+    // Reopened with a retention of one minute (a 15 s generation): the old records
+    // still expire over the next day, and their keys are still duplicates.
+    clock.advance(secs(1));
+    let (engine, ns) = open(&dir, &clock, with(60));
+    let s = engine.stats();
+    assert_eq!(s.prefilter_rebuilds, 1, "{s:?}");
+    // Filed one generation each, they took 96 filters (5,760 if spread over every
+    // 15 s of the day); in generations doubling with their distance, at most a
+    // dozen and a half.
+    assert!(s.prefilter_generations <= 18, "{s:?}");
+    for i in 0..96 {
+        // Key i was completed 95 - i quarter hours ago, with a day's retention.
+        let claim = ns.claim(key(i).as_bytes()).unwrap();
+        assert!(claim.is_duplicate(), "key {i}: {claim:?}");
+    }
+    // A generation lasts at most twice as long as its records are away: two days
+    // on, every old record has expired, and so has every generation.
+    clock.advance(secs(2 * 86_400));
+    engine.run_maintenance();
+    assert_eq!(engine.stats().prefilter_generations, 0);
+}
+
+#[test]
 fn generations_past_retention_are_dropped_by_maintenance() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);

@@ -239,6 +239,71 @@ pub(crate) struct Store {
     /// on unless the engine's commit delay is zero; then RocksDB syncs each write
     /// group itself).
     group: Option<GroupCommit>,
+    /// This process's hold on the directory, given up after `db` has closed (fields
+    /// drop in order).
+    _dir: DirClaim,
+}
+
+/// A directory, by identity: device and inode where the platform has them (any
+/// spelling of a path to it, a symbolic link or a bind mount included), its
+/// canonical path elsewhere.
+#[cfg(unix)]
+type DirId = (u64, u64);
+#[cfg(not(unix))]
+type DirId = PathBuf;
+
+#[cfg(unix)]
+fn dir_id(path: &Path) -> Option<DirId> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+#[cfg(not(unix))]
+fn dir_id(path: &Path) -> Option<DirId> {
+    std::fs::canonicalize(path).ok()
+}
+
+/// The directories this process has open read-write. RocksDB refuses a second open
+/// of a directory only by its LOCK file: across processes that holds, but within one
+/// it compares path strings (`d`, `d/.` and a link to `d` differ) and then takes a
+/// POSIX lock, which a process never refuses itself. A second handle would replay
+/// and delete the first one's logs, and its close would drop the first one's lock.
+static OPEN_DIRS: parking_lot::Mutex<Vec<DirId>> = parking_lot::Mutex::new(Vec::new());
+
+/// One entry of [`OPEN_DIRS`], removed when dropped.
+struct DirClaim(Option<DirId>);
+
+impl DirClaim {
+    /// Claims `path` for this process, creating it if missing (as the open would),
+    /// or [`Error::AlreadyOpen`] if a store of this process has it open.
+    fn take(path: &Path) -> Result<DirClaim, Error> {
+        if std::fs::metadata(path).is_err() {
+            // (Failing here leaves the error to RocksDB's open, which reports it.)
+            let _ = std::fs::create_dir(path);
+        }
+        let Some(id) = dir_id(path) else {
+            return Ok(DirClaim(None));
+        };
+        let mut open = OPEN_DIRS.lock();
+        if open.contains(&id) {
+            return Err(Error::AlreadyOpen {
+                path: path.to_path_buf(),
+            });
+        }
+        open.push(id.clone());
+        Ok(DirClaim(Some(id)))
+    }
+}
+
+impl Drop for DirClaim {
+    fn drop(&mut self) {
+        if let Some(id) = self.0.take() {
+            let mut open = OPEN_DIRS.lock();
+            if let Some(i) = open.iter().position(|d| *d == id) {
+                open.swap_remove(i);
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Store {
@@ -267,6 +332,7 @@ impl Store {
         seed_fixed: bool,
         commit_delay: Option<std::time::Duration>,
     ) -> Result<(Store, OpenReport), Error> {
+        let dir = DirClaim::take(path)?;
         let mut report = OpenReport::default();
         let mut db_opts = Options::default();
         db_opts.create_if_missing(true);
@@ -537,6 +603,7 @@ impl Store {
                     wo.set_sync(true);
                     wo
                 },
+                _dir: dir,
             },
             report,
         ))
@@ -758,14 +825,15 @@ impl Store {
         Ok(out)
     }
 
-    /// Calls `each` with the fingerprint and the header (state, expiry) of every done
-    /// record of a namespace, or the reason its header cannot be read. Used to
-    /// rebuild the prefilter at open; reads bypass the block cache.
+    /// Calls `each` with the fingerprint, the header (state, expiry) of every done
+    /// record of a namespace (or the reason its header cannot be read) and the
+    /// record's bytes. Used to rebuild the prefilter at open; reads bypass the block
+    /// cache.
     pub(crate) fn scan_done(
         &self,
         ns: &str,
         part: (usize, usize),
-        mut each: impl FnMut(u128, Result<(super::codec::RecordState, u64), String>),
+        mut each: impl FnMut(u128, Result<(super::codec::RecordState, u64), String>, &[u8]),
     ) -> Result<u64, Error> {
         let cf = self.cf(&done_cf(ns))?;
         let mut ro = ReadOptions::default();
@@ -789,6 +857,7 @@ impl Store {
                     each(
                         u128::from_be_bytes(key),
                         Record::peek_expiry(v).map_err(|e| e.to_string()),
+                        v,
                     );
                     n += 1;
                 }
@@ -1436,9 +1505,11 @@ impl DurableNs {
     }
 
     /// Fills the prefilter from the done records on disk (at open, before the
-    /// namespace serves). Records already past retention at `now_ms` are skipped;
-    /// records whose header cannot be read are kept in the filter for good, so their
-    /// keys always reach the store, which reports them. Returns the records seen.
+    /// namespace serves). Records already past retention at `now_ms` are skipped,
+    /// unless they do not decode; records whose header cannot be read, and expired
+    /// ones that do not decode (which compaction keeps), are kept in the filter for
+    /// good, so their keys always reach the store, which reports them, as it does
+    /// without a prefilter. Returns the records seen.
     pub(crate) fn rebuild_prefilter(&self, now_ms: u64) -> Result<u64, Error> {
         let Some(p) = &self.prefilter else {
             return Ok(0);
@@ -1454,10 +1525,17 @@ impl DurableNs {
             let mut batch = Vec::with_capacity(BATCH);
             let seen = self
                 .store
-                .scan_done(&self.name, (part, parts), |fp, header| {
+                .scan_done(&self.name, (part, parts), |fp, header, bytes| {
                     match header {
-                        Ok((RecordState::Done, expires_ms)) if expires_ms <= now_ms => return,
-                        Ok((_, expires_ms)) => batch.push((p.epoch_of(expires_ms), bloom_hash(fp))),
+                        Ok((RecordState::Done, expires_ms)) if expires_ms <= now_ms => {
+                            if Record::decode(bytes).is_ok() {
+                                return;
+                            }
+                            batch.push((PINNED, bloom_hash(fp)));
+                        }
+                        Ok((_, expires_ms)) => {
+                            batch.push((p.epoch_at_open(expires_ms, now_ms), bloom_hash(fp)))
+                        }
                         Err(_) => batch.push((PINNED, bloom_hash(fp))),
                     }
                     if batch.len() == BATCH {

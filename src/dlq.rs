@@ -438,7 +438,8 @@ pub struct ReplayReport {
     /// empty in a dry run.
     pub failed: Vec<MessageId>,
     /// Their key is held by a live claim elsewhere (or another replay works on the
-    /// message): left as they were.
+    /// message), or they were replayed or archived since the replay selected them
+    /// (then with a note): left as they were.
     pub skipped_in_progress: Vec<MessageId>,
     /// The namespace refuses their key now ([`Error::InvalidKey`]: longer than its
     /// `max_key_len`, lowered since they were quarantined, or empty): left as they
@@ -887,8 +888,15 @@ impl Inner {
         report: &mut ReplayReport,
     ) -> Result<()> {
         let mid = MessageId(id);
-        let taken = match self.namespace()?.claim(key)? {
-            Claim::Acquired(guard) => match self.complete_replayed(guard, id, &done) {
+        // The handler has applied the message: whatever the claim answers, the letter
+        // is recorded as replayed, so that no later replay applies it again.
+        let claimed = self.namespace().and_then(|ns| ns.claim(key));
+        let taken = match claimed {
+            Err(e) => format!(
+                "not recorded as done: claiming it again failed ({e}), so a redelivery \
+                 of the key is not caught"
+            ),
+            Ok(Claim::Acquired(guard)) => match self.complete_replayed(guard, id, &done) {
                 Ok(()) => {
                     report.notes.insert(
                         mid,
@@ -900,11 +908,10 @@ impl Inner {
                 }
                 Err(e) => return Err(e),
             },
-            Claim::InProgress(_) => "held by another claim",
-            Claim::Duplicate(_) => "completed by another claim",
+            Ok(Claim::InProgress(_)) => "held by another claim meanwhile".to_owned(),
+            Ok(Claim::Duplicate(_)) => "completed by another claim meanwhile".to_owned(),
         };
-        let why =
-            format!("applied; the replay's claim ran out first and the key was {taken} meanwhile");
+        let why = format!("applied; the replay's claim ran out first and the key was {taken}");
         if let Some(last) = done.history.last_mut() {
             last.reason = why.clone();
         }
@@ -1449,7 +1456,16 @@ impl Dlq {
             }
             let letter = inner.load(&st, id)?;
             if letter.state.is_terminal() {
-                // Replayed or archived since the selection: nothing left to do.
+                // Replayed or archived since the selection (by the handler of an
+                // earlier message, or another thread): nothing left to do, and said.
+                report.skipped_in_progress.push(mid);
+                report.notes.insert(
+                    mid,
+                    format!(
+                        "{} since the replay selected it; left as it was",
+                        letter.state
+                    ),
+                );
                 return Ok(());
             }
             st.busy.insert(id, UnderReview);

@@ -201,9 +201,11 @@ fn take_over_markers(
         orphans.extend(found);
         taken.push((name, d, takeover, expired));
     }
-    // The prefilters are set up: RocksDB may compact now (still before anything on
-    // disk changes, as this can fail).
+    // The prefilters are set up: RocksDB may compact now. Then the namespaces'
+    // settings are stored, the open's first write: nothing before it could refuse
+    // the open after a change (both come before the markers move, as both can fail).
     store.start_compactions()?;
+    store.write_settings()?;
     let mut moved = false;
     for (_, d, takeover, _) in &taken {
         moved |= d.move_markers(takeover)?;
@@ -2980,7 +2982,9 @@ impl Namespace {
     /// `SyncPolicy::Always`, one fsync). Returns one result per guard, in order: a
     /// guard whose lease was lost gets `Err(LeaseLost)` and the others complete. If
     /// the store fails, nothing is completed, the claims are released and the error
-    /// is returned.
+    /// is returned; under [`FailurePolicy::FailOpen`](crate::FailurePolicy::FailOpen) the claims are completed in the
+    /// hot tier only instead (counted in [`Stats::fail_open_decisions`]), as
+    /// [`ClaimGuard::complete`] does.
     ///
     /// A guard of another namespace is completed through its own namespace, on its
     /// own, once this namespace's write has succeeded (if it fails, such guards are

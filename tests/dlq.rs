@@ -943,6 +943,70 @@ fn a_handler_that_outlives_its_claim_is_recorded_as_applied_not_sent_back() {
     drop(other);
 }
 
+#[test]
+fn a_handler_that_outlives_its_claim_is_recorded_as_applied_when_the_key_cannot_be_claimed_again() {
+    // Room for one key: the handler's own claim takes it once the replay's lease has
+    // run out, so the replay cannot claim its key again to complete it.
+    let (engine, ns, clock) = engine_with(small().max_keys(1));
+    let dlq = engine.dlq("ns").unwrap();
+    let id = dlq.quarantine(b"k", b"p", OUTAGE).unwrap();
+    let mut applied = 0;
+    let mut other = None;
+    let r = dlq
+        .replay(
+            &Selection::default(),
+            &any_schema,
+            |_: &[u8], _: &[u8]| {
+                applied += 1;
+                clock.advance(secs(6));
+                other = Some(acquire(&ns, b"x"));
+                Ok(())
+            },
+            ReplayMode::Execute,
+        )
+        .unwrap();
+    assert_eq!(r.replayed, vec![id], "{r:?}");
+    assert!(r.notes[&id].contains("not recorded as done"), "{r:?}");
+    assert_eq!(dlq.get(id).unwrap().state(), MessageState::Replayed);
+    drop(other);
+    // Before, the letter stayed quarantined, and this replay applied it again.
+    let again = dlq
+        .replay(
+            &Selection::default(),
+            &any_schema,
+            |_: &[u8], _: &[u8]| panic!("nothing is left to apply"),
+            ReplayMode::Execute,
+        )
+        .unwrap();
+    assert_eq!(again.total(), 0, "{again:?}");
+    assert_eq!(applied, 1);
+}
+
+#[test]
+fn a_message_archived_by_an_earlier_handler_of_the_same_replay_is_in_its_report() {
+    let (_engine, _ns, dlq, _clock) = memory();
+    let first = dlq.quarantine(b"a", b"p", OUTAGE).unwrap();
+    let second = dlq.quarantine(b"b", b"p", OUTAGE).unwrap();
+    let r = dlq
+        .replay(
+            &Selection::default(),
+            &any_schema,
+            |key: &[u8], _: &[u8]| {
+                assert_eq!(key, b"a", "the archived message is not handled");
+                dlq.archive(second, "manual").unwrap();
+                Ok(())
+            },
+            ReplayMode::Execute,
+        )
+        .unwrap();
+    assert_eq!(r.replayed, vec![first], "{r:?}");
+    // Before, it was in no list: the report covered one message of two.
+    assert_eq!(r.skipped_in_progress, vec![second], "{r:?}");
+    assert_eq!(r.total(), 2);
+    assert!(r.notes[&second].contains("archived"), "{r:?}");
+    assert_eq!(dlq.get(second).unwrap().state(), MessageState::Archived);
+}
+
 #[cfg(feature = "durable")]
 #[test]
 fn a_store_failure_leaves_every_message_as_it_was() {

@@ -14,9 +14,9 @@ use idem::{
     Claim, ClaimGuard, ClaimMarkers, Done, Engine, EngineBuilder, Error, FailurePolicy, InFlight,
     KeyError, KeyState, ManualClock, Namespace, NamespaceConfig, StateChanges, SyncPolicy,
 };
+use std::path::{Path, PathBuf};
 use util::*;
 use xxhash_rust::xxh3::xxh3_128_with_seed;
-use std::path::{Path, PathBuf};
 
 /// [`small`] with claim markers written to RocksDB before `claim` returns: the
 /// tests of that mode's own behaviour (a failing disk refuses the claim; a marker
@@ -924,7 +924,13 @@ fn a_directory_open_under_another_spelling_of_its_path_is_refused() {
         acquire(&ns, b"before").complete().unwrap();
         for alias in &aliases {
             let refused = by(alias).build().unwrap_err();
-            assert_eq!(refused, Error::AlreadyOpen { path: alias.clone() }, "{alias:?}");
+            assert_eq!(
+                refused,
+                Error::AlreadyOpen {
+                    path: alias.clone()
+                },
+                "{alias:?}"
+            );
         }
         // The refusals took nothing from the open engine.
         acquire(&ns, b"after").complete().unwrap();
@@ -937,6 +943,34 @@ fn a_directory_open_under_another_spelling_of_its_path_is_refused() {
         duplicate(&ns, b"after");
     }
     std::fs::remove_file(link).unwrap();
+}
+
+#[test]
+fn an_open_refused_after_the_database_opened_leaves_the_stored_settings_as_they_were() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let week = secs(7 * 86_400);
+    drop(open(&dir, &clock, small().retention(week)));
+    // The new claim-marker journal cannot be made: a directory is in its way.
+    let journal = dir.path().join(format!(
+        "idem-journal-{:016x}.bin.new",
+        xxhash_rust::xxh3::xxh3_64(b"ns")
+    ));
+    std::fs::create_dir(&journal).unwrap();
+    let refused = builder(&dir, &clock)
+        .namespace("ns", small().retention(secs(3_600)))
+        .build()
+        .unwrap_err();
+    assert!(matches!(refused, Error::Store(_)), "{refused:?}");
+    // Before, the refused open had stored its hour: the dead-letter tools would
+    // then have written records that expire a week early.
+    let stored = idem::stored_config(dir.path(), "ns").unwrap().unwrap();
+    assert_eq!(stored.get_retention(), week);
+    // An open that succeeds stores its settings.
+    std::fs::remove_dir(&journal).unwrap();
+    drop(open(&dir, &clock, small().retention(secs(3_600))));
+    let stored = idem::stored_config(dir.path(), "ns").unwrap().unwrap();
+    assert_eq!(stored.get_retention(), secs(3_600));
 }
 
 #[test]

@@ -239,6 +239,9 @@ pub(crate) struct Store {
     /// on unless the engine's commit delay is zero; then RocksDB syncs each write
     /// group itself).
     group: Option<GroupCommit>,
+    /// Namespace settings (key, value) that differ from those stored, written by
+    /// [`Store::write_settings`].
+    settings_changed: parking_lot::Mutex<Vec<(Vec<u8>, Vec<u8>)>>,
     /// This process's hold on the directory, given up after `db` has closed (fields
     /// drop in order).
     _dir: DirClaim,
@@ -290,8 +293,9 @@ impl DirClaim {
                 path: path.to_path_buf(),
             });
         }
-        open.push(id.clone());
-        Ok(DirClaim(Some(id)))
+        open.push(id);
+        // (A copy on Unix, a clone of the path elsewhere.)
+        Ok(DirClaim(open.last().cloned()))
     }
 }
 
@@ -563,19 +567,18 @@ impl Store {
                 tracing::warn!(error = %e, "could not write the database's stamp");
             }
         }
-        // Each namespace's settings, written only when they changed: an unchanged
-        // open writes nothing (a saved prefilter is good only at an unchanged
-        // sequence number).
-        let mut batch = WriteBatch::default();
+        // Each namespace's settings, to be written only when they changed (an
+        // unchanged open writes nothing: a saved prefilter is good only at an
+        // unchanged sequence number), and only once the open can no longer fail
+        // before it changes the database ([`Store::write_settings`]): a refused open
+        // must leave the settings the dead-letter tools read as they were.
+        let mut settings_changed = Vec::new();
         for (name, settings) in namespaces {
             let key = settings_key(name);
             let bytes = settings.encode();
             if db.get(&key).map_err(|e| store_err("open", e))?.as_deref() != Some(&bytes[..]) {
-                batch.put(key, bytes);
+                settings_changed.push((key, bytes.to_vec()));
             }
-        }
-        if !batch.is_empty() {
-            db.write(batch).map_err(|e| store_err("open", e))?;
         }
         Ok((
             Store {
@@ -603,10 +606,28 @@ impl Store {
                     wo.set_sync(true);
                     wo
                 },
+                settings_changed: parking_lot::Mutex::new(settings_changed),
                 _dir: dir,
             },
             report,
         ))
+    }
+
+    /// Stores the configured namespaces' settings that changed (TTL, lease,
+    /// retention, longest key: what [`crate::stored_config`] reads), once the
+    /// engine's open has passed every check that could refuse it.
+    pub(crate) fn write_settings(&self) -> Result<(), Error> {
+        let mut changed = self.settings_changed.lock();
+        if changed.is_empty() {
+            return Ok(());
+        }
+        let mut batch = WriteBatch::default();
+        for (key, bytes) in changed.iter() {
+            batch.put(key, bytes);
+        }
+        self.db.write(batch).map_err(|e| store_err("open", e))?;
+        changed.clear();
+        Ok(())
     }
 
     pub(crate) fn seed(&self) -> u64 {

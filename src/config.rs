@@ -527,7 +527,8 @@ impl EngineBuilder {
 
     /// The resolution of deadlines (default 1 ms). TTLs and leases may be at most 2^30
     /// ticks long (about 12 days at 1 ms); a coarser tick allows longer ones. Expiry is
-    /// never early and at most one tick late.
+    /// never early and at most one tick late; a completion time answered from the hot
+    /// tier may read up to one tick late too ([`Done::completed_at_ms`](crate::Done::completed_at_ms)).
     pub fn tick(mut self, tick: Duration) -> Self {
         self.tick = tick;
         self

@@ -3280,7 +3280,11 @@ impl Done {
         self.result.as_deref()
     }
 
-    /// When the key was completed (wall-clock ms).
+    /// When the key was completed (wall-clock ms). Exact with the default 1 ms tick.
+    /// With a coarser [`EngineBuilder::tick`], a fixed window's completion answered
+    /// from the hot tier is worked out from its deadline, which keeps whole ticks:
+    /// it may read up to one tick later than the completion (never later than the
+    /// claim's own time), while one read back from the durable tier is exact.
     pub fn completed_at_ms(&self) -> u64 {
         self.completed_at_ms
     }
@@ -3406,7 +3410,9 @@ impl ClaimGuard {
     ///
     /// A result over the namespace's `max_result_len` is refused with
     /// [`Error::ResultTooLarge`] and changes nothing: the claim stays held until its
-    /// lease runs out.
+    /// lease runs out, as one never completed (with a durable tier its marker stays,
+    /// and the next open reports it among [`Engine::orphans`] unless its key was
+    /// claimed again).
     pub fn complete_with_result(mut self, result: &[u8]) -> Result<()> {
         let max = self.ns().cfg.max_result_len;
         if result.len() > max {
@@ -3425,9 +3431,16 @@ impl ClaimGuard {
     ///
     /// Refused without any change, the claim staying held until its lease runs out:
     /// [`Error::NotDurable`] on a memory-only engine, [`Error::UnknownStateFamily`]
-    /// for an undeclared family, [`Error::ResultTooLarge`]. A store failure releases
-    /// the claim (so a redelivery retries) and is returned, whatever the namespace's
-    /// failure policy: state changes are never applied from the hot tier alone.
+    /// for a family this engine did not declare, [`Error::ResultTooLarge`]. (Such a
+    /// claim is one never completed: its claim marker stays, and the next open
+    /// reports it among [`Engine::orphans`] unless its key was claimed again.) A
+    /// store failure is returned, whatever the namespace's failure policy (state
+    /// changes are never applied from the hot tier alone): a write that failed
+    /// releases the claim (so a redelivery retries), while a failed fsync under
+    /// group commit ([`EngineBuilder::commit_delay`]) comes after the write, so the
+    /// completion and its changes are applied together and readable (a redelivery
+    /// answers `Duplicate`, [`Engine::read_state`] shows the changes), not known to
+    /// survive a power loss.
     pub fn complete_with(mut self, result: Option<&[u8]>, changes: StateChanges) -> Result<()> {
         let Some(d) = &self.ns().durable else {
             self.armed = false;

@@ -1722,6 +1722,42 @@ fn a_co_commit_to_an_unknown_family_is_refused_and_the_claim_stays_held() {
 }
 
 #[test]
+fn a_family_only_an_earlier_run_declared_is_unknown_and_kept() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    {
+        let (engine, ns) = open_ledger(&dir, &clock, small());
+        let mut changes = StateChanges::new();
+        changes.put("ledger", b"acct-1", b"10");
+        acquire(&ns, b"pay-1").complete_with(None, changes).unwrap();
+        drop(engine);
+    }
+    {
+        // Reopened without declaring "ledger": its column family is opened (RocksDB
+        // opens every one), but this engine neither writes nor reads it.
+        let (engine, ns) = open(&dir, &clock, small());
+        let mut changes = StateChanges::new();
+        changes.put("ledger", b"acct-1", b"20");
+        assert_eq!(
+            acquire(&ns, b"pay-2")
+                .complete_with(None, changes)
+                .unwrap_err(),
+            Error::UnknownStateFamily("ledger".into())
+        );
+        assert_eq!(
+            engine.read_state("ledger", b"acct-1").unwrap_err(),
+            Error::UnknownStateFamily("ledger".into())
+        );
+    }
+    // Declared again, it holds what it held.
+    let (engine, _ns) = open_ledger(&dir, &clock, small());
+    assert_eq!(
+        engine.read_state("ledger", b"acct-1").unwrap(),
+        Some(b"10".to_vec())
+    );
+}
+
+#[test]
 fn a_co_commit_needs_a_durable_tier() {
     let (engine, ns, _clock) = engine_with(small());
     let g = acquire(&ns, b"pay-1");

@@ -441,4 +441,13 @@ fn completion_time_is_never_reported_in_the_future_with_a_coarse_tick() {
     };
     assert!(d.completed_at_ms() <= T0 + 250, "{}", d.completed_at_ms());
     assert!(d.completed_at_ms() + 1000 > T0 + 250, "within one tick");
+    // Asked later, it is worked out from the deadline's whole ticks: at most one
+    // tick late (as documented), never after the claim's own time.
+    clock.advance(ms(350));
+    let Claim::Duplicate(d) = ns.claim(b"k").unwrap() else {
+        panic!()
+    };
+    let at = d.completed_at_ms();
+    assert!((T0 + 250..T0 + 1250).contains(&at), "{at}");
+    assert!(at <= T0 + 600, "{at}");
 }

@@ -242,6 +242,8 @@ pub(crate) struct Store {
     /// Namespace settings (key, value) that differ from those stored, written by
     /// [`Store::write_settings`].
     settings_changed: parking_lot::Mutex<Vec<(Vec<u8>, Vec<u8>)>>,
+    /// The consumer state families this engine declared.
+    state_families: Vec<String>,
     /// This process's hold on the directory, given up after `db` has closed (fields
     /// drop in order).
     _dir: DirClaim,
@@ -607,6 +609,7 @@ impl Store {
                     wo
                 },
                 settings_changed: parking_lot::Mutex::new(settings_changed),
+                state_families: state_families.to_vec(),
                 _dir: dir,
             },
             report,
@@ -904,17 +907,20 @@ impl Store {
     /// A consumer state value.
     pub(crate) fn read_state(&self, family: &str, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
         let cf = self
-            .db
-            .cf_handle(&state_cf(family))
+            .has_state_family(family)
+            .then(|| self.db.cf_handle(&state_cf(family)))
+            .flatten()
             .ok_or_else(|| Error::UnknownStateFamily(family.to_owned()))?;
         self.db
             .get_cf(cf, key)
             .map_err(|e| store_err("read state", e))
     }
 
-    /// Whether `family` was declared.
+    /// Whether `family` was declared by this engine (a family only an earlier run
+    /// declared is still opened, and kept, but not written or read).
     pub(crate) fn has_state_family(&self, family: &str) -> bool {
-        self.db.cf_handle(&state_cf(family)).is_some()
+        self.state_families.iter().any(|f| f == family)
+            && self.db.cf_handle(&state_cf(family)).is_some()
     }
 
     /// Flushes and compacts every done column family now, so that the retention

@@ -8,6 +8,14 @@ use crate::clock::{Clock, CoarseClock};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 
+/// `d` rounded up to whole milliseconds: every deadline is kept in milliseconds, and
+/// truncating would make a key expire early. (A duration too long for that is left
+/// as it is; validation refuses it.)
+fn whole_ms(d: Duration) -> Duration {
+    let ms = d.as_nanos().div_ceil(1_000_000);
+    u64::try_from(ms).map_or(d, Duration::from_millis)
+}
+
 /// How one namespace behaves: how long keys live, how many it holds, what it accepts.
 ///
 /// Every setting has a default, so `NamespaceConfig::new()` alone is a working
@@ -129,6 +137,9 @@ pub const DEFAULT_PREFILTER_FPR: f64 = 0.01;
 pub const DEFAULT_JOURNAL_SLOTS: usize = 1 << 15;
 /// The most claim-marker journal slots a namespace accepts.
 pub const MAX_JOURNAL_SLOTS: usize = 1 << 24;
+/// The longest namespace name, in bytes: the saved prefilter's file is named by the
+/// name in hexadecimal, and a file name holds at most 255 bytes.
+pub const MAX_NAMESPACE_LEN: usize = 100;
 /// Default largest stored result, in bytes.
 pub const DEFAULT_MAX_RESULT_LEN: usize = 64 * 1024;
 /// The largest `max_keys` a namespace accepts (slab indices are 31-bit).
@@ -238,16 +249,17 @@ impl NamespaceConfig {
         self.prefilter
     }
 
-    /// How long a completed key answers `Duplicate`, counted from its completion.
+    /// How long a completed key answers `Duplicate`, counted from its completion
+    /// (rounded up to whole milliseconds, so never shorter than asked).
     pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
+        self.ttl = whole_ms(ttl);
         self
     }
 
     /// How long a claim may stay in progress before the key can be claimed again
-    /// (orphan recovery after a crashed worker).
+    /// (orphan recovery after a crashed worker; rounded up to whole milliseconds).
     pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = lease;
+        self.lease = whole_ms(lease);
         self
     }
 
@@ -303,7 +315,8 @@ impl NamespaceConfig {
     /// the start, and a shard that draws more than its share through the common pool
     /// still grows. Memory per resident key at full capacity is the same either way.
     /// If the allocator refuses that memory, [`EngineBuilder::build`] returns
-    /// [`Error::OutOfMemory`] instead of aborting the process. Under Linux's default
+    /// [`Error::OutOfMemory`] instead of aborting the process, before the durable
+    /// tier is opened (so the database is left as it was). Under Linux's default
     /// overcommit the allocator refuses only a request larger than the machine could
     /// ever hold; a smaller one that the machine cannot back is granted, and filling
     /// it can end the process (the kernel's out-of-memory killer), as any allocation
@@ -318,9 +331,10 @@ impl NamespaceConfig {
     /// extend it by whole retentions, see [`NamespaceConfig::extend_on_duplicate`]).
     /// The hot tier keeps a key for the TTL; after that a claim finds it in the durable
     /// tier until retention ends, after a restart too. Past retention a compaction
-    /// filter removes it. At most [`MAX_RETENTION`].
+    /// filter removes it. At most [`MAX_RETENTION`]. Rounded up to whole
+    /// milliseconds.
     pub fn retention(mut self, retention: Duration) -> Self {
-        self.retention = Some(retention);
+        self.retention = Some(whole_ms(retention));
         self
     }
 
@@ -376,6 +390,9 @@ impl NamespaceConfig {
         let max_span_ms = crate::hot::MAX_DEADLINE_TICKS.saturating_mul(tick_ms);
         if name.is_empty() {
             return bad("the namespace name is empty");
+        }
+        if name.len() > MAX_NAMESPACE_LEN {
+            return bad("the namespace name is longer than 100 bytes");
         }
         if self.journal_slots == 0 || self.journal_slots > MAX_JOURNAL_SLOTS {
             return bad("journal_slots must be between 1 and 16,777,216");

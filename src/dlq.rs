@@ -411,11 +411,11 @@ impl Selection {
     }
 
     fn time_matches(&self, at_ms: u64) -> bool {
-        self.from_ms.map_or(true, |f| at_ms >= f) && self.until_ms.map_or(true, |u| at_ms < u)
+        self.from_ms.is_none_or(|f| at_ms >= f) && self.until_ms.is_none_or(|u| at_ms < u)
     }
 
     fn id_matches(&self, id: MessageId) -> bool {
-        self.ids.as_ref().map_or(true, |ids| ids.contains(&id))
+        self.ids.as_ref().is_none_or(|ids| ids.contains(&id))
     }
 }
 

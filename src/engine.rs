@@ -259,6 +259,13 @@ impl Engine {
     }
 
     pub(crate) fn from_builder(b: EngineBuilder) -> Result<Engine> {
+        // A preallocated index the allocator cannot give is refused before the
+        // durable tier is opened (which would make the namespace's column families).
+        for (name, cfg) in &b.namespaces {
+            if cfg.preallocate && !preallocation_fits(cfg) {
+                return Err(preallocation_refused(name));
+            }
+        }
         #[allow(unused_mut)]
         let mut seed = b.seed.unwrap_or_else(random_seed);
         let epoch_ms = b.clock.now_ms();
@@ -1987,6 +1994,21 @@ mod maintenance {
 
 /// `shards` empty shards whose indexes have room for `room` entries each, or `None`
 /// if those indexes cannot be allocated.
+/// Whether every shard's preallocated index of `cfg` can be reserved now (all at
+/// once, then given back untouched: see `Index::room_for_shards`).
+fn preallocation_fits(cfg: &NamespaceConfig) -> bool {
+    let shards = cfg.shards.unwrap_or_else(|| default_shards(cfg.max_keys));
+    let room = cfg.max_keys.div_ceil(shards.max(1));
+    crate::hot::index::Index::room_for_shards(room, shards)
+}
+
+fn preallocation_refused(name: &str) -> Error {
+    Error::OutOfMemory {
+        namespace: name.to_owned(),
+        what: "the preallocated index (NamespaceConfig::preallocate)",
+    }
+}
+
 fn new_slots(shards: usize, now_tick: u64, room: usize) -> Option<Box<[SlotCell]>> {
     (0..shards)
         .map(|_| ShardSlot::new(now_tick, room).map(SlotCell::new))
@@ -2122,10 +2144,8 @@ impl NsInner {
         } else {
             0
         };
-        let slots = new_slots(shards, now_tick, room).ok_or_else(|| Error::OutOfMemory {
-            namespace: name.clone(),
-            what: "the preallocated index (NamespaceConfig::preallocate)",
-        })?;
+        let slots =
+            new_slots(shards, now_tick, room).ok_or_else(|| preallocation_refused(&name))?;
         let pool = AtomicUsize::new(cfg.max_keys);
         let reserve_chunk = reserve_chunk(cfg.max_keys, shards);
         let cfg_max_keys = cfg.max_keys;

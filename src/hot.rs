@@ -417,7 +417,7 @@ impl Slab {
     #[inline]
     fn wants_spare(&self) -> bool {
         // Asked once per chunk, at the slot that fills three quarters of it.
-        (self.len as usize + CHUNK / 4) % CHUNK == 0 && self.spare.is_none()
+        (self.len as usize + CHUNK / 4).is_multiple_of(CHUNK) && self.spare.is_none()
     }
 
     fn bytes(&self) -> usize {
@@ -792,7 +792,10 @@ pub(crate) struct SlotCell {
 }
 
 /// The padding that makes a [`SlotCell`] an odd number of cache lines long.
-const STAGGER: usize = if std::mem::size_of::<ShardSlot>().div_ceil(64) % 2 == 0 {
+const STAGGER: usize = if std::mem::size_of::<ShardSlot>()
+    .div_ceil(64)
+    .is_multiple_of(2)
+{
     64
 } else {
     0

@@ -42,6 +42,10 @@ use parking_lot::RwLock;
 /// Generations per retention period.
 pub(crate) const SPANS: u64 = 4;
 
+/// The most times a generation's filters double in size (see
+/// `Prefilter::segment_capacity`): further filters stay at the largest size.
+const MAX_DOUBLINGS: usize = 40;
+
 /// A generation that is never dropped: records whose expiry cannot be read (corrupt
 /// ones) go there, so their keys always reach the durable tier, which reports them.
 pub(crate) const PINNED: u64 = u64::MAX;
@@ -304,13 +308,22 @@ impl Prefilter {
         let g = &mut gens[pos];
         let last = g.segments.last().expect("a generation has a segment");
         if last.items.load(Ordering::Relaxed) >= last.capacity {
-            g.segments
-                .push(Segment::new(self.per_segment, self.segment_fpr));
+            let capacity = self.segment_capacity(g.segments.len());
+            g.segments.push(Segment::new(capacity, self.segment_fpr));
             self.grown.fetch_add(1, Ordering::Relaxed);
         }
         let seg = g.segments.last().expect("a generation has a segment");
         seg.items.fetch_add(1, Ordering::Relaxed);
         seg.bloom.insert_hash(hash);
+    }
+
+    /// The keys filter `i` of a generation is built for: the planned share for the
+    /// first, then twice the one before, so that a generation of k times its planned
+    /// keys takes about `log2(k) + 1` filters (each one a look-up of every query),
+    /// not k, and at most about twice the bits its keys need.
+    fn segment_capacity(&self, i: usize) -> usize {
+        let doublings = i.min(MAX_DOUBLINGS) as u32;
+        self.per_segment.saturating_mul(1 << doublings)
     }
 
     /// Whether the durable tier may hold a record for the key with Bloom hash
@@ -497,18 +510,19 @@ impl Prefilter {
         let mut keys = 0u64;
         for _ in 0..r.u32()? {
             let epoch = r.u64()?;
-            let mut segments = Vec::new();
+            let mut segments: Vec<Segment> = Vec::new();
             for _ in 0..r.u32()? {
                 let capacity = r.u64()? as usize;
                 let items = r.u64()? as usize;
                 let hashes = r.u32()?;
                 let n = r.u64()? as usize;
-                // Every filter of a generation is sized by the settings checked above.
+                // Every filter of a generation is sized by the settings checked above
+                // and its place in the generation.
                 if n == 0
                     || hashes == 0
                     || hashes > MAX_HASHES
                     || n > r.remaining() / 8
-                    || capacity != self.per_segment
+                    || capacity != self.segment_capacity(segments.len())
                     || items > capacity
                 {
                     return Err(Stale::Malformed);
@@ -740,16 +754,37 @@ mod tests {
         }
         let s = p.stats();
         assert_eq!(s.generations, 1);
-        assert_eq!(s.segments, 5);
-        assert_eq!(s.grown, 4);
+        // Filters for 1,000, 2,000 and 4,000 keys (five of 1,000 each before).
+        assert_eq!(s.segments, 3);
+        assert_eq!(s.grown, 2);
         assert!((0..5_000).all(|i| p.may_contain(h(i))));
         let probes = 100_000;
         let fp = (1_000_000..1_000_000 + probes)
             .filter(|&i| p.may_contain(h(i)))
             .count();
-        // Five filters at 0.2% each: about 1%.
+        // Three filters at 0.2% each: about 0.6%.
         let rate = fp as f64 / probes as f64;
         assert!(rate < 0.015, "observed false-positive rate {rate}");
+    }
+
+    #[test]
+    fn a_generation_far_over_its_plan_takes_a_logarithmic_count_of_filters() {
+        // One key planned a filter; 20,000 keys in one generation took 20,000 filters,
+        // each asked by every query.
+        let p = Prefilter::new(1, 4_000, 0.01);
+        let mut batch: Vec<(u64, u64)> = (0..10_000).map(|i| (0, h(i))).collect();
+        p.insert_many(&mut batch);
+        for i in 10_000..20_000 {
+            p.insert(h(i), 100);
+        }
+        let s = p.stats();
+        assert_eq!(s.items, 20_000);
+        assert!(s.segments <= 16, "{s:?}");
+        assert!((0..20_000).all(|i| p.may_contain(h(i))));
+        // Saved and loaded back, the filters keep their sizes.
+        let copy = Prefilter::new(1, 4_000, 0.01);
+        assert_eq!(copy.load(&p.encode(7, 0), 7, 0), Ok(20_000));
+        assert!((0..20_000).all(|i| copy.may_contain(h(i))));
     }
 
     #[test]

@@ -125,6 +125,17 @@ fn invalid_configurations_are_refused() {
         Engine::builder().tick(ms(0)).build(),
         Err(Error::InvalidConfig { .. })
     ));
+    // A name whose saved prefilter's file name (the name in hexadecimal) would not
+    // fit a file name is refused (tests/prefilter.rs opens the longest accepted).
+    assert!(matches!(
+        Engine::builder()
+            .namespace(
+                &"n".repeat(idem::MAX_NAMESPACE_LEN + 1),
+                NamespaceConfig::new()
+            )
+            .build(),
+        Err(Error::InvalidConfig { .. })
+    ));
     // RocksDB takes column family names as C strings: a NUL byte is refused here,
     // before any directory is opened.
     assert!(matches!(

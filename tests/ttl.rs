@@ -30,6 +30,28 @@ fn duplicate_until_the_last_millisecond_of_the_ttl() {
 }
 
 #[test]
+fn a_ttl_or_lease_with_a_fraction_of_a_millisecond_is_never_cut_short() {
+    let (_e, ns, clock) = engine_with(
+        small()
+            .ttl(std::time::Duration::from_micros(2_900))
+            .lease(std::time::Duration::from_micros(1_500)),
+    );
+    // The lease, 1.5 ms, holds for 2 ms (it was 1 ms: the fraction was dropped).
+    let g = acquire(&ns, b"leased");
+    clock.advance(ms(1));
+    assert!(ns.claim(b"leased").unwrap().is_in_progress());
+    clock.advance(ms(1));
+    assert!(ns.claim(b"leased").unwrap().is_acquired());
+    drop(g);
+    // The TTL, 2.9 ms, holds for 3 ms.
+    done(&ns, b"k");
+    clock.advance(ms(2));
+    assert!(ns.claim(b"k").unwrap().is_duplicate());
+    clock.advance(ms(1));
+    assert!(ns.claim(b"k").unwrap().is_acquired());
+}
+
+#[test]
 fn fixed_window_is_not_extended_by_duplicates() {
     let (_e, ns, clock) = engine_with(small());
     done(&ns, b"k");

@@ -217,9 +217,10 @@ struct Throttled {
 
 impl Throttled {
     fn tick(&mut self, done: u64) {
-        if self.last.map_or(true, |t| {
-            t.elapsed() >= std::time::Duration::from_millis(100)
-        }) {
+        if self
+            .last
+            .is_none_or(|t| t.elapsed() >= std::time::Duration::from_millis(100))
+        {
             self.bar.show(done);
             self.last = Some(Instant::now());
         }

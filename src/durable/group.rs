@@ -131,7 +131,7 @@ fn spin_until(budget: Duration, done: impl Fn() -> bool) -> bool {
         } else {
             std::thread::yield_now();
         }
-        if round % 8 == 0 && start.elapsed() >= budget {
+        if round.is_multiple_of(8) && start.elapsed() >= budget {
             return done();
         }
     }

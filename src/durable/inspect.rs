@@ -306,7 +306,7 @@ impl ReadOnlyDb {
             fingerprint: fp,
             reason,
         };
-        let live = |r: &Record| live_at.map_or(true, |now| r.expires_ms > now);
+        let live = |r: &Record| live_at.is_none_or(|now| r.expires_ms > now);
         let found = |r: Record| InspectedKey {
             fingerprint: fp,
             done: r.state == RecordState::Done,

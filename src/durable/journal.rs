@@ -505,7 +505,7 @@ impl Journal {
             .lock()
             .of
             .get(&fp)
-            .is_some_and(|&(_, t)| token.map_or(true, |want| want == t))
+            .is_some_and(|&(_, t)| token.is_none_or(|want| want == t))
     }
 
     /// Clears the marker of `fp` if it has one here (of the claim with fencing token
@@ -525,7 +525,7 @@ impl Journal {
     fn untrack(&self, fp: u128, token: Option<u32>, clear: bool) -> bool {
         let mut st = self.state.lock();
         match st.of.get(&fp) {
-            Some(&(s, t)) if token.map_or(true, |want| want == t) => {
+            Some(&(s, t)) if token.is_none_or(|want| want == t) => {
                 st.of.remove(&fp);
                 if clear {
                     self.clear(s);

@@ -423,12 +423,7 @@ impl Index {
         if entries == 0 {
             return Some(Index::default());
         }
-        let mut n: usize = 1;
-        while n.checked_mul(SLOTS * LOAD_NUM)? / LOAD_DEN < entries {
-            n = n.checked_mul(2)?;
-        }
-        let mut buckets = Vec::new();
-        buckets.try_reserve_exact(n).ok()?;
+        let (mut buckets, n) = Self::reserve_room(entries)?;
         let checks = checks_for(n, 0);
         buckets.resize(n, Bucket::empty(checks));
         Some(Index {
@@ -439,6 +434,35 @@ impl Index {
             retired: Vec::new(),
             dirty: false,
         })
+    }
+
+    /// Whether `shards` indexes of [`Index::try_with_room`]`(entries)` could reserve
+    /// their buckets now: all reserved, then given back at once, untouched (so,
+    /// under overcommit, nothing is committed). For checks before anything else is
+    /// opened.
+    pub(crate) fn room_for_shards(entries: usize, shards: usize) -> bool {
+        if entries == 0 {
+            return true;
+        }
+        let mut held = Vec::new();
+        for _ in 0..shards {
+            match Self::reserve_room(entries) {
+                Some((buckets, _)) => held.push(buckets),
+                None => return false,
+            }
+        }
+        true
+    }
+
+    /// The buckets for `entries`, reserved (empty), and how many there are to be.
+    fn reserve_room(entries: usize) -> Option<(Vec<Bucket>, usize)> {
+        let mut n: usize = 1;
+        while n.checked_mul(SLOTS * LOAD_NUM)? / LOAD_DEN < entries {
+            n = n.checked_mul(2)?;
+        }
+        let mut buckets = Vec::new();
+        buckets.try_reserve_exact(n).ok()?;
+        Some((buckets, n))
     }
 
     /// Entries held.
@@ -750,7 +774,7 @@ mod tests {
         let mut next = 0u32;
         for step in 0..20_000u64 {
             let r = mix(step);
-            if r % 3 != 0 || model.is_empty() {
+            if !r.is_multiple_of(3) || model.is_empty() {
                 let h = mix(r);
                 put(&mut ix, &mut model, next, h);
                 next += 1;

@@ -216,10 +216,28 @@ pub(crate) fn grouped(n: u64) -> String {
 pub(crate) fn emit(args: std::fmt::Arguments<'_>) {
     use std::io::Write;
     if let Err(e) = std::io::stdout().write_fmt(args) {
+        // `exit` runs no destructor: the temporary directories go first.
+        for dir in EARLY_EXIT_REMOVES.lock().drain(..) {
+            let _ = std::fs::remove_dir_all(dir);
+        }
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             std::process::exit(141);
         }
         errln!("idem: writing the output failed: {e}");
         std::process::exit(1);
+    }
+}
+
+/// Temporary directories to remove if [`emit`] ends the program.
+static EARLY_EXIT_REMOVES: parking_lot::Mutex<Vec<std::path::PathBuf>> =
+    parking_lot::Mutex::new(Vec::new());
+
+/// Adds `dir` to (or, `add` false, takes it off) the directories removed if the
+/// program ends early in [`emit`] (`idem demo | head -3`).
+pub(crate) fn remove_on_early_exit(dir: &std::path::Path, add: bool) {
+    let mut dirs = EARLY_EXIT_REMOVES.lock();
+    dirs.retain(|d| d != dir);
+    if add {
+        dirs.push(dir.to_path_buf());
     }
 }

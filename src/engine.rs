@@ -260,10 +260,14 @@ impl Engine {
 
     pub(crate) fn from_builder(b: EngineBuilder) -> Result<Engine> {
         // A preallocated index the allocator cannot give is refused before the
-        // durable tier is opened (which would make the namespace's column families).
-        for (name, cfg) in &b.namespaces {
-            if cfg.preallocate && !preallocation_fits(cfg) {
-                return Err(preallocation_refused(name));
+        // durable tier is opened (which would make the namespace's column families):
+        // every namespace's, reserved together, as they are then allocated.
+        {
+            let mut held = crate::hot::index::Reserved::default();
+            for (name, cfg) in &b.namespaces {
+                if cfg.preallocate && !reserve_preallocation(cfg, &mut held) {
+                    return Err(preallocation_refused(name));
+                }
             }
         }
         #[allow(unused_mut)]
@@ -1992,14 +1996,13 @@ mod maintenance {
     }
 }
 
-/// `shards` empty shards whose indexes have room for `room` entries each, or `None`
-/// if those indexes cannot be allocated.
-/// Whether every shard's preallocated index of `cfg` can be reserved now (all at
-/// once, then given back untouched: see `Index::room_for_shards`).
-fn preallocation_fits(cfg: &NamespaceConfig) -> bool {
+/// Reserves every shard's preallocated index of `cfg` into `held` (given back
+/// untouched when it drops: see `Index::reserve_for_shards`); false if the
+/// allocator refuses.
+fn reserve_preallocation(cfg: &NamespaceConfig, held: &mut crate::hot::index::Reserved) -> bool {
     let shards = cfg.shards.unwrap_or_else(|| default_shards(cfg.max_keys));
     let room = cfg.max_keys.div_ceil(shards.max(1));
-    crate::hot::index::Index::room_for_shards(room, shards)
+    crate::hot::index::Index::reserve_for_shards(room, shards, held)
 }
 
 fn preallocation_refused(name: &str) -> Error {
@@ -2009,6 +2012,8 @@ fn preallocation_refused(name: &str) -> Error {
     }
 }
 
+/// `shards` empty shards whose indexes have room for `room` entries each, or `None`
+/// if those indexes cannot be allocated.
 fn new_slots(shards: usize, now_tick: u64, room: usize) -> Option<Box<[SlotCell]>> {
     (0..shards)
         .map(|_| ShardSlot::new(now_tick, room).map(SlotCell::new))

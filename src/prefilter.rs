@@ -42,8 +42,12 @@ use parking_lot::RwLock;
 /// Generations per retention period.
 pub(crate) const SPANS: u64 = 4;
 
-/// The most times a generation's filters double in size (see
-/// `Prefilter::segment_capacity`): further filters stay at the largest size.
+/// How many filters of a generation are of the planned size before each further
+/// one doubles (see `Prefilter::segment_capacity`).
+const EVEN_FILTERS: usize = 4;
+
+/// The most times a generation's filters double in size: further filters stay at
+/// the largest size.
 const MAX_DOUBLINGS: usize = 40;
 
 /// A generation that is never dropped: records whose expiry cannot be read (corrupt
@@ -318,11 +322,12 @@ impl Prefilter {
     }
 
     /// The keys filter `i` of a generation is built for: the planned share for the
-    /// first, then twice the one before, so that a generation of k times its planned
-    /// keys takes about `log2(k) + 1` filters (each one a look-up of every query),
-    /// not k, and at most about twice the bits its keys need.
+    /// first [`EVEN_FILTERS`] (a generation a few times over its plan, as a burst
+    /// makes, costs no more bits than its keys need), then twice the one before, so
+    /// that a generation of k times its planned keys takes about `log2(k) + 3`
+    /// filters (each one a look-up of every query), not k.
     fn segment_capacity(&self, i: usize) -> usize {
-        let doublings = i.min(MAX_DOUBLINGS) as u32;
+        let doublings = (i + 1).saturating_sub(EVEN_FILTERS).min(MAX_DOUBLINGS) as u32;
         self.per_segment.saturating_mul(1 << doublings)
     }
 
@@ -754,15 +759,15 @@ mod tests {
         }
         let s = p.stats();
         assert_eq!(s.generations, 1);
-        // Filters for 1,000, 2,000 and 4,000 keys (five of 1,000 each before).
-        assert_eq!(s.segments, 3);
-        assert_eq!(s.grown, 2);
+        // Four filters for 1,000 keys, then one for 2,000.
+        assert_eq!(s.segments, 5);
+        assert_eq!(s.grown, 4);
         assert!((0..5_000).all(|i| p.may_contain(h(i))));
         let probes = 100_000;
         let fp = (1_000_000..1_000_000 + probes)
             .filter(|&i| p.may_contain(h(i)))
             .count();
-        // Three filters at 0.2% each: about 0.6%.
+        // Five filters at 0.2% each: about 1%.
         let rate = fp as f64 / probes as f64;
         assert!(rate < 0.015, "observed false-positive rate {rate}");
     }
@@ -779,7 +784,8 @@ mod tests {
         }
         let s = p.stats();
         assert_eq!(s.items, 20_000);
-        assert!(s.segments <= 16, "{s:?}");
+        // 4 of one key, then 2, 4, ..., 2^15: 18 filters.
+        assert_eq!(s.segments, 18, "{s:?}");
         assert!((0..20_000).all(|i| p.may_contain(h(i))));
         // Saved and loaded back, the filters keep their sizes.
         let copy = Prefilter::new(1, 4_000, 0.01);

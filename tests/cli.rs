@@ -59,6 +59,54 @@ fn output_into_a_pipe_nobody_reads_ends_the_command_quietly() {
     assert!(stderr.is_empty(), "{stderr}");
 }
 
+/// `idem demo | head -1`: the demo ends at its next line of output, and takes its
+/// temporary directory (a database by then) with it.
+#[cfg(feature = "durable")]
+#[test]
+fn a_demo_whose_output_nobody_reads_leaves_no_temporary_directory() {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(["demo", "--quick"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the idem binary runs");
+    let mut header = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut header)
+        .unwrap();
+    // The reader is gone: the next line ends the demo.
+    let dir = header
+        .split("durable tier in ")
+        .nth(1)
+        .and_then(|rest| rest.split(" (sync").next())
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| panic!("no directory in {header:?}"));
+    assert!(dir.starts_with(std::env::temp_dir()), "{header}");
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(141), "{status:?}");
+    // Before, `exit` skipped the directory's removal.
+    assert!(!dir.exists(), "{} was left behind", dir.display());
+}
+
+#[test]
+fn a_bench_that_cannot_run_cargo_fails_with_status_1_not_a_usage_error() {
+    let src = std::env::temp_dir().join(format!("idem-bench-src-{}", std::process::id()));
+    std::fs::create_dir_all(src.join("benches")).unwrap();
+    std::fs::write(src.join("benches/workloads.rs"), "").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(["bench", "--quick", "--no-durable", "--source"])
+        .arg(&src)
+        .env("CARGO", "/nonexistent/cargo")
+        .output()
+        .expect("the idem binary runs");
+    let _ = std::fs::remove_dir_all(&src);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cannot run cargo"), "{stderr}");
+    assert!(!stderr.contains("usage"), "{stderr}");
+}
+
 #[cfg(unix)]
 #[test]
 fn an_argument_that_is_not_utf8_is_refused_with_a_message() {

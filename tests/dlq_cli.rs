@@ -594,6 +594,23 @@ fn a_bad_actor_or_note_is_a_usage_error_before_anything_is_opened() {
 }
 
 #[test]
+fn all_and_state_together_are_a_usage_error() {
+    let tmp = TempDir::new("all-state");
+    let missing = tmp.0.join("nothing-here");
+    let dbs = missing.to_str().unwrap();
+    // Before, `--all` took every state and `--state archived` was silently ignored.
+    for (cmd, args) in [
+        ("list", &["--all", "--state", "archived"][..]),
+        ("replay", &["--all", "--state", "archived", "--dry-run"]),
+    ] {
+        let (_, code, _, err) = orders(cmd, dbs, args);
+        assert_eq!(code, Some(2), "{cmd}: {err}");
+        assert!(err.contains("--all and --state"), "{cmd}: {err}");
+    }
+    assert!(!missing.exists());
+}
+
+#[test]
 fn an_option_that_does_not_apply_to_the_command_is_refused() {
     let tmp = TempDir::new("ignored");
     let dbs = tmp.0.join("nothing-here");

@@ -906,12 +906,6 @@ fn a_directory_open_under_another_spelling_of_its_path_is_refused() {
     let clock = ManualClock::new(T0);
     let link = dir.path().with_extension("link");
     std::os::unix::fs::symlink(dir.path(), &link).unwrap();
-    let aliases = [
-        dir.path().join("."),
-        PathBuf::from(format!("{}/", dir.path().display())),
-        dir.path().join("..").join(dir.path().file_name().unwrap()),
-        link.clone(),
-    ];
     let by = |path: &Path| {
         Engine::builder()
             .clock(clock.clone())
@@ -919,6 +913,25 @@ fn a_directory_open_under_another_spelling_of_its_path_is_refused() {
             .durable(path)
             .namespace("ns", small())
     };
+    // A first open that makes the directory and its parent registers it too.
+    {
+        let other = TempDir::new();
+        let nested = other.path().join("a").join("b");
+        let _engine = by(&nested).build().expect("opening a new nested directory");
+        let refused = by(&nested.join(".")).build().unwrap_err();
+        assert_eq!(
+            refused,
+            Error::AlreadyOpen {
+                path: nested.join(".")
+            }
+        );
+    }
+    let aliases = [
+        dir.path().join("."),
+        PathBuf::from(format!("{}/", dir.path().display())),
+        dir.path().join("..").join(dir.path().file_name().unwrap()),
+        link.clone(),
+    ];
     {
         let (_engine, ns) = open(&dir, &clock, small());
         acquire(&ns, b"before").complete().unwrap();
@@ -1418,7 +1431,7 @@ fn a_corrupt_record_is_reported_and_other_keys_still_work() {
 
 #[test]
 fn an_expired_record_that_does_not_decode_is_reported_after_a_restart_prefilter_or_not() {
-    for prefilter in [true, false] {
+    for (prefilter, reopened_live) in [(true, false), (false, false), (true, true)] {
         let dir = TempDir::new();
         let clock = ManualClock::new(T0);
         let cfg = || small().prefilter(prefilter);
@@ -1436,13 +1449,20 @@ fn an_expired_record_that_does_not_decode_is_reported_after_a_restart_prefilter_
             record[2] |= 0x80;
             db.put_cf(done, fp.to_be_bytes(), &record).unwrap();
         }
-        // Far past the record's retention (7 TTLs by default).
-        clock.advance(secs(3_600));
+        // Far past the record's retention (7 TTLs by default): before the restart,
+        // or (`reopened_live`) after it, the filter's generations dropped meanwhile.
+        if !reopened_live {
+            clock.advance(secs(3_600));
+        }
         let (engine, ns) = open(&dir, &clock, cfg());
+        if reopened_live {
+            clock.advance(secs(3_600));
+            engine.run_maintenance();
+        }
         let err = ns.claim(b"bad").unwrap_err();
         assert!(
             matches!(&err, Error::CorruptRecord { fingerprint, .. } if *fingerprint == fp),
-            "prefilter {prefilter}: {err:?}"
+            "prefilter {prefilter}, reopened live {reopened_live}: {err:?}"
         );
         assert_eq!(engine.stats().acquired, 0, "prefilter {prefilter}");
     }

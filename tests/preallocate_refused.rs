@@ -9,44 +9,59 @@ mod util;
 use idem::{Engine, Error, ManualClock, NamespaceConfig, MAX_KEYS_LIMIT};
 use util::*;
 
+fn preallocated(max_keys: usize) -> NamespaceConfig {
+    small()
+        .max_keys(max_keys)
+        .shards(1)
+        .preallocate(true)
+        .expected_keys(1_000)
+}
+
 #[test]
 fn a_refused_preallocation_leaves_the_database_as_it_was() {
-    let dir = TempDir::new();
-    let clock = ManualClock::new(T0);
-    let open = |namespaces: &[(&str, NamespaceConfig)]| {
-        let mut b = Engine::builder()
-            .clock(clock.clone())
-            .maintenance_interval(None)
-            .durable(dir.path());
-        for (name, cfg) in namespaces {
-            b = b.namespace(name, cfg.clone());
-        }
-        b.build()
-    };
-    drop(open(&[("n", small())]).expect("the first open"));
-    // 2^31 keys in one shard: an index of 2^28 buckets, 16 GiB, over the limit.
     let limit = libc::rlimit {
         rlim_cur: 4 << 30,
         rlim_max: libc::RLIM_INFINITY,
     };
     assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &limit) }, 0);
-    let big = small()
-        .max_keys(MAX_KEYS_LIMIT)
-        .shards(1)
-        .preallocate(true)
-        .expected_keys(1_000);
-    let refused = open(&[("n", small()), ("big", big)]).unwrap_err();
-    assert!(
-        matches!(refused, Error::OutOfMemory { ref namespace, .. } if namespace == "big"),
-        "{refused:?}"
-    );
-    // Before, the open had made "big"'s column families first: every later open
-    // found a namespace that never ran.
-    let engine = open(&[("n", small())]).expect("the next open");
-    assert!(
-        engine.unconfigured_namespaces().is_empty(),
-        "{:?}",
-        engine.unconfigured_namespaces()
-    );
-    assert_eq!(idem::namespaces(dir.path()).unwrap(), vec!["n".to_owned()]);
+    // One index of 2^28 buckets (16 GiB); two of 2^25 (2 GiB each), which fit one
+    // at a time but not together.
+    let cases: [&[(&str, NamespaceConfig)]; 2] = [
+        &[("big", preallocated(MAX_KEYS_LIMIT))],
+        &[
+            ("half", preallocated(1 << 28)),
+            ("other", preallocated(1 << 28)),
+        ],
+    ];
+    for extra in cases {
+        let dir = TempDir::new();
+        let clock = ManualClock::new(T0);
+        let open = |namespaces: &[(&str, NamespaceConfig)]| {
+            let mut b = Engine::builder()
+                .clock(clock.clone())
+                .maintenance_interval(None)
+                .durable(dir.path());
+            for (name, cfg) in namespaces {
+                b = b.namespace(name, cfg.clone());
+            }
+            b.build()
+        };
+        drop(open(&[("n", small())]).expect("the first open"));
+        let mut asked = vec![("n", small())];
+        asked.extend(extra.iter().cloned());
+        let refused = open(&asked).unwrap_err();
+        assert!(
+            matches!(refused, Error::OutOfMemory { what, .. } if what.contains("preallocated")),
+            "{refused:?}"
+        );
+        // Before, the open had made the namespaces' column families first: every
+        // later open found namespaces that never ran.
+        let engine = open(&[("n", small())]).expect("the next open");
+        assert!(
+            engine.unconfigured_namespaces().is_empty(),
+            "{:?}",
+            engine.unconfigured_namespaces()
+        );
+        assert_eq!(idem::namespaces(dir.path()).unwrap(), vec!["n".to_owned()]);
+    }
 }

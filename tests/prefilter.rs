@@ -396,10 +396,10 @@ fn more_keys_than_expected_grow_the_filter_instead_of_its_error_rate() {
     }
     let s = engine.stats();
     // 100 keys per filter were planned (400 over four generations); all 2,000 went
-    // into one generation: filters for 100, 200, 400, 800 and 1,600 keys (twenty
-    // of 100 before).
-    assert_eq!(s.prefilter_grown, 4, "{s:?}");
-    assert_eq!(s.prefilter_filters, 5, "{s:?}");
+    // into one generation: four filters for 100 keys, then 200, 400, 800 and 1,600
+    // (twenty of 100 before).
+    assert_eq!(s.prefilter_grown, 7, "{s:?}");
+    assert_eq!(s.prefilter_filters, 8, "{s:?}");
     assert_eq!(s.prefilter_keys, 2_000);
     for i in 0..2_000 {
         assert!(ns.claim(key(i).as_bytes()).unwrap().is_duplicate());
@@ -412,9 +412,9 @@ fn more_keys_than_expected_grow_the_filter_instead_of_its_error_rate() {
     let fp = s.prefilter_false_positives - before.prefilter_false_positives;
     let neg = s.prefilter_negatives - before.prefilter_negatives;
     let rate = fp as f64 / (fp + neg) as f64;
-    // Five filters at 0.2% each: grown, the rate is about 5 x 0.2% = 1% at most,
+    // Eight filters at 0.2% each: grown, the rate is about 8 x 0.2% = 1.6% at most,
     // not the near-100% of one overfull filter.
-    assert!(rate < 0.02, "observed {rate}: {s:?}");
+    assert!(rate < 0.03, "observed {rate}: {s:?}");
 }
 
 #[test]

@@ -174,12 +174,18 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
         }
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         errln!("idem bench: cargo {}", o.cargo_args().join(" "));
-        let status = Command::new(&cargo)
+        match Command::new(&cargo)
             .args(o.cargo_args())
             .current_dir(&o.source)
             .status()
-            .map_err(|e| format!("bench: cannot run cargo ({e}); W1/W2 need a Rust toolchain"))?;
-        ok &= status.success();
+        {
+            Ok(status) => ok &= status.success(),
+            // A failure to run, not a usage error: status 1, no usage text.
+            Err(e) => {
+                errln!("idem bench: cannot run cargo ({e}); W1/W2 need a Rust toolchain");
+                return Ok(ExitCode::FAILURE);
+            }
+        }
         outln!();
     }
     if let Some(notice) = o.durable_skip_notice(cfg!(feature = "durable")) {

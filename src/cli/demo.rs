@@ -42,16 +42,27 @@ impl Options {
             fail_pct: 1,
             fail_worker_after: None,
         };
+        let (mut quick, mut messages_given) = (false, false);
         let mut it = args.iter();
         while let Some(a) = it.next() {
             match a.as_str() {
-                "--messages" | "-n" => o.messages = number(a, it.next())?,
+                "--messages" | "-n" => {
+                    o.messages = number(a, it.next())?;
+                    messages_given = true;
+                }
                 "--workers" | "-w" => o.workers = number(a, it.next())?,
                 "--redeliver" => o.redeliver_pct = number(a, it.next())?,
                 "--fail" => o.fail_pct = number(a, it.next())?,
-                "--quick" => o.messages = 50_000,
+                "--quick" => quick = true,
                 other => return Err(format!("demo: unknown option {other:?}")),
             }
+        }
+        // (Before, the later of the two won.)
+        if quick && messages_given {
+            return Err("demo: --quick and --messages exclude each other".into());
+        }
+        if quick {
+            o.messages = 50_000;
         }
         if o.messages == 0 || o.messages > 100_000_000 {
             return Err("demo: --messages must be between 1 and 100,000,000".into());
@@ -407,6 +418,22 @@ mod tests {
             fail_pct: 1,
             fail_worker_after,
         }
+    }
+
+    #[test]
+    fn quick_and_messages_together_are_a_usage_error_in_either_order() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        for a in [
+            ["--quick", "--messages", "500"],
+            ["--messages", "500", "--quick"],
+        ] {
+            let e = Options::parse(&args(&a)).unwrap_err();
+            assert!(e.contains("--quick and --messages"), "{a:?}: {e}");
+        }
+        assert_eq!(
+            Options::parse(&args(&["--quick"])).unwrap().messages,
+            50_000
+        );
     }
 
     /// Runs the demo on a thread and waits for its end, at most `limit`: a demo that

@@ -99,6 +99,10 @@ impl Options {
         if o.namespace.is_none() {
             return Err(format!("dlq {cmd}: --namespace is required"));
         }
+        // `--all` selects every state: with `--state` one of the two would be ignored.
+        if o.all && !o.states.is_empty() {
+            return Err(format!("dlq {cmd}: --all and --state exclude each other"));
+        }
         // Checked before the database is opened: a bad value is a usage error.
         if let Some(a) = &o.actor {
             Dlq::validate_actor(a).map_err(|e| format!("dlq {cmd}: --actor {a:?}: {e}"))?;

@@ -47,6 +47,7 @@ impl Options {
             sync: "periodic:1000".into(),
             kill_at_pct: 40,
         };
+        let (mut quick, mut messages_given) = (false, false);
         let mut it = args.iter();
         while let Some(a) = it.next() {
             match a.as_str() {
@@ -57,7 +58,10 @@ impl Options {
                     }
                     o.dir = Some(v.into());
                 }
-                "--messages" | "-n" => o.messages = number(a, it.next())?,
+                "--messages" | "-n" => {
+                    o.messages = number(a, it.next())?;
+                    messages_given = true;
+                }
                 "--workers" | "-w" => o.workers = number(a, it.next())?,
                 "--sync" => {
                     let v = it.next().ok_or("--sync needs a value")?;
@@ -65,9 +69,16 @@ impl Options {
                     o.sync = v.clone();
                 }
                 "--kill-at" => o.kill_at_pct = number(a, it.next())?,
-                "--quick" => o.messages = 10_000,
+                "--quick" => quick = true,
                 other => return Err(format!("demo: unknown option {other:?}")),
             }
+        }
+        // (Before, the later of the two won.)
+        if quick && messages_given {
+            return Err("demo: --quick and --messages exclude each other".into());
+        }
+        if quick {
+            o.messages = 10_000;
         }
         if o.messages == 0 || o.messages > 10_000_000 {
             return Err("demo: --messages must be between 1 and 10,000,000".into());
@@ -321,8 +332,18 @@ fn verify(engine: &Engine, runs: &[u32], workers: usize, acked: &[u8]) -> Result
 /// The temporary directory of a run without `--dir`, removed when dropped.
 struct Scratch(PathBuf);
 
+impl Scratch {
+    /// A directory the demo made, removed when the demo ends, or when it stops at
+    /// once because nobody reads its output (see [`crate::cli::emit`]).
+    fn new(dir: PathBuf) -> Scratch {
+        crate::cli::remove_on_early_exit(&dir, true);
+        Scratch(dir)
+    }
+}
+
 impl Drop for Scratch {
     fn drop(&mut self) {
+        crate::cli::remove_on_early_exit(&self.0, false);
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
@@ -358,7 +379,7 @@ pub(crate) fn run(o: Options) -> Result<ExitCode, String> {
             let d = std::env::temp_dir().join(format!("idem-demo-{}", std::process::id()));
             // Left by an earlier demo of the same process id: the name is the demo's.
             let _ = std::fs::remove_dir_all(&d);
-            (d.clone(), Some(Scratch(d)))
+            (d.clone(), Some(Scratch::new(d)))
         }
     };
     match demo(&o, &dir) {
@@ -530,6 +551,22 @@ mod tests {
         assert_eq!(o.dir, Some(std::path::PathBuf::from("d")));
     }
 
+    #[test]
+    fn quick_and_messages_together_are_a_usage_error_in_either_order() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        for a in [
+            ["--quick", "--messages", "500"],
+            ["--messages", "500", "--quick"],
+        ] {
+            let e = Options::parse(&args(&a)).unwrap_err();
+            assert!(e.contains("--quick and --messages"), "{a:?}: {e}");
+        }
+        assert_eq!(
+            Options::parse(&args(&["--quick"])).unwrap().messages,
+            10_000
+        );
+    }
+
     #[cfg(unix)]
     #[test]
     fn a_consumer_that_exited_before_the_kill_is_not_counted_as_killed() {
@@ -607,7 +644,7 @@ mod tests {
     fn scratch(name: &str) -> Scratch {
         let d = std::env::temp_dir().join(format!("idem-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
-        Scratch(d)
+        Scratch::new(d)
     }
 
     /// Writes ledger entries as completions do: in the atomic write of a completion

@@ -133,6 +133,20 @@ impl Record {
 
     /// Decodes one record, refusing anything malformed.
     pub(crate) fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
+        let (mut record, result) = Self::parse(bytes)?;
+        record.result = result.map(<[u8]>::to_vec);
+        Ok(record)
+    }
+
+    /// The state and expiry of a record that decodes whole (as [`Record::decode`]
+    /// would), without copying its result: the prefilter's rebuild reads every
+    /// record so.
+    pub(crate) fn check(bytes: &[u8]) -> Result<(RecordState, u64), DecodeError> {
+        Self::parse(bytes).map(|(r, _)| (r.state, r.expires_ms))
+    }
+
+    /// The record without its result, and the result's bytes.
+    fn parse(bytes: &[u8]) -> Result<(Record, Option<&[u8]>), DecodeError> {
         let mut r = Reader::new(bytes);
         let version = r.u8()?;
         if version != RECORD_VERSION {
@@ -164,21 +178,24 @@ impl Record {
             if len as usize > MAX_RESULT {
                 return Err(DecodeError::ResultTooLong(len));
             }
-            Some(r.take(len as usize)?.to_vec())
+            Some(r.take(len as usize)?)
         } else {
             None
         };
         if r.remaining() != 0 {
             return Err(DecodeError::TrailingBytes);
         }
-        Ok(Record {
-            state,
-            token,
-            at_ms,
-            expires_ms,
-            payload,
+        Ok((
+            Record {
+                state,
+                token,
+                at_ms,
+                expires_ms,
+                payload,
+                result: None,
+            },
             result,
-        })
+        ))
     }
 }
 

@@ -283,8 +283,9 @@ impl DirClaim {
     /// or [`Error::AlreadyOpen`] if a store of this process has it open.
     fn take(path: &Path) -> Result<DirClaim, Error> {
         if std::fs::metadata(path).is_err() {
-            // (Failing here leaves the error to RocksDB's open, which reports it.)
-            let _ = std::fs::create_dir(path);
+            // With its parents, as RocksDB's open would make them. (Failing here
+            // leaves the error to that open, which reports it.)
+            let _ = std::fs::create_dir_all(path);
         }
         let Some(id) = dir_id(path) else {
             return Ok(DirClaim(None));
@@ -849,15 +850,15 @@ impl Store {
         Ok(out)
     }
 
-    /// Calls `each` with the fingerprint, the header (state, expiry) of every done
-    /// record of a namespace (or the reason its header cannot be read) and the
-    /// record's bytes. Used to rebuild the prefilter at open; reads bypass the block
-    /// cache.
+    /// Calls `each` with the fingerprint and the state and expiry of every done
+    /// record of a namespace, or the reason the record does not decode (whole, as a
+    /// read would decode it). Used to rebuild the prefilter at open; reads bypass the
+    /// block cache.
     pub(crate) fn scan_done(
         &self,
         ns: &str,
         part: (usize, usize),
-        mut each: impl FnMut(u128, Result<(super::codec::RecordState, u64), String>, &[u8]),
+        mut each: impl FnMut(u128, Result<(super::codec::RecordState, u64), String>),
     ) -> Result<u64, Error> {
         let cf = self.cf(&done_cf(ns))?;
         let mut ro = ReadOptions::default();
@@ -880,8 +881,7 @@ impl Store {
                 if let Ok(key) = <[u8; 16]>::try_from(k) {
                     each(
                         u128::from_be_bytes(key),
-                        Record::peek_expiry(v).map_err(|e| e.to_string()),
-                        v,
+                        Record::check(v).map_err(|e| e.to_string()),
                     );
                     n += 1;
                 }
@@ -1532,11 +1532,11 @@ impl DurableNs {
     }
 
     /// Fills the prefilter from the done records on disk (at open, before the
-    /// namespace serves). Records already past retention at `now_ms` are skipped,
-    /// unless they do not decode; records whose header cannot be read, and expired
-    /// ones that do not decode (which compaction keeps), are kept in the filter for
-    /// good, so their keys always reach the store, which reports them, as it does
-    /// without a prefilter. Returns the records seen.
+    /// namespace serves). Records already past retention at `now_ms` are skipped;
+    /// records that do not decode (whose expiry, if their header reads, cannot be
+    /// trusted; compaction keeps them) are kept in the filter for good, so their
+    /// keys always reach the store, which reports them, as it does without a
+    /// prefilter. Returns the records seen.
     pub(crate) fn rebuild_prefilter(&self, now_ms: u64) -> Result<u64, Error> {
         let Some(p) = &self.prefilter else {
             return Ok(0);
@@ -1552,14 +1552,9 @@ impl DurableNs {
             let mut batch = Vec::with_capacity(BATCH);
             let seen = self
                 .store
-                .scan_done(&self.name, (part, parts), |fp, header, bytes| {
+                .scan_done(&self.name, (part, parts), |fp, header| {
                     match header {
-                        Ok((RecordState::Done, expires_ms)) if expires_ms <= now_ms => {
-                            if Record::decode(bytes).is_ok() {
-                                return;
-                            }
-                            batch.push((PINNED, bloom_hash(fp)));
-                        }
+                        Ok((RecordState::Done, expires_ms)) if expires_ms <= now_ms => return,
                         Ok((_, expires_ms)) => {
                             batch.push((p.epoch_at_open(expires_ms, now_ms), bloom_hash(fp)))
                         }

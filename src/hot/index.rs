@@ -415,6 +415,10 @@ impl Retired {
     }
 }
 
+/// Bucket arrays reserved by [`Index::reserve_for_shards`], given back when dropped.
+#[derive(Default)]
+pub(crate) struct Reserved(Vec<Vec<Bucket>>);
+
 impl Index {
     /// An empty index with room for `entries` before it first grows, or `None` if
     /// that many buckets cannot be allocated (the size overflows, or the allocator
@@ -436,18 +440,17 @@ impl Index {
         })
     }
 
-    /// Whether `shards` indexes of [`Index::try_with_room`]`(entries)` could reserve
-    /// their buckets now: all reserved, then given back at once, untouched (so,
-    /// under overcommit, nothing is committed). For checks before anything else is
-    /// opened.
-    pub(crate) fn room_for_shards(entries: usize, shards: usize) -> bool {
+    /// Reserves the buckets of `shards` indexes of [`Index::try_with_room`]`
+    /// (entries)`, added to `held`; false if the allocator refuses. The caller gives
+    /// them back, untouched (so, under overcommit, nothing is committed): a check
+    /// before anything else is opened, of every namespace at once.
+    pub(crate) fn reserve_for_shards(entries: usize, shards: usize, held: &mut Reserved) -> bool {
         if entries == 0 {
             return true;
         }
-        let mut held = Vec::new();
         for _ in 0..shards {
             match Self::reserve_room(entries) {
-                Some((buckets, _)) => held.push(buckets),
+                Some((buckets, _)) => held.0.push(buckets),
                 None => return false,
             }
         }

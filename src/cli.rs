@@ -228,12 +228,26 @@ pub(crate) fn emit(args: std::fmt::Arguments<'_>) {
     }
 }
 
+/// A demo's message count: `--quick`'s (`quick`), the one `--messages` gave, or
+/// `default`. Both options at once are a usage error (the later used to win).
+pub(crate) fn stream_length(
+    quick: Option<u64>,
+    messages: Option<u64>,
+    default: u64,
+) -> Result<u64, String> {
+    match (quick, messages) {
+        (Some(_), Some(_)) => Err("demo: --quick and --messages exclude each other".into()),
+        (q, m) => Ok(q.or(m).unwrap_or(default)),
+    }
+}
+
 /// Temporary directories to remove if [`emit`] ends the program.
 static EARLY_EXIT_REMOVES: parking_lot::Mutex<Vec<std::path::PathBuf>> =
     parking_lot::Mutex::new(Vec::new());
 
 /// Adds `dir` to (or, `add` false, takes it off) the directories removed if the
 /// program ends early in [`emit`] (`idem demo | head -3`).
+#[cfg_attr(not(feature = "durable"), allow(dead_code))] // (the durable demo's)
 pub(crate) fn remove_on_early_exit(dir: &std::path::Path, add: bool) {
     let mut dirs = EARLY_EXIT_REMOVES.lock();
     dirs.retain(|d| d != dir);

@@ -90,6 +90,25 @@ fn a_demo_whose_output_nobody_reads_leaves_no_temporary_directory() {
 }
 
 #[test]
+fn quick_and_messages_together_are_a_usage_error_in_either_demo_and_order() {
+    for args in [
+        &["demo", "--quick", "--messages", "500"][..],
+        &["demo", "--messages", "500", "--quick"],
+        &["demo", "--memory", "--quick", "-n", "500"],
+        &["demo", "--messages", "500", "--memory", "--quick"],
+    ] {
+        let out = idem(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        // Before, the later of the two won and the demo ran.
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("--quick and --messages"),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
+#[test]
 fn a_bench_that_cannot_run_cargo_fails_with_status_1_not_a_usage_error() {
     let src = std::env::temp_dir().join(format!("idem-bench-src-{}", std::process::id()));
     std::fs::create_dir_all(src.join("benches")).unwrap();

@@ -42,14 +42,11 @@ impl Options {
             fail_pct: 1,
             fail_worker_after: None,
         };
-        let (mut quick, mut messages_given) = (false, false);
+        let (mut quick, mut messages) = (false, None);
         let mut it = args.iter();
         while let Some(a) = it.next() {
             match a.as_str() {
-                "--messages" | "-n" => {
-                    o.messages = number(a, it.next())?;
-                    messages_given = true;
-                }
+                "--messages" | "-n" => messages = Some(number(a, it.next())?),
                 "--workers" | "-w" => o.workers = number(a, it.next())?,
                 "--redeliver" => o.redeliver_pct = number(a, it.next())?,
                 "--fail" => o.fail_pct = number(a, it.next())?,
@@ -57,13 +54,7 @@ impl Options {
                 other => return Err(format!("demo: unknown option {other:?}")),
             }
         }
-        // (Before, the later of the two won.)
-        if quick && messages_given {
-            return Err("demo: --quick and --messages exclude each other".into());
-        }
-        if quick {
-            o.messages = 50_000;
-        }
+        o.messages = crate::cli::stream_length(quick.then_some(50_000), messages, o.messages)?;
         if o.messages == 0 || o.messages > 100_000_000 {
             return Err("demo: --messages must be between 1 and 100,000,000".into());
         }
@@ -420,26 +411,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn quick_and_messages_together_are_a_usage_error_in_either_order() {
-        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        for a in [
-            ["--quick", "--messages", "500"],
-            ["--messages", "500", "--quick"],
-        ] {
-            let e = Options::parse(&args(&a)).unwrap_err();
-            assert!(e.contains("--quick and --messages"), "{a:?}: {e}");
-        }
-        assert_eq!(
-            Options::parse(&args(&["--quick"])).unwrap().messages,
-            50_000
-        );
-    }
-
     /// Runs the demo on a thread and waits for its end, at most `limit`: a demo that
     /// hangs fails the test instead of hanging it.
-    /// The exit code is compared by its `Debug` form: `ExitCode` has no `PartialEq`
-    /// at this crate's minimum Rust version.
+    /// The exit code is compared by its `Debug` form.
     fn run_within(o: Options, limit: Duration) -> String {
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {

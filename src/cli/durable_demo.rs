@@ -47,7 +47,7 @@ impl Options {
             sync: "periodic:1000".into(),
             kill_at_pct: 40,
         };
-        let (mut quick, mut messages_given) = (false, false);
+        let (mut quick, mut messages) = (false, None);
         let mut it = args.iter();
         while let Some(a) = it.next() {
             match a.as_str() {
@@ -58,10 +58,7 @@ impl Options {
                     }
                     o.dir = Some(v.into());
                 }
-                "--messages" | "-n" => {
-                    o.messages = number(a, it.next())?;
-                    messages_given = true;
-                }
+                "--messages" | "-n" => messages = Some(number(a, it.next())?),
                 "--workers" | "-w" => o.workers = number(a, it.next())?,
                 "--sync" => {
                     let v = it.next().ok_or("--sync needs a value")?;
@@ -73,13 +70,7 @@ impl Options {
                 other => return Err(format!("demo: unknown option {other:?}")),
             }
         }
-        // (Before, the later of the two won.)
-        if quick && messages_given {
-            return Err("demo: --quick and --messages exclude each other".into());
-        }
-        if quick {
-            o.messages = 10_000;
-        }
+        o.messages = crate::cli::stream_length(quick.then_some(10_000), messages, o.messages)?;
         if o.messages == 0 || o.messages > 10_000_000 {
             return Err("demo: --messages must be between 1 and 10,000,000".into());
         }
@@ -549,22 +540,6 @@ mod tests {
         assert!(e.contains("--dir needs a directory"), "{e}");
         let o = Options::parse(&args(&["--dir", "d"])).unwrap();
         assert_eq!(o.dir, Some(std::path::PathBuf::from("d")));
-    }
-
-    #[test]
-    fn quick_and_messages_together_are_a_usage_error_in_either_order() {
-        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        for a in [
-            ["--quick", "--messages", "500"],
-            ["--messages", "500", "--quick"],
-        ] {
-            let e = Options::parse(&args(&a)).unwrap_err();
-            assert!(e.contains("--quick and --messages"), "{a:?}: {e}");
-        }
-        assert_eq!(
-            Options::parse(&args(&["--quick"])).unwrap().messages,
-            10_000
-        );
     }
 
     #[cfg(unix)]

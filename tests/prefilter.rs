@@ -353,6 +353,28 @@ fn a_retention_shortened_across_a_restart_keeps_the_prefilter_near_its_plan() {
 }
 
 #[test]
+fn a_handle_that_outlives_its_engine_drops_generations_past_retention() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (engine, ns) = open(&dir, &clock, cfg());
+    drop(engine);
+    // One completion a minute (a generation's span) for 40 minutes, retention 4.
+    for i in 0..40 {
+        complete(&ns, key(i).as_bytes());
+        clock.advance(secs(60));
+    }
+    // Before, no maintenance ran and every generation stayed: 40.
+    let s = ns.stats();
+    assert!(s.prefilter_generations <= 6, "{s:?}");
+    for i in 37..40 {
+        assert!(
+            ns.claim(key(i).as_bytes()).unwrap().is_duplicate(),
+            "key {i}"
+        );
+    }
+}
+
+#[test]
 fn generations_past_retention_are_dropped_by_maintenance() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);

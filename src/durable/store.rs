@@ -1742,6 +1742,14 @@ impl DurableNs {
         // filter admits its key. (A write that then fails leaves a harmless false
         // positive.)
         if let Some(p) = &self.prefilter {
+            // Once the engine is gone, no maintenance pass drops the generations past
+            // retention: the writes of the handles that outlive it do (a record's
+            // time is at most now, so nothing live is dropped).
+            if self.store.closed() {
+                if let Some(at_ms) = done.iter().map(|(_, rec)| rec.at_ms).max() {
+                    p.expire(at_ms);
+                }
+            }
             for (fp, rec) in done {
                 p.insert(bloom_hash(*fp), rec.expires_ms);
             }

@@ -374,6 +374,32 @@ fn a_handle_that_outlives_its_engine_drops_generations_past_retention() {
     }
 }
 
+/// A sliding window's rewrite keeps its record's first completion time, which after
+/// a clock set back across a restart is later than now: the generations a handle
+/// without its engine drops are those before the clock's reading, not that time.
+#[test]
+fn a_handle_without_its_engine_drops_no_live_generation_after_a_clock_set_back() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let with = |retention: u64| cfg().retention(secs(retention)).extend_on_duplicate(true);
+    {
+        let (_engine, ns) = open(&dir, &clock, with(240));
+        clock.advance(secs(1_000));
+        complete(&ns, b"early"); // expires at T0 + 1,240 s
+        clock.advance(secs(1_500));
+        complete(&ns, b"late"); // completed at T0 + 2,500 s
+    }
+    // Set back to before "early" expires; retention now an hour (a 900 s span).
+    clock.set(T0 + 1_100_000);
+    let (engine, ns) = open(&dir, &clock, with(3_600));
+    drop(engine);
+    // A sighting extends "late" past its record: rewritten, with its completion
+    // time of T0 + 2,500 s.
+    assert!(ns.claim(b"late").unwrap().is_duplicate());
+    // Before, the rewrite dropped the generations before T0 + 2,500 s, "early"'s too.
+    assert!(ns.claim(b"early").unwrap().is_duplicate());
+}
+
 #[test]
 fn generations_past_retention_are_dropped_by_maintenance() {
     let dir = TempDir::new();

@@ -244,6 +244,8 @@ pub(crate) struct Store {
     settings_changed: parking_lot::Mutex<Vec<(Vec<u8>, Vec<u8>)>>,
     /// The consumer state families this engine declared.
     state_families: Vec<String>,
+    /// The engine's clock (read by completions once the engine is gone).
+    clock: std::sync::Arc<dyn Clock>,
     /// This process's hold on the directory, given up after `db` has closed (fields
     /// drop in order).
     _dir: DirClaim,
@@ -611,6 +613,7 @@ impl Store {
                 },
                 settings_changed: parking_lot::Mutex::new(settings_changed),
                 state_families: state_families.to_vec(),
+                clock,
                 _dir: dir,
             },
             report,
@@ -1743,12 +1746,12 @@ impl DurableNs {
         // positive.)
         if let Some(p) = &self.prefilter {
             // Once the engine is gone, no maintenance pass drops the generations past
-            // retention: the writes of the handles that outlive it do (a record's
-            // time is at most now, so nothing live is dropped).
+            // retention: the writes of the handles that outlive it do, at the clock's
+            // reading (never later than the namespace's own time, which a clock set
+            // back does not move back; a record's time can be later than both, a
+            // sliding window's rewrite keeps its first completion's).
             if self.store.closed() {
-                if let Some(at_ms) = done.iter().map(|(_, rec)| rec.at_ms).max() {
-                    p.expire(at_ms);
-                }
+                p.expire(self.store.clock.now_ms());
             }
             for (fp, rec) in done {
                 p.insert(bloom_hash(*fp), rec.expires_ms);

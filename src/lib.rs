@@ -128,17 +128,20 @@ pub struct ReadmeDoctests;
 #[doc(hidden)]
 pub mod __fuzz {
     /// Decodes a durable record; on success returns its re-encoding. Panics if the
-    /// header-only reading the retention scan uses (`Record::peek_expiry`) disagrees
-    /// with the whole decode on a record that decodes.
+    /// check the prefilter's rebuild makes (`Record::check`, no copy of the result)
+    /// disagrees with the whole decode, on any bytes.
     pub fn record_roundtrip(bytes: &[u8]) -> Option<Vec<u8>> {
         use crate::durable::codec::Record;
-        let r = Record::decode(bytes).ok()?;
+        let decoded = Record::decode(bytes);
         assert_eq!(
-            Record::peek_expiry(bytes).ok(),
-            Some((r.state, r.expires_ms)),
-            "the header's state and expiry are the record's"
+            Record::check(bytes),
+            decoded
+                .as_ref()
+                .map(|r| (r.state, r.expires_ms))
+                .map_err(|e| *e),
+            "the check reads what the decode reads"
         );
-        Some(r.encode())
+        Some(decoded.ok()?.encode())
     }
 
     /// Decodes a stored dead letter; on success returns its re-encoding.
@@ -301,9 +304,10 @@ pub mod __bench {
         }
     }
 
-    /// A record's expiry from its header alone, as the retention scan reads it.
-    pub fn peek_record_expiry(bytes: &[u8]) -> Option<u64> {
-        crate::durable::codec::Record::peek_expiry(bytes)
+    /// A record's expiry if it decodes whole, as the prefilter's rebuild reads it
+    /// (no copy of its result).
+    pub fn check_record(bytes: &[u8]) -> Option<u64> {
+        crate::durable::codec::Record::check(bytes)
             .ok()
             .map(|(_, e)| e)
     }

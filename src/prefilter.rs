@@ -784,7 +784,7 @@ mod tests {
         }
         let s = p.stats();
         assert_eq!(s.items, 20_000);
-        // 4 of one key, then 2, 4, ..., 2^15: 18 filters.
+        // 4 of one key, then 2, 4, ..., 2^14: 18 filters (32,770 keys of room).
         assert_eq!(s.segments, 18, "{s:?}");
         assert!((0..20_000).all(|i| p.may_contain(h(i))));
         // Saved and loaded back, the filters keep their sizes.

@@ -112,25 +112,6 @@ impl Record {
         out
     }
 
-    /// The state and expiry of an encoded record, from its header alone (for scans
-    /// that need nothing else). The rest of the record is not checked.
-    pub(crate) fn peek_expiry(bytes: &[u8]) -> Result<(RecordState, u64), DecodeError> {
-        if bytes.len() < HEADER {
-            return Err(DecodeError::Truncated);
-        }
-        if bytes[0] != RECORD_VERSION {
-            return Err(DecodeError::Version(bytes[0]));
-        }
-        let state = match bytes[1] {
-            1 => RecordState::InProgress,
-            2 => RecordState::Done,
-            s => return Err(DecodeError::State(s)),
-        };
-        let mut exp = [0u8; 8];
-        exp.copy_from_slice(&bytes[16..24]);
-        Ok((state, u64::from_le_bytes(exp)))
-    }
-
     /// Decodes one record, refusing anything malformed.
     pub(crate) fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         let (mut record, result) = Self::parse(bytes)?;
@@ -221,23 +202,34 @@ mod tests {
     }
 
     #[test]
-    fn peek_reads_the_header_and_refuses_what_decode_refuses_there() {
+    fn check_reads_what_decode_reads_and_refuses_what_it_refuses() {
         let rec = sample();
         let bytes = rec.encode();
         assert_eq!(
-            Record::peek_expiry(&bytes),
+            Record::check(&bytes),
             Ok((RecordState::Done, rec.expires_ms))
         );
-        assert_eq!(
-            Record::peek_expiry(&bytes[..23]),
-            Err(DecodeError::Truncated)
-        );
+        let mut bad = Vec::new();
+        bad.push(bytes[..23].to_vec());
         let mut v = bytes.clone();
         v[0] = 9;
-        assert_eq!(Record::peek_expiry(&v), Err(DecodeError::Version(9)));
-        let mut v = bytes;
+        bad.push(v);
+        let mut v = bytes.clone();
         v[1] = 3;
-        assert_eq!(Record::peek_expiry(&v), Err(DecodeError::State(3)));
+        bad.push(v);
+        // Past the header: an unknown flag, a cut result, a trailing byte.
+        let mut v = bytes.clone();
+        v[2] |= 0x80;
+        bad.push(v);
+        bad.push(bytes[..bytes.len() - 1].to_vec());
+        let mut v = bytes;
+        v.push(0);
+        bad.push(v);
+        for v in bad {
+            let refused = Record::decode(&v).err();
+            assert!(refused.is_some(), "{v:?}");
+            assert_eq!(Record::check(&v).err(), refused, "{v:?}");
+        }
     }
 
     #[test]

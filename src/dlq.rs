@@ -397,7 +397,8 @@ impl Selection {
         self
     }
 
-    /// At most `n` messages (the oldest first).
+    /// At most `n` messages (the oldest first). A replay counts only the messages it
+    /// can replay: the replayed and archived ones it passes over do not use up `n`.
     pub fn limit(mut self, n: usize) -> Self {
         self.limit = Some(n);
         self
@@ -1329,7 +1330,12 @@ impl Dlq {
         }
         let ids = {
             let st = self.inner.state.lock();
-            let ids = self.inner.select(&st, selection)?;
+            // The limit counts replayable messages: applied after the others go.
+            let unlimited = Selection {
+                limit: None,
+                ..selection.clone()
+            };
+            let ids = self.inner.select(&st, &unlimited)?;
             let mut replayable = Vec::with_capacity(ids.len());
             for id in ids {
                 let state = st.index[&id].state;
@@ -1344,6 +1350,9 @@ impl Dlq {
                     continue;
                 }
                 replayable.push(id);
+            }
+            if let Some(n) = selection.limit {
+                replayable.truncate(n);
             }
             replayable
         };

@@ -89,6 +89,21 @@ fn a_demo_whose_output_nobody_reads_leaves_no_temporary_directory() {
     assert!(!dir.exists(), "{} was left behind", dir.display());
 }
 
+#[cfg(feature = "durable")]
+#[test]
+fn a_durable_bench_whose_directory_cannot_be_written_fails_with_status_1() {
+    let out = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(["bench", "durable", "--quick", "--w4"])
+        .env("IDEM_BENCH_DIR", "/proc/idem-cannot-write-here")
+        .output()
+        .expect("the idem binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Before, the first cell's open panicked (status 101).
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("IDEM_BENCH_DIR"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
 #[test]
 fn quick_and_messages_together_are_a_usage_error_in_either_demo_and_order() {
     for args in [

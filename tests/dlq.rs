@@ -983,6 +983,34 @@ fn a_handler_that_outlives_its_claim_is_recorded_as_applied_when_the_key_cannot_
 }
 
 #[test]
+fn a_replays_limit_counts_the_messages_it_can_replay() {
+    let (_engine, _ns, dlq, _clock) = memory();
+    let ids: Vec<_> = [b"a", b"b", b"c"]
+        .iter()
+        .map(|k| dlq.quarantine(*k, b"p", OUTAGE).unwrap())
+        .collect();
+    let replay = |sel: &Selection| {
+        dlq.replay(
+            sel,
+            &any_schema,
+            |_: &[u8], _: &[u8]| Ok(()),
+            ReplayMode::Execute,
+        )
+        .unwrap()
+    };
+    assert_eq!(
+        replay(&Selection::default().ids([ids[0]])).replayed,
+        [ids[0]]
+    );
+    // Before, the limit took the oldest message, replayed already, and the replay
+    // did nothing.
+    let r = replay(&Selection::all().limit(1));
+    assert_eq!(r.replayed, [ids[1]], "{r:?}");
+    let r = replay(&Selection::all().limit(5));
+    assert_eq!(r.replayed, [ids[2]], "{r:?}");
+}
+
+#[test]
 fn a_message_archived_by_an_earlier_handler_of_the_same_replay_is_in_its_report() {
     let (_engine, _ns, dlq, _clock) = memory();
     let first = dlq.quarantine(b"a", b"p", OUTAGE).unwrap();

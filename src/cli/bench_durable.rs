@@ -33,6 +33,21 @@ fn key(i: u64) -> [u8; 20] {
     k
 }
 
+/// Whether the directory the cells' databases go in (`IDEM_BENCH_DIR`, or the
+/// temporary directory) takes a new directory.
+fn check_bench_dir() -> Result<(), String> {
+    let probe = Dir::new("probe");
+    std::fs::create_dir_all(&probe.0).map_err(|e| {
+        format!(
+            "cannot make a directory under {} ({e}); set IDEM_BENCH_DIR to a writable one",
+            probe
+                .0
+                .parent()
+                .map_or_else(String::new, |p| p.display().to_string())
+        )
+    })
+}
+
 struct Dir(PathBuf);
 impl Dir {
     fn new(tag: &str) -> Dir {
@@ -1074,7 +1089,14 @@ pub(crate) fn run(args: &[String]) -> Result<std::process::ExitCode, String> {
         let (n, dir) = a?;
         w5_restart(dir, n);
     } else {
-        run_benches(args, &Opts::parse(args)?);
+        let opts = Opts::parse(args)?;
+        // The cells open their databases under it and stop on any failure: one that
+        // cannot be written is said first (status 1), not found by a panic.
+        if let Err(why) = check_bench_dir() {
+            errln!("idem bench durable: {why}");
+            return Ok(std::process::ExitCode::FAILURE);
+        }
+        run_benches(args, &opts);
         if !report_verdicts() {
             return Ok(std::process::ExitCode::FAILURE);
         }

@@ -2000,9 +2000,20 @@ mod maintenance {
 /// untouched when it drops: see `Index::reserve_for_shards`); false if the
 /// allocator refuses.
 fn reserve_preallocation(cfg: &NamespaceConfig, held: &mut crate::hot::index::Reserved) -> bool {
-    let shards = cfg.shards.unwrap_or_else(|| default_shards(cfg.max_keys));
-    let room = cfg.max_keys.div_ceil(shards.max(1));
+    let (shards, room) = shards_and_room(cfg);
     crate::hot::index::Index::reserve_for_shards(room, shards, held)
+}
+
+/// A namespace's shard count, and the entries each shard's index is made for at
+/// once: its share of `max_keys` if preallocated, else none (it grows).
+fn shards_and_room(cfg: &NamespaceConfig) -> (usize, usize) {
+    let shards = cfg.shards.unwrap_or_else(|| default_shards(cfg.max_keys));
+    let room = if cfg.preallocate {
+        cfg.max_keys.div_ceil(shards.max(1))
+    } else {
+        0
+    };
+    (shards, room)
 }
 
 fn preallocation_refused(name: &str) -> Error {
@@ -2129,7 +2140,7 @@ impl NsInner {
         clock: std::sync::Arc<dyn Clock>,
         durable: Option<DurableNs>,
     ) -> Result<Self> {
-        let shards = cfg.shards.unwrap_or_else(|| default_shards(cfg.max_keys));
+        let (shards, room) = shards_and_room(&cfg);
         let params = Params {
             epoch_ms,
             tick_ms,
@@ -2144,11 +2155,6 @@ impl NsInner {
         // it (see `NsInner::now_ms`).
         let start_ms = clock.now_ms();
         let now_tick = params.now(start_ms).tick;
-        let room = if cfg.preallocate {
-            cfg.max_keys.div_ceil(shards)
-        } else {
-            0
-        };
         let slots =
             new_slots(shards, now_tick, room).ok_or_else(|| preallocation_refused(&name))?;
         let pool = AtomicUsize::new(cfg.max_keys);

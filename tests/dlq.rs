@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use idem::{
     Claim, DeadLetter, Dlq, DlqPolicy, Engine, Error, KeyError, KeyState, ManualClock, MessageId,
-    MessageState, Namespace, NamespaceConfig, ReplayMode, ReplayOutcome, SchemaVerdict, Selection,
-    MAX_DEAD_LETTER_PAYLOAD,
+    MessageState, Namespace, NamespaceConfig, ReplayMode, ReplayOutcome, ReplayReport,
+    SchemaVerdict, Selection, MAX_DEAD_LETTER_PAYLOAD,
 };
 use util::*;
 
@@ -63,6 +63,16 @@ fn schema_v2(payload: &[u8]) -> SchemaVerdict {
 
 fn any_schema(_: &[u8]) -> SchemaVerdict {
     SchemaVerdict::Compatible
+}
+
+/// Replays `sel` for real, every payload compatible, through `handler`.
+fn execute(
+    dlq: &Dlq,
+    sel: &Selection,
+    handler: impl FnMut(&[u8], &[u8]) -> Result<(), String>,
+) -> ReplayReport {
+    dlq.replay(sel, &any_schema, handler, ReplayMode::Execute)
+        .expect("the replay runs")
 }
 
 /// Side effects by key, as a test handler applies them.
@@ -952,32 +962,20 @@ fn a_handler_that_outlives_its_claim_is_recorded_as_applied_when_the_key_cannot_
     let id = dlq.quarantine(b"k", b"p", OUTAGE).unwrap();
     let mut applied = 0;
     let mut other = None;
-    let r = dlq
-        .replay(
-            &Selection::default(),
-            &any_schema,
-            |_: &[u8], _: &[u8]| {
-                applied += 1;
-                clock.advance(secs(6));
-                other = Some(acquire(&ns, b"x"));
-                Ok(())
-            },
-            ReplayMode::Execute,
-        )
-        .unwrap();
+    let r = execute(&dlq, &Selection::default(), |_: &[u8], _: &[u8]| {
+        applied += 1;
+        clock.advance(secs(6));
+        other = Some(acquire(&ns, b"x"));
+        Ok(())
+    });
     assert_eq!(r.replayed, vec![id], "{r:?}");
     assert!(r.notes[&id].contains("not recorded as done"), "{r:?}");
     assert_eq!(dlq.get(id).unwrap().state(), MessageState::Replayed);
     drop(other);
     // Before, the letter stayed quarantined, and this replay applied it again.
-    let again = dlq
-        .replay(
-            &Selection::default(),
-            &any_schema,
-            |_: &[u8], _: &[u8]| panic!("nothing is left to apply"),
-            ReplayMode::Execute,
-        )
-        .unwrap();
+    let again = execute(&dlq, &Selection::default(), |_: &[u8], _: &[u8]| {
+        panic!("nothing is left to apply")
+    });
     assert_eq!(again.total(), 0, "{again:?}");
     assert_eq!(applied, 1);
 }
@@ -989,15 +987,7 @@ fn a_replays_limit_counts_the_messages_it_can_replay() {
         .iter()
         .map(|k| dlq.quarantine(*k, b"p", OUTAGE).unwrap())
         .collect();
-    let replay = |sel: &Selection| {
-        dlq.replay(
-            sel,
-            &any_schema,
-            |_: &[u8], _: &[u8]| Ok(()),
-            ReplayMode::Execute,
-        )
-        .unwrap()
-    };
+    let replay = |sel: &Selection| execute(&dlq, sel, |_: &[u8], _: &[u8]| Ok(()));
     assert_eq!(
         replay(&Selection::default().ids([ids[0]])).replayed,
         [ids[0]]
@@ -1015,18 +1005,11 @@ fn a_message_archived_by_an_earlier_handler_of_the_same_replay_is_in_its_report(
     let (_engine, _ns, dlq, _clock) = memory();
     let first = dlq.quarantine(b"a", b"p", OUTAGE).unwrap();
     let second = dlq.quarantine(b"b", b"p", OUTAGE).unwrap();
-    let r = dlq
-        .replay(
-            &Selection::default(),
-            &any_schema,
-            |key: &[u8], _: &[u8]| {
-                assert_eq!(key, b"a", "the archived message is not handled");
-                dlq.archive(second, "manual").unwrap();
-                Ok(())
-            },
-            ReplayMode::Execute,
-        )
-        .unwrap();
+    let r = execute(&dlq, &Selection::default(), |key: &[u8], _: &[u8]| {
+        assert_eq!(key, b"a", "the archived message is not handled");
+        dlq.archive(second, "manual").unwrap();
+        Ok(())
+    });
     assert_eq!(r.replayed, vec![first], "{r:?}");
     // Before, it was in no list: the report covered one message of two.
     assert_eq!(r.skipped_in_progress, vec![second], "{r:?}");

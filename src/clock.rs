@@ -11,11 +11,18 @@ use crate::sync::{Arc, AtomicU64, Ordering};
 /// monotonic instant) is used because deadlines must keep their meaning across
 /// restarts of the process. A clock that steps backwards makes leases and TTLs last
 /// longer, never shorter: each namespace reads it as stopped at the latest time it
-/// saw until the clock passes that time again.
+/// saw until the clock passes that time again. A reading past [`LATEST_MS`] (some
+/// 146 million years after 1970) is read as `LATEST_MS`: time stands still there.
 pub trait Clock: Send + Sync + 'static {
     /// Milliseconds since 1970-01-01T00:00:00Z.
     fn now_ms(&self) -> u64;
 }
+
+/// The latest time the engine takes from its clock, 2^62 ms (some 146 million years
+/// after 1970); a [`Clock`] that reads later is read as this. Ticks and deadlines,
+/// counted from the engine's start, then stay far inside their range whatever a
+/// clock returns (a reading near `u64::MAX` would otherwise wrap them).
+pub const LATEST_MS: u64 = 1 << 62;
 
 /// The system's real-time clock.
 #[derive(Debug, Clone, Copy, Default)]
@@ -54,7 +61,7 @@ fn clock_gettime_ms(id: libc::clockid_t) -> Option<u64> {
 /// The system's real-time clock at the kernel's tick resolution, the engine's default.
 ///
 /// On Linux it reads `CLOCK_REALTIME_COARSE`: the time of the kernel's last timer
-/// tick (every 1-4 ms, as the kernel is built), a few nanoseconds a read against some
+/// tick (every 1-10 ms, as the kernel is built: `HZ` of 1000 to 100), a few nanoseconds a read against some
 /// tens for the exact [`SystemClock`]. It lags real time by less than one tick and
 /// never runs ahead of it, so the absolute deadlines the engine reports
 /// ([`InFlight::lease_expires_at_ms`](crate::InFlight::lease_expires_at_ms),

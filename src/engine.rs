@@ -272,7 +272,7 @@ impl Engine {
         }
         #[allow(unused_mut)]
         let mut seed = b.seed.unwrap_or_else(random_seed);
-        let epoch_ms = b.clock.now_ms();
+        let epoch_ms = b.clock.now_ms().min(crate::clock::LATEST_MS);
         let tick_ms = b.tick.as_millis() as u64;
         #[allow(unused_mut)]
         let mut unconfigured = Vec::new();
@@ -300,6 +300,7 @@ impl Engine {
                     seed,
                     b.seed.is_some(),
                     b.commit_delay,
+                    b.store_statistics,
                 )?;
                 seed = store.seed();
                 for name in &report.unconfigured {
@@ -561,6 +562,7 @@ impl Engine {
         #[cfg(feature = "durable")]
         if let Some(store) = &self.shared.store {
             total.wal_group_syncs = store.group_syncs();
+            total.wal_syncs = store.wal_syncs();
         }
         total
     }
@@ -2153,7 +2155,7 @@ impl NsInner {
         };
         // The wheels start at this reading, so the namespace's time never goes below
         // it (see `NsInner::now_ms`).
-        let start_ms = clock.now_ms();
+        let start_ms = clock.now_ms().min(crate::clock::LATEST_MS);
         let now_tick = params.now(start_ms).tick;
         let slots =
             new_slots(shards, now_tick, room).ok_or_else(|| preallocation_refused(&name))?;
@@ -2566,11 +2568,11 @@ impl NsInner {
     /// The clock's time, never earlier than any the namespace read before. Deadlines
     /// are 32-bit tick counts placed in a wheel that only moves forward: a time
     /// before the wheel's would park new deadlines wrongly, and one more than 2^31
-    /// ticks back would read live keys as expired.
+    /// ticks back would read live keys as expired. Capped at [`LATEST_MS`](crate::clock::LATEST_MS).
     #[inline]
     fn now_ms(&self) -> u64 {
         use std::sync::atomic::Ordering as O;
-        let ms = self.clock.now_ms();
+        let ms = self.clock.now_ms().min(crate::clock::LATEST_MS);
         let latest = self.latest_ms.load(O::Relaxed);
         if ms > latest {
             // At most once a clock step per thread: the line is read far more often.
@@ -3012,8 +3014,10 @@ impl Namespace {
     /// Completes several claims of this namespace with one durable write (and, under
     /// `SyncPolicy::Always`, one fsync). Returns one result per guard, in order: a
     /// guard whose lease was lost gets `Err(LeaseLost)` and the others complete. If
-    /// the store fails, nothing is completed, the claims are released and the error
-    /// is returned; under [`FailurePolicy::FailOpen`](crate::FailurePolicy::FailOpen) the claims are completed in the
+    /// the store's write fails, nothing is completed, the claims are released and the
+    /// error is returned (if the write succeeded and only its grouped fsync failed,
+    /// the records are applied and readable, and a later claim of their keys answers
+    /// `Duplicate` from the durable tier); under [`FailurePolicy::FailOpen`](crate::FailurePolicy::FailOpen) the claims are completed in the
     /// hot tier only instead (counted in [`Stats::fail_open_decisions`]), as
     /// [`ClaimGuard::complete`] does.
     ///
@@ -3058,7 +3062,7 @@ impl Namespace {
                 Ok(payload) => {
                     records.push((
                         g.fp.to_u128(),
-                        g.done_record(now, ns.params.retention_ms.unwrap_or(0), payload, None),
+                        g.done_record(&ns.params, now, payload, None),
                     ));
                     outcomes.push(Ok(()));
                     begun.push(g);
@@ -3356,7 +3360,8 @@ pub enum KeyState {
         /// When the claim's lease runs out (wall-clock ms).
         lease_expires_at_ms: u64,
     },
-    /// Completed and within its TTL.
+    /// Completed and within its TTL (or, read from the durable tier, within its
+    /// retention).
     #[non_exhaustive]
     Done {
         /// When it was completed (wall-clock ms).
@@ -3505,18 +3510,28 @@ impl ClaimGuard {
         self.release_inner()
     }
 
+    /// The done record of a completion at `now`: it lasts the retention. A sliding
+    /// window's lasts as long as the hot tier reads it back (`done_times`): past its
+    /// first window's end rounded up to a tick, which with a retention less than a
+    /// tick longer than the TTL is one more retention.
     fn done_record(
         &self,
+        p: &Params,
         now: Now,
-        retention_ms: u64,
         payload: Option<u64>,
         result: Option<&[u8]>,
     ) -> Record {
+        let retention_ms = p.retention_ms.unwrap_or(0);
+        let expires_ms = if p.sliding {
+            p.durable_until(now.ms, p.tick_to_ms(p.deadline(now, p.ttl_ms)))
+        } else {
+            None
+        };
         Record {
             state: RecordState::Done,
             token: self.lease.token,
             at_ms: now.ms,
-            expires_ms: now.ms.saturating_add(retention_ms),
+            expires_ms: expires_ms.unwrap_or(now.ms.saturating_add(retention_ms)),
             payload,
             result: result.map(<[u8]>::to_vec),
         }
@@ -3556,7 +3571,7 @@ impl ClaimGuard {
         // fsync never blocks other keys, and concurrent completions share one), then
         // mark it done.
         let payload = self.hold_for_durable(ns, d, now, &cap, true)?;
-        let record = self.done_record(now, ns.params.retention_ms.unwrap_or(0), payload, result);
+        let record = self.done_record(&ns.params, now, payload, result);
         let stored = write_unwinding(|| d.write_completions(&[(self.fp.to_u128(), record)], state));
         let stored_ok = stored_as(&stored);
         let anchor = last_round(

@@ -1352,7 +1352,13 @@ impl Shard {
         let results: usize = self
             .extras
             .values()
-            .map(|x| x.result.as_ref().map_or(0, |r| r.len() + 16))
+            // An `Arc<[u8]>`'s allocation: two counts and the bytes, padded to the
+            // counts' alignment.
+            .map(|x| {
+                x.result
+                    .as_ref()
+                    .map_or(0, |r| (r.len() + 16).next_multiple_of(8))
+            })
             .sum();
         self.slab.bytes()
             + self.index.bytes()
@@ -2149,7 +2155,9 @@ impl Shard {
         }
         Some(if e.state() == STATE_IN_PROGRESS {
             ShardState::InProgress {
-                lease_expires_at_ms: deadline_ms(p, now, e.deadline),
+                // (A completion being written holds the key past its lease: held
+                // until now at least, as a claim answers.)
+                lease_expires_at_ms: deadline_ms(p, now, e.deadline).max(now.ms),
             }
         } else {
             let (completed_at_ms, expires_at_ms, result) = self.done_view(p, now, idx);

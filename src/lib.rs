@@ -94,7 +94,7 @@ pub mod loom_seq {
     }
 }
 
-pub use clock::{Clock, CoarseClock, ManualClock, SystemClock};
+pub use clock::{Clock, CoarseClock, ManualClock, SystemClock, LATEST_MS};
 pub use config::{
     ClaimMarkers, EngineBuilder, FailurePolicy, NamespaceConfig, SyncPolicy, DEFAULT_JOURNAL_SLOTS,
     DEFAULT_LEASE, DEFAULT_MAX_KEYS, DEFAULT_MAX_KEY_LEN, DEFAULT_MAX_RESULT_LEN,

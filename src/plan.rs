@@ -241,7 +241,15 @@ impl Sizing {
             return Err(SizingError::ResultTooLarge(self.result_bytes));
         }
         let keys = |d: Duration, figure| {
-            let k = (rate * d.as_secs_f64()).ceil();
+            // Rounded up, but a product a rounding error above a whole number (a
+            // rate per minute or hour divided down to one per second: 31/m over an
+            // hour is 1,860.0000000000002) is that number.
+            let exact = rate * d.as_secs_f64();
+            let k = if (exact - exact.round()).abs() <= (exact * 1e-12).min(1e-3) {
+                exact.round()
+            } else {
+                exact.ceil()
+            };
             if k <= MAX_PLANNED_KEYS as f64 {
                 Ok(k as u64)
             } else {
@@ -362,6 +370,16 @@ pub enum SizingWarning {
         /// The memory available, bytes.
         available: u64,
     },
+    /// The hot tier fits in the memory available, but not with the prefilter, which
+    /// lives in the same process.
+    HotTierAndPrefilterExceedMemory {
+        /// Hot-tier bytes at peak.
+        hot: u64,
+        /// Prefilter bytes at peak.
+        prefilter: u64,
+        /// The memory available, bytes.
+        available: u64,
+    },
     /// More resident keys than one namespace can hold (`MAX_KEYS_LIMIT`).
     TooManyKeysForOneNamespace {
         /// Resident keys at peak.
@@ -382,6 +400,17 @@ impl fmt::Display for SizingWarning {
                 f,
                 "the hot tier needs {}, more than the {} of memory available",
                 human_bytes(*needed),
+                human_bytes(*available)
+            ),
+            SizingWarning::HotTierAndPrefilterExceedMemory {
+                hot,
+                prefilter,
+                available,
+            } => write!(
+                f,
+                "the hot tier ({}) and the prefilter ({}) together need more than the {} of memory available",
+                human_bytes(*hot),
+                human_bytes(*prefilter),
                 human_bytes(*available)
             ),
             SizingWarning::TooManyKeysForOneNamespace { keys } => write!(
@@ -425,6 +454,12 @@ impl Plan {
             if self.hot_bytes > available {
                 w.push(SizingWarning::HotTierExceedsMemory {
                     needed: self.hot_bytes,
+                    available,
+                });
+            } else if self.hot_bytes.saturating_add(self.prefilter_bytes) > available {
+                w.push(SizingWarning::HotTierAndPrefilterExceedMemory {
+                    hot: self.hot_bytes,
+                    prefilter: self.prefilter_bytes,
                     available,
                 });
             }
@@ -483,6 +518,14 @@ mod tests {
             .unwrap();
         // Fractions of a key round up: 1.5 resident keys need room for 2.
         assert_eq!((p.resident_keys, p.retained_keys), (2, 3));
+        // A rate per minute, divided down to one per second, is not a key over:
+        // 31/m for an hour is 1,860 keys (the product in floating point is a
+        // rounding error above it).
+        let p = Sizing::new(31.0 / 60.0, Duration::from_secs(3600))
+            .retention(Duration::from_secs(7 * 3600))
+            .plan()
+            .unwrap();
+        assert_eq!((p.resident_keys, p.retained_keys), (1860, 13_020));
     }
 
     #[test]
@@ -573,7 +616,24 @@ mod tests {
     fn warnings_for_memory_key_count_and_tick() {
         let p = Sizing::new(500.0, DAY).plan().unwrap();
         assert_eq!(p.warnings(None), vec![]);
-        assert_eq!(p.warnings(Some(p.hot_bytes)), vec![]);
+        let in_memory = p.hot_bytes + p.prefilter_bytes;
+        assert_eq!(p.warnings(Some(in_memory)), vec![]);
+        // The prefilter lives in the process too.
+        assert_eq!(
+            p.warnings(Some(in_memory - 1)),
+            vec![SizingWarning::HotTierAndPrefilterExceedMemory {
+                hot: p.hot_bytes,
+                prefilter: p.prefilter_bytes,
+                available: in_memory - 1
+            }]
+        );
+        assert!(SizingWarning::HotTierAndPrefilterExceedMemory {
+            hot: 1 << 30,
+            prefilter: 1 << 30,
+            available: 1 << 30
+        }
+        .to_string()
+        .contains("prefilter (1.00 GiB)"));
         assert_eq!(
             p.warnings(Some(p.hot_bytes - 1)),
             vec![SizingWarning::HotTierExceedsMemory {

@@ -28,8 +28,9 @@ pub struct Stats {
     /// Successful completions.
     pub completions: u64,
     /// Claims given up: releases (explicit or by dropping a guard), and completions
-    /// whose durable write failed under `FailClosed` (the claim is released so that
-    /// the redelivery retries).
+    /// whose durable write or fsync failed under `FailClosed` (the hot tier's claim is
+    /// released; a redelivery retries after a failed write, and answers `Duplicate`
+    /// from the durable tier after a failed fsync, whose write was applied).
     pub releases: u64,
     /// Completions and releases refused with `LeaseLost`, including the release of a
     /// guard dropped after its lease had run out.
@@ -49,8 +50,8 @@ pub struct Stats {
     /// the durable tier still answers for them).
     pub evictions: u64,
     /// Point look-ups of the durable tier (claims the hot tier could not answer,
-    /// `check` of keys it does not hold, every `forget`, and the read before a sliding
-    /// window's record is rewritten).
+    /// `check` of keys it does not hold, a `forget` of a key the prefilter does not
+    /// rule out, and the read before a sliding window's record is rewritten).
     pub durable_reads: u64,
     /// Writes to the durable tier (claim markers, completions, releases, forgets;
     /// a batch counts once).
@@ -68,9 +69,15 @@ pub struct Stats {
     /// `completions`, how many completions shared each. Engine-wide: only
     /// [`Engine::stats`](crate::Engine::stats) reports it.
     pub wal_group_syncs: u64,
+    /// Fsyncs of the write-ahead log by RocksDB's own count (with a sync policy's
+    /// writes, grouped commits and periodic syncs alike), when the engine was built
+    /// with [`EngineBuilder::store_statistics`](crate::EngineBuilder::store_statistics);
+    /// 0 otherwise. Engine-wide: only [`Engine::stats`](crate::Engine::stats)
+    /// reports it.
+    pub wal_syncs: u64,
     /// Look-ups the prefilter answered alone: it knew the key was new, so the durable
-    /// tier was not read. Mostly claims; a `check` or `forget` of a key the hot tier
-    /// does not hold asks it too.
+    /// tier was not read. Mostly claims; a `check` of a key the hot tier does not
+    /// hold, and every `forget`, ask it too.
     pub prefilter_negatives: u64,
     /// Durable reads the prefilter let through (the key may have had a record).
     pub prefilter_passes: u64,
@@ -148,6 +155,7 @@ impl Stats {
         self.store_errors += o.store_errors;
         self.fail_open_decisions += o.fail_open_decisions;
         self.wal_group_syncs += o.wal_group_syncs;
+        self.wal_syncs += o.wal_syncs;
         self.prefilter_negatives += o.prefilter_negatives;
         self.prefilter_passes += o.prefilter_passes;
         self.prefilter_false_positives += o.prefilter_false_positives;

@@ -91,6 +91,34 @@ fn a_demo_whose_output_nobody_reads_leaves_no_temporary_directory() {
 
 #[cfg(feature = "durable")]
 #[test]
+fn a_durable_bench_whose_output_nobody_reads_leaves_no_database_behind() {
+    use std::io::BufRead;
+    let tmp = util::TempDir::new();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(["bench", "durable", "--disk", "--keys", "100000"])
+        .env("IDEM_BENCH_DIR", tmp.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the idem binary runs");
+    let mut header = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut header)
+        .unwrap();
+    assert!(
+        header.starts_with("command: idem bench durable"),
+        "{header}"
+    );
+    // The reader is gone: the table's first line, written with the filled database
+    // in place, ends the program.
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(141), "{status:?}");
+    let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[cfg(feature = "durable")]
+#[test]
 fn a_durable_bench_whose_directory_cannot_be_written_fails_with_status_1() {
     let out = Command::new(env!("CARGO_BIN_EXE_idem"))
         .args(["bench", "durable", "--quick", "--w4"])
@@ -364,6 +392,65 @@ fn a_failing_consumer_worker_stops_the_others_and_the_process_fails() {
     assert!(stderr.contains("fails on purpose"), "{stderr}");
     assert!(!stderr.contains("idem help"), "not a usage error: {stderr}");
     assert!(!stdout.lines().any(|l| l == "done"), "{stdout}");
+}
+
+/// `--freeze-after n`: once n messages are acknowledged, a worker holds its next
+/// claim until it is killed, so the stream cannot end first (the durable demo kills
+/// it after n acknowledgements, and the crash is always mid-stream).
+#[cfg(feature = "durable")]
+#[test]
+fn a_frozen_consumer_holds_its_claim_until_it_is_killed() {
+    use std::io::{BufRead, BufReader};
+    let tmp = util::TempDir::new();
+    let dir = tmp.path().to_str().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args([
+            "__consumer",
+            "--dir",
+            dir,
+            "--messages",
+            "100",
+            "--workers",
+            "1",
+        ])
+        .args([
+            "--sync",
+            "never",
+            "--freeze-after",
+            "5",
+            "--lease-ms",
+            "600000",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the consumer starts");
+    let out = child.stdout.take().unwrap();
+    let mut acks = 0;
+    let mut frozen = None;
+    for line in BufReader::new(out).lines().map_while(Result::ok) {
+        if line.starts_with("ack ") {
+            acks += 1;
+        }
+        if let Some(id) = line.strip_prefix("frozen ") {
+            frozen = Some(format!("ord-{:016x}", id.parse::<u64>().unwrap()));
+            break;
+        }
+        assert_ne!(line, "done", "the stream ended before the kill");
+    }
+    child.kill().expect("SIGKILL delivered");
+    let status = child.wait().unwrap();
+    assert!(!status.success(), "the consumer was killed, not finished");
+    assert_eq!(
+        acks, 5,
+        "one worker froze at its first claim after 5 acknowledgements"
+    );
+    let key = frozen.expect("the worker froze");
+    let out = idem(&["inspect", dir, "--namespace", "orders", "--key", &key]);
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.contains(&format!("key \"{key}\" in \"orders\": in flight")),
+        "its claim was held at the kill: {report}"
+    );
 }
 
 /// Claims whose markers are in the journal (the default marker mode, Linux only)

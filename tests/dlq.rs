@@ -334,17 +334,10 @@ fn two_dead_letters_of_one_key_take_effect_once_and_the_dry_run_says_so() {
         )
         .unwrap();
     let ledger = Ledger::default();
-    let run = dlq
-        .replay(
-            &Selection::default(),
-            &any_schema,
-            |k: &[u8], _: &[u8]| {
-                ledger.apply(k);
-                Ok(())
-            },
-            ReplayMode::Execute,
-        )
-        .unwrap();
+    let run = execute(&dlq, &Selection::default(), |k: &[u8], _: &[u8]| {
+        ledger.apply(k);
+        Ok(())
+    });
     assert_eq!(
         (dry.replayed.clone(), dry.already_done.clone()),
         (vec![a], vec![b])
@@ -366,14 +359,9 @@ fn a_failing_handler_sends_the_message_back_with_its_attempts_and_reason() {
         let (_engine, ns, dlq) = open(&dir, &clock);
         id = dlq.quarantine(b"pay-1", b"v2:x", OUTAGE).unwrap();
         clock.advance(secs(1));
-        let report = dlq
-            .replay(
-                &Selection::default(),
-                &any_schema,
-                |_: &[u8], _: &[u8]| Err("downstream-unavailable:ledger-api timeout".into()),
-                ReplayMode::Execute,
-            )
-            .unwrap();
+        let report = execute(&dlq, &Selection::default(), |_: &[u8], _: &[u8]| {
+            Err("downstream-unavailable:ledger-api timeout".into())
+        });
         assert_eq!(report.failed, vec![id]);
         assert_eq!(
             report.notes[&id],
@@ -401,14 +389,11 @@ fn a_failing_handler_sends_the_message_back_with_its_attempts_and_reason() {
     }
     // After a restart the next replay succeeds: two attempts, one failure, one success.
     let (_engine, ns, dlq) = open(&dir, &clock);
-    let report = dlq
-        .replay(
-            &Selection::default().reason_class("downstream-unavailable"),
-            &any_schema,
-            |_: &[u8], _: &[u8]| Ok(()),
-            ReplayMode::Execute,
-        )
-        .unwrap();
+    let report = execute(
+        &dlq,
+        &Selection::default().reason_class("downstream-unavailable"),
+        |_: &[u8], _: &[u8]| Ok(()),
+    );
     assert_eq!(report.replayed, vec![id]);
     let m = dlq.get(id).unwrap();
     assert_eq!((m.state(), m.attempts()), (MessageState::Replayed, 2));
@@ -443,14 +428,9 @@ fn a_key_held_by_a_live_claim_is_left_quarantined() {
     }
     // Once the live path completes the key, the replay records it as already done.
     guard.complete().unwrap();
-    let r = dlq
-        .replay(
-            &Selection::default(),
-            &any_schema,
-            |_: &[u8], _: &[u8]| panic!("already done"),
-            ReplayMode::Execute,
-        )
-        .unwrap();
+    let r = execute(&dlq, &Selection::default(), |_: &[u8], _: &[u8]| {
+        panic!("already done")
+    });
     assert_eq!(r.already_done, vec![id]);
     assert_eq!(
         dlq.get(id).unwrap().replay_outcome(),
@@ -590,14 +570,11 @@ fn history_records_time_actor_and_reason_of_every_transition() {
     // Under review: not picked by the default selection, picked when named.
     assert!(dlq.list(&Selection::default()).unwrap().is_empty());
     clock.advance(secs(5));
-    alice
-        .replay(
-            &Selection::default().state(MessageState::UnderReview),
-            &any_schema,
-            |_: &[u8], _: &[u8]| Ok(()),
-            ReplayMode::Execute,
-        )
-        .unwrap();
+    execute(
+        &alice,
+        &Selection::default().state(MessageState::UnderReview),
+        |_: &[u8], _: &[u8]| Ok(()),
+    );
     let m = dlq.get(id).unwrap();
     let h: Vec<(u64, &str, Option<MessageState>, MessageState, &str)> = m
         .history()
@@ -808,20 +785,16 @@ fn health_reports_depth_age_success_rate_and_arrival_rates() {
     assert_eq!(h.arrival_ratio(), Some(96.0));
     // Replays: one success, one failure; archivals are not replays.
     let first = dlq.list(&Selection::default().limit(3)).unwrap();
-    dlq.replay(
+    execute(
+        &dlq,
         &Selection::default().ids([first[0].id()]),
-        &any_schema,
         |_: &[u8], _: &[u8]| Ok(()),
-        ReplayMode::Execute,
-    )
-    .unwrap();
-    dlq.replay(
+    );
+    execute(
+        &dlq,
         &Selection::default().ids([first[1].id()]),
-        &any_schema,
         |_: &[u8], _: &[u8]| Err("boom".into()),
-        ReplayMode::Execute,
-    )
-    .unwrap();
+    );
     dlq.archive(first[2].id(), "test").unwrap();
     let h = dlq.health();
     assert_eq!(
@@ -911,23 +884,16 @@ fn a_handler_that_outlives_its_claim_is_recorded_as_applied_not_sent_back() {
     let taken = dlq.quarantine(b"taken", b"p", OUTAGE).unwrap();
     let mut applied = Vec::new();
     let mut other = None;
-    let r = dlq
-        .replay(
-            &Selection::default(),
-            &any_schema,
-            |key: &[u8], _: &[u8]| {
-                applied.push(key.to_vec());
-                // The handler takes longer than the lease (5 s).
-                clock.advance(secs(6));
-                if key == b"taken" {
-                    // Meanwhile a live redelivery claims the key.
-                    other = Some(acquire(&ns, key));
-                }
-                Ok(())
-            },
-            ReplayMode::Execute,
-        )
-        .unwrap();
+    let r = execute(&dlq, &Selection::default(), |key: &[u8], _: &[u8]| {
+        applied.push(key.to_vec());
+        // The handler takes longer than the lease (5 s).
+        clock.advance(secs(6));
+        if key == b"taken" {
+            // Meanwhile a live redelivery claims the key.
+            other = Some(acquire(&ns, key));
+        }
+        Ok(())
+    });
     // Before, both went back to quarantine and the next replay applied them again.
     assert_eq!(r.replayed, vec![slow, taken], "{r:?}");
     assert!(r.failed.is_empty(), "{r:?}");
@@ -937,14 +903,9 @@ fn a_handler_that_outlives_its_claim_is_recorded_as_applied_not_sent_back() {
     for id in [slow, taken] {
         assert_eq!(dlq.get(id).unwrap().state(), MessageState::Replayed);
     }
-    let again = dlq
-        .replay(
-            &Selection::default(),
-            &any_schema,
-            |_: &[u8], _: &[u8]| panic!("nothing is left to apply"),
-            ReplayMode::Execute,
-        )
-        .unwrap();
+    let again = execute(&dlq, &Selection::default(), |_: &[u8], _: &[u8]| {
+        panic!("nothing is left to apply")
+    });
     assert!(
         again.replayed.is_empty() && again.failed.is_empty(),
         "{again:?}"

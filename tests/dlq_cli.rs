@@ -296,6 +296,27 @@ fn a_replay_of_every_message_passes_over_the_archived_ones() {
 }
 
 #[test]
+fn a_replays_limit_counts_the_messages_it_can_replay() {
+    let (_tmp, dbs) = populated("limit");
+    for id in ["1", "2"] {
+        let (ok, _, _, err) = orders("archive", &dbs, &["--id", id, "--note", "x"]);
+        assert!(ok, "{err}");
+    }
+    // Five messages, the first two archived: `--all --limit 2` replays #3 and #4
+    // (before, the limit took #1 and #2 and the replay passed over both).
+    let (ok, _, out, err) = orders(
+        "replay",
+        &dbs,
+        &["--all", "--limit", "2", "--exec", "cat >/dev/null"],
+    );
+    assert!(ok, "{err}");
+    assert!(out.contains("replay (2 messages)"), "{out}");
+    let (ok, _, out, err) = orders("list", &dbs, &["--state", "replayed"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("2 message(s)"), "{out}");
+}
+
+#[test]
 fn a_schema_command_that_gives_no_verdict_archives_nothing() {
     let (_tmp, dbs) = populated("schema");
     // Not found (the shell exits 127), and ended by a signal. Before, each read as

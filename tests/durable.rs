@@ -335,6 +335,43 @@ fn a_key_whose_retention_is_its_ttl_is_answered_with_its_records_expiry_on_coars
     );
 }
 
+#[test]
+fn a_sliding_windows_checked_expiry_is_what_its_record_holds_on_coarse_ticks() {
+    // Retention equal to the TTL, ticks of 10 ms that the TTL's end does not fall on:
+    // the hot deadline (rounded up) passes the retention, so `check` reports the
+    // record one retention further on. The completion's record must hold that long.
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small().retention(secs(60)).extend_on_duplicate(true);
+    let open = || open_ticked(&dir, &clock, 10, cfg.clone());
+    let reported = {
+        let (_engine, ns) = open();
+        clock.advance(ms(1234));
+        acquire(&ns, b"k").complete().unwrap();
+        let Some(KeyState::Done { expires_at_ms, .. }) = ns.check(b"k").unwrap() else {
+            panic!("done")
+        };
+        expires_at_ms
+    };
+    assert!(reported > T0 + 1234 + 60_000, "{reported}");
+    // Known from the record alone (a restart; `check`, which is no sighting): done
+    // until the reported expiry, claimable at it.
+    clock.set(reported - 1);
+    {
+        let (_engine, ns) = open();
+        assert!(
+            matches!(
+                ns.check(b"k").unwrap(),
+                Some(KeyState::Done { expires_at_ms, .. }) if expires_at_ms == reported
+            ),
+            "the record holds the key as long as it was reported"
+        );
+    }
+    clock.set(reported);
+    let (_engine, ns) = open();
+    acquire(&ns, b"k").release().unwrap();
+}
+
 // 2. Retention.
 
 #[test]
@@ -2240,10 +2277,16 @@ fn an_orphan_whose_lease_already_ran_out_is_reported_once() {
     }
     clock.set(T0 + 60_000);
     {
-        let (engine, ns) = open(&dir, &clock, immediate());
+        let (engine, _ns) = open(&dir, &clock, immediate());
         assert_eq!(engine.orphans().len(), 1);
         assert_eq!(engine.orphans()[0].lease_expires_at_ms, T0 + 5_000);
         assert_eq!(engine.stats().resident_keys, 0);
+    }
+    // Reported once: the first open deleted the expired marker.
+    assert!(entries(&raw_db(&dir), "claims:ns").is_empty());
+    {
+        let (engine, ns) = open(&dir, &clock, immediate());
+        assert!(engine.orphans().is_empty(), "{:?}", engine.orphans());
         acquire(&ns, b"ord-8");
     }
     {
@@ -2344,6 +2387,71 @@ fn payload_fingerprints_survive_a_restart() {
 
 // 14. Sync policies.
 
+/// What each sync policy promises of the disk, by RocksDB's own count of the
+/// write-ahead log's fsyncs (`Stats::wal_syncs`): a lost sync would pass every test
+/// that only kills the process (the page cache keeps the writes).
+#[test]
+fn each_sync_policy_makes_the_fsyncs_it_promises() {
+    let syncs = |e: &Engine| e.stats().wal_syncs;
+    for (policy, grouped) in [
+        (SyncPolicy::Always, true),
+        (SyncPolicy::Always, false),
+        (SyncPolicy::Never, true),
+    ] {
+        let dir = TempDir::new();
+        let clock = ManualClock::new(T0);
+        let mut b = builder(&dir, &clock)
+            .store_statistics(true)
+            .namespace("ns", small().sync(policy));
+        if !grouped {
+            b = b.commit_delay(std::time::Duration::ZERO);
+        }
+        let engine = b.build().unwrap();
+        let ns = engine.namespace("ns").unwrap();
+        let dlq = engine.dlq("ns").unwrap();
+        let before = syncs(&engine);
+        for i in 0..5 {
+            acquire(&ns, format!("k-{i}").as_bytes())
+                .complete()
+                .unwrap();
+        }
+        let completions = syncs(&engine) - before;
+        let before = syncs(&engine);
+        dlq.quarantine(b"d", b"p", "test").unwrap();
+        let dead_letter = syncs(&engine) - before;
+        let what = format!("{policy:?}, group commit {grouped}");
+        if policy == SyncPolicy::Always {
+            assert!(
+                completions >= 5,
+                "{what}: {completions} fsyncs for 5 completions"
+            );
+            assert!(dead_letter >= 1, "{what}: the dead letter was not synced");
+        } else {
+            assert_eq!((completions, dead_letter), (0, 0), "{what}");
+        }
+    }
+    // Periodic: the log is synced with no completion asking.
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let engine = builder(&dir, &clock)
+        .store_statistics(true)
+        .namespace("ns", small().sync(SyncPolicy::Periodic(ms(5))))
+        .build()
+        .unwrap();
+    let ns = engine.namespace("ns").unwrap();
+    acquire(&ns, b"k").complete().unwrap();
+    let after_completion = syncs(&engine);
+    spin_until(
+        || syncs(&engine) > after_completion,
+        "a periodic sync of the log",
+    );
+    // Without statistics, nothing is counted.
+    let dir = TempDir::new();
+    let (engine, ns) = open(&dir, &clock, small());
+    acquire(&ns, b"k").complete().unwrap();
+    assert_eq!(syncs(&engine), 0);
+}
+
 #[test]
 fn every_sync_policy_builds_and_works() {
     let dir = TempDir::new();
@@ -2414,6 +2522,44 @@ fn forget_deletes_a_key_from_both_tiers_across_a_restart() {
     let (_engine, ns) = open(&dir, &clock, cfg());
     duplicate(&ns, b"kept");
     acquire(&ns, b"gone").release().unwrap();
+}
+
+#[test]
+fn a_key_whose_completion_is_written_past_its_lease_is_checked_as_held_until_now() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(1_000_000);
+    let (engine, ns) = open(&dir, &clock, small());
+    let guard = acquire(&ns, b"k");
+    engine.debug_hold_completions(true);
+    let completer = std::thread::spawn(move || guard.complete());
+    spin_until(
+        || engine.debug_held_completions() > 0,
+        "a held durable write",
+    );
+    // The lease (5 s) runs out while the completion is written.
+    clock.advance(secs(7));
+    let now = 1_007_000;
+    let Some(KeyState::InProgress {
+        lease_expires_at_ms,
+        ..
+    }) = ns.check(b"k").unwrap()
+    else {
+        panic!("held by its completion")
+    };
+    let Claim::InProgress(busy) = ns.claim(b"k").unwrap() else {
+        panic!("held by its completion")
+    };
+    assert_eq!(busy.lease_expires_at_ms(), now);
+    assert_eq!(
+        lease_expires_at_ms, now,
+        "check answers as the claim does, not with a time already past"
+    );
+    engine.debug_hold_completions(false);
+    assert_eq!(completer.join().unwrap(), Ok(()));
+    assert!(ns
+        .check(b"k")
+        .unwrap()
+        .is_some_and(|s| matches!(s, KeyState::Done { .. })));
 }
 
 #[test]
@@ -3362,6 +3508,37 @@ fn a_failed_completion_leaves_an_earlier_claims_marker_noted_on_disk() {
         engine.run_maintenance();
         // The next claim's completion deletes the damaged marker: it is still
         // known to be on disk.
+        acquire(&ns, b"k").complete().unwrap();
+    }
+    let (engine, _ns) = open_seeded(&dir, &clock, cfg());
+    assert_eq!(damaged(&engine), 0, "{:?}", engine.orphans());
+}
+
+#[test]
+fn a_release_whose_marker_delete_fails_leaves_the_marker_noted_on_disk() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = deferred_fail_open;
+    {
+        let (_engine, ns) = open_seeded(&dir, &clock, cfg());
+        ns.debug_corrupt_claim_marker(b"k").unwrap();
+    }
+    let damaged = |engine: &Engine| {
+        engine
+            .orphans()
+            .iter()
+            .filter(|o| o.corrupt.is_some())
+            .count()
+    };
+    {
+        let (engine, ns) = open_seeded(&dir, &clock, cfg());
+        assert_eq!(damaged(&engine), 1);
+        // The release's delete of the damaged marker fails ...
+        let g = acquire(&ns, b"k");
+        engine.debug_fail_store_writes(true);
+        g.release().unwrap();
+        engine.debug_fail_store_writes(false);
+        // ... so the next completion of the key deletes it with its write.
         acquire(&ns, b"k").complete().unwrap();
     }
     let (engine, _ns) = open_seeded(&dir, &clock, cfg());

@@ -4,6 +4,8 @@
 
 mod util;
 
+use std::time::Duration;
+
 use idem::{Claim, Error};
 use util::*;
 
@@ -109,27 +111,53 @@ fn a_guard_held_across_a_clock_jump_of_weeks_is_refused() {
 
 #[test]
 fn a_clock_near_the_end_of_time_neither_panics_nor_wraps() {
-    let clock = idem::ManualClock::new(u64::MAX - 1000);
-    let engine = idem::Engine::builder()
-        .namespace("ns", small())
-        .clock(clock.clone())
-        .maintenance_interval(None)
-        .build()
-        .unwrap();
-    let ns = engine.namespace("ns").unwrap();
-    acquire(&ns, b"k").complete().unwrap();
-    let Claim::Duplicate(done) = ns.claim(b"k").unwrap() else {
-        panic!("done, not expired at once")
-    };
-    assert_eq!(done.expires_at_ms(), u64::MAX, "saturated, not wrapped");
-    clock.advance(secs(3600));
-    assert_eq!(
-        idem::Clock::now_ms(&clock),
-        u64::MAX,
-        "the manual clock stops at the end"
-    );
-    assert!(
-        ns.claim(b"k").unwrap().is_duplicate(),
-        "time stands still there"
-    );
+    // Started there, or jumped there from the start of time (ticks near 2^64 from
+    // the engine's start: before the cap, a panic in the wheel in a debug build and
+    // leases already expired at their claim in a release build).
+    for (start, jump) in [(u64::MAX - 1000, false), (0, true)] {
+        let clock = idem::ManualClock::new(start);
+        let engine = idem::Engine::builder()
+            .namespace("ns", small())
+            .clock(clock.clone())
+            .maintenance_interval(None)
+            .build()
+            .unwrap();
+        let ns = engine.namespace("ns").unwrap();
+        if jump {
+            acquire(&ns, b"early").complete().unwrap();
+            clock.advance(Duration::MAX);
+        }
+        let g = acquire(&ns, b"k");
+        assert_eq!(g.lease_expires_at_ms(), idem::LATEST_MS + 5000, "{start}");
+        g.complete().unwrap();
+        let Claim::Duplicate(done) = ns.claim(b"k").unwrap() else {
+            panic!("done, not expired at once ({start})")
+        };
+        assert_eq!(
+            done.completed_at_ms(),
+            idem::LATEST_MS,
+            "the clock read as the cap"
+        );
+        assert!(done.expires_at_ms() > idem::LATEST_MS, "not wrapped");
+        clock.advance(secs(3600));
+        assert_eq!(
+            idem::Clock::now_ms(&clock),
+            u64::MAX,
+            "the manual clock stops at the end"
+        );
+        assert!(
+            ns.claim(b"k").unwrap().is_duplicate(),
+            "time stands still there"
+        );
+        // A lease taken there is still held: time does not move past the cap.
+        let g = acquire(&ns, b"j");
+        clock.advance(secs(3600));
+        g.complete().unwrap();
+        if jump {
+            assert!(
+                ns.claim(b"early").unwrap().is_acquired(),
+                "a key done at the start expired long ago"
+            );
+        }
+    }
 }

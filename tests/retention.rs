@@ -64,3 +64,63 @@ fn clock_now(c: &ManualClock) -> u64 {
     use idem::Clock;
     c.now_ms()
 }
+
+/// A clock that panics while `fail` is set.
+#[derive(Clone)]
+struct Failing {
+    inner: ManualClock,
+    fail: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl idem::Clock for Failing {
+    fn now_ms(&self) -> u64 {
+        if self.fail.load(std::sync::atomic::Ordering::SeqCst) {
+            panic!("the clock failed");
+        }
+        self.inner.now_ms()
+    }
+}
+
+#[test]
+fn a_clock_that_panics_during_a_compaction_keeps_the_records_and_the_process() {
+    let dir = std::env::temp_dir().join(format!("idem-retention-panic-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let clock = Failing {
+        inner: ManualClock::new(T0),
+        fail: Default::default(),
+    };
+    {
+        let engine = Engine::builder()
+            .namespace(
+                "ns",
+                NamespaceConfig::new()
+                    .ttl(Duration::from_secs(60))
+                    .retention(Duration::from_secs(600)),
+            )
+            .durable(&dir)
+            .clock(clock.clone())
+            .maintenance_interval(None)
+            .build()
+            .unwrap();
+        let ns = engine.namespace("ns").unwrap();
+        for i in 0..10u32 {
+            let Claim::Acquired(g) = ns.claim(format!("k-{i}").as_bytes()).unwrap() else {
+                panic!()
+            };
+            g.complete().unwrap();
+        }
+        clock.inner.advance(Duration::from_secs(601));
+        // The retention filter reads the clock on RocksDB's compaction thread: a
+        // panic there would abort the process (this test binary).
+        clock.fail.store(true, std::sync::atomic::Ordering::SeqCst);
+        engine.compact_store().unwrap();
+        clock.fail.store(false, std::sync::atomic::Ordering::SeqCst);
+        drop(ns);
+    }
+    let after = idem::inspect(&dir, clock_now(&clock.inner)).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(
+        after.namespaces[0].expired, 10,
+        "records the filter could not date were kept"
+    );
+}

@@ -45,7 +45,8 @@ const HARNESS_VALUED: [&str; 11] = [
 /// cargo built it). `--n` and `--threads` take comma-separated lists; `--peers`
 /// names, checked by the harness; every other option one number (`_` allowed as a
 /// digit separator but in `--runs` and `--w2-passes`), at least 1 for `--runs`,
-/// `--threads` and `--w2-passes`.
+/// `--threads` and `--w2-passes`; each `--n` from 1 to `MAX_KEYS_LIMIT` (a
+/// namespace's largest `max_keys`, which the harness sets to it).
 fn check_harness_value(flag: &str, v: &str) -> Result<(), String> {
     if flag == "--peers" {
         return if v.split(',').all(|p| !p.trim().is_empty()) {
@@ -76,6 +77,12 @@ fn check_harness_value(flag: &str, v: &str) -> Result<(), String> {
         };
         match digits.parse::<usize>() {
             Ok(0) if positive => return Err(format!("bench: {flag} must be at least 1")),
+            Ok(n) if flag == "--n" && !(1..=idem::MAX_KEYS_LIMIT).contains(&n) => {
+                return Err(format!(
+                    "bench: each --n must be from 1 to {} (a namespace's largest max_keys), not {item}",
+                    idem::MAX_KEYS_LIMIT
+                ))
+            }
             Ok(_) => {}
             Err(_) => {
                 return Err(format!(
@@ -224,6 +231,8 @@ mod tests {
             ("--runs", "1_0"),
             ("--w2-passes", "2_0"),
             ("--n", "1000000,x"),
+            ("--n", "1000,0"),
+            ("--n", "2147483648"),
             ("--threads", "1,0"),
             ("--w2-passes", "0"),
             ("--moka-max-n", "-5"),

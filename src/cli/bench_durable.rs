@@ -48,6 +48,8 @@ fn check_bench_dir() -> Result<(), String> {
     })
 }
 
+/// A cell's database directory, removed when dropped, or when the program stops at
+/// once because nobody reads its output (see [`crate::cli::emit`]).
 struct Dir(PathBuf);
 impl Dir {
     fn new(tag: &str) -> Dir {
@@ -56,11 +58,13 @@ impl Dir {
             .unwrap_or_else(std::env::temp_dir);
         let p = base.join(format!("idem-bench-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&p);
+        crate::cli::remove_on_early_exit(&p, true);
         Dir(p)
     }
 }
 impl Drop for Dir {
     fn drop(&mut self) {
+        crate::cli::remove_on_early_exit(&self.0, false);
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
@@ -701,6 +705,12 @@ fn w3(n: u64, rounds: usize, fpr: Option<f64>) {
     outln!();
 }
 
+/// Kibibytes (as `/proc` counts them) in megabytes, the unit of the tables' other
+/// sizes.
+fn mb_of_kib(kib: u64) -> f64 {
+    kib as f64 * 1024.0 / 1e6
+}
+
 fn peak_rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -995,7 +1005,7 @@ fn w5(keys: u64) {
             "| open to first claim served{what} (prefilter {}) | {:.1} ms, peak RSS {:.1} MB |",
             if o[2] == 1 { "loaded" } else { "rebuilt" },
             o[0] as f64 / 1e3,
-            o[1] as f64 / 1024.0
+            mb_of_kib(o[1])
         );
     };
     open_row(
@@ -1018,7 +1028,7 @@ fn w5(keys: u64) {
     open_row(", again after a clean shutdown", &loaded);
     outln!(
         "| peak RSS when the first claim was served | {:.1} MB |",
-        f[1] as f64 / 1024.0
+        mb_of_kib(f[1])
     );
     outln!(
         "| W2 over all keys after restart: duplicates | {} of {} |",
@@ -1050,7 +1060,7 @@ fn w5(keys: u64) {
         "| W2 over all keys after restart, {W5_W2_THREADS} threads: claims/s | {:.0} |",
         keys as f64 / (f[3] as f64 / 1e3)
     );
-    outln!("| peak RSS after W2 | {:.1} MB |", f[4] as f64 / 1024.0);
+    outln!("| peak RSS after W2 | {:.1} MB |", mb_of_kib(f[4]));
     outln!(
         "| prefilter at open: keys, memory, filters | {}, {:.1} MB, {} |",
         f[5],

@@ -14,6 +14,10 @@
 //! `dup <id>`. At start it prints `orphans <n>`, at the end `done`. With `--hold <n>`
 //! it first claims the keys `held-<i>` for i < n, prints `held <n>` and keeps those
 //! claims in flight until it exits. A parent may kill it with SIGKILL at any moment.
+//! With `--freeze-after <n>`, a worker that acquires a claim once n messages were
+//! acknowledged prints `frozen <id>` and holds that claim, in flight, until the
+//! process is killed: the stream cannot end before a parent that kills it after n
+//! acknowledgements does so (the durable demo's crash is always mid-stream).
 //!
 //! A failure of any worker stops all of them: the process reports it on stderr and
 //! exits with status 1. `--fail-worker-after <n>` makes worker 0 fail on purpose
@@ -21,7 +25,7 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -50,6 +54,9 @@ pub(crate) struct Options {
     pub(crate) run: u32,
     /// Worker 0 fails on purpose after acknowledging this many messages.
     pub(crate) fail_worker_after: Option<u64>,
+    /// Once this many messages were acknowledged, each worker holds its next
+    /// acquired claim until the process is killed.
+    pub(crate) freeze_after: Option<u64>,
 }
 
 impl Options {
@@ -66,6 +73,7 @@ impl Options {
             journal_slots: idem::DEFAULT_JOURNAL_SLOTS,
             run: 0,
             fail_worker_after: None,
+            freeze_after: None,
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -79,6 +87,7 @@ impl Options {
                 "--journal-slots" => o.journal_slots = number(a, it.next())?,
                 "--run" => o.run = number(a, it.next())?,
                 "--fail-worker-after" => o.fail_worker_after = Some(number(a, it.next())?),
+                "--freeze-after" => o.freeze_after = Some(number(a, it.next())?),
                 "--markers" => {
                     o.markers = match it.next().map(String::as_str) {
                         Some("journal") => ClaimMarkers::Journal,
@@ -267,6 +276,8 @@ fn consume(o: &Options) -> Result<(), String> {
         tx.send(id).map_err(|e| e.to_string())?;
     }
     let handled = AtomicUsize::new(0);
+    // Acknowledgements printed, for `--freeze-after`.
+    let acks = AtomicU64::new(0);
     let (mut claims, mut completions) = (Histogram::new(), Histogram::new());
     // Set when any worker ends: the others stop too instead of waiting for messages
     // that a failed worker will never handle.
@@ -275,7 +286,7 @@ fn consume(o: &Options) -> Result<(), String> {
         let mut workers = Vec::new();
         for w in 0..o.workers {
             let (tx, rx) = (tx.clone(), rx.clone());
-            let (orders, say, handled, stop) = (&orders, &say, &handled, &stop);
+            let (orders, say, handled, stop, acks) = (&orders, &say, &handled, &stop, &acks);
             workers.push(scope.spawn(move || -> Result<[Histogram; 2], String> {
                 let _stop = StopOnExit(stop);
                 let fail_after = o.fail_worker_after.filter(|_| w == 0);
@@ -291,6 +302,17 @@ fn consume(o: &Options) -> Result<(), String> {
                     let claim = orders.claim(&key).map_err(|e| e.to_string())?;
                     claims.record(t.elapsed().as_nanos() as u64);
                     match claim {
+                        Claim::Acquired(guard)
+                            if o.freeze_after
+                                .is_some_and(|n| acks.load(Ordering::Acquire) >= n) =>
+                        {
+                            say(format!("frozen {id}"));
+                            // In flight until the kill (parking can wake spuriously).
+                            let _held = guard;
+                            loop {
+                                std::thread::park();
+                            }
+                        }
                         Claim::Acquired(guard) => {
                             let mut changes = StateChanges::new();
                             changes.put("ledger", &key, &[1]);
@@ -306,6 +328,7 @@ fn consume(o: &Options) -> Result<(), String> {
                             completions.record(t.elapsed().as_nanos() as u64);
                             seq += 1;
                             say(format!("ack {id}"));
+                            acks.fetch_add(1, Ordering::AcqRel);
                             if fail_after.is_some_and(|n| seq >= n) {
                                 return Err(format!(
                                     "worker {w} fails on purpose after {seq} messages"

@@ -114,6 +114,15 @@ impl Options {
     }
 
     fn selection(&self) -> Selection {
+        match self.limit {
+            Some(n) => self.unlimited_selection().limit(n),
+            None => self.unlimited_selection(),
+        }
+    }
+
+    /// The selection without `--limit` (a replay applies it to the messages it can
+    /// replay, after passing over the others).
+    fn unlimited_selection(&self) -> Selection {
         let mut s = if self.all {
             Selection::all()
         } else {
@@ -127,9 +136,6 @@ impl Options {
         }
         if !self.ids.is_empty() {
             s = s.ids(self.ids.iter().copied());
-        }
-        if let Some(n) = self.limit {
-            s = s.limit(n);
         }
         s
     }
@@ -546,7 +552,8 @@ fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
     // Select once, then replay in chunks so the progress bar can move. Each chunk
     // names its ids, and a replay refuses named ids it cannot take (replayed or
     // archived ones) before doing anything: those are left out here unless the
-    // command named them itself, so that `--all` never stops half way.
+    // command named them itself, so that `--all` never stops half way. `--limit`
+    // counts the messages left, as `Dlq::replay`'s does.
     let replayable = |m: &DeadLetter| {
         matches!(
             m.state(),
@@ -554,11 +561,12 @@ fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
         )
     };
     let selected: Vec<MessageId> = dlq
-        .list(&o.selection())
+        .list(&o.unlimited_selection())
         .map_err(|e| e.to_string())?
         .iter()
         .filter(|m| !o.ids.is_empty() || replayable(m))
         .map(DeadLetter::id)
+        .take(o.limit.unwrap_or(usize::MAX))
         .collect();
     let total = selected.len() as u64;
     let mut report = ReplayReport::default();

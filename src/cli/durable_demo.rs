@@ -246,6 +246,13 @@ fn consume(
         .args(["--workers", &o.workers.to_string()])
         .args(["--sync", &o.sync])
         .args(["--run", &run.to_string()])
+        // The kill lands mid-stream: the consumer holds its claims from there on.
+        .args(
+            kill_after
+                .map(|n| ["--freeze-after".to_owned(), n.to_string()])
+                .into_iter()
+                .flatten(),
+        )
         .stdout(Stdio::piped())
         .spawn()
         .map_err(|e| format!("starting the consumer: {e}"))?;
@@ -358,6 +365,37 @@ fn check_dir(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// A new directory of the system's temporary directory, made here (never one that
+/// was there already: another user could have made it) and, on Unix, readable by
+/// this user alone. Its name ends in a random number.
+fn new_temp_dir() -> Result<PathBuf, String> {
+    use std::hash::{BuildHasher, Hasher};
+    let mut builder = std::fs::DirBuilder::new();
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    let mut last = None;
+    for _ in 0..16 {
+        // (Each `RandomState` is seeded at random.)
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        let d = std::env::temp_dir().join(format!("idem-demo-{:016x}", h.finish()));
+        match builder.create(&d) {
+            Ok(()) => return Ok(d),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => {
+                return Err(format!(
+                    "making a directory in {}: {e}",
+                    std::env::temp_dir().display()
+                ))
+            }
+        }
+    }
+    Err(format!(
+        "no new directory in {}: {last:?}",
+        std::env::temp_dir().display()
+    ))
+}
+
 /// Runs the demo. A directory the demo cannot use is a usage error; a failure while
 /// it runs is reported on stderr with status 1, as a failed check is.
 pub(crate) fn run(o: Options) -> Result<ExitCode, String> {
@@ -367,9 +405,7 @@ pub(crate) fn run(o: Options) -> Result<ExitCode, String> {
             (d.clone(), None)
         }
         None => {
-            let d = std::env::temp_dir().join(format!("idem-demo-{}", std::process::id()));
-            // Left by an earlier demo of the same process id: the name is the demo's.
-            let _ = std::fs::remove_dir_all(&d);
+            let d = new_temp_dir()?;
             (d.clone(), Some(Scratch::new(d)))
         }
     };

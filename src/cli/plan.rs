@@ -355,6 +355,16 @@ pub(crate) fn render(o: &Options, plan: &Plan, memory: Option<Memory>) -> String
         plan.retention.as_secs(),
         underscored(plan.max_keys_per_namespace())
     );
+    // What else the figures assume and the defaults would not give.
+    if plan.false_positive_rate != idem::DEFAULT_PREFILTER_FPR {
+        out += &format!("    .prefilter_fpr({})\n", plan.false_positive_rate);
+    }
+    if plan.result_bytes > idem::DEFAULT_MAX_RESULT_LEN {
+        out += &format!(
+            "    .max_result_len({})\n",
+            underscored(plan.result_bytes as u64)
+        );
+    }
     out += "\nnotes:\n";
     out += "- per-key figures were measured by the benchmark harness (BENCHMARKS.md); Stats::bytes_per_key() reports the live hot-tier figure\n";
     out += "- the prefilter figure is its generational sizing: 5 Bloom filters of 1/4 of the keys, each at fpr/5 (the textbook single filter would take -ln(fpr)/ln(2)^2 bits per key but could never drop expired keys)\n";
@@ -650,6 +660,41 @@ mod tests {
         assert!(!text.contains("warning:"), "{text}");
         let small = render(&o, &p, Some(machine_of(1 << 30)));
         assert!(small.contains("warning: the hot tier needs"), "{small}");
+    }
+
+    #[test]
+    fn the_snippet_sets_what_the_figures_assume_beyond_the_defaults() {
+        let plain = Options::parse(&args(&["--rate", "10/s", "--ttl", "1h"])).unwrap();
+        let text = render(&plain, &plain.sizing.plan().unwrap(), None);
+        assert!(!text.contains(".prefilter_fpr("), "{text}");
+        assert!(!text.contains(".max_result_len("), "{text}");
+        let o = Options::parse(&args(&[
+            "--rate",
+            "10/s",
+            "--ttl",
+            "1h",
+            "--fpr",
+            "0.001",
+            "--result-bytes",
+            "100000",
+        ]))
+        .unwrap();
+        let text = render(&o, &o.sizing.plan().unwrap(), None);
+        // A result over the default limit would be refused at completion.
+        assert!(text.contains("    .max_result_len(100_000)\n"), "{text}");
+        assert!(text.contains("    .prefilter_fpr(0.001)\n"), "{text}");
+        // At the default limit, nothing to set.
+        let at = Options::parse(&args(&[
+            "--rate",
+            "10/s",
+            "--ttl",
+            "1h",
+            "--result-bytes",
+            "65536",
+        ]))
+        .unwrap();
+        let text = render(&at, &at.sizing.plan().unwrap(), None);
+        assert!(!text.contains(".max_result_len("), "{text}");
     }
 
     #[test]

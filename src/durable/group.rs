@@ -91,6 +91,21 @@ pub(crate) struct GroupCommit<T: SyncTimer = RealTime> {
     waits: AtomicU64,
     /// Times the syncs.
     timer: T,
+    /// Tests: called with a ticket whose sync has finished, without the lock, before
+    /// its outcome is read (to hold a waiter there while later syncs run).
+    #[cfg(test)]
+    before_outcome: Option<Hook>,
+}
+
+/// A test's hook (see `GroupCommit::before_outcome`).
+#[cfg(test)]
+struct Hook(Box<dyn Fn(u64) + Send + Sync>);
+
+#[cfg(test)]
+impl std::fmt::Debug for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Hook")
+    }
 }
 
 #[derive(Debug, Default)]
@@ -164,6 +179,8 @@ impl<T: SyncTimer> GroupCommit<T> {
             syncs: AtomicU64::new(0),
             waits: AtomicU64::new(0),
             timer,
+            #[cfg(test)]
+            before_outcome: None,
         }
     }
 
@@ -219,6 +236,10 @@ impl<T: SyncTimer> GroupCommit<T> {
         self.changed.notify_all();
         loop {
             if st.synced >= ticket {
+                #[cfg(test)]
+                if let Some(hold) = &self.before_outcome {
+                    MutexGuard::unlocked(&mut st, || (hold.0)(ticket));
+                }
                 let outcome = match st.failed.iter().find(|f| f.0 < ticket && ticket <= f.1) {
                     Some((_, _, e)) => Err(e.clone()),
                     None => Ok(()),
@@ -548,11 +569,21 @@ mod tests {
     #[test]
     fn every_write_of_a_failed_sync_fails_even_after_a_later_sync_succeeded() {
         for spin in SPINS {
-            let g = Arc::new(group(Duration::ZERO, spin));
+            let mut g = group(Duration::ZERO, spin);
+            // The writes of the failing sync (tickets 2 and 3) read their outcome only
+            // once the fourth write's sync has succeeded.
+            let fourth_done = Arc::new(AtomicBool::new(false));
+            let done = fourth_done.clone();
+            g.before_outcome = Some(Hook(Box::new(move |ticket| {
+                if (2..=3).contains(&ticket) {
+                    until(|| done.load(Ordering::SeqCst));
+                }
+            })));
+            let g = Arc::new(g);
             // Whichever of the two writes leads their shared sync, that sync fails.
             let (release, second, third) = two_share_a_sync(&g, || Err(store_error()));
-            // A fourth write arrives during the failing sync; its own sync succeeds, and
-            // may finish before the follower of the failed one wakes up.
+            // A fourth write arrives during the failing sync; its own sync succeeds
+            // before either write of the failed one looks at its outcome.
             let fourth = {
                 let g = g.clone();
                 std::thread::spawn(move || g.commit(|| Ok(())))
@@ -560,6 +591,7 @@ mod tests {
             until(|| g.state.lock().written == 4);
             release.store(true, Ordering::SeqCst);
             fourth.join().unwrap().unwrap();
+            fourth_done.store(true, Ordering::SeqCst);
             assert_eq!(second.join().unwrap(), Err(store_error()));
             assert_eq!(third.join().unwrap(), Err(store_error()));
             assert_eq!(g.syncs(), 3);

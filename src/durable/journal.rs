@@ -5,8 +5,10 @@
 //! A marker is written into a free 64-byte slot of a shared file mapping with plain
 //! stores: no system call, no RocksDB write. The pages belong to the kernel's page
 //! cache, so what was stored survives a crash of the process (SIGKILL included) as
-//! an unsynced RocksDB write does; neither survives a crash of the machine before
-//! the kernel writes the page back. A completion or release clears its slot.
+//! an unsynced RocksDB write does. Neither survives a crash of the machine before it
+//! reaches the disk; the journal is never synced, so its markers get there at the
+//! kernel's writeback, where an unsynced RocksDB write goes with the log's next
+//! fsync. A completion or release clears its slot.
 //!
 //! ```text
 //! header, 64 bytes:
@@ -486,8 +488,10 @@ impl Journal {
             match old.or_else(|| st.free.pop()) {
                 Some(s) => {
                     if old.is_some() {
-                        // Free it first, so a crash mid-refill reads it free, not torn.
+                        // Free it first, so a crash mid-refill reads it free, not torn
+                        // (the fence keeps the fill's relaxed stores after the clear).
                         self.clear(s);
+                        std::sync::atomic::fence(Ordering::Release);
                     }
                     self.fill(s, *fp, rec);
                     st.of.insert(*fp, (s, rec.token));

@@ -248,6 +248,9 @@ pub(crate) struct Store {
     clock: std::sync::Arc<dyn Clock>,
     /// This process's hold on the directory, given up after `db` has closed (fields
     /// drop in order).
+    /// The options the database was opened with, kept for RocksDB's counters when
+    /// they were asked for (`EngineBuilder::store_statistics`).
+    statistics: Option<Options>,
     _dir: DirClaim,
 }
 
@@ -327,11 +330,54 @@ fn store_err(op: &'static str, e: rocksdb::Error) -> Error {
     Error::Store(StoreError::new(op, e.into_string()))
 }
 
+/// The retention filter's clock: the engine's, read on RocksDB's compaction threads,
+/// where a panic would abort the process. A reading that panics keeps the record
+/// instead, and the clock is then left alone for a second (its records kept), so that
+/// a failing clock costs a compaction one panic a second, not one a record.
+struct FilterClock {
+    clock: std::sync::Arc<dyn Clock>,
+    failing: AtomicBool,
+    failed_at: parking_lot::Mutex<Option<std::time::Instant>>,
+}
+
+impl FilterClock {
+    fn new(clock: std::sync::Arc<dyn Clock>) -> FilterClock {
+        FilterClock {
+            clock,
+            failing: AtomicBool::new(false),
+            failed_at: parking_lot::Mutex::new(None),
+        }
+    }
+
+    /// Now, or `None` while the clock fails.
+    fn now_ms(&self) -> Option<u64> {
+        const PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
+        if self.failing.load(Ordering::Relaxed)
+            && self.failed_at.lock().is_some_and(|t| t.elapsed() < PAUSE)
+        {
+            return None;
+        }
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.clock.now_ms())) {
+            Ok(ms) => {
+                self.failing.store(false, Ordering::Relaxed);
+                Some(ms)
+            }
+            Err(_) => {
+                tracing::warn!("the clock panicked in the retention filter; records are kept");
+                *self.failed_at.lock() = Some(std::time::Instant::now());
+                self.failing.store(true, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+}
+
 impl Store {
     /// Opens (creating if missing) the database at `path` for the given namespaces
     /// (name and settings, stored if they changed) and consumer state families.
     /// `seed` is used only when the database is new; an existing database keeps its
     /// own.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn open(
         path: &Path,
         namespaces: &[(String, NsSettings)],
@@ -340,6 +386,7 @@ impl Store {
         seed: u64,
         seed_fixed: bool,
         commit_delay: Option<std::time::Duration>,
+        statistics: bool,
     ) -> Result<(Store, OpenReport), Error> {
         let dir = DirClaim::take(path)?;
         let mut report = OpenReport::default();
@@ -350,6 +397,10 @@ impl Store {
         // The done column families use a hash memtable (below), which takes its writes
         // one at a time: RocksDB's write group leader inserts for the whole group.
         db_opts.set_allow_concurrent_memtable_write(false);
+        if statistics {
+            db_opts.enable_statistics();
+            db_opts.set_statistics_level(rocksdb::statistics::StatsLevel::ExceptHistogramOrTimers);
+        }
 
         let existing: BTreeSet<String> = match DB::list_cf(&db_opts, path) {
             Ok(cfs) => cfs.into_iter().collect(),
@@ -488,13 +539,16 @@ impl Store {
                 // the prefilter's rebuild scans on (W5 after a SIGKILL, BENCHMARKS.md).
                 cf_opts.set_disable_auto_compactions(true);
                 if namespaces.iter().any(|(n, _)| n == ns) {
-                    let clock = clock.clone();
+                    let clock = FilterClock::new(clock.clone());
                     cf_opts.set_compaction_filter("idem-retention", move |_level, _key, value| {
                         match Record::decode(value) {
-                            Ok(r) if r.expires_ms <= clock.now_ms() => Decision::Remove,
+                            Ok(r) => match clock.now_ms() {
+                                Some(now) if r.expires_ms <= now => Decision::Remove,
+                                _ => Decision::Keep,
+                            },
                             // Corrupt records are kept: they are reported on read, never
                             // dropped silently.
-                            _ => Decision::Keep,
+                            Err(_) => Decision::Keep,
                         }
                     });
                 }
@@ -614,6 +668,7 @@ impl Store {
                 settings_changed: parking_lot::Mutex::new(settings_changed),
                 state_families: state_families.to_vec(),
                 clock,
+                statistics: statistics.then_some(db_opts),
                 _dir: dir,
             },
             report,
@@ -824,6 +879,13 @@ impl Store {
     /// commit off).
     pub(crate) fn group_syncs(&self) -> u64 {
         self.group.as_ref().map_or(0, |g| g.syncs())
+    }
+
+    /// The write-ahead log's fsyncs by RocksDB's count (0 without statistics).
+    pub(crate) fn wal_syncs(&self) -> u64 {
+        self.statistics.as_ref().map_or(0, |o| {
+            o.get_ticker_count(rocksdb::statistics::Ticker::WalFileSynced)
+        })
     }
 
     /// Deletes a key's records (forget).
@@ -1428,8 +1490,9 @@ impl DurableNs {
     }
 
     /// Writes the deferred claim markers (the maintenance pass, and a clean
-    /// shutdown). A failed write is counted and logged; its markers are lost (those
-    /// claims would not be reported as orphans after a crash).
+    /// shutdown). A failed write is counted and logged, and its markers go back in
+    /// memory for the next flush (until one succeeds, a crash would not report those
+    /// claims as orphans).
     pub(crate) fn flush_markers(&self) {
         let Some(d) = &self.deferred else {
             return;
@@ -1729,6 +1792,11 @@ impl DurableNs {
             Err(e) => {
                 self.errors.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(namespace = %self.name, error = %e, "could not remove a claim marker");
+                // Still on disk (a release took the note before its delete): noted
+                // again, so that the key's next completion deletes it with its write.
+                for fp in fps {
+                    self.note_marker_on_disk(*fp);
+                }
             }
         }
     }
@@ -2012,6 +2080,7 @@ mod tests {
             7,
             true,
             None,
+            false,
         )
         .unwrap()
         .0

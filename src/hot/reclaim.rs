@@ -182,7 +182,11 @@ pub(crate) fn pin() -> Option<Pin> {
             let nested = r.slot.active.load(Ordering::Relaxed) != 0;
             if !nested {
                 let e = GLOBAL.epoch.load(Ordering::Acquire);
-                r.slot.active.store(e, Ordering::Relaxed);
+                // Release, not Relaxed: a retirer's scan that reads this epoch must
+                // also see this thread's earlier pins' reads done (an unpin's release
+                // store of 0 heads no release sequence that a later plain store would
+                // continue). On x86 both are a plain store.
+                r.slot.active.store(e, Ordering::Release);
                 light_fence();
             }
             #[cfg(debug_assertions)]

@@ -24,6 +24,12 @@ pub trait Clock: Send + Sync + 'static {
 /// clock returns (a reading near `u64::MAX` would otherwise wrap them).
 pub const LATEST_MS: u64 = 1 << 62;
 
+/// `clock`'s reading as the engine takes it: capped at [`LATEST_MS`].
+#[inline]
+pub(crate) fn read_capped(clock: &dyn Clock) -> u64 {
+    clock.now_ms().min(LATEST_MS)
+}
+
 /// The system's real-time clock.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;

@@ -295,7 +295,8 @@ impl NamespaceConfig {
     /// `true` is a sliding window: every duplicate sighting restarts the TTL. Sliding
     /// windows store the completion time beside the entry, which costs memory per key.
     /// With a durable tier the window is kept there too: when sightings carry it past
-    /// the done record's expiry (completion + retention at first), the record is
+    /// the done record's expiry (completion + retention at first, or the first
+    /// window's end rounded up to a tick if that is later), the record is
     /// rewritten to last another retention, so the window survives a restart. That
     /// sighting's claim then writes (with the namespace's sync policy), about once
     /// per retention for a key seen steadily, and returns the store's error if the

@@ -795,7 +795,7 @@ impl Inner {
                 if let Some(max) = db.max_key_len(name)? {
                     KeyError::check(key, max)?;
                 }
-                let found = db.key(name, key, Some(self.clock.now_ms()))?;
+                let found = db.key(name, key, Some(crate::clock::read_capped(&*self.clock)))?;
                 Ok(found.map(|k| match k.done {
                     true => KeyState::Done {
                         completed_at_ms: k.at_ms,
@@ -1016,7 +1016,7 @@ impl Inner {
             });
         }
         letter.history.push(Transition {
-            at_ms: self.clock.now_ms(),
+            at_ms: crate::clock::read_capped(&*self.clock),
             actor: actor.to_owned(),
             from: Some(letter.state),
             to,
@@ -1219,7 +1219,7 @@ impl Dlq {
             });
         }
         validate_reason(reason)?;
-        let now = self.inner.clock.now_ms();
+        let now = crate::clock::read_capped(&*self.inner.clock);
         let letter = Letter {
             state: MessageState::Quarantined,
             already_done: false,
@@ -1481,7 +1481,7 @@ impl Dlq {
             (Busy { inner, id }, letter)
         };
         let step = |from: MessageState, to: MessageState, reason: String| Transition {
-            at_ms: inner.clock.now_ms(),
+            at_ms: crate::clock::read_capped(&*inner.clock),
             actor: actor.to_owned(),
             from: Some(from),
             to,
@@ -1632,10 +1632,7 @@ impl Dlq {
             ..PolicyReport::default()
         };
         if let Some(retention) = policy.archive_after {
-            let cutoff = self
-                .inner
-                .clock
-                .now_ms()
+            let cutoff = crate::clock::read_capped(&*self.inner.clock)
                 .saturating_sub(retention.as_millis().min(u64::MAX as u128) as u64);
             let due: Vec<u64> = {
                 let st = self.inner.state.lock();
@@ -1684,7 +1681,7 @@ impl Dlq {
     /// [`health`](Self::health) with the arrival rate over the last `recent`
     /// against the `baseline` before it.
     pub fn health_over(&self, recent: Duration, baseline: Duration) -> DlqHealth {
-        let now = self.inner.clock.now_ms();
+        let now = crate::clock::read_capped(&*self.inner.clock);
         let ms = |d: Duration| d.as_millis().min(u64::MAX as u128) as u64;
         let recent_from = now.saturating_sub(ms(recent));
         let baseline_from = recent_from.saturating_sub(ms(baseline));

@@ -2572,10 +2572,12 @@ impl NsInner {
     #[inline]
     fn now_ms(&self) -> u64 {
         use std::sync::atomic::Ordering as O;
-        let ms = self.clock.now_ms().min(crate::clock::LATEST_MS);
+        let ms = self.clock.now_ms();
         let latest = self.latest_ms.load(O::Relaxed);
         if ms > latest {
             // At most once a clock step per thread: the line is read far more often.
+            // (The cap only here: `latest` never passes it.)
+            let ms = ms.min(crate::clock::LATEST_MS);
             self.latest_ms.fetch_max(ms, O::Relaxed);
             ms
         } else {
@@ -3511,9 +3513,10 @@ impl ClaimGuard {
     }
 
     /// The done record of a completion at `now`: it lasts the retention. A sliding
-    /// window's lasts as long as the hot tier reads it back (`done_times`): past its
-    /// first window's end rounded up to a tick, which with a retention less than a
-    /// tick longer than the TTL is one more retention.
+    /// window's lasts as long as the hot tier reads it back (`done_times`,
+    /// `Params::record_until`): at least to its first window's end rounded up to a
+    /// tick, which with a retention less than a tick longer than the TTL is up to a
+    /// tick past the retention.
     fn done_record(
         &self,
         p: &Params,
@@ -3523,7 +3526,7 @@ impl ClaimGuard {
     ) -> Record {
         let retention_ms = p.retention_ms.unwrap_or(0);
         let expires_ms = if p.sliding {
-            p.durable_until(now.ms, p.tick_to_ms(p.deadline(now, p.ttl_ms)))
+            p.record_until(now.ms, p.tick_to_ms(p.deadline(now, p.ttl_ms)))
         } else {
             None
         };

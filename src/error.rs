@@ -83,9 +83,11 @@ impl std::error::Error for StoreError {}
 
 /// Everything that can go wrong in idem. Each variant says what happened. An operation
 /// that returns an error changed nothing, with one exception: a completion whose write
-/// succeeded and whose grouped fsync then failed (`SyncPolicy::Always` with group
-/// commit) returns [`Error::Store`] with its record, and any co-committed state
-/// changes, applied and readable (see [`ClaimGuard::complete_with`](crate::ClaimGuard::complete_with)).
+/// succeeded and whose sync of the write-ahead log then failed (a grouped fsync under
+/// `SyncPolicy::Always`, or the sync a `Periodic` completion makes itself once its
+/// engine was dropped) returns [`Error::Store`] with its record, and any co-committed
+/// state changes, applied and readable (see
+/// [`ClaimGuard::complete_with`](crate::ClaimGuard::complete_with)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Error {
@@ -117,8 +119,8 @@ pub enum Error {
     /// The same namespace name was configured twice.
     DuplicateNamespace(String),
     /// The durable tier failed; with the namespace's `FailClosed` policy nothing was
-    /// decided or changed, except after a completion's failed grouped fsync (the
-    /// write was applied: see the type's docs).
+    /// decided or changed, except after a completion's failed sync (the write was
+    /// applied: see the type's docs).
     Store(StoreError),
     /// The database directory is already open, by this process or another.
     AlreadyOpen {

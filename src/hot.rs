@@ -547,6 +547,19 @@ impl Params {
         Some(first.saturating_add(periods.saturating_mul(r)))
     }
 
+    /// With a durable tier: when a done key's record expires for a hot deadline of
+    /// `hot_ms` (rounded up to a tick) with completion at `completed_at_ms`: the
+    /// retention periods the window needs, its end taken as the earliest it can be
+    /// (a tick before the rounded deadline), and never before the hot deadline
+    /// itself. The record written and the expiry reported are both this, so they
+    /// agree, and the record lasts at most one tick past its retention periods.
+    /// `None` without a durable tier.
+    #[inline]
+    pub(crate) fn record_until(&self, completed_at_ms: u64, hot_ms: u64) -> Option<u64> {
+        let window_end = hot_ms.saturating_sub(self.tick_ms - 1);
+        Some(self.durable_until(completed_at_ms, window_end)?.max(hot_ms))
+    }
+
     /// The first tick at or after wall-clock `ms`.
     #[inline]
     #[cfg_attr(not(feature = "durable"), allow(dead_code))]
@@ -667,7 +680,7 @@ fn found_needs_extra(p: &Params, now: Now, d: &DurableDone, deadline: u64) -> bo
 /// Whether a sliding window read back from the durable tier, restarted to hot
 /// deadline `when`, outlasts its record.
 fn needs_rewrite(p: &Params, d: &DurableDone, when: u64) -> bool {
-    p.durable_until(d.completed_at_ms, p.tick_to_ms(when))
+    p.record_until(d.completed_at_ms, p.tick_to_ms(when))
         .is_some_and(|u| u > d.expires_at_ms)
 }
 
@@ -1248,19 +1261,15 @@ fn done_times(p: &Params, now: Now, deadline: u32, extra: Option<&Extra>) -> (u6
     let completed_at_ms = extra
         .and_then(Extra::completed_at_ms)
         .unwrap_or_else(|| derived_completion(p, now, expires_at_ms));
-    // With a durable tier the key stays a duplicate until its record expires. A fixed
-    // window's deadline is its TTL's end rounded up to a tick: the window it stands
-    // for may end up to a tick earlier, and a record that covers that window is the
-    // one written (else, with retention equal to the TTL, the answer would be a whole
-    // retention late). A sliding window's record was written for the rounded deadline.
-    let window_end = if p.sliding {
-        expires_at_ms
-    } else {
-        expires_at_ms.saturating_sub(p.tick_ms - 1)
-    };
+    // With a durable tier the key stays a duplicate until its record expires: what
+    // `Params::record_until` gives for the deadline, which takes the window's end as
+    // up to a tick before the rounded deadline (else, with retention equal to the TTL,
+    // the answer would be a whole retention late). A sliding window's records are
+    // written for exactly that; a fixed window's for its retention, which that is, or
+    // less than a tick before it.
     let expires_at_ms = p
-        .durable_until(completed_at_ms, window_end)
-        .map_or(expires_at_ms, |d| d.max(expires_at_ms));
+        .record_until(completed_at_ms, expires_at_ms)
+        .unwrap_or(expires_at_ms);
     (completed_at_ms, expires_at_ms)
 }
 
@@ -1679,7 +1688,7 @@ impl Shard {
                     // to a tick, so the window it stands for may end a tick earlier.
                     let window = p.tick_to_ms(old).saturating_sub(p.tick_ms - 1);
                     let have = p.durable_until(c, window)?;
-                    Some(p.durable_until(c, p.tick_to_ms(when))? <= have)
+                    Some(p.record_until(c, p.tick_to_ms(when))? <= have)
                 });
                 if covered == Some(false)
                     && (e.meta & COMPLETING_BIT != 0 || self.being_forgotten(fp))
@@ -1834,7 +1843,7 @@ impl Shard {
             return None;
         }
         let completed_at_ms = self.completed_at(idx)?;
-        let expires_ms = p.durable_until(completed_at_ms, p.tick_to_ms(when))?;
+        let expires_ms = p.record_until(completed_at_ms, p.tick_to_ms(when))?;
         let e = self.slab.get_mut(idx);
         e.meta |= COMPLETING_BIT;
         let (token, has_payload) = (e.token(), e.has_payload());

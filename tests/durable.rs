@@ -338,8 +338,10 @@ fn a_key_whose_retention_is_its_ttl_is_answered_with_its_records_expiry_on_coars
 #[test]
 fn a_sliding_windows_checked_expiry_is_what_its_record_holds_on_coarse_ticks() {
     // Retention equal to the TTL, ticks of 10 ms that the TTL's end does not fall on:
-    // the hot deadline (rounded up) passes the retention, so `check` reports the
-    // record one retention further on. The completion's record must hold that long.
+    // the hot deadline (rounded up to T0 + 61,240) passes the retention (T0 +
+    // 61,234). `check` reports the record's expiry, and the record lasts to the hot
+    // deadline: neither a retention later (a sighting past the window would then be a
+    // duplicate and restart it) nor before the answer it backs.
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);
     let cfg = small().retention(secs(60)).extend_on_duplicate(true);
@@ -348,12 +350,16 @@ fn a_sliding_windows_checked_expiry_is_what_its_record_holds_on_coarse_ticks() {
         let (_engine, ns) = open();
         clock.advance(ms(1234));
         acquire(&ns, b"k").complete().unwrap();
+        acquire(&ns, b"j").complete().unwrap();
         let Some(KeyState::Done { expires_at_ms, .. }) = ns.check(b"k").unwrap() else {
             panic!("done")
         };
+        assert_eq!(expires_at_ms, T0 + 61_240, "the rounded hot deadline");
+        // Without a restart: claimable once the window is over.
+        clock.set(expires_at_ms);
+        acquire(&ns, b"j").release().unwrap();
         expires_at_ms
     };
-    assert!(reported > T0 + 1234 + 60_000, "{reported}");
     // Known from the record alone (a restart; `check`, which is no sighting): done
     // until the reported expiry, claimable at it.
     clock.set(reported - 1);

@@ -124,3 +124,41 @@ fn a_clock_that_panics_during_a_compaction_keeps_the_records_and_the_process() {
         "records the filter could not date were kept"
     );
 }
+
+#[test]
+fn at_the_end_of_time_compaction_keeps_what_the_engine_holds_done() {
+    // The engine reads a clock past `LATEST_MS` as `LATEST_MS` (time stands still
+    // there): the retention filter must too, or it drops records the engine still
+    // answers for.
+    let dir = std::env::temp_dir().join(format!("idem-retention-end-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let clock = ManualClock::new(u64::MAX - 1000);
+    let open = || {
+        Engine::builder()
+            .namespace(
+                "ns",
+                NamespaceConfig::new()
+                    .ttl(Duration::from_secs(60))
+                    .retention(Duration::from_secs(600)),
+            )
+            .durable(&dir)
+            .clock(clock.clone())
+            .maintenance_interval(None)
+            .build()
+            .unwrap()
+    };
+    {
+        let engine = open();
+        let ns = engine.namespace("ns").unwrap();
+        let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
+            panic!()
+        };
+        g.complete().unwrap();
+        engine.compact_store().unwrap();
+    }
+    let engine = open();
+    let claim = engine.namespace("ns").unwrap().claim(b"k").unwrap();
+    drop(engine);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(matches!(claim, Claim::Duplicate(_)), "{claim:?}");
+}

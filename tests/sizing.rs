@@ -62,6 +62,14 @@ fn held() -> isize {
     HELD.with(Cell::get)
 }
 
+/// The tests of this file one at a time: a thread frees the outgrown tables that
+/// other threads retired (a process-wide list), which would move bytes between the
+/// threads' counts.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn key(i: u64) -> Vec<u8> {
     format!("ord-{:016x}", i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).into_bytes()
 }
@@ -79,6 +87,7 @@ fn fill(ns: &idem::Namespace, n: u64, result: &[u8]) {
 
 #[test]
 fn bytes_per_key_is_hot_bytes_over_resident_keys() {
+    let _serial = one_at_a_time();
     let (engine, ns, _clock) = engine_with(NamespaceConfig::new().max_keys(10_000));
     let empty = engine.stats();
     assert_eq!(empty.resident_keys, 0);
@@ -100,6 +109,7 @@ fn bytes_per_key_is_hot_bytes_over_resident_keys() {
 /// engine's fixed parts, its name and handles, are not hot-tier bytes).
 #[test]
 fn hot_bytes_are_what_the_allocator_holds() {
+    let _serial = one_at_a_time();
     for result in [&b""[..], &[7u8; 100][..]] {
         let before = held();
         let (engine, ns, _clock) = engine_with(NamespaceConfig::new().max_keys(100_000));
@@ -117,6 +127,7 @@ fn hot_bytes_are_what_the_allocator_holds() {
 
 #[test]
 fn stored_results_count_in_bytes_per_key() {
+    let _serial = one_at_a_time();
     let (plain, ns, _c) = engine_with(NamespaceConfig::new().max_keys(10_000));
     fill(&ns, 5_000, b"");
     let (with, ns_r, _c2) = engine_with(NamespaceConfig::new().max_keys(10_000));
@@ -166,15 +177,18 @@ fn check_plan_against_live_engine(result_bytes: usize) {
 
 #[test]
 fn plan_matches_a_live_engine_without_results() {
+    let _serial = one_at_a_time();
     check_plan_against_live_engine(0);
 }
 
 #[test]
 fn plan_matches_a_live_engine_with_64_byte_results() {
+    let _serial = one_at_a_time();
     check_plan_against_live_engine(64);
 }
 
 #[test]
 fn plan_matches_a_live_engine_with_1_kib_results() {
+    let _serial = one_at_a_time();
     check_plan_against_live_engine(1024);
 }

@@ -246,11 +246,11 @@ pub(crate) struct Store {
     state_families: Vec<String>,
     /// The engine's clock (read by completions once the engine is gone).
     clock: std::sync::Arc<dyn Clock>,
-    /// This process's hold on the directory, given up after `db` has closed (fields
-    /// drop in order).
     /// The options the database was opened with, kept for RocksDB's counters when
     /// they were asked for (`EngineBuilder::store_statistics`).
     statistics: Option<Options>,
+    /// This process's hold on the directory, given up after `db` has closed (fields
+    /// drop in order).
     _dir: DirClaim,
 }
 
@@ -357,7 +357,9 @@ impl FilterClock {
         {
             return None;
         }
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.clock.now_ms())) {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            crate::clock::read_capped(&*self.clock)
+        })) {
             Ok(ms) => {
                 self.failing.store(false, Ordering::Relaxed);
                 Some(ms)
@@ -1819,7 +1821,7 @@ impl DurableNs {
             // back does not move back; a record's time can be later than both, a
             // sliding window's rewrite keeps its first completion's).
             if self.store.closed() {
-                p.expire(self.store.clock.now_ms());
+                p.expire(crate::clock::read_capped(&*self.store.clock));
             }
             for (fp, rec) in done {
                 p.insert(bloom_hash(*fp), rec.expires_ms);

@@ -59,23 +59,34 @@ fn output_into_a_pipe_nobody_reads_ends_the_command_quietly() {
     assert!(stderr.is_empty(), "{stderr}");
 }
 
+/// Runs `idem ARGS` (with one environment variable, if given), reads the first line
+/// of its output, closes the pipe and waits: that line and how the program ended.
+#[cfg(feature = "durable")]
+fn first_line_only(
+    args: &[&str],
+    env: Option<(&str, &std::path::Path)>,
+) -> (String, std::process::ExitStatus) {
+    use std::io::BufRead;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_idem"));
+    cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::null());
+    if let Some((k, v)) = env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("the idem binary runs");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    (line, child.wait().unwrap())
+}
+
 /// `idem demo | head -1`: the demo ends at its next line of output, and takes its
 /// temporary directory (a database by then) with it.
 #[cfg(feature = "durable")]
 #[test]
 fn a_demo_whose_output_nobody_reads_leaves_no_temporary_directory() {
-    use std::io::BufRead;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_idem"))
-        .args(["demo", "--quick"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("the idem binary runs");
-    let mut header = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut header)
-        .unwrap();
-    // The reader is gone: the next line ends the demo.
+    // The reader is gone after the first line: the next line ends the demo.
+    let (header, status) = first_line_only(&["demo", "--quick"], None);
     let dir = header
         .split("durable tier in ")
         .nth(1)
@@ -83,7 +94,6 @@ fn a_demo_whose_output_nobody_reads_leaves_no_temporary_directory() {
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| panic!("no directory in {header:?}"));
     assert!(dir.starts_with(std::env::temp_dir()), "{header}");
-    let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(141), "{status:?}");
     // Before, `exit` skipped the directory's removal.
     assert!(!dir.exists(), "{} was left behind", dir.display());
@@ -92,26 +102,17 @@ fn a_demo_whose_output_nobody_reads_leaves_no_temporary_directory() {
 #[cfg(feature = "durable")]
 #[test]
 fn a_durable_bench_whose_output_nobody_reads_leaves_no_database_behind() {
-    use std::io::BufRead;
     let tmp = util::TempDir::new();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_idem"))
-        .args(["bench", "durable", "--disk", "--keys", "100000"])
-        .env("IDEM_BENCH_DIR", tmp.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("the idem binary runs");
-    let mut header = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut header)
-        .unwrap();
+    // The reader is gone after the first line: the table's first line, written with
+    // the filled database in place, ends the program.
+    let (header, status) = first_line_only(
+        &["bench", "durable", "--disk", "--keys", "100000"],
+        Some(("IDEM_BENCH_DIR", tmp.path())),
+    );
     assert!(
         header.starts_with("command: idem bench durable"),
         "{header}"
     );
-    // The reader is gone: the table's first line, written with the filled database
-    // in place, ends the program.
-    let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(141), "{status:?}");
     let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
     assert!(left.is_empty(), "left behind: {left:?}");

@@ -2530,11 +2530,22 @@ fn forget_deletes_a_key_from_both_tiers_across_a_restart() {
     acquire(&ns, b"gone").release().unwrap();
 }
 
-#[test]
-fn a_key_whose_completion_is_written_past_its_lease_is_checked_as_held_until_now() {
+/// A durable engine (clock at 1,000,000) whose claim of `k` is being completed on
+/// another thread, its durable write held (release it with
+/// `debug_hold_completions(false)`); the directory first, so that it is dropped last.
+#[allow(clippy::type_complexity)]
+fn completion_held(
+    cfg: NamespaceConfig,
+) -> (
+    TempDir,
+    ManualClock,
+    Engine,
+    Namespace,
+    std::thread::JoinHandle<idem::Result<()>>,
+) {
     let dir = TempDir::new();
     let clock = ManualClock::new(1_000_000);
-    let (engine, ns) = open(&dir, &clock, small());
+    let (engine, ns) = open(&dir, &clock, cfg);
     let guard = acquire(&ns, b"k");
     engine.debug_hold_completions(true);
     let completer = std::thread::spawn(move || guard.complete());
@@ -2542,6 +2553,12 @@ fn a_key_whose_completion_is_written_past_its_lease_is_checked_as_held_until_now
         || engine.debug_held_completions() > 0,
         "a held durable write",
     );
+    (dir, clock, engine, ns, completer)
+}
+
+#[test]
+fn a_key_whose_completion_is_written_past_its_lease_is_checked_as_held_until_now() {
+    let (_dir, clock, engine, ns, completer) = completion_held(small());
     // The lease (5 s) runs out while the completion is written.
     clock.advance(secs(7));
     let now = 1_007_000;
@@ -2570,18 +2587,8 @@ fn a_key_whose_completion_is_written_past_its_lease_is_checked_as_held_until_now
 
 #[test]
 fn a_forget_racing_a_completion_takes_effect_after_it() {
-    let dir = TempDir::new();
-    let clock = ManualClock::new(1_000_000);
-    let (engine, ns) = open(&dir, &clock, NamespaceConfig::new());
-    let guard = acquire(&ns, b"k");
-
     // The completion marks the entry as completing, then waits before its write.
-    engine.debug_hold_completions(true);
-    let completer = std::thread::spawn(move || guard.complete());
-    spin_until(
-        || engine.debug_held_completions() > 0,
-        "a held durable write",
-    );
+    let (dir, clock, engine, ns, completer) = completion_held(NamespaceConfig::new());
     // The forget deletes the (not yet written) record, finds the entry completing,
     // and must wait: removing it now would let the record land after the delete.
     let forgetter = {
@@ -3485,8 +3492,15 @@ fn a_completion_decided_from_the_hot_tier_alone_keeps_its_deferred_marker() {
     in_progress(&ns, b"k");
 }
 
-#[test]
-fn a_failed_completion_leaves_an_earlier_claims_marker_noted_on_disk() {
+/// A deferred, fail-open namespace whose key `k` has a damaged claim marker on disk:
+/// the engine that finds it claims `k` and gives the claim up with `give_up` while
+/// every write fails (so the marker's delete, which that would make, fails too),
+/// runs `then`, and completes `k`: that completion must delete the marker, which the
+/// next open must find gone.
+fn a_damaged_marker_goes_with_the_next_completion(
+    give_up: impl FnOnce(ClaimGuard),
+    then: impl FnOnce(&Engine, &ManualClock),
+) {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);
     let cfg = deferred_fail_open;
@@ -3504,16 +3518,12 @@ fn a_failed_completion_leaves_an_earlier_claims_marker_noted_on_disk() {
     {
         let (engine, ns) = open_seeded(&dir, &clock, cfg());
         assert_eq!(damaged(&engine), 1);
-        // The completion's write, which would have deleted the damaged marker, fails:
-        // the key is done from the hot tier alone, until its TTL ends.
         let g = acquire(&ns, b"k");
         engine.debug_fail_store_writes(true);
-        g.complete().unwrap();
+        give_up(g);
         engine.debug_fail_store_writes(false);
-        clock.advance(secs(3600));
-        engine.run_maintenance();
-        // The next claim's completion deletes the damaged marker: it is still
-        // known to be on disk.
+        then(&engine, &clock);
+        // Still known to be on disk: this completion deletes it with its write.
         acquire(&ns, b"k").complete().unwrap();
     }
     let (engine, _ns) = open_seeded(&dir, &clock, cfg());
@@ -3521,34 +3531,20 @@ fn a_failed_completion_leaves_an_earlier_claims_marker_noted_on_disk() {
 }
 
 #[test]
+fn a_failed_completion_leaves_an_earlier_claims_marker_noted_on_disk() {
+    // The key is done from the hot tier alone (fail open) until its TTL ends.
+    a_damaged_marker_goes_with_the_next_completion(
+        |g| g.complete().unwrap(),
+        |engine, clock| {
+            clock.advance(secs(3600));
+            engine.run_maintenance();
+        },
+    );
+}
+
+#[test]
 fn a_release_whose_marker_delete_fails_leaves_the_marker_noted_on_disk() {
-    let dir = TempDir::new();
-    let clock = ManualClock::new(T0);
-    let cfg = deferred_fail_open;
-    {
-        let (_engine, ns) = open_seeded(&dir, &clock, cfg());
-        ns.debug_corrupt_claim_marker(b"k").unwrap();
-    }
-    let damaged = |engine: &Engine| {
-        engine
-            .orphans()
-            .iter()
-            .filter(|o| o.corrupt.is_some())
-            .count()
-    };
-    {
-        let (engine, ns) = open_seeded(&dir, &clock, cfg());
-        assert_eq!(damaged(&engine), 1);
-        // The release's delete of the damaged marker fails ...
-        let g = acquire(&ns, b"k");
-        engine.debug_fail_store_writes(true);
-        g.release().unwrap();
-        engine.debug_fail_store_writes(false);
-        // ... so the next completion of the key deletes it with its write.
-        acquire(&ns, b"k").complete().unwrap();
-    }
-    let (engine, _ns) = open_seeded(&dir, &clock, cfg());
-    assert_eq!(damaged(&engine), 0, "{:?}", engine.orphans());
+    a_damaged_marker_goes_with_the_next_completion(|g| g.release().unwrap(), |_, _| {});
 }
 
 #[cfg(target_os = "linux")]

@@ -9,24 +9,30 @@ use idem::{Claim, Engine, ManualClock, NamespaceConfig};
 
 const T0: u64 = 1_700_000_000_000;
 
+/// The durable engine of these tests in `dir`: namespace "ns", TTL 60 s, retention
+/// 600 s, on `clock`, no maintenance thread.
+fn open(dir: &std::path::Path, clock: impl idem::Clock) -> Engine {
+    Engine::builder()
+        .namespace(
+            "ns",
+            NamespaceConfig::new()
+                .ttl(Duration::from_secs(60))
+                .retention(Duration::from_secs(600)),
+        )
+        .durable(dir)
+        .clock(clock)
+        .maintenance_interval(None)
+        .build()
+        .unwrap()
+}
+
 #[test]
 fn compaction_drops_records_past_retention_and_keeps_the_others() {
     let dir = std::env::temp_dir().join(format!("idem-retention-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let clock = ManualClock::new(T0);
     {
-        let engine = Engine::builder()
-            .namespace(
-                "ns",
-                NamespaceConfig::new()
-                    .ttl(Duration::from_secs(60))
-                    .retention(Duration::from_secs(600)),
-            )
-            .durable(&dir)
-            .clock(clock.clone())
-            .maintenance_interval(None)
-            .build()
-            .unwrap();
+        let engine = open(&dir, clock.clone());
         let ns = engine.namespace("ns").unwrap();
         for i in 0..100u32 {
             let Claim::Acquired(g) = ns.claim(format!("old-{i}").as_bytes()).unwrap() else {
@@ -90,18 +96,7 @@ fn a_clock_that_panics_during_a_compaction_keeps_the_records_and_the_process() {
         fail: Default::default(),
     };
     {
-        let engine = Engine::builder()
-            .namespace(
-                "ns",
-                NamespaceConfig::new()
-                    .ttl(Duration::from_secs(60))
-                    .retention(Duration::from_secs(600)),
-            )
-            .durable(&dir)
-            .clock(clock.clone())
-            .maintenance_interval(None)
-            .build()
-            .unwrap();
+        let engine = open(&dir, clock.clone());
         let ns = engine.namespace("ns").unwrap();
         for i in 0..10u32 {
             let Claim::Acquired(g) = ns.claim(format!("k-{i}").as_bytes()).unwrap() else {
@@ -133,22 +128,8 @@ fn at_the_end_of_time_compaction_keeps_what_the_engine_holds_done() {
     let dir = std::env::temp_dir().join(format!("idem-retention-end-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let clock = ManualClock::new(u64::MAX - 1000);
-    let open = || {
-        Engine::builder()
-            .namespace(
-                "ns",
-                NamespaceConfig::new()
-                    .ttl(Duration::from_secs(60))
-                    .retention(Duration::from_secs(600)),
-            )
-            .durable(&dir)
-            .clock(clock.clone())
-            .maintenance_interval(None)
-            .build()
-            .unwrap()
-    };
     {
-        let engine = open();
+        let engine = open(&dir, clock.clone());
         let ns = engine.namespace("ns").unwrap();
         let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
             panic!()
@@ -156,7 +137,7 @@ fn at_the_end_of_time_compaction_keeps_what_the_engine_holds_done() {
         g.complete().unwrap();
         engine.compact_store().unwrap();
     }
-    let engine = open();
+    let engine = open(&dir, clock.clone());
     let claim = engine.namespace("ns").unwrap().claim(b"k").unwrap();
     drop(engine);
     let _ = std::fs::remove_dir_all(&dir);

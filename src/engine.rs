@@ -3512,11 +3512,10 @@ impl ClaimGuard {
         self.release_inner()
     }
 
-    /// The done record of a completion at `now`: it lasts the retention. A sliding
-    /// window's lasts as long as the hot tier reads it back (`done_times`,
-    /// `Params::record_until`): at least to its first window's end rounded up to a
-    /// tick, which with a retention less than a tick longer than the TTL is up to a
-    /// tick past the retention.
+    /// The done record of a completion at `now`: it lasts the retention, and as long
+    /// as the hot tier reports it (`done_times`, `Params::record_until`): at least to
+    /// the window's end rounded up to a tick, which with a retention less than a tick
+    /// longer than the TTL is up to a tick past the retention.
     fn done_record(
         &self,
         p: &Params,
@@ -3525,11 +3524,7 @@ impl ClaimGuard {
         result: Option<&[u8]>,
     ) -> Record {
         let retention_ms = p.retention_ms.unwrap_or(0);
-        let expires_ms = if p.sliding {
-            p.record_until(now.ms, p.tick_to_ms(p.deadline(now, p.ttl_ms)))
-        } else {
-            None
-        };
+        let expires_ms = p.record_until(now.ms, p.tick_to_ms(p.deadline(now, p.ttl_ms)));
         Record {
             state: RecordState::Done,
             token: self.lease.token,

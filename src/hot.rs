@@ -1264,9 +1264,8 @@ fn done_times(p: &Params, now: Now, deadline: u32, extra: Option<&Extra>) -> (u6
     // With a durable tier the key stays a duplicate until its record expires: what
     // `Params::record_until` gives for the deadline, which takes the window's end as
     // up to a tick before the rounded deadline (else, with retention equal to the TTL,
-    // the answer would be a whole retention late). A sliding window's records are
-    // written for exactly that; a fixed window's for its retention, which that is, or
-    // less than a tick before it.
+    // the answer would be a whole retention late). Records are written for exactly
+    // that.
     let expires_at_ms = p
         .record_until(completed_at_ms, expires_at_ms)
         .unwrap_or(expires_at_ms);
@@ -1684,10 +1683,10 @@ impl Shard {
                 let old = widen(now.tick, e.deadline);
                 let when = p.deadline(now, p.ttl_ms).max(old);
                 let covered = self.completed_at(idx).and_then(|c| {
-                    // What the record holds, at least: the hot deadline is rounded up
-                    // to a tick, so the window it stands for may end a tick earlier.
-                    let window = p.tick_to_ms(old).saturating_sub(p.tick_ms - 1);
-                    let have = p.durable_until(c, window)?;
+                    // What the record holds, at least: every record of a window is
+                    // written to `record_until` its deadline, and the hot tier never
+                    // holds a deadline its record does not cover.
+                    let have = p.record_until(c, p.tick_to_ms(old))?;
                     Some(p.record_until(c, p.tick_to_ms(when))? <= have)
                 });
                 if covered == Some(false)

@@ -312,27 +312,54 @@ fn a_key_read_back_on_a_clock_set_back_is_held_a_ttl_at_most() {
 fn a_key_whose_retention_is_its_ttl_is_answered_with_its_records_expiry_on_coarse_ticks() {
     // Retention equal to the TTL, ticks of 10 ms that the TTL's end does not fall on:
     // the hot tier's answers say the record's expiry (to within a tick), not a
-    // retention later.
+    // retention later, and the record lasts to the rounded hot deadline it backs.
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);
     let cfg = small().retention(secs(60));
     let open = || open_ticked(&dir, &clock, 10, cfg.clone());
+    // The first run's hot deadline: T0 + 1,234 + 60,000 rounded up to 10 ms.
+    let expiry = T0 + 61_240;
     {
         let (_engine, ns) = open();
         clock.advance(ms(1234));
         acquire(&ns, b"k").complete().unwrap();
+        assert_eq!(duplicate(&ns, b"k").expires_at_ms(), expiry);
     }
     clock.advance(ms(10_005));
     let (_engine, ns) = open();
-    let expiry = T0 + 1234 + 60_000;
-    assert_eq!(duplicate(&ns, b"k").expires_at_ms(), expiry);
+    assert_eq!(duplicate(&ns, b"k").expires_at_ms(), expiry, "the record's");
     let from_hot = duplicate(&ns, b"k");
     assert_eq!(from_hot.completed_at_ms(), T0 + 1234);
     assert!(
-        (expiry..expiry + 10).contains(&from_hot.expires_at_ms()),
+        (expiry - 10..=expiry).contains(&from_hot.expires_at_ms()),
         "{} against the record's {expiry}",
         from_hot.expires_at_ms()
     );
+}
+
+#[test]
+fn a_sliding_window_seen_within_what_its_record_covers_reads_nothing_on_coarse_ticks() {
+    // Ticks of 1 s, TTL and retention 10 s, completed at T0 + 1: the hot deadline is
+    // T0 + 11,000, the record lasts as long. Sightings within that tick move nothing
+    // and need no look at the record (before, each read it: a failing read failed
+    // them).
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small()
+        .ttl(secs(10))
+        .retention(secs(10))
+        .extend_on_duplicate(true);
+    let (engine, ns) = open_ticked(&dir, &clock, 1000, cfg);
+    clock.advance(ms(1));
+    acquire(&ns, b"k").complete().unwrap();
+    let reads = engine.stats().durable_reads;
+    engine.debug_fail_store_reads(true);
+    for t in [100, 300, 500] {
+        clock.set(T0 + t);
+        assert_eq!(duplicate(&ns, b"k").expires_at_ms(), T0 + 11_000);
+    }
+    engine.debug_fail_store_reads(false);
+    assert_eq!(engine.stats().durable_reads, reads, "no sighting read the store");
 }
 
 #[test]

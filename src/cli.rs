@@ -92,7 +92,8 @@ USAGE:
         anything else is a failure (stderr is the reason). --schema-cmd gets the
         payload on stdin: exit 0 and no output is compatible, exit 0 with output
         replaces the payload, any other exit is incompatible (stderr is the
-        reason), except 126, 127 or a signal: then the command gave no verdict
+        reason), except 126, 127, 129-192 (a signal in what the shell ran) or a
+        signal: then the command gave no verdict
         and the replay stops before archiving anything for it. States:
         quarantined, under-review, replayed, archived.
     idem bench [--quick] [--no-durable | --durable-only] [--source DIR]

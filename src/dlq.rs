@@ -269,6 +269,13 @@ fn refuse_key(mid: MessageId, why: &crate::error::KeyError, report: &mut ReplayR
     report.refused_key.push(mid);
 }
 
+/// Leaves message `mid` as it is because its key's done record does not decode
+/// (`e`, an [`Error::CorruptRecord`]), noted in `report`.
+fn unreadable_key(mid: MessageId, e: &Error, report: &mut ReplayReport) {
+    report.notes.insert(mid, format!("key-unreadable: {e}"));
+    report.unreadable_key.push(mid);
+}
+
 /// `s` cut to at most `max` bytes, at a character boundary.
 pub(crate) fn truncate(s: &str, max: usize) -> &str {
     if s.len() <= max {
@@ -355,6 +362,9 @@ pub struct Selection {
     until_ms: Option<u64>,
     ids: Option<BTreeSet<MessageId>>,
     limit: Option<usize>,
+    /// Messages left out whatever else matches (a policy run's messages that an
+    /// earlier auto-replay entry of the same run handled).
+    excluded: BTreeSet<u64>,
 }
 
 impl Selection {
@@ -416,13 +426,14 @@ impl Selection {
     }
 
     fn id_matches(&self, id: MessageId) -> bool {
-        self.ids.as_ref().is_none_or(|ids| ids.contains(&id))
+        self.ids.as_ref().is_none_or(|ids| ids.contains(&id)) && !self.excluded.contains(&id.0)
     }
 }
 
 /// What a replay did, or in a dry run would do, with each selected message. A message
 /// is in exactly one of `replayed`, `already_done`, `archived`, `failed`,
-/// `skipped_in_progress` and `refused_key`; each list is in id order.
+/// `skipped_in_progress`, `refused_key` and `unreadable_key`; each list is in id
+/// order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ReplayReport {
@@ -439,13 +450,18 @@ pub struct ReplayReport {
     /// empty in a dry run.
     pub failed: Vec<MessageId>,
     /// Their key is held by a live claim elsewhere (or another replay works on the
-    /// message), or they were replayed or archived since the replay selected them
+    /// message), or they were replayed, archived, or taken up for review (when the
+    /// selection did not ask for reviewed messages) since the replay selected them
     /// (then with a note): left as they were.
     pub skipped_in_progress: Vec<MessageId>,
     /// The namespace refuses their key now ([`Error::InvalidKey`]: longer than its
     /// `max_key_len`, lowered since they were quarantined, or empty): left as they
     /// were, with a note, while the rest of the replay goes on.
     pub refused_key: Vec<MessageId>,
+    /// Their key's done record in the durable tier does not decode
+    /// ([`Error::CorruptRecord`]): whether it was applied cannot be told, so they
+    /// are left as they were, with a note, while the rest of the replay goes on.
+    pub unreadable_key: Vec<MessageId>,
     /// The messages among `replayed` and `failed` whose payload the schema check
     /// transformed.
     pub transformed: Vec<MessageId>,
@@ -463,6 +479,20 @@ impl ReplayReport {
             + self.failed.len()
             + self.skipped_in_progress.len()
             + self.refused_key.len()
+            + self.unreadable_key.len()
+    }
+
+    /// Every message the report covers.
+    fn ids(&self) -> impl Iterator<Item = MessageId> + '_ {
+        self.replayed
+            .iter()
+            .chain(&self.already_done)
+            .chain(&self.archived)
+            .chain(&self.failed)
+            .chain(&self.skipped_in_progress)
+            .chain(&self.refused_key)
+            .chain(&self.unreadable_key)
+            .copied()
     }
 
     fn merge(&mut self, other: ReplayReport) {
@@ -472,6 +502,7 @@ impl ReplayReport {
         self.failed.extend(other.failed);
         self.skipped_in_progress.extend(other.skipped_in_progress);
         self.refused_key.extend(other.refused_key);
+        self.unreadable_key.extend(other.unreadable_key);
         self.transformed.extend(other.transformed);
         self.notes.extend(other.notes);
     }
@@ -997,9 +1028,29 @@ impl Inner {
 
     /// Moves message `id` to `to` (an operator's or a policy's transition).
     fn transition(&self, id: u64, to: MessageState, actor: &str, note: &str) -> Result<()> {
+        self.transition_from(id, None, to, actor, note).map(|_| ())
+    }
+
+    /// [`Inner::transition`]; with `expected`, only from that state: `Ok(false)`,
+    /// changing nothing, if the message is in another state or a replay holds it (a
+    /// policy acting on what it selected earlier, which may have moved since).
+    fn transition_from(
+        &self,
+        id: u64,
+        expected: Option<MessageState>,
+        to: MessageState,
+        actor: &str,
+        note: &str,
+    ) -> Result<bool> {
         self.namespace()?;
         validate_reason(note)?;
         let mut st = self.state.lock();
+        if expected.is_some() {
+            let moved = st.busy.contains_key(&id) || st.index.get(&id).map(|s| s.state) != expected;
+            if moved {
+                return Ok(false);
+            }
+        }
         if let Some(step) = st.busy.get(&id) {
             return Err(Error::InvalidTransition {
                 id: MessageId(id),
@@ -1023,7 +1074,8 @@ impl Inner {
             reason: note.to_owned(),
         });
         letter.state = to;
-        self.store_letter(&mut st, id, &letter, None)
+        self.store_letter(&mut st, id, &letter, None)?;
+        Ok(true)
     }
 }
 
@@ -1369,7 +1421,7 @@ impl Dlq {
             }
             ReplayMode::Execute => {
                 for id in ids {
-                    self.replay_one(actor, id, schema, handler, &mut report)?;
+                    self.replay_one(actor, id, selection, schema, handler, &mut report)?;
                 }
             }
         }
@@ -1424,6 +1476,10 @@ impl Dlq {
                 refuse_key(mid, &e, report);
                 return Ok(());
             }
+            Err(e @ Error::CorruptRecord { .. }) => {
+                unreadable_key(mid, &e, report);
+                return Ok(());
+            }
             r => r?,
         };
         match state {
@@ -1445,11 +1501,12 @@ impl Dlq {
         Ok(())
     }
 
-    /// Replays message `id`.
+    /// Replays message `id`, which `selection` picked.
     fn replay_one(
         &self,
         actor: &str,
         id: u64,
+        selection: &Selection,
         schema: &dyn SchemaCheck,
         handler: &mut Handler<'_>,
         report: &mut ReplayReport,
@@ -1464,9 +1521,11 @@ impl Dlq {
                 return Ok(());
             }
             let letter = inner.load(&st, id)?;
-            if letter.state.is_terminal() {
+            if letter.state.is_terminal() || !selection.state_matches(letter.state) {
                 // Replayed or archived since the selection (by the handler of an
-                // earlier message, or another thread): nothing left to do, and said.
+                // earlier message, or another thread), or taken up for review by an
+                // operator when the selection did not ask for reviewed messages:
+                // left as it is, and said.
                 report.skipped_in_progress.push(mid);
                 report.notes.insert(
                     mid,
@@ -1532,6 +1591,10 @@ impl Dlq {
         let claim = match inner.namespace()?.claim(&letter.key) {
             Err(Error::InvalidKey(e)) => {
                 refuse_key(mid, &e, report);
+                return Ok(());
+            }
+            Err(e @ Error::CorruptRecord { .. }) => {
+                unreadable_key(mid, &e, report);
                 return Ok(());
             }
             r => r?,
@@ -1650,16 +1713,29 @@ impl Dlq {
                 "retention: quarantined for {} s or more",
                 retention.as_secs()
             );
+            // Each only if still quarantined and not being replayed: an operator may
+            // have taken it up for review since, or a replay finished it.
             for id in due {
-                self.inner
-                    .transition(id, MessageState::Archived, ACTOR_AUTO_ARCHIVE, &note)?;
-                out.archived.push(MessageId(id));
+                if self.inner.transition_from(
+                    id,
+                    Some(MessageState::Quarantined),
+                    MessageState::Archived,
+                    ACTOR_AUTO_ARCHIVE,
+                    &note,
+                )? {
+                    out.archived.push(MessageId(id));
+                }
             }
         }
+        // Entries may overlap (a class and one of its sub-classes, say): a message
+        // one entry handled (a failure whose new reason another entry's class still
+        // matches, one skipped while held) is not taken up again in the same run.
+        let mut handled = BTreeSet::new();
         for (class, from_ms, until_ms) in &policy.auto_replay {
-            let sel = Selection::default()
+            let mut sel = Selection::default()
                 .reason_class(class)
                 .quarantined_between(*from_ms, *until_ms);
+            sel.excluded.clone_from(&handled);
             let r = self.replay_as(
                 ACTOR_AUTO_REPLAY,
                 &sel,
@@ -1667,6 +1743,7 @@ impl Dlq {
                 &mut handler,
                 ReplayMode::Execute,
             )?;
+            handled.extend(r.ids().map(|id| id.0));
             out.replay.merge(r);
         }
         Ok(out)

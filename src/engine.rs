@@ -2924,7 +2924,7 @@ impl Namespace {
 
     /// Claims several keys at once, with one durable write for all their claim
     /// markers. Every key is checked first: one bad key refuses the whole batch and
-    /// changes nothing. If a claim fails (payload mismatch, capacity, store), the
+    /// changes nothing. If a claim fails (capacity, store, a corrupt record), the
     /// claims already acquired in the batch are released and the error returned.
     ///
     /// The answers are those of claiming the keys one by one, in order (a key twice
@@ -3471,9 +3471,10 @@ impl ClaimGuard {
     /// [`Error::NotDurable`] on a memory-only engine, [`Error::UnknownStateFamily`]
     /// for a family this engine did not declare, [`Error::ResultTooLarge`]. (Such a
     /// claim is one never completed: its claim marker stays, and the next open
-    /// reports it among [`Engine::orphans`] unless its key was claimed again.) A
-    /// store failure is returned, whatever the namespace's failure policy (state
-    /// changes are never applied from the hot tier alone): a write that failed
+    /// reports it among [`Engine::orphans`] unless its key was claimed again.) With
+    /// any changes, a store failure is returned, whatever the namespace's failure
+    /// policy (state changes are never applied from the hot tier alone; with none,
+    /// `FailOpen` completes in the hot tier as [`ClaimGuard::complete`] does): a write that failed
     /// releases the claim (so a redelivery retries), while a failed fsync under
     /// group commit ([`EngineBuilder::commit_delay`]) comes after the write, so the
     /// completion and its changes are applied together and readable (a redelivery

@@ -746,6 +746,103 @@ fn policies_auto_archive_past_retention_and_auto_replay_only_what_is_approved() 
     assert_eq!(again.replay.total(), 0);
 }
 
+#[cfg(feature = "durable")]
+#[test]
+fn a_message_whose_keys_record_does_not_decode_is_left_and_the_rest_replayed() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (a, b, c);
+    {
+        let (_engine, ns, dlq) = open(&dir, &clock);
+        a = dlq.quarantine(b"a", b"v2:a", OUTAGE).unwrap();
+        b = dlq.quarantine(b"b", b"v2:b", OUTAGE).unwrap();
+        c = dlq.quarantine(b"c", b"v2:c", OUTAGE).unwrap();
+        live_apply(&ns, &Ledger::default(), b"b");
+        ns.debug_corrupt_record(b"b").unwrap();
+    }
+    // After a restart, only the durable tier knows b (and cannot read it).
+    let (_engine, _ns, dlq) = open(&dir, &clock);
+    for mode in [ReplayMode::DryRun, ReplayMode::Execute] {
+        let r = dlq
+            .replay(
+                &Selection::default(),
+                &any_schema,
+                |_: &[u8], _: &[u8]| Ok(()),
+                mode,
+            )
+            .unwrap();
+        assert_eq!(r.replayed, vec![a, c], "{mode:?}");
+        assert_eq!(r.unreadable_key, vec![b], "{mode:?}");
+        assert!(r.notes[&b].starts_with("key-unreadable"), "{:?}", r.notes);
+    }
+    assert_eq!(dlq.get(b).unwrap().state(), MessageState::Quarantined);
+}
+
+#[test]
+fn overlapping_auto_replays_take_a_message_up_once_a_run() {
+    let (_engine, _ns, dlq, clock) = memory();
+    let from = clock_now(&clock);
+    let id = dlq.quarantine(b"k", b"v2:k", OUTAGE).unwrap();
+    clock.advance(secs(60));
+    // A class and one of its sub-classes; the handler's failure keeps the message in
+    // both.
+    let policy = DlqPolicy::new()
+        .auto_replay("downstream-unavailable", from, from + 3_600_000)
+        .auto_replay(OUTAGE, from, from + 3_600_000);
+    let calls = std::cell::Cell::new(0);
+    let r = dlq
+        .run_policies(&policy, &any_schema, |_: &[u8], _: &[u8]| {
+            calls.set(calls.get() + 1);
+            Err(format!("{OUTAGE} 503"))
+        })
+        .unwrap();
+    assert_eq!(calls.get(), 1);
+    assert_eq!(r.replay.failed, vec![id]);
+    assert_eq!(r.replay.total(), 1);
+    assert_eq!(dlq.get(id).unwrap().attempts(), 1);
+}
+
+#[test]
+fn a_message_taken_up_for_review_during_a_policy_run_is_left_to_its_reviewer() {
+    let (_engine, _ns, dlq, clock) = memory();
+    let from = clock_now(&clock);
+    let a = dlq.quarantine(b"a", b"v2:a", OUTAGE).unwrap();
+    let b = dlq.quarantine(b"b", b"v2:b", OUTAGE).unwrap();
+    let c = dlq.quarantine(b"c", b"v2:c", OUTAGE).unwrap();
+    clock.advance(secs(3600));
+    let applied = RefCell::new(Vec::new());
+    let r = dlq
+        .run_policies(
+            &DlqPolicy::new().auto_replay(OUTAGE, from, from + 3_600_000),
+            &any_schema,
+            |k: &[u8], _: &[u8]| {
+                // An operator takes b up for review while a's handler runs.
+                if k == b"a" {
+                    dlq.review(b, "hold: checking this one by hand").unwrap();
+                }
+                applied.borrow_mut().push(k.to_vec());
+                Ok(())
+            },
+        )
+        .unwrap();
+    assert_eq!(r.replay.replayed, vec![a, c]);
+    assert_eq!(r.replay.skipped_in_progress, vec![b]);
+    assert_eq!(*applied.borrow(), vec![b"a".to_vec(), b"c".to_vec()]);
+    assert_eq!(dlq.get(b).unwrap().state(), MessageState::UnderReview);
+    // Nor does the auto-archive take it.
+    let d = dlq.quarantine(b"d", b"v2:d", OUTAGE).unwrap();
+    clock.advance(secs(3600));
+    let r = dlq
+        .run_policies(
+            &DlqPolicy::new().archive_after(secs(60)),
+            &any_schema,
+            |_: &[u8], _: &[u8]| panic!("nothing to replay"),
+        )
+        .unwrap();
+    assert_eq!(r.archived, vec![d]);
+    assert_eq!(dlq.get(b).unwrap().state(), MessageState::UnderReview);
+}
+
 fn clock_now(clock: &ManualClock) -> u64 {
     use idem::Clock;
     clock.now_ms()

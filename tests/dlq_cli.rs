@@ -319,9 +319,14 @@ fn a_replays_limit_counts_the_messages_it_can_replay() {
 #[test]
 fn a_schema_command_that_gives_no_verdict_archives_nothing() {
     let (_tmp, dbs) = populated("schema");
-    // Not found (the shell exits 127), and ended by a signal. Before, each read as
-    // "incompatible" and archived every message for good.
-    for check in ["no-such-schema-command-xyz", "kill -9 $$"] {
+    // Not found (the shell exits 127), ended by a signal, and a checker its shell ran
+    // ended by a signal (the shell exits 137). Before, each read as "incompatible"
+    // and archived every message for good.
+    for check in [
+        "no-such-schema-command-xyz",
+        "kill -9 $$",
+        "sh -c 'kill -9 $$'; exit $?",
+    ] {
         for mode in ["--dry-run", "--exec"] {
             let mut args = vec!["--schema-cmd", check, mode];
             if mode == "--exec" {

@@ -359,7 +359,11 @@ fn a_sliding_window_seen_within_what_its_record_covers_reads_nothing_on_coarse_t
         assert_eq!(duplicate(&ns, b"k").expires_at_ms(), T0 + 11_000);
     }
     engine.debug_fail_store_reads(false);
-    assert_eq!(engine.stats().durable_reads, reads, "no sighting read the store");
+    assert_eq!(
+        engine.stats().durable_reads,
+        reads,
+        "no sighting read the store"
+    );
 }
 
 #[test]

@@ -462,14 +462,17 @@ fn health(dlq: &Dlq) {
 /// replaces the payload; any other exit: incompatible, with its stderr as the reason.
 /// A command that gives no verdict is an error, not an incompatible payload (which
 /// would archive the message for good): one that cannot be started, that the shell
-/// cannot find or run (exit 126 or 127), or that a signal ends.
+/// cannot find or run (exit 126 or 127), that a signal ends, or whose shell reports a
+/// signal that ended what it ran (exit 128 + the signal's number, 129 to 192: an
+/// out-of-memory kill of a checker behind a pipeline or a wrapper script, say). An
+/// incompatible verdict is an exit from 1 to 125.
 fn schema_verdict(cmd: &str, payload: &[u8]) -> Result<SchemaVerdict, String> {
     let (status, out, err) = run_shell(cmd, &[], payload)
         .map_err(|e| format!("the schema command did not start: {e}"))?;
     match status.code() {
         Some(0) if out.is_empty() => Ok(SchemaVerdict::Compatible),
         Some(0) => Ok(SchemaVerdict::Transform(out)),
-        Some(126 | 127) | None => Err(format!(
+        Some(126 | 127 | 129..=192) | None => Err(format!(
             "the schema command gave no verdict ({status}): {err}"
         )),
         Some(_) => Ok(SchemaVerdict::Incompatible(err)),
@@ -623,6 +626,7 @@ fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
         report.failed.extend(r.failed);
         report.skipped_in_progress.extend(r.skipped_in_progress);
         report.refused_key.extend(r.refused_key);
+        report.unreadable_key.extend(r.unreadable_key);
         report.transformed.extend(r.transformed);
         report.notes.extend(r.notes);
         bar.set(report.total() as u64);
@@ -650,6 +654,10 @@ fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
         (
             "skipped: key refused by namespace".to_owned(),
             &report.refused_key,
+        ),
+        (
+            "skipped: key's record unreadable".to_owned(),
+            &report.unreadable_key,
         ),
     ] {
         outln!("{label:<34} {:>8}", grouped(ids.len() as u64));

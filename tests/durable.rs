@@ -2337,6 +2337,35 @@ fn an_orphan_whose_lease_already_ran_out_is_reported_once() {
 // 12. Batches.
 
 #[test]
+fn a_batch_decided_from_the_hot_tier_alone_counts_each_of_its_decisions() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (engine, ns) = open(
+        &dir,
+        &clock,
+        immediate().on_store_error(FailurePolicy::FailOpen),
+    );
+    let decisions = || engine.stats().fail_open_decisions;
+    engine.debug_fail_store_writes(true);
+    // Three claims whose one marker write fails: three decisions, as three single
+    // claims would make.
+    let claims = ns.claim_batch(&[b"a", b"b", b"c"]).unwrap();
+    assert_eq!(decisions(), 3);
+    let guards: Vec<ClaimGuard> = claims
+        .into_iter()
+        .map(|c| match c {
+            Claim::Acquired(g) => g,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    // And three completions whose one write fails.
+    let done = ns.complete_batch(guards).unwrap();
+    assert!(done.iter().all(Result::is_ok), "{done:?}");
+    assert_eq!(decisions(), 6);
+    engine.debug_fail_store_writes(false);
+}
+
+#[test]
 fn batches_claim_and_complete_with_one_durable_write_each() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);

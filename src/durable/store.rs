@@ -1662,10 +1662,22 @@ impl DurableNs {
     /// Applies the failure policy to a failed store operation: `Ok` if the namespace
     /// fails open (the failure is counted and logged), the error otherwise.
     pub(crate) fn on_failure(&self, e: Error, during: &'static str) -> Result<(), Error> {
+        self.on_failures(e, during, 1)
+    }
+
+    /// [`DurableNs::on_failure`] for an operation that made `decisions` decisions
+    /// (a batch's claims or completions), each counted as a fail-open decision.
+    pub(crate) fn on_failures(
+        &self,
+        e: Error,
+        during: &'static str,
+        decisions: usize,
+    ) -> Result<(), Error> {
         self.errors.fetch_add(1, Ordering::Relaxed);
         match self.failure {
             FailurePolicy::FailOpen => {
-                self.fail_open.fetch_add(1, Ordering::Relaxed);
+                self.fail_open
+                    .fetch_add(decisions as u64, Ordering::Relaxed);
                 tracing::warn!(
                     namespace = %self.name,
                     during,
@@ -1766,7 +1778,7 @@ impl DurableNs {
                 Ok(())
             }
             Err(e) => {
-                let r = self.on_failure(e, "claim");
+                let r = self.on_failures(e, "claim", to_store.len());
                 if r.is_err() {
                     // The claims are refused: none of their markers may stay.
                     if let Some(j) = self.journal.get() {
@@ -1876,7 +1888,9 @@ impl DurableNs {
                 self.errors.fetch_add(1, Ordering::Relaxed);
                 Err(e)
             }
-            Err(e) => self.on_failure(e, "complete").map(|()| Stored::HotOnly),
+            Err(e) => self
+                .on_failures(e, "complete", done.len())
+                .map(|()| Stored::HotOnly),
         };
         // A journaled claim is no longer in flight once its completion is written, or
         // refused (the claim is then released). A completion decided from the hot

@@ -959,9 +959,23 @@ impl Inner {
             Home::Engine { store: Some(_), .. } => {
                 let key = crate::durable::dlq_message_key(id).to_vec();
                 let op = crate::durable::StateOp::DeadLetter(key, letter.encode());
-                guard.complete_co_committed(&[(String::new(), op)])?;
-                self.state.lock().index.insert(id, Summary::of(letter));
-                Ok(())
+                let r = guard.complete_co_committed(&[(String::new(), op)]);
+                let mut st = self.state.lock();
+                match &r {
+                    Ok(()) => {
+                        st.index.insert(id, Summary::of(letter));
+                    }
+                    Err(Error::LeaseLost) => {}
+                    // A failed write wrote nothing, but a failed sync after the write
+                    // (group commit) left the letter written: the index follows what
+                    // is stored.
+                    Err(_) => {
+                        if let Ok(stored) = self.load(&st, id) {
+                            st.index.insert(id, Summary::of(&stored));
+                        }
+                    }
+                }
+                r
             }
             #[cfg(not(feature = "durable"))]
             Home::Engine {
@@ -1649,7 +1663,9 @@ impl Dlq {
                         // as replayed all the same.
                         return inner.replayed_after_lease_lost(id, &letter.key, done, report);
                     }
-                    // Nothing was written (one atomic write): the message is as it was.
+                    // One atomic write: nothing was written, and the message is as it
+                    // was; or, if only the sync after the write failed (group
+                    // commit), it is recorded as replayed, and the error returned.
                     Err(e) => return Err(e),
                 }
             }

@@ -778,6 +778,30 @@ fn a_message_whose_keys_record_does_not_decode_is_left_and_the_rest_replayed() {
     assert_eq!(dlq.get(b).unwrap().state(), MessageState::Quarantined);
 }
 
+#[cfg(feature = "durable")]
+#[test]
+fn a_replay_whose_sync_fails_after_its_write_lists_the_message_as_stored() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (engine, _ns, dlq) = open(&dir, &clock);
+    let id = dlq.quarantine(b"k", b"v2:k", OUTAGE).unwrap();
+    // The completion's write lands; the group commit's fsync after it fails.
+    engine.debug_fail_syncs(true);
+    let r = dlq.replay(
+        &Selection::default(),
+        &any_schema,
+        |_: &[u8], _: &[u8]| Ok(()),
+        ReplayMode::Execute,
+    );
+    engine.debug_fail_syncs(false);
+    assert!(matches!(r, Err(Error::Store(_))), "{r:?}");
+    // The letter on disk says replayed, and so do the listing and the health.
+    assert_eq!(dlq.get(id).unwrap().state(), MessageState::Replayed);
+    assert!(dlq.list(&Selection::default()).unwrap().is_empty());
+    let h = dlq.health();
+    assert_eq!((h.depth, h.replayed), (0, 1));
+}
+
 #[test]
 fn overlapping_auto_replays_take_a_message_up_once_a_run() {
     let (_engine, _ns, dlq, clock) = memory();

@@ -1371,8 +1371,10 @@ impl Dlq {
     /// Errors: a selection naming an unknown message or one already replayed or
     /// archived is refused before anything is done, and so is an `Execute` replay of
     /// a store opened read-only. A claim or store error stops the replay and is
-    /// returned: messages handled before it keep their outcome, the message at hand
-    /// is left as it was.
+    /// returned: messages handled before it keep their outcome, and the message at
+    /// hand is left as it was, except after a completion whose write landed and whose
+    /// grouped fsync failed: it is recorded as replayed (its key done), and the error
+    /// returned.
     pub fn replay(
         &self,
         selection: &Selection,
@@ -1827,4 +1829,58 @@ impl Dlq {
 fn _assert_send_sync() {
     fn is<T: Send + Sync + 'static>() {}
     is::<Dlq>();
+}
+
+#[cfg(all(test, not(idem_loom)))]
+mod tests {
+    use super::*;
+    use crate::{Engine, NamespaceConfig};
+
+    /// The auto-archive's transition acts only on a message still quarantined and
+    /// not held by a replay: one that moved since the policy picked it is passed over
+    /// (`Ok(false)`, nothing changed), where the operator's transition refuses it.
+    #[test]
+    fn a_transition_from_an_expected_state_passes_over_a_message_that_moved() {
+        let engine = Engine::builder()
+            .namespace("ns", NamespaceConfig::new())
+            .maintenance_interval(None)
+            .build()
+            .unwrap();
+        let dlq = engine.dlq("ns").unwrap();
+        let reviewed = dlq.quarantine(b"r", b"p", "test:reason").unwrap();
+        let held = dlq.quarantine(b"h", b"p", "test:reason").unwrap();
+        let waiting = dlq.quarantine(b"w", b"p", "test:reason").unwrap();
+        dlq.review(reviewed, "hold: by hand").unwrap();
+        dlq.inner
+            .state
+            .lock()
+            .busy
+            .insert(held.0, MessageState::UnderReview);
+        let archive = |id: MessageId| {
+            dlq.inner.transition_from(
+                id.0,
+                Some(MessageState::Quarantined),
+                MessageState::Archived,
+                ACTOR_AUTO_ARCHIVE,
+                "retention: test",
+            )
+        };
+        assert_eq!(archive(reviewed), Ok(false));
+        assert_eq!(archive(held), Ok(false));
+        assert_eq!(archive(waiting), Ok(true));
+        assert_eq!(
+            dlq.get(reviewed).unwrap().state(),
+            MessageState::UnderReview
+        );
+        assert_eq!(dlq.get(waiting).unwrap().state(), MessageState::Archived);
+        // Without an expected state (an operator's), a message a replay holds is
+        // refused with an error.
+        assert!(matches!(
+            dlq.inner
+                .transition(held.0, MessageState::Archived, "operator", "x: y"),
+            Err(Error::InvalidTransition { .. })
+        ));
+        dlq.inner.state.lock().busy.remove(&held.0);
+        assert_eq!(dlq.get(held).unwrap().state(), MessageState::Quarantined);
+    }
 }

@@ -3525,7 +3525,17 @@ impl ClaimGuard {
         result: Option<&[u8]>,
     ) -> Record {
         let retention_ms = p.retention_ms.unwrap_or(0);
-        let expires_ms = p.record_until(now.ms, p.tick_to_ms(p.deadline(now, p.ttl_ms)));
+        let hot_ms = p.tick_to_ms(p.deadline(now, p.ttl_ms));
+        // A fixed window's entry keeps no completion time: the hot tier later derives
+        // it from the deadline, up to a tick past `now`, and reports the record from
+        // there. The record is dated from that derived time, so that it lasts at least
+        // as long as any report.
+        let basis = if p.sliding {
+            now.ms
+        } else {
+            hot_ms.saturating_sub(p.ttl_ms).max(now.ms)
+        };
+        let expires_ms = p.record_until(basis, hot_ms);
         Record {
             state: RecordState::Done,
             token: self.lease.token,

@@ -464,8 +464,8 @@ fn health(dlq: &Dlq) {
 /// would archive the message for good): one that cannot be started, that the shell
 /// cannot find or run (exit 126 or 127), that a signal ends, or whose shell reports a
 /// signal that ended what it ran (exit 128 + the signal's number, 129 to 192: an
-/// out-of-memory kill of a checker behind a pipeline or a wrapper script, say). An
-/// incompatible verdict is an exit from 1 to 125.
+/// out-of-memory kill of a checker behind a pipeline or a wrapper script, say). Any
+/// other non-zero exit is an incompatible verdict.
 fn schema_verdict(cmd: &str, payload: &[u8]) -> Result<SchemaVerdict, String> {
     let (status, out, err) = run_shell(cmd, &[], payload)
         .map_err(|e| format!("the schema command did not start: {e}"))?;

@@ -3513,10 +3513,10 @@ impl ClaimGuard {
         self.release_inner()
     }
 
-    /// The done record of a completion at `now`: it lasts the retention, and as long
-    /// as the hot tier reports it (`done_times`, `Params::record_until`): at least to
-    /// the window's end rounded up to a tick, which with a retention less than a tick
-    /// longer than the TTL is up to a tick past the retention.
+    /// The done record of a completion at `now`: it lasts the retention, and at least
+    /// to the window's end rounded up to a tick (`Params::record_until`, what
+    /// `done_times` reports), which with a retention less than a tick longer than the
+    /// TTL is up to a tick past the retention.
     fn done_record(
         &self,
         p: &Params,
@@ -3525,17 +3525,10 @@ impl ClaimGuard {
         result: Option<&[u8]>,
     ) -> Record {
         let retention_ms = p.retention_ms.unwrap_or(0);
-        let hot_ms = p.tick_to_ms(p.deadline(now, p.ttl_ms));
-        // A fixed window's entry keeps no completion time: the hot tier later derives
-        // it from the deadline, up to a tick past `now`, and reports the record from
-        // there. The record is dated from that derived time, so that it lasts at least
-        // as long as any report.
-        let basis = if p.sliding {
-            now.ms
-        } else {
-            hot_ms.saturating_sub(p.ttl_ms).max(now.ms)
-        };
-        let expires_ms = p.record_until(basis, hot_ms);
+        // (A fixed window's entry keeps no completion time: once the clock has moved
+        // on, the hot tier derives it from the deadline, up to a tick late on coarse
+        // ticks, and reports the expiry from there, up to a tick past this record's.)
+        let expires_ms = p.record_until(now.ms, p.tick_to_ms(p.deadline(now, p.ttl_ms)));
         Record {
             state: RecordState::Done,
             token: self.lease.token,

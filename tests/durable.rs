@@ -338,31 +338,6 @@ fn a_key_whose_retention_is_its_ttl_is_answered_with_its_records_expiry_on_coars
 }
 
 #[test]
-fn a_fixed_windows_record_lasts_as_long_as_its_duplicates_say_on_coarse_ticks() {
-    // Ticks of 10 ms, completed at T0 + 1,234: the entry keeps no completion time,
-    // and once the clock moved on the hot tier derives it from the deadline (T0 +
-    // 1,240) and reports expiry from there. The record must last that long.
-    let dir = TempDir::new();
-    let clock = ManualClock::new(T0);
-    let cfg = small().retention(secs(3600));
-    let open = || open_ticked(&dir, &clock, 10, cfg.clone());
-    let reported = {
-        let (_engine, ns) = open();
-        clock.advance(ms(1234));
-        acquire(&ns, b"k").complete().unwrap();
-        clock.set(T0 + 2000);
-        duplicate(&ns, b"k").expires_at_ms()
-    };
-    assert_eq!(reported, T0 + 1240 + 3_600_000);
-    let (_engine, ns) = open();
-    assert_eq!(
-        duplicate(&ns, b"k").expires_at_ms(),
-        reported,
-        "the record's"
-    );
-}
-
-#[test]
 fn a_sliding_window_seen_within_what_its_record_covers_reads_nothing_on_coarse_ticks() {
     // Ticks of 1 s, TTL and retention 10 s, completed at T0 + 1: the hot deadline is
     // T0 + 11,000, the record lasts as long. Sightings within that tick move nothing

@@ -26,6 +26,20 @@ fn config() -> NamespaceConfig {
     small().max_keys(100_000)
 }
 
+/// A durable engine in a new directory on a clock at `T0`, with one message of
+/// `key` quarantined (payload "v2:" and the key); the directory first, so that it is
+/// dropped last.
+#[cfg(feature = "durable")]
+fn durable_with_a_letter(key: &[u8]) -> (TempDir, ManualClock, Engine, Namespace, Dlq, MessageId) {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (engine, ns, dlq) = open(&dir, &clock);
+    let id = dlq
+        .quarantine(key, &[b"v2:", key].concat(), OUTAGE)
+        .unwrap();
+    (dir, clock, engine, ns, dlq, id)
+}
+
 #[cfg(feature = "durable")]
 /// A durable engine with namespace "ns" in `dir` on `clock`.
 fn open(dir: &TempDir, clock: &ManualClock) -> (Engine, Namespace, Dlq) {
@@ -63,6 +77,17 @@ fn schema_v2(payload: &[u8]) -> SchemaVerdict {
 
 fn any_schema(_: &[u8]) -> SchemaVerdict {
     SchemaVerdict::Compatible
+}
+
+/// Replays the quarantined messages in `mode`, every handler succeeding.
+fn replay_all(dlq: &Dlq, schema: &dyn idem::SchemaCheck, mode: ReplayMode) -> ReplayReport {
+    dlq.replay(
+        &Selection::default(),
+        schema,
+        |_: &[u8], _: &[u8]| Ok(()),
+        mode,
+    )
+    .expect("the replay runs")
 }
 
 /// Replays `sel` for real, every payload compatible, through `handler`.
@@ -763,14 +788,7 @@ fn a_message_whose_keys_record_does_not_decode_is_left_and_the_rest_replayed() {
     // After a restart, only the durable tier knows b (and cannot read it).
     let (_engine, _ns, dlq) = open(&dir, &clock);
     for mode in [ReplayMode::DryRun, ReplayMode::Execute] {
-        let r = dlq
-            .replay(
-                &Selection::default(),
-                &any_schema,
-                |_: &[u8], _: &[u8]| Ok(()),
-                mode,
-            )
-            .unwrap();
+        let r = replay_all(&dlq, &any_schema, mode);
         assert_eq!(r.replayed, vec![a, c], "{mode:?}");
         assert_eq!(r.unreadable_key, vec![b], "{mode:?}");
         assert!(r.notes[&b].starts_with("key-unreadable"), "{:?}", r.notes);
@@ -781,10 +799,7 @@ fn a_message_whose_keys_record_does_not_decode_is_left_and_the_rest_replayed() {
 #[cfg(feature = "durable")]
 #[test]
 fn a_replay_whose_sync_fails_after_its_write_lists_the_message_as_stored() {
-    let dir = TempDir::new();
-    let clock = ManualClock::new(T0);
-    let (engine, _ns, dlq) = open(&dir, &clock);
-    let id = dlq.quarantine(b"k", b"v2:k", OUTAGE).unwrap();
+    let (_dir, _clock, engine, _ns, dlq, id) = durable_with_a_letter(b"k");
     // The completion's write lands; the group commit's fsync after it fails.
     engine.debug_fail_syncs(true);
     let r = dlq.replay(
@@ -983,14 +998,7 @@ fn only_replayed_or_failed_messages_are_listed_as_transformed() {
     acquire(&ns, b"done").complete().unwrap();
     let upgrade = |p: &[u8]| SchemaVerdict::Transform([b"v2:", &p[3..]].concat());
     for mode in [ReplayMode::DryRun, ReplayMode::Execute] {
-        let r = dlq
-            .replay(
-                &Selection::default(),
-                &upgrade,
-                |_: &[u8], _: &[u8]| Ok(()),
-                mode,
-            )
-            .unwrap();
+        let r = replay_all(&dlq, &upgrade, mode);
         assert_eq!(r.replayed, vec![fresh], "{mode:?}");
         assert_eq!(r.already_done, vec![done], "{mode:?}");
         // Before, the done key's message was listed as transformed too.
@@ -1103,10 +1111,7 @@ fn a_message_archived_by_an_earlier_handler_of_the_same_replay_is_in_its_report(
 #[cfg(feature = "durable")]
 #[test]
 fn a_store_failure_leaves_every_message_as_it_was() {
-    let dir = TempDir::new();
-    let clock = ManualClock::new(T0);
-    let (engine, ns, dlq) = open(&dir, &clock);
-    let id = dlq.quarantine(b"k", b"p", OUTAGE).unwrap();
+    let (_dir, _clock, engine, ns, dlq, id) = durable_with_a_letter(b"k");
     let before = everything(&dlq);
     engine.debug_fail_store_writes(true);
     assert!(matches!(
@@ -1329,10 +1334,7 @@ fn a_store_opened_read_only_reads_dry_runs_and_refuses_every_change() {
 #[cfg(all(feature = "durable", target_os = "linux"))]
 #[test]
 fn a_read_only_dry_run_takes_a_damaged_claim_marker_as_no_claim() {
-    let dir = TempDir::new();
-    let clock = ManualClock::new(T0);
-    let (engine, ns, dlq) = open(&dir, &clock);
-    let b = dlq.quarantine(b"b", b"p", OUTAGE).unwrap();
+    let (dir, clock, engine, ns, dlq, b) = durable_with_a_letter(b"b");
     let held = acquire(&ns, b"b");
     engine.debug_keep_journal_markers(true);
     drop(held);

@@ -272,7 +272,7 @@ impl Engine {
         }
         #[allow(unused_mut)]
         let mut seed = b.seed.unwrap_or_else(random_seed);
-        let epoch_ms = b.clock.now_ms().min(crate::clock::LATEST_MS);
+        let epoch_ms = crate::clock::read_capped(&*b.clock);
         let tick_ms = b.tick.as_millis() as u64;
         #[allow(unused_mut)]
         let mut unconfigured = Vec::new();
@@ -2155,7 +2155,7 @@ impl NsInner {
         };
         // The wheels start at this reading, so the namespace's time never goes below
         // it (see `NsInner::now_ms`).
-        let start_ms = clock.now_ms().min(crate::clock::LATEST_MS);
+        let start_ms = crate::clock::read_capped(&*clock);
         let now_tick = params.now(start_ms).tick;
         let slots =
             new_slots(shards, now_tick, room).ok_or_else(|| preallocation_refused(&name))?;

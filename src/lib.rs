@@ -94,6 +94,57 @@ pub mod loom_seq {
     }
 }
 
+/// The steps of the hot tier's reclamation protocol (`src/hot/reclaim.rs`) on loom's
+/// atomics, exposed for the loom model of it (`tests/loom.rs`); only in builds with
+/// `--cfg idem_loom`.
+#[cfg(idem_loom)]
+#[doc(hidden)]
+pub mod loom_reclaim {
+    use crate::hot::reclaim::steps;
+    use loom::sync::atomic::AtomicU64;
+
+    /// A reclamation domain: the epoch and one slot a reader, in the fenced mode.
+    #[derive(Debug)]
+    pub struct Domain {
+        epoch: AtomicU64,
+        slots: Vec<AtomicU64>,
+    }
+
+    impl Domain {
+        /// A domain for `readers` readers, none pinned, at the first epoch.
+        pub fn new(readers: usize) -> Self {
+            Domain {
+                epoch: AtomicU64::new(1),
+                slots: (0..readers).map(|_| AtomicU64::new(0)).collect(),
+            }
+        }
+        /// Pins reader `r`: what it loads from now on that was published before a
+        /// later [`Domain::retire`] stays until it unpins.
+        pub fn pin(&self, r: usize) {
+            steps::enter(&self.epoch, &self.slots[r], true)
+        }
+        /// Unpins reader `r`.
+        pub fn unpin(&self, r: usize) {
+            steps::leave(&self.slots[r])
+        }
+        /// Tags garbage whose replacement the caller has just published.
+        pub fn retire(&self) -> u64 {
+            steps::advance(&self.epoch)
+        }
+        /// A collection's scan, as the process-wide one makes it: its bound, the
+        /// barrier, the readers' slots.
+        pub fn scan(&self) -> u64 {
+            let bound = steps::bound(&self.epoch);
+            steps::fence();
+            steps::oldest(bound, &self.slots)
+        }
+        /// Whether garbage tagged `tag` can be freed by a scan that found `oldest`.
+        pub fn freeable(tag: u64, oldest: u64) -> bool {
+            steps::freeable(tag, oldest)
+        }
+    }
+}
+
 pub use clock::{Clock, CoarseClock, ManualClock, SystemClock, LATEST_MS};
 pub use config::{
     ClaimMarkers, EngineBuilder, FailurePolicy, NamespaceConfig, SyncPolicy, DEFAULT_JOURNAL_SLOTS,

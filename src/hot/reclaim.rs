@@ -27,7 +27,8 @@
 //!
 //! Rust's memory model has no process-wide barrier, so the fence-free pairing rests
 //! on the kernel's guarantee rather than on the model, as in user-space RCU built on
-//! the same call; the fallback is within the model. The mode is chosen once per
+//! the same call; the fallback is within the model, and its steps ([`steps`]) are the
+//! ones the loom models in `tests/loom.rs` explore. The mode is chosen once per
 //! process, with the first reader's slot; the unit tests run the readers' tests again
 //! in a child process that is told to take the fallback.
 //!
@@ -36,11 +37,125 @@
 //! stripe only they write, with plain stores.
 
 use std::marker::PhantomData;
-use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crossbeam::utils::CachePadded;
 use parking_lot::Mutex;
+
+/// The protocol's steps, apart from where its words live: the process-wide code below
+/// runs them on its statics, and the loom model (`tests/loom.rs`, through
+/// `idem::loom_reclaim`) runs the same functions on loom's atomics, in the fenced mode
+/// (loom has no process-wide barrier to model the other).
+pub(crate) mod steps {
+    use std::sync::atomic::{compiler_fence, Ordering};
+
+    /// A word of the protocol: the global epoch, or a reader's slot (its pinned epoch,
+    /// 0 when not reading).
+    pub(crate) trait Word {
+        fn load(&self, order: Ordering) -> u64;
+        fn store(&self, value: u64, order: Ordering);
+        fn fetch_add(&self, value: u64, order: Ordering) -> u64;
+    }
+
+    impl Word for std::sync::atomic::AtomicU64 {
+        #[inline(always)]
+        fn load(&self, order: Ordering) -> u64 {
+            self.load(order)
+        }
+        #[inline(always)]
+        fn store(&self, value: u64, order: Ordering) {
+            self.store(value, order)
+        }
+        #[inline(always)]
+        fn fetch_add(&self, value: u64, order: Ordering) -> u64 {
+            self.fetch_add(value, order)
+        }
+    }
+
+    #[cfg(idem_loom)]
+    impl Word for loom::sync::atomic::AtomicU64 {
+        fn load(&self, order: Ordering) -> u64 {
+            self.load(order)
+        }
+        fn store(&self, value: u64, order: Ordering) {
+            self.store(value, order)
+        }
+        fn fetch_add(&self, value: u64, order: Ordering) -> u64 {
+            self.fetch_add(value, order)
+        }
+    }
+
+    /// A reader's pin: its slot takes the current epoch, then (`fenced`) a sequentially
+    /// consistent fence orders that store before the reader's loads of what is
+    /// published; without it only the compiler's, where the retiring side makes every
+    /// thread run a barrier instead.
+    #[inline(always)]
+    pub(crate) fn enter<W: Word>(epoch: &W, slot: &W, fenced: bool) {
+        let e = epoch.load(Ordering::Acquire);
+        // Release, not Relaxed: a retirer's scan that reads this epoch must also see
+        // this thread's earlier pins' reads done (an unpin's release store of 0 heads
+        // no release sequence that a later plain store would continue). On x86 both
+        // are a plain store.
+        slot.store(e, Ordering::Release);
+        if fenced {
+            crate::sync::fence(Ordering::SeqCst);
+        } else {
+            compiler_fence(Ordering::SeqCst);
+        }
+    }
+
+    /// A reader's unpin. Release: the reads made while pinned come before a retirer's
+    /// scan that finds the slot clear.
+    #[inline(always)]
+    pub(crate) fn leave<W: Word>(slot: &W) {
+        slot.store(0, Ordering::Release);
+    }
+
+    /// The retiring side, once the replacement is published: advances the epoch and
+    /// returns the garbage's tag (the epoch before). SeqCst: the publication before it
+    /// is seen by every reader that loads a later epoch (their load is an acquire).
+    #[inline]
+    pub(crate) fn advance<W: Word>(epoch: &W) -> u64 {
+        epoch.fetch_add(1, Ordering::SeqCst)
+    }
+
+    /// The bound of a collection, read before its barrier: only garbage tagged below
+    /// it is covered (what is retired later may have been published after the barrier,
+    /// and read by a reader the scan found idle). Acquire: the publications of the
+    /// garbage below it come first.
+    #[inline]
+    pub(crate) fn bound<W: Word>(epoch: &W) -> u64 {
+        epoch.load(Ordering::Acquire)
+    }
+
+    /// The retiring side's half of the fenced mode, between the bound and the scan.
+    #[inline]
+    pub(crate) fn fence() {
+        crate::sync::fence(Ordering::SeqCst);
+    }
+
+    /// After the barrier: the oldest epoch a pinned reader holds, or `bound` if it is
+    /// older. Garbage tagged below it can be freed ([`freeable`]).
+    pub(crate) fn oldest<'a, W: Word + 'a>(
+        bound: u64,
+        slots: impl IntoIterator<Item = &'a W>,
+    ) -> u64 {
+        slots
+            .into_iter()
+            .map(|s| s.load(Ordering::Acquire))
+            .filter(|&e| e != 0)
+            .min()
+            .unwrap_or(u64::MAX)
+            .min(bound)
+    }
+
+    /// Whether garbage tagged `tag` can be freed by a collection that found `oldest`.
+    #[inline]
+    pub(crate) fn freeable(tag: u64, oldest: u64) -> bool {
+        tag < oldest
+    }
+}
 
 /// What every reader loads: the global epoch (0 in a slot means "not reading", so it
 /// starts at 1) and whether `membarrier` is registered for this process (set once,
@@ -181,13 +296,11 @@ pub(crate) fn pin() -> Option<Pin> {
             // Only this thread stores into its slot.
             let nested = r.slot.active.load(Ordering::Relaxed) != 0;
             if !nested {
-                let e = GLOBAL.epoch.load(Ordering::Acquire);
-                // Release, not Relaxed: a retirer's scan that reads this epoch must
-                // also see this thread's earlier pins' reads done (an unpin's release
-                // store of 0 heads no release sequence that a later plain store would
-                // continue). On x86 both are a plain store.
-                r.slot.active.store(e, Ordering::Release);
-                light_fence();
+                steps::enter(
+                    &GLOBAL.epoch,
+                    &r.slot.active,
+                    !GLOBAL.membarrier.load(Ordering::Relaxed),
+                );
             }
             #[cfg(debug_assertions)]
             count_pin(1);
@@ -205,9 +318,7 @@ impl Drop for Pin {
     #[inline]
     fn drop(&mut self) {
         if !self.nested {
-            // Release: the reads made while pinned come before a retirer's scan that
-            // finds the slot clear.
-            self.slot.active.store(0, Ordering::Release);
+            steps::leave(&self.slot.active);
         }
         #[cfg(debug_assertions)]
         {
@@ -222,17 +333,6 @@ impl Drop for Pin {
     }
 }
 
-/// The reader's half of the store-then-load ordering: only the compiler's, when the
-/// retiring side makes every thread run a barrier.
-#[inline]
-fn light_fence() {
-    if GLOBAL.membarrier.load(Ordering::Relaxed) {
-        compiler_fence(Ordering::SeqCst);
-    } else {
-        fence(Ordering::SeqCst);
-    }
-}
-
 /// The retiring side's half: a full barrier on every thread of the process. False if
 /// readers pin without a fence and the barrier failed (it does not once registered):
 /// then no reader's slot can be trusted, and nothing is freed.
@@ -240,7 +340,7 @@ fn heavy_fence() -> bool {
     if GLOBAL.membarrier.load(Ordering::Relaxed) {
         return membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED);
     }
-    fence(Ordering::SeqCst);
+    steps::fence();
     true
 }
 
@@ -319,9 +419,7 @@ static LIMBO_LEN: AtomicUsize = AtomicUsize::new(0);
 /// it in `pending` until then.
 pub(crate) fn retire<T: Send + 'static>(garbage: T, bytes: usize, pending: &Arc<AtomicUsize>) {
     pending.fetch_add(bytes, Ordering::Relaxed);
-    // SeqCst: the publication before it is seen by every reader that loads a later
-    // epoch (their load is an acquire).
-    let tag = GLOBAL.epoch.fetch_add(1, Ordering::SeqCst);
+    let tag = steps::advance(&GLOBAL.epoch);
     {
         let mut limbo = LIMBO.lock();
         limbo.push(Retired {
@@ -346,10 +444,7 @@ fn collect_pausing(between: impl FnOnce(), even_if_empty: bool) {
     if LIMBO_LEN.load(Ordering::Relaxed) == 0 && !even_if_empty {
         return;
     }
-    // Only garbage retired before this point is covered by the barrier below: what is
-    // retired later may have been published after it, and read by a reader the scan
-    // found idle. Acquire: the publications of the garbage below `bound` come first.
-    let bound = GLOBAL.epoch.load(Ordering::Acquire);
+    let bound = steps::bound(&GLOBAL.epoch);
     let oldest = {
         // The barrier is chosen and run under the registry's lock, so the choice is
         // the one every registered reader pins under: a reader registering later
@@ -359,20 +454,14 @@ fn collect_pausing(between: impl FnOnce(), even_if_empty: bool) {
             warn_barrier_failed();
             return;
         }
-        r.slots
-            .iter()
-            .map(|s| s.active.load(Ordering::Acquire))
-            .filter(|&e| e != 0)
-            .min()
-            .unwrap_or(u64::MAX)
-            .min(bound)
+        steps::oldest(bound, r.slots.iter().map(|s| &s.active))
     };
     between();
     let freed: Vec<Retired> = {
         let mut limbo = LIMBO.lock();
         let (freed, kept) = std::mem::take(&mut *limbo)
             .into_iter()
-            .partition(|r| r.tag < oldest);
+            .partition(|r| steps::freeable(r.tag, oldest));
         *limbo = kept;
         LIMBO_LEN.store(limbo.len(), Ordering::Relaxed);
         freed

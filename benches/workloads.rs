@@ -494,12 +494,37 @@ const PEERS: [&str; 10] = [
     "machine",
 ];
 
+/// Peers a child measures besides [`PEERS`] (only when asked for by name).
+const EXTRA_PEERS: [&str; 2] = ["idem-r64", "idem-pre"];
+
+/// `--peers`: comma-separated names, trimmed. An unknown name stops the run here,
+/// before any child, with a usage error (a child would panic on it mid-run).
+fn parse_peers(v: &str) -> Vec<String> {
+    let peers: Vec<String> = v.split(',').map(|p| p.trim().to_owned()).collect();
+    if let Some(bad) = peers
+        .iter()
+        .find(|p| !PEERS.contains(&p.as_str()) && !EXTRA_PEERS.contains(&p.as_str()))
+    {
+        eprintln!(
+            "--peers: unknown peer {bad:?}; the peers are {}",
+            PEERS
+                .iter()
+                .chain(&EXTRA_PEERS)
+                .copied()
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        std::process::exit(2);
+    }
+    peers
+}
+
 fn is_redis(peer: &str) -> bool {
-    peer.starts_with("redis")
+    matches!(peer, "redis" | "redis-p64")
 }
 
 fn is_jetstream(peer: &str) -> bool {
-    peer.starts_with("jetstream")
+    matches!(peer, "jetstream" | "jetstream-p64")
 }
 
 // ---------------------------------------------------------------------------------
@@ -515,12 +540,13 @@ fn run_split<P: Peer>(
     threads: usize,
     op: fn(&P, &[Key]) -> u64,
 ) -> (Duration, u64) {
-    let part = keys.len().div_ceil(threads);
-    let start = Barrier::new(threads + 1);
+    let parts = report::parts(keys.len(), threads);
+    let start = Barrier::new(parts.len() + 1);
     std::thread::scope(|s| {
-        let workers: Vec<_> = keys
-            .chunks(part)
-            .map(|chunk| {
+        let workers: Vec<_> = parts
+            .into_iter()
+            .map(|range| {
+                let chunk = &keys[range];
                 let start = &start;
                 s.spawn(move || {
                     start.wait();
@@ -810,7 +836,7 @@ fn parse_opts(args: &[String]) -> Opts {
             "--n" => o.ns = parse_list(&val()),
             "--threads" => o.threads = parse_list(&val()),
             "--runs" => o.runs = val().parse().expect("--runs"),
-            "--peers" => o.peers = val().split(',').map(str::to_owned).collect(),
+            "--peers" => o.peers = parse_peers(&val()),
             "--moka-max-n" => o.moka_max_n = val().replace('_', "").parse().expect("--moka-max-n"),
             "--redis-max-n" => {
                 o.redis_max_n = val().replace('_', "").parse().expect("--redis-max-n")
@@ -1063,7 +1089,7 @@ fn main() -> ExitCode {
     }
     if o.w2_shuffled {
         println!(
-            "- W2 claims the keys in another fixed order than W1 inserted them (`--w2-shuffled`: a seeded shuffle, the same for every peer)"
+            "- W2 claims the keys in another fixed order than W1 inserted them (`--w2-shuffled`: a seeded shuffle, the same for every peer but the networked ones, which claim in W1's order)"
         );
     } else if !o.w2_one_order {
         println!(

@@ -208,8 +208,10 @@ impl NamespaceConfig {
 
     /// With a durable tier: the worst-case number of keys within retention (peak
     /// rate x retention), which sizes the prefilter. Default: `max_keys` x
-    /// retention / TTL (rounded up), what a namespace full at every moment would
-    /// complete within retention. More keys than this make the prefilter grow.
+    /// ⌈retention / TTL⌉ (the ratio rounded up to whole TTLs), what a namespace full
+    /// at every moment would complete within retention, rounded up: with retention
+    /// not a whole number of TTLs, set it to peak rate x retention (`idem plan` prints
+    /// it) to spare the difference. More keys than this make the prefilter grow.
     /// The prefilter takes about 16 bits a key in all at the default rate (about 13
     /// for each key its filters are planned for, and one generation more than
     /// retention spans is live); [`EngineBuilder::build`] checks that one filter can
@@ -664,13 +666,13 @@ impl EngineBuilder {
                     Err(SizeProblem::TooLarge) => {
                         return Err(Error::InvalidConfig {
                             namespace: name.clone(),
-                            reason: "the prefilter for expected_keys at prefilter_fpr would not fit in memory at all (expected_keys defaults to max_keys x retention / ttl)",
+                            reason: "the prefilter for expected_keys at prefilter_fpr would not fit in memory at all (expected_keys defaults to max_keys x retention / ttl, rounded up to whole ttls)",
                         })
                     }
                     Err(SizeProblem::NotAllocatable) => {
                         return Err(Error::OutOfMemory {
                             namespace: name.clone(),
-                            what: "a prefilter generation (expected_keys / 4 keys; expected_keys defaults to max_keys x retention / ttl)",
+                            what: "a prefilter generation (expected_keys / 4 keys; expected_keys defaults to max_keys x retention / ttl, rounded up to whole ttls)",
                         })
                     }
                 }

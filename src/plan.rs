@@ -445,6 +445,14 @@ impl Plan {
         self.resident_keys.div_ceil(self.namespaces_needed()).max(1)
     }
 
+    /// The keys within retention each of the [`Plan::namespaces_needed`] namespaces
+    /// holds (the retained keys split evenly): the `expected_keys` that sizes its
+    /// prefilter as this plan does. The engine's default, `max_keys` x
+    /// ⌈retention / TTL⌉, is more where retention is not a whole number of TTLs.
+    pub fn expected_keys_per_namespace(&self) -> u64 {
+        self.retained_keys.div_ceil(self.namespaces_needed()).max(1)
+    }
+
     /// The warnings for this plan where `machine_memory` bytes of memory are available
     /// (the machine's, or a lower limit such as a container's; `None`: unknown, not
     /// checked).

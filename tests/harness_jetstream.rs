@@ -12,6 +12,9 @@ type Key = [u8; 20];
 #[allow(dead_code)]
 #[path = "../benches/workloads/child_result.rs"]
 mod child_result;
+#[allow(dead_code)]
+#[path = "../benches/workloads/report.rs"]
+mod report;
 use child_result::ChildResult;
 
 fn rss_of(_statm: &str) -> isize {

@@ -6,7 +6,7 @@
 #[path = "../benches/workloads/report.rs"]
 mod report;
 
-use report::{median, table, targets, Grid, Sample, Workload};
+use report::{median, parts, table, targets, Grid, Sample, Workload};
 
 fn sample(peer: &str, w: Workload, n: usize, threads: usize, rate: f64) -> Sample {
     Sample {
@@ -252,4 +252,22 @@ fn failures_are_summed_over_a_cells_runs() {
     ];
     let out = table_of(&[n], &[1], &["idem"], &all, Workload::W2);
     assert_eq!(row(&out, n, "1").last(), Some(&"5"));
+}
+
+#[test]
+fn every_thread_of_a_cell_gets_a_part_even_with_fewer_keys_than_threads() {
+    for (len, threads) in [(1, 2), (5, 4), (6, 4), (1000, 64), (1_000_000, 2), (7, 1)] {
+        let p = parts(len, threads);
+        assert_eq!(p.len(), threads, "{len} keys on {threads} threads: {p:?}");
+        assert_eq!(p[0].start, 0);
+        assert_eq!(p[threads - 1].end, len);
+        for w in p.windows(2) {
+            assert_eq!(w[0].end, w[1].start, "{p:?}");
+        }
+        let (min, max) = (
+            p.iter().map(|r| r.len()).min().unwrap(),
+            p.iter().map(|r| r.len()).max().unwrap(),
+        );
+        assert!(max - min <= 1, "{p:?}");
+    }
 }

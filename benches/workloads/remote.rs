@@ -177,14 +177,15 @@ fn phase<R: Remote>(
     depth: usize,
     want_taken: bool,
 ) -> (f64, usize, u64) {
-    let part = keys.len().div_ceil(threads);
-    let timed_part = timed.div_ceil(threads).min(part);
-    let start = Barrier::new(threads + 1);
-    let done = Barrier::new(threads + 1);
+    let parts = super::report::parts(keys.len(), threads);
+    let timed_part = timed.div_ceil(threads.max(1));
+    let start = Barrier::new(parts.len() + 1);
+    let done = Barrier::new(parts.len() + 1);
     std::thread::scope(|s| {
-        let workers: Vec<_> = keys
-            .chunks(part)
-            .map(|chunk| {
+        let workers: Vec<_> = parts
+            .into_iter()
+            .map(|range| {
+                let chunk = &keys[range];
                 let (start, done) = (&start, &done);
                 let mut conn = server.connect().expect("connect to the server");
                 s.spawn(move || {

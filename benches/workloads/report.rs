@@ -86,6 +86,16 @@ pub struct Sample {
     pub own: i64,
 }
 
+/// How a cell's `len` keys are split between its `threads` threads: exactly
+/// `threads` contiguous ranges, in order, covering every key once; their lengths
+/// differ by at most one, and some are empty when there are fewer keys than threads
+/// (every thread still runs, so the cell's thread count is what ran).
+pub fn parts(len: usize, threads: usize) -> Vec<std::ops::Range<usize>> {
+    let threads = threads.max(1);
+    (0..threads)
+        .map(|i| i * len / threads..(i + 1) * len / threads)
+        .collect()
+}
 /// The median of `v` (sorted in place); the mean of the middle two for an even length.
 pub fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);

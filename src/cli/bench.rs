@@ -43,7 +43,8 @@ const HARNESS_VALUED: [&str; 11] = [
 /// Checks a value for the workloads harness here, so that a bad one is a usage
 /// error before anything runs (the harness itself would stop with a panic, after
 /// cargo built it). `--n` and `--threads` take comma-separated lists; `--peers`
-/// names, checked by the harness; every other option one number (`_` allowed as a
+/// names (the harness checks them against its peers before it measures anything,
+/// and exits 2 on an unknown one); every other option one number (`_` allowed as a
 /// digit separator but in `--runs` and `--w2-passes`), at least 1 for `--runs`,
 /// `--threads` and `--w2-passes`; each `--n` from 1 to `MAX_KEYS_LIMIT` (a
 /// namespace's largest `max_keys`, which the harness sets to it).

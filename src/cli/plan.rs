@@ -355,7 +355,17 @@ pub(crate) fn render(o: &Options, plan: &Plan, memory: Option<Memory>) -> String
         plan.retention.as_secs(),
         underscored(plan.max_keys_per_namespace())
     );
-    // What else the figures assume and the defaults would not give.
+    // What else the figures assume and the defaults would not give. The prefilter's
+    // default size rounds retention up to whole TTLs: a day and a half of retention
+    // on a day's TTL would take the filters of two days' keys.
+    let defaults = idem::NamespaceConfig::new()
+        .ttl(Duration::from_secs(plan.ttl.as_secs()))
+        .retention(Duration::from_secs(plan.retention.as_secs()))
+        .max_keys(usize::try_from(plan.max_keys_per_namespace()).unwrap_or(usize::MAX));
+    let expected = plan.expected_keys_per_namespace();
+    if defaults.get_expected_keys() as u64 != expected {
+        out += &format!("    .expected_keys({})\n", underscored(expected));
+    }
     if plan.false_positive_rate != idem::DEFAULT_PREFILTER_FPR {
         out += &format!("    .prefilter_fpr({})\n", plan.false_positive_rate);
     }
@@ -695,6 +705,62 @@ mod tests {
         .unwrap();
         let text = render(&at, &at.sizing.plan().unwrap(), None);
         assert!(!text.contains(".max_result_len("), "{text}");
+    }
+
+    #[test]
+    fn the_snippet_sizes_the_prefilter_for_the_planned_keys_where_the_default_would_not() {
+        // Retention a whole number of TTLs: the default is the plan's figure.
+        let whole = Options::parse(&args(&[
+            "--rate",
+            "500/s",
+            "--ttl",
+            "24h",
+            "--retention",
+            "48h",
+        ]))
+        .unwrap();
+        let p = whole.sizing.plan().unwrap();
+        let default = idem::NamespaceConfig::new()
+            .ttl(p.ttl)
+            .retention(p.retention)
+            .max_keys(p.max_keys_per_namespace() as usize);
+        assert_eq!(default.get_expected_keys() as u64, p.retained_keys);
+        assert!(!render(&whole, &p, None).contains(".expected_keys("));
+        // A day and a half on a day's TTL: the default rounds up to two days' keys.
+        let o = Options::parse(&args(&[
+            "--rate",
+            "500/s",
+            "--ttl",
+            "24h",
+            "--retention",
+            "36h",
+        ]))
+        .unwrap();
+        let p = o.sizing.plan().unwrap();
+        assert_eq!(p.retained_keys, 500 * 36 * 3600);
+        let text = render(&o, &p, None);
+        assert!(text.contains("    .expected_keys(64_800_000)\n"), "{text}");
+        // Split over namespaces, each is sized for its share.
+        let big = Options::parse(&args(&[
+            "--rate",
+            "2147483648/s",
+            "--ttl",
+            "1s",
+            "--retention",
+            "3s",
+        ]))
+        .unwrap();
+        let p = big.sizing.plan().unwrap();
+        assert_eq!(p.namespaces_needed(), 2);
+        let default = idem::NamespaceConfig::new()
+            .ttl(p.ttl)
+            .retention(p.retention)
+            .max_keys(p.max_keys_per_namespace() as usize);
+        assert_eq!(
+            p.expected_keys_per_namespace(),
+            default.get_expected_keys() as u64
+        );
+        assert!(!render(&big, &p, None).contains(".expected_keys("));
     }
 
     #[test]

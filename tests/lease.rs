@@ -161,3 +161,31 @@ fn a_clock_near_the_end_of_time_neither_panics_nor_wraps() {
         }
     }
 }
+
+#[test]
+fn leases_and_ttls_whose_deadlines_cross_the_wrap_of_32_bit_ticks_hold() {
+    // Deadlines are kept as their low 32 bits: at the default 1 ms tick these wrap
+    // 2^32 ms (49.7 days) after the engine's start. A lease and a TTL begun just
+    // before the wrap end just after it, and must last their whole length.
+    let (engine, ns, clock) = engine_with(small());
+    clock.advance(ms((1 << 32) - 3000));
+    engine.run_maintenance();
+    let held = acquire(&ns, b"k");
+    assert_eq!(held.lease_expires_at_ms(), T0 + (1 << 32) + 2000);
+    acquire(&ns, b"done").complete().unwrap();
+    // Past the wrap of the clock's low 32 bits of ticks, before either deadline.
+    clock.advance(ms(2500));
+    assert!(ns.claim(b"k").unwrap().is_in_progress(), "before the wrap");
+    clock.advance(ms(3000 - 2500 + 1999));
+    assert!(ns.claim(b"k").unwrap().is_in_progress(), "after the wrap");
+    assert!(ns.claim(b"done").unwrap().is_duplicate());
+    engine.run_maintenance();
+    assert!(
+        ns.claim(b"done").unwrap().is_duplicate(),
+        "maintenance kept it"
+    );
+    assert_eq!(engine.stats().resident_keys, 2);
+    clock.advance(ms(1));
+    assert!(ns.claim(b"k").unwrap().is_acquired(), "at the lease's end");
+    assert_eq!(held.complete(), Err(Error::LeaseLost));
+}

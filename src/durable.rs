@@ -33,6 +33,8 @@ pub(crate) mod stamp;
 #[cfg(feature = "durable")]
 mod store;
 
+#[cfg(all(test, feature = "durable"))]
+pub(crate) use store::set_before_defer;
 #[cfg(feature = "durable")]
 pub(crate) use store::{
     dlq_message_key, stored_settings, DurableNs, Families, FpSet, JournalTakeover, NsSettings,
@@ -156,15 +158,11 @@ impl DurableNs {
         match *self {}
     }
 
-    pub(crate) fn defers_markers(&self) -> bool {
-        match *self {}
-    }
-
     pub(crate) fn reads(&self) -> u64 {
         match *self {}
     }
 
-    pub(crate) fn defer_markers(&self, _m: &[(u128, Record)]) {
+    pub(crate) fn defer_markers(&self, _m: &[(u128, Record)]) -> bool {
         match *self {}
     }
 

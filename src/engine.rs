@@ -937,6 +937,35 @@ mod tests {
         assert!(ns.check(b"k").unwrap().is_none());
     }
 
+    /// A claim that defers its marker while the engine drops (another thread's, at
+    /// shutdown): the engine's last flush has drained the markers by the time the
+    /// claim keeps its own, so it must write it at once, not leave it in memory
+    /// where no flush comes (and no orphan would be found after a crash).
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_claim_deferring_its_marker_while_the_engine_drops_writes_it_at_once() {
+        use crate::Claim;
+        let dir = Scratch::new("deferred-during-drop");
+        let (engine, ns, _clock) = durable_namespace(&dir, crate::ClaimMarkers::Deferred);
+        let d = ns.inner.durable.as_ref().unwrap();
+        let writes = d.writes.load(std::sync::atomic::Ordering::Relaxed);
+        crate::durable::set_before_defer(move || drop(engine));
+        let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
+            panic!("acquired");
+        };
+        assert_eq!(
+            d.deferred_pending(),
+            0,
+            "left in memory past the last flush"
+        );
+        assert_eq!(
+            d.writes.load(std::sync::atomic::Ordering::Relaxed),
+            writes + 1,
+            "written at once"
+        );
+        drop(g);
+    }
+
     /// Deferred markers are written by the maintenance pass, which stops with the
     /// engine: a claim made afterwards through a handle that outlived it writes its
     /// marker at once.
@@ -2528,8 +2557,7 @@ impl NsInner {
     fn write_markers(&self, markers: &[(u128, Record)]) -> Result<()> {
         match &self.durable {
             Some(d) if !markers.is_empty() => {
-                if d.defers_markers() {
-                    d.defer_markers(markers);
+                if d.defer_markers(markers) {
                     Ok(())
                 } else {
                     d.write_claims(markers)

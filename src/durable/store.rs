@@ -1185,27 +1185,32 @@ impl DurableNs {
         self.reads.load(Ordering::Relaxed)
     }
 
-    /// Whether claim markers wait for the maintenance pass. Not once the engine is
-    /// dropped: no pass runs then, and a claim made through a handle that outlived
-    /// it writes its marker at once, as `Immediate` does.
-    pub(crate) fn defers_markers(&self) -> bool {
-        self.deferred.is_some() && !self.store.closed()
-    }
-
     /// Claim markers waiting in memory (tests).
     #[cfg(test)]
     pub(crate) fn deferred_pending(&self) -> usize {
         self.deferred.as_ref().map_or(0, |d| d.pending.lock().len())
     }
 
-    /// Keeps claim markers in memory until the next flush.
-    pub(crate) fn defer_markers(&self, markers: &[(u128, Record)]) {
-        if let Some(d) = &self.deferred {
-            let mut pending = d.pending.lock();
-            for (fp, rec) in markers {
-                pending.insert(*fp, rec.clone());
-            }
+    /// Keeps claim markers in memory until the next flush; false (nothing kept) if
+    /// the namespace does not defer them or its engine was dropped, and the caller
+    /// writes them at once. Closed is read under the lock that the engine's last
+    /// flush drains under, after it closed the store: a marker is either kept before
+    /// that drain (and written by it) or refused here, never kept after it, where no
+    /// flush would come.
+    pub(crate) fn defer_markers(&self, markers: &[(u128, Record)]) -> bool {
+        let Some(d) = &self.deferred else {
+            return false;
+        };
+        #[cfg(test)]
+        before_defer();
+        let mut pending = d.pending.lock();
+        if self.store.closed() {
+            return false;
         }
+        for (fp, rec) in markers {
+            pending.insert(*fp, rec.clone());
+        }
+        true
     }
 
     /// Called before a claim's completion or release is written. True if its marker
@@ -2060,6 +2065,26 @@ fn holds_nothing(db: &DB, existing: &BTreeSet<String>) -> Result<bool, Error> {
         }
     }
     Ok(true)
+}
+
+/// A test's hook, run (once) where a claim is about to keep its markers in memory.
+#[cfg(test)]
+std::thread_local! {
+    static BEFORE_DEFER: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Sets the hook [`DurableNs::defer_markers`] runs first, on this thread, once.
+#[cfg(test)]
+pub(crate) fn set_before_defer(f: impl FnOnce() + 'static) {
+    BEFORE_DEFER.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+}
+
+#[cfg(test)]
+fn before_defer() {
+    if let Some(f) = BEFORE_DEFER.with(|h| h.borrow_mut().take()) {
+        f();
+    }
 }
 
 #[cfg(test)]

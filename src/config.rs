@@ -527,7 +527,9 @@ impl EngineBuilder {
     /// Adds the durable tier: an embedded RocksDB database in `path` (created if
     /// missing). Completed keys then survive crashes and restarts for their
     /// namespace's retention, and claims in flight at a crash are reported at the
-    /// next open. Needs the `durable` cargo feature (on by default).
+    /// next open. Needs the `durable` cargo feature (on by default). The path must be
+    /// valid UTF-8 ([`Error::InvalidConfig`] at [`build`](Self::build) otherwise):
+    /// RocksDB takes it as a string, and would put its files elsewhere than idem's.
     pub fn durable(mut self, path: impl AsRef<std::path::Path>) -> Self {
         self.durable = Some(path.as_ref().to_path_buf());
         self
@@ -631,6 +633,9 @@ impl EngineBuilder {
                 namespace: String::new(),
                 reason: "commit_delay must be at most 100 ms",
             });
+        }
+        if let Some(path) = &self.durable {
+            crate::durable::check_path(path)?;
         }
         #[cfg(not(feature = "durable"))]
         if self.durable.is_some() {

@@ -41,6 +41,20 @@ pub(crate) use store::{
     Store,
 };
 
+/// Refuses a database path that is not valid UTF-8: RocksDB takes its path as a
+/// string, converting such a one lossily (the bytes that are not UTF-8 become
+/// U+FFFD), so its files would land in another directory than the journal, the
+/// stamp and the saved prefilter, which idem writes under the path as given.
+pub(crate) fn check_path(path: &std::path::Path) -> Result<(), crate::Error> {
+    if path.to_str().is_none() {
+        return Err(crate::Error::InvalidConfig {
+            namespace: String::new(),
+            reason: "the durable tier's path must be valid UTF-8 (RocksDB takes it as a string)",
+        });
+    }
+    Ok(())
+}
+
 /// Scratch directories for the durable tier's unit tests.
 #[cfg(test)]
 pub(crate) mod test_dir {

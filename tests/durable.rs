@@ -974,6 +974,108 @@ fn a_second_engine_on_an_open_directory_is_refused() {
     duplicate(&ns, b"k");
 }
 
+/// The child half of the next test: opens the directory it is given and holds it
+/// until its standard input closes.
+fn hold_directory_for_parent(dir: &std::ffi::OsStr) {
+    let engine = Engine::builder()
+        .maintenance_interval(None)
+        .durable(dir)
+        .namespace("ns", small())
+        .build()
+        .expect("the child opens the directory");
+    println!("holding");
+    let mut rest = String::new();
+    let _ = std::io::Read::read_to_string(&mut std::io::stdin(), &mut rest);
+    drop(engine);
+}
+
+#[test]
+fn a_directory_another_process_holds_is_refused_as_already_open() {
+    const HOLD: &str = "IDEM_TEST_HOLD_DIRECTORY";
+    if let Some(dir) = std::env::var_os(HOLD) {
+        return hold_directory_for_parent(&dir);
+    }
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    drop(open(&dir, &clock, small()));
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "a_directory_another_process_holds_is_refused_as_already_open",
+            "--exact",
+            "--nocapture",
+        ])
+        .env(HOLD, dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the test binary runs again");
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok);
+    assert!(
+        lines.any(|l| l == "holding"),
+        "the child opened the directory"
+    );
+    let refused = builder(&dir, &clock)
+        .namespace("ns", small())
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        refused,
+        Error::AlreadyOpen {
+            path: dir.path().to_path_buf()
+        }
+    );
+    drop(child.stdin.take());
+    let rest: Vec<String> = lines.collect();
+    assert!(child.wait().unwrap().success(), "{rest:?}");
+    drop(open(&dir, &clock, small()));
+}
+
+#[test]
+fn a_lock_file_that_cannot_be_opened_is_a_store_error_not_another_user() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (engine, ns) = open(&dir, &clock, small());
+    acquire(&ns, b"k").complete().unwrap();
+    drop((engine, ns));
+    // Something in the LOCK file's place: not another process holding the database.
+    let lock = dir.path().join("LOCK");
+    std::fs::remove_file(&lock).unwrap();
+    std::fs::create_dir(&lock).unwrap();
+    let refused = builder(&dir, &clock)
+        .namespace("ns", small())
+        .build()
+        .unwrap_err();
+    assert!(matches!(refused, Error::Store(_)), "{refused:?}");
+    std::fs::remove_dir(&lock).unwrap();
+    let (_engine, ns) = open(&dir, &clock, small());
+    duplicate(&ns, b"k");
+}
+
+#[test]
+fn a_path_that_is_not_utf8_is_refused_before_anything_is_made() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let bad = dir.path().join(std::ffi::OsStr::from_bytes(b"db\xff"));
+    let invalid =
+        |e: Error| matches!(e, Error::InvalidConfig { ref namespace, .. } if namespace.is_empty());
+    let refused = Engine::builder()
+        .clock(clock.clone())
+        .durable(&bad)
+        .namespace("ns", small())
+        .build()
+        .unwrap_err();
+    assert!(invalid(refused.clone()), "{refused:?}");
+    assert!(invalid(idem::namespaces(&bad).unwrap_err()));
+    assert!(invalid(idem::stored_config(&bad, "ns").unwrap_err()));
+    // Neither the path as given nor RocksDB's lossy spelling of it was made.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
 #[test]
 fn a_directory_open_under_another_spelling_of_its_path_is_refused() {
     let dir = TempDir::new();

@@ -111,6 +111,7 @@ pub fn stored_config(
     namespace: &str,
 ) -> Result<Option<crate::NamespaceConfig>, Error> {
     let path = path.as_ref();
+    super::check_path(path)?;
     if DB::list_cf(&Options::default(), path).is_err() {
         return Err(Error::IncompatibleFormat {
             path: path.to_path_buf(),
@@ -135,6 +136,7 @@ pub fn stored_config(
 /// holds no RocksDB database.
 pub fn namespaces(path: impl AsRef<Path>) -> Result<Vec<String>, Error> {
     let path = path.as_ref();
+    super::check_path(path)?;
     let cfs = DB::list_cf(&Options::default(), path).map_err(|_| Error::IncompatibleFormat {
         path: path.to_path_buf(),
         found: None,
@@ -216,6 +218,7 @@ impl ReadOnlyDb {
     /// reading its fingerprint seed. [`Error::IncompatibleFormat`] if `path` holds no
     /// idem database of this build's format.
     pub(crate) fn open(path: &Path) -> Result<ReadOnlyDb, Error> {
+        super::check_path(path)?;
         let incompatible = |found| Error::IncompatibleFormat {
             path: path.to_path_buf(),
             found,

@@ -575,9 +575,7 @@ impl Store {
         );
         let db = DB::open_cf_descriptors(&db_opts, path, descriptors).map_err(|e| {
             let msg = e.into_string();
-            // RocksDB names its LOCK file when another handle (in this process or
-            // another) holds the directory.
-            if msg.contains("/LOCK:") {
+            if lock_held_elsewhere(&msg) {
                 Error::AlreadyOpen {
                     path: path.to_path_buf(),
                 }
@@ -2065,6 +2063,20 @@ fn holds_nothing(db: &DB, existing: &BTreeSet<String>) -> Result<bool, Error> {
         }
     }
     Ok(true)
+}
+
+/// Whether RocksDB refused its open because another handle holds the directory's
+/// LOCK file: one of this process ("lock hold by current process"), or another
+/// process's `fcntl` lock ("While lock file: ...", with the EAGAIN or EACCES that
+/// `fcntl` gives for a lock held elsewhere). Not the other failures that name the
+/// file (it cannot be created or opened: permissions, a directory in its place, no
+/// space, too many open files; or locks that the file system does not support),
+/// which are store errors, not a sign of another user.
+fn lock_held_elsewhere(msg: &str) -> bool {
+    msg.contains("lock hold by current process")
+        || (msg.contains("While lock file:")
+            && (msg.contains("Resource temporarily unavailable")
+                || msg.contains("Permission denied")))
 }
 
 /// A test's hook, run (once) where a claim is about to keep its markers in memory.

@@ -1005,6 +1005,42 @@ mod tests {
         }
     }
 
+    /// A failed batch gives up the claims it acquired, which its caller never saw:
+    /// also one whose lease ran out while the batch was still deciding (on a clock
+    /// that moves a millisecond a reading, a 2 ms lease runs out during the refusal
+    /// of the next key). It is not counted as acquired, nor as a lost lease, and its
+    /// entry goes.
+    #[test]
+    fn a_failed_batch_gives_up_a_claim_whose_lease_ran_out_meanwhile() {
+        use crate::NamespaceConfig;
+        use std::time::Duration;
+        let at = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1_000_000));
+        let engine = super::Engine::builder()
+            .clock(Ticking(at.clone()))
+            .maintenance_interval(None)
+            .namespace(
+                "n",
+                NamespaceConfig::new()
+                    .lease(Duration::from_millis(2))
+                    .max_keys(1)
+                    .shards(1),
+            )
+            .build()
+            .unwrap();
+        let ns = engine.namespace("n").unwrap();
+        let refused = ns.claim_batch(&[b"a", b"b"]).unwrap_err();
+        assert!(
+            matches!(refused, crate::Error::CapacityExceeded { .. }),
+            "{refused:?}"
+        );
+        let s = engine.stats();
+        assert_eq!(
+            (s.acquired, s.lease_lost, s.releases, s.resident_keys),
+            (0, 0, 0, 0),
+            "{s:?}"
+        );
+    }
+
     /// The namespace's time starts at the reading its wheels start from: a clock
     /// set back below it afterwards is held there (as at any later reading), so a
     /// lease runs from that time, not from the clock's earlier one.
@@ -3662,12 +3698,11 @@ impl ClaimGuard {
         let anchor = {
             let mut shard = ns.slots[si].lock();
             shard.marker_written(self.fp, &self.lease);
-            if shard.release(self.fp, &self.lease, now, &cap).is_ok() {
-                // The caller never saw this claim: it was neither acquired nor
-                // released as far as the counters go.
-                shard.counters.acquired = shard.counters.acquired.saturating_sub(1);
-                shard.counters.releases = shard.counters.releases.saturating_sub(1);
-            }
+            // Whether or not its lease ran out meanwhile (a batch can take longer):
+            // the caller never saw this claim, so it was not acquired as far as the
+            // counters go, and no lease was lost.
+            shard.abandon(self.fp, &self.lease, now, &cap);
+            shard.counters.acquired = shard.counters.acquired.saturating_sub(1);
             shard.guard_ended()
         };
         self.counted = false;

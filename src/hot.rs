@@ -2133,6 +2133,17 @@ impl Shard {
         Ok(())
     }
 
+    /// Gives up a claim its caller never saw (a failed batch's, or one whose marker
+    /// could not be written): its entry goes if it is still this claim, whether or
+    /// not its lease has run out meanwhile. Nothing is counted.
+    pub(crate) fn abandon(&mut self, fp: Fp, lease: &Lease, now: Now, cap: &Capacity<'_>) {
+        self.catch_up(now, cap);
+        let e = self.slab.get(lease.idx);
+        if e.state() == STATE_IN_PROGRESS && e.is(fp) && e.token() == lease.token {
+            self.remove(lease.idx, cap);
+        }
+    }
+
     fn remove(&mut self, idx: u32, cap: &Capacity<'_>) {
         self.wheel.deschedule(&mut self.slab, idx);
         remove_unlinked(

@@ -33,13 +33,13 @@ pub(crate) mod stamp;
 #[cfg(feature = "durable")]
 mod store;
 
-#[cfg(all(test, feature = "durable"))]
-pub(crate) use store::set_before_defer;
 #[cfg(feature = "durable")]
 pub(crate) use store::{
     dlq_message_key, stored_settings, DurableNs, Families, FpSet, JournalTakeover, NsSettings,
     Store,
 };
+#[cfg(all(test, feature = "durable"))]
+pub(crate) use store::{set_before_defer, set_before_restore};
 
 /// Refuses a database path that is not valid UTF-8: RocksDB takes its path as a
 /// string, converting such a one lossily (the bytes that are not UTF-8 become

@@ -966,6 +966,40 @@ mod tests {
         drop(g);
     }
 
+    /// A completion decided from the hot tier alone (fail open, its write failed)
+    /// keeps its claim's deferred marker, so that a crash leaves the key an orphan.
+    /// If the engine dropped while that write failed, its last flush has run: the
+    /// marker is written at once, not kept in memory where no flush comes.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_marker_put_back_after_the_engines_last_flush_is_written_at_once() {
+        let dir = Scratch::new("restore-after-drop");
+        let (engine, ns, _clock) = durable_namespace_with(
+            &dir,
+            crate::NamespaceConfig::new()
+                .lease(std::time::Duration::from_secs(1))
+                .claim_markers(crate::ClaimMarkers::Deferred)
+                .on_store_error(crate::FailurePolicy::FailOpen)
+                .sync(crate::SyncPolicy::Never),
+        );
+        let d = ns.inner.durable.as_ref().unwrap();
+        let g = first_claim(&ns);
+        assert_eq!(d.deferred_pending(), 1);
+        engine.debug_fail_store_writes(true);
+        let store = engine.shared.store.clone().expect("a durable engine");
+        crate::durable::set_before_restore(move || {
+            store.set_fail_writes(false);
+            drop(engine);
+        });
+        g.complete().unwrap();
+        assert_eq!(
+            d.deferred_pending(),
+            0,
+            "left in memory past the last flush"
+        );
+        assert_eq!(ns.inner.stats().markers_on_disk, 1, "written at once");
+    }
+
     /// Deferred markers are written by the maintenance pass, which stops with the
     /// engine: a claim made afterwards through a handle that outlived it writes its
     /// marker at once.

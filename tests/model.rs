@@ -89,6 +89,7 @@ fn assert_covers_every_path(t: &Tally) {
         ("forgotten keys", t.forgotten),
         ("keys reclaimed by maintenance", t.maintenance_reclaims),
         ("clock leaps", t.leaps),
+        ("sequences across the wrap of 32-bit ticks", t.near_wrap),
         ("batches", t.batches),
         ("refused batches", t.batches_refused),
         ("batch completions", t.completion_batches),

@@ -1200,7 +1200,7 @@ impl DurableNs {
             return false;
         };
         #[cfg(test)]
-        before_defer();
+        run_test_hook(&BEFORE_DEFER);
         let mut pending = d.pending.lock();
         if self.store.closed() {
             return false;
@@ -1255,8 +1255,29 @@ impl DurableNs {
     /// meanwhile), and a marker of an earlier claim that `was_on_disk` is noted
     /// there again.
     fn restore_marker(&self, fp: u128, marker: Option<Record>, was_on_disk: bool) {
+        #[cfg(test)]
+        run_test_hook(&BEFORE_RESTORE);
         if let (Some(d), Some(m)) = (&self.deferred, marker) {
-            d.pending.lock().entry(fp).or_insert(m);
+            let mut pending = d.pending.lock();
+            if !self.store.closed() {
+                pending.entry(fp).or_insert(m);
+            } else if !pending.contains_key(&fp) {
+                // The engine's last flush has run (it drains under this lock, after
+                // the close): kept here, the marker would never be written. Written
+                // now, or kept as before if the store refuses.
+                drop(pending);
+                match self.store.put_claims(&self.fams, &[(fp, m.clone())]) {
+                    Ok(()) => self.note_marker_on_disk(fp),
+                    Err(e) => {
+                        tracing::warn!(
+                            namespace = %self.name,
+                            error = %e,
+                            "could not write a claim marker after the engine was dropped; it stays in memory"
+                        );
+                        d.pending.lock().entry(fp).or_insert(m);
+                    }
+                }
+            }
         }
         if was_on_disk {
             self.note_marker_on_disk(fp);
@@ -2067,34 +2088,50 @@ fn holds_nothing(db: &DB, existing: &BTreeSet<String>) -> Result<bool, Error> {
 
 /// Whether RocksDB refused its open because another handle holds the directory's
 /// LOCK file: one of this process ("lock hold by current process"), or another
-/// process's `fcntl` lock ("While lock file: ...", with the EAGAIN or EACCES that
-/// `fcntl` gives for a lock held elsewhere). Not the other failures that name the
-/// file (it cannot be created or opened: permissions, a directory in its place, no
-/// space, too many open files; or locks that the file system does not support),
-/// which are store errors, not a sign of another user.
+/// process's `fcntl` lock ("While lock file: ..."). Not the failures to create or
+/// open the file ("While open a file for lock": permissions, a directory in its
+/// place, no space, too many open files), which are store errors, not a sign of
+/// another user.
 fn lock_held_elsewhere(msg: &str) -> bool {
     msg.contains("lock hold by current process")
-        || (msg.contains("While lock file:")
-            && (msg.contains("Resource temporarily unavailable")
-                || msg.contains("Permission denied")))
+        // `fcntl` refused the lock. Its reason is the system's text, in the host's
+        // language, so it is not read: a file system without locks (ENOLCK, rare)
+        // reads as held too.
+        || msg.contains("While lock file:")
+        // Windows: the file is open elsewhere (RocksDB's text for a sharing
+        // violation; its other failures to make the file read the same).
+        || (cfg!(windows) && msg.contains("Failed to create lock file:"))
 }
 
-/// A test's hook, run (once) where a claim is about to keep its markers in memory.
+/// A test's hook, run (once, on the thread that set it).
+#[cfg(test)]
+type TestHook = std::thread::LocalKey<std::cell::RefCell<Option<Box<dyn FnOnce()>>>>;
+
 #[cfg(test)]
 std::thread_local! {
+    /// Where a claim is about to keep its markers in memory.
     static BEFORE_DEFER: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        const { std::cell::RefCell::new(None) };
+    /// Where a marker taken out of memory goes back (a write that failed).
+    static BEFORE_RESTORE: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
         const { std::cell::RefCell::new(None) };
 }
 
-/// Sets the hook [`DurableNs::defer_markers`] runs first, on this thread, once.
+/// Sets the hook [`DurableNs::defer_markers`] runs first.
 #[cfg(test)]
 pub(crate) fn set_before_defer(f: impl FnOnce() + 'static) {
     BEFORE_DEFER.with(|h| *h.borrow_mut() = Some(Box::new(f)));
 }
 
+/// Sets the hook run before a marker taken out of memory goes back.
 #[cfg(test)]
-fn before_defer() {
-    if let Some(f) = BEFORE_DEFER.with(|h| h.borrow_mut().take()) {
+pub(crate) fn set_before_restore(f: impl FnOnce() + 'static) {
+    BEFORE_RESTORE.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+}
+
+#[cfg(test)]
+fn run_test_hook(hook: &'static TestHook) {
+    if let Some(f) = hook.with(|h| h.borrow_mut().take()) {
         f();
     }
 }

@@ -146,7 +146,14 @@ pub struct ModelConfig {
     pub shards: Option<usize>,
     /// The engine's fingerprint seed (it decides which keys share a shard).
     pub seed: u64,
+    /// The sequence starts [`WRAP_LEAD_MS`] after the engine's start, just before its
+    /// 1 ms ticks pass 2^32, where deadlines stored as 32 bits wrap.
+    pub near_wrap: bool,
 }
+
+/// How far after the engine's start a [`ModelConfig::near_wrap`] sequence begins:
+/// 1.5 s before 2^32 ticks, so that its leases and TTLs end past the wrap.
+pub const WRAP_LEAD_MS: u64 = (1 << 32) - 1500;
 
 impl ModelConfig {
     /// A configuration from one selector byte (window, bound, shards) and a seed.
@@ -156,6 +163,7 @@ impl ModelConfig {
             max_keys: [3, 8, 11, 20][(b >> 1) as usize & 3],
             shards: [None, Some(1), Some(2), Some(5)][(b >> 3) as usize & 3],
             seed,
+            near_wrap: b & 0x20 != 0,
         }
     }
 
@@ -490,6 +498,8 @@ pub struct Tally {
     pub forgotten: u64,
     pub maintenance_reclaims: u64,
     pub leaps: u64,
+    /// Sequences begun just before the wrap of 32-bit ticks.
+    pub near_wrap: u64,
     /// `claim_batch` calls with valid keys, and those refused (capacity).
     pub batches: u64,
     pub batches_refused: u64,
@@ -518,6 +528,7 @@ impl std::ops::AddAssign for Tally {
         self.forgotten += o.forgotten;
         self.maintenance_reclaims += o.maintenance_reclaims;
         self.leaps += o.leaps;
+        self.near_wrap += o.near_wrap;
         self.batches += o.batches;
         self.batches_refused += o.batches_refused;
         self.completion_batches += o.completion_batches;
@@ -602,7 +613,7 @@ impl Harness {
             .build()
             .expect("the model's configuration is valid");
         let ns = engine.namespace(NAMESPACE).expect("configured namespace");
-        Harness {
+        let mut h = Harness {
             label: label.to_owned(),
             clock,
             engine,
@@ -613,7 +624,13 @@ impl Harness {
             op: None,
             leapt: false,
             tally: Tally::default(),
+        };
+        if cfg.near_wrap {
+            // Nothing is resident yet: only the clock moves.
+            h.advance(WRAP_LEAD_MS);
+            h.tally.near_wrap += 1;
         }
+        h
     }
 
     /// Where a divergence happened, for the panic message.

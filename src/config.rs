@@ -243,8 +243,21 @@ impl NamespaceConfig {
         self.expected_keys.unwrap_or_else(|| {
             let ttl = self.ttl.as_millis().max(1);
             let periods = self.get_retention().as_millis().div_ceil(ttl);
-            (self.max_keys as u128 * periods).min(usize::MAX as u128) as usize
+            (self.max_keys as u128)
+                .saturating_mul(periods)
+                .min(usize::MAX as u128) as usize
         })
+    }
+
+    /// The finest [`EngineBuilder::tick`] this namespace's TTL and lease allow
+    /// (each must be at most 2^30 ticks), at least 1 ms: what a tool that opens the
+    /// database with the stored settings alone (`idem dlq`) ticks at.
+    pub fn finest_tick(&self) -> Duration {
+        let span = self.ttl.max(self.lease).as_millis();
+        let ms = span
+            .div_ceil(u128::from(crate::hot::MAX_DEADLINE_TICKS))
+            .max(1);
+        Duration::from_millis(ms.min(u128::from(u64::MAX)) as u64)
     }
 
     /// The prefilter's target false-positive rate.

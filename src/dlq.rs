@@ -1713,15 +1713,17 @@ impl Dlq {
             ..PolicyReport::default()
         };
         if let Some(retention) = policy.archive_after {
+            // None (nothing has waited that long) while the clock reads less than
+            // the retention.
             let cutoff = crate::clock::read_capped(&*self.inner.clock)
-                .saturating_sub(retention.as_millis().min(u64::MAX as u128) as u64);
+                .checked_sub(retention.as_millis().min(u64::MAX as u128) as u64);
             let due: Vec<u64> = {
                 let st = self.inner.state.lock();
                 st.index
                     .iter()
                     .filter(|(id, s)| {
                         s.state == MessageState::Quarantined
-                            && s.quarantined_at_ms <= cutoff
+                            && cutoff.is_some_and(|c| s.quarantined_at_ms <= c)
                             && !st.busy.contains_key(id)
                     })
                     .map(|(id, _)| *id)

@@ -82,12 +82,21 @@ impl fmt::Display for StoreError {
 impl std::error::Error for StoreError {}
 
 /// Everything that can go wrong in idem. Each variant says what happened. An operation
-/// that returns an error changed nothing, with one exception: a completion whose write
-/// succeeded and whose sync of the write-ahead log then failed (a grouped fsync under
-/// `SyncPolicy::Always`, or the sync a `Periodic` completion makes itself once its
-/// engine was dropped) returns [`Error::Store`] with its record, and any co-committed
-/// state changes, applied and readable (see
-/// [`ClaimGuard::complete_with`](crate::ClaimGuard::complete_with)).
+/// that returns an error changed nothing a caller could tell from the keys' answers,
+/// with these exceptions:
+/// - a completion whose write succeeded and whose sync of the write-ahead log then
+///   failed (a grouped fsync under `SyncPolicy::Always`, or the sync a `Periodic`
+///   completion makes itself once its engine was dropped) returns [`Error::Store`]
+///   with its record, and any co-committed state changes, applied and readable (see
+///   [`ClaimGuard::complete_with`](crate::ClaimGuard::complete_with));
+/// - a failed [`Namespace::claim_batch`](crate::Namespace::claim_batch) keeps the
+///   sliding windows it extended before it failed (they only extend what the keys
+///   had), and [`Namespace::complete_batch`](crate::Namespace::complete_batch) settles
+///   guards of other namespaces on their own (see each method).
+///
+/// Housekeeping on the way to a refusal is not undone: keys found expired are
+/// reclaimed, a full durable namespace drops done keys from its hot tier (they stay
+/// durable), and [`Stats`](crate::Stats) counts what was answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Error {

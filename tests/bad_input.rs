@@ -195,3 +195,34 @@ fn errors_display_without_debug_formatting() {
     );
     assert!(std::error::Error::source(&k).is_some());
 }
+
+#[test]
+fn the_prefilter_default_of_an_unchecked_config_saturates_instead_of_overflowing() {
+    let cfg = idem::NamespaceConfig::new()
+        .max_keys(usize::MAX)
+        .ttl(std::time::Duration::from_millis(1))
+        .retention(std::time::Duration::MAX);
+    assert_eq!(cfg.get_expected_keys(), usize::MAX);
+}
+
+#[test]
+fn the_finest_tick_keeps_the_ttl_and_lease_within_2_pow_30_ticks() {
+    use std::time::Duration;
+    let day = Duration::from_secs(86_400);
+    let ms = Duration::from_millis;
+    assert_eq!(idem::NamespaceConfig::new().finest_tick(), ms(1));
+    // 2^30 ms is 12.4 days: 30 days take 3 ms ticks, and build at them.
+    let month = idem::NamespaceConfig::new().ttl(day * 30);
+    assert_eq!(month.finest_tick(), ms(3));
+    for (tick, ok) in [(ms(2), false), (ms(3), true)] {
+        let built = idem::Engine::builder()
+            .tick(tick)
+            .namespace("ns", month.clone())
+            .build();
+        assert_eq!(built.is_ok(), ok, "{tick:?}");
+    }
+    assert_eq!(
+        idem::NamespaceConfig::new().lease(day * 13).finest_tick(),
+        ms(2)
+    );
+}

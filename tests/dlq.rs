@@ -882,6 +882,33 @@ fn a_message_taken_up_for_review_during_a_policy_run_is_left_to_its_reviewer() {
     assert_eq!(dlq.get(b).unwrap().state(), MessageState::UnderReview);
 }
 
+#[test]
+fn the_auto_archive_takes_nothing_that_has_not_waited_its_time() {
+    // A clock that reads less than the wait (a test clock near zero), and a wait
+    // longer than any clock reading: nothing has waited that long.
+    for (start, wait) in [(0, secs(3600)), (T0, std::time::Duration::MAX)] {
+        let clock = ManualClock::new(start);
+        let engine = Engine::builder()
+            .namespace("ns", config())
+            .clock(clock.clone())
+            .maintenance_interval(None)
+            .build()
+            .unwrap();
+        let dlq = engine.dlq("ns").unwrap();
+        let id = dlq.quarantine(b"k", b"v2:k", OUTAGE).unwrap();
+        clock.advance(secs(60));
+        let r = dlq
+            .run_policies(
+                &DlqPolicy::new().archive_after(wait),
+                &any_schema,
+                |_: &[u8], _: &[u8]| panic!("nothing to replay"),
+            )
+            .unwrap();
+        assert!(r.archived.is_empty(), "{start}: {:?}", r.archived);
+        assert_eq!(dlq.get(id).unwrap().state(), MessageState::Quarantined);
+    }
+}
+
 fn clock_now(clock: &ManualClock) -> u64 {
     use idem::Clock;
     clock.now_ms()

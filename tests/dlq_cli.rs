@@ -251,6 +251,38 @@ fn bad_arguments_are_refused() {
 }
 
 #[test]
+fn a_namespace_whose_ttl_needs_a_coarse_tick_can_be_archived_and_replayed() {
+    // The application ticks once a second for a 30-day TTL, longer than 2^30 ticks
+    // of the default 1 ms tick; the tick itself is not stored.
+    let tmp = TempDir::new("coarse-tick");
+    let db = tmp.0.join("db");
+    {
+        let engine = Engine::builder()
+            .tick(std::time::Duration::from_secs(1))
+            .namespace(
+                "orders",
+                NamespaceConfig::new().ttl(std::time::Duration::from_secs(30 * 86_400)),
+            )
+            .durable(&db)
+            .maintenance_interval(None)
+            .build()
+            .unwrap();
+        let dlq = engine.dlq("orders").unwrap();
+        for key in ["ord-1", "ord-2"] {
+            dlq.quarantine(key.as_bytes(), b"v2:x", "downstream-unavailable:x")
+                .unwrap();
+        }
+    }
+    let dbs = db.to_str().unwrap();
+    let (ok, _, out, err) = orders("archive", dbs, &["--id", "1", "--note", "x"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("archived #1"), "{out}");
+    let (ok, _, out, err) = orders("replay", dbs, &["--all", "--exec", "true"]);
+    assert!(ok, "{err}");
+    assert_eq!(row(&out, "replayed "), ["replayed", "1"], "{out}");
+}
+
+#[test]
 fn an_archive_with_one_bad_id_archives_none() {
     let (_tmp, dbs) = populated("archive");
     let archive = |ids: &[&str]| {

@@ -256,8 +256,12 @@ fn open_engine(
                  settings, then run this again (nothing was changed)"
             )
         })?;
+    // The application's tick is not stored: the finest its TTL and lease allow (a
+    // finer one than the application's, if anything, so records last no less).
+    let tick = cfg.finest_tick();
     let engine = Engine::builder()
         .namespace(name, cfg)
+        .tick(tick)
         .maintenance_interval(None)
         .durable(dir)
         .build()

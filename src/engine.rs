@@ -1039,6 +1039,26 @@ mod tests {
         }
     }
 
+    /// A memory-only engine whose namespace "n" of `cfg` reads a [`Ticking`] clock
+    /// from 1,000,000 ms, and the clock's word.
+    fn ticking(
+        cfg: crate::NamespaceConfig,
+    ) -> (
+        super::Engine,
+        super::Namespace,
+        std::sync::Arc<std::sync::atomic::AtomicU64>,
+    ) {
+        let at = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1_000_000));
+        let engine = super::Engine::builder()
+            .clock(Ticking(at.clone()))
+            .maintenance_interval(None)
+            .namespace("n", cfg)
+            .build()
+            .unwrap();
+        let ns = engine.namespace("n").unwrap();
+        (engine, ns, at)
+    }
+
     /// A failed batch gives up the claims it acquired, which its caller never saw:
     /// also one whose lease ran out while the batch was still deciding (on a clock
     /// that moves a millisecond a reading, a 2 ms lease runs out during the refusal
@@ -1048,20 +1068,12 @@ mod tests {
     fn a_failed_batch_gives_up_a_claim_whose_lease_ran_out_meanwhile() {
         use crate::NamespaceConfig;
         use std::time::Duration;
-        let at = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1_000_000));
-        let engine = super::Engine::builder()
-            .clock(Ticking(at.clone()))
-            .maintenance_interval(None)
-            .namespace(
-                "n",
-                NamespaceConfig::new()
-                    .lease(Duration::from_millis(2))
-                    .max_keys(1)
-                    .shards(1),
-            )
-            .build()
-            .unwrap();
-        let ns = engine.namespace("n").unwrap();
+        let (engine, ns, _) = ticking(
+            NamespaceConfig::new()
+                .lease(Duration::from_millis(2))
+                .max_keys(1)
+                .shards(1),
+        );
         let refused = ns.claim_batch(&[b"a", b"b"]).unwrap_err();
         assert!(
             matches!(refused, crate::Error::CapacityExceeded { .. }),
@@ -1119,19 +1131,11 @@ mod tests {
     fn the_last_attempt_reclaims_keys_expired_at_its_own_time() {
         use crate::{Claim, NamespaceConfig};
         use std::time::Duration;
-        let at = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1_000_000));
-        let engine = super::Engine::builder()
-            .clock(Ticking(at.clone()))
-            .maintenance_interval(None)
-            .namespace(
-                "n",
-                NamespaceConfig::new()
-                    .max_keys(1)
-                    .lease(Duration::from_millis(5)),
-            )
-            .build()
-            .unwrap();
-        let ns = engine.namespace("n").unwrap();
+        let (engine, ns, at) = ticking(
+            NamespaceConfig::new()
+                .max_keys(1)
+                .lease(Duration::from_millis(5)),
+        );
         let Claim::Acquired(held) = ns.claim(b"a").unwrap() else {
             panic!("room for one key");
         };

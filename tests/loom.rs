@@ -25,9 +25,13 @@
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
+use idem::loom_reclaim::Domain;
 use idem::{Claim, Engine, Error, KeyState, ManualClock, Namespace, NamespaceConfig};
+use loom::cell::UnsafeCell;
+use loom::sync::atomic::AtomicUsize as LoomUsize;
 use loom::sync::Arc;
 use loom::thread;
+use std::sync::atomic::Ordering::{Acquire, Release};
 
 /// Start of the manual clock: an arbitrary wall-clock time.
 const T0: u64 = 1_700_000_000_000;
@@ -597,6 +601,32 @@ fn the_write_sequence_validates_only_untorn_reads() {
     OUTCOMES.assert_all_reached(["validated", "refused"]);
 }
 
+/// What a freed table holds, so that a read of one is seen.
+const FREED: u64 = 0;
+
+/// A lock-free reader of the reclamation models: pins (reader 0), reads the table
+/// `published` names, checks it is not freed, unpins.
+fn read_published(domain: &Domain, published: &LoomUsize, tables: &[UnsafeCell<u64>; 2]) {
+    domain.pin(0);
+    let t = published.load(Acquire);
+    // SAFETY: loom checks the read against the free.
+    let v = tables[t].with(|p| unsafe { *p });
+    assert_ne!(v, FREED, "read a freed table");
+    domain.unpin(0);
+}
+
+/// Frees the old table (0) if garbage tagged `tag` may be freed by a scan that
+/// found `oldest`: outcome 0, freed; 1, kept.
+fn free_if_unread(tables: &[UnsafeCell<u64>; 2], tag: Option<u64>, oldest: u64) -> usize {
+    if tag.is_some_and(|tag| Domain::freeable(tag, oldest)) {
+        // SAFETY: loom checks the free against the reads.
+        tables[0].with_mut(|p| unsafe { *p = FREED });
+        0
+    } else {
+        1
+    }
+}
+
 /// The reclamation protocol behind the lock-free duplicate reads
 /// (`src/hot/reclaim.rs`, through `idem::loom_reclaim`, in the fenced mode): a reader
 /// pins, loads the published table and reads it, twice; meanwhile the table is
@@ -606,17 +636,11 @@ fn the_write_sequence_validates_only_untorn_reads() {
 /// its reader.
 #[test]
 fn a_retired_table_is_freed_only_after_its_reader_unpins() {
-    use idem::loom_reclaim::Domain;
-    use loom::cell::UnsafeCell;
-    use loom::sync::atomic::AtomicUsize;
-    use std::sync::atomic::Ordering::{Acquire, Release};
-
-    const FREED: u64 = 0;
     static OUTCOMES: Tally<2> = Tally::new();
     model(|| {
         let shared = Arc::new((
             Domain::new(1),
-            AtomicUsize::new(0),
+            LoomUsize::new(0),
             [UnsafeCell::new(10u64), UnsafeCell::new(20u64)],
         ));
         let reader = {
@@ -624,25 +648,14 @@ fn a_retired_table_is_freed_only_after_its_reader_unpins() {
             thread::spawn(move || {
                 let (domain, published, tables) = &*shared;
                 for _ in 0..2 {
-                    domain.pin(0);
-                    let t = published.load(Acquire);
-                    // SAFETY: loom checks the read against the free.
-                    let v = tables[t].with(|p| unsafe { *p });
-                    assert_ne!(v, FREED, "read a freed table");
-                    domain.unpin(0);
+                    read_published(domain, published, tables);
                 }
             })
         };
         let (domain, published, tables) = &*shared;
         published.store(1, Release);
         let tag = domain.retire();
-        if Domain::freeable(tag, domain.scan()) {
-            // SAFETY: loom checks the free against the reads.
-            tables[0].with_mut(|p| unsafe { *p = FREED });
-            OUTCOMES.hit(0);
-        } else {
-            OUTCOMES.hit(1);
-        }
+        OUTCOMES.hit(free_if_unread(tables, Some(tag), domain.scan()));
         reader.join().unwrap();
     });
     OUTCOMES.assert_all_reached(["freed", "kept for its reader"]);
@@ -655,18 +668,13 @@ fn a_retired_table_is_freed_only_after_its_reader_unpins() {
 /// garbage's tag to the limbo, and the collector.
 #[test]
 fn a_collection_frees_only_what_was_retired_before_its_bound() {
-    use idem::loom_reclaim::Domain;
-    use loom::cell::UnsafeCell;
-    use loom::sync::atomic::AtomicUsize;
     use loom::sync::Mutex;
-    use std::sync::atomic::Ordering::{Acquire, Release};
 
-    const FREED: u64 = 0;
     static OUTCOMES: Tally<2> = Tally::new();
     model(|| {
         let shared = Arc::new((
             Domain::new(1),
-            AtomicUsize::new(0),
+            LoomUsize::new(0),
             [UnsafeCell::new(10u64), UnsafeCell::new(20u64)],
             Mutex::new(None::<u64>),
         ));
@@ -674,12 +682,7 @@ fn a_collection_frees_only_what_was_retired_before_its_bound() {
             let shared = Arc::clone(&shared);
             thread::spawn(move || {
                 let (domain, published, tables, _) = &*shared;
-                domain.pin(0);
-                let t = published.load(Acquire);
-                // SAFETY: loom checks the read against the free.
-                let v = tables[t].with(|p| unsafe { *p });
-                assert_ne!(v, FREED, "read a freed table");
-                domain.unpin(0);
+                read_published(domain, published, tables);
             })
         };
         let retirer = {
@@ -694,13 +697,7 @@ fn a_collection_frees_only_what_was_retired_before_its_bound() {
         let (domain, _, tables, limbo) = &*shared;
         let oldest = domain.scan();
         let tag = *limbo.lock().unwrap();
-        if tag.is_some_and(|tag| Domain::freeable(tag, oldest)) {
-            // SAFETY: loom checks the free against the read.
-            tables[0].with_mut(|p| unsafe { *p = FREED });
-            OUTCOMES.hit(0);
-        } else {
-            OUTCOMES.hit(1);
-        }
+        OUTCOMES.hit(free_if_unread(tables, tag, oldest));
         reader.join().unwrap();
         retirer.join().unwrap();
     });

@@ -98,7 +98,13 @@ pub struct Orphan {
 #[derive(Debug, Clone, Default)]
 pub struct StateChanges {
     ops: Vec<(String, StateOp)>,
+    /// The longest key or value over [`MAX_STATE_LEN`] given, which was not taken.
+    too_large: Option<usize>,
 }
+
+/// The longest key or value a [`StateChanges`] change may have: RocksDB's limit
+/// (4 GiB - 1), past which its write batch would leave the change out.
+pub const MAX_STATE_LEN: usize = u32::MAX as usize;
 
 impl StateChanges {
     /// No changes yet.
@@ -106,20 +112,36 @@ impl StateChanges {
         Self::default()
     }
 
-    /// Sets `key` to `value` in state family `family`.
+    /// Sets `key` to `value` in state family `family`. A key or value longer than
+    /// [`MAX_STATE_LEN`] is not taken (nor copied): the completion given these
+    /// changes is refused with [`Error::StateTooLarge`], and changes nothing.
     pub fn put(&mut self, family: &str, key: &[u8], value: &[u8]) -> &mut Self {
-        self.ops.push((
-            family.to_owned(),
-            StateOp::Put(key.to_vec(), value.to_vec()),
-        ));
+        if self.fits(key.len().max(value.len())) {
+            self.ops.push((
+                family.to_owned(),
+                StateOp::Put(key.to_vec(), value.to_vec()),
+            ));
+        }
         self
     }
 
-    /// Deletes `key` from state family `family`.
+    /// Deletes `key` from state family `family` (a key longer than
+    /// [`MAX_STATE_LEN`] is refused as in [`StateChanges::put`]).
     pub fn delete(&mut self, family: &str, key: &[u8]) -> &mut Self {
-        self.ops
-            .push((family.to_owned(), StateOp::Delete(key.to_vec())));
+        if self.fits(key.len()) {
+            self.ops
+                .push((family.to_owned(), StateOp::Delete(key.to_vec())));
+        }
         self
+    }
+
+    /// Whether a change of `len` bytes is taken; notes it if not.
+    fn fits(&mut self, len: usize) -> bool {
+        if len <= MAX_STATE_LEN {
+            return true;
+        }
+        self.too_large = self.too_large.max(Some(len));
+        false
     }
 
     /// Whether there are no changes.
@@ -3570,7 +3592,8 @@ impl ClaimGuard {
     /// completion and every change are stored, or none of them is.
     ///
     /// Refused without any change, the claim staying held until its lease runs out:
-    /// [`Error::NotDurable`] on a memory-only engine, [`Error::UnknownStateFamily`]
+    /// [`Error::NotDurable`] on a memory-only engine, [`Error::StateTooLarge`] for a
+    /// change over [`MAX_STATE_LEN`], [`Error::UnknownStateFamily`]
     /// for a family this engine did not declare, [`Error::ResultTooLarge`]. (Such a
     /// claim is one never completed: its claim marker stays, and the next open
     /// reports it among [`Engine::orphans`] unless its key was claimed again.) With
@@ -3590,6 +3613,13 @@ impl ClaimGuard {
         if let Some((family, _)) = changes.ops.iter().find(|(f, _)| !d.has_state_family(f)) {
             self.armed = false;
             return Err(Error::UnknownStateFamily(family.clone()));
+        }
+        if let Some(len) = changes.too_large {
+            self.armed = false;
+            return Err(Error::StateTooLarge {
+                len,
+                max: MAX_STATE_LEN,
+            });
         }
         if let Some(r) = result {
             let max = self.ns().cfg.max_result_len;

@@ -123,6 +123,14 @@ pub enum Error {
         /// The namespace's limit.
         max: usize,
     },
+    /// A co-committed state change's key or value is longer than
+    /// [`MAX_STATE_LEN`](crate::MAX_STATE_LEN) (see [`StateChanges::put`](crate::StateChanges::put)).
+    StateTooLarge {
+        /// The longest such key or value, in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
     /// No namespace of that name was configured.
     UnknownNamespace(String),
     /// The same namespace name was configured twice.
@@ -235,6 +243,10 @@ impl fmt::Display for Error {
             Error::ResultTooLarge { len, max } => {
                 write!(f, "the result is {len} bytes long, over the limit of {max}")
             }
+            Error::StateTooLarge { len, max } => write!(
+                f,
+                "a state change is {len} bytes long, over the limit of {max}"
+            ),
             Error::UnknownNamespace(name) => write!(f, "no namespace named {name:?}"),
             Error::DuplicateNamespace(name) => {
                 write!(f, "namespace {name:?} is configured twice")

@@ -164,6 +164,7 @@ pub use durable::inspect::{
 };
 pub use engine::{
     Claim, ClaimGuard, Done, Engine, InFlight, KeyState, Namespace, Orphan, StateChanges,
+    MAX_STATE_LEN,
 };
 pub use error::{Error, KeyError, Result, StoreError};
 pub use plan::{Plan, Sizing, SizingError, SizingWarning};

@@ -1921,6 +1921,34 @@ fn a_co_commit_to_an_unknown_family_is_refused_and_the_claim_stays_held() {
 }
 
 #[test]
+fn a_co_commit_over_the_state_limit_is_refused_and_the_claim_stays_held() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (engine, ns) = open_ledger(&dir, &clock, small());
+    let g = acquire(&ns, b"pay-1");
+    // Zeroed on allocation and never touched (the change does not copy it): no
+    // memory is used for its 4 GiB.
+    let big = vec![0u8; idem::MAX_STATE_LEN + 1];
+    let mut changes = StateChanges::new();
+    changes
+        .put("ledger", b"acct-1", b"10")
+        .put("ledger", b"acct-2", &big);
+    drop(big);
+    // Before, RocksDB's write batch left the change out and the completion was Ok:
+    // the key done, the state not written.
+    assert_eq!(
+        g.complete_with(None, changes).unwrap_err(),
+        Error::StateTooLarge {
+            len: idem::MAX_STATE_LEN + 1,
+            max: idem::MAX_STATE_LEN
+        }
+    );
+    assert_eq!(engine.read_state("ledger", b"acct-1").unwrap(), None);
+    assert_eq!(in_progress(&ns, b"pay-1").lease_expires_at_ms(), T0 + 5_000);
+    assert_eq!(engine.stats().completions, 0);
+}
+
+#[test]
 fn a_family_only_an_earlier_run_declared_is_unknown_and_kept() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);

@@ -1547,9 +1547,12 @@ impl DurableNs {
                     "could not write deferred claim markers; the next flush tries again"
                 );
                 // Back in memory, under the flush's lock: a completion, release or
-                // forget that waited for this flush looks there again.
+                // forget that waited for this flush looks there again. (Not through
+                // `restore_marker`: after the engine's close it writes each marker
+                // on its own, a write per marker of the batch the store just refused.)
+                let mut pending = d.pending.lock();
                 for (fp, marker) in batch {
-                    self.restore_marker(fp, Some(marker), false);
+                    pending.entry(fp).or_insert(marker);
                 }
             }
         }

@@ -30,8 +30,9 @@
 //! A networked peer's child times at most `--redis-sample` / `--jetstream-sample`
 //! claims, and no more than each thread makes in 2 s (`remote::TIMED_MAX`): one
 //! request at a time over a slow loopback would otherwise spend most of the run's
-//! time waiting on the network. The rest of its N keys are sent pipelined 1,024 deep
-//! (`remote::LOAD_DEPTH`), untimed.
+//! time waiting on the network. In W1 the rest of its N keys are sent pipelined
+//! 1,024 deep (`remote::LOAD_DEPTH`), untimed, so that memory covers them; W2 claims
+//! its timed sample only.
 //!
 //! Every (peer, N, threads) measurement runs in a child process of its own (this
 //! executable, re-run with a hidden `--child` argument), so no peer's memory or
@@ -1109,7 +1110,7 @@ fn main() -> ExitCode {
         println!("- Redis peers skipped: `redis-server` is not on PATH (install it to compare)");
     } else if o.peers.iter().any(|p| is_redis(p)) {
         println!(
-            "- Redis: a `redis-server` started by each child on a free loopback port (`--save \"\" --appendonly no`), stopped after; one connection per thread; `SET key 1 NX EX 3600`; at most the first {} claims of a run are timed (split between the threads), and no more than a thread makes in {} s, the rest are sent pipelined {} deep, untimed, so that memory covers all N keys; B/key is `used_memory` after minus before over `DBSIZE`, RSS the server's; Redis runs at N <= {} (`--redis-max-n`)",
+            "- Redis: a `redis-server` started by each child on a free loopback port (`--save \"\" --appendonly no`), stopped after; one connection per thread; `SET key 1 NX EX 3600`; at most the first {} claims of a run are timed (split between the threads), and no more than a thread makes in {} s, the rest of W1's keys are sent pipelined {} deep, untimed, so that memory covers all N keys, and W2 claims the timed sample only (its \"not Duplicate\" counts those claims); B/key is `used_memory` after minus before over `DBSIZE`, RSS the server's; Redis runs at N <= {} (`--redis-max-n`)",
             o.redis_sample,
             remote::TIMED_MAX.as_secs(),
             remote::LOAD_DEPTH,
@@ -1123,7 +1124,7 @@ fn main() -> ExitCode {
         println!("- JetStream peers skipped: `nats-server` is not on PATH (install it to compare)");
     } else if o.peers.iter().any(|p| is_jetstream(p)) {
         println!(
-            "- NATS JetStream: a `nats-server -js` started by each child on a free loopback port, stopped after; a stream in memory with a 3600 s `duplicate_window`; one connection per thread; a claim is a publish with the key as `Nats-Msg-Id`, taken unless the acknowledgement says `duplicate`; at most the first {} claims of a run are timed (split between the threads), and no more than a thread makes in {} s, the rest are sent pipelined {} deep, untimed, so that memory covers all N keys; B/key (both columns) is the server's RSS after minus before over the stream's message count; JetStream runs at N <= {} (`--jetstream-max-n`)",
+            "- NATS JetStream: a `nats-server -js` started by each child on a free loopback port, stopped after; a stream in memory with a 3600 s `duplicate_window`; one connection per thread; a claim is a publish with the key as `Nats-Msg-Id`, taken unless the acknowledgement says `duplicate`; at most the first {} claims of a run are timed (split between the threads), and no more than a thread makes in {} s, the rest of W1's keys are sent pipelined {} deep, untimed, so that memory covers all N keys, and W2 claims the timed sample only (its \"not Duplicate\" counts those claims); B/key (both columns) is the server's RSS after minus before over the stream's message count; JetStream runs at N <= {} (`--jetstream-max-n`)",
             o.jetstream_sample,
             remote::TIMED_MAX.as_secs(),
             remote::LOAD_DEPTH,

@@ -225,3 +225,94 @@ fn a_timed_sample_stops_at_its_time_budget_and_counts_what_it_claimed() {
     assert_eq!((claimed, wrong), (5_000, 10));
     assert_eq!(c.asked, 5_000);
 }
+
+/// A server in this process: one set of keys shared by its connections, and a count
+/// of the claims they made.
+struct InProcess {
+    seen: std::sync::Arc<std::sync::Mutex<HashSet<Key>>>,
+    asked: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// A connection to [`InProcess`].
+struct InProcessConn {
+    seen: std::sync::Arc<std::sync::Mutex<HashSet<Key>>>,
+    asked: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    pending: Vec<Key>,
+    answers: std::collections::VecDeque<bool>,
+}
+
+impl Claimer for InProcessConn {
+    fn push_claim(&mut self, key: &[u8]) {
+        self.pending.push(key.try_into().expect("20-byte keys"));
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        let mut seen = self.seen.lock().unwrap();
+        for k in self.pending.drain(..) {
+            self.asked
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.answers.push_back(seen.insert(k));
+        }
+        Ok(())
+    }
+    fn read_taken(&mut self) -> std::io::Result<bool> {
+        Ok(self.answers.pop_front().expect("an answer per request"))
+    }
+}
+
+/// The claims made on the last [`InProcess`] server started, read when it is dropped
+/// (`remote::measure` drops its server before it returns).
+static LAST_SERVER_CLAIMS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+impl Drop for InProcess {
+    fn drop(&mut self) {
+        LAST_SERVER_CLAIMS.store(
+            self.asked.load(std::sync::atomic::Ordering::Relaxed),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+}
+
+impl remote::Remote for InProcess {
+    type Conn = InProcessConn;
+    fn connect(&self) -> std::io::Result<InProcessConn> {
+        Ok(InProcessConn {
+            seen: self.seen.clone(),
+            asked: self.asked.clone(),
+            pending: Vec::new(),
+            answers: Default::default(),
+        })
+    }
+    fn memory(&self, _admin: &mut InProcessConn) -> std::io::Result<isize> {
+        Ok(100 * self.seen.lock().unwrap().len() as isize)
+    }
+    fn resident(&self, _admin: &mut InProcessConn) -> std::io::Result<isize> {
+        Ok(self.seen.lock().unwrap().len() as isize)
+    }
+    fn rss(&self) -> isize {
+        0
+    }
+}
+
+fn start_in_process() -> Result<InProcess, String> {
+    Ok(InProcess {
+        seen: Default::default(),
+        asked: Default::default(),
+    })
+}
+
+#[test]
+fn a_networked_child_loads_every_key_in_w1_and_claims_only_its_sample_in_w2() {
+    let all = keys(0..20_000);
+    let sample = 2_000;
+    let r = remote::measure(start_in_process, &all, true, 2, 64, sample);
+    // W1 took every key (memory covers them all: 100 bytes a key held), W2 asked
+    // for the sample only, each a duplicate.
+    assert_eq!(r.failures, 0);
+    assert_eq!(r.heap, 100 * all.len() as isize);
+    let (_, w2_wrong) = r.dup.expect("W2 ran");
+    assert_eq!(w2_wrong, 0);
+    assert_eq!(
+        LAST_SERVER_CLAIMS.load(std::sync::atomic::Ordering::Relaxed),
+        all.len() + sample
+    );
+}

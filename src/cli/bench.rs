@@ -172,6 +172,7 @@ impl Options {
 /// Runs `idem bench`.
 pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
     let o = Options::parse(args)?;
+    let start = std::time::Instant::now();
     let mut ok = true;
     if o.workloads {
         if !o.source.join("benches/workloads.rs").is_file() {
@@ -209,6 +210,15 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
         // A correctness failure there (not a missed target) fails the run too.
         ok &= super::bench_durable::run(&d)? == ExitCode::SUCCESS;
     }
+    // The full run is to stay within 15 minutes on 2 cores (the harness's build
+    // included: it is part of what a user waits for).
+    let secs = start.elapsed().as_secs();
+    outln!(
+        "Wall time of this `idem bench`: {} min {} s.",
+        secs / 60,
+        secs % 60
+    );
+    errln!("idem bench: done in {} min {} s", secs / 60, secs % 60);
     Ok(if ok {
         ExitCode::SUCCESS
     } else {

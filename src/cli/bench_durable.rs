@@ -1287,23 +1287,44 @@ fn run_benches(args: &[String], o: &Opts) {
     if o.disk {
         return disk(keys, o.result_bytes);
     }
-    if runs("--w3") {
-        w3(
-            if o.quick {
-                20_000
-            } else {
-                keys.min(1_000_000) / 10
-            },
-            o.w3_rounds.unwrap_or(if o.quick { 1 } else { 3 }),
-            o.fpr,
+    // Each workload's wall time, on stderr as it ends and in the output at the end:
+    // the full `idem bench` is to stay within 15 minutes.
+    let start = Instant::now();
+    let mut times = Vec::new();
+    let mut timed = |name: &'static str, f: &mut dyn FnMut()| {
+        let t = Instant::now();
+        f();
+        let secs = t.elapsed().as_secs_f64();
+        errln!(
+            "[{:7.1} s] bench durable: {name} done in {secs:.1} s",
+            start.elapsed().as_secs_f64()
         );
+        times.push(format!("{name} {secs:.0} s"));
+    };
+    if runs("--w3") {
+        timed("W3", &mut || {
+            w3(
+                if o.quick {
+                    20_000
+                } else {
+                    keys.min(1_000_000) / 10
+                },
+                o.w3_rounds.unwrap_or(if o.quick { 1 } else { 3 }),
+                o.fpr,
+            )
+        });
     }
     if runs("--w4") {
-        w4(o.quick);
+        timed("W4", &mut || w4(o.quick));
     }
     if runs("--w5") {
-        w5(keys);
+        timed("W5", &mut || w5(keys));
     }
+    outln!(
+        "Wall time of W3-W5: {:.0} s ({}).\n",
+        start.elapsed().as_secs_f64(),
+        times.join(", ")
+    );
 }
 
 #[cfg(test)]

@@ -1,0 +1,1486 @@
+//! Model check of the durable tier: random operation sequences on a durable engine,
+//! compared after every step with a reference model.
+//!
+//! `tests/model.rs` checks the hot tier alone. Here every sequence runs on an engine
+//! with a durable tier in a fresh directory, on a manual clock, with a TTL short
+//! enough that keys outlive their hot window, a small `max_keys` in some sequences
+//! (done keys leave a full hot tier and are read back), restarts (every guard
+//! finished, the engine dropped and opened again on the same directory and clock),
+//! retention expiry, forgets, compactions and maintenance passes.
+//!
+//! The model keeps each key's state: in progress until its lease deadline, or done
+//! with its completion time, result, payload and the expiry of its durable record.
+//! It does not model which done keys the hot tier holds (eviction is the hot tier's
+//! own choice), only what every answer must be whatever it holds:
+//!
+//! - A done key answers `Duplicate` until its record expires, `completed_at_ms +
+//!   retention` in a fixed window, from either tier and across restarts, and every
+//!   `Duplicate` and `check` reports that record expiry as `expires_at_ms` (the hot
+//!   tier derives it with `Params::record_until`, the record is written with the
+//!   same), with the completion time and result of the completion.
+//! - In a sliding window each sighting moves the window to `now + TTL`, and the
+//!   record's expiry to the first `completed_at_ms + k x retention` (k >= 1) at or
+//!   after the window's end, never earlier than it was. A sighting of a key that the
+//!   hot tier cannot hold (every resident key is a live claim of another key) is
+//!   answered from the record as it stands and moves nothing.
+//! - A new key is refused only when `max_keys` other keys hold live claims: done keys
+//!   leave a full hot tier, and expired entries are reclaimed first.
+//!
+//! Every claim answer is compared exactly (kind, lease deadline, retry time,
+//! completion time, expiry, result bytes, errors), and after every step `check` of
+//! every key, the lease of every guard held, the counters whose values do not depend
+//! on which keys the hot tier holds (acquired, duplicates, in progress, payload
+//! mismatches, capacity refusals, completions, releases, lost leases), and
+//! `resident_keys <= max_keys`. Expirations, forgets and evictions are counted by the
+//! hot tier for the entries it holds, so they are not compared, except that a
+//! namespace whose `max_keys` holds every key never evicts, and that a key read back
+//! from the durable tier while its hot window still ran implies an eviction. After a
+//! compaction the database holds exactly the model's live done records and no
+//! expired one (`idem::inspect`). Each sequence's claim markers are journaled,
+//! immediate or deferred: after a restart (no claim in flight) the orphans reported
+//! are exactly the markers of claims that lost their lease and that nothing settled
+//! since (none with journaled markers, see `Model::lease_lost`).
+//!
+//! Left out: stored results over `max_result_len` (such a claim stays held with its
+//! marker, an orphan at the next open unless claimed again; the hot-tier model check
+//! covers the refusal), crashes (`tests/crash.rs`), store failures and corrupt
+//! records (`tests/durable.rs`), co-committed state and concurrency.
+
+#![cfg(all(feature = "durable", not(idem_loom)))]
+
+mod util;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use idem::{
+    Claim, ClaimGuard, ClaimMarkers, Clock, Engine, Error, KeyState, ManualClock, Namespace,
+    NamespaceConfig, Stats, SyncPolicy,
+};
+use util::{TempDir, T0};
+use xxhash_rust::xxh3::xxh3_128_with_seed;
+
+/// Sequences per window mode, and operations per sequence.
+const SEQUENCES: usize = 40;
+const STEPS: usize = 250;
+
+/// Distinct keys an operation can name.
+const KEYS: usize = 10;
+const TTL_MS: u64 = 1000;
+const LEASE_MS: u64 = 300;
+const RETENTION_MS: u64 = 4000;
+const NAMESPACE: &str = "model";
+const PAYLOADS: [&[u8]; 3] = [b"pay-a", b"pay-b", b"pay-c"];
+/// Results stored by `complete_with_result`; the empty one is a result too (not
+/// `None`).
+const RESULTS: [&[u8]; 4] = [b"", b"ok", b"receipt-2", b"0123456789abcdef"];
+
+/// xorshift64: a fixed seed gives the same sequences on every run and platform.
+struct XorShift(u64);
+
+impl XorShift {
+    fn new(seed: u64) -> Self {
+        XorShift(seed.max(1))
+    }
+
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+
+    /// A number below `n`.
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn byte(&mut self) -> u8 {
+        (self.next() >> 24) as u8
+    }
+}
+
+fn key_bytes(key: usize) -> Vec<u8> {
+    format!("key-{key}").into_bytes()
+}
+
+/// The expiry of a done record completed at `completed_at` whose window ends at
+/// `window_end`: the first `completed_at + k x retention`, k >= 1, at or after it
+/// (`Params::record_until` at a 1 ms tick).
+fn record_until(completed_at: u64, window_end: u64) -> u64 {
+    let first = completed_at + RETENTION_MS;
+    first + window_end.saturating_sub(first).div_ceil(RETENTION_MS) * RETENTION_MS
+}
+
+/// One sequence's namespace and engine.
+#[derive(Debug, Clone, Copy)]
+struct Config {
+    sliding: bool,
+    max_keys: usize,
+    shards: Option<usize>,
+    markers: ClaimMarkers,
+    prefilter: bool,
+    seed: u64,
+}
+
+impl Config {
+    fn random(sliding: bool, rng: &mut XorShift) -> Self {
+        Config {
+            sliding,
+            // 3 and 4 are full with a few keys, so done keys are evicted; 16 holds
+            // every key, so none ever is.
+            max_keys: [3, 4, 6, 16][rng.below(4) as usize],
+            shards: [None, Some(1), Some(3)][rng.below(3) as usize],
+            markers: [
+                ClaimMarkers::Journal,
+                ClaimMarkers::Immediate,
+                ClaimMarkers::Deferred,
+            ][rng.below(3) as usize],
+            prefilter: rng.below(4) != 0,
+            seed: rng.next(),
+        }
+    }
+
+    /// `SyncPolicy::Never`: a completion is in the write-ahead log before `complete`
+    /// returns, which a clean reopen replays; no fsync slows the run.
+    fn namespace_config(&self) -> NamespaceConfig {
+        let cfg = NamespaceConfig::new()
+            .ttl(Duration::from_millis(TTL_MS))
+            .lease(Duration::from_millis(LEASE_MS))
+            .retention(Duration::from_millis(RETENTION_MS))
+            .max_keys(self.max_keys)
+            .extend_on_duplicate(self.sliding)
+            .sync(SyncPolicy::Never)
+            .claim_markers(self.markers)
+            .prefilter(self.prefilter);
+        match self.shards {
+            Some(n) => cfg.shards(n),
+            None => cfg,
+        }
+    }
+}
+
+/// One step of a sequence. Guard selectors pick among the guards held: the newest
+/// if below 128, any otherwise; nothing happens if none is held.
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    Claim {
+        key: usize,
+    },
+    ClaimWithPayload {
+        key: usize,
+        payload: usize,
+    },
+    /// `claim_batch` of the first `n` keys (repeats possible).
+    ClaimBatch {
+        keys: [usize; 4],
+        n: usize,
+    },
+    Complete {
+        guard: u8,
+    },
+    CompleteWithResult {
+        guard: u8,
+        result: usize,
+    },
+    /// `complete_batch` of up to `n` held guards, from the newest back.
+    CompleteBatch {
+        n: usize,
+    },
+    Release {
+        guard: u8,
+    },
+    DropGuard {
+        guard: u8,
+    },
+    Forget {
+        key: usize,
+    },
+    Check {
+        key: usize,
+    },
+    Advance {
+        by: u64,
+    },
+    /// To one of the model's pending deadlines, or one millisecond before it.
+    AdvanceToDeadline {
+        pick: usize,
+        early: bool,
+    },
+    Maintenance,
+    Compact,
+    /// Each guard held is completed (where its bit of `finish` is set) or dropped,
+    /// then the engine is dropped and opened again.
+    Restart {
+        finish: u64,
+    },
+}
+
+impl Op {
+    fn random(rng: &mut XorShift) -> Op {
+        let key = |rng: &mut XorShift| rng.below(KEYS as u64) as usize;
+        // Restarts and compactions (with the look at the database after them) take
+        // most of the run's time, some 100 ms and 50 ms each: 2.5 % and 1.5 %.
+        match rng.below(200) {
+            0..=37 => Op::Claim { key: key(rng) },
+            38..=55 => Op::ClaimWithPayload {
+                key: key(rng),
+                payload: rng.below(3) as usize,
+            },
+            56..=67 => Op::ClaimBatch {
+                keys: [key(rng), key(rng), key(rng), key(rng)],
+                n: 1 + rng.below(4) as usize,
+            },
+            68..=87 => Op::Complete { guard: rng.byte() },
+            88..=103 => Op::CompleteWithResult {
+                guard: rng.byte(),
+                result: rng.below(RESULTS.len() as u64) as usize,
+            },
+            104..=109 => Op::CompleteBatch {
+                n: 1 + rng.below(3) as usize,
+            },
+            110..=117 => Op::Release { guard: rng.byte() },
+            118..=121 => Op::DropGuard { guard: rng.byte() },
+            122..=131 => Op::Forget { key: key(rng) },
+            132..=135 => Op::Check { key: key(rng) },
+            136..=167 => {
+                let by = match rng.below(20) {
+                    0..=4 => 1,
+                    5..=10 => 2 + rng.below(63),
+                    11..=13 => LEASE_MS - 1 + rng.below(3),
+                    14..=16 => TTL_MS - 1 + rng.below(3),
+                    17 => 65 + rng.below(400),
+                    18 => RETENTION_MS - 1 + rng.below(3),
+                    _ => RETENTION_MS + 2 + rng.below(2000),
+                };
+                Op::Advance { by }
+            }
+            168..=187 => Op::AdvanceToDeadline {
+                pick: rng.below(64) as usize,
+                early: rng.below(2) == 0,
+            },
+            188..=191 => Op::Maintenance,
+            192..=194 => Op::Compact,
+            _ => Op::Restart { finish: rng.next() },
+        }
+    }
+}
+
+/// A key's state in the model. A key absent from the model was never claimed, or
+/// was released or forgotten; an expired state is as good as absent, except that
+/// it shows what the key was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum State {
+    InProgress {
+        deadline: u64,
+        id: u64,
+        payload: Option<usize>,
+    },
+    Done {
+        completed_at: u64,
+        /// When the durable record expires: the key is a duplicate until then.
+        until: u64,
+        result: Option<Vec<u8>>,
+        payload: Option<usize>,
+        /// Until when the hot tier holds the key if nothing evicted it (`None`
+        /// after a restart); only to classify read-backs for the tally.
+        hot_until: Option<u64>,
+    },
+}
+
+impl State {
+    fn end(&self) -> u64 {
+        match self {
+            State::InProgress { deadline, .. } => *deadline,
+            State::Done { until, .. } => *until,
+        }
+    }
+
+    fn payload(&self) -> Option<usize> {
+        match self {
+            State::InProgress { payload, .. } | State::Done { payload, .. } => *payload,
+        }
+    }
+}
+
+/// The counters of [`Stats`] whose values follow from the answers alone.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Counts {
+    acquired: u64,
+    duplicates: u64,
+    in_progress: u64,
+    payload_mismatches: u64,
+    capacity_refusals: u64,
+    completions: u64,
+    releases: u64,
+    lease_lost: u64,
+}
+
+impl Counts {
+    fn of(s: &Stats) -> Self {
+        Counts {
+            acquired: s.acquired,
+            duplicates: s.duplicates,
+            in_progress: s.in_progress,
+            payload_mismatches: s.payload_mismatches,
+            capacity_refusals: s.capacity_refusals,
+            completions: s.completions,
+            releases: s.releases,
+            lease_lost: s.lease_lost,
+        }
+    }
+}
+
+/// A claim's answer, or a key's state, in a form both sides produce.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Answer {
+    Acquired {
+        lease_expires_at_ms: u64,
+    },
+    Duplicate {
+        completed_at_ms: u64,
+        expires_at_ms: u64,
+        result: Option<Vec<u8>>,
+    },
+    InProgress {
+        lease_expires_at_ms: u64,
+        retry_after: Duration,
+    },
+    Failed(Error),
+}
+
+/// The reference: key states, the clock, and the counters since the last open.
+struct Model {
+    now: u64,
+    cfg: Config,
+    keys: HashMap<usize, State>,
+    /// Each key's claim marker left in the database or waiting to be written:
+    /// the claim's id, when it was made and its lease deadline.
+    markers: HashMap<usize, Marker>,
+    next_id: u64,
+    counts: Counts,
+}
+
+/// A claim marker in the model: claim id, claim time, lease deadline.
+type Marker = (u64, u64, u64);
+
+impl Model {
+    fn live(&self, key: usize) -> Option<&State> {
+        self.keys.get(&key).filter(|s| self.now < s.end())
+    }
+
+    /// Keys other than `key` held by a live claim: the entries the hot tier can
+    /// neither evict nor reclaim.
+    fn claims_except(&self, key: usize) -> usize {
+        self.keys
+            .iter()
+            .filter(|(&k, s)| {
+                k != key && matches!(s, State::InProgress { deadline, .. } if self.now < *deadline)
+            })
+            .count()
+    }
+
+    /// The model's answer to a claim of `key` at `now`; on `Acquired` also the
+    /// claim's id and lease deadline.
+    fn claim(&mut self, key: usize, payload: Option<usize>) -> (Answer, Option<(u64, u64)>) {
+        let now = self.now;
+        let room = self.claims_except(key) < self.cfg.max_keys;
+        let sliding = self.cfg.sliding;
+        if let Some(state) = self.live(key) {
+            if let (Some(new), Some(stored)) = (payload, state.payload()) {
+                if new != stored {
+                    self.counts.payload_mismatches += 1;
+                    return (Answer::Failed(Error::PayloadMismatch), None);
+                }
+            }
+            let state = self.keys.get_mut(&key).expect("live");
+            return match state {
+                State::InProgress { deadline, .. } => {
+                    self.counts.in_progress += 1;
+                    let answer = Answer::InProgress {
+                        lease_expires_at_ms: *deadline,
+                        retry_after: Duration::from_millis(*deadline - now),
+                    };
+                    (answer, None)
+                }
+                State::Done {
+                    completed_at,
+                    until,
+                    result,
+                    ..
+                } => {
+                    if sliding && room {
+                        *until = (*until).max(record_until(*completed_at, now + TTL_MS));
+                    }
+                    self.counts.duplicates += 1;
+                    let answer = Answer::Duplicate {
+                        completed_at_ms: *completed_at,
+                        expires_at_ms: *until,
+                        result: result.clone(),
+                    };
+                    (answer, None)
+                }
+            };
+        }
+        if !room {
+            self.counts.capacity_refusals += 1;
+            let refusal = Error::CapacityExceeded {
+                namespace: NAMESPACE.to_owned(),
+                max_keys: self.cfg.max_keys,
+            };
+            return (Answer::Failed(refusal), None);
+        }
+        self.next_id += 1;
+        let (id, deadline) = (self.next_id, now + LEASE_MS);
+        self.keys.insert(
+            key,
+            State::InProgress {
+                deadline,
+                id,
+                payload,
+            },
+        );
+        // Written over any marker a claim of the key left before.
+        self.markers.insert(key, (id, now, deadline));
+        self.counts.acquired += 1;
+        let answer = Answer::Acquired {
+            lease_expires_at_ms: deadline,
+        };
+        (answer, Some((id, deadline)))
+    }
+
+    /// A completion or release of claim `id` on `key` that lost its lease. Only a
+    /// journal marker is cleared then (if no later claim of the key replaced it): a
+    /// RocksDB marker, or one waiting for the next maintenance pass, is left alone
+    /// (a later claim of the key may have written over it; `DurableNs::lease_lost`),
+    /// and the next open reports it as an orphan unless a later claim of the key
+    /// settles it first or the key is forgotten.
+    fn lease_lost(&mut self, key: usize, id: u64) -> Error {
+        self.counts.lease_lost += 1;
+        if matches!(self.cfg.markers, ClaimMarkers::Journal)
+            && self.markers.get(&key).is_some_and(|m| m.0 == id)
+        {
+            self.markers.remove(&key);
+        }
+        Error::LeaseLost
+    }
+
+    /// Whether claim `id` on `key` still holds its lease.
+    fn holds(&self, key: usize, id: u64) -> bool {
+        matches!(self.live(key), Some(State::InProgress { id: held, .. }) if *held == id)
+    }
+
+    fn complete(&mut self, key: usize, id: u64, result: Option<Vec<u8>>) -> Result<(), Error> {
+        if !self.holds(key, id) {
+            return Err(self.lease_lost(key, id));
+        }
+        // Deleted in the completion's write.
+        self.markers.remove(&key);
+        let now = self.now;
+        let payload = self.keys[&key].payload();
+        self.keys.insert(
+            key,
+            State::Done {
+                completed_at: now,
+                // Either window: the first window ends within the first retention.
+                until: record_until(now, now + TTL_MS),
+                result,
+                payload,
+                hot_until: Some(now + TTL_MS),
+            },
+        );
+        self.counts.completions += 1;
+        Ok(())
+    }
+
+    fn release(&mut self, key: usize, id: u64) -> Result<(), Error> {
+        if !self.holds(key, id) {
+            return Err(self.lease_lost(key, id));
+        }
+        self.markers.remove(&key);
+        self.keys.remove(&key);
+        self.counts.releases += 1;
+        Ok(())
+    }
+
+    fn check(&self, key: usize) -> Option<Answer> {
+        self.live(key).map(|s| match s {
+            State::InProgress { deadline, .. } => Answer::InProgress {
+                lease_expires_at_ms: *deadline,
+                retry_after: Duration::ZERO,
+            },
+            State::Done {
+                completed_at,
+                until,
+                result,
+                ..
+            } => Answer::Duplicate {
+                completed_at_ms: *completed_at,
+                expires_at_ms: *until,
+                result: result.clone(),
+            },
+        })
+    }
+
+    /// Deadlines still ahead: leases, record expiries and hot windows' ends.
+    fn pending_deadlines(&self) -> Vec<u64> {
+        let mut d: Vec<u64> = self
+            .keys
+            .values()
+            .flat_map(|s| match s {
+                State::InProgress { deadline, .. } => [Some(*deadline), None],
+                State::Done {
+                    until, hot_until, ..
+                } => [Some(*until), *hot_until],
+            })
+            .flatten()
+            .filter(|&d| d > self.now)
+            .collect();
+        d.sort_unstable();
+        d.dedup();
+        d
+    }
+
+    /// Done records within retention: what the database holds as done.
+    fn live_done(&self) -> u64 {
+        self.keys
+            .values()
+            .filter(|s| matches!(s, State::Done { until, .. } if self.now < *until))
+            .count() as u64
+    }
+}
+
+/// What a run exercised: evidence that the sequences reach every path.
+#[derive(Debug, Clone, Copy, Default)]
+struct Tally {
+    steps: u64,
+    acquired: u64,
+    duplicates: u64,
+    in_progress: u64,
+    payload_mismatches: u64,
+    capacity_refusals: u64,
+    /// Duplicates (claims or checks) read from the durable tier once the key's hot
+    /// window had ended.
+    read_back_after_ttl: u64,
+    /// Read from the durable tier after a restart, the key completed before it.
+    read_back_after_restart: u64,
+    /// Read from the durable tier while the key's hot window still ran: evicted.
+    read_back_evicted: u64,
+    /// Results (not `None`) read back from the durable tier.
+    results_read_back: u64,
+    /// A done key's record expired and a claim acquired the key again.
+    acquired_after_retention: u64,
+    /// ... exactly at the record's expiry.
+    acquired_at_retention_end: u64,
+    /// Duplicates in the last millisecond of retention.
+    duplicates_at_last_ms: u64,
+    /// Sliding-window sightings that moved the record's expiry.
+    records_extended: u64,
+    completions: u64,
+    releases: u64,
+    drops: u64,
+    lease_lost_unclaimed: u64,
+    lease_lost_taken: u64,
+    forgotten: u64,
+    /// Forgets of done keys the hot tier no longer held (past the hot window or
+    /// completed before a restart): the durable record alone answered for them.
+    forgotten_durable: u64,
+    batches: u64,
+    batches_refused: u64,
+    completion_batches: u64,
+    maintenance: u64,
+    compactions: u64,
+    /// Compactions while an expired record was on disk to drop.
+    compactions_with_expired: u64,
+    restarts: u64,
+    /// Markers of claims that lost their lease, reported at the next open.
+    orphans: u64,
+    evictions: u64,
+}
+
+impl std::ops::AddAssign for Tally {
+    fn add_assign(&mut self, o: Tally) {
+        self.steps += o.steps;
+        self.acquired += o.acquired;
+        self.duplicates += o.duplicates;
+        self.in_progress += o.in_progress;
+        self.payload_mismatches += o.payload_mismatches;
+        self.capacity_refusals += o.capacity_refusals;
+        self.read_back_after_ttl += o.read_back_after_ttl;
+        self.read_back_after_restart += o.read_back_after_restart;
+        self.read_back_evicted += o.read_back_evicted;
+        self.results_read_back += o.results_read_back;
+        self.acquired_after_retention += o.acquired_after_retention;
+        self.acquired_at_retention_end += o.acquired_at_retention_end;
+        self.duplicates_at_last_ms += o.duplicates_at_last_ms;
+        self.records_extended += o.records_extended;
+        self.completions += o.completions;
+        self.releases += o.releases;
+        self.drops += o.drops;
+        self.lease_lost_unclaimed += o.lease_lost_unclaimed;
+        self.lease_lost_taken += o.lease_lost_taken;
+        self.forgotten += o.forgotten;
+        self.forgotten_durable += o.forgotten_durable;
+        self.batches += o.batches;
+        self.batches_refused += o.batches_refused;
+        self.completion_batches += o.completion_batches;
+        self.maintenance += o.maintenance;
+        self.compactions += o.compactions;
+        self.compactions_with_expired += o.compactions_with_expired;
+        self.restarts += o.restarts;
+        self.orphans += o.orphans;
+        self.evictions += o.evictions;
+    }
+}
+
+/// What the engine answered to a claim, as the model writes its answers, and the
+/// guard if it acquired.
+fn observed(got: Result<Claim, Error>) -> (Answer, Option<ClaimGuard>) {
+    match got {
+        Ok(Claim::Acquired(g)) => (
+            Answer::Acquired {
+                lease_expires_at_ms: g.lease_expires_at_ms(),
+            },
+            Some(g),
+        ),
+        Ok(Claim::Duplicate(d)) => (
+            Answer::Duplicate {
+                completed_at_ms: d.completed_at_ms(),
+                expires_at_ms: d.expires_at_ms(),
+                result: d.result().map(<[u8]>::to_vec),
+            },
+            None,
+        ),
+        Ok(Claim::InProgress(f)) => (
+            Answer::InProgress {
+                lease_expires_at_ms: f.lease_expires_at_ms(),
+                retry_after: f.retry_after(),
+            },
+            None,
+        ),
+        Err(e) => (Answer::Failed(e), None),
+    }
+}
+
+/// A guard held, with the model's view of its claim.
+struct Held {
+    guard: ClaimGuard,
+    key: usize,
+    id: u64,
+    lease_expires_at_ms: u64,
+}
+
+/// How a held guard is finished.
+enum Finish {
+    Complete(Option<Vec<u8>>),
+    Release,
+    Drop,
+}
+
+/// The engine and the model side by side. The engine and its handle are `None`
+/// only during a restart.
+struct Harness {
+    label: String,
+    cfg: Config,
+    /// The engine's namespace configuration (the model's, except in the test that
+    /// checks that a difference is noticed).
+    ns_cfg: NamespaceConfig,
+    clock: ManualClock,
+    engine: Option<Engine>,
+    ns: Option<Namespace>,
+    held: Vec<Held>,
+    model: Model,
+    step: usize,
+    op: Option<Op>,
+    tally: Tally,
+    /// Dropped last: the engine must be gone before the directory is removed.
+    dir: TempDir,
+}
+
+impl Harness {
+    fn new(cfg: Config, label: String) -> Self {
+        Self::with_namespace(cfg, cfg.namespace_config(), label)
+    }
+
+    /// The model of `cfg` against an engine whose namespace is configured by
+    /// `ns_cfg` instead: a way to check that the comparison notices a difference.
+    fn with_namespace(cfg: Config, ns_cfg: NamespaceConfig, label: String) -> Self {
+        let clock = ManualClock::new(T0);
+        let mut h = Harness {
+            label,
+            cfg,
+            ns_cfg,
+            clock,
+            engine: None,
+            ns: None,
+            held: Vec::new(),
+            model: Model {
+                now: T0,
+                cfg,
+                keys: HashMap::new(),
+                markers: HashMap::new(),
+                next_id: 0,
+                counts: Counts::default(),
+            },
+            step: 0,
+            op: None,
+            tally: Tally::default(),
+            dir: TempDir::new(),
+        };
+        h.open();
+        h
+    }
+
+    /// Opens the engine on the directory (new or left by the last run).
+    fn open(&mut self) {
+        let engine = Engine::builder()
+            .namespace(NAMESPACE, self.ns_cfg.clone())
+            .clock(self.clock.clone())
+            .maintenance_interval(None)
+            .seed(self.cfg.seed)
+            .durable(self.dir.path())
+            .build()
+            .unwrap_or_else(|e| panic!("opening the durable engine: {e:?}: {}", self.at()));
+        // No claim is in flight at a restart (every guard was finished), but claims
+        // that lost their lease may have left markers (see `Model::lease_lost`):
+        // exactly those are reported, their leases run out, and then deleted.
+        let seed = self.cfg.seed;
+        let mut expected: Vec<(u128, u64, u64, bool, bool)> = self
+            .model
+            .markers
+            .drain()
+            .map(|(key, (_, at, deadline))| {
+                let fp = xxh3_128_with_seed(&key_bytes(key), seed);
+                (fp, at, deadline, false, false)
+            })
+            .collect();
+        expected.sort_unstable();
+        let mut orphans: Vec<(u128, u64, u64, bool, bool)> = engine
+            .orphans()
+            .iter()
+            .map(|o| {
+                let corrupt = o.corrupt.is_some();
+                (
+                    o.fingerprint,
+                    o.claimed_at_ms,
+                    o.lease_expires_at_ms,
+                    o.held,
+                    corrupt,
+                )
+            })
+            .collect();
+        orphans.sort_unstable();
+        assert_eq!(
+            orphans,
+            expected,
+            "orphans (fingerprint, claimed at, lease end, held, corrupt): {}",
+            self.at()
+        );
+        self.tally.orphans += orphans.len() as u64;
+        // Nothing is held in the hot tier or the journal: no orphan's lease runs.
+        let stats = engine.stats();
+        assert_eq!(
+            (stats.resident_keys, stats.journal_markers),
+            (0, 0),
+            "(resident keys, journal markers) at open: {}",
+            self.at()
+        );
+        assert!(engine.unconfigured_namespaces().is_empty(), "{}", self.at());
+        self.ns = Some(engine.namespace(NAMESPACE).expect("configured namespace"));
+        self.engine = Some(engine);
+        self.model.counts = Counts::default();
+    }
+
+    fn engine(&self) -> &Engine {
+        self.engine.as_ref().expect("open")
+    }
+
+    fn ns(&self) -> &Namespace {
+        self.ns.as_ref().expect("open")
+    }
+
+    /// Where a divergence happened, for the panic message.
+    fn at(&self) -> String {
+        format!(
+            "{}: step {} {:?} at t0+{} ms",
+            self.label,
+            self.step,
+            self.op,
+            self.model.now - T0
+        )
+    }
+
+    fn durable_reads(&self) -> u64 {
+        self.ns().stats().durable_reads
+    }
+
+    fn apply(&mut self, op: Op) {
+        self.step += 1;
+        self.op = Some(op);
+        self.tally.steps += 1;
+        match op {
+            Op::Claim { key } => self.claim(key, None),
+            Op::ClaimWithPayload { key, payload } => self.claim(key, Some(payload)),
+            Op::ClaimBatch { keys, n } => self.claim_batch(&keys[..n]),
+            Op::Complete { guard } => self.finish(guard, Finish::Complete(None)),
+            Op::CompleteWithResult { guard, result } => {
+                self.finish(guard, Finish::Complete(Some(RESULTS[result].to_vec())))
+            }
+            Op::CompleteBatch { n } => self.complete_batch(n),
+            Op::Release { guard } => self.finish(guard, Finish::Release),
+            Op::DropGuard { guard } => self.finish(guard, Finish::Drop),
+            Op::Forget { key } => self.forget(key),
+            Op::Check { key } => self.check(key),
+            Op::Advance { by } => self.advance(by),
+            Op::AdvanceToDeadline { pick, early } => {
+                let pending = self.model.pending_deadlines();
+                if !pending.is_empty() {
+                    let target = pending[pick % pending.len()] - u64::from(early);
+                    self.advance(target - self.model.now);
+                }
+            }
+            Op::Maintenance => {
+                // What it reclaims depends on what the hot tier holds: not compared.
+                let _ = self.engine().run_maintenance();
+                self.tally.maintenance += 1;
+            }
+            Op::Compact => self.compact(),
+            Op::Restart { finish } => self.restart(finish),
+        }
+        self.check_everything();
+    }
+
+    fn advance(&mut self, by: u64) {
+        self.model.now += by;
+        self.clock.advance(Duration::from_millis(by));
+    }
+
+    /// Counts a durable read that answered for a done key (live in the model, which
+    /// has not yet moved its hot window), by why the hot tier did not: after a
+    /// restart, past the hot window, or evicted.
+    fn note_read_back(&mut self, key: usize, reads: u64) {
+        if reads == 0 {
+            return;
+        }
+        let (hot_until, has_result) = match self.model.live(key) {
+            Some(State::Done {
+                hot_until, result, ..
+            }) => (*hot_until, result.is_some()),
+            _ => return,
+        };
+        if has_result {
+            self.tally.results_read_back += 1;
+        }
+        match hot_until {
+            None => self.tally.read_back_after_restart += 1,
+            Some(t) if self.model.now >= t => self.tally.read_back_after_ttl += 1,
+            Some(_) => {
+                // The hot tier dropped a key whose window still ran: only an
+                // eviction from a full hot tier does that.
+                let stats = self.ns().stats();
+                assert!(
+                    stats.evictions > 0,
+                    "key-{key} read back within its hot window without an eviction \
+                     ({stats:?}): {}",
+                    self.at()
+                );
+                self.tally.read_back_evicted += 1;
+            }
+        }
+    }
+
+    /// After a claim answered a done key: where the hot tier now holds it until, as
+    /// the claim placed or moved it (`found_deadline` for a read-back).
+    fn note_sighting(&mut self, key: usize, reads: u64, room: bool) {
+        let now = self.model.now;
+        let sliding = self.cfg.sliding;
+        if let Some(State::Done {
+            completed_at,
+            until,
+            hot_until,
+            ..
+        }) = self.model.keys.get_mut(&key)
+        {
+            if !room {
+                // Answered without a place in the hot tier.
+                return;
+            }
+            *hot_until = if sliding {
+                Some(now + TTL_MS)
+            } else if reads == 0 {
+                *hot_until
+            } else if *completed_at + TTL_MS > now {
+                Some(*completed_at + TTL_MS)
+            } else {
+                Some((now + TTL_MS).min(*until))
+            };
+        }
+    }
+
+    fn claim(&mut self, key: usize, payload: Option<usize>) {
+        let bytes = key_bytes(key);
+        let reads = self.durable_reads();
+        let got = match payload {
+            None => self.ns().claim(&bytes),
+            Some(p) => self.ns().claim_with_payload(&bytes, PAYLOADS[p]),
+        };
+        let reads = self.durable_reads() - reads;
+        let before = self.model.keys.get(&key).cloned();
+        let room = self.model.claims_except(key) < self.cfg.max_keys;
+        let (expected, acquired) = self.model.claim(key, payload);
+        // A sliding window's sighting that extends the record reads it first (the
+        // rewrite never shortens it), a durable read whether or not the hot tier
+        // held the key: such a read is not classified.
+        let extended = matches!(
+            (&before, self.model.keys.get(&key)),
+            (Some(State::Done { until: a, .. }), Some(State::Done { until: b, .. })) if b > a
+        );
+        let (answer, guard) = observed(got);
+        assert_eq!(answer, expected, "claim of key-{key}: {}", self.at());
+        if !extended {
+            self.note_read_back(key, reads);
+        }
+        self.tally_claim(key, &expected, before.as_ref(), reads, room);
+        if let (Some(guard), Some((id, deadline))) = (guard, acquired) {
+            self.hold(guard, key, id, deadline);
+        }
+    }
+
+    /// Tallies one claim's answer, `before` the key's model state before it.
+    fn tally_claim(
+        &mut self,
+        key: usize,
+        answer: &Answer,
+        before: Option<&State>,
+        reads: u64,
+        room: bool,
+    ) {
+        let now = self.model.now;
+        match answer {
+            Answer::Acquired { .. } => {
+                self.tally.acquired += 1;
+                if let Some(State::Done { until, .. }) = before {
+                    self.tally.acquired_after_retention += 1;
+                    if *until == now {
+                        self.tally.acquired_at_retention_end += 1;
+                    }
+                }
+            }
+            Answer::Duplicate { expires_at_ms, .. } => {
+                self.tally.duplicates += 1;
+                if let Some(State::Done { until, .. }) = before {
+                    if *until == now + 1 {
+                        self.tally.duplicates_at_last_ms += 1;
+                    }
+                    if expires_at_ms > until {
+                        self.tally.records_extended += 1;
+                    }
+                }
+                self.note_sighting(key, reads, room);
+            }
+            Answer::InProgress { .. } => self.tally.in_progress += 1,
+            Answer::Failed(Error::PayloadMismatch) => self.tally.payload_mismatches += 1,
+            Answer::Failed(Error::CapacityExceeded { .. }) => self.tally.capacity_refusals += 1,
+            Answer::Failed(e) => panic!("unexpected model answer {e:?}: {}", self.at()),
+        }
+    }
+
+    /// `claim_batch`: the keys claimed one by one in the model at one clock reading;
+    /// a refusal (capacity) fails the batch, its acquired claims given up and not
+    /// counted as acquired, its other answers counted.
+    fn claim_batch(&mut self, keys: &[usize]) {
+        let bytes: Vec<Vec<u8>> = keys.iter().map(|&k| key_bytes(k)).collect();
+        let refs: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
+        let got = self.ns().claim_batch(&refs);
+        let mut expected = Vec::new();
+        let mut acquired = Vec::new();
+        let mut refused = None;
+        let markers_before = self.model.markers.clone();
+        for &key in keys {
+            let before = self.model.keys.get(&key).cloned();
+            let room = self.model.claims_except(key) < self.cfg.max_keys;
+            let (answer, acq) = self.model.claim(key, None);
+            if let Answer::Failed(e) = answer {
+                refused = Some(e);
+                break;
+            }
+            if let Answer::Duplicate { .. } = answer {
+                // Whether this key read the durable tier is not known in a batch:
+                // a hot window still running is taken as held (if it was not, the
+                // read-back placed the key at least as long), one ended as read
+                // back. The model's hot window is then never later than the hot
+                // tier's, which the eviction check of `note_read_back` relies on.
+                let now = self.model.now;
+                let held = matches!(
+                    self.model.keys.get(&key),
+                    Some(State::Done { hot_until: Some(t), .. }) if *t > now
+                );
+                self.note_sighting(key, u64::from(!held), room);
+            }
+            if let Some((id, deadline)) = acq {
+                acquired.push((key, id, deadline, before));
+            }
+            expected.push(answer);
+        }
+        self.tally.batches += 1;
+        if let Some(e) = refused {
+            for (key, _, _, before) in acquired.into_iter().rev() {
+                match before {
+                    Some(s) => self.model.keys.insert(key, s),
+                    None => self.model.keys.remove(&key),
+                };
+                self.model.counts.acquired -= 1;
+            }
+            // A refused batch writes no marker.
+            self.model.markers = markers_before;
+            assert_eq!(got.err(), Some(e), "refused batch {keys:?}: {}", self.at());
+            self.tally.batches_refused += 1;
+            return;
+        }
+        let claims = got.unwrap_or_else(|e| {
+            panic!(
+                "batch {keys:?} refused with {e:?}, expected {expected:?}: {}",
+                self.at()
+            )
+        });
+        assert_eq!(claims.len(), keys.len(), "one answer a key: {}", self.at());
+        let mut acquired = acquired.into_iter();
+        for (i, (claim, want)) in claims.into_iter().zip(expected).enumerate() {
+            let (answer, guard) = observed(Ok(claim));
+            assert_eq!(answer, want, "batch {keys:?}, answer {i}: {}", self.at());
+            match guard {
+                Some(guard) => {
+                    let (key, id, deadline, _) = acquired.next().expect("acquired in the model");
+                    self.tally.acquired += 1;
+                    self.hold(guard, key, id, deadline);
+                }
+                None if matches!(answer, Answer::Duplicate { .. }) => self.tally.duplicates += 1,
+                None => self.tally.in_progress += 1,
+            }
+        }
+    }
+
+    fn hold(&mut self, guard: ClaimGuard, key: usize, id: u64, deadline: u64) {
+        self.held.push(Held {
+            guard,
+            key,
+            id,
+            lease_expires_at_ms: deadline,
+        });
+    }
+
+    fn pick(&self, sel: u8) -> usize {
+        match sel {
+            0..=127 => self.held.len() - 1,
+            _ => sel as usize % self.held.len(),
+        }
+    }
+
+    fn finish(&mut self, sel: u8, how: Finish) {
+        if self.held.is_empty() {
+            return;
+        }
+        let i = self.pick(sel);
+        let held = self.held.remove(i);
+        self.finish_held(held, how);
+    }
+
+    fn finish_held(&mut self, held: Held, how: Finish) {
+        let Held { guard, key, id, .. } = held;
+        // A lost lease is classified before the model changes.
+        let unclaimed = self.unclaimed(key, id);
+        let (got, expected, what) = match how {
+            Finish::Complete(None) => (guard.complete(), self.model.complete(key, id, None), 0),
+            Finish::Complete(Some(r)) => (
+                guard.complete_with_result(&r),
+                self.model.complete(key, id, Some(r)),
+                0,
+            ),
+            Finish::Release => (guard.release(), self.model.release(key, id), 1),
+            Finish::Drop => {
+                drop(guard);
+                // Seen in the counters and in the key's state.
+                let _ = self.model.release(key, id);
+                self.tally.drops += 1;
+                return;
+            }
+        };
+        assert_eq!(
+            got,
+            expected,
+            "finishing a claim on key-{key}: {}",
+            self.at()
+        );
+        match (expected, what) {
+            (Ok(()), 0) => self.tally.completions += 1,
+            (Ok(()), _) => self.tally.releases += 1,
+            (Err(_), _) if unclaimed => self.tally.lease_lost_unclaimed += 1,
+            (Err(_), _) => self.tally.lease_lost_taken += 1,
+        }
+    }
+
+    /// Whether claim `id` is still the last one made on `key`, nobody having
+    /// claimed, released or forgotten it since (its lease may have run out): a
+    /// lost lease then was lost to time alone.
+    fn unclaimed(&self, key: usize, id: u64) -> bool {
+        matches!(
+            self.model.keys.get(&key),
+            Some(State::InProgress { id: held, .. }) if *held == id
+        )
+    }
+
+    /// `complete_batch` of up to `n` of the newest guards, completed in the model in
+    /// order at one clock reading.
+    fn complete_batch(&mut self, n: usize) {
+        if self.held.is_empty() {
+            return;
+        }
+        let n = n.min(self.held.len());
+        let taken: Vec<Held> = self.held.drain(self.held.len() - n..).collect();
+        let mut guards = Vec::new();
+        let mut expected = Vec::new();
+        for Held { guard, key, id, .. } in taken {
+            guards.push(guard);
+            let unclaimed = self.unclaimed(key, id);
+            expected.push((key, unclaimed, self.model.complete(key, id, None)));
+        }
+        let got = self
+            .ns()
+            .complete_batch(guards)
+            .unwrap_or_else(|e| panic!("complete_batch refused: {e:?}: {}", self.at()));
+        assert_eq!(
+            got.len(),
+            expected.len(),
+            "one result a guard: {}",
+            self.at()
+        );
+        for (i, (r, (key, unclaimed, want))) in got.into_iter().zip(expected).enumerate() {
+            assert_eq!(r, want, "batch completion {i}, key-{key}: {}", self.at());
+            match r {
+                Ok(()) => self.tally.completions += 1,
+                Err(_) if unclaimed => self.tally.lease_lost_unclaimed += 1,
+                Err(_) => self.tally.lease_lost_taken += 1,
+            }
+        }
+        self.tally.completion_batches += 1;
+    }
+
+    fn forget(&mut self, key: usize) {
+        let got = self.ns().forget(&key_bytes(key));
+        let live = self.model.live(key).cloned();
+        if let Some(State::Done { hot_until, .. }) = &live {
+            if hot_until.is_none_or(|t| self.model.now >= t) {
+                self.tally.forgotten_durable += 1;
+            }
+        }
+        self.model.keys.remove(&key);
+        self.model.markers.remove(&key);
+        assert_eq!(
+            got,
+            Ok(live.is_some()),
+            "forget of key-{key}: {}",
+            self.at()
+        );
+        self.tally.forgotten += u64::from(live.is_some());
+    }
+
+    fn check(&mut self, key: usize) {
+        let reads = self.durable_reads();
+        self.check_key(key);
+        let reads = self.durable_reads() - reads;
+        self.note_read_back(key, reads);
+    }
+
+    fn check_key(&self, key: usize) {
+        let got = match self.ns().check(&key_bytes(key)) {
+            Ok(state) => state.map(|s| match s {
+                KeyState::InProgress {
+                    lease_expires_at_ms,
+                    ..
+                } => Answer::InProgress {
+                    lease_expires_at_ms,
+                    retry_after: Duration::ZERO,
+                },
+                KeyState::Done {
+                    completed_at_ms,
+                    expires_at_ms,
+                    result,
+                    ..
+                } => Answer::Duplicate {
+                    completed_at_ms,
+                    expires_at_ms,
+                    result: result.map(|r| r.to_vec()),
+                },
+                other => panic!("unknown key state {other:?}: {}", self.at()),
+            }),
+            Err(e) => Some(Answer::Failed(e)),
+        };
+        assert_eq!(
+            got,
+            self.model.check(key),
+            "check of key-{key}: {}",
+            self.at()
+        );
+    }
+
+    /// `compact_store`, then a read-only look at the database: exactly the model's
+    /// live done records, and no expired one left.
+    fn compact(&mut self) {
+        let expired_before = self
+            .model
+            .keys
+            .values()
+            .any(|s| matches!(s, State::Done { until, .. } if *until <= self.model.now));
+        let r = self.engine().compact_store();
+        assert_eq!(r, Ok(()), "compact_store(): {}", self.at());
+        let seen = idem::inspect(self.dir.path(), self.clock.now_ms())
+            .unwrap_or_else(|e| panic!("inspect: {e:?}: {}", self.at()));
+        let ns = seen
+            .namespaces
+            .iter()
+            .find(|n| n.name == NAMESPACE)
+            .unwrap_or_else(|| panic!("no namespace in {seen:?}: {}", self.at()));
+        assert_eq!(
+            (ns.done, ns.expired, ns.corrupt),
+            (self.model.live_done(), 0, 0),
+            "records (done, expired, corrupt) after a compaction: {}",
+            self.at()
+        );
+        self.tally.compactions += 1;
+        self.tally.compactions_with_expired += u64::from(expired_before);
+    }
+
+    /// Finishes every guard held (completes it, or drops it), drops the engine and
+    /// every handle, and opens it again on the same directory and clock.
+    fn restart(&mut self, mut finish: u64) {
+        while let Some(held) = self.held.pop() {
+            let how = if finish & 1 == 1 {
+                Finish::Complete(None)
+            } else {
+                Finish::Drop
+            };
+            finish >>= 1;
+            self.finish_held(held, how);
+        }
+        self.tally.evictions += self.ns().stats().evictions;
+        self.ns = None;
+        self.engine = None;
+        for state in self.model.keys.values_mut() {
+            if let State::Done { hot_until, .. } = state {
+                *hot_until = None;
+            }
+        }
+        self.open();
+        self.tally.restarts += 1;
+    }
+
+    /// The comparison run after every step.
+    fn check_everything(&self) {
+        let stats = self.ns().stats();
+        assert_eq!(
+            Counts::of(&stats),
+            self.model.counts,
+            "stats(): {}",
+            self.at()
+        );
+        assert!(
+            stats.resident_keys <= self.cfg.max_keys as u64,
+            "{} resident keys over max_keys: {}",
+            stats.resident_keys,
+            self.at()
+        );
+        if self.cfg.max_keys >= KEYS {
+            assert_eq!(
+                stats.evictions,
+                0,
+                "evictions with room for every key: {}",
+                self.at()
+            );
+        }
+        for key in 0..KEYS {
+            self.check_key(key);
+        }
+        for h in &self.held {
+            assert_eq!(
+                h.guard.lease_expires_at_ms(),
+                h.lease_expires_at_ms,
+                "lease of a held guard on key-{}: {}",
+                h.key,
+                self.at()
+            );
+        }
+    }
+
+    /// Drops the guards and the engine (the directory goes with the harness).
+    fn end(mut self) -> Tally {
+        self.held.clear();
+        self.tally.evictions += self.ns().stats().evictions;
+        self.ns = None;
+        self.engine = None;
+        self.tally
+    }
+}
+
+/// Runs [`SEQUENCES`] random sequences of [`STEPS`] operations in one window mode.
+fn run_many(sliding: bool, seed: u64) -> Tally {
+    let mut rng = XorShift::new(seed);
+    let mut total = Tally::default();
+    for seq in 0..SEQUENCES {
+        let cfg = Config::random(sliding, &mut rng);
+        let mut h = Harness::new(cfg, format!("seed {seed:#x}, sequence {seq}, {cfg:?}"));
+        for _ in 0..STEPS {
+            let op = Op::random(&mut rng);
+            h.apply(op);
+        }
+        total += h.end();
+    }
+    total
+}
+
+/// The sequences must reach every path the durable tier adds, or a passing run would
+/// mean little.
+fn assert_covers_every_path(t: &Tally, sliding: bool) {
+    let mut reached = vec![
+        ("acquired", t.acquired),
+        ("duplicates", t.duplicates),
+        ("in progress", t.in_progress),
+        ("payload mismatches", t.payload_mismatches),
+        ("capacity refusals", t.capacity_refusals),
+        ("read-backs after the hot window", t.read_back_after_ttl),
+        ("read-backs after a restart", t.read_back_after_restart),
+        ("read-backs of evicted keys", t.read_back_evicted),
+        ("results read back", t.results_read_back),
+        ("acquired after retention", t.acquired_after_retention),
+        (
+            "acquired exactly at the end of retention",
+            t.acquired_at_retention_end,
+        ),
+        (
+            "duplicates in the last millisecond of retention",
+            t.duplicates_at_last_ms,
+        ),
+        ("completions", t.completions),
+        ("releases", t.releases),
+        ("dropped guards", t.drops),
+        (
+            "lease lost with nobody else claiming",
+            t.lease_lost_unclaimed,
+        ),
+        ("lease lost to a re-claim or forget", t.lease_lost_taken),
+        ("forgotten keys", t.forgotten),
+        ("forgotten keys held only durably", t.forgotten_durable),
+        ("batches", t.batches),
+        ("refused batches", t.batches_refused),
+        ("batch completions", t.completion_batches),
+        ("maintenance passes", t.maintenance),
+        ("compactions", t.compactions),
+        (
+            "compactions with expired records",
+            t.compactions_with_expired,
+        ),
+        ("restarts", t.restarts),
+        ("orphans of lost leases", t.orphans),
+        ("evictions", t.evictions),
+    ];
+    if sliding {
+        reached.push(("records extended", t.records_extended));
+    }
+    for (what, n) in reached {
+        assert!(n >= 20, "only {n} {what} in {t:#?}");
+    }
+    assert_eq!(t.steps, (SEQUENCES * STEPS) as u64);
+}
+
+#[test]
+fn fixed_window_durable_engine_matches_the_model() {
+    let t = run_many(false, 0xD0_5EED_0001);
+    println!("{t:#?}");
+    assert_covers_every_path(&t, false);
+    assert_eq!(t.records_extended, 0, "a fixed window never extends");
+}
+
+#[test]
+fn sliding_window_durable_engine_matches_the_model() {
+    let t = run_many(true, 0xD0_5EED_0002);
+    println!("{t:#?}");
+    assert_covers_every_path(&t, true);
+}
+
+/// A short sequence that separates retention from one a millisecond longer, a
+/// durable tier from one that keeps nothing past the TTL, and a fixed window from a
+/// sliding one: a key completed, read back after a restart past its hot window, a
+/// duplicate in the last millisecond of its retention (which a sliding window would
+/// extend by a retention), then new again.
+fn probe() -> Vec<Op> {
+    let key = 0;
+    vec![
+        Op::Claim { key },
+        Op::Complete { guard: 0 },
+        Op::Restart { finish: 0 },
+        Op::Advance { by: TTL_MS + 1 },
+        Op::Check { key },
+        Op::Claim { key },
+        Op::Advance {
+            by: RETENTION_MS - TTL_MS - 2,
+        },
+        Op::Claim { key },
+        Op::Advance { by: 1 },
+        Op::Claim { key },
+    ]
+}
+
+fn probe_config() -> Config {
+    Config {
+        sliding: false,
+        max_keys: 16,
+        shards: None,
+        markers: ClaimMarkers::Journal,
+        prefilter: true,
+        seed: 7,
+    }
+}
+
+#[test]
+fn the_probe_passes_against_a_matching_engine() {
+    let cfg = probe_config();
+    let mut h = Harness::new(cfg, "probe".to_owned());
+    for op in probe() {
+        h.apply(op);
+    }
+    let t = h.end();
+    assert_eq!((t.acquired, t.duplicates, t.completions), (2, 2, 1));
+    assert_eq!(t.read_back_after_restart, 2, "{t:#?}");
+    assert_eq!(t.acquired_at_retention_end, 1, "{t:#?}");
+}
+
+#[test]
+fn the_comparison_notices_an_engine_that_differs_from_the_model() {
+    let cfg = probe_config();
+    let differing = [
+        (
+            "retention one millisecond longer",
+            cfg.namespace_config()
+                .retention(Duration::from_millis(RETENTION_MS + 1)),
+        ),
+        (
+            "retention equal to the TTL",
+            cfg.namespace_config()
+                .retention(Duration::from_millis(TTL_MS)),
+        ),
+        (
+            "sliding instead of fixed window",
+            cfg.namespace_config().extend_on_duplicate(true),
+        ),
+    ];
+    for (what, ns_cfg) in differing {
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut h = Harness::with_namespace(cfg, ns_cfg, what.to_owned());
+            for op in probe() {
+                h.apply(op);
+            }
+        }));
+        assert!(outcome.is_err(), "an engine with {what} went unnoticed");
+    }
+}

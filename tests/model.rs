@@ -8,36 +8,16 @@
 #![cfg(not(idem_loom))]
 
 mod model_core;
+mod util;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
 use model_core::{decode, run, Harness, ModelConfig, Op, Tally, OP_BYTES, TTL_MS};
+use util::XorShift;
 
 const SEQUENCES: usize = 200;
 const STEPS: usize = 300;
-
-/// xorshift64: a fixed seed gives the same sequences on every run and platform.
-struct XorShift(u64);
-
-impl XorShift {
-    fn new(seed: u64) -> Self {
-        XorShift(seed.max(1))
-    }
-
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| (self.next() >> 24) as u8).collect()
-    }
-}
 
 /// Runs [`SEQUENCES`] random sequences of [`STEPS`] operations in one window mode,
 /// with the bound, the shard count and the fingerprint seed varying per sequence.

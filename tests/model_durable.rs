@@ -48,16 +48,18 @@
 
 #![cfg(all(feature = "durable", not(idem_loom)))]
 
+mod model_core;
 mod util;
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use idem::{
-    Claim, ClaimGuard, ClaimMarkers, Clock, Engine, Error, KeyState, ManualClock, Namespace,
+    ClaimGuard, ClaimMarkers, Clock, Engine, Error, KeyState, ManualClock, Namespace,
     NamespaceConfig, Stats, SyncPolicy,
 };
-use util::{TempDir, T0};
+use model_core::{observed, Answer};
+use util::{TempDir, XorShift, T0};
 use xxhash_rust::xxh3::xxh3_128_with_seed;
 
 /// Sequences per window mode, and operations per sequence.
@@ -74,33 +76,6 @@ const PAYLOADS: [&[u8]; 3] = [b"pay-a", b"pay-b", b"pay-c"];
 /// Results stored by `complete_with_result`; the empty one is a result too (not
 /// `None`).
 const RESULTS: [&[u8]; 4] = [b"", b"ok", b"receipt-2", b"0123456789abcdef"];
-
-/// xorshift64: a fixed seed gives the same sequences on every run and platform.
-struct XorShift(u64);
-
-impl XorShift {
-    fn new(seed: u64) -> Self {
-        XorShift(seed.max(1))
-    }
-
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-
-    /// A number below `n`.
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn byte(&mut self) -> u8 {
-        (self.next() >> 24) as u8
-    }
-}
 
 fn key_bytes(key: usize) -> Vec<u8> {
     format!("key-{key}").into_bytes()
@@ -331,24 +306,6 @@ impl Counts {
             lease_lost: s.lease_lost,
         }
     }
-}
-
-/// A claim's answer, or a key's state, in a form both sides produce.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Answer {
-    Acquired {
-        lease_expires_at_ms: u64,
-    },
-    Duplicate {
-        completed_at_ms: u64,
-        expires_at_ms: u64,
-        result: Option<Vec<u8>>,
-    },
-    InProgress {
-        lease_expires_at_ms: u64,
-        retry_after: Duration,
-    },
-    Failed(Error),
 }
 
 /// The reference: key states, the clock, and the counters since the last open.
@@ -632,35 +589,6 @@ impl std::ops::AddAssign for Tally {
         self.restarts += o.restarts;
         self.orphans += o.orphans;
         self.evictions += o.evictions;
-    }
-}
-
-/// What the engine answered to a claim, as the model writes its answers, and the
-/// guard if it acquired.
-fn observed(got: Result<Claim, Error>) -> (Answer, Option<ClaimGuard>) {
-    match got {
-        Ok(Claim::Acquired(g)) => (
-            Answer::Acquired {
-                lease_expires_at_ms: g.lease_expires_at_ms(),
-            },
-            Some(g),
-        ),
-        Ok(Claim::Duplicate(d)) => (
-            Answer::Duplicate {
-                completed_at_ms: d.completed_at_ms(),
-                expires_at_ms: d.expires_at_ms(),
-                result: d.result().map(<[u8]>::to_vec),
-            },
-            None,
-        ),
-        Ok(Claim::InProgress(f)) => (
-            Answer::InProgress {
-                lease_expires_at_ms: f.lease_expires_at_ms(),
-                retry_after: f.retry_after(),
-            },
-            None,
-        ),
-        Err(e) => (Answer::Failed(e), None),
     }
 }
 

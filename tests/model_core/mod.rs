@@ -271,7 +271,7 @@ impl Counts {
 
 /// The answer to a claim, or a key's state, in a form both sides produce.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Answer {
+pub enum Answer {
     Acquired {
         lease_expires_at_ms: u64,
     },
@@ -545,7 +545,7 @@ pub fn batch_keys(a: u8, b: u8) -> Vec<u8> {
 
 /// What the engine answered to a claim, as the model writes its answers, and the
 /// guard if it acquired.
-fn observed(got: Result<Claim, Error>) -> (Answer, Option<ClaimGuard>) {
+pub fn observed(got: Result<Claim, Error>) -> (Answer, Option<ClaimGuard>) {
     match got {
         Ok(Claim::Acquired(g)) => (
             Answer::Acquired {

@@ -86,3 +86,39 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.path);
     }
 }
+
+/// xorshift64: a fixed seed gives the same random sequences on every run and
+/// platform (the model checks draw their operations from it).
+pub struct XorShift(u64);
+
+impl XorShift {
+    /// A generator from `seed` (0 is taken as 1: xorshift never leaves 0).
+    pub fn new(seed: u64) -> Self {
+        XorShift(seed.max(1))
+    }
+
+    /// The next 64 bits.
+    pub fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+
+    /// A number below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    /// One byte.
+    pub fn byte(&mut self) -> u8 {
+        (self.next() >> 24) as u8
+    }
+
+    /// `n` bytes.
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.byte()).collect()
+    }
+}

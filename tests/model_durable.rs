@@ -55,10 +55,10 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use idem::{
-    ClaimGuard, ClaimMarkers, Clock, Engine, Error, KeyState, ManualClock, Namespace,
-    NamespaceConfig, Stats, SyncPolicy,
+    ClaimGuard, ClaimMarkers, Clock, Engine, Error, ManualClock, Namespace, NamespaceConfig, Stats,
+    SyncPolicy,
 };
-use model_core::{observed, Answer};
+use model_core::{checked, observed, Answer};
 use util::{TempDir, XorShift, T0};
 use xxhash_rust::xxh3::xxh3_128_with_seed;
 
@@ -1122,29 +1122,7 @@ impl Harness {
     }
 
     fn check_key(&self, key: usize) {
-        let got = match self.ns().check(&key_bytes(key)) {
-            Ok(state) => state.map(|s| match s {
-                KeyState::InProgress {
-                    lease_expires_at_ms,
-                    ..
-                } => Answer::InProgress {
-                    lease_expires_at_ms,
-                    retry_after: Duration::ZERO,
-                },
-                KeyState::Done {
-                    completed_at_ms,
-                    expires_at_ms,
-                    result,
-                    ..
-                } => Answer::Duplicate {
-                    completed_at_ms,
-                    expires_at_ms,
-                    result: result.map(|r| r.to_vec()),
-                },
-                other => panic!("unknown key state {other:?}: {}", self.at()),
-            }),
-            Err(e) => Some(Answer::Failed(e)),
-        };
+        let got = checked(self.ns().check(&key_bytes(key)), &self.at());
         assert_eq!(
             got,
             self.model.check(key),

@@ -572,6 +572,35 @@ pub fn observed(got: Result<Claim, Error>) -> (Answer, Option<ClaimGuard>) {
     }
 }
 
+/// What `check` answered, as the model writes a key's state (an in-progress key as
+/// an `InProgress` answer with no wait, a done key as its `Duplicate`); `at` names
+/// the step for a state the model does not know.
+pub fn checked(got: Result<Option<KeyState>, Error>, at: &str) -> Option<Answer> {
+    match got {
+        Ok(state) => state.map(|s| match s {
+            KeyState::InProgress {
+                lease_expires_at_ms,
+                ..
+            } => Answer::InProgress {
+                lease_expires_at_ms,
+                retry_after: Duration::ZERO,
+            },
+            KeyState::Done {
+                completed_at_ms,
+                expires_at_ms,
+                result,
+                ..
+            } => Answer::Duplicate {
+                completed_at_ms,
+                expires_at_ms,
+                result: result.map(|r| r.to_vec()),
+            },
+            other => panic!("unknown key state {other:?}: {at}"),
+        }),
+        Err(e) => Some(Answer::Failed(e)),
+    }
+}
+
 /// A guard the interpreter still holds, with the model's view of its claim.
 struct Held {
     guard: ClaimGuard,
@@ -974,29 +1003,7 @@ impl Harness {
 
     fn check_key(&self, key: usize) {
         let bytes = key_bytes(key as u8);
-        let got = match self.ns.check(&bytes) {
-            Ok(state) => state.map(|s| match s {
-                KeyState::InProgress {
-                    lease_expires_at_ms,
-                    ..
-                } => Answer::InProgress {
-                    lease_expires_at_ms,
-                    retry_after: Duration::ZERO,
-                },
-                KeyState::Done {
-                    completed_at_ms,
-                    expires_at_ms,
-                    result,
-                    ..
-                } => Answer::Duplicate {
-                    completed_at_ms,
-                    expires_at_ms,
-                    result: result.map(|r| r.to_vec()),
-                },
-                other => panic!("unknown key state {other:?}: {}", self.at()),
-            }),
-            Err(e) => Some(Answer::Failed(e)),
-        };
+        let got = checked(self.ns.check(&bytes), &self.at());
         assert_eq!(
             got,
             self.model.check(key),

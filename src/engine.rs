@@ -1022,6 +1022,88 @@ mod tests {
         assert_eq!(ns.inner.stats().markers_on_disk, 1, "written at once");
     }
 
+    /// A claim whose completion finds its lease lost removes its own marker wherever
+    /// it was kept, so that the next open after a clean shutdown reports no orphan
+    /// for it: in RocksDB (an immediate marker, a deferred one a maintenance pass
+    /// wrote, a journal's overflow) as in memory (a deferred one not written yet).
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_claim_that_lost_its_lease_leaves_no_marker_for_the_next_open() {
+        use crate::ClaimMarkers::{Deferred, Immediate, Journal};
+        let second = std::time::Duration::from_secs(1);
+        for (markers, flushed) in [
+            (Immediate, false),
+            (Deferred, false),
+            (Deferred, true),
+            (Journal, false),
+        ] {
+            let dir = Scratch::new(&format!("lost-marker-{markers:?}-{flushed}"));
+            // One journal slot, taken by "other": "k"'s marker overflows to RocksDB.
+            let cfg = crate::NamespaceConfig::new()
+                .lease(second)
+                .claim_markers(markers)
+                .journal_slots(1)
+                .sync(crate::SyncPolicy::Never);
+            let (engine, ns, clock) = durable_namespace_with(&dir, cfg.clone());
+            let crate::Claim::Acquired(other) = ns.claim(b"other").unwrap() else {
+                panic!("acquired");
+            };
+            let g = first_claim(&ns);
+            let fp = g.fp.to_u128();
+            let d = ns.inner.durable.as_ref().unwrap();
+            if flushed {
+                engine.run_maintenance();
+            }
+            let on_disk = d.marker_token_on_disk(fp);
+            let expect_on_disk = markers != Deferred || flushed;
+            assert_eq!(on_disk.is_some(), expect_on_disk, "{markers:?} {flushed}");
+            other.release().unwrap();
+            clock.advance(2 * second);
+            assert!(matches!(g.complete(), Err(crate::Error::LeaseLost)));
+            assert_eq!(d.marker_token_on_disk(fp), None, "{markers:?} {flushed}");
+            drop(ns);
+            drop(engine);
+            let engine = super::Engine::builder()
+                .durable(&dir.0)
+                .clock(clock.clone())
+                .maintenance_interval(None)
+                .namespace("n", cfg)
+                .build()
+                .unwrap();
+            assert!(
+                engine.orphans().is_empty(),
+                "{markers:?} {flushed}: {:?}",
+                engine.orphans()
+            );
+        }
+    }
+
+    /// A claim that lost its lease deletes a marker in RocksDB only if it is still
+    /// its own: a later claim of the key, acquired once the lease ran out, wrote its
+    /// marker over it, and keeps it.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_claim_that_lost_its_lease_leaves_a_later_claims_marker() {
+        let dir = Scratch::new("lost-marker-later");
+        let (_engine, ns, clock) = durable_namespace(&dir, crate::ClaimMarkers::Immediate);
+        let g = first_claim(&ns);
+        let fp = g.fp.to_u128();
+        clock.advance(std::time::Duration::from_secs(2));
+        let later = std::rc::Rc::new(std::cell::RefCell::new(None));
+        {
+            let (ns, later) = (ns.clone(), later.clone());
+            crate::durable::set_before_lost_marker_read(move || {
+                *later.borrow_mut() = Some(first_claim(&ns));
+            });
+        }
+        assert!(matches!(g.complete(), Err(crate::Error::LeaseLost)));
+        let later = later.borrow_mut().take().expect("the hook ran");
+        let d = ns.inner.durable.as_ref().unwrap();
+        assert_eq!(d.marker_token_on_disk(fp), Some(later.lease.token));
+        later.complete().unwrap();
+        assert_eq!(d.marker_token_on_disk(fp), None);
+    }
+
     /// Deferred markers are written by the maintenance pass, which stops with the
     /// engine: a claim made afterwards through a handle that outlived it writes its
     /// marker at once.

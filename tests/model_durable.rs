@@ -37,9 +37,9 @@
 //! from the durable tier while its hot window still ran implies an eviction. After a
 //! compaction the database holds exactly the model's live done records and no
 //! expired one (`idem::inspect`). Each sequence's claim markers are journaled,
-//! immediate or deferred: after a restart (no claim in flight) the orphans reported
-//! are exactly the markers of claims that lost their lease and that nothing settled
-//! since (none with journaled markers, see `Model::lease_lost`).
+//! immediate or deferred: after a restart (no claim in flight) no orphan is
+//! reported, whatever the mode: a claim that lost its lease removed its own marker
+//! (see `Model::lease_lost`), and every other claim was completed or released.
 //!
 //! Left out: stored results over `max_result_len` (such a claim stays held with its
 //! marker, an orphan at the next open unless claimed again; the hot-tier model check
@@ -318,6 +318,9 @@ struct Model {
     markers: HashMap<usize, Marker>,
     next_id: u64,
     counts: Counts,
+    /// Markers outside the journal (in RocksDB, or waiting in memory) that a claim
+    /// which lost its lease removed.
+    lost_markers_removed: u64,
 }
 
 /// A claim marker in the model: claim id, claim time, lease deadline.
@@ -408,18 +411,16 @@ impl Model {
         (answer, Some((id, deadline)))
     }
 
-    /// A completion or release of claim `id` on `key` that lost its lease. Only a
-    /// journal marker is cleared then (if no later claim of the key replaced it): a
-    /// RocksDB marker, or one waiting for the next maintenance pass, is left alone
-    /// (a later claim of the key may have written over it; `DurableNs::lease_lost`),
-    /// and the next open reports it as an orphan unless a later claim of the key
-    /// settles it first or the key is forgotten.
+    /// A completion or release of claim `id` on `key` that lost its lease. Its
+    /// marker is removed, wherever it is kept, if no later claim of the key wrote
+    /// over it (`DurableNs::lease_lost`).
     fn lease_lost(&mut self, key: usize, id: u64) -> Error {
         self.counts.lease_lost += 1;
-        if matches!(self.cfg.markers, ClaimMarkers::Journal)
-            && self.markers.get(&key).is_some_and(|m| m.0 == id)
-        {
+        if self.markers.get(&key).is_some_and(|m| m.0 == id) {
             self.markers.remove(&key);
+            if !matches!(self.cfg.markers, ClaimMarkers::Journal) {
+                self.lost_markers_removed += 1;
+            }
         }
         Error::LeaseLost
     }
@@ -552,8 +553,8 @@ struct Tally {
     /// Compactions while an expired record was on disk to drop.
     compactions_with_expired: u64,
     restarts: u64,
-    /// Markers of claims that lost their lease, reported at the next open.
-    orphans: u64,
+    /// Markers outside the journal removed by a claim that lost its lease.
+    lost_markers_removed: u64,
     evictions: u64,
 }
 
@@ -587,7 +588,7 @@ impl std::ops::AddAssign for Tally {
         self.compactions += o.compactions;
         self.compactions_with_expired += o.compactions_with_expired;
         self.restarts += o.restarts;
-        self.orphans += o.orphans;
+        self.lost_markers_removed += o.lost_markers_removed;
         self.evictions += o.evictions;
     }
 }
@@ -651,6 +652,7 @@ impl Harness {
                 markers: HashMap::new(),
                 next_id: 0,
                 counts: Counts::default(),
+                lost_markers_removed: 0,
             },
             step: 0,
             op: None,
@@ -671,9 +673,9 @@ impl Harness {
             .durable(self.dir.path())
             .build()
             .unwrap_or_else(|e| panic!("opening the durable engine: {e:?}: {}", self.at()));
-        // No claim is in flight at a restart (every guard was finished), but claims
-        // that lost their lease may have left markers (see `Model::lease_lost`):
-        // exactly those are reported, their leases run out, and then deleted.
+        // No claim is in flight at a restart (every guard was finished), and claims
+        // that lost their lease removed their markers (see `Model::lease_lost`): the
+        // orphans reported must be exactly the model's markers left, none.
         let seed = self.cfg.seed;
         let mut expected: Vec<(u128, u64, u64, bool, bool)> = self
             .model
@@ -706,7 +708,6 @@ impl Harness {
             "orphans (fingerprint, claimed at, lease end, held, corrupt): {}",
             self.at()
         );
-        self.tally.orphans += orphans.len() as u64;
         // Nothing is held in the hot tier or the journal: no orphan's lease runs.
         let stats = engine.stats();
         assert_eq!(
@@ -1223,6 +1224,7 @@ impl Harness {
     fn end(mut self) -> Tally {
         self.held.clear();
         self.tally.evictions += self.ns().stats().evictions;
+        self.tally.lost_markers_removed += self.model.lost_markers_removed;
         self.ns = None;
         self.engine = None;
         self.tally
@@ -1287,7 +1289,10 @@ fn assert_covers_every_path(t: &Tally, sliding: bool) {
             t.compactions_with_expired,
         ),
         ("restarts", t.restarts),
-        ("orphans of lost leases", t.orphans),
+        (
+            "immediate or deferred markers removed by a lost lease",
+            t.lost_markers_removed,
+        ),
         ("evictions", t.evictions),
     ];
     if sliding {

@@ -775,8 +775,22 @@ impl Store {
         fams: &Families,
         fp: u128,
     ) -> Result<Option<Record>, Error> {
+        self.get_record(ns, &fams.done, fp)
+    }
+
+    /// Reads `fp`'s claim marker in RocksDB (`None` if it has none there).
+    pub(crate) fn get_claim(
+        &self,
+        ns: &str,
+        fams: &Families,
+        fp: u128,
+    ) -> Result<Option<Record>, Error> {
+        self.get_record(ns, &fams.claims, fp)
+    }
+
+    fn get_record(&self, ns: &str, family: &str, fp: u128) -> Result<Option<Record>, Error> {
         injected(&self.fail_reads, "read", "reads")?;
-        let cf = self.cf(&fams.done)?;
+        let cf = self.cf(family)?;
         let Some(bytes) = self
             .db
             .get_pinned_cf_opt(cf, fp_key(fp), &self.point_read)
@@ -1102,6 +1116,11 @@ pub(crate) struct DurableNs {
     journal_overflows: AtomicU64,
     /// Markers of the previous run still on disk (live orphans).
     on_disk: parking_lot::Mutex<FpSet>,
+    /// Writers of claim markers into RocksDB hold it shared around the write; a
+    /// claim that lost its lease holds it alone while it reads its marker and
+    /// deletes it if still its own ([`DurableNs::lease_lost`]), so that no later
+    /// claim's marker is written between the read and the delete.
+    marker_gate: parking_lot::RwLock<()>,
     /// Whether `on_disk` ever held one (set at open, before the namespace serves), so
     /// that a run without orphans never takes its lock.
     any_on_disk: AtomicBool,
@@ -1172,6 +1191,7 @@ impl DurableNs {
             journal_slots: (markers == ClaimMarkers::Journal).then_some(journal_slots),
             journal_overflows: AtomicU64::new(0),
             on_disk: parking_lot::Mutex::new(FpSet::default()),
+            marker_gate: parking_lot::RwLock::new(()),
             any_on_disk: AtomicBool::new(false),
             prefilter_loads: AtomicU64::new(0),
             prefilter_rebuilds: AtomicU64::new(0),
@@ -1233,6 +1253,14 @@ impl DurableNs {
     /// earlier claim's marker was noted on disk (noted no more). `None` if it was not
     /// in memory; any write of it in progress has then finished.
     fn take_deferred(&self, fp: u128, token: u32) -> Option<(Record, bool)> {
+        let marker = self.take_pending(fp, token)?;
+        Some((marker, self.take_marker_on_disk(fp)))
+    }
+
+    /// The deferred marker of claim `token` of `fp` taken out of memory, so that no
+    /// flush writes it; `None` if it was not there (not deferring, flushed, or a
+    /// later claim's), and any write of it in progress has then finished.
+    fn take_pending(&self, fp: u128, token: u32) -> Option<Record> {
         let d = self.deferred.as_ref()?;
         let take = || {
             let mut pending = d.pending.lock();
@@ -1242,12 +1270,11 @@ impl DurableNs {
                 None
             }
         };
-        let marker = take().or_else(|| {
+        take().or_else(|| {
             // Perhaps in a flush: wait for it. One that failed put its markers back.
             let _flushed = d.flushing.lock();
             take()
-        })?;
-        Some((marker, self.take_marker_on_disk(fp)))
+        })
     }
 
     /// Undoes what a write that failed took of `fp`'s markers: its deferred `marker`
@@ -1266,6 +1293,7 @@ impl DurableNs {
                 // the close): kept here, the marker would never be written. Written
                 // now, or kept as before if the store refuses.
                 drop(pending);
+                let _writing = self.marker_gate.read();
                 match self.store.put_claims(&self.fams, &[(fp, m.clone())]) {
                     Ok(()) => self.note_marker_on_disk(fp),
                     Err(e) => {
@@ -1294,9 +1322,16 @@ impl DurableNs {
         }
     }
 
-    /// A claim that lost its lease ends here: its journal marker (if still its own)
-    /// is cleared, so that the slot is not held for the rest of the run. A RocksDB
-    /// marker is left alone: a later claim of the key may have written over it.
+    /// The fencing token of `fp`'s claim marker in RocksDB, if it has one there
+    /// (tests).
+    #[cfg(test)]
+    pub(crate) fn marker_token_on_disk(&self, fp: u128) -> Option<u32> {
+        self.store
+            .get_claim(&self.name, &self.fams, fp)
+            .unwrap()
+            .map(|m| m.token)
+    }
+
     /// Whether the journal holds a marker of `fp`'s claim with fencing token
     /// `token` (tests).
     #[cfg(test)]
@@ -1304,9 +1339,40 @@ impl DurableNs {
         self.journal.get().is_some_and(|j| j.holds(fp, Some(token)))
     }
 
+    /// A claim (fencing token `token`) that lost its lease ends here: its marker is
+    /// removed wherever it is, if still its own, so that the next open does not
+    /// report a claim that was no longer in flight, whatever the marker mode. A
+    /// journal slot or a deferred marker still in memory is matched by token; one
+    /// in RocksDB is read and deleted only if it carries the token, under
+    /// `marker_gate` (a later claim of the key may have written over it, and may be
+    /// writing now). A marker that cannot be read or deleted is counted and left: the
+    /// next open reports it, as before.
     pub(crate) fn lease_lost(&self, fp: u128, token: u32) {
-        if let Some(j) = self.journal.get() {
-            self.clear_journal(j, fp, Some(token));
+        let maybe_on_disk = match (self.journal.get(), &self.deferred) {
+            (Some(j), _) => !self.clear_journal(j, fp, Some(token)) && self.has_marker_on_disk(fp),
+            (None, Some(_)) => {
+                self.take_pending(fp, token).is_none() && self.has_marker_on_disk(fp)
+            }
+            (None, None) => true,
+        };
+        if !maybe_on_disk {
+            return;
+        }
+        #[cfg(test)]
+        run_test_hook(&BEFORE_LOST_MARKER_READ);
+        let _alone = self.marker_gate.write();
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        match self.store.get_claim(&self.name, &self.fams, fp) {
+            Ok(Some(m)) if m.token == token => self.delete_claims(&[fp]),
+            Ok(_) => {}
+            Err(e) => {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    namespace = %self.name,
+                    error = %e,
+                    "could not read the marker of a claim that lost its lease; the next open reports it"
+                );
+            }
         }
     }
 
@@ -1529,6 +1595,7 @@ impl DurableNs {
             return;
         }
         self.writes.fetch_add(1, Ordering::Relaxed);
+        let _gate = self.marker_gate.read();
         match self.store.put_claims(&self.fams, &batch) {
             // On disk now (noted under the flush's lock, which a completion waits
             // for): if a claim loses its lease and a later claim of the key completes
@@ -1791,6 +1858,7 @@ impl DurableNs {
             None => claims,
         };
         self.writes.fetch_add(1, Ordering::Relaxed);
+        let _gate = self.marker_gate.read();
         match self.store.put_claims(&self.fams, to_store) {
             Ok(()) => {
                 if self.journal.get().is_some() {
@@ -2118,6 +2186,15 @@ std::thread_local! {
     /// Where a marker taken out of memory goes back (a write that failed).
     static BEFORE_RESTORE: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
         const { std::cell::RefCell::new(None) };
+    /// Where a claim that lost its lease is about to read its marker in RocksDB.
+    static BEFORE_LOST_MARKER_READ: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Sets the hook [`DurableNs::lease_lost`] runs before it reads a marker in RocksDB.
+#[cfg(test)]
+pub(crate) fn set_before_lost_marker_read(f: impl FnOnce() + 'static) {
+    BEFORE_LOST_MARKER_READ.with(|h| *h.borrow_mut() = Some(Box::new(f)));
 }
 
 /// Sets the hook [`DurableNs::defer_markers`] runs first.

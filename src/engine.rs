@@ -3221,8 +3221,10 @@ impl Namespace {
 
     /// Completes several claims of this namespace with one durable write (and, under
     /// `SyncPolicy::Always`, one fsync). Returns one result per guard, in order: a
-    /// guard whose lease was lost gets `Err(LeaseLost)` and the others complete. If
-    /// the store's write fails, nothing is completed, the claims are released and the
+    /// guard whose lease was lost gets `Err(LeaseLost)` and the others complete (a
+    /// claim marker of a lost guard still in RocksDB is deleted by an unsynced write
+    /// of its own, so that the next open does not report it). If the store's write
+    /// fails, nothing is completed, the claims are released and the
     /// error is returned (if the write succeeded and only its grouped fsync failed,
     /// the records are applied and readable, and a later claim of their keys answers
     /// `Duplicate` from the durable tier); under [`FailurePolicy::FailOpen`](crate::FailurePolicy::FailOpen) the claims are completed in the

@@ -188,7 +188,7 @@ impl DurableNs {
         match *self {}
     }
 
-    pub(crate) fn lease_lost(&self, _fp: u128, _token: u32) {
+    pub(crate) fn lease_lost(&self, _fp: u128, _token: u32, _expires_ms: u64) {
         match *self {}
     }
 

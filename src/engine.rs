@@ -702,15 +702,26 @@ mod tests {
         cfg: crate::NamespaceConfig,
     ) -> (super::Engine, super::Namespace, crate::ManualClock) {
         let clock = crate::ManualClock::new(1_000_000);
-        let engine = super::Engine::builder()
+        let engine = durable_engine(dir, cfg, &clock);
+        let ns = engine.namespace("n").unwrap();
+        (engine, ns, clock)
+    }
+
+    /// A durable engine with namespace "n" of `cfg` in `dir`, on `clock`, without
+    /// a maintenance thread.
+    #[cfg(feature = "durable")]
+    fn durable_engine(
+        dir: &Scratch,
+        cfg: crate::NamespaceConfig,
+        clock: &crate::ManualClock,
+    ) -> super::Engine {
+        super::Engine::builder()
             .durable(&dir.0)
             .clock(clock.clone())
             .maintenance_interval(None)
             .namespace("n", cfg)
             .build()
-            .unwrap();
-        let ns = engine.namespace("n").unwrap();
-        (engine, ns, clock)
+            .unwrap()
     }
 
     /// The first claim of "k", acquired.
@@ -1063,13 +1074,7 @@ mod tests {
             assert_eq!(d.marker_token_on_disk(fp), None, "{markers:?} {flushed}");
             drop(ns);
             drop(engine);
-            let engine = super::Engine::builder()
-                .durable(&dir.0)
-                .clock(clock.clone())
-                .maintenance_interval(None)
-                .namespace("n", cfg)
-                .build()
-                .unwrap();
+            let engine = durable_engine(&dir, cfg, &clock);
             assert!(
                 engine.orphans().is_empty(),
                 "{markers:?} {flushed}: {:?}",
@@ -1101,6 +1106,62 @@ mod tests {
         let d = ns.inner.durable.as_ref().unwrap();
         assert_eq!(d.marker_token_on_disk(fp), Some(later.lease.token));
         later.complete().unwrap();
+        assert_eq!(d.marker_token_on_disk(fp), None);
+    }
+
+    /// A claim made while the engine drops (its store closed, the last flush still
+    /// to come) writes its deferred marker at once; the marker an earlier claim of
+    /// the key left in memory, its lease run out, is dropped then, so that the last
+    /// flush does not write it over the new one (and that claim's `LeaseLost` then
+    /// delete it, leaving the claim in flight without a marker).
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_stale_deferred_marker_is_not_flushed_over_a_claim_made_while_the_engine_drops() {
+        let dir = Scratch::new("deferred-stale-at-drop");
+        let (engine, ns, clock) = durable_namespace(&dir, crate::ClaimMarkers::Deferred);
+        let d = ns.inner.durable.as_ref().unwrap();
+        let first = first_claim(&ns);
+        let fp = first.fp.to_u128();
+        clock.advance(std::time::Duration::from_secs(2));
+        // The engine's drop, step by step: the store closes, a claim comes through
+        // a handle that outlives it, then the last flush.
+        engine.shared.store.as_ref().unwrap().close();
+        let later = first_claim(&ns);
+        d.flush_markers();
+        assert!(matches!(first.complete(), Err(crate::Error::LeaseLost)));
+        assert_eq!(d.marker_token_on_disk(fp), Some(later.lease.token));
+        later.release().unwrap();
+        assert_eq!(d.marker_token_on_disk(fp), None);
+    }
+
+    /// Tokens start again with each run: a claim that lost its lease does not delete
+    /// an orphan's marker of the last run that happens to carry its token (the
+    /// lease's end tells them apart), while a later claim of the key keeps its own
+    /// marker in memory and has only that orphan's on disk.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_claim_that_lost_its_lease_leaves_an_older_runs_marker_with_its_token() {
+        let dir = Scratch::new("lost-marker-old-run");
+        let (_engine, ns, clock) = durable_namespace(&dir, crate::ClaimMarkers::Deferred);
+        let d = ns.inner.durable.as_ref().unwrap();
+        use crate::durable::codec::{Record, RecordState};
+        let first = first_claim(&ns);
+        let (fp, token) = (first.fp.to_u128(), first.lease.token);
+        let old_run = Record {
+            state: RecordState::InProgress,
+            token,
+            at_ms: 1_000,
+            expires_ms: 2_000,
+            payload: None,
+            result: None,
+        };
+        d.put_marker_on_disk(fp, old_run);
+        clock.advance(std::time::Duration::from_secs(2));
+        let later = first_claim(&ns);
+        assert!(matches!(first.complete(), Err(crate::Error::LeaseLost)));
+        assert_eq!(d.marker_token_on_disk(fp), Some(token));
+        // The later claim's release deletes it, as it did before.
+        later.release().unwrap();
         assert_eq!(d.marker_token_on_disk(fp), None);
     }
 
@@ -3278,7 +3339,11 @@ impl Namespace {
                     begun.push(g);
                 }
                 Err(Refused::LeaseLost) => {
-                    d.lease_lost(g.fp.to_u128(), g.lease.token);
+                    d.lease_lost(
+                        g.fp.to_u128(),
+                        g.lease.token,
+                        ns.params.tick_to_ms(g.lease.deadline),
+                    );
                     outcomes.push(Err(Error::LeaseLost));
                 }
             }
@@ -3809,8 +3874,8 @@ impl ClaimGuard {
 
     /// Marks the claim's entry completing (held whatever its lease) while its durable
     /// write (`done`) or marker settlement runs, returning its payload fingerprint; a
-    /// claim that lost its lease (or a completion of a key being forgotten) frees its
-    /// journal slot and is refused.
+    /// claim that lost its lease (or a completion of a key being forgotten) removes
+    /// its marker if still its own ([`DurableNs::lease_lost`]) and is refused.
     fn hold_for_durable(
         &self,
         ns: &NsInner,
@@ -3827,7 +3892,11 @@ impl ClaimGuard {
             done,
         );
         begun.map_err(|Refused::LeaseLost| {
-            d.lease_lost(self.fp.to_u128(), self.lease.token);
+            d.lease_lost(
+                self.fp.to_u128(),
+                self.lease.token,
+                ns.params.tick_to_ms(self.lease.deadline),
+            );
             Error::LeaseLost
         })
     }

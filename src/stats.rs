@@ -51,7 +51,9 @@ pub struct Stats {
     pub evictions: u64,
     /// Point look-ups of the durable tier (claims the hot tier could not answer,
     /// `check` of keys it does not hold, a `forget` of a key the prefilter does not
-    /// rule out, and the read before a sliding window's record is rewritten).
+    /// rule out, the read before a sliding window's record is rewritten, and the
+    /// read of its claim marker by a claim that lost its lease, where the marker may
+    /// be in RocksDB).
     pub durable_reads: u64,
     /// Writes to the durable tier (claim markers, completions, releases, forgets;
     /// a batch counts once).

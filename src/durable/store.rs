@@ -1215,6 +1215,11 @@ impl DurableNs {
     /// flush drains under, after it closed the store: a marker is either kept before
     /// that drain (and written by it) or refused here, never kept after it, where no
     /// flush would come.
+    ///
+    /// Refused, it drops the markers an earlier claim of the same keys left in
+    /// memory (their leases ran out, or these claims could not have been made): the
+    /// last flush would otherwise write such a stale marker over the one the caller
+    /// now writes ([`DurableNs::write_claims`] waits out a flush in progress).
     pub(crate) fn defer_markers(&self, markers: &[(u128, Record)]) -> bool {
         let Some(d) = &self.deferred else {
             return false;
@@ -1223,6 +1228,9 @@ impl DurableNs {
         run_test_hook(&BEFORE_DEFER);
         let mut pending = d.pending.lock();
         if self.store.closed() {
+            for (fp, _) in markers {
+                pending.remove(fp);
+            }
             return false;
         }
         for (fp, rec) in markers {
@@ -1332,6 +1340,14 @@ impl DurableNs {
             .map(|m| m.token)
     }
 
+    /// Writes `marker` for `fp` into RocksDB and notes it there, as the open does
+    /// for an orphan of the last run (tests).
+    #[cfg(test)]
+    pub(crate) fn put_marker_on_disk(&self, fp: u128, marker: Record) {
+        self.store.put_claims(&self.fams, &[(fp, marker)]).unwrap();
+        self.note_marker_on_disk(fp);
+    }
+
     /// Whether the journal holds a marker of `fp`'s claim with fencing token
     /// `token` (tests).
     #[cfg(test)]
@@ -1339,15 +1355,16 @@ impl DurableNs {
         self.journal.get().is_some_and(|j| j.holds(fp, Some(token)))
     }
 
-    /// A claim (fencing token `token`) that lost its lease ends here: its marker is
-    /// removed wherever it is, if still its own, so that the next open does not
-    /// report a claim that was no longer in flight, whatever the marker mode. A
-    /// journal slot or a deferred marker still in memory is matched by token; one
-    /// in RocksDB is read and deleted only if it carries the token, under
+    /// A claim (fencing token `token`, lease ending at `expires_ms`) that lost its
+    /// lease ends here: its marker is removed wherever it is, if still its own, so
+    /// that the next open does not report a claim that was no longer in flight,
+    /// whatever the marker mode. A journal slot or a deferred marker still in memory
+    /// is matched by token; one in RocksDB is read and deleted only if it carries
+    /// the token and the lease's end, under
     /// `marker_gate` (a later claim of the key may have written over it, and may be
     /// writing now). A marker that cannot be read or deleted is counted and left: the
     /// next open reports it, as before.
-    pub(crate) fn lease_lost(&self, fp: u128, token: u32) {
+    pub(crate) fn lease_lost(&self, fp: u128, token: u32, expires_ms: u64) {
         let maybe_on_disk = match (self.journal.get(), &self.deferred) {
             (Some(j), _) => !self.clear_journal(j, fp, Some(token)) && self.has_marker_on_disk(fp),
             (None, Some(_)) => {
@@ -1363,7 +1380,11 @@ impl DurableNs {
         let _alone = self.marker_gate.write();
         self.reads.fetch_add(1, Ordering::Relaxed);
         match self.store.get_claim(&self.name, &self.fams, fp) {
-            Ok(Some(m)) if m.token == token => self.delete_claims(&[fp]),
+            // Tokens start again with each run: the lease's end tells this claim's
+            // marker from an orphan of the last run that had the same token.
+            Ok(Some(m)) if m.token == token && m.expires_ms == expires_ms => {
+                self.delete_claims(&[fp])
+            }
             Ok(_) => {}
             Err(e) => {
                 self.errors.fetch_add(1, Ordering::Relaxed);
@@ -1858,6 +1879,9 @@ impl DurableNs {
             None => claims,
         };
         self.writes.fetch_add(1, Ordering::Relaxed);
+        // Deferring, and refused (the engine was dropped): after the last flush's
+        // write, which may hold an earlier claim's marker of one of these keys.
+        let _flushed = self.deferred.as_ref().map(|d| d.flushing.lock());
         let _gate = self.marker_gate.read();
         match self.store.put_claims(&self.fams, to_store) {
             Ok(()) => {

@@ -1360,10 +1360,9 @@ impl DurableNs {
     /// that the next open does not report a claim that was no longer in flight,
     /// whatever the marker mode. A journal slot or a deferred marker still in memory
     /// is matched by token; one in RocksDB is read and deleted only if it carries
-    /// the token and the lease's end, under
-    /// `marker_gate` (a later claim of the key may have written over it, and may be
-    /// writing now). A marker that cannot be read or deleted is counted and left: the
-    /// next open reports it, as before.
+    /// the token and the lease's end, under `marker_gate` (a later claim of the key
+    /// may have written over it, and may be writing now). A marker that cannot be
+    /// read or deleted is counted and left: the next open reports it, as before.
     pub(crate) fn lease_lost(&self, fp: u128, token: u32, expires_ms: u64) {
         let maybe_on_disk = match (self.journal.get(), &self.deferred) {
             (Some(j), _) => !self.clear_journal(j, fp, Some(token)) && self.has_marker_on_disk(fp),

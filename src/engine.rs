@@ -1134,6 +1134,23 @@ mod tests {
         assert_eq!(d.marker_token_on_disk(fp), None);
     }
 
+    /// A deferred marker written at once (the engine was dropped) is noted on disk,
+    /// so that its claim, losing its lease, finds and removes it.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_deferred_marker_written_after_the_engine_dropped_goes_with_its_lost_lease() {
+        let dir = Scratch::new("deferred-after-drop-lost");
+        let (engine, ns, clock) = durable_namespace(&dir, crate::ClaimMarkers::Deferred);
+        let d = ns.inner.durable.as_ref().unwrap();
+        engine.shared.store.as_ref().unwrap().close();
+        let g = first_claim(&ns);
+        let (fp, token) = (g.fp.to_u128(), g.lease.token);
+        assert_eq!(d.marker_token_on_disk(fp), Some(token), "written at once");
+        clock.advance(std::time::Duration::from_secs(2));
+        assert!(matches!(g.complete(), Err(crate::Error::LeaseLost)));
+        assert_eq!(d.marker_token_on_disk(fp), None);
+    }
+
     /// Tokens start again with each run: a claim that lost its lease does not delete
     /// an orphan's marker of the last run that happens to carry its token (the
     /// lease's end tells them apart), while a later claim of the key keeps its own
@@ -1141,10 +1158,10 @@ mod tests {
     #[cfg(feature = "durable")]
     #[test]
     fn a_claim_that_lost_its_lease_leaves_an_older_runs_marker_with_its_token() {
+        use crate::durable::codec::{Record, RecordState};
         let dir = Scratch::new("lost-marker-old-run");
         let (_engine, ns, clock) = durable_namespace(&dir, crate::ClaimMarkers::Deferred);
         let d = ns.inner.durable.as_ref().unwrap();
-        use crate::durable::codec::{Record, RecordState};
         let first = first_claim(&ns);
         let (fp, token) = (first.fp.to_u128(), first.lease.token);
         let old_run = Record {

@@ -1884,14 +1884,14 @@ impl DurableNs {
         let _gate = self.marker_gate.read();
         match self.store.put_claims(&self.fams, to_store) {
             Ok(()) => {
-                if self.journal.get().is_some() {
-                    // A marker that overflowed the journal is on disk like an
-                    // orphan's: if its claim loses the lease and a later claim of
-                    // the key gets a journal slot, that claim's completion must
-                    // delete it too.
-                    for (fp, _) in to_store {
-                        self.note_marker_on_disk(*fp);
-                    }
+                // A marker that overflowed the journal, or a deferred one written at
+                // once (the engine was dropped), is on disk like an orphan's: if its
+                // claim loses the lease, `lease_lost` looks for it there, and if a
+                // later claim of the key keeps its marker elsewhere, that claim's
+                // completion deletes this one too. (Immediate markers are not
+                // noted: every claim of theirs writes over the key's.)
+                for (fp, _) in to_store {
+                    self.note_marker_on_disk(*fp);
                 }
                 Ok(())
             }

@@ -579,8 +579,11 @@ impl EngineBuilder {
     }
 
     /// How often the background thread expires keys whose TTL or lease ran out
-    /// (default every 100 ms; at least 1 ms). `None` starts no thread: expired keys are then reclaimed
-    /// by [`Engine::run_maintenance`] and, lazily, when they are claimed again.
+    /// (default every 100 ms; at least 1 ms). Between those passes the same thread
+    /// also prepares the hot tier's next entries when a filling namespace runs low of
+    /// them, so that claiming threads do not. `None` starts no thread: expired keys are then reclaimed
+    /// by [`Engine::run_maintenance`] and, lazily, when they are claimed again, and a
+    /// claim that needs entries prepares them itself.
     pub fn maintenance_interval(mut self, interval: Option<Duration>) -> Self {
         self.maintenance_interval = interval;
         self

@@ -394,10 +394,25 @@ impl Engine {
         });
         #[cfg(not(idem_loom))]
         let maintenance = b.maintenance_interval.map(|every| {
-            let shared = shared.clone();
-            maintenance::Thread::start("idem-maintenance", every, move || {
-                shared.run_maintenance();
-            })
+            let (periodic, on_request) = (shared.clone(), shared.clone());
+            let (thread, requester) = maintenance::Thread::start_with_requests(
+                "idem-maintenance",
+                every,
+                move || {
+                    periodic.run_maintenance();
+                },
+                // A reservoir ran low between passes: top it up now, on this thread.
+                move || {
+                    for ns in on_request.namespaces.values() {
+                        ns.chunks.top_up();
+                    }
+                },
+            );
+            for ns in shared.namespaces.values() {
+                let requester = requester.clone();
+                ns.chunks.on_low(Box::new(move || requester.request()));
+            }
+            thread
         });
         #[cfg(idem_loom)]
         let _ = b.maintenance_interval;
@@ -1543,8 +1558,13 @@ mod tests {
 
     impl Filler {
         fn new(max_keys: usize) -> Self {
+            Filler::with_maintenance(max_keys, None)
+        }
+
+        /// As [`Filler::new`], with a maintenance thread running every `every`.
+        fn with_maintenance(max_keys: usize, every: Option<std::time::Duration>) -> Self {
             let engine = super::Engine::builder()
-                .maintenance_interval(None)
+                .maintenance_interval(every)
                 .namespace(
                     "n",
                     crate::NamespaceConfig::new().max_keys(max_keys).shards(1),
@@ -2016,6 +2036,28 @@ mod tests {
         assert!(engine.stats().hot_bytes >= before + 3 * entry_bytes);
     }
 
+    /// A reservoir left below half a batch between maintenance passes is topped up
+    /// at once by the maintenance thread, not at its next pass (an hour away here)
+    /// nor by the claim that would find it empty.
+    #[test]
+    fn a_reservoir_run_low_is_topped_up_by_the_maintenance_thread_before_its_pass() {
+        let chunk = crate::hot::CHUNK;
+        let f =
+            Filler::with_maintenance(4 * 64 * chunk, Some(std::time::Duration::from_secs(3600)));
+        let reservoir = &f.ns.inner.chunks;
+        assert_eq!(reservoir.batch(), 4);
+        // Three spares taken from the batch the first one made: one chunk is left.
+        f.fill_to(2 * chunk + chunk * 3 / 4);
+        // The thread runs on its own: wait for it (a real thread, so real time; the
+        // bound only keeps a broken build from hanging).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while reservoir.len() < 4 && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        assert_eq!(reservoir.len(), 4, "topped up without a maintenance pass");
+        assert_eq!(f.engine.stats().expirations, 0);
+    }
+
     #[test]
     fn guards_keep_their_namespace_until_the_last_of_them_ends() {
         let (engine, ns) = memory_namespace();
@@ -2222,56 +2264,119 @@ impl Shared {
 mod maintenance {
     use std::sync::{Arc as StdArc, Condvar, Mutex as StdMutex};
     use std::thread::JoinHandle;
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
 
-    /// A background thread that runs a task periodically, and the flag that stops it.
+    /// What a background thread is asked to do, under its lock.
+    #[derive(Default)]
+    struct Asked {
+        stop: bool,
+        /// Run the thread's `on_request` task now, without waiting for its period.
+        request: bool,
+    }
+
+    type Control = StdArc<(StdMutex<Asked>, Condvar)>;
+
+    /// A background thread that runs a task periodically (and, if it has one, a
+    /// second task whenever it is asked to), and the flags that stop and ask it.
     pub(super) struct Thread {
-        stop: StdArc<(StdMutex<bool>, Condvar)>,
+        control: Control,
         handle: JoinHandle<()>,
     }
 
+    /// Asks a [`Thread`] to run its `on_request` task now. Cheap to clone; asking a
+    /// thread that has stopped does nothing.
+    #[derive(Clone)]
+    pub(super) struct Requester(Control);
+
+    impl Requester {
+        pub(super) fn request(&self) {
+            let (lock, cvar) = &*self.0;
+            lock.lock().unwrap_or_else(|p| p.into_inner()).request = true;
+            cvar.notify_one();
+        }
+    }
+
+    /// Runs `task`, reporting a panic instead of ending the thread: a run that panics
+    /// (a user clock that fails, say) is reported and the next one goes on, so that
+    /// expiry and marker writes are not left undone in silence.
+    fn run_caught(task: &mut impl FnMut()) {
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(task));
+        if ran.is_err() {
+            tracing::error!("a background run panicked; the next one goes on");
+        }
+    }
+
     impl Thread {
+        /// Used by the periodic WAL sync (durable tier only).
+        #[cfg_attr(not(feature = "durable"), allow(dead_code))]
         pub(super) fn start(
             name: &str,
             every: Duration,
-            mut task: impl FnMut() + Send + 'static,
+            task: impl FnMut() + Send + 'static,
         ) -> Thread {
-            let stop = StdArc::new((StdMutex::new(false), Condvar::new()));
-            let flag = stop.clone();
+            Thread::start_with_requests(name, every, task, || {}).0
+        }
+
+        /// As [`Thread::start`], and `on_request` runs whenever the returned
+        /// [`Requester`] asks (once for any number of requests made while it waits),
+        /// without moving the periodic task's schedule.
+        pub(super) fn start_with_requests(
+            name: &str,
+            every: Duration,
+            mut task: impl FnMut() + Send + 'static,
+            mut on_request: impl FnMut() + Send + 'static,
+        ) -> (Thread, Requester) {
+            let control: Control = StdArc::new((StdMutex::new(Asked::default()), Condvar::new()));
+            let shared = control.clone();
             let handle = std::thread::Builder::new()
                 .name(name.into())
                 .spawn(move || {
-                    let (lock, cvar) = &*flag;
-                    let mut stopped = lock.lock().unwrap_or_else(|p| p.into_inner());
-                    while !*stopped {
-                        let (guard, timeout) = cvar
-                            .wait_timeout(stopped, every)
-                            .unwrap_or_else(|p| p.into_inner());
-                        stopped = guard;
-                        if *stopped {
+                    let (lock, cvar) = &*shared;
+                    // `None`: a period too long to reach (the task never runs).
+                    let mut next = Instant::now().checked_add(every);
+                    let mut asked = lock.lock().unwrap_or_else(|p| p.into_inner());
+                    loop {
+                        if asked.stop {
                             break;
                         }
-                        if timeout.timed_out() {
-                            drop(stopped);
-                            // A run that panics (a user clock that fails, say) is
-                            // reported and the next one goes on: the thread does not
-                            // end silently, leaving expiry and marker writes undone.
-                            let ran =
-                                std::panic::catch_unwind(std::panic::AssertUnwindSafe(&mut task));
-                            if ran.is_err() {
-                                tracing::error!("a background run panicked; the next one goes on");
+                        if asked.request {
+                            asked.request = false;
+                            drop(asked);
+                            run_caught(&mut on_request);
+                            asked = lock.lock().unwrap_or_else(|p| p.into_inner());
+                            continue;
+                        }
+                        let now = Instant::now();
+                        match next {
+                            Some(at) if now >= at => {
+                                drop(asked);
+                                run_caught(&mut task);
+                                next = Instant::now().checked_add(every);
+                                asked = lock.lock().unwrap_or_else(|p| p.into_inner());
                             }
-                            stopped = lock.lock().unwrap_or_else(|p| p.into_inner());
+                            Some(at) => {
+                                asked = cvar
+                                    .wait_timeout(asked, at - now)
+                                    .unwrap_or_else(|p| p.into_inner())
+                                    .0;
+                            }
+                            None => asked = cvar.wait(asked).unwrap_or_else(|p| p.into_inner()),
                         }
                     }
                 })
                 .expect("spawning a background thread");
-            Thread { stop, handle }
+            (
+                Thread {
+                    control: control.clone(),
+                    handle,
+                },
+                Requester(control),
+            )
         }
 
         pub(super) fn stop(self) {
-            let (lock, cvar) = &*self.stop;
-            *lock.lock().unwrap_or_else(|p| p.into_inner()) = true;
+            let (lock, cvar) = &*self.control;
+            lock.lock().unwrap_or_else(|p| p.into_inner()).stop = true;
             cvar.notify_all();
             // Stopped from its own run (the engine dropped by something the run let
             // go of, a clock or subscriber that owned it): the thread ends once the
@@ -2280,6 +2385,65 @@ mod maintenance {
                 let _ = self.handle.join();
             }
         }
+    }
+}
+
+#[cfg(all(test, not(idem_loom)))]
+mod maintenance_tests {
+    use super::maintenance::Thread;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{mpsc, Arc};
+    use std::time::Duration;
+
+    /// A request runs the thread's request task at once, however far off its
+    /// periodic run is, and leaves that run alone; a stop ends the thread.
+    #[test]
+    fn a_request_runs_its_task_at_once_and_the_period_stays() {
+        let periodic = Arc::new(AtomicUsize::new(0));
+        let (ran, runs) = mpsc::channel();
+        let counted = periodic.clone();
+        let (thread, requester) = Thread::start_with_requests(
+            "idem-test",
+            Duration::from_secs(3600),
+            move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+            },
+            move || ran.send(()).unwrap(),
+        );
+        for _ in 0..3 {
+            requester.request();
+            // Bounded only so that a broken build fails rather than hangs.
+            runs.recv_timeout(Duration::from_secs(60))
+                .expect("the request task ran");
+        }
+        thread.stop();
+        assert_eq!(
+            periodic.load(Ordering::SeqCst),
+            0,
+            "the hourly run did not come"
+        );
+        // Asking a stopped thread does nothing.
+        requester.request();
+        assert!(runs.try_recv().is_err());
+    }
+
+    /// The periodic task still runs on its own period beside requests.
+    #[test]
+    fn the_periodic_task_runs_without_requests() {
+        let (ran, runs) = mpsc::channel();
+        let (thread, _requester) = Thread::start_with_requests(
+            "idem-test",
+            Duration::from_millis(1),
+            move || {
+                let _ = ran.send(());
+            },
+            || {},
+        );
+        for _ in 0..3 {
+            runs.recv_timeout(Duration::from_secs(60))
+                .expect("the periodic task ran");
+        }
+        thread.stop();
     }
 }
 

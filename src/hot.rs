@@ -197,13 +197,32 @@ pub(crate) fn new_chunk() -> Chunk {
 /// of the namespace's entries (`max_keys / (64 * CHUNK)` chunks, 1 to 64 of them), so
 /// the chunks it holds unused cost at most about 1.6 % of a full slab; they are
 /// counted in `hot_bytes`.
-#[derive(Debug)]
+///
+/// A namespace filling fast outruns the maintenance period (at a few million fresh
+/// claims a second a batch lasts milliseconds), so the take that leaves the reservoir
+/// below half a batch also asks for a top-up at once ([`Reservoir::on_low`]: the
+/// engine's maintenance thread, which then makes the chunks on its own core instead
+/// of the claiming thread making them when it runs dry).
 pub(crate) struct Reservoir {
     chunks: crate::sync::Mutex<Vec<Chunk>>,
     batch: usize,
     /// A chunk has been taken: the namespace is growing, so maintenance keeps the
     /// reservoir topped up (a namespace that never grows never holds a batch).
     drawn: std::sync::atomic::AtomicBool,
+    /// A top-up has been asked for and not begun: later takes do not ask again.
+    asked: std::sync::atomic::AtomicBool,
+    /// Asks for a top-up (set once, by the engine that has a maintenance thread).
+    on_low: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
+}
+
+impl std::fmt::Debug for Reservoir {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reservoir")
+            .field("batch", &self.batch)
+            .field("drawn", &self.drawn)
+            .field("asked", &self.asked)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Reservoir {
@@ -213,7 +232,15 @@ impl Reservoir {
             chunks: crate::sync::Mutex::new(Vec::new()),
             batch: (max_keys / (64 * CHUNK)).clamp(1, 64),
             drawn: std::sync::atomic::AtomicBool::new(false),
+            asked: std::sync::atomic::AtomicBool::new(false),
+            on_low: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Sets what a take that leaves the reservoir below half a batch calls to have
+    /// it topped up ([`Reservoir::top_up`], run elsewhere). Only the first call sets.
+    pub(crate) fn on_low(&self, ask: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.on_low.set(ask);
     }
 
     /// Chunks made per batch.
@@ -231,13 +258,29 @@ impl Reservoir {
     /// a new batch, made here. Call it outside every shard lock.
     pub(crate) fn take(&self) -> Chunk {
         self.drawn.store(true, std::sync::atomic::Ordering::Relaxed);
-        if let Some(c) = self.chunks.lock().pop() {
-            return c;
+        let (taken, left) = {
+            let mut chunks = self.chunks.lock();
+            (chunks.pop(), chunks.len())
+        };
+        let chunk = taken.unwrap_or_else(|| {
+            let mut made: Vec<Chunk> = (0..self.batch).map(|_| new_chunk()).collect();
+            let chunk = made.pop().unwrap_or_else(new_chunk);
+            self.stock(made);
+            chunk
+        });
+        if left * 2 < self.batch {
+            self.ask_for_top_up();
         }
-        let mut made: Vec<Chunk> = (0..self.batch).map(|_| new_chunk()).collect();
-        let chunk = made.pop().unwrap_or_else(new_chunk);
-        self.stock(made);
         chunk
+    }
+
+    /// Asks for a top-up unless one is asked for and not begun yet.
+    fn ask_for_top_up(&self) {
+        if let Some(ask) = self.on_low.get() {
+            if !self.asked.swap(true, std::sync::atomic::Ordering::AcqRel) {
+                ask();
+            }
+        }
     }
 
     /// Puts `made` in, up to a batch held in all: claims that found the reservoir
@@ -252,6 +295,9 @@ impl Reservoir {
     /// Makes chunks up to a full batch once fewer than half a batch are left, if the
     /// reservoir has ever been drawn from (the maintenance pass).
     pub(crate) fn top_up(&self) {
+        // Begun: a take from here on that finds it low asks again.
+        self.asked
+            .store(false, std::sync::atomic::Ordering::Release);
         if !self.drawn.load(std::sync::atomic::Ordering::Relaxed) {
             return;
         }
@@ -2386,5 +2432,51 @@ mod reservoir_tests {
         assert_eq!(r.len(), 4, "one batch held, the rest let go");
         let _ = r.take();
         assert_eq!(r.len(), 3, "taken from what is held, nothing made");
+    }
+
+    /// The take that leaves fewer than half a batch asks for a top-up, once until
+    /// a top-up begins; then the next such take asks again.
+    #[test]
+    fn a_take_that_leaves_the_reservoir_low_asks_for_a_top_up_once() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+        let r = Reservoir::new(4 * 64 * CHUNK);
+        // Without a hook nothing is asked, and nothing fails.
+        let _ = r.take();
+        assert_eq!(r.len(), 3);
+        let asked = Arc::new(AtomicUsize::new(0));
+        let count = asked.clone();
+        r.on_low(Box::new(move || {
+            count.fetch_add(1, Ordering::SeqCst);
+        }));
+        let _ = r.take();
+        assert_eq!(
+            (r.len(), asked.load(Ordering::SeqCst)),
+            (2, 0),
+            "half a batch left"
+        );
+        let _ = r.take();
+        assert_eq!(
+            (r.len(), asked.load(Ordering::SeqCst)),
+            (1, 1),
+            "below half: asked"
+        );
+        let _ = r.take();
+        assert_eq!(
+            (r.len(), asked.load(Ordering::SeqCst)),
+            (0, 1),
+            "asked already"
+        );
+        // Empty: this take makes a batch itself, and does not ask again.
+        let _ = r.take();
+        assert_eq!((r.len(), asked.load(Ordering::SeqCst)), (3, 1));
+        // A top-up begins: the next take that leaves it low asks again.
+        r.top_up();
+        assert_eq!(r.len(), 3, "not below half: nothing made");
+        let _ = r.take();
+        let _ = r.take();
+        assert_eq!((r.len(), asked.load(Ordering::SeqCst)), (1, 2));
+        r.top_up();
+        assert_eq!(r.len(), 4);
     }
 }

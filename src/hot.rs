@@ -2449,33 +2449,21 @@ mod reservoir_tests {
         r.on_low(Box::new(move || {
             count.fetch_add(1, Ordering::SeqCst);
         }));
-        let _ = r.take();
-        assert_eq!(
-            (r.len(), asked.load(Ordering::SeqCst)),
-            (2, 0),
-            "half a batch left"
-        );
-        let _ = r.take();
-        assert_eq!(
-            (r.len(), asked.load(Ordering::SeqCst)),
-            (1, 1),
-            "below half: asked"
-        );
-        let _ = r.take();
-        assert_eq!(
-            (r.len(), asked.load(Ordering::SeqCst)),
-            (0, 1),
-            "asked already"
-        );
+        // The reservoir's chunks after a take, and the top-ups asked for so far.
+        let take = || {
+            let _ = r.take();
+            (r.len(), asked.load(Ordering::SeqCst))
+        };
+        assert_eq!(take(), (2, 0), "half a batch left");
+        assert_eq!(take(), (1, 1), "below half: asked");
+        assert_eq!(take(), (0, 1), "asked already");
         // Empty: this take makes a batch itself, and does not ask again.
-        let _ = r.take();
-        assert_eq!((r.len(), asked.load(Ordering::SeqCst)), (3, 1));
+        assert_eq!(take(), (3, 1));
         // A top-up begins: the next take that leaves it low asks again.
         r.top_up();
         assert_eq!(r.len(), 3, "not below half: nothing made");
-        let _ = r.take();
-        let _ = r.take();
-        assert_eq!((r.len(), asked.load(Ordering::SeqCst)), (1, 2));
+        assert_eq!(take(), (2, 1));
+        assert_eq!(take(), (1, 2));
         r.top_up();
         assert_eq!(r.len(), 4);
     }

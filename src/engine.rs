@@ -2339,6 +2339,16 @@ mod maintenance {
                         if asked.stop {
                             break;
                         }
+                        // The periodic task first when it is due: requests that
+                        // keep coming cannot hold it off.
+                        let now = Instant::now();
+                        if next.is_some_and(|at| now >= at) {
+                            drop(asked);
+                            run_caught(&mut task);
+                            next = Instant::now().checked_add(every);
+                            asked = lock.lock().unwrap_or_else(|p| p.into_inner());
+                            continue;
+                        }
                         if asked.request {
                             asked.request = false;
                             drop(asked);
@@ -2346,14 +2356,7 @@ mod maintenance {
                             asked = lock.lock().unwrap_or_else(|p| p.into_inner());
                             continue;
                         }
-                        let now = Instant::now();
                         match next {
-                            Some(at) if now >= at => {
-                                drop(asked);
-                                run_caught(&mut task);
-                                next = Instant::now().checked_add(every);
-                                asked = lock.lock().unwrap_or_else(|p| p.into_inner());
-                            }
                             Some(at) => {
                                 asked = cvar
                                     .wait_timeout(asked, at - now)
@@ -2425,6 +2428,34 @@ mod maintenance_tests {
         // Asking a stopped thread does nothing.
         requester.request();
         assert!(runs.try_recv().is_err());
+    }
+
+    /// Requests that never stop coming (each request run asks again) do not hold
+    /// off the periodic task once it is due.
+    #[test]
+    fn requests_that_keep_coming_do_not_hold_off_the_periodic_task() {
+        let requester = Arc::new(std::sync::OnceLock::new());
+        let again = requester.clone();
+        let (ran, runs) = mpsc::channel();
+        let (thread, first) = Thread::start_with_requests(
+            "idem-test",
+            Duration::from_millis(1),
+            move || {
+                let _ = ran.send(());
+            },
+            move || {
+                if let Some(r) = again.get() {
+                    super::maintenance::Requester::request(r);
+                }
+            },
+        );
+        let _ = requester.set(first.clone());
+        first.request();
+        for _ in 0..3 {
+            runs.recv_timeout(Duration::from_secs(60))
+                .expect("the periodic task ran");
+        }
+        thread.stop();
     }
 
     /// The periodic task still runs on its own period beside requests.

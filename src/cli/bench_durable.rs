@@ -481,11 +481,22 @@ fn w3_run(
     }
     let engine = b.namespace("w3", cfg).build().unwrap();
     let ns = engine.namespace("w3").unwrap();
-    let mut lat = Vec::with_capacity(stream.len());
-    let mut kind_lat: [Vec<u64>; 3] = Default::default();
-    let mut seen = std::collections::HashSet::new();
+    // The harness's own bookkeeping is allocated, and its pages touched, before the
+    // stream: growing it inside the loop (a vector's copy to a larger one, a set's
+    // rehash, first touches of fresh pages) would evict the engine's lines between
+    // two claims and slow the next one, in the tail this measures.
+    let recorder = || {
+        let mut v = vec![0u64; stream.len()];
+        v.fill(1);
+        std::hint::black_box(&mut v);
+        v.clear();
+        v
+    };
+    let mut lat = recorder();
+    let mut kind_lat: [Vec<u64>; 3] = [recorder(), recorder(), recorder()];
+    let mut seen = std::collections::HashSet::with_capacity(distinct);
     let mut missed_old = 0u64;
-    let (mut read_lat, mut unread_lat) = (Vec::new(), Vec::with_capacity(stream.len()));
+    let (mut read_lat, mut unread_lat) = (recorder(), recorder());
     let mut last_at = 0;
     let started = Instant::now();
     for &(id, at, kind) in stream {

@@ -39,7 +39,9 @@ pub(crate) use store::{
     Store,
 };
 #[cfg(all(test, feature = "durable"))]
-pub(crate) use store::{set_before_defer, set_before_lost_marker_read, set_before_restore};
+pub(crate) use store::{
+    fail_next_marker_move, set_before_defer, set_before_lost_marker_read, set_before_restore,
+};
 
 /// Refuses a database path that is not valid UTF-8: RocksDB takes its path as a
 /// string, converting such a one lossily (the bytes that are not UTF-8 become

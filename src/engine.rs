@@ -188,7 +188,8 @@ impl fmt::Debug for Engine {
 /// namespace before anything on disk changes, so an open that fails leaves each
 /// orphan, expired or damaged, for the next open to report. Then the old journals'
 /// live markers go into the `claims:` families (synced once) before any journal is
-/// replaced; then the markers of expired orphans are deleted; last, the damaged
+/// replaced; then the namespaces' settings are stored (the last step that can refuse
+/// the open); then the markers of expired orphans are deleted; last, the damaged
 /// journals kept aside are marked reported and the saved prefilters, loaded in the
 /// first step, removed.
 #[cfg(feature = "durable")]
@@ -223,11 +224,8 @@ fn take_over_markers(
         orphans.extend(found);
         taken.push((name, d, takeover, expired));
     }
-    // The prefilters are set up: RocksDB may compact now. Then the namespaces'
-    // settings are stored, the open's first write: nothing before it could refuse
-    // the open after a change (both come before the markers move, as both can fail).
+    // The prefilters are set up: RocksDB may compact now.
     store.start_compactions()?;
-    store.write_settings()?;
     let mut moved = false;
     for (_, d, takeover, _) in &taken {
         moved |= d.move_markers(takeover)?;
@@ -239,6 +237,11 @@ fn take_over_markers(
     for (name, d, takeover, expired) in taken {
         finished.push((name, d, expired, d.finish_journal(takeover)?));
     }
+    // The namespaces' settings (what the dead-letter tools read), once nothing after
+    // can refuse the open: an open refused before this leaves them as they were.
+    // (The markers moved above are the same orphans the next open finds, in the
+    // `claims:` families instead of the journals.)
+    store.write_settings()?;
     // Only once every journal is in place: a failure before this leaves them all.
     for (name, d, expired, _) in &finished {
         if expired.is_empty() {
@@ -1046,6 +1049,52 @@ mod tests {
             "left in memory past the last flush"
         );
         assert_eq!(ns.inner.stats().markers_on_disk, 1, "written at once");
+    }
+
+    /// An open refused after it began to change the database (moving the last run's
+    /// journaled markers failed, as a failing disk would) leaves the settings the
+    /// dead-letter tools read as they were; the next open finds the orphan and
+    /// stores its own settings.
+    #[cfg(all(feature = "durable", target_os = "linux"))]
+    #[test]
+    fn an_open_refused_while_moving_markers_leaves_the_stored_settings() {
+        let dir = Scratch::new("refused-move-settings");
+        let day = std::time::Duration::from_secs(86_400);
+        let cfg = |retention| {
+            crate::NamespaceConfig::new()
+                .lease(std::time::Duration::from_secs(60))
+                .retention(retention)
+                .sync(crate::SyncPolicy::Never)
+        };
+        let retention = || {
+            crate::stored_config(&dir.0, "n")
+                .unwrap()
+                .unwrap()
+                .get_retention()
+        };
+        let (engine, ns, clock) = durable_namespace_with(&dir, cfg(7 * day));
+        // "k" is left in flight in the journal, as a crash would leave it.
+        let g = first_claim(&ns);
+        engine.debug_keep_journal_markers(true);
+        drop(g);
+        drop(ns);
+        drop(engine);
+        crate::durable::fail_next_marker_move();
+        let refused = super::Engine::builder()
+            .durable(&dir.0)
+            .clock(clock.clone())
+            .maintenance_interval(None)
+            .namespace("n", cfg(day))
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(&refused, crate::Error::Store(e) if e.operation() == "move markers"),
+            "{refused:?}"
+        );
+        assert_eq!(retention(), 7 * day, "the refused open stored nothing");
+        let engine = durable_engine(&dir, cfg(day), &clock);
+        assert_eq!(engine.orphans().len(), 1, "{:?}", engine.orphans());
+        assert_eq!(retention(), day);
     }
 
     /// A claim whose completion finds its lease lost removes its own marker wherever

@@ -628,9 +628,9 @@ impl Store {
         }
         // Each namespace's settings, to be written only when they changed (an
         // unchanged open writes nothing: a saved prefilter is good only at an
-        // unchanged sequence number), and only once the open can no longer fail
-        // before it changes the database ([`Store::write_settings`]): a refused open
-        // must leave the settings the dead-letter tools read as they were.
+        // unchanged sequence number), and only once nothing else can refuse the open
+        // ([`Store::write_settings`]): a refused open must leave the settings the
+        // dead-letter tools read as they were.
         let mut settings_changed = Vec::new();
         for (name, settings) in namespaces {
             let key = settings_key(name);
@@ -1529,6 +1529,13 @@ impl DurableNs {
         if takeover.moved.is_empty() {
             return Ok(false);
         }
+        #[cfg(test)]
+        if FAIL_NEXT_MARKER_MOVE.with(|f| f.replace(false)) {
+            return Err(Error::Store(crate::error::StoreError::new(
+                "move markers",
+                "injected failure".to_owned(),
+            )));
+        }
         self.store.put_claims(&self.fams, &takeover.moved)?;
         Ok(true)
     }
@@ -2212,6 +2219,15 @@ std::thread_local! {
     /// Where a claim that lost its lease is about to read its marker in RocksDB.
     static BEFORE_LOST_MARKER_READ: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
         const { std::cell::RefCell::new(None) };
+    /// The next [`DurableNs::move_markers`] with markers to move fails.
+    static FAIL_NEXT_MARKER_MOVE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Makes the next move of a journal's markers at an open (on this thread) fail, as a
+/// failing disk would.
+#[cfg(test)]
+pub(crate) fn fail_next_marker_move() {
+    FAIL_NEXT_MARKER_MOVE.with(|f| f.set(true));
 }
 
 /// Sets the hook [`DurableNs::lease_lost`] runs before it reads a marker in RocksDB.

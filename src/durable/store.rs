@@ -687,7 +687,11 @@ impl Store {
         for (key, bytes) in changed.iter() {
             batch.put(key, bytes);
         }
-        self.db.write(batch).map_err(|e| store_err("open", e))?;
+        // Synced: the open's other writes are synced before this one, and the
+        // dead-letter tools may read the settings before anything else syncs.
+        self.db
+            .write_opt(batch, &self.write_sync)
+            .map_err(|e| store_err("open", e))?;
         changed.clear();
         Ok(())
     }

@@ -2356,7 +2356,8 @@ mod maintenance {
     }
 
     impl Thread {
-        /// Used by the periodic WAL sync (durable tier only).
+        /// Starts a thread called `name` that runs `task` every `every` until
+        /// [`Thread::stop`] (the periodic WAL sync, durable tier only).
         #[cfg_attr(not(feature = "durable"), allow(dead_code))]
         pub(super) fn start(
             name: &str,

@@ -256,7 +256,8 @@ impl Reservoir {
     }
 
     /// A chunk of free entries: one made ahead, or (the reservoir empty) the first of
-    /// a new batch, made here. Call it outside every shard lock.
+    /// a new batch, made here. A take that leaves fewer than half a batch asks for a
+    /// top-up ([`Reservoir::on_low`]). Call it outside every shard lock.
     pub(crate) fn take(&self) -> Chunk {
         self.drawn.store(true, std::sync::atomic::Ordering::Relaxed);
         let (taken, mut left) = {
@@ -295,7 +296,8 @@ impl Reservoir {
     }
 
     /// Makes chunks up to a full batch once fewer than half a batch are left, if the
-    /// reservoir has ever been drawn from (the maintenance pass).
+    /// reservoir has ever been drawn from (the maintenance pass, and the maintenance
+    /// thread when a take asks).
     pub(crate) fn top_up(&self) {
         // Begun: a take from here on that finds it low asks again.
         self.asked

@@ -1395,6 +1395,45 @@ mod tests {
         assert_eq!(engine.stats().capacity_refusals, 0);
     }
 
+    /// The maintenance pass expires a shard's keys a few at a time, taking the
+    /// shard's lock again for each batch, and reclaims every due key all the same.
+    #[test]
+    fn expiry_takes_a_shard_lock_once_a_batch_and_reclaims_every_due_key() {
+        use crate::{Claim, ManualClock, NamespaceConfig};
+        use std::time::Duration;
+        let clock = ManualClock::new(1_000_000);
+        let engine = super::Engine::builder()
+            .clock(clock.clone())
+            .maintenance_interval(None)
+            .namespace(
+                "n",
+                NamespaceConfig::new()
+                    .ttl(Duration::from_secs(10))
+                    .shards(1),
+            )
+            .build()
+            .unwrap();
+        let ns = engine.namespace("n").unwrap();
+        for i in 0..100u32 {
+            // A millisecond apart: each key has its own deadline, so its own
+            // bucket once the wheel reaches it.
+            let Claim::Acquired(g) = ns.claim(&i.to_le_bytes()).unwrap() else {
+                panic!("a fresh key");
+            };
+            g.complete().unwrap();
+            clock.advance(Duration::from_millis(1));
+        }
+        clock.advance(Duration::from_secs(11));
+        let now = ns.inner.now();
+        let (reclaimed, holds) = ns.inner.expire_all_within(now, 4);
+        assert_eq!(reclaimed, 100);
+        assert!(holds >= 25, "{holds} holds of the lock for 100 keys");
+        assert_eq!(engine.stats().resident_keys, 0);
+        assert_eq!(engine.stats().expirations, 100);
+        // Nothing is left for the next pass.
+        assert_eq!(ns.inner.expire_all_within(now, 4), (0, 1));
+    }
+
     /// A full durable namespace's last attempt evicts a done key itself: the
     /// eviction before it may have made room that other claims took in between.
     #[cfg(feature = "durable")]
@@ -2563,6 +2602,15 @@ fn new_slots(shards: usize, now_tick: u64, room: usize) -> Option<Box<[SlotCell]
         .collect()
 }
 
+/// About how many entries the maintenance pass expires (or moves down the wheel)
+/// under one hold of a shard's lock (see `NsInner::expire_all`). A claim arriving
+/// at a shard being expired waits for the batch in hand: 32 entries, each a few
+/// cache misses (its index bucket, its slab entry) on a thread whose caches do not
+/// hold them, take a microsecond or two: a claim waiting that long spins, where one
+/// that waits longer parks, and a parked thread takes about 100 us to wake on a
+/// virtual machine (BENCHMARKS.md, 2026-12-04 night).
+const EXPIRY_BATCH: usize = 4;
+
 /// How many times one claim may find the pool empty and collect room from other
 /// shards' reserves before it takes the refusal path (see `NsInner::claim_one`).
 const MAX_COLLECTIONS: u32 = 4;
@@ -3223,13 +3271,29 @@ impl NsInner {
         Ok(Fp::from_u128(xxh3_128_with_seed(key, self.seed)))
     }
 
+    /// Reclaims every expired entry of every shard, [`EXPIRY_BATCH`] or so at a
+    /// time: each batch under its own hold of the shard's lock, so that a claim on
+    /// that shard waits for one batch, not for all the shard's expired entries.
     fn expire_all(&self, now: Now) -> usize {
-        (0..self.slots.len())
-            .map(|i| {
-                let cap = self.capacity();
-                self.slots[i].lock().expire_due(now, &cap)
-            })
-            .sum()
+        self.expire_all_within(now, EXPIRY_BATCH).0
+    }
+
+    /// [`NsInner::expire_all`] in batches of about `batch` entries; also returns
+    /// how many holds of a shard lock it took.
+    fn expire_all_within(&self, now: Now, batch: usize) -> (usize, usize) {
+        let (mut reclaimed, mut holds) = (0, 0);
+        for slot in self.slots.iter() {
+            let cap = self.capacity();
+            loop {
+                let (n, done) = slot.lock().expire_some(now, &cap, batch);
+                reclaimed += n;
+                holds += 1;
+                if done {
+                    break;
+                }
+            }
+        }
+        (reclaimed, holds)
     }
 
     fn stats(&self) -> Stats {

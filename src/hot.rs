@@ -2315,6 +2315,18 @@ impl Shard {
 
     /// Reclaims every entry whose deadline has passed. Returns how many.
     pub(crate) fn expire_due(&mut self, now: Now, cap: &Capacity<'_>) -> usize {
+        self.expire_some(now, cap, usize::MAX).0
+    }
+
+    /// Reclaims entries whose deadline has passed, stopping early once the wheel
+    /// has handled about `budget` of them (see [`Wheel::advance_within`]). Returns
+    /// how many were reclaimed, and whether every due entry was (false: call again).
+    pub(crate) fn expire_some(
+        &mut self,
+        now: Now,
+        cap: &Capacity<'_>,
+        budget: usize,
+    ) -> (usize, bool) {
         let Shard {
             index,
             slab,
@@ -2331,7 +2343,7 @@ impl Shard {
         // moved later in place is re-placed when its old bucket comes round; an earlier
         // one is rescheduled), so a fired entry is due. (Comparing 32-bit deadlines
         // here would be wrong after a jump of 2^31 ticks.)
-        wheel.advance(slab, now.tick, |slab, idx| {
+        let (_, done) = wheel.advance_within(slab, now.tick, budget, |slab, idx| {
             if slab.get(idx).meta & COMPLETING_BIT != 0 {
                 // Its completion is being written: look again next tick.
                 let when = now.tick + 1;
@@ -2344,7 +2356,7 @@ impl Shard {
         });
         counters.expirations += reclaimed as u64;
         self.give_units(reclaimed, cap);
-        reclaimed
+        (reclaimed, done)
     }
 }
 

@@ -247,17 +247,48 @@ impl Wheel {
         &mut self,
         links: &mut L,
         now: u64,
-        mut expire: impl FnMut(&mut L, u32) -> Option<u64>,
+        expire: impl FnMut(&mut L, u32) -> Option<u64>,
     ) -> usize {
+        self.advance_within(links, now, usize::MAX, expire).0
+    }
+
+    /// [`advance`](Self::advance), stopping early once `budget` entries have been
+    /// fired or re-placed: after the bucket in which the count reached `budget`,
+    /// with the wheel's time at that bucket's start (every later bucket untouched).
+    /// At least one bucket is processed per call, so calls made until the wheel
+    /// reaches `now` end. Returns the entries fired, and whether the wheel's time is
+    /// now `now` (false: stopped early, call again).
+    ///
+    /// An entry handed back with a tick at or before `now` is scheduled at the tick
+    /// after the wheel's time when the call returns: after `now` if it got there,
+    /// else where it stopped, so the next call reaches it again.
+    ///
+    /// This bounds how long a caller holds whatever guards the wheel per call, to
+    /// the budget's entries plus the rest of one bucket: a whole bucket's list is
+    /// processed once detached, and a bucket of a high level can hold many entries
+    /// (it is cascaded at once).
+    pub fn advance_within<L: Links>(
+        &mut self,
+        links: &mut L,
+        now: u64,
+        budget: usize,
+        mut expire: impl FnMut(&mut L, u32) -> Option<u64>,
+    ) -> (usize, bool) {
         if now <= self.current {
-            return 0;
+            return (0, true);
         }
         let mut fired = 0;
+        let mut work = 0usize;
+        let mut stopped = false;
         // Entries handed back with a tick at or before `now`, singly linked through
         // `next`; they are scheduled at `now + 1` once the wheel's time is `now`.
         let mut deferred = NIL;
         while let Some((level, slot, start)) = self.next_bucket() {
             if start > now {
+                break;
+            }
+            if work >= budget {
+                stopped = true;
                 break;
             }
             let mut entry = self.take_bucket(level, slot);
@@ -266,6 +297,7 @@ impl Wheel {
             // moving time to it keeps every other bucket's start unchanged.
             self.current = start;
             while entry != NIL {
+                work += 1;
                 let next = links.next(entry);
                 let due = widen(start, links.deadline(entry));
                 if due > start {
@@ -288,14 +320,16 @@ impl Wheel {
                 entry = next;
             }
         }
-        self.current = now;
-        let retry = now + 1;
+        if !stopped {
+            self.current = now;
+        }
+        let retry = self.current + 1;
         while deferred != NIL {
             let next = links.next(deferred);
             self.link(links, deferred, retry);
             deferred = next;
         }
-        fired
+        (fired, !stopped)
     }
 
     /// The start tick of the earliest non-empty bucket, or `None` if the wheel is
@@ -984,7 +1018,10 @@ mod tests {
 
     /// Random operations against a model: the wheel must fire exactly the entries
     /// due at or before each advance's `now`, in deadline order.
-    fn random_against_model(seed: u64, start: u64) {
+    /// `budget`: advance with [`Wheel::advance_within`] and that budget, calling
+    /// again until the wheel reaches the target (entries are then handed back only
+    /// with ticks after the target, which a stopped call leaves where they go).
+    fn random_against_model(seed: u64, start: u64, budget: Option<usize>) {
         const N: u32 = 512;
         let mut rng = XorShift::new(seed);
         let mut w = Wheel::new(start);
@@ -992,6 +1029,8 @@ mod tests {
         // Entry -> tick it must fire at.
         let mut due: BTreeMap<u32, u64> = BTreeMap::new();
         let mut fired_total = 0usize;
+        // Advances that took more than one call of `advance_within`.
+        let mut resumed = 0usize;
 
         for step in 0..20_000u32 {
             let now = w.current();
@@ -1029,13 +1068,13 @@ mod tests {
                     let reschedule_odds = rng.below(4);
                     let mut fired: Vec<(u32, u64)> = Vec::new();
                     let mut handed_back: BTreeMap<u32, u64> = BTreeMap::new();
-                    let n = w.advance(&mut s, target, |s, i| {
+                    let mut expire = |s: &mut Slab, i: u32| {
                         let d = s.deadline[i as usize];
                         fired.push((i, d));
                         if d % 4 < reschedule_odds {
                             // Hand it back: sometimes later than `target`,
                             // sometimes at or before it (deferred to target + 1).
-                            let when = if d % 3 == 0 {
+                            let when = if d.is_multiple_of(3) || budget.is_some() {
                                 target + 1 + (d % 500_000)
                             } else {
                                 target - d % 7
@@ -1046,7 +1085,31 @@ mod tests {
                         } else {
                             None
                         }
-                    });
+                    };
+                    let n = match budget {
+                        None => w.advance(&mut s, target, &mut expire),
+                        Some(b) => {
+                            let mut n = 0;
+                            let mut calls = 0;
+                            loop {
+                                let (f, done) = w.advance_within(&mut s, target, b, &mut expire);
+                                n += f;
+                                calls += 1;
+                                if done {
+                                    break;
+                                }
+                                assert!(w.current() < target, "stopped at the target");
+                                assert!(
+                                    calls <= N as usize * LEVELS + 1,
+                                    "advance_within made no progress"
+                                );
+                            }
+                            if calls > 1 {
+                                resumed += 1;
+                            }
+                            n
+                        }
+                    };
                     assert_eq!(n, fired.len());
                     let expected: BTreeSet<u32> = due
                         .iter()
@@ -1075,6 +1138,9 @@ mod tests {
         }
         check_invariants(&w, &s, &due);
         assert!(fired_total > 1000, "the run fired too little to mean much");
+        if budget.is_some() {
+            assert!(resumed > 100, "few advances stopped early ({resumed})");
+        }
 
         // Drain: everything left fires at its modelled tick, in order.
         let last = due.values().copied().max().unwrap_or(w.current());
@@ -1092,16 +1158,95 @@ mod tests {
 
     #[test]
     fn randomized_against_model_from_zero() {
-        random_against_model(0x9E37_79B9_7F4A_7C15, 1000);
+        random_against_model(0x9E37_79B9_7F4A_7C15, 1000, None);
     }
 
     #[test]
     fn randomized_against_model_across_u32_wrap() {
-        random_against_model(12_345, (1 << 32) - 300_000);
+        random_against_model(12_345, (1 << 32) - 300_000, None);
     }
 
     #[test]
     fn randomized_against_model_far_ticks() {
-        random_against_model(0xDEAD_BEEF, (1 << 44) + 4093);
+        random_against_model(0xDEAD_BEEF, (1 << 44) + 4093, None);
+    }
+
+    #[test]
+    fn randomized_against_model_within_budgets() {
+        for (seed, start, budget) in [
+            (7, 1000, 1),
+            (0x5EED, 1000, 4),
+            (99, (1 << 32) - 300_000, 16),
+            (0xFACE, (1 << 44) + 4093, 3),
+        ] {
+            random_against_model(seed, start, Some(budget));
+        }
+    }
+
+    #[test]
+    fn an_advance_within_a_budget_stops_after_the_bucket_that_spends_it() {
+        let mut w = Wheel::new(0);
+        let mut s = Slab::new(16);
+        // Ticks 1..=6 one entry each, tick 7 three entries, tick 9 one, all at level 0.
+        for i in 0..6u32 {
+            sched(&mut w, &mut s, i, u64::from(i) + 1);
+        }
+        for i in 6..9u32 {
+            sched(&mut w, &mut s, i, 7);
+        }
+        sched(&mut w, &mut s, 9, 9);
+        let mut fired = Vec::new();
+        let (n, done) = w.advance_within(&mut s, 20, 2, |_, i| {
+            fired.push(i);
+            None
+        });
+        assert_eq!((n, done), (2, false));
+        assert_eq!(fired, [0, 1]);
+        assert_eq!(w.current(), 2, "stopped at the last bucket's start");
+        // A bucket is never split: the three entries of tick 7 fire in one call.
+        let (n, done) = w.advance_within(&mut s, 20, 5, |_, i| {
+            fired.push(i);
+            None
+        });
+        assert_eq!((n, done), (7, false));
+        assert_eq!(w.current(), 7);
+        let (n, done) = w.advance_within(&mut s, 20, 5, |_, i| {
+            fired.push(i);
+            None
+        });
+        assert_eq!((n, done), (1, true));
+        assert_eq!(w.current(), 20);
+        fired.sort_unstable();
+        assert_eq!(fired, (0..10).collect::<Vec<_>>());
+        assert!(w.is_empty());
+        // A call that has nothing to do is done at once.
+        assert_eq!(w.advance_within(&mut s, 20, 1, |_, _| None), (0, true));
+    }
+
+    #[test]
+    fn an_entry_handed_back_at_a_past_tick_by_a_stopped_advance_fires_in_the_next_call() {
+        let mut w = Wheel::new(0);
+        let mut s = Slab::new(4);
+        sched(&mut w, &mut s, 0, 1);
+        sched(&mut w, &mut s, 1, 5);
+        let mut handed = false;
+        let (n, done) = w.advance_within(&mut s, 10, 1, |s, i| {
+            assert_eq!(i, 0);
+            handed = true;
+            s.deadline[0] = 0;
+            Some(0)
+        });
+        assert!(handed);
+        assert_eq!((n, done), (1, false));
+        assert_eq!(w.current(), 1);
+        assert_eq!(w.next_expiration(), Some(2), "scheduled after the stop");
+        let mut fired = Vec::new();
+        let (n, done) = w.advance_within(&mut s, 10, 10, |_, i| {
+            fired.push(i);
+            None
+        });
+        assert_eq!((n, done), (2, true));
+        assert_eq!(fired, [0, 1]);
+        assert!(w.is_empty());
     }
 }

@@ -292,9 +292,25 @@ impl Prefilter {
         if self.insert_run(epoch, &[(epoch, hash)]) {
             return;
         }
-        // No such generation, or its last filter is full: make one under the write
-        // lock.
+        // No such generation, or its last filter is full. The new filter is made
+        // before the write lock is taken: making one allocates and writes all its
+        // words (megabytes for millions of keys, milliseconds of page faults), and
+        // every claim that asks the prefilter would wait that long behind the lock.
+        let mut made = self.filter_needed(epoch).map(|capacity| {
+            let seg = Segment::new(capacity, self.segment_fpr);
+            unlocked_test_hook();
+            seg
+        });
         let mut gens = self.gens.write();
+        // Another insert may have made it meanwhile: the made filter is used only
+        // where the one needed now has its size.
+        let mut take_or_make = |capacity: usize| match made.take() {
+            Some(seg) if seg.capacity == capacity => seg,
+            other => {
+                made = other;
+                Segment::new(capacity, self.segment_fpr)
+            }
+        };
         let pos = match gens.iter().position(|g| g.epoch == epoch) {
             Some(p) => p,
             None => {
@@ -303,7 +319,7 @@ impl Prefilter {
                     at,
                     Generation {
                         epoch,
-                        segments: vec![Segment::new(self.per_segment, self.segment_fpr)],
+                        segments: vec![take_or_make(self.per_segment)],
                     },
                 );
                 at
@@ -313,12 +329,29 @@ impl Prefilter {
         let last = g.segments.last().expect("a generation has a segment");
         if last.items.load(Ordering::Relaxed) >= last.capacity {
             let capacity = self.segment_capacity(g.segments.len());
-            g.segments.push(Segment::new(capacity, self.segment_fpr));
+            g.segments.push(take_or_make(capacity));
             self.grown.fetch_add(1, Ordering::Relaxed);
         }
         let seg = g.segments.last().expect("a generation has a segment");
         seg.items.fetch_add(1, Ordering::Relaxed);
         seg.bloom.insert_hash(hash);
+        drop(gens);
+        // A filter made for nothing is freed outside the lock too.
+        drop(made);
+    }
+
+    /// The keys the filter an insert into generation `epoch` needs is made for, if
+    /// it needs one (the generation is missing, or its last filter is full).
+    fn filter_needed(&self, epoch: u64) -> Option<usize> {
+        let gens = self.gens.read();
+        match gens.iter().find(|g| g.epoch == epoch) {
+            None => Some(self.per_segment),
+            Some(g) => {
+                let last = g.segments.last().expect("a generation has a segment");
+                (last.items.load(Ordering::Relaxed) >= last.capacity)
+                    .then(|| self.segment_capacity(g.segments.len()))
+            }
+        }
     }
 
     /// The keys filter `i` of a generation is built for: the planned share for the
@@ -363,11 +396,20 @@ impl Prefilter {
                 return 0;
             }
         }
-        let mut gens = self.gens.write();
-        let before = gens.len();
-        gens.retain(|g| g.epoch >= live_from);
-        let n = before - gens.len();
+        // The generations dropped are freed after the lock is let go: freeing
+        // megabytes returns them to the kernel, which claims would wait for.
+        let old: Vec<Generation> = {
+            let mut gens = self.gens.write();
+            let (old, keep) = std::mem::take(&mut *gens)
+                .into_iter()
+                .partition(|g| g.epoch < live_from);
+            *gens = keep;
+            old
+        };
+        let n = old.len();
         self.dropped.fetch_add(n as u64, Ordering::Relaxed);
+        unlocked_test_hook();
+        drop(old);
         n
     }
 
@@ -647,8 +689,72 @@ pub(crate) fn model_check(data: &[u8]) {
 }
 
 #[cfg(test)]
+std::thread_local! {
+    /// Run (once, on the thread that set it) where a filter has just been made for
+    /// an insert, and where dropped generations are about to be freed: both with
+    /// no lock of the prefilter held.
+    static UNLOCKED: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Runs the test hook set for this thread, if any (nothing outside tests).
+#[inline]
+fn unlocked_test_hook() {
+    #[cfg(test)]
+    if let Some(f) = UNLOCKED.with(|h| h.borrow_mut().take()) {
+        f();
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Sets the hook [`unlocked_test_hook`] runs next on this thread: it checks
+    /// that the generations' lock is free (neither read nor written), and counts.
+    fn expect_unlocked(p: &std::sync::Arc<Prefilter>) -> std::rc::Rc<std::cell::Cell<u32>> {
+        let ran = std::rc::Rc::new(std::cell::Cell::new(0));
+        let (q, r) = (std::sync::Arc::clone(p), std::rc::Rc::clone(&ran));
+        UNLOCKED.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move || {
+                assert!(q.gens.try_write().is_some(), "a prefilter lock is held");
+                r.set(r.get() + 1);
+            }))
+        });
+        ran
+    }
+
+    #[test]
+    fn a_new_filter_is_made_with_no_lock_held() {
+        let p = std::sync::Arc::new(Prefilter::new(8, 4_000, 0.01));
+        // A new generation.
+        let ran = expect_unlocked(&p);
+        p.insert(h(0), 10_000);
+        assert_eq!(ran.get(), 1);
+        // Its last filter full (two keys a filter here): a second filter.
+        let per = p.per_segment as u64;
+        for i in 1..per {
+            p.insert(h(i), 10_000);
+        }
+        let ran = expect_unlocked(&p);
+        p.insert(h(per), 10_000);
+        assert_eq!(ran.get(), 1);
+        assert_eq!(p.stats().segments, 2);
+        assert_eq!(p.stats().grown, 1);
+        assert!((0..=per).all(|i| p.may_contain(h(i))));
+    }
+
+    #[test]
+    fn dropped_generations_are_freed_with_no_lock_held() {
+        let p = std::sync::Arc::new(Prefilter::new(8, 4_000, 0.01));
+        p.insert(h(0), 10_000);
+        p.insert(h(1), 12_000);
+        let ran = expect_unlocked(&p);
+        assert_eq!(p.expire(11_000), 1);
+        assert_eq!(ran.get(), 1);
+        assert_eq!(p.stats().generations, 1);
+        assert!(p.may_contain(h(1)));
+    }
 
     /// A well-spread hash for test key `i` (as fingerprints are).
     fn h(i: u64) -> u64 {

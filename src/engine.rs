@@ -2604,11 +2604,12 @@ fn new_slots(shards: usize, now_tick: u64, room: usize) -> Option<Box<[SlotCell]
 
 /// About how many entries the maintenance pass expires (or moves down the wheel)
 /// under one hold of a shard's lock (see `NsInner::expire_all`). A claim arriving
-/// at a shard being expired waits for the batch in hand: 32 entries, each a few
-/// cache misses (its index bucket, its slab entry) on a thread whose caches do not
-/// hold them, take a microsecond or two: a claim waiting that long spins, where one
-/// that waits longer parks, and a parked thread takes about 100 us to wake on a
-/// virtual machine (BENCHMARKS.md, 2026-12-04 night).
+/// at a shard being expired waits for the batch in hand (and the rest of the wheel
+/// bucket it ends in, which is processed whole): a few entries, each a few cache
+/// misses (its index bucket, its slab entry) on a thread whose caches do not hold
+/// them, take about a microsecond. A claim waiting that long spins, where one that
+/// waits longer parks, and a parked thread took about 100 us to wake on the
+/// benchmark VM (BENCHMARKS.md, 2026-12-04, 20:05-20:45 UTC).
 const EXPIRY_BATCH: usize = 4;
 
 /// How many times one claim may find the pool empty and collect room from other

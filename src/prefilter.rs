@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use fastbloom::AtomicBloomFilter;
 
 use crate::bytes::{Reader, Truncated};
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
 /// Generations per retention period.
 pub(crate) const SPANS: u64 = 4;
@@ -88,6 +88,12 @@ pub(crate) struct Prefilter {
     segment_fpr: f64,
     /// Live generations, oldest epoch first (the pinned one, if any, last).
     gens: RwLock<Vec<Generation>>,
+    /// Held by the insert that makes a filter (outside `gens`' lock): inserts that
+    /// need one at the same time wait for it, rather than each making its own.
+    making: Mutex<()>,
+    /// Filters made for inserts (tests count them).
+    #[cfg(test)]
+    made: AtomicUsize,
     negatives: AtomicU64,
     passes: AtomicU64,
     false_positives: AtomicU64,
@@ -198,6 +204,9 @@ impl Prefilter {
             per_segment,
             segment_fpr,
             gens: RwLock::new(Vec::new()),
+            making: Mutex::new(()),
+            #[cfg(test)]
+            made: AtomicUsize::new(0),
             negatives: AtomicU64::new(0),
             passes: AtomicU64::new(0),
             false_positives: AtomicU64::new(0),
@@ -296,8 +305,14 @@ impl Prefilter {
         // before the write lock is taken: making one allocates and writes all its
         // words (megabytes for millions of keys, milliseconds of page faults), and
         // every claim that asks the prefilter would wait that long behind the lock.
+        // One insert makes it; the others that need it meanwhile wait here, and then
+        // find it made.
+        let _making = self.making.lock();
+        if self.insert_run(epoch, &[(epoch, hash)]) {
+            return;
+        }
         let mut made = self.filter_needed(epoch).map(|capacity| {
-            let seg = Segment::new(capacity, self.segment_fpr);
+            let seg = self.make_segment(capacity);
             unlocked_test_hook();
             seg
         });
@@ -308,7 +323,7 @@ impl Prefilter {
             Some(seg) if seg.capacity == capacity => seg,
             other => {
                 made = other;
-                Segment::new(capacity, self.segment_fpr)
+                self.make_segment(capacity)
             }
         };
         let pos = match gens.iter().position(|g| g.epoch == epoch) {
@@ -338,6 +353,13 @@ impl Prefilter {
         drop(gens);
         // A filter made for nothing is freed outside the lock too.
         drop(made);
+    }
+
+    /// A filter for `capacity` keys, for an insert.
+    fn make_segment(&self, capacity: usize) -> Segment {
+        #[cfg(test)]
+        self.made.fetch_add(1, Ordering::Relaxed);
+        Segment::new(capacity, self.segment_fpr)
     }
 
     /// The keys the filter an insert into generation `epoch` needs is made for, if
@@ -742,6 +764,51 @@ mod tests {
         assert_eq!(p.stats().segments, 2);
         assert_eq!(p.stats().grown, 1);
         assert!((0..=per).all(|i| p.may_contain(h(i))));
+    }
+
+    #[test]
+    fn the_filter_made_before_the_lock_is_the_one_installed() {
+        let p = std::sync::Arc::new(Prefilter::new(8, 4_000, 0.01));
+        p.insert(h(0), 10_000);
+        assert_eq!(
+            p.made.load(Ordering::Relaxed),
+            1,
+            "one filter for a generation"
+        );
+        let per = p.per_segment as u64;
+        for i in 1..=per {
+            p.insert(h(i), 10_000);
+        }
+        assert_eq!(p.made.load(Ordering::Relaxed), 2, "one more for its growth");
+        assert_eq!(p.stats().segments, 2);
+    }
+
+    /// Two threads that need the same new generation's filter at once make it once:
+    /// the second waits for the first's (filters of about 300 KB here, so that the
+    /// two would otherwise overlap while making theirs).
+    #[test]
+    fn inserts_needing_one_filter_at_once_make_it_once() {
+        const ROUNDS: u64 = 40;
+        let p = std::sync::Arc::new(Prefilter::new(1_000_000, 4_000, 0.01));
+        let start = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let threads: Vec<_> = (0..2u64)
+            .map(|t| {
+                let (p, start) = (std::sync::Arc::clone(&p), std::sync::Arc::clone(&start));
+                std::thread::spawn(move || {
+                    for r in 0..ROUNDS {
+                        start.wait();
+                        // A new generation every round.
+                        p.insert(h(2 * r + t), 10_000 + r * 1_000);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(p.made.load(Ordering::Relaxed), ROUNDS as usize);
+        assert_eq!(p.stats().segments, ROUNDS);
+        assert!((0..2 * ROUNDS).all(|i| p.may_contain(h(i))));
     }
 
     #[test]

@@ -277,6 +277,8 @@ impl Wheel {
         if now <= self.current {
             return (0, true);
         }
+        // A budget of 0 still processes a bucket, so that calls repeated until done end.
+        let budget = budget.max(1);
         let mut fired = 0;
         let mut work = 0usize;
         let mut stopped = false;
@@ -1180,6 +1182,158 @@ mod tests {
             (0xFACE, (1 << 44) + 4093, 3),
         ] {
             random_against_model(seed, start, Some(budget));
+        }
+    }
+
+    /// Advances within `budget` to random targets, changing the wheel between the
+    /// calls of one advance (schedules at and before the lagging time, deschedules,
+    /// deadlines moved later in place) and handing entries back at ticks before and
+    /// after the target: every entry fires once, never before its tick, in order,
+    /// and nothing due is left behind a call.
+    fn interleaved_within_budget(seed: u64, start: u64, budget: usize) {
+        const N: u32 = 400;
+        let mut rng = XorShift::new(seed);
+        let mut w = Wheel::new(start);
+        let mut s = Slab::new(N as usize);
+        let mut due: BTreeMap<u32, u64> = BTreeMap::new();
+        let (mut fired_total, mut handed_past, mut between) = (0usize, 0usize, 0usize);
+        // Schedules entry `i` (not scheduled) at a tick drawn around the wheel's time.
+        let place =
+            |w: &mut Wheel, s: &mut Slab, due: &mut BTreeMap<u32, u64>, i: u32, when: u64| {
+                let now = w.current();
+                sched(w, s, i, when);
+                due.insert(i, when.max(now + 1));
+            };
+        for _ in 0..1_500 {
+            for _ in 0..rng.below(6) {
+                let i = rng.below(u64::from(N)) as u32;
+                let now = w.current();
+                match due.get(&i).copied() {
+                    Some(d) => match rng.below(3) {
+                        0 => {
+                            w.deschedule(&mut s, i);
+                            due.remove(&i);
+                        }
+                        1 => {
+                            // Moved later in place, as a completion moves a lease.
+                            let later = d + rng.below(5_000);
+                            s.deadline[i as usize] = later;
+                            due.insert(i, later);
+                        }
+                        _ => {}
+                    },
+                    None => {
+                        let when = match rng.below(4) {
+                            0 => now.saturating_sub(rng.below(50)),
+                            1 => now + 1 + rng.below(70),
+                            2 => now + 1 + rng.below(300_000),
+                            _ => now + 1 + rng.below(1 << 30),
+                        };
+                        place(&mut w, &mut s, &mut due, i, when);
+                    }
+                }
+            }
+            let target = w.current()
+                + match rng.below(4) {
+                    0 => 1 + rng.below(10),
+                    1 => 1 + rng.below(5_000),
+                    2 => 1 + rng.below(400_000),
+                    _ => 1 + rng.below(1 << 28),
+                };
+            loop {
+                let before = w.current();
+                let salt = rng.next();
+                let odds = rng.below(3);
+                let mut fired: Vec<(u32, u64)> = Vec::new();
+                let mut back: Vec<(u32, u64)> = Vec::new();
+                let (n, done) = w.advance_within(&mut s, target, budget, |s, i| {
+                    let d = due[&i];
+                    fired.push((i, d));
+                    if (d ^ salt) % 4 >= odds {
+                        return None;
+                    }
+                    let when = if (d ^ salt) % 2 == 0 {
+                        target.saturating_sub((d ^ salt) % 100)
+                    } else {
+                        target + 1 + d % 100_000
+                    };
+                    s.deadline[i as usize] = when;
+                    back.push((i, when));
+                    Some(when)
+                });
+                assert_eq!(n, fired.len());
+                let now = w.current();
+                assert!(now > before, "a call made no progress");
+                if done {
+                    assert_eq!(now, target);
+                } else {
+                    assert!(now < target);
+                }
+                for (k, &(i, d)) in fired.iter().enumerate() {
+                    assert!(
+                        d > before && d <= now,
+                        "{i} due at {d} fired in ({before}, {now}]"
+                    );
+                    assert!(k == 0 || fired[k - 1].1 <= d, "fired out of order");
+                    due.remove(&i);
+                }
+                fired_total += fired.len();
+                for (i, when) in back {
+                    handed_past += usize::from(when <= target);
+                    due.insert(i, when.max(now + 1));
+                }
+                assert!(
+                    due.values().all(|&d| d > now),
+                    "a due entry was left behind"
+                );
+                if done {
+                    break;
+                }
+                for _ in 0..rng.below(3) {
+                    between += 1;
+                    let i = rng.below(u64::from(N)) as u32;
+                    if due.remove(&i).is_some() {
+                        w.deschedule(&mut s, i);
+                    } else {
+                        let now = w.current();
+                        let when = match rng.below(3) {
+                            0 => now.saturating_sub(3),
+                            1 => now + 1 + rng.below(200),
+                            _ => target + rng.below(1 << 20),
+                        };
+                        place(&mut w, &mut s, &mut due, i, when);
+                    }
+                }
+            }
+        }
+        // (`check_invariants` does not apply: deadlines moved later in place sit in
+        // buckets earlier than their ticks until those come round.)
+        let last = due.values().copied().max().unwrap_or(w.current());
+        let mut left = BTreeSet::new();
+        while !w
+            .advance_within(&mut s, last, budget, |_, i| {
+                assert!(left.insert(i), "{i} fired twice");
+                None
+            })
+            .1
+        {}
+        assert_eq!(left, due.keys().copied().collect::<BTreeSet<_>>());
+        assert!(w.is_empty());
+        assert!(fired_total > 2_000, "fired {fired_total}");
+        assert!(handed_past > 100, "handed back at past ticks {handed_past}");
+        assert!(between > 100, "changes between calls {between}");
+    }
+
+    #[test]
+    fn advances_within_budgets_with_changes_between_their_calls() {
+        for (seed, start, budget) in [
+            (1, 1000, 1),
+            (2, (1 << 32) - 100_000, 2),
+            (3, (1 << 44) + 7, 4),
+            (4, 5, 7),
+            (5, 1000, 0),
+        ] {
+            interleaved_within_budget(seed, start, budget);
         }
     }
 

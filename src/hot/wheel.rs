@@ -1252,7 +1252,7 @@ mod tests {
                     if (d ^ salt) % 4 >= odds {
                         return None;
                     }
-                    let when = if (d ^ salt) % 2 == 0 {
+                    let when = if (d ^ salt).is_multiple_of(2) {
                         target.saturating_sub((d ^ salt) % 100)
                     } else {
                         target + 1 + d % 100_000

@@ -413,6 +413,22 @@ struct Retired {
 static LIMBO: Mutex<Vec<Retired>> = Mutex::new(Vec::new());
 /// Items in [`LIMBO`], read without its lock to skip an empty collection.
 static LIMBO_LEN: AtomicUsize = AtomicUsize::new(0);
+/// Bytes of the items in [`LIMBO`].
+static LIMBO_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// The bytes waiting in the limbo at which a retirement collects at once. Below
+/// them the garbage waits for the next [`collect`] (the maintenance pass's, or a
+/// later retirement's): a collection runs a process-wide barrier (`membarrier`, a
+/// system call that interrupts every core running the process), and a retirement
+/// runs inside a claim that grew its shard's tables, so collecting at every one put
+/// a barrier in hundreds of claims of a filling namespace (W3: about 430 a run).
+const COLLECT_AT_BYTES: usize = 1 << 20;
+
+#[cfg(test)]
+std::thread_local! {
+    /// Retirements on this thread that collected at once.
+    static COLLECTED_HERE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
 
 /// Frees `garbage` (an outgrown table, `bytes` long, whose replacement the caller has
 /// already published) once no reader pinned before now can still read it, counting
@@ -430,7 +446,11 @@ pub(crate) fn retire<T: Send + 'static>(garbage: T, bytes: usize, pending: &Arc<
         });
         LIMBO_LEN.store(limbo.len(), Ordering::Relaxed);
     }
-    collect();
+    if LIMBO_BYTES.fetch_add(bytes, Ordering::Relaxed) + bytes >= COLLECT_AT_BYTES {
+        #[cfg(test)]
+        COLLECTED_HERE.with(|c| c.set(c.get() + 1));
+        collect();
+    }
 }
 
 /// Frees whatever retired garbage no pinned reader can still be reading.
@@ -468,6 +488,8 @@ fn collect_pausing(between: impl FnOnce(), even_if_empty: bool) {
     };
     // Dropped outside the limbo's lock (a retirement's collection still runs under
     // its shard's lock): freeing a large table takes a while.
+    let freed_bytes: usize = freed.iter().map(|r| r.bytes).sum();
+    LIMBO_BYTES.fetch_sub(freed_bytes, Ordering::Relaxed);
     for r in freed {
         drop(r.garbage);
         r.pending.fetch_sub(r.bytes, Ordering::Relaxed);
@@ -545,6 +567,24 @@ mod tests {
         fn drop(&mut self) {
             self.0.store(true, Ordering::SeqCst);
         }
+    }
+
+    #[test]
+    fn a_small_retirement_leaves_the_collection_to_a_later_call() {
+        let collected = || COLLECTED_HERE.with(|c| c.get());
+        let p = pending();
+        let before = collected();
+        retire(vec![0u8; 64], 64, &p);
+        // Not collected at once, unless other tests' garbage had already brought the
+        // limbo to the threshold.
+        if LIMBO_BYTES.load(Ordering::Relaxed) < COLLECT_AT_BYTES {
+            assert_eq!(collected(), before, "a small retirement collected at once");
+        }
+        // Enough bytes for the threshold on their own: collected at once.
+        let before = collected();
+        retire(vec![0u8; 8], COLLECT_AT_BYTES, &p);
+        assert_eq!(collected(), before + 1);
+        freed_eventually(&p);
     }
 
     #[test]

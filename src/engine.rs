@@ -1596,8 +1596,10 @@ mod tests {
                 .seed(7)
                 .namespace(
                     "n",
+                    // Eight shards: a share (5,000) past the early room.
                     crate::NamespaceConfig::new()
                         .max_keys(40_000)
+                        .shards(8)
                         .preallocate(preallocate),
                 )
                 .build()
@@ -1619,10 +1621,46 @@ mod tests {
                 assert_eq!(before, after, "no shard's index grew");
                 assert!(bytes_before >= 6 * 40_000, "{bytes_before}");
             } else {
-                assert!(before.iter().all(|&h| h == 0));
+                // The early room (a page a shard), published at build, then grown.
+                assert!(before.iter().all(|&h| h != 0), "published at build");
                 assert!(before.iter().zip(&after).all(|(b, a)| b != a));
             }
         }
+    }
+
+    /// A shard's index is made with a page of room (64 buckets, 672 entries), or its
+    /// share of `max_keys` if that is smaller, and first grows past it.
+    #[test]
+    fn a_shards_index_starts_with_a_page_of_room_or_its_share() {
+        let log2_buckets = |ns: &super::Namespace| -> Vec<usize> {
+            ns.inner.slots.iter().map(|s| s.hint() & 63).collect()
+        };
+        // 1,000 keys in 32 shards: 32 each, 4 buckets (room for 42).
+        let small = super::Engine::builder()
+            .maintenance_interval(None)
+            .namespace("n", crate::NamespaceConfig::new().max_keys(1_000))
+            .build()
+            .unwrap();
+        let ns = small.namespace("n").unwrap();
+        assert_eq!(ns.inner.slots.len(), 32);
+        assert!(
+            log2_buckets(&ns).iter().all(|&b| b == 2),
+            "{:?}",
+            log2_buckets(&ns)
+        );
+        // One shard's share of 10,000 keys: the page, filled without a rebuild.
+        let filler = Filler::new(10_000);
+        assert_eq!(log2_buckets(&filler.ns), [6]);
+        let hint = filler.ns.inner.slots[0].hint();
+        filler.fill_to(super::EARLY_ROOM);
+        assert_eq!(
+            filler.ns.inner.slots[0].hint(),
+            hint,
+            "rebuilt within the page"
+        );
+        filler.fill_to(super::EARLY_ROOM + 1);
+        assert_eq!(log2_buckets(&filler.ns), [7]);
+        drop(filler.engine);
     }
 
     #[test]
@@ -2576,16 +2614,28 @@ fn reserve_preallocation(cfg: &NamespaceConfig, held: &mut crate::hot::index::Re
 }
 
 /// A namespace's shard count, and the entries each shard's index is made for at
-/// once: its share of `max_keys` if preallocated, else none (it grows).
+/// once: its share of `max_keys` if preallocated, else that share up to
+/// [`EARLY_ROOM`] (it grows from there).
 fn shards_and_room(cfg: &NamespaceConfig) -> (usize, usize) {
     let shards = cfg.shards.unwrap_or_else(|| default_shards(cfg.max_keys));
+    let share = cfg.max_keys.div_ceil(shards.max(1));
     let room = if cfg.preallocate {
-        cfg.max_keys.div_ceil(shards.max(1))
+        share
     } else {
-        0
+        share.min(EARLY_ROOM)
     };
     (shards, room)
 }
+
+/// The entries a shard's index has room for when it is made, unless its share of
+/// `max_keys` is smaller: 64 buckets, one 4 KiB page. An index that started empty
+/// was rebuilt nine times on its way to 256 buckets, each time inside the claim
+/// that filled it, and the rebuilds from 8 buckets on took 1.5-6 us each (W3:
+/// about 200 of a run's slow claims, in its first tenth; BENCHMARKS.md, 2026-12-04,
+/// 20:05-21:15 UTC). The page is the index's own at any size past it.
+const EARLY_ROOM: usize = 672;
+
+const _: () = assert!(crate::hot::index_capacity(64) == EARLY_ROOM);
 
 fn preallocation_refused(name: &str) -> Error {
     Error::OutOfMemory {

@@ -375,7 +375,7 @@ impl HomeBucket {
 const BUCKET_ALIGN: usize = 64;
 
 /// How many entries an index of `buckets` buckets holds before it grows.
-pub(crate) fn capacity(buckets: usize) -> usize {
+pub(crate) const fn capacity(buckets: usize) -> usize {
     buckets * SLOTS * LOAD_NUM / LOAD_DEN
 }
 

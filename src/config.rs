@@ -329,7 +329,9 @@ impl NamespaceConfig {
     }
 
     /// Sizes each shard's index for its share of `max_keys` when the engine is built,
-    /// instead of doubling it as keys arrive (default `false`). A doubling places
+    /// instead of doubling it as keys arrive (default `false`; without it each shard's
+    /// index starts with one 4 KiB page of room, 672 keys, or its share of `max_keys`
+    /// if that is smaller, and doubles from there). A doubling places
     /// every entry of the shard again while its lock is held, a pause of up to a
     /// millisecond for the claims of that shard; preallocated, a namespace filling up
     /// to `max_keys` never pauses for it. The price: the index's full size, 6 to 12

@@ -2659,7 +2659,7 @@ fn new_slots(shards: usize, now_tick: u64, room: usize) -> Option<Box<[SlotCell]
 /// misses (its index bucket, its slab entry) on a thread whose caches do not hold
 /// them, take about a microsecond. A claim waiting that long spins, where one that
 /// waits longer parks, and a parked thread took about 100 us to wake on the
-/// benchmark VM (BENCHMARKS.md, 2026-12-04, 20:05-20:32 UTC).
+/// benchmark VM (BENCHMARKS.md, 2026-12-04, 20:05-21:15 UTC).
 const EXPIRY_BATCH: usize = 4;
 
 /// How many times one claim may find the pool empty and collect room from other

@@ -1628,6 +1628,18 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_refused_index_names_what_was_asked_for() {
+        let said = |preallocate| super::index_refused("n", preallocate).to_string();
+        assert!(
+            said(true).contains("NamespaceConfig::preallocate"),
+            "{}",
+            said(true)
+        );
+        assert!(said(false).contains("first index pages"), "{}", said(false));
+        assert!(!said(false).contains("preallocate"), "{}", said(false));
+    }
+
     /// A shard's index is made with a page of room (64 buckets, 672 entries), or its
     /// share of `max_keys` if that is smaller, and first grows past it.
     #[test]
@@ -2644,6 +2656,18 @@ fn preallocation_refused(name: &str) -> Error {
     }
 }
 
+/// The error of a build whose shards' indexes could not be made with their room:
+/// the preallocated index, or (not preallocated) the first page of each.
+fn index_refused(name: &str, preallocate: bool) -> Error {
+    if preallocate {
+        return preallocation_refused(name);
+    }
+    Error::OutOfMemory {
+        namespace: name.to_owned(),
+        what: "the shards' first index pages",
+    }
+}
+
 /// `shards` empty shards whose indexes have room for `room` entries each, or `None`
 /// if those indexes cannot be allocated.
 fn new_slots(shards: usize, now_tick: u64, room: usize) -> Option<Box<[SlotCell]>> {
@@ -2786,8 +2810,8 @@ impl NsInner {
         // it (see `NsInner::now_ms`).
         let start_ms = crate::clock::read_capped(&*clock);
         let now_tick = params.now(start_ms).tick;
-        let slots =
-            new_slots(shards, now_tick, room).ok_or_else(|| preallocation_refused(&name))?;
+        let slots = new_slots(shards, now_tick, room)
+            .ok_or_else(|| index_refused(&name, cfg.preallocate))?;
         let pool = AtomicUsize::new(cfg.max_keys);
         let reserve_chunk = reserve_chunk(cfg.max_keys, shards);
         let cfg_max_keys = cfg.max_keys;

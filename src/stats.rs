@@ -42,8 +42,9 @@ pub struct Stats {
     pub hot_bytes: u64,
     /// Heap bytes of hot-tier tables that a shard has outgrown and not yet freed:
     /// they are kept until no lock-free read (of a batch, or of a single duplicate
-    /// claim) can still be reading them, and freed by the next retirement or
-    /// maintenance pass after that. Not part of `hot_bytes`,
+    /// claim) can still be reading them, and freed by the next maintenance pass after
+    /// that (or sooner, by a retirement that brings the tables waiting, in the whole
+    /// process, to 1 MiB). Not part of `hot_bytes`,
     /// which moves only with what the hot tier holds.
     pub retired_bytes: u64,
     /// Done keys dropped from a full hot tier to make room (durable namespaces only:

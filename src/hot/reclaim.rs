@@ -428,6 +428,9 @@ const COLLECT_AT_BYTES: usize = 1 << 20;
 std::thread_local! {
     /// Retirements on this thread that collected at once.
     static COLLECTED_HERE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Run (once) by a retirement on this thread once it has let the limbo go.
+    static AFTER_PUSH: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 /// Frees `garbage` (an outgrown table, `bytes` long, whose replacement the caller has
@@ -436,7 +439,7 @@ std::thread_local! {
 pub(crate) fn retire<T: Send + 'static>(garbage: T, bytes: usize, pending: &Arc<AtomicUsize>) {
     pending.fetch_add(bytes, Ordering::Relaxed);
     let tag = steps::advance(&GLOBAL.epoch);
-    {
+    let waiting = {
         let mut limbo = LIMBO.lock();
         limbo.push(Retired {
             tag,
@@ -445,8 +448,17 @@ pub(crate) fn retire<T: Send + 'static>(garbage: T, bytes: usize, pending: &Arc<
             pending: Arc::clone(pending),
         });
         LIMBO_LEN.store(limbo.len(), Ordering::Relaxed);
+        // Counted under the limbo's lock, where a collection also takes its items'
+        // bytes off, so that the count never runs below what the limbo holds.
+        let waiting = LIMBO_BYTES.load(Ordering::Relaxed).saturating_add(bytes);
+        LIMBO_BYTES.store(waiting, Ordering::Relaxed);
+        waiting
+    };
+    #[cfg(test)]
+    if let Some(f) = AFTER_PUSH.with(|h| h.borrow_mut().take()) {
+        f();
     }
-    if LIMBO_BYTES.fetch_add(bytes, Ordering::Relaxed) + bytes >= COLLECT_AT_BYTES {
+    if waiting >= COLLECT_AT_BYTES {
         #[cfg(test)]
         COLLECTED_HERE.with(|c| c.set(c.get() + 1));
         collect();
@@ -484,12 +496,13 @@ fn collect_pausing(between: impl FnOnce(), even_if_empty: bool) {
             .partition(|r| steps::freeable(r.tag, oldest));
         *limbo = kept;
         LIMBO_LEN.store(limbo.len(), Ordering::Relaxed);
+        let freed_bytes: usize = freed.iter().map(|r| r.bytes).sum();
+        let waiting = LIMBO_BYTES.load(Ordering::Relaxed);
+        LIMBO_BYTES.store(waiting.saturating_sub(freed_bytes), Ordering::Relaxed);
         freed
     };
     // Dropped outside the limbo's lock (a retirement's collection still runs under
     // its shard's lock): freeing a large table takes a while.
-    let freed_bytes: usize = freed.iter().map(|r| r.bytes).sum();
-    LIMBO_BYTES.fetch_sub(freed_bytes, Ordering::Relaxed);
     for r in freed {
         drop(r.garbage);
         r.pending.fetch_sub(r.bytes, Ordering::Relaxed);
@@ -584,6 +597,26 @@ mod tests {
         let before = collected();
         retire(vec![0u8; 8], COLLECT_AT_BYTES, &p);
         assert_eq!(collected(), before + 1);
+        freed_eventually(&p);
+    }
+
+    /// A retirement's bytes are counted before its garbage can be seen by a
+    /// collection (both under the limbo's lock): a collection that freed an item
+    /// before its retirement counted it would take the count below zero, an
+    /// overflow that debug builds stop at, inside a shard's publication.
+    #[test]
+    fn a_retirement_is_counted_before_the_limbo_is_let_go() {
+        let p = pending();
+        let seen = std::rc::Rc::new(std::cell::Cell::new(0usize));
+        let s = std::rc::Rc::clone(&seen);
+        AFTER_PUSH.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move || {
+                s.set(LIMBO_BYTES.load(Ordering::Relaxed));
+            }))
+        });
+        let bytes = COLLECT_AT_BYTES / 2;
+        retire(0u8, bytes, &p);
+        assert!(seen.get() >= bytes, "counted after the limbo was let go");
         freed_eventually(&p);
     }
 

@@ -1337,6 +1337,20 @@ mod tests {
         }
     }
 
+    /// [`Wheel::advance_within`], every fired entry pushed onto `fired` and freed.
+    fn fire_within(
+        w: &mut Wheel,
+        s: &mut Slab,
+        now: u64,
+        budget: usize,
+        fired: &mut Vec<u32>,
+    ) -> (usize, bool) {
+        w.advance_within(s, now, budget, |_, i| {
+            fired.push(i);
+            None
+        })
+    }
+
     #[test]
     fn an_advance_within_a_budget_stops_after_the_bucket_that_spends_it() {
         let mut w = Wheel::new(0);
@@ -1350,24 +1364,15 @@ mod tests {
         }
         sched(&mut w, &mut s, 9, 9);
         let mut fired = Vec::new();
-        let (n, done) = w.advance_within(&mut s, 20, 2, |_, i| {
-            fired.push(i);
-            None
-        });
+        let (n, done) = fire_within(&mut w, &mut s, 20, 2, &mut fired);
         assert_eq!((n, done), (2, false));
         assert_eq!(fired, [0, 1]);
         assert_eq!(w.current(), 2, "stopped at the last bucket's start");
         // A bucket is never split: the three entries of tick 7 fire in one call.
-        let (n, done) = w.advance_within(&mut s, 20, 5, |_, i| {
-            fired.push(i);
-            None
-        });
+        let (n, done) = fire_within(&mut w, &mut s, 20, 5, &mut fired);
         assert_eq!((n, done), (7, false));
         assert_eq!(w.current(), 7);
-        let (n, done) = w.advance_within(&mut s, 20, 5, |_, i| {
-            fired.push(i);
-            None
-        });
+        let (n, done) = fire_within(&mut w, &mut s, 20, 5, &mut fired);
         assert_eq!((n, done), (1, true));
         assert_eq!(w.current(), 20);
         fired.sort_unstable();
@@ -1395,10 +1400,7 @@ mod tests {
         assert_eq!(w.current(), 1);
         assert_eq!(w.next_expiration(), Some(2), "scheduled after the stop");
         let mut fired = Vec::new();
-        let (n, done) = w.advance_within(&mut s, 10, 10, |_, i| {
-            fired.push(i);
-            None
-        });
+        let (n, done) = fire_within(&mut w, &mut s, 10, 10, &mut fired);
         assert_eq!((n, done), (2, true));
         assert_eq!(fired, [0, 1]);
         assert!(w.is_empty());

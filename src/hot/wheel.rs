@@ -140,7 +140,16 @@ pub struct Wheel {
     occupied: [u64; LEVELS],
     /// Head entry of each bucket, or [`NIL`].
     heads: [[u32; SLOTS]; LEVELS],
+    /// The entries left of the bucket starting at `current` when an
+    /// [`advance_within`](Self::advance_within) ran out of budget inside it, or
+    /// [`NIL`]: the next advance goes on with them before any other bucket. Linked
+    /// like a bucket, its head tagged [`RESUME`].
+    resume: u32,
 }
+
+/// The bucket number in a head tag that stands for [`Wheel::resume`] (one past the
+/// last bucket's).
+const RESUME: usize = LEVELS * SLOTS;
 
 #[allow(unreachable_pub)] // re-exported to the benches through `crate::__bench`
 impl Wheel {
@@ -150,6 +159,7 @@ impl Wheel {
             current: now,
             heads: [[NIL; SLOTS]; LEVELS],
             occupied: [0; LEVELS],
+            resume: NIL,
         }
     }
 
@@ -162,7 +172,7 @@ impl Wheel {
     /// True when no entry is scheduled.
     #[inline]
     pub fn is_empty(&self) -> bool {
-        self.occupied.iter().all(|&bits| bits == 0)
+        self.resume == NIL && self.occupied.iter().all(|&bits| bits == 0)
     }
 
     /// Whether entry `i` is in the wheel, read from its links alone. Only meaningful
@@ -196,11 +206,16 @@ impl Wheel {
         let next = links.next(i);
         if prev & HEAD_TAG != 0 {
             let bucket = (prev & !HEAD_TAG) as usize;
-            let (level, slot) = (bucket / SLOTS, bucket % SLOTS);
-            debug_assert_eq!(self.heads[level][slot], i, "corrupt head tag");
-            self.heads[level][slot] = next;
-            if next == NIL {
-                self.occupied[level] &= !(1u64 << slot);
+            if bucket == RESUME {
+                debug_assert_eq!(self.resume, i, "corrupt head tag");
+                self.resume = next;
+            } else {
+                let (level, slot) = (bucket / SLOTS, bucket % SLOTS);
+                debug_assert_eq!(self.heads[level][slot], i, "corrupt head tag");
+                self.heads[level][slot] = next;
+                if next == NIL {
+                    self.occupied[level] &= !(1u64 << slot);
+                }
             }
         } else {
             links.set_next(prev, next);
@@ -253,20 +268,27 @@ impl Wheel {
     }
 
     /// [`advance`](Self::advance), stopping early once `budget` entries have been
-    /// fired or re-placed: after the bucket in which the count reached `budget`,
-    /// with the wheel's time at that bucket's start (every later bucket untouched).
-    /// At least one bucket is processed per call, so calls made until the wheel
-    /// reaches `now` end. Returns the entries fired, and whether the wheel's time is
-    /// now `now` (false: stopped early, call again).
+    /// fired or re-placed, with the wheel's time at the start of the bucket it
+    /// stopped in (every later bucket untouched). A bucket whose start is before
+    /// `now` may be stopped inside: the entries left of it wait in
+    /// [`Wheel::resume`], and the next advance goes on with them first, at that
+    /// start, before any other bucket; they can be descheduled meanwhile like any
+    /// entry. (Those due at that start then fire in the next call: after the tick
+    /// the wheel shows, never before their own.) The bucket starting at `now`
+    /// itself is finished whatever the budget, so that a call that reports done has
+    /// fired everything due at or before `now`. At least one entry is handled per
+    /// call, so calls made until the wheel reaches `now` end. Returns the entries
+    /// fired, and whether the wheel's time is now `now` (false: stopped early, call
+    /// again).
     ///
     /// An entry handed back with a tick at or before `now` is scheduled at the tick
     /// after the wheel's time when the call returns: after `now` if it got there,
     /// else where it stopped, so the next call reaches it again.
     ///
-    /// This bounds how long a caller holds whatever guards the wheel per call, to
-    /// the budget's entries plus the rest of one bucket: a whole bucket's list is
-    /// processed once detached, and a bucket of a high level can hold many entries
-    /// (it is cascaded at once).
+    /// So a caller holds whatever guards the wheel for about `budget` entries a
+    /// call, however many a bucket holds (a high level's bucket is cascaded whole
+    /// by [`advance`](Self::advance): all the entries of its span), except in the
+    /// bucket that starts at `now`.
     pub fn advance_within<L: Links>(
         &mut self,
         links: &mut L,
@@ -277,7 +299,7 @@ impl Wheel {
         if now <= self.current {
             return (0, true);
         }
-        // A budget of 0 still processes a bucket, so that calls repeated until done end.
+        // A budget of 0 still handles an entry, so that calls repeated until done end.
         let budget = budget.max(1);
         let mut fired = 0;
         let mut work = 0usize;
@@ -285,20 +307,37 @@ impl Wheel {
         // Entries handed back with a tick at or before `now`, singly linked through
         // `next`; they are scheduled at `now + 1` once the wheel's time is `now`.
         let mut deferred = NIL;
-        while let Some((level, slot, start)) = self.next_bucket() {
-            if start > now {
-                break;
-            }
-            if work >= budget {
-                stopped = true;
-                break;
-            }
-            let mut entry = self.take_bucket(level, slot);
+        // The rest of the bucket an earlier call stopped inside comes first, at the
+        // start it had (the wheel's time).
+        let mut resumed = std::mem::replace(&mut self.resume, NIL);
+        loop {
+            let (mut entry, start) = if resumed != NIL {
+                (std::mem::replace(&mut resumed, NIL), self.current)
+            } else {
+                let Some((level, slot, start)) = self.next_bucket() else {
+                    break;
+                };
+                if start > now {
+                    break;
+                }
+                if work >= budget {
+                    stopped = true;
+                    break;
+                }
+                (self.take_bucket(level, slot), start)
+            };
             // No other bucket starts at `start` (placements made relative to the
             // wheel's time stay inside the current rotation of their level), so
             // moving time to it keeps every other bucket's start unchanged.
             self.current = start;
             while entry != NIL {
+                if work >= budget && start < now {
+                    // Spent inside the bucket: the rest waits for the next call.
+                    links.set_prev(entry, HEAD_TAG | RESUME as u32);
+                    self.resume = entry;
+                    stopped = true;
+                    break;
+                }
                 work += 1;
                 let next = links.next(entry);
                 let due = widen(start, links.deadline(entry));
@@ -321,6 +360,9 @@ impl Wheel {
                 }
                 entry = next;
             }
+            if stopped {
+                break;
+            }
         }
         if !stopped {
             self.current = now;
@@ -337,9 +379,15 @@ impl Wheel {
     /// The start tick of the earliest non-empty bucket, or `None` if the wheel is
     /// empty. It is a lower bound for the earliest deadline in the wheel, exact
     /// when that entry sits at level 0, and always after [`current`](Self::current):
-    /// advancing to any tick before it fires nothing.
+    /// advancing to any tick before it fires nothing. While the rest of a bucket
+    /// that an [`advance_within`](Self::advance_within) stopped inside waits, it
+    /// is `current + 1` (that rest may be due at `current`).
     #[inline]
     pub fn next_expiration(&self) -> Option<u64> {
+        if self.resume != NIL {
+            // The rest of a bucket already reached: the next advance handles it.
+            return Some(self.current + 1);
+        }
         self.next_bucket().map(|(_, _, start)| start)
     }
 
@@ -1102,7 +1150,7 @@ mod tests {
                                 }
                                 assert!(w.current() < target, "stopped at the target");
                                 assert!(
-                                    calls <= N as usize * LEVELS + 1,
+                                    calls <= 8 * N as usize * (LEVELS + 2),
                                     "advance_within made no progress"
                                 );
                             }
@@ -1240,6 +1288,7 @@ mod tests {
                     2 => 1 + rng.below(400_000),
                     _ => 1 + rng.below(1 << 28),
                 };
+            let mut calls = 0;
             loop {
                 let before = w.current();
                 let salt = rng.next();
@@ -1263,17 +1312,17 @@ mod tests {
                 });
                 assert_eq!(n, fired.len());
                 let now = w.current();
-                assert!(now > before, "a call made no progress");
+                calls += 1;
+                assert!(now >= before && calls < 1_000_000, "calls made no progress");
                 if done {
                     assert_eq!(now, target);
                 } else {
                     assert!(now < target);
                 }
                 for (k, &(i, d)) in fired.iter().enumerate() {
-                    assert!(
-                        d > before && d <= now,
-                        "{i} due at {d} fired in ({before}, {now}]"
-                    );
+                    // Never before its tick (the rest of a bucket stopped inside
+                    // fires in a later call, after the wheel's time passed it).
+                    assert!(d <= now, "{i} due at {d} fired by a call ending at {now}");
                     assert!(k == 0 || fired[k - 1].1 <= d, "fired out of order");
                     due.remove(&i);
                 }
@@ -1282,11 +1331,11 @@ mod tests {
                     handed_past += usize::from(when <= target);
                     due.insert(i, when.max(now + 1));
                 }
-                assert!(
-                    due.values().all(|&d| d > now),
-                    "a due entry was left behind"
-                );
                 if done {
+                    assert!(
+                        due.values().all(|&d| d > now),
+                        "a due entry was left behind"
+                    );
                     break;
                 }
                 for _ in 0..rng.below(3) {
@@ -1352,7 +1401,7 @@ mod tests {
     }
 
     #[test]
-    fn an_advance_within_a_budget_stops_after_the_bucket_that_spends_it() {
+    fn an_advance_within_a_budget_stops_where_it_is_spent() {
         let mut w = Wheel::new(0);
         let mut s = Slab::new(16);
         // Ticks 1..=6 one entry each, tick 7 three entries, tick 9 one, all at level 0.
@@ -1368,18 +1417,77 @@ mod tests {
         assert_eq!((n, done), (2, false));
         assert_eq!(fired, [0, 1]);
         assert_eq!(w.current(), 2, "stopped at the last bucket's start");
-        // A bucket is never split: the three entries of tick 7 fire in one call.
+        // Stopped inside tick 7's bucket: two of its three entries wait.
         let (n, done) = fire_within(&mut w, &mut s, 20, 5, &mut fired);
-        assert_eq!((n, done), (7, false));
+        assert_eq!((n, done), (5, false));
         assert_eq!(w.current(), 7);
+        assert_eq!(w.next_expiration(), Some(8));
+        assert!(!w.is_empty());
         let (n, done) = fire_within(&mut w, &mut s, 20, 5, &mut fired);
-        assert_eq!((n, done), (1, true));
+        assert_eq!((n, done), (3, true));
         assert_eq!(w.current(), 20);
         fired.sort_unstable();
         assert_eq!(fired, (0..10).collect::<Vec<_>>());
         assert!(w.is_empty());
         // A call that has nothing to do is done at once.
         assert_eq!(w.advance_within(&mut s, 20, 1, |_, _| None), (0, true));
+    }
+
+    /// A bucket stopped inside keeps its rest for the next call, which handles it
+    /// before any later bucket; entries of the rest can be descheduled meanwhile
+    /// (its head and one inside it); the bucket starting at the target itself is
+    /// finished whatever the budget.
+    #[test]
+    fn the_rest_of_a_bucket_stopped_inside_comes_first_and_can_be_descheduled() {
+        let mut w = Wheel::new(0);
+        let mut s = Slab::new(64);
+        // Twenty entries due at tick 5, in one level-0 bucket; one at tick 6.
+        for i in 0..20u32 {
+            sched(&mut w, &mut s, i, 5);
+        }
+        sched(&mut w, &mut s, 20, 6);
+        let mut fired = Vec::new();
+        assert_eq!(fire_within(&mut w, &mut s, 10, 4, &mut fired), (4, false));
+        assert_eq!(w.current(), 5);
+        // The rest (16 entries) waits; take out its head and another.
+        let head = w.resume;
+        assert!(head != NIL && !fired.contains(&head));
+        let other = s.next(head);
+        w.deschedule(&mut s, head);
+        w.deschedule(&mut s, other);
+        assert!(!Wheel::is_scheduled(&s, head) && !Wheel::is_scheduled(&s, other));
+        // A schedule meanwhile, at the tick after the stop: after the rest.
+        sched(&mut w, &mut s, 21, 6);
+        let mut calls = 1;
+        loop {
+            let before = fired.len();
+            let (n, done) = fire_within(&mut w, &mut s, 10, 4, &mut fired);
+            assert_eq!(n, fired.len() - before);
+            assert!(n <= 4, "{n} entries in one call of budget 4");
+            calls += 1;
+            if done {
+                break;
+            }
+        }
+        assert!(calls >= 5, "{calls} calls");
+        // The rest of tick 5 fired before the entries of tick 6.
+        let six = fired.iter().position(|&i| i == 20 || i == 21).unwrap();
+        assert!(
+            fired[six..].iter().all(|&i| i == 20 || i == 21),
+            "{fired:?}"
+        );
+        let mut all = fired.clone();
+        all.sort_unstable();
+        let want: Vec<u32> = (0..22).filter(|&i| i != head && i != other).collect();
+        assert_eq!(all, want);
+        assert!(w.is_empty());
+        // The bucket that starts at the target is finished in one call.
+        for i in 0..20u32 {
+            sched(&mut w, &mut s, i, 15);
+        }
+        fired.clear();
+        assert_eq!(fire_within(&mut w, &mut s, 15, 4, &mut fired), (20, true));
+        assert!(w.is_empty());
     }
 
     #[test]

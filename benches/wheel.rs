@@ -188,5 +188,42 @@ fn advance(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, schedule, deschedule, advance);
+/// One lock hold of the maintenance pass, on a wheel whose entries all wait in one
+/// level-2 bucket (65,536 entries due over 4,096 ticks, ten seconds on: what a
+/// shard holds of 4 s of claims at about a million a second over 64 shards): the
+/// time to reach that bucket with `advance`, which cascades it whole, against the
+/// first call of `advance_within` with the maintenance pass's budget of 4.
+fn advance_within(c: &mut Criterion) {
+    const N: usize = 65_536;
+    // A level-2 bucket's span, ten seconds or so on.
+    let base = (START + 10_000).next_multiple_of(4_096);
+    let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
+    let when: Vec<u64> = (0..N).map(|_| base + rng.next() % 4_096).collect();
+    // Just past the bucket's start (the bucket starting at the target itself is
+    // finished whatever the budget).
+    let reach = base + 1;
+    let mut group = c.benchmark_group("one bucket of 65536 entries");
+    group.bench_function("advance: to the bucket's start", |b| {
+        b.iter_batched_ref(
+            || loaded(&when),
+            |(wheel, slab)| {
+                black_box(wheel.advance(slab, reach, |_, i| {
+                    black_box(i);
+                    None
+                }))
+            },
+            BatchSize::LargeInput,
+        );
+    });
+    group.bench_function("advance_within, budget 4: its first call", |b| {
+        b.iter_batched_ref(
+            || loaded(&when),
+            |(wheel, slab)| black_box(wheel.advance_within(slab, reach, 4, |_, _| None)),
+            BatchSize::LargeInput,
+        );
+    });
+    group.finish();
+}
+
+criterion_group!(benches, schedule, deschedule, advance, advance_within);
 criterion_main!(benches);

@@ -199,8 +199,7 @@ fn advance_within(c: &mut Criterion) {
     let base = (START + 10_000).next_multiple_of(4_096);
     let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
     let when: Vec<u64> = (0..N).map(|_| base + rng.next() % 4_096).collect();
-    // Just past the bucket's start (the bucket starting at the target itself is
-    // finished whatever the budget).
+    // Just past the bucket's start.
     let reach = base + 1;
     let mut group = c.benchmark_group("one bucket of 65536 entries");
     group.bench_function("advance: to the bucket's start", |b| {

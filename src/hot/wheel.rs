@@ -58,7 +58,8 @@ pub const NIL: u32 = u32::MAX;
 /// Tag bit in the `prev` link of an entry that heads a bucket. The other bits hold
 /// the bucket id, `level * 64 + slot`. Slab indices are below `2^31`, so a tagged
 /// value never collides with an index, and [`NIL`] (all bits set) never collides
-/// with a tagged bucket id (the largest is `LEVELS * 64 - 1`).
+/// with a tagged bucket id (the largest is `LEVELS * 64`, which stands for
+/// [`Wheel::resume`]).
 pub(crate) const HEAD_TAG: u32 = 1 << 31;
 
 /// Bits of the tick consumed by one level.
@@ -269,17 +270,16 @@ impl Wheel {
 
     /// [`advance`](Self::advance), stopping early once `budget` entries have been
     /// fired or re-placed, with the wheel's time at the start of the bucket it
-    /// stopped in (every later bucket untouched). A bucket whose start is before
-    /// `now` may be stopped inside: the entries left of it wait in
-    /// [`Wheel::resume`], and the next advance goes on with them first, at that
-    /// start, before any other bucket; they can be descheduled meanwhile like any
-    /// entry. (Those due at that start then fire in the next call: after the tick
-    /// the wheel shows, never before their own.) The bucket starting at `now`
-    /// itself is finished whatever the budget, so that a call that reports done has
-    /// fired everything due at or before `now`. At least one entry is handled per
-    /// call, so calls made until the wheel reaches `now` end. Returns the entries
-    /// fired, and whether the wheel's time is now `now` (false: stopped early, call
-    /// again).
+    /// stopped in (every later bucket untouched). A bucket may be stopped inside:
+    /// the entries left of it wait in [`Wheel::resume`], and the next advance
+    /// (to the wheel's time or later) goes on with them first, at that start,
+    /// before any other bucket; they can be descheduled meanwhile like any entry.
+    /// (Those due at that start then fire in the next call: after the tick the
+    /// wheel shows, never before their own.) At least one entry is handled per
+    /// call, so calls made until done end. Returns the entries fired, and whether
+    /// every entry due at or before `now` has fired and the wheel's time is `now`
+    /// (false: stopped early, call again). A call with `now` before the wheel's
+    /// time does nothing.
     ///
     /// An entry handed back with a tick at or before `now` is scheduled at the tick
     /// after the wheel's time when the call returns: after `now` if it got there,
@@ -287,8 +287,7 @@ impl Wheel {
     ///
     /// So a caller holds whatever guards the wheel for about `budget` entries a
     /// call, however many a bucket holds (a high level's bucket is cascaded whole
-    /// by [`advance`](Self::advance): all the entries of its span), except in the
-    /// bucket that starts at `now`.
+    /// by [`advance`](Self::advance): all the entries of its span).
     pub fn advance_within<L: Links>(
         &mut self,
         links: &mut L,
@@ -296,7 +295,8 @@ impl Wheel {
         budget: usize,
         mut expire: impl FnMut(&mut L, u32) -> Option<u64>,
     ) -> (usize, bool) {
-        if now <= self.current {
+        // (At the wheel's own time, the rest of a bucket stopped inside is still due.)
+        if now < self.current || (now == self.current && self.resume == NIL) {
             return (0, true);
         }
         // A budget of 0 still handles an entry, so that calls repeated until done end.
@@ -331,7 +331,7 @@ impl Wheel {
             // moving time to it keeps every other bucket's start unchanged.
             self.current = start;
             while entry != NIL {
-                if work >= budget && start < now {
+                if work >= budget {
                     // Spent inside the bucket: the rest waits for the next call.
                     links.set_prev(entry, HEAD_TAG | RESUME as u32);
                     self.resume = entry;
@@ -1148,7 +1148,7 @@ mod tests {
                                 if done {
                                     break;
                                 }
-                                assert!(w.current() < target, "stopped at the target");
+                                assert!(w.current() <= target, "stopped past the target");
                                 assert!(
                                     calls <= 8 * N as usize * (LEVELS + 2),
                                     "advance_within made no progress"
@@ -1317,7 +1317,7 @@ mod tests {
                 if done {
                     assert_eq!(now, target);
                 } else {
-                    assert!(now < target);
+                    assert!(now <= target);
                 }
                 for (k, &(i, d)) in fired.iter().enumerate() {
                     // Never before its tick (the rest of a bucket stopped inside
@@ -1435,8 +1435,8 @@ mod tests {
 
     /// A bucket stopped inside keeps its rest for the next call, which handles it
     /// before any later bucket; entries of the rest can be descheduled meanwhile
-    /// (its head and one inside it); the bucket starting at the target itself is
-    /// finished whatever the budget.
+    /// (its head and one inside it), including the rest of the bucket that starts
+    /// at the target.
     #[test]
     fn the_rest_of_a_bucket_stopped_inside_comes_first_and_can_be_descheduled() {
         let mut w = Wheel::new(0);
@@ -1449,10 +1449,10 @@ mod tests {
         let mut fired = Vec::new();
         assert_eq!(fire_within(&mut w, &mut s, 10, 4, &mut fired), (4, false));
         assert_eq!(w.current(), 5);
-        // The rest (16 entries) waits; take out its head and another.
+        // The rest (16 entries) waits; take out its head and its third entry.
         let head = w.resume;
         assert!(head != NIL && !fired.contains(&head));
-        let other = s.next(head);
+        let other = s.next(s.next(head));
         w.deschedule(&mut s, head);
         w.deschedule(&mut s, other);
         assert!(!Wheel::is_scheduled(&s, head) && !Wheel::is_scheduled(&s, other));
@@ -1481,13 +1481,22 @@ mod tests {
         let want: Vec<u32> = (0..22).filter(|&i| i != head && i != other).collect();
         assert_eq!(all, want);
         assert!(w.is_empty());
-        // The bucket that starts at the target is finished in one call.
+        // The bucket that starts at the target is stopped inside too; calls at the
+        // wheel's own time then go on with its rest until it is done.
         for i in 0..20u32 {
             sched(&mut w, &mut s, i, 15);
         }
         fired.clear();
-        assert_eq!(fire_within(&mut w, &mut s, 15, 4, &mut fired), (20, true));
+        assert_eq!(fire_within(&mut w, &mut s, 15, 4, &mut fired), (4, false));
+        assert_eq!(w.current(), 15);
+        let mut calls = 1;
+        while !fire_within(&mut w, &mut s, 15, 4, &mut fired).1 {
+            calls += 1;
+        }
+        assert_eq!((fired.len(), calls), (20, 4));
         assert!(w.is_empty());
+        // Before the wheel's time: nothing.
+        assert_eq!(fire_within(&mut w, &mut s, 14, 4, &mut fired), (0, true));
     }
 
     #[test]

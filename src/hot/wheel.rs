@@ -381,12 +381,13 @@ impl Wheel {
     /// when that entry sits at level 0, and always after [`current`](Self::current):
     /// advancing to any tick before it fires nothing. While the rest of a bucket
     /// that an [`advance_within`](Self::advance_within) stopped inside waits, it
-    /// is `current + 1` (that rest may be due at `current`).
+    /// is `current` itself: that rest is due by then, and an advance to `current`
+    /// handles it.
     #[inline]
     pub fn next_expiration(&self) -> Option<u64> {
         if self.resume != NIL {
-            // The rest of a bucket already reached: the next advance handles it.
-            return Some(self.current + 1);
+            // The rest of a bucket already reached: an advance to now handles it.
+            return Some(self.current);
         }
         self.next_bucket().map(|(_, _, start)| start)
     }
@@ -1421,7 +1422,7 @@ mod tests {
         let (n, done) = fire_within(&mut w, &mut s, 20, 5, &mut fired);
         assert_eq!((n, done), (5, false));
         assert_eq!(w.current(), 7);
-        assert_eq!(w.next_expiration(), Some(8));
+        assert_eq!(w.next_expiration(), Some(7), "the rest is due now");
         assert!(!w.is_empty());
         let (n, done) = fire_within(&mut w, &mut s, 20, 5, &mut fired);
         assert_eq!((n, done), (3, true));

@@ -20,7 +20,11 @@
 //! After the criterion groups, `latency` times single calls (1,000,000 of each, one
 //! `Instant` pair around each call) and prints their percentiles as a markdown table:
 //! a fresh claim + complete, a duplicate claim, and an empty timer pair (the
-//! measurement's own cost, included in every other row).
+//! measurement's own cost, included in every other row). Before it (while the
+//! process's heap is new, as a consumer's is while its namespaces grow), a table of
+//! claim + complete of 4,000,000 keys into an empty namespace, as it grows (its
+//! p99.99, its largest call and how many calls took over 100 and 250 us: the pauses
+//! of the shards' index doublings), beside the same into a preallocated one.
 //!
 //! Run with `cargo bench --bench claim` (`-- latency` for the percentiles alone).
 
@@ -349,6 +353,38 @@ fn latency() {
     }
 }
 
+/// Single claim + complete calls of a namespace filled from empty to `GROWN` keys
+/// (room for twice as many), as it grows: each shard's index doubles on the way, and
+/// the claim that doubles it waits for every entry of the shard to be placed again
+/// (its pause), unless the index was preallocated. Prints the tail and the pauses.
+fn growth_latency() {
+    const GROWN: u64 = 4_000_000;
+    println!();
+    println!(
+        "| claim + complete of {GROWN} fresh keys into an empty namespace (`max_keys` {}) | p50 | p99.99 | max | calls over 100 us | over 250 us |",
+        2 * GROWN
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
+    for (name, preallocate) in [("growing (the default)", false), ("preallocated", true)] {
+        let (engine, ns) = namespace_with(2 * GROWN as usize, preallocate);
+        let keys: Vec<Key> = (0..GROWN).map(key).collect();
+        let mut t = time_each(GROWN, |i| match ns.claim(black_box(&keys[i as usize])) {
+            Ok(Claim::Acquired(guard)) => guard.complete().expect("complete"),
+            _ => panic!("a fresh key was not acquired"),
+        });
+        let over = |ns: u32| t.iter().filter(|&&x| x > ns).count();
+        let (over_100, over_250) = (over(100_000), over(250_000));
+        t.sort_unstable();
+        let p9999 = t[(t.len() as f64 * 0.9999) as usize];
+        println!(
+            "| {name} | {} ns | {p9999} ns | {} ns | {over_100} | {over_250} |",
+            t[t.len() / 2],
+            t[t.len() - 1]
+        );
+        drop((ns, engine));
+    }
+}
+
 criterion_group!(
     benches,
     claim_fresh,
@@ -368,6 +404,9 @@ fn main() {
         Criterion::default().configure_from_args().final_summary();
     }
     if measuring {
+        // First, while the process's heap is new: a growing index's arrays then take
+        // fresh pages, as they do in a consumer, rather than pages freed before.
+        growth_latency();
         latency();
     }
 }

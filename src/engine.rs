@@ -161,6 +161,7 @@ impl Shared {
                     d.maintain(now.ms);
                 }
                 ns.chunks.top_up();
+                ns.make_index_spares();
                 ns.expire_all(now)
             })
             .sum();
@@ -404,10 +405,12 @@ impl Engine {
                 move || {
                     periodic.run_maintenance();
                 },
-                // A reservoir ran low between passes: top it up now, on this thread.
+                // A reservoir ran low, or a shard's index neared its doubling, between
+                // passes: top it up, or make the index's next array, now, on this thread.
                 move || {
                     for ns in on_request.namespaces.values() {
                         ns.chunks.top_up();
+                        ns.make_index_spares();
                     }
                 },
             );
@@ -2174,6 +2177,83 @@ mod tests {
         assert!(engine.stats().hot_bytes >= before + 3 * entry_bytes);
     }
 
+    /// Entries at which a one-shard index of 1,024 buckets (10,752 entries of room)
+    /// asks for a spare array: its last sixteenth of room.
+    const SPARE_MARK: usize = 10_752 - 10_752 / 16;
+
+    #[test]
+    fn the_maintenance_pass_makes_a_spare_index_array_that_the_doubling_takes() {
+        let f = Filler::new(100_000);
+        let addrs = |f: &Filler| f.ns.inner.slots[0].lock().index_addrs();
+        assert_eq!(crate::hot::index::SPARE_FROM, 1024);
+        f.fill_to(SPARE_MARK - 1);
+        f.engine.run_maintenance();
+        assert_eq!(addrs(&f).1, None, "not before the mark");
+        let before = f.engine.stats().hot_bytes;
+        f.fill_to(SPARE_MARK);
+        f.engine.run_maintenance();
+        let spare = addrs(&f).1.expect("a spare at the mark");
+        // Counted in the hot tier's memory: 2,048 buckets of 64 bytes (the keys
+        // claimed on the way to the mark took no new chunk).
+        assert_eq!(f.engine.stats().hot_bytes, before + 2048 * 64);
+        f.engine.run_maintenance();
+        assert_eq!(addrs(&f).1, Some(spare), "kept, and no second one made");
+        // The claim that doubles the index takes it for the new array.
+        f.fill_to(10_752);
+        assert_ne!(addrs(&f).0, spare);
+        f.fill_to(10_753);
+        assert_eq!(addrs(&f), (spare, None));
+        for i in (0..10_753).step_by(97) {
+            let dup = f.ns.claim(format!("k{i}").as_bytes()).unwrap();
+            assert!(matches!(dup, crate::Claim::Duplicate(_)), "k{i}: {dup:?}");
+        }
+    }
+
+    #[test]
+    fn a_shard_meant_to_hold_what_its_index_has_room_for_makes_no_spare() {
+        // A share of 10,700 keys fits in 1,024 buckets: the index never doubles again.
+        let f = Filler::new(10_700);
+        f.fill_to(10_700);
+        f.engine.run_maintenance();
+        assert_eq!(f.ns.inner.slots[0].lock().index_addrs().1, None);
+    }
+
+    #[test]
+    fn a_spare_no_longer_needed_is_freed_by_the_maintenance_pass() {
+        let (engine, ns, clock) = one_shard(100_000);
+        for i in 0..SPARE_MARK {
+            match ns.claim(format!("k{i}").as_bytes()).unwrap() {
+                crate::Claim::Acquired(g) => g.complete().unwrap(),
+                other => panic!("{other:?}"),
+            }
+        }
+        engine.run_maintenance();
+        assert!(ns.inner.slots[0].lock().index_addrs().1.is_some());
+        let with_spare = engine.stats().hot_bytes;
+        // Every key expires: the index is far from its doubling.
+        clock.advance(std::time::Duration::from_secs(61));
+        engine.run_maintenance();
+        assert_eq!(engine.stats().resident_keys, 0);
+        engine.run_maintenance();
+        assert_eq!(ns.inner.slots[0].lock().index_addrs().1, None, "freed");
+        assert!(engine.stats().hot_bytes <= with_spare - 2048 * 64);
+    }
+
+    #[test]
+    fn a_claim_reaching_the_mark_has_the_maintenance_thread_make_the_spare() {
+        let f = Filler::with_maintenance(100_000, Some(std::time::Duration::from_secs(3600)));
+        let spare = |f: &Filler| f.ns.inner.slots[0].lock().index_addrs().1;
+        f.fill_to(SPARE_MARK);
+        // The thread runs on its own: wait for it (a real thread, so real time; the
+        // bound only keeps a broken build from hanging).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while spare(&f).is_none() && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        assert!(spare(&f).is_some(), "made without a maintenance pass");
+        assert_eq!(f.engine.stats().expirations, 0);
+    }
+
     /// A reservoir left below half a batch between maintenance passes is topped up
     /// at once by the maintenance thread, not at its next pass (an hour away here)
     /// nor by the claim that would find it empty.
@@ -2812,6 +2892,12 @@ impl NsInner {
         let now_tick = params.now(start_ms).tick;
         let slots = new_slots(shards, now_tick, room)
             .ok_or_else(|| index_refused(&name, cfg.preallocate))?;
+        // A shard's index asks for a spare array for a doubling only to grow past
+        // its share of `max_keys` (see `Index::spare_wanted`).
+        let share = cfg.max_keys.div_ceil(shards.max(1));
+        for slot in slots.iter() {
+            slot.lock().set_index_share(share);
+        }
         let pool = AtomicUsize::new(cfg.max_keys);
         let reserve_chunk = reserve_chunk(cfg.max_keys, shards);
         let cfg_max_keys = cfg.max_keys;
@@ -3039,11 +3125,19 @@ impl NsInner {
                 }
             };
             return match answer {
-                ShardClaim::Acquired { lease, wants_spare } => {
+                ShardClaim::Acquired {
+                    lease,
+                    wants_spare,
+                    wants_index_spare,
+                } => {
                     if wants_spare {
                         // Outside the lock: see `Slab::wants_spare`.
                         let chunk = this.chunks.take();
                         this.slots[si].lock().give_spare(chunk);
+                    }
+                    if wants_index_spare {
+                        // Made on the maintenance thread: see `NsInner::make_index_spares`.
+                        this.chunks.ask_for_top_up();
                     }
                     if this.durable.is_some() {
                         *marker = Some((
@@ -3344,6 +3438,34 @@ impl NsInner {
     fn key_fp(&self, key: &[u8]) -> Result<Fp> {
         KeyError::check(key, self.cfg.max_key_len)?;
         Ok(Fp::from_u128(xxh3_128_with_seed(key, self.seed)))
+    }
+
+    /// Makes the spare bucket array of every shard whose index asks for one (see
+    /// [`crate::hot::index::Index::spare_wanted`]), and frees the spares no longer
+    /// needed: each array is made and freed with no lock held, and handed over
+    /// under a short hold of its shard's lock.
+    fn make_index_spares(&self) {
+        for slot in self.slots.iter() {
+            let (wanted, unneeded) = {
+                let mut shard = slot.lock();
+                (
+                    shard.index_spare_wanted(),
+                    shard.take_unneeded_index_spare(),
+                )
+            };
+            drop(unneeded);
+            let Some(buckets) = wanted else {
+                continue;
+            };
+            // Refused by the allocator: the doubling allocates as it would anyway.
+            let Some(spare) = crate::hot::index::Spare::make(buckets) else {
+                continue;
+            };
+            // Handed back if no longer wanted (a claim doubled the index meanwhile),
+            // and then freed here, once the statement has let the lock go.
+            let back = slot.lock().give_index_spare(spare);
+            drop(back);
+        }
     }
 
     /// Reclaims every expired entry of every shard, [`EXPIRY_BATCH`] or so at a

@@ -419,6 +419,50 @@ impl Retired {
 #[derive(Default)]
 pub(crate) struct Reserved(Vec<Vec<Bucket>>);
 
+/// The smallest bucket array whose doubling is prepared with a [`Spare`] (64 KiB):
+/// below it a doubling is short.
+pub(crate) const SPARE_FROM: usize = 1024;
+
+/// Where an array of `buckets` buckets asks for its spare: at its last sixteenth of
+/// room before it doubles.
+const fn spare_mark(buckets: usize) -> usize {
+    capacity(buckets) - capacity(buckets) / 16
+}
+
+/// A bucket array made ahead of an index's doubling, on another thread than the
+/// claim that doubles (see [`Index::spare_wanted`]): the allocation and the first
+/// touch of its pages (a page fault each, 2-4 us on a virtual machine: 256 of them
+/// for a megabyte) are then no part of the pause.
+#[derive(Debug)]
+pub(crate) struct Spare(Vec<Bucket>);
+
+impl Spare {
+    /// An array of `buckets` buckets, every page of it written once, or `None` if the
+    /// allocator refuses.
+    pub(crate) fn make(buckets: usize) -> Option<Spare> {
+        let mut v = Vec::new();
+        v.try_reserve_exact(buckets).ok()?;
+        v.resize(buckets, Bucket::EMPTY);
+        Some(Spare(v))
+    }
+
+    /// Its length in buckets.
+    pub(crate) fn buckets(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Heap bytes held.
+    pub(crate) fn bytes(&self) -> usize {
+        self.0.capacity() * std::mem::size_of::<Bucket>()
+    }
+
+    /// For tests: where its buckets are.
+    #[cfg(test)]
+    pub(crate) fn addr(&self) -> usize {
+        self.0.as_ptr() as usize
+    }
+}
+
 impl Index {
     /// An empty index with room for `entries` before it first grows, or `None` if
     /// that many buckets cannot be allocated (the size overflows, or the allocator
@@ -479,6 +523,33 @@ impl Index {
         self.buckets.capacity() * std::mem::size_of::<Bucket>()
     }
 
+    /// The length of the spare this index asks for, if it does: an array of
+    /// [`SPARE_FROM`] buckets or more, filled past its last sixteenth of room, whose
+    /// shard may grow past it (`share`: the entries the shard is meant to hold, its
+    /// part of the namespace's `max_keys`), asks for one of twice its length, which
+    /// its next doubling then takes instead of allocating. The memory of both arrays
+    /// is held from that mark to the doubling (at a doubling, it is anyway).
+    pub(crate) fn spare_wanted(&self, share: usize) -> Option<usize> {
+        let n = self.buckets.len();
+        (n >= SPARE_FROM && capacity(n) < share && self.len >= spare_mark(n)).then_some(2 * n)
+    }
+
+    /// Whether the last insert brought the index to the mark where it asks for a
+    /// spare (once an array; see [`Index::spare_wanted`]).
+    #[inline]
+    pub(crate) fn at_spare_mark(&self, share: usize) -> bool {
+        let n = self.buckets.len();
+        self.len == spare_mark(n) && n >= SPARE_FROM && capacity(n) < share
+    }
+
+    /// Whether `spare` is still of use: of the next doubling's length, with the
+    /// index no emptier than three quarters of its room (expiry can take it below,
+    /// and far from the doubling).
+    pub(crate) fn spare_needed(&self, spare: &Spare) -> bool {
+        let n = self.buckets.len();
+        spare.buckets() == 2 * n && self.len >= capacity(n) * 3 / 4
+    }
+
     /// The slot bits that hold check bits.
     #[inline]
     fn checks(&self) -> u32 {
@@ -537,6 +608,21 @@ impl Index {
     where
         I: IntoIterator<Item = (u64, u32)>,
     {
+        self.insert_using(h, idx, entries, &mut None)
+    }
+
+    /// [`Index::insert`], taking `spare` for the new array if it grows into one of
+    /// that length.
+    pub(crate) fn insert_using<I>(
+        &mut self,
+        h: u64,
+        idx: u32,
+        entries: impl FnOnce() -> I,
+        spare: &mut Option<Spare>,
+    ) -> bool
+    where
+        I: IntoIterator<Item = (u64, u32)>,
+    {
         let grow = self.full();
         let rebuild = grow || !self.fits(idx);
         self.largest = self.largest.max(idx);
@@ -546,7 +632,8 @@ impl Index {
             } else {
                 self.buckets.len()
             };
-            self.rebuild(n, entries());
+            let spare = spare.take_if(|s| grow && s.buckets() == n);
+            self.rebuild(n, entries(), spare);
         }
         self.place(h, idx);
         self.len += 1;
@@ -633,9 +720,26 @@ impl Index {
     /// Makes a new array of `n` buckets, with room in its slots for every slab index
     /// stored so far, and places `entries` (every stored index,
     /// with its hash) in it again.
-    fn rebuild(&mut self, n: usize, entries: impl IntoIterator<Item = (u64, u32)>) {
+    fn rebuild(
+        &mut self,
+        n: usize,
+        entries: impl IntoIterator<Item = (u64, u32)>,
+        spare: Option<Spare>,
+    ) {
         let checks = checks_for(n, self.largest);
-        let old = std::mem::replace(&mut self.buckets, vec![Bucket::empty(checks); n]);
+        let fresh = match spare {
+            // Written here again: its pages are touched already, so this is a plain
+            // write, which also brings the array into this core's caches (it was
+            // made on another core): placing the entries into it straight from
+            // there took nearly as long as allocating a new one.
+            Some(Spare(mut b)) => {
+                debug_assert_eq!(b.len(), n);
+                b.fill(Bucket::empty(checks));
+                b
+            }
+            None => vec![Bucket::empty(checks); n],
+        };
+        let old = std::mem::replace(&mut self.buckets, fresh);
         self.check_count = checks;
         if old.capacity() > 0 {
             self.retired.push(old);
@@ -794,6 +898,128 @@ mod tests {
         }
         check(&ix, &model);
         assert!(ix.len() > 5_000);
+    }
+
+    /// An index of `buckets` buckets holding `n` entries (indices 0..n) of the hash
+    /// stream, and its model.
+    fn filled(buckets: usize, n: u32) -> (Index, HashMap<u32, u64>) {
+        let mut ix = Index::try_with_room(capacity(buckets)).unwrap();
+        assert_eq!(ix.buckets.len(), buckets);
+        let mut model = HashMap::new();
+        for i in 0..n {
+            put(&mut ix, &mut model, i, mix(u64::from(i)));
+        }
+        (ix, model)
+    }
+
+    #[test]
+    fn a_spare_is_wanted_from_the_last_sixteenth_of_a_large_arrays_room() {
+        let n = SPARE_FROM;
+        let mark = capacity(n) - capacity(n) / 16;
+        let (mut ix, mut model) = filled(n, mark as u32 - 1);
+        assert!(!ix.at_spare_mark(usize::MAX));
+        assert_eq!(ix.spare_wanted(usize::MAX), None, "not before the mark");
+        put(&mut ix, &mut model, mark as u32 - 1, mix(mark as u64 - 1));
+        assert!(ix.at_spare_mark(usize::MAX), "the insert that reaches it");
+        assert_eq!(ix.spare_wanted(usize::MAX), Some(2 * n));
+        // Not for a shard meant to hold no more than the array has room for.
+        assert_eq!(ix.spare_wanted(capacity(n)), None);
+        assert!(!ix.at_spare_mark(capacity(n)));
+        assert_eq!(ix.spare_wanted(capacity(n) + 1), Some(2 * n));
+        put(&mut ix, &mut model, mark as u32, mix(mark as u64));
+        assert!(!ix.at_spare_mark(usize::MAX), "asked once an array");
+        assert_eq!(ix.spare_wanted(usize::MAX), Some(2 * n), "still wanted");
+        // A smaller array at its mark asks for none: its doubling is short.
+        let half = n / 2;
+        let (small, _) = filled(half, (capacity(half) - capacity(half) / 16) as u32);
+        assert!(!small.at_spare_mark(usize::MAX));
+        assert_eq!(small.spare_wanted(usize::MAX), None);
+    }
+
+    #[test]
+    fn a_doubling_places_every_entry_in_the_spare_it_is_given() {
+        let n = SPARE_FROM;
+        let full = capacity(n) as u32;
+        let (mut ix, mut model) = filled(n, full);
+        let mut made = Spare::make(2 * n).unwrap();
+        // Left as a stale array would be: every other bucket written over (so
+        // that placing still finds free slots). The doubling must write it again.
+        for b in made.0.iter_mut().step_by(2) {
+            *b = Bucket {
+                tags: [7; SLOTS],
+                over: 3,
+                checks: 1,
+                _pad: [0; 2],
+                slots: [u32::MAX; SLOTS],
+            };
+        }
+        let at = made.addr();
+        let mut spare = Some(made);
+        let h = mix(u64::from(full));
+        let m = &model;
+        assert!(ix.insert_using(h, full, || stored(m, full), &mut spare));
+        model.insert(full, h);
+        assert!(spare.is_none(), "taken");
+        assert_eq!(ix.buckets.len(), 2 * n);
+        assert_eq!(
+            ix.hint() & !(BUCKET_ALIGN - 1),
+            at,
+            "the spare is the new array"
+        );
+        check(&ix, &model);
+        for b in &ix.buckets {
+            assert_eq!(b.checks, ix.check_count);
+        }
+        for i in 0..1_000u64 {
+            let absent = mix(u64::MAX - i);
+            assert_eq!(
+                ix.find(absent, |_| true),
+                None,
+                "nothing left of the old fill"
+            );
+        }
+    }
+
+    #[test]
+    fn a_spare_of_another_length_is_left_to_its_owner() {
+        let n = SPARE_FROM;
+        let full = capacity(n) as u32;
+        let (mut ix, mut model) = filled(n, full - 1);
+        // No growth: the spare stays, whatever its length.
+        let mut spare = Some(Spare::make(2 * n).unwrap());
+        let m = &model;
+        ix.insert_using(
+            mix(u64::from(full - 1)),
+            full - 1,
+            || stored(m, full - 1),
+            &mut spare,
+        );
+        model.insert(full - 1, mix(u64::from(full - 1)));
+        assert!(spare.is_some());
+        // Growth into an array of another length than the spare's.
+        let mut spare = Some(Spare::make(4 * n).unwrap());
+        let at = spare.as_ref().unwrap().addr();
+        let m = &model;
+        assert!(ix.insert_using(mix(u64::from(full)), full, || stored(m, full), &mut spare));
+        model.insert(full, mix(u64::from(full)));
+        assert!(spare.is_some(), "not taken");
+        assert_ne!(ix.hint() & !(BUCKET_ALIGN - 1), at);
+        check(&ix, &model);
+    }
+
+    #[test]
+    fn a_spare_is_needed_while_it_is_the_next_arrays_length_and_the_index_stays_full() {
+        let n = SPARE_FROM;
+        let three_quarters = (capacity(n) * 3 / 4) as u32;
+        let (mut ix, mut model) = filled(n, three_quarters);
+        let next = Spare::make(2 * n).unwrap();
+        assert!(ix.spare_needed(&next));
+        assert!(!ix.spare_needed(&Spare::make(n).unwrap()), "another length");
+        let last = three_quarters - 1;
+        assert!(ix.remove(model[&last], last));
+        model.remove(&last);
+        assert!(!ix.spare_needed(&next), "emptied below three quarters");
+        assert_eq!(next.bytes(), 2 * n * BUCKET_ALIGN);
     }
 
     #[test]

@@ -38,7 +38,7 @@ pub struct Stats {
     /// Unexpired keys deleted by `forget`.
     pub forgotten: u64,
     /// Heap bytes held by the hot tier's tables, entries, timing wheels and stored
-    /// results.
+    /// results (a shard's index array made ahead of its next doubling included).
     pub hot_bytes: u64,
     /// Heap bytes of hot-tier tables that a shard has outgrown and not yet freed:
     /// they are kept until no lock-free read (of a batch, or of a single duplicate

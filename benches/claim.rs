@@ -27,7 +27,7 @@
 //! over 100 us and their median, and how many over 250 us: the pauses of the shards'
 //! index doublings), beside the same into a preallocated one.
 //!
-//! Run with `cargo bench --bench claim` (`-- latency` for the percentiles alone).
+//! Run with `cargo bench --bench claim` (`-- latency` for the two latency tables alone).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -363,6 +363,7 @@ fn growth_latency() {
     let grown: u64 = std::env::var("IDEM_BENCH_GROWN")
         .ok()
         .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
         .unwrap_or(4_000_000);
     println!();
     println!(

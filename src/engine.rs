@@ -161,7 +161,7 @@ impl Shared {
                     d.maintain(now.ms);
                 }
                 ns.chunks.top_up();
-                ns.make_index_spares();
+                ns.make_index_spares(true);
                 ns.expire_all(now)
             })
             .sum();
@@ -410,7 +410,9 @@ impl Engine {
                 move || {
                     for ns in on_request.namespaces.values() {
                         ns.chunks.top_up();
-                        ns.make_index_spares();
+                        if ns.index_spare_asked.swap(false, Ordering::AcqRel) {
+                            ns.make_index_spares(false);
+                        }
                     }
                 },
             );
@@ -2186,18 +2188,24 @@ mod tests {
         let f = Filler::new(100_000);
         let addrs = |f: &Filler| f.ns.inner.slots[0].lock().index_addrs();
         assert_eq!(crate::hot::index::SPARE_FROM, 1024);
-        f.fill_to(SPARE_MARK - 1);
+        f.fill_to(SPARE_MARK - 100);
         f.engine.run_maintenance();
         assert_eq!(addrs(&f).1, None, "not before the mark");
-        let before = f.engine.stats().hot_bytes;
+        // 100 keys since the last pass: at that pace the 672 keys of room left at
+        // the mark go within ten passes.
         f.fill_to(SPARE_MARK);
+        let before = f.engine.stats().hot_bytes;
         f.engine.run_maintenance();
         let spare = addrs(&f).1.expect("a spare at the mark");
-        // Counted in the hot tier's memory: 2,048 buckets of 64 bytes (the keys
-        // claimed on the way to the mark took no new chunk).
+        // Counted in the hot tier's memory: 2,048 buckets of 64 bytes.
         assert_eq!(f.engine.stats().hot_bytes, before + 2048 * 64);
+        f.fill_to(SPARE_MARK + 10);
         f.engine.run_maintenance();
-        assert_eq!(addrs(&f).1, Some(spare), "kept, and no second one made");
+        assert_eq!(
+            addrs(&f).1,
+            Some(spare),
+            "kept while filling, no second one made"
+        );
         // The claim that doubles the index takes it for the new array.
         f.fill_to(10_752);
         assert_ne!(addrs(&f).0, spare);
@@ -2207,6 +2215,30 @@ mod tests {
             let dup = f.ns.claim(format!("k{i}").as_bytes()).unwrap();
             assert!(matches!(dup, crate::Claim::Duplicate(_)), "k{i}: {dup:?}");
         }
+    }
+
+    #[test]
+    fn a_spare_is_freed_when_its_shard_stops_filling_and_not_made_again() {
+        let f = Filler::new(100_000);
+        let spare = |f: &Filler| f.ns.inner.slots[0].lock().index_addrs().1;
+        f.fill_to(SPARE_MARK);
+        let before = f.engine.stats().hot_bytes;
+        f.engine.run_maintenance();
+        assert!(spare(&f).is_some());
+        // No key since: the doubling is no nearer, and the spare goes.
+        f.engine.run_maintenance();
+        assert_eq!(spare(&f), None, "freed");
+        assert_eq!(f.engine.stats().hot_bytes, before);
+        f.engine.run_maintenance();
+        assert_eq!(
+            spare(&f),
+            None,
+            "not made again while the shard holds steady"
+        );
+        // Filling again, at a pace that reaches the doubling within ten passes.
+        f.fill_to(SPARE_MARK + 70);
+        f.engine.run_maintenance();
+        assert!(spare(&f).is_some(), "made again");
     }
 
     #[test]
@@ -2860,6 +2892,9 @@ pub(crate) struct NsInner {
     forget_waits: AtomicU64,
     /// Duplicates answered without a shard lock (counted apart from the shards').
     lock_free_duplicates: crate::hot::reclaim::OwnedCounter,
+    /// A claim asked for a shard's spare index array since the maintenance thread
+    /// last looked (see `NsInner::make_index_spares`).
+    index_spare_asked: std::sync::atomic::AtomicBool,
     /// The latest time the namespace has read from its clock (ms): a clock stepped
     /// backwards reads as stopped here until it passes this again (see [`Clock`]).
     latest_ms: std::sync::atomic::AtomicU64,
@@ -2914,6 +2949,7 @@ impl NsInner {
             chunks: Reservoir::new(cfg_max_keys),
             forget_waits: AtomicU64::new(0),
             lock_free_duplicates: Default::default(),
+            index_spare_asked: std::sync::atomic::AtomicBool::new(false),
             latest_ms: std::sync::atomic::AtomicU64::new(start_ms),
         })
     }
@@ -3137,6 +3173,7 @@ impl NsInner {
                     }
                     if wants_index_spare {
                         // Made on the maintenance thread: see `NsInner::make_index_spares`.
+                        this.index_spare_asked.store(true, Ordering::Release);
                         this.chunks.ask_for_top_up();
                     }
                     if this.durable.is_some() {
@@ -3440,18 +3477,19 @@ impl NsInner {
         Ok(Fp::from_u128(xxh3_128_with_seed(key, self.seed)))
     }
 
-    /// Makes the spare bucket array of every shard whose index asks for one (see
-    /// [`crate::hot::index::Index::spare_wanted`]), and frees the spares no longer
-    /// needed: each array is made and freed with no lock held, and handed over
-    /// under a short hold of its shard's lock.
-    fn make_index_spares(&self) {
+    /// Makes the spare bucket array of every shard whose index is to double soon
+    /// (see `Shard::spare_pass`), and, on the periodic `pass`, frees the spares no
+    /// longer needed: each array is made and freed with no lock held, and handed
+    /// over under a short hold of its shard's lock.
+    fn make_index_spares(&self, pass: bool) {
         for slot in self.slots.iter() {
             let (wanted, unneeded) = {
                 let mut shard = slot.lock();
-                (
-                    shard.index_spare_wanted(),
-                    shard.take_unneeded_index_spare(),
-                )
+                if pass {
+                    shard.spare_pass()
+                } else {
+                    (shard.spare_request(), None)
+                }
             };
             drop(unneeded);
             let Some(buckets) = wanted else {

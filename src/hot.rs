@@ -1294,7 +1294,21 @@ pub(crate) struct Shard {
     index_spare: Option<index::Spare>,
     /// The entries this shard is meant to hold: see [`Shard::set_index_share`].
     index_share: usize,
+    /// The index's entries at the last maintenance pass (see [`Shard::spare_pass`]).
+    len_at_pass: usize,
+    /// A claim asked for a spare since the last pass.
+    spare_asked: bool,
 }
+
+/// A shard's index gets a spare array made when, filling at the pace it did since the
+/// last maintenance pass, it would double within this many passes (a second at the
+/// default 100 ms).
+const SPARE_LEAD_PASSES: usize = 10;
+
+/// A spare is freed once, at the pace of the last pass, the doubling is more than
+/// this many passes away (ten seconds at the default 100 ms; never for a shard
+/// holding steady).
+const SPARE_KEEP_PASSES: usize = 100;
 
 /// How a completion's durable write (or a sliding window's rewrite) ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1390,6 +1404,8 @@ impl Shard {
             anchor: None,
             index_spare: None,
             index_share: usize::MAX,
+            len_at_pass: 0,
+            spare_asked: false,
         })
     }
 
@@ -1431,32 +1447,68 @@ impl Shard {
         }
     }
 
-    /// The length (buckets) of the spare array the index asks for, if it does and
-    /// has none (see [`index::Index::spare_wanted`]).
-    pub(crate) fn index_spare_wanted(&self) -> Option<usize> {
+    /// The length (buckets) of the spare array the index could take (see
+    /// [`index::Index::spare_wanted`]), if it has none and, filling at the pace it
+    /// has since the last maintenance pass (`growth` entries), would double within
+    /// [`SPARE_LEAD_PASSES`] passes.
+    fn index_spare_due(&self, growth: usize) -> Option<usize> {
+        let soon = self.index.room() <= growth.saturating_mul(SPARE_LEAD_PASSES);
         match self.index_spare {
-            None => self.index.spare_wanted(self.index_share),
-            Some(_) => None,
+            None if soon => self.index.spare_wanted(self.index_share),
+            _ => None,
         }
     }
 
-    /// Keeps `spare` for the index's next doubling if it is still wanted, of that
+    /// The periodic maintenance pass's look at the index's spare: the length of one
+    /// to make (see [`Shard::index_spare_due`], with the growth since the last pass),
+    /// and the spare held, if it is no longer needed: the index emptied below three
+    /// quarters of its room ([`index::Index::spare_needed`]), or no longer filling at
+    /// a pace that would double it within [`SPARE_KEEP_PASSES`] passes (a shard that
+    /// holds steady near its mark keeps no spare). The caller makes or frees them
+    /// after letting the lock go. Starts the next pass's count of growth.
+    pub(crate) fn spare_pass(&mut self) -> (Option<usize>, Option<index::Spare>) {
+        let len = self.index.len();
+        let growth = len.saturating_sub(self.len_at_pass);
+        self.len_at_pass = len;
+        self.spare_asked = false;
+        let (index, far) = (&self.index, self.index.room() > growth * SPARE_KEEP_PASSES);
+        let unneeded = self.index_spare.take_if(|s| far || !index.spare_needed(s));
+        (self.index_spare_due(growth), unneeded)
+    }
+
+    /// The length of the spare to make when a claim asked for one between passes
+    /// (see [`Shard::index_spare_due`], with the growth since the last pass).
+    pub(crate) fn spare_request(&self) -> Option<usize> {
+        self.index_spare_due(self.index.len().saturating_sub(self.len_at_pass))
+    }
+
+    /// Whether the claim whose insert just reached the index's mark
+    /// ([`index::Index::at_spare_mark`]) asks the maintenance thread for a spare: if
+    /// the shard may outgrow its array, holds no spare and has not asked since the
+    /// last pass (a shard hovering at its mark asks once a pass at most). Reads the
+    /// shard's colder fields, so only at the mark.
+    #[cold]
+    fn asks_for_index_spare(&mut self) -> bool {
+        if self.index_spare.is_some()
+            || self.spare_asked
+            || !self.index.outgrown_by(self.index_share)
+        {
+            return false;
+        }
+        self.spare_asked = true;
+        true
+    }
+
+    /// Keeps `spare` for the index's next doubling if it is still of use, of that
     /// length; otherwise hands it back, for the caller to free after letting the
     /// lock go.
     pub(crate) fn give_index_spare(&mut self, spare: index::Spare) -> Option<index::Spare> {
-        if self.index_spare_wanted() != Some(spare.buckets()) {
+        let fits = self.index.spare_wanted(self.index_share) == Some(spare.buckets());
+        if self.index_spare.is_some() || !fits {
             return Some(spare);
         }
         self.index_spare = Some(spare);
         None
-    }
-
-    /// The index's spare, if it is no longer needed (see
-    /// [`index::Index::spare_needed`]), for the caller to free after letting the
-    /// lock go.
-    pub(crate) fn take_unneeded_index_spare(&mut self) -> Option<index::Spare> {
-        let index = &self.index;
-        self.index_spare.take_if(|s| !index.spare_needed(s))
     }
 
     /// Sets the entries this shard is meant to hold (its part of `max_keys`): its
@@ -1913,8 +1965,7 @@ impl Shard {
                 deadline: lease_deadline,
             },
             wants_spare: self.slab.wants_spare(),
-            wants_index_spare: self.index_spare.is_none()
-                && self.index.at_spare_mark(self.index_share),
+            wants_index_spare: self.index.at_spare_mark() && self.asks_for_index_spare(),
         }
     }
 

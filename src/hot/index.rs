@@ -513,7 +513,6 @@ impl Index {
     }
 
     /// Entries held.
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.len
     }
@@ -523,23 +522,34 @@ impl Index {
         self.buckets.capacity() * std::mem::size_of::<Bucket>()
     }
 
-    /// The length of the spare this index asks for, if it does: an array of
+    /// The length of the spare this index could take, if it could: an array of
     /// [`SPARE_FROM`] buckets or more, filled past its last sixteenth of room, whose
     /// shard may grow past it (`share`: the entries the shard is meant to hold, its
-    /// part of the namespace's `max_keys`), asks for one of twice its length, which
-    /// its next doubling then takes instead of allocating. The memory of both arrays
-    /// is held from that mark to the doubling (at a doubling, it is anyway).
+    /// part of the namespace's `max_keys`), could take one of twice its length at its
+    /// next doubling instead of allocating. Whether one is made also depends on how
+    /// fast the shard fills (see `Shard::spare_pass`).
     pub(crate) fn spare_wanted(&self, share: usize) -> Option<usize> {
         let n = self.buckets.len();
         (n >= SPARE_FROM && capacity(n) < share && self.len >= spare_mark(n)).then_some(2 * n)
     }
 
-    /// Whether the last insert brought the index to the mark where it asks for a
-    /// spare (once an array; see [`Index::spare_wanted`]).
+    /// Whether the last insert brought an array of [`SPARE_FROM`] buckets or more to
+    /// the mark where a spare may be asked for (see [`Index::spare_wanted`]). Reads
+    /// only what every insert reads.
     #[inline]
-    pub(crate) fn at_spare_mark(&self, share: usize) -> bool {
+    pub(crate) fn at_spare_mark(&self) -> bool {
         let n = self.buckets.len();
-        self.len == spare_mark(n) && n >= SPARE_FROM && capacity(n) < share
+        self.len == spare_mark(n) && n >= SPARE_FROM
+    }
+
+    /// Whether a shard meant to hold `share` entries may outgrow this array.
+    pub(crate) fn outgrown_by(&self, share: usize) -> bool {
+        capacity(self.buckets.len()) < share
+    }
+
+    /// Entries it takes before the next insert doubles the array.
+    pub(crate) fn room(&self) -> usize {
+        capacity(self.buckets.len()).saturating_sub(self.len)
     }
 
     /// Whether `spare` is still of use: of the next doubling's length, with the
@@ -917,22 +927,24 @@ mod tests {
         let n = SPARE_FROM;
         let mark = capacity(n) - capacity(n) / 16;
         let (mut ix, mut model) = filled(n, mark as u32 - 1);
-        assert!(!ix.at_spare_mark(usize::MAX));
+        assert!(!ix.at_spare_mark());
         assert_eq!(ix.spare_wanted(usize::MAX), None, "not before the mark");
         put(&mut ix, &mut model, mark as u32 - 1, mix(mark as u64 - 1));
-        assert!(ix.at_spare_mark(usize::MAX), "the insert that reaches it");
+        assert!(ix.at_spare_mark(), "the insert that reaches it");
         assert_eq!(ix.spare_wanted(usize::MAX), Some(2 * n));
+        assert_eq!(ix.room(), capacity(n) / 16);
         // Not for a shard meant to hold no more than the array has room for.
+        assert!(!ix.outgrown_by(capacity(n)));
         assert_eq!(ix.spare_wanted(capacity(n)), None);
-        assert!(!ix.at_spare_mark(capacity(n)));
+        assert!(ix.outgrown_by(capacity(n) + 1));
         assert_eq!(ix.spare_wanted(capacity(n) + 1), Some(2 * n));
         put(&mut ix, &mut model, mark as u32, mix(mark as u64));
-        assert!(!ix.at_spare_mark(usize::MAX), "asked once an array");
+        assert!(!ix.at_spare_mark(), "reached once an array");
         assert_eq!(ix.spare_wanted(usize::MAX), Some(2 * n), "still wanted");
         // A smaller array at its mark asks for none: its doubling is short.
         let half = n / 2;
         let (small, _) = filled(half, (capacity(half) - capacity(half) / 16) as u32);
-        assert!(!small.at_spare_mark(usize::MAX));
+        assert!(!small.at_spare_mark());
         assert_eq!(small.spare_wanted(usize::MAX), None);
     }
 

@@ -506,6 +506,8 @@ pub struct EngineBuilder {
     pub(crate) commit_delay: Option<Duration>,
     /// RocksDB's own counters ([`EngineBuilder::store_statistics`]).
     pub(crate) store_statistics: bool,
+    /// [`EngineBuilder::batch_background_threads`].
+    pub(crate) batch_background: bool,
 }
 
 impl fmt::Debug for EngineBuilder {
@@ -538,6 +540,7 @@ impl EngineBuilder {
             state_families: Vec::new(),
             commit_delay: None,
             store_statistics: false,
+            batch_background: true,
         }
     }
 
@@ -628,6 +631,24 @@ impl EngineBuilder {
     /// updates a few more counters.
     pub fn store_statistics(mut self, on: bool) -> Self {
         self.store_statistics = on;
+        self
+    }
+
+    /// Whether background threads run under Linux's `SCHED_BATCH` (on by default):
+    /// the engine's maintenance thread (and its write-ahead-log sync thread), and,
+    /// with a durable tier, RocksDB's flush and compaction threads. A thread so
+    /// scheduled keeps its share of the processor, but when it wakes it never
+    /// preempts a running thread to run at once: it takes an idle core, or waits for
+    /// the running thread's time slice to end. Claims then are not interrupted by
+    /// them: on the benchmark VM's two cores, W3's durable claims were preempted
+    /// about 2,000 times a run by RocksDB's flush thread and idem's maintenance
+    /// thread, and with both batched the claims over 1 us that read nothing fell
+    /// by a third or more (`BENCHMARKS.md`). RocksDB's threads belong to its
+    /// process-wide default environment: any other RocksDB database of the process
+    /// shares them, and they stay so scheduled. `false` leaves every thread as it
+    /// is. Elsewhere than Linux it changes nothing.
+    pub fn batch_background_threads(mut self, on: bool) -> Self {
+        self.batch_background = on;
         self
     }
 

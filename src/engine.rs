@@ -328,6 +328,10 @@ impl Engine {
                     b.commit_delay,
                     b.store_statistics,
                 )?;
+                if b.batch_background {
+                    // Its background threads exist once a database is open.
+                    crate::sched::batch_threads_named("rocksdb:");
+                }
                 seed = store.seed();
                 for name in &report.unconfigured {
                     tracing::warn!(
@@ -402,6 +406,7 @@ impl Engine {
             let (thread, requester) = maintenance::Thread::start_with_requests(
                 "idem-maintenance",
                 every,
+                b.batch_background,
                 move || {
                     periodic.run_maintenance();
                 },
@@ -425,7 +430,7 @@ impl Engine {
         #[cfg(idem_loom)]
         let _ = b.maintenance_interval;
         #[cfg(not(idem_loom))]
-        let wal_sync = shared.wal_sync_thread();
+        let wal_sync = shared.wal_sync_thread(b.batch_background);
         Ok(Engine {
             shared,
             #[cfg(not(idem_loom))]
@@ -732,6 +737,23 @@ mod tests {
 
     /// A durable engine with namespace "n" of `cfg` in `dir`, on `clock`, without
     /// a maintenance thread.
+    /// RocksDB's flush and compaction threads run under `SCHED_BATCH` once an
+    /// engine with a durable tier is built (they are the process's: another test's
+    /// engine may have done it first, so this checks the state, not the step).
+    #[cfg(all(feature = "durable", target_os = "linux"))]
+    #[test]
+    fn rocksdb_background_threads_run_under_batch_scheduling() {
+        let dir = Scratch::new("batch-threads");
+        let clock = crate::ManualClock::new(1_000);
+        let engine = durable_engine(&dir, crate::NamespaceConfig::new(), &clock);
+        let threads = crate::sched::threads_named("rocksdb:");
+        assert!(!threads.is_empty(), "RocksDB's pools have threads");
+        for tid in threads {
+            assert!(crate::sched::is_batch(tid), "thread {tid}");
+        }
+        drop(engine);
+    }
+
     #[cfg(feature = "durable")]
     fn durable_engine(
         dir: &Scratch,
@@ -2481,9 +2503,12 @@ impl Drop for Engine {
 
 impl Shared {
     /// The thread that syncs the write-ahead log for `SyncPolicy::Periodic`
-    /// namespaces, at the shortest of their intervals.
+    /// namespaces, at the shortest of their intervals (under `SCHED_BATCH` with
+    /// `batch`).
     #[cfg(not(idem_loom))]
-    fn wal_sync_thread(&self) -> Option<maintenance::Thread> {
+    fn wal_sync_thread(&self, batch: bool) -> Option<maintenance::Thread> {
+        #[cfg(not(feature = "durable"))]
+        let _ = batch;
         #[cfg(feature = "durable")]
         {
             let store = self.store.clone()?;
@@ -2498,6 +2523,7 @@ impl Shared {
             Some(maintenance::Thread::start(
                 "idem-wal-sync",
                 every,
+                batch,
                 move || {
                     if let Err(e) = store.sync_wal() {
                         tracing::warn!(error = %e, "periodic sync of the write-ahead log failed");
@@ -2563,17 +2589,20 @@ mod maintenance {
         pub(super) fn start(
             name: &str,
             every: Duration,
+            batch: bool,
             task: impl FnMut() + Send + 'static,
         ) -> Thread {
-            Thread::start_with_requests(name, every, task, || {}).0
+            Thread::start_with_requests(name, every, batch, task, || {}).0
         }
 
         /// As [`Thread::start`], and `on_request` runs whenever the returned
         /// [`Requester`] asks (once for any number of requests made while it waits),
-        /// without moving the periodic task's schedule.
+        /// without moving the periodic task's schedule. With `batch`, the thread
+        /// runs under `SCHED_BATCH` (see `EngineBuilder::batch_background_threads`).
         pub(super) fn start_with_requests(
             name: &str,
             every: Duration,
+            batch: bool,
             mut task: impl FnMut() + Send + 'static,
             mut on_request: impl FnMut() + Send + 'static,
         ) -> (Thread, Requester) {
@@ -2582,6 +2611,9 @@ mod maintenance {
             let handle = std::thread::Builder::new()
                 .name(name.into())
                 .spawn(move || {
+                    if batch {
+                        crate::sched::batch_this_thread();
+                    }
                     let (lock, cvar) = &*shared;
                     // `None`: a period too long to reach (the task never runs).
                     let mut next = Instant::now().checked_add(every);
@@ -2649,6 +2681,28 @@ mod maintenance_tests {
     use std::sync::{mpsc, Arc};
     use std::time::Duration;
 
+    /// A thread started with `batch` runs its tasks under `SCHED_BATCH`; one
+    /// started without, as it was.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_batch_thread_runs_its_tasks_under_batch_scheduling() {
+        for batch in [true, false] {
+            let (saw, seen) = mpsc::channel();
+            let (thread, requester) = Thread::start_with_requests(
+                "idem-test",
+                Duration::from_secs(3600),
+                batch,
+                || {},
+                move || saw.send(crate::sched::is_batch(0)).unwrap(),
+            );
+            requester.request();
+            // Bounded only so that a broken build fails rather than hangs.
+            let policy = seen.recv_timeout(Duration::from_secs(60)).expect("ran");
+            thread.stop();
+            assert_eq!(policy, batch);
+        }
+    }
+
     /// A request runs the thread's request task at once, however far off its
     /// periodic run is, and leaves that run alone; a stop ends the thread.
     #[test]
@@ -2659,6 +2713,7 @@ mod maintenance_tests {
         let (thread, requester) = Thread::start_with_requests(
             "idem-test",
             Duration::from_secs(3600),
+            false,
             move || {
                 counted.fetch_add(1, Ordering::SeqCst);
             },
@@ -2691,6 +2746,7 @@ mod maintenance_tests {
         let (thread, first) = Thread::start_with_requests(
             "idem-test",
             Duration::from_millis(1),
+            false,
             move || {
                 let _ = ran.send(());
             },
@@ -2716,6 +2772,7 @@ mod maintenance_tests {
         let (thread, _requester) = Thread::start_with_requests(
             "idem-test",
             Duration::from_millis(1),
+            false,
             move || {
                 let _ = ran.send(());
             },

@@ -62,6 +62,7 @@ mod error;
 mod hot;
 mod plan;
 mod prefilter;
+mod sched;
 mod stats;
 mod sync;
 

@@ -1471,7 +1471,8 @@ impl Shard {
         let growth = len.saturating_sub(self.len_at_pass);
         self.len_at_pass = len;
         self.spare_asked = false;
-        let (index, far) = (&self.index, self.index.room() > growth * SPARE_KEEP_PASSES);
+        let far = self.index.room() > growth.saturating_mul(SPARE_KEEP_PASSES);
+        let index = &self.index;
         let unneeded = self.index_spare.take_if(|s| far || !index.spare_needed(s));
         (self.index_spare_due(growth), unneeded)
     }

@@ -530,7 +530,7 @@ impl Index {
     /// fast the shard fills (see `Shard::spare_pass`).
     pub(crate) fn spare_wanted(&self, share: usize) -> Option<usize> {
         let n = self.buckets.len();
-        (n >= SPARE_FROM && capacity(n) < share && self.len >= spare_mark(n)).then_some(2 * n)
+        (n >= SPARE_FROM && self.outgrown_by(share) && self.len >= spare_mark(n)).then_some(2 * n)
     }
 
     /// Whether the last insert brought an array of [`SPARE_FROM`] buckets or more to

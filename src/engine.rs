@@ -31,6 +31,10 @@ pub struct Engine {
     shared: Arc<Shared>,
     #[cfg(not(idem_loom))]
     maintenance: Option<maintenance::Thread>,
+    /// The maintenance thread's registration as a collector of outgrown tables
+    /// (see `reclaim::register_collector`).
+    #[cfg(not(idem_loom))]
+    collector: Option<crate::hot::reclaim::CollectorRegistration>,
     #[cfg(not(idem_loom))]
     wal_sync: Option<maintenance::Thread>,
 }
@@ -412,7 +416,9 @@ impl Engine {
                 },
                 // A reservoir ran low, or a shard's index neared its doubling, between
                 // passes: top it up, or make the index's next array, now, on this thread.
+                // Or a retirement asked for the outgrown tables to be collected.
                 move || {
+                    crate::hot::reclaim::collect_if_asked();
                     for ns in on_request.namespaces.values() {
                         ns.chunks.top_up();
                         if ns.index_spare_asked.swap(false, Ordering::AcqRel) {
@@ -425,8 +431,14 @@ impl Engine {
                 let requester = requester.clone();
                 ns.chunks.on_low(Box::new(move || requester.request()));
             }
-            thread
+            let collector = crate::hot::reclaim::register_collector(move || requester.request());
+            (thread, collector)
         });
+        #[cfg(not(idem_loom))]
+        let (maintenance, collector) = match maintenance {
+            Some((thread, collector)) => (Some(thread), Some(collector)),
+            None => (None, None),
+        };
         #[cfg(idem_loom)]
         let _ = b.maintenance_interval;
         #[cfg(not(idem_loom))]
@@ -435,6 +447,8 @@ impl Engine {
             shared,
             #[cfg(not(idem_loom))]
             maintenance,
+            #[cfg(not(idem_loom))]
+            collector,
             #[cfg(not(idem_loom))]
             wal_sync,
         })
@@ -2206,6 +2220,40 @@ mod tests {
     const SPARE_MARK: usize = 10_752 - 10_752 / 16;
 
     #[test]
+    fn the_maintenance_thread_collects_outgrown_tables_when_a_retirement_asks() {
+        use crate::hot::reclaim;
+        use crate::{Engine, NamespaceConfig};
+        use std::time::Duration;
+        let engine = Engine::builder()
+            .namespace("n", NamespaceConfig::new())
+            .maintenance_interval(Some(Duration::from_secs(3600)))
+            .build()
+            .unwrap();
+        let registration = engine.collector.as_ref().expect("registered");
+        let id = registration.id();
+        assert!(reclaim::collector_registered(id));
+        assert!(reclaim::ask_collector(registration));
+        // Bounded only so that a broken build fails rather than hangs. (Another
+        // test's collection may take the request first: that also ends it.)
+        let start = std::time::Instant::now();
+        while reclaim::collection_asked() {
+            assert!(start.elapsed() < Duration::from_secs(60), "never collected");
+            std::thread::yield_now();
+        }
+        drop(engine);
+        assert!(
+            !reclaim::collector_registered(id),
+            "given up with the engine"
+        );
+        let without = Engine::builder()
+            .namespace("n", NamespaceConfig::new())
+            .maintenance_interval(None)
+            .build()
+            .unwrap();
+        assert!(without.collector.is_none(), "no thread, no collector");
+    }
+
+    #[test]
     fn the_maintenance_pass_makes_a_spare_index_array_that_the_doubling_takes() {
         let f = Filler::new(100_000);
         let addrs = |f: &Filler| f.ns.inner.slots[0].lock().index_addrs();
@@ -2228,10 +2276,10 @@ mod tests {
             Some(spare),
             "kept while filling, no second one made"
         );
-        // The claim that doubles the index takes it for the new array.
+        // The inserts after the mark copy the entries into it, a few each, and it
+        // becomes the index's array before the old one is full.
+        assert_ne!(addrs(&f).0, spare, "still moving");
         f.fill_to(10_752);
-        assert_ne!(addrs(&f).0, spare);
-        f.fill_to(10_753);
         assert_eq!(addrs(&f), (spare, None));
         for i in (0..10_753).step_by(97) {
             let dup = f.ns.claim(format!("k{i}").as_bytes()).unwrap();
@@ -2469,6 +2517,9 @@ mod tests {
 #[cfg(not(idem_loom))]
 impl Drop for Engine {
     fn drop(&mut self) {
+        // No retirement asks the thread from here on; a collection it was asked
+        // for and did not begin is the next retirement's or pass's.
+        drop(self.collector.take());
         if let Some(t) = self.maintenance.take() {
             t.stop();
         }

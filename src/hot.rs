@@ -441,23 +441,26 @@ impl Slab {
         self.tail = self.get(i) as *const Entry as usize;
     }
 
-    /// Every entry in use but `except`, with its index hash, in slab order (a
-    /// sequential read), for an index growth. Read as the growth places them, not
-    /// collected first: a list of a growing shard's entries is a fresh allocation of
-    /// 16 bytes an entry (700 KB at 43,000 entries), whose page faults took longer
-    /// than placing the entries.
-    fn live_except(&self, except: u32) -> impl Iterator<Item = (u64, u32)> + '_ {
+    /// Every entry in use from slot `from` on but `except`, with its index hash, in
+    /// slab order (a sequential read), for an index growth. Read as the growth places
+    /// them, not collected first: a list of a growing shard's entries is a fresh
+    /// allocation of 16 bytes an entry (700 KB at 43,000 entries), whose page faults
+    /// took longer than placing the entries.
+    fn live_from(&self, from: u32, except: u32) -> impl Iterator<Item = (u64, u32)> + '_ {
         let len = self.len as usize;
+        let from = from as usize;
         self.chunks
             .iter()
             .enumerate()
+            .skip(from >> CHUNK_BITS)
             .flat_map(move |(c, chunk)| {
                 let base = c * CHUNK;
                 let n = len.saturating_sub(base).min(CHUNK);
-                chunk[..n]
+                let first = from.saturating_sub(base).min(n);
+                chunk[first..n]
                     .iter()
                     .enumerate()
-                    .map(move |(j, e)| ((base + j) as u32, e))
+                    .map(move |(j, e)| ((base + first + j) as u32, e))
             })
             .filter(move |&(i, e)| e.state() != STATE_FREE && i != except)
             .map(|(i, e)| (e.lo(), i))
@@ -1359,8 +1362,10 @@ fn derived_completion(p: &Params, now: Now, deadline_ms: u64) -> u64 {
 }
 
 /// Removes entry `idx` (already unlinked from the wheel) from index, side tables and slab.
+#[allow(clippy::too_many_arguments)]
 fn remove_unlinked(
     index: &mut Index,
+    index_spare: &mut Option<index::Spare>,
     slab: &mut Slab,
     payloads: &mut HashMap<u32, u64>,
     extras: &mut HashMap<u32, Extra>,
@@ -1372,7 +1377,7 @@ fn remove_unlinked(
         unstored.remove(&idx);
     }
     let e = *slab.get(idx);
-    index.remove(e.lo(), idx);
+    index.remove_using(e.lo(), idx, index_spare);
     if e.has_payload() {
         payloads.remove(&idx);
     }
@@ -1474,6 +1479,9 @@ impl Shard {
         let far = self.index.room() > growth.saturating_mul(SPARE_KEEP_PASSES);
         let index = &self.index;
         let unneeded = self.index_spare.take_if(|s| far || !index.spare_needed(s));
+        if unneeded.is_some() {
+            self.index.stop_moving();
+        }
         (self.index_spare_due(growth), unneeded)
     }
 
@@ -1509,6 +1517,7 @@ impl Shard {
             return Some(spare);
         }
         self.index_spare = Some(spare);
+        self.index.begin_move(&mut self.index_spare);
         None
     }
 
@@ -1580,8 +1589,12 @@ impl Shard {
         let slab = &self.slab;
         // Growth re-places every other live entry, read from the slab in order, in
         // the spare array if there is one of the new length.
-        self.index
-            .insert_using(fp.lo, idx, || slab.live_except(idx), &mut self.index_spare);
+        self.index.insert_using(
+            fp.lo,
+            idx,
+            |from| slab.live_from(from, idx),
+            &mut self.index_spare,
+        );
     }
 
     fn set_payload(&mut self, idx: u32, payload: u64) {
@@ -2316,6 +2329,7 @@ impl Shard {
         self.wheel.deschedule(&mut self.slab, idx);
         remove_unlinked(
             &mut self.index,
+            &mut self.index_spare,
             &mut self.slab,
             &mut self.payloads,
             &mut self.extras,
@@ -2447,6 +2461,7 @@ impl Shard {
     ) -> (usize, bool) {
         let Shard {
             index,
+            index_spare,
             slab,
             wheel,
             payloads,
@@ -2468,7 +2483,16 @@ impl Shard {
                 slab.get_mut(idx).deadline = when as u32;
                 return Some(when);
             }
-            remove_unlinked(index, slab, payloads, extras, unstored, live, idx);
+            remove_unlinked(
+                index,
+                index_spare,
+                slab,
+                payloads,
+                extras,
+                unstored,
+                live,
+                idx,
+            );
             reclaimed += 1;
             None
         });

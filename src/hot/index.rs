@@ -396,6 +396,9 @@ pub(crate) struct Index {
     /// How many high bits of a slot hold check bits: the array's (see
     /// [`check_mask`]). A count, not the mask, so that the index stays one line.
     check_count: u8,
+    /// The doubling is under way: the entries are being copied into the spare, a
+    /// few with each insert (see [`Index::begin_move`]).
+    moving: bool,
     /// The largest slab index ever stored: every array made has room for it.
     largest: u32,
 }
@@ -433,34 +436,166 @@ const fn spare_mark(buckets: usize) -> usize {
 /// claim that doubles (see [`Index::spare_wanted`]): the allocation and the first
 /// touch of its pages (a page fault each, 2-4 us on a virtual machine: 256 of them
 /// for a megabyte) are then no part of the pause.
+///
+/// Once its index has it, the doubling is spread over the inserts that follow
+/// ([`Index::begin_move`]): each copies a few entries into it, in slab order, and
+/// the last one makes it the index's array. Meanwhile the index's own array stays
+/// whole (lock-free readers read only that one), and every change to an entry
+/// already copied is made in both.
 #[derive(Debug)]
-pub(crate) struct Spare(Vec<Bucket>);
+pub(crate) struct Spare {
+    buckets: Vec<Bucket>,
+    /// The check bits its slots keep (written in every bucket).
+    check_count: u8,
+    /// Holds nothing but empty buckets of `check_count`.
+    clean: bool,
+    /// While its index moves into it: every entry of a slab index below this is
+    /// in it too, and no other.
+    upto: u32,
+    /// Entries in it.
+    moved: usize,
+}
 
 impl Spare {
     /// An array of `buckets` buckets, every page of it written once, or `None` if the
-    /// allocator refuses.
+    /// allocator refuses. Its slots keep the check bits an index of that length
+    /// keeps while its slab indices stay within the array's room, which they do
+    /// unless the slab has many more free slots than live ones.
     pub(crate) fn make(buckets: usize) -> Option<Spare> {
+        let check_count = checks_for(buckets, 0);
         let mut v = Vec::new();
         v.try_reserve_exact(buckets).ok()?;
-        v.resize(buckets, Bucket::EMPTY);
-        Some(Spare(v))
+        v.resize(buckets, Bucket::empty(check_count));
+        Some(Spare {
+            buckets: v,
+            check_count,
+            clean: true,
+            upto: 0,
+            moved: 0,
+        })
     }
 
     /// Its length in buckets.
     pub(crate) fn buckets(&self) -> usize {
-        self.0.len()
+        self.buckets.len()
     }
 
     /// Heap bytes held.
     pub(crate) fn bytes(&self) -> usize {
-        self.0.capacity() * std::mem::size_of::<Bucket>()
+        self.buckets.capacity() * std::mem::size_of::<Bucket>()
     }
 
     /// For tests: where its buckets are.
     #[cfg(test)]
     pub(crate) fn addr(&self) -> usize {
-        self.0.as_ptr() as usize
+        self.buckets.as_ptr() as usize
     }
+
+    /// Copies `(h, idx)` in.
+    fn place(&mut self, h: u64, idx: u32) {
+        place_in(&mut self.buckets, check_mask(self.check_count), h, idx);
+        self.moved += 1;
+    }
+
+    /// Copies every `(h, idx)` of `group` in.
+    fn place_all(&mut self, group: &[(u64, u32)]) {
+        for &(h, idx) in group {
+            self.place(h, idx);
+        }
+    }
+
+    /// The address of hash `h`'s home bucket in it.
+    fn home(&self, h: u64) -> usize {
+        let b = h as usize & (self.buckets.len() - 1);
+        self.buckets.as_ptr() as usize + b * BUCKET_ALIGN
+    }
+}
+
+/// The fewest entries an insert copies into the spare while its index moves into
+/// it (more when the array's remaining room asks for more: the move must end by the
+/// insert that fills the array). From the mark, the 15/16 of the array's room
+/// already filled are copied within its last sixteenth, with what arrives meanwhile.
+const MOVE_STEP: usize = 16;
+
+/// Bucket and slot of the index that `eq` accepts, among those stored under `h` in
+/// `buckets` (whose slots keep the check bits `checks`).
+#[inline]
+fn position_in(
+    buckets: &[Bucket],
+    checks: u32,
+    h: u64,
+    mut eq: impl FnMut(u32) -> bool,
+) -> Option<(usize, usize)> {
+    if buckets.is_empty() {
+        return None;
+    }
+    let t = tag(h);
+    let check = check_bits(h, checks);
+    let mask = buckets.len() - 1;
+    let mut b = h as usize & mask;
+    for _ in 0..buckets.len() {
+        let bucket = &buckets[b];
+        let mut m = bucket.matches(t);
+        while m != 0 {
+            let i = m.trailing_zeros() as usize;
+            m &= m - 1;
+            let slot = bucket.slots[i];
+            if slot & checks == check && eq(slot & !checks) {
+                return Some((b, i));
+            }
+        }
+        if bucket.over == 0 {
+            return None;
+        }
+        b = (b + 1) & mask;
+    }
+    None
+}
+
+/// Puts `idx` in the first free slot on `h`'s probe path in `buckets`, raising the
+/// overflow count of every full bucket passed. There is always a free slot: the load
+/// stays under 7/8.
+fn place_in(buckets: &mut [Bucket], checks: u32, h: u64, idx: u32) {
+    debug_assert_eq!(idx & checks, 0, "the slab index fits under the checks");
+    let t = tag(h);
+    let slot = idx | check_bits(h, checks);
+    let mask = buckets.len() - 1;
+    let mut b = h as usize & mask;
+    loop {
+        let bucket = &mut buckets[b];
+        let free = bucket.matches(0);
+        if free != 0 {
+            let i = free.trailing_zeros() as usize;
+            bucket.tags[i] = t;
+            bucket.slots[i] = slot;
+            return;
+        }
+        if bucket.over != STICKY {
+            bucket.over += 1;
+        }
+        b = (b + 1) & mask;
+    }
+}
+
+/// Removes `idx` stored under `h` from `buckets`. False if it is not there.
+fn remove_in(buckets: &mut [Bucket], checks: u32, h: u64, idx: u32) -> bool {
+    let Some((b, i)) = position_in(buckets, checks, h, |s| s == idx) else {
+        return false;
+    };
+    let bucket = &mut buckets[b];
+    bucket.tags[i] = 0;
+    bucket.slots[i] = 0;
+    // Lower the counts this entry raised on its way here.
+    let mask = buckets.len() - 1;
+    let mut p = h as usize & mask;
+    while p != b {
+        let over = &mut buckets[p].over;
+        if *over != STICKY {
+            *over -= 1;
+        }
+        p = (p + 1) & mask;
+    }
+    true
 }
 
 impl Index {
@@ -478,6 +613,7 @@ impl Index {
             buckets,
             len: 0,
             check_count: checks,
+            moving: false,
             largest: 0,
             retired: Vec::new(),
             dirty: false,
@@ -566,11 +702,6 @@ impl Index {
         check_mask(self.check_count)
     }
 
-    #[inline]
-    fn mask(&self) -> usize {
-        self.buckets.len().wrapping_sub(1)
-    }
-
     /// The index whose slab entry `eq` accepts, among those stored under `h`.
     #[inline]
     pub(crate) fn find(&self, h: u64, eq: impl FnMut(u32) -> bool) -> Option<u32> {
@@ -580,32 +711,8 @@ impl Index {
 
     /// Bucket and slot of the index that `eq` accepts, among those stored under `h`.
     #[inline]
-    fn position(&self, h: u64, mut eq: impl FnMut(u32) -> bool) -> Option<(usize, usize)> {
-        if self.buckets.is_empty() {
-            return None;
-        }
-        let t = tag(h);
-        let checks = self.checks();
-        let check = check_bits(h, checks);
-        let mask = self.mask();
-        let mut b = h as usize & mask;
-        for _ in 0..self.buckets.len() {
-            let bucket = &self.buckets[b];
-            let mut m = bucket.matches(t);
-            while m != 0 {
-                let i = m.trailing_zeros() as usize;
-                m &= m - 1;
-                let slot = bucket.slots[i];
-                if slot & checks == check && eq(slot & !checks) {
-                    return Some((b, i));
-                }
-            }
-            if bucket.over == 0 {
-                return None;
-            }
-            b = (b + 1) & mask;
-        }
-        None
+    fn position(&self, h: u64, eq: impl FnMut(u32) -> bool) -> Option<(usize, usize)> {
+        position_in(&self.buckets, self.checks(), h, eq)
     }
 
     /// Stores `idx` under `h` (the caller knows it is not there yet). When the index
@@ -618,16 +725,25 @@ impl Index {
     where
         I: IntoIterator<Item = (u64, u32)>,
     {
-        self.insert_using(h, idx, entries, &mut None)
+        let mut entries = Some(entries);
+        self.insert_using(
+            h,
+            idx,
+            |_| (entries.take().expect("listed once without a spare"))(),
+            &mut None,
+        )
     }
 
     /// [`Index::insert`], taking `spare` for the new array if it grows into one of
-    /// that length.
+    /// that length, and moving into `spare` a few entries at a time if a move is
+    /// under way ([`Index::begin_move`]). `entries(from)` lists the stored indices
+    /// from slab index `from` on, in slab order, with their hashes (`idx` not among
+    /// them).
     pub(crate) fn insert_using<I>(
         &mut self,
         h: u64,
         idx: u32,
-        entries: impl FnOnce() -> I,
+        mut entries: impl FnMut(u32) -> I,
         spare: &mut Option<Spare>,
     ) -> bool
     where
@@ -637,16 +753,38 @@ impl Index {
         let rebuild = grow || !self.fits(idx);
         self.largest = self.largest.max(idx);
         if rebuild {
-            let n = if grow {
-                (self.buckets.len() * 2).max(1)
-            } else {
-                self.buckets.len()
-            };
-            let spare = spare.take_if(|s| grow && s.buckets() == n);
-            self.rebuild(n, entries(), spare);
+            let mut done = false;
+            if self.moving {
+                let s = spare.as_ref().expect("a moving index has its spare");
+                if grow && idx & check_mask(s.check_count) == 0 {
+                    // The spare came when the array was already full (the inserts
+                    // of a move under way end it by the one that fills the array):
+                    // every entry now.
+                    let s = spare.as_mut().expect("checked");
+                    for (eh, e) in entries(s.upto) {
+                        s.place(eh, e);
+                    }
+                    self.end_move(spare);
+                    done = true;
+                } else {
+                    self.moving = false;
+                }
+            }
+            if !done {
+                let n = if grow {
+                    (self.buckets.len() * 2).max(1)
+                } else {
+                    self.buckets.len()
+                };
+                let spare = spare.take_if(|s| grow && s.buckets() == n);
+                self.rebuild(n, entries(0), spare);
+            }
         }
         self.place(h, idx);
         self.len += 1;
+        if self.moving {
+            return self.move_some(h, idx, &mut entries, spare) || rebuild;
+        }
         rebuild
     }
 
@@ -676,55 +814,151 @@ impl Index {
         self.buckets.as_ptr() as usize | self.buckets.len().trailing_zeros() as usize
     }
 
-    /// Puts `idx` in the first free slot on `h`'s probe path, raising the overflow
-    /// count of every full bucket passed. There is always a free slot: the load
-    /// stays under 7/8.
+    /// Puts `idx` in the first free slot on `h`'s probe path (see [`place_in`]).
     fn place(&mut self, h: u64, idx: u32) {
-        debug_assert_eq!(
-            idx & self.checks(),
-            0,
-            "the slab index fits under the checks"
-        );
-        let t = tag(h);
-        let slot = idx | check_bits(h, self.checks());
-        let mask = self.mask();
-        let mut b = h as usize & mask;
-        loop {
-            let bucket = &mut self.buckets[b];
-            let free = bucket.matches(0);
-            if free != 0 {
-                let i = free.trailing_zeros() as usize;
-                bucket.tags[i] = t;
-                bucket.slots[i] = slot;
-                return;
-            }
-            if bucket.over != STICKY {
-                bucket.over += 1;
-            }
-            b = (b + 1) & mask;
-        }
+        let checks = self.checks();
+        place_in(&mut self.buckets, checks, h, idx);
     }
 
-    /// Removes `idx` stored under `h`. False if it is not there.
+    /// Removes `idx` stored under `h`. False if it is not there. Only for an index
+    /// that is not moving into a spare (see [`Index::remove_using`]).
+    #[cfg(test)]
     pub(crate) fn remove(&mut self, h: u64, idx: u32) -> bool {
-        let Some((b, i)) = self.position(h, |s| s == idx) else {
+        self.remove_using(h, idx, &mut None)
+    }
+
+    /// Removes `idx` stored under `h`, from `spare` too if the index is moving into
+    /// it and has copied `idx` there. False if it is not there.
+    pub(crate) fn remove_using(&mut self, h: u64, idx: u32, spare: &mut Option<Spare>) -> bool {
+        let checks = self.checks();
+        if !remove_in(&mut self.buckets, checks, h, idx) {
             return false;
-        };
-        let bucket = &mut self.buckets[b];
-        bucket.tags[i] = 0;
-        bucket.slots[i] = 0;
-        // Lower the counts this entry raised on its way here.
-        let mask = self.mask();
-        let mut p = h as usize & mask;
-        while p != b {
-            let over = &mut self.buckets[p].over;
-            if *over != STICKY {
-                *over -= 1;
-            }
-            p = (p + 1) & mask;
         }
         self.len -= 1;
+        if self.moving {
+            let s = spare.as_mut().expect("a moving index has its spare");
+            if idx < s.upto {
+                let gone = remove_in(&mut s.buckets, check_mask(s.check_count), h, idx);
+                debug_assert!(gone, "an entry copied is in the spare");
+                s.moved -= 1;
+            }
+        }
         true
+    }
+
+    /// Begins the doubling into `spare` (held by the caller from now on, and passed
+    /// to every insert and removal until the move ends): an array of twice this
+    /// one's length, clean, whose check bits leave room for every slab index stored
+    /// so far. False, and nothing begun, otherwise (the doubling then takes it whole,
+    /// as it would any spare of its length). Lock-free readers keep reading this
+    /// array until the move ends.
+    pub(crate) fn begin_move(&mut self, spare: &mut Option<Spare>) -> bool {
+        let Some(s) = spare.as_mut() else {
+            return false;
+        };
+        let n = 2 * self.buckets.len();
+        if self.moving
+            || self.buckets.is_empty()
+            || !s.clean
+            || s.buckets() != n
+            || s.check_count != checks_for(n, self.largest)
+        {
+            return false;
+        }
+        s.clean = false;
+        s.upto = 0;
+        s.moved = 0;
+        self.moving = true;
+        true
+    }
+
+    /// Whether the index is moving into its spare.
+    #[cfg(test)]
+    pub(crate) fn moving(&self) -> bool {
+        self.moving
+    }
+
+    /// Gives up a move under way (the spare is to be freed, or an insert needs a
+    /// rebuild): the spare keeps what was copied, and is written over before any
+    /// later use.
+    pub(crate) fn stop_moving(&mut self) {
+        self.moving = false;
+    }
+
+    /// The move's part of an insert of `idx` under `h`, just placed in this array:
+    /// copied into the spare as well if the move has passed it; then the next few
+    /// entries in slab order (`entries(from)`: every stored index from `from` on but
+    /// `idx`, with its hash, in slab order), and the spare made the array once they
+    /// are all in. True if the move ended (the index's array changed).
+    fn move_some<I>(
+        &mut self,
+        h: u64,
+        idx: u32,
+        entries: &mut impl FnMut(u32) -> I,
+        spare: &mut Option<Spare>,
+    ) -> bool
+    where
+        I: IntoIterator<Item = (u64, u32)>,
+    {
+        let s = spare.as_mut().expect("a moving index has its spare");
+        // The spare's slots keep no more check bits than this array's (twice the
+        // length, the same largest index), and `idx` fits this array's.
+        debug_assert_eq!(idx & check_mask(s.check_count), 0);
+        let from = s.upto;
+        if idx < from {
+            s.place(h, idx);
+        }
+        // Enough that the move ends before this array fills.
+        let left = self.len.saturating_sub(s.moved);
+        let room = self.room() + 1;
+        let quota = left.div_ceil(room).max(MOVE_STEP);
+        let mut copied = 0;
+        let mut upto = u32::MAX;
+        // In groups whose home buckets are asked for first: each is a cache miss (the
+        // spare is larger than this core's cache, and was written on another core),
+        // and placing them one after another would take the misses one by one.
+        let mut group = [(0u64, 0u32); MOVE_STEP];
+        let mut it = entries(from).into_iter();
+        'copy: while copied < quota {
+            let mut n = 0;
+            while n < MOVE_STEP.min(quota - copied) {
+                let Some(next) = it.next() else {
+                    s.place_all(&group[..n]);
+                    break 'copy;
+                };
+                prefetch_line_for_write(s.home(next.0));
+                group[n] = next;
+                n += 1;
+            }
+            s.place_all(&group[..n]);
+            copied += n;
+        }
+        if upto == u32::MAX && copied == quota {
+            // Stopped at the quota: the cursor is the next entry, if there is one.
+            if let Some((_, e)) = it.next() {
+                upto = e;
+            }
+        }
+        if idx >= from && idx < upto {
+            s.place(h, idx);
+        }
+        s.upto = upto;
+        if upto == u32::MAX {
+            self.end_move(spare);
+            return true;
+        }
+        false
+    }
+
+    /// Makes the spare, which now holds every entry, the index's array.
+    fn end_move(&mut self, spare: &mut Option<Spare>) {
+        let s = spare.take().expect("a moving index has its spare");
+        debug_assert_eq!(s.moved, self.len, "every entry was copied");
+        let old = std::mem::replace(&mut self.buckets, s.buckets);
+        self.check_count = s.check_count;
+        self.retired.push(old);
+        self.dirty = true;
+        self.moving = false;
     }
 
     /// Makes a new array of `n` buckets, with room in its slots for every slab index
@@ -742,7 +976,7 @@ impl Index {
             // write, which also brings the array into this core's caches (it was
             // made on another core): placing the entries into it straight from
             // there took nearly as long as allocating a new one.
-            Some(Spare(mut b)) => {
+            Some(Spare { buckets: mut b, .. }) => {
                 debug_assert_eq!(b.len(), n);
                 b.fill(Bucket::empty(checks));
                 b
@@ -840,7 +1074,7 @@ mod tests {
         if ix.buckets.is_empty() {
             return;
         }
-        let mask = ix.mask();
+        let mask = ix.buckets.len() - 1;
         let mut want = vec![0u32; ix.buckets.len()];
         for (b, bucket) in ix.buckets.iter().enumerate() {
             for i in 0..SLOTS {
@@ -956,7 +1190,7 @@ mod tests {
         let mut made = Spare::make(2 * n).unwrap();
         // Left as a stale array would be: every other bucket written over (so
         // that placing still finds free slots). The doubling must write it again.
-        for b in made.0.iter_mut().step_by(2) {
+        for b in made.buckets.iter_mut().step_by(2) {
             *b = Bucket {
                 tags: [7; SLOTS],
                 over: 3,
@@ -969,7 +1203,7 @@ mod tests {
         let mut spare = Some(made);
         let h = mix(u64::from(full));
         let m = &model;
-        assert!(ix.insert_using(h, full, || stored(m, full), &mut spare));
+        assert!(ix.insert_using(h, full, |_| stored(m, full), &mut spare));
         model.insert(full, h);
         assert!(spare.is_none(), "taken");
         assert_eq!(ix.buckets.len(), 2 * n);
@@ -1003,7 +1237,7 @@ mod tests {
         ix.insert_using(
             mix(u64::from(full - 1)),
             full - 1,
-            || stored(m, full - 1),
+            |_| stored(m, full - 1),
             &mut spare,
         );
         model.insert(full - 1, mix(u64::from(full - 1)));
@@ -1012,7 +1246,7 @@ mod tests {
         let mut spare = Some(Spare::make(4 * n).unwrap());
         let at = spare.as_ref().unwrap().addr();
         let m = &model;
-        assert!(ix.insert_using(mix(u64::from(full)), full, || stored(m, full), &mut spare));
+        assert!(ix.insert_using(mix(u64::from(full)), full, |_| stored(m, full), &mut spare));
         model.insert(full, mix(u64::from(full)));
         assert!(spare.is_some(), "not taken");
         assert_ne!(ix.hint() & !(BUCKET_ALIGN - 1), at);
@@ -1032,6 +1266,234 @@ mod tests {
         model.remove(&last);
         assert!(!ix.spare_needed(&next), "emptied below three quarters");
         assert_eq!(next.bytes(), 2 * n * BUCKET_ALIGN);
+    }
+
+    /// The entries of `model` from slab index `from` on but `except`, in slab order,
+    /// as a shard lists them for a move.
+    fn in_slab_order(model: &HashMap<u32, u64>, from: u32, except: u32) -> Vec<(u64, u32)> {
+        let mut v: Vec<(u64, u32)> = model
+            .iter()
+            .filter(|&(&i, _)| i >= from && i != except)
+            .map(|(&i, &h)| (h, i))
+            .collect();
+        v.sort_unstable_by_key(|&(_, i)| i);
+        v
+    }
+
+    /// Inserts `idx` under `h` as a shard does, passing `spare`.
+    fn put_using(
+        ix: &mut Index,
+        model: &mut HashMap<u32, u64>,
+        spare: &mut Option<Spare>,
+        idx: u32,
+        h: u64,
+    ) -> bool {
+        let m = &*model;
+        let changed = ix.insert_using(h, idx, |from| in_slab_order(m, from, idx), spare);
+        model.insert(idx, h);
+        changed
+    }
+
+    /// Checks a move under way: the spare holds exactly the entries below its
+    /// cursor, each found there.
+    fn check_spare(ix: &Index, spare: &Option<Spare>, model: &HashMap<u32, u64>) {
+        if !ix.moving {
+            return;
+        }
+        let s = spare.as_ref().expect("a moving index has its spare");
+        let checks = check_mask(s.check_count);
+        let below: Vec<(&u32, &u64)> = model.iter().filter(|&(&i, _)| i < s.upto).collect();
+        assert_eq!(
+            s.moved,
+            below.len(),
+            "the spare holds what is below its cursor"
+        );
+        for (&i, &h) in below {
+            assert!(
+                position_in(&s.buckets, checks, h, |x| x == i).is_some(),
+                "{i} copied"
+            );
+        }
+        let held: usize = s
+            .buckets
+            .iter()
+            .map(|b| b.tags.iter().filter(|&&t| t != 0).count())
+            .sum();
+        assert_eq!(held, s.moved, "and nothing else");
+    }
+
+    #[test]
+    fn a_move_copies_a_few_entries_an_insert_and_ends_by_the_time_the_array_fills() {
+        let n = SPARE_FROM;
+        let mark = spare_mark(n) as u32;
+        let (mut ix, mut model) = filled(n, mark);
+        let mut spare = Spare::make(2 * n);
+        let at = spare.as_ref().unwrap().addr();
+        assert!(ix.begin_move(&mut spare));
+        assert!(ix.moving());
+        assert!(!ix.begin_move(&mut spare), "once");
+        let mut i = mark;
+        while ix.moving() {
+            let moved = spare.as_ref().unwrap().moved;
+            let changed = put_using(&mut ix, &mut model, &mut spare, i, mix(u64::from(i)));
+            i += 1;
+            match &spare {
+                Some(s) => {
+                    assert!(!changed);
+                    assert!(s.moved - moved <= MOVE_STEP + 1, "a few an insert");
+                }
+                None => assert!(changed, "the insert that ends it reports the new array"),
+            }
+            if ix.moving() {
+                assert_eq!(ix.buckets.len(), n, "readers' array unchanged while moving");
+            }
+            if i.is_multiple_of(64) {
+                check(&ix, &model);
+                check_spare(&ix, &spare, &model);
+            }
+        }
+        assert!(spare.is_none(), "taken");
+        assert!(
+            ix.len() <= capacity(n),
+            "ended by the insert that fills the old array"
+        );
+        assert_eq!(ix.buckets.len(), 2 * n);
+        assert_eq!(
+            ix.hint() & !(BUCKET_ALIGN - 1),
+            at,
+            "the spare is the array"
+        );
+        assert_eq!(ix.take_retired().map(|r| r.0.len()), Some(1));
+        check(&ix, &model);
+    }
+
+    #[test]
+    fn a_move_begun_at_a_full_array_ends_in_the_insert_that_would_double_it() {
+        let n = SPARE_FROM;
+        let full = capacity(n) as u32;
+        let (mut ix, mut model) = filled(n, full);
+        let mut spare = Spare::make(2 * n);
+        let at = spare.as_ref().unwrap().addr();
+        assert!(ix.begin_move(&mut spare));
+        assert!(put_using(
+            &mut ix,
+            &mut model,
+            &mut spare,
+            full,
+            mix(u64::from(full))
+        ));
+        assert!(spare.is_none());
+        assert_eq!(ix.hint() & !(BUCKET_ALIGN - 1), at);
+        check(&ix, &model);
+    }
+
+    #[test]
+    fn a_move_is_begun_only_into_a_clean_spare_of_twice_the_length() {
+        let n = SPARE_FROM;
+        let (mut ix, _) = filled(n, spare_mark(n) as u32);
+        assert!(!ix.begin_move(&mut None));
+        assert!(!ix.begin_move(&mut Spare::make(4 * n)), "another length");
+        let mut spare = Spare::make(2 * n);
+        assert!(ix.begin_move(&mut spare));
+        ix.stop_moving();
+        assert!(!ix.moving());
+        assert!(!ix.begin_move(&mut spare), "written, not clean");
+        // A slab index the spare's slots cannot hold (its check bits reach down to
+        // bit 16).
+        let mut spare = Spare::make(2 * n);
+        ix.largest = 1 << 20;
+        assert!(!ix.begin_move(&mut spare));
+    }
+
+    #[test]
+    fn random_changes_during_moves_agree_with_a_map() {
+        let n = SPARE_FROM;
+        for round in 0..6u64 {
+            let (mut ix, mut model) = filled(n, spare_mark(n) as u32 - 200);
+            // Freed slab indices are reused, as a slab's free list does: some new
+            // entries land below the move's cursor.
+            let mut free: Vec<u32> = Vec::new();
+            let mut next = model.len() as u32;
+            let mut spare = None;
+            let mut begun = false;
+            let mut gave_up = false;
+            for step in 0..6_000u64 {
+                let r = mix(round << 32 | step);
+                if !begun && ix.len() >= spare_mark(n) {
+                    spare = Spare::make(2 * n);
+                    assert!(ix.begin_move(&mut spare));
+                    begun = true;
+                }
+                if round == 5 && ix.moving() && spare.as_ref().is_some_and(|s| s.moved > 3_000) {
+                    // Given up part way: the doubling later writes the spare over.
+                    ix.stop_moving();
+                    gave_up = true;
+                }
+                if r % 5 < 3 || model.is_empty() {
+                    let idx = if r.is_multiple_of(7) && !free.is_empty() {
+                        free.swap_remove((r >> 16) as usize % free.len())
+                    } else {
+                        next += 1;
+                        next - 1
+                    };
+                    put_using(&mut ix, &mut model, &mut spare, idx, mix(r ^ 0x55));
+                } else {
+                    let victim = *model.keys().nth((r >> 8) as usize % model.len()).unwrap();
+                    let h = model.remove(&victim).unwrap();
+                    assert!(ix.remove_using(h, victim, &mut spare));
+                    assert!(!ix.remove_using(h, victim, &mut spare), "removed twice");
+                    free.push(victim);
+                }
+                if step % 101 == 0 {
+                    check(&ix, &model);
+                    check_spare(&ix, &spare, &model);
+                }
+            }
+            check(&ix, &model);
+            check_spare(&ix, &spare, &model);
+            assert!(!ix.moving(), "round {round}: every move ended");
+            assert!(ix.buckets.len() >= 2 * n, "round {round}: doubled");
+            assert_eq!(gave_up, round == 5);
+        }
+    }
+
+    #[test]
+    fn an_entry_stored_where_the_moves_next_copies_are_is_copied_once() {
+        let n = SPARE_FROM;
+        let mark = spare_mark(n) as u32;
+        let (mut ix, mut model) = filled(n, mark);
+        let mut spare = Spare::make(2 * n);
+        assert!(ix.begin_move(&mut spare));
+        // One insert copies the first entries (and leaves its own, at the end of the
+        // slab, for later).
+        put_using(&mut ix, &mut model, &mut spare, mark, mix(u64::from(mark)));
+        let upto = spare.as_ref().unwrap().upto;
+        assert!(upto > 0 && upto < mark);
+        // A slab index just past the cursor, freed and stored again under another
+        // hash: the next insert's copies reach past it, and it is among them.
+        let reused = upto + 1;
+        let h = model.remove(&reused).unwrap();
+        assert!(ix.remove_using(h, reused, &mut spare));
+        put_using(&mut ix, &mut model, &mut spare, reused, mix(u64::MAX - 7));
+        assert!(
+            spare.as_ref().unwrap().upto > reused,
+            "the window passed it"
+        );
+        check(&ix, &model);
+        check_spare(&ix, &spare, &model);
+        // And one freed and stored again below the cursor.
+        let below = 3;
+        let h = model.remove(&below).unwrap();
+        assert!(ix.remove_using(h, below, &mut spare));
+        check_spare(&ix, &spare, &model);
+        put_using(&mut ix, &mut model, &mut spare, below, mix(u64::MAX - 9));
+        check_spare(&ix, &spare, &model);
+        let mut i = mark + 1;
+        while ix.moving() {
+            put_using(&mut ix, &mut model, &mut spare, i, mix(u64::from(i)));
+            i += 1;
+        }
+        check(&ix, &model);
     }
 
     #[test]

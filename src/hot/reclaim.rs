@@ -424,8 +424,88 @@ static LIMBO_BYTES: AtomicUsize = AtomicUsize::new(0);
 /// a barrier in hundreds of claims of a filling namespace (W3: about 430 a run).
 const COLLECT_AT_BYTES: usize = 1 << 20;
 
+/// The bytes waiting at which a retirement collects at once even when a background
+/// collector was asked (see [`register_collector`]): one that has not got round to
+/// it lets the garbage grow no further than this.
+const COLLECT_HERE_AT_BYTES: usize = 16 << 20;
+
+/// What asks a background thread to run [`collect_if_asked`].
+type AskCollector = Arc<dyn Fn() + Send + Sync>;
+
+/// Background threads (the engines' maintenance threads) that collect when asked,
+/// each with its registration's number.
+static COLLECTORS: Mutex<Vec<(u64, AskCollector)>> = Mutex::new(Vec::new());
+/// Entries in [`COLLECTORS`], read without its lock.
+static COLLECTORS_LEN: AtomicUsize = AtomicUsize::new(0);
+static NEXT_COLLECTOR: AtomicU64 = AtomicU64::new(0);
+/// A collector was asked to collect and has not yet begun.
+static COLLECT_ASKED: AtomicBool = AtomicBool::new(false);
+
+/// A background collector's place in [`COLLECTORS`], given up when dropped.
+pub(crate) struct CollectorRegistration(u64);
+
+impl Drop for CollectorRegistration {
+    fn drop(&mut self) {
+        let mut list = COLLECTORS.lock();
+        list.retain(|(id, _)| *id != self.0);
+        COLLECTORS_LEN.store(list.len(), Ordering::Relaxed);
+    }
+}
+
+/// Registers a background thread that collects: a retirement that brings the
+/// garbage waiting past [`COLLECT_AT_BYTES`] calls `ask` (which must return at once)
+/// instead of collecting itself, and the thread runs [`collect_if_asked`]. The
+/// collection's barrier and frees (a millisecond's tenth at a megabyte of index
+/// arrays) then run on that thread, not inside the claim that grew a table.
+pub(crate) fn register_collector(ask: impl Fn() + Send + Sync + 'static) -> CollectorRegistration {
+    let id = NEXT_COLLECTOR.fetch_add(1, Ordering::Relaxed);
+    let mut list = COLLECTORS.lock();
+    list.push((id, Arc::new(ask)));
+    COLLECTORS_LEN.store(list.len(), Ordering::Relaxed);
+    CollectorRegistration(id)
+}
+
+/// Runs the collection a retirement asked of the background collectors, if one is
+/// waiting (see [`register_collector`]).
+pub(crate) fn collect_if_asked() {
+    if COLLECT_ASKED.swap(false, Ordering::AcqRel) {
+        collect();
+    }
+}
+
+/// Whether a background collector was asked (or already had been) to collect the
+/// garbage waiting: false if there is none, and the caller collects.
+fn ask_a_collector() -> bool {
+    #[cfg(test)]
+    if !ASK_COLLECTORS.with(|a| a.get()) {
+        return false;
+    }
+    if COLLECTORS_LEN.load(Ordering::Relaxed) == 0 {
+        return false;
+    }
+    if COLLECT_ASKED.swap(true, Ordering::AcqRel) {
+        // Asked already: the collection to come takes this garbage too.
+        return true;
+    }
+    let ask = COLLECTORS.lock().first().map(|(_, ask)| Arc::clone(ask));
+    match ask {
+        Some(ask) => {
+            ask();
+            true
+        }
+        None => {
+            COLLECT_ASKED.store(false, Ordering::Release);
+            false
+        }
+    }
+}
+
 #[cfg(test)]
 std::thread_local! {
+    /// Whether retirements on this thread may hand their collection to a registered
+    /// collector (tests that count collections made at once leave it off: another
+    /// test's engine may have registered one meanwhile).
+    static ASK_COLLECTORS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Retirements on this thread that collected at once.
     static COLLECTED_HERE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
     /// Run (once) by a retirement on this thread once it has let the limbo go.
@@ -459,10 +539,62 @@ pub(crate) fn retire<T: Send + 'static>(garbage: T, bytes: usize, pending: &Arc<
         f();
     }
     if waiting >= COLLECT_AT_BYTES {
+        if waiting < COLLECT_HERE_AT_BYTES && ask_a_collector() {
+            return;
+        }
         #[cfg(test)]
         COLLECTED_HERE.with(|c| c.set(c.get() + 1));
         collect();
     }
+}
+
+/// For tests: lets retirements on this thread ask a registered collector.
+#[cfg(test)]
+pub(crate) fn ask_collectors_from_this_thread(on: bool) {
+    ASK_COLLECTORS.with(|a| a.set(on));
+}
+
+/// For tests: asks the collector `registration` names, as a retirement would.
+/// False if it is not registered.
+#[cfg(test)]
+pub(crate) fn ask_collector(registration: &CollectorRegistration) -> bool {
+    let ask = COLLECTORS
+        .lock()
+        .iter()
+        .find(|(id, _)| *id == registration.0)
+        .map(|(_, ask)| Arc::clone(ask));
+    let Some(ask) = ask else {
+        return false;
+    };
+    COLLECT_ASKED.store(true, Ordering::Release);
+    ask();
+    true
+}
+
+/// For tests: whether a collection asked of a collector has not begun.
+#[cfg(test)]
+pub(crate) fn collection_asked() -> bool {
+    COLLECT_ASKED.load(Ordering::Acquire)
+}
+
+/// For tests: whether a collector is registered under `id`.
+#[cfg(test)]
+pub(crate) fn collector_registered(id: u64) -> bool {
+    COLLECTORS.lock().iter().any(|(i, _)| *i == id)
+}
+
+impl CollectorRegistration {
+    /// For tests: its number.
+    #[cfg(test)]
+    pub(crate) fn id(&self) -> u64 {
+        self.0
+    }
+}
+
+/// For tests: retirements on this thread that collected at once.
+#[cfg(test)]
+pub(crate) fn collected_here() -> u64 {
+    COLLECTED_HERE.with(|c| c.get())
 }
 
 /// Frees whatever retired garbage no pinned reader can still be reading.
@@ -473,6 +605,9 @@ pub(crate) fn collect() {
 /// [`collect`], running `between` after the scan of the readers and before the free
 /// (tests use it to retire and pin there, even with nothing retired yet).
 fn collect_pausing(between: impl FnOnce(), even_if_empty: bool) {
+    // This collection takes whatever a collector was asked to: a retirement from
+    // here on asks again.
+    COLLECT_ASKED.store(false, Ordering::Release);
     if LIMBO_LEN.load(Ordering::Relaxed) == 0 && !even_if_empty {
         return;
     }
@@ -598,6 +733,45 @@ mod tests {
         retire(vec![0u8; 8], COLLECT_AT_BYTES, &p);
         assert_eq!(collected(), before + 1);
         freed_eventually(&p);
+    }
+
+    #[test]
+    fn a_retirement_past_the_threshold_asks_a_collector_and_past_the_bound_collects() {
+        let p = pending();
+        let registration = register_collector(|| {});
+        ask_collectors_from_this_thread(true);
+        let before = collected_here();
+        // Past the threshold (unless other tests' garbage had brought the limbo
+        // past the bound): a collector is asked, and nothing is collected here.
+        if LIMBO_BYTES.load(Ordering::Relaxed) < COLLECT_HERE_AT_BYTES - COLLECT_AT_BYTES {
+            retire(vec![0u8; 8], COLLECT_AT_BYTES, &p);
+            assert_eq!(collected_here(), before, "handed to a collector");
+        }
+        // Past the bound: collected here whatever was asked.
+        retire(vec![0u8; 8], COLLECT_HERE_AT_BYTES, &p);
+        assert!(collected_here() > before);
+        ask_collectors_from_this_thread(false);
+        let id = registration.0;
+        assert!(COLLECTORS.lock().iter().any(|(i, _)| *i == id));
+        drop(registration);
+        assert!(
+            !COLLECTORS.lock().iter().any(|(i, _)| *i == id),
+            "given up when dropped"
+        );
+        freed_eventually(&p);
+    }
+
+    #[test]
+    fn a_collection_asked_of_a_collector_runs_once_and_is_asked_again_after_it() {
+        COLLECT_ASKED.store(true, Ordering::SeqCst);
+        collect_if_asked();
+        assert!(!COLLECT_ASKED.load(Ordering::SeqCst));
+        COLLECT_ASKED.store(true, Ordering::SeqCst);
+        collect();
+        assert!(
+            !COLLECT_ASKED.load(Ordering::SeqCst),
+            "any collection takes what was asked"
+        );
     }
 
     /// A retirement's bytes are counted before its garbage can be seen by a

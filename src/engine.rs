@@ -2366,15 +2366,22 @@ mod tests {
             Filler::with_maintenance(4 * 64 * chunk, Some(std::time::Duration::from_secs(3600)));
         let reservoir = &f.ns.inner.chunks;
         assert_eq!(reservoir.batch(), 4);
-        // Three spares taken from the batch the first one made: one chunk is left.
-        f.fill_to(2 * chunk + chunk * 3 / 4);
         // The thread runs on its own: wait for it (a real thread, so real time; the
         // bound only keeps a broken build from hanging).
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while reservoir.len() < 4 && std::time::Instant::now() < deadline {
-            std::thread::yield_now();
-        }
-        assert_eq!(reservoir.len(), 4, "topped up without a maintenance pass");
+        let topped_up = |why: &str| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while reservoir.len() < 4 && std::time::Instant::now() < deadline {
+                std::thread::yield_now();
+            }
+            assert_eq!(reservoir.len(), 4, "{why}");
+        };
+        // The first spare finds the reservoir empty: its claim makes its own chunk,
+        // and the thread the batch.
+        f.fill_to(chunk * 3 / 4);
+        topped_up("a batch made by the thread");
+        // Three spares taken from it: one chunk is left.
+        f.fill_to(3 * chunk + chunk * 3 / 4);
+        topped_up("topped up without a maintenance pass");
         assert_eq!(f.engine.stats().expirations, 0);
     }
 

@@ -191,9 +191,10 @@ pub(crate) fn new_chunk() -> Chunk {
 /// that cost on one claim in every 512 fresh keys of a shard: about 0.2 % of fresh
 /// claims, enough to lift a stream's 99.9th (and, mixed with durable reads, its
 /// 99th) latency percentile. The reservoir makes them a batch at a time instead,
-/// outside every shard lock: the claim that finds it empty makes the next batch (one
-/// slow claim in `batch` chunks), and the maintenance pass tops it up beforehand
-/// once it has been drawn from (then no claim waits for it). A batch is at most 1/64
+/// outside every shard lock: the maintenance pass tops it up once it has been drawn
+/// from (then no claim waits for it); a claim that finds it empty makes its own chunk
+/// and has the maintenance thread make the batch at once, or, without a maintenance
+/// thread, makes the batch itself (one slow claim in `batch` chunks). A batch is at most 1/64
 /// of the namespace's entries (`max_keys / (64 * CHUNK)` chunks, 1 to 64 of them), so
 /// the chunks it holds unused cost at most about 1.6 % of a full slab; they are
 /// counted in `hot_bytes`.
@@ -255,15 +256,23 @@ impl Reservoir {
         self.chunks.lock().len()
     }
 
-    /// A chunk of free entries: one made ahead, or (the reservoir empty) the first of
-    /// a new batch, made here. A take that leaves fewer than half a batch asks for a
-    /// top-up ([`Reservoir::on_low`]). Call it outside every shard lock.
+    /// A chunk of free entries: one made ahead, or (the reservoir empty) one made
+    /// here, with the rest of a new batch made by the maintenance thread, asked at
+    /// once, or, without one, made here too. A take that leaves fewer than half a
+    /// batch asks for a top-up ([`Reservoir::on_low`]). Call it outside every shard
+    /// lock.
     pub(crate) fn take(&self) -> Chunk {
         self.drawn.store(true, std::sync::atomic::Ordering::Relaxed);
         let (taken, mut left) = {
             let mut chunks = self.chunks.lock();
             (chunks.pop(), chunks.len())
         };
+        if taken.is_none() && self.on_low.get().is_some() {
+            // Making the whole batch here put its page faults in one claim: half a
+            // millisecond at a batch of 64 chunks (900 KiB).
+            self.ask_for_top_up();
+            return new_chunk();
+        }
         let chunk = taken.unwrap_or_else(|| {
             let mut made: Vec<Chunk> = (0..self.batch).map(|_| new_chunk()).collect();
             let chunk = made.pop().unwrap_or_else(new_chunk);
@@ -2613,18 +2622,22 @@ mod reservoir_tests {
             let _ = r.take();
             (r.len(), asked.load(Ordering::SeqCst))
         };
-        // Empty: the take makes a batch itself, which leaves it not low.
-        assert_eq!(take(), (3, 0));
-        assert_eq!(take(), (2, 0), "half a batch left");
-        assert_eq!(take(), (1, 1), "below half: asked");
-        assert_eq!(take(), (0, 1), "asked already");
-        assert_eq!(take(), (3, 1), "empty again: a batch made, nothing asked");
-        // A top-up begins: the next take that leaves it low asks again.
-        r.top_up();
-        assert_eq!(r.len(), 3, "not below half: nothing made");
-        assert_eq!(take(), (2, 1));
-        assert_eq!(take(), (1, 2));
+        // Empty, with a thread to make the batch: the take makes its own chunk only,
+        // and asks.
+        assert_eq!(take(), (0, 1));
+        assert_eq!(take(), (0, 1), "asked already: its own chunk again");
+        // The thread's answer: a batch.
         r.top_up();
         assert_eq!(r.len(), 4);
+        assert_eq!(take(), (3, 1));
+        assert_eq!(take(), (2, 1), "half a batch left");
+        assert_eq!(take(), (1, 2), "below half: asked");
+        assert_eq!(take(), (0, 2), "asked already");
+        // A top-up begins: the next take that leaves it low asks again.
+        r.top_up();
+        assert_eq!(r.len(), 4);
+        assert_eq!(take(), (3, 2));
+        assert_eq!(take(), (2, 2));
+        assert_eq!(take(), (1, 3));
     }
 }

@@ -1322,14 +1322,21 @@ mod tests {
         assert_eq!(held, s.moved, "and nothing else");
     }
 
+    /// An index of [`SPARE_FROM`] buckets holding `n` entries, and its model, moving
+    /// into a spare of twice its length (whose address comes last).
+    fn moving_at(n: u32) -> (Index, HashMap<u32, u64>, Option<Spare>, usize) {
+        let (mut ix, model) = filled(SPARE_FROM, n);
+        let mut spare = Spare::make(2 * SPARE_FROM);
+        let at = spare.as_ref().unwrap().addr();
+        assert!(ix.begin_move(&mut spare));
+        (ix, model, spare, at)
+    }
+
     #[test]
     fn a_move_copies_a_few_entries_an_insert_and_ends_by_the_time_the_array_fills() {
         let n = SPARE_FROM;
         let mark = spare_mark(n) as u32;
-        let (mut ix, mut model) = filled(n, mark);
-        let mut spare = Spare::make(2 * n);
-        let at = spare.as_ref().unwrap().addr();
-        assert!(ix.begin_move(&mut spare));
+        let (mut ix, mut model, mut spare, at) = moving_at(mark);
         assert!(ix.moving());
         assert!(!ix.begin_move(&mut spare), "once");
         let mut i = mark;
@@ -1369,12 +1376,8 @@ mod tests {
 
     #[test]
     fn a_move_begun_at_a_full_array_ends_in_the_insert_that_would_double_it() {
-        let n = SPARE_FROM;
-        let full = capacity(n) as u32;
-        let (mut ix, mut model) = filled(n, full);
-        let mut spare = Spare::make(2 * n);
-        let at = spare.as_ref().unwrap().addr();
-        assert!(ix.begin_move(&mut spare));
+        let full = capacity(SPARE_FROM) as u32;
+        let (mut ix, mut model, mut spare, at) = moving_at(full);
         assert!(put_using(
             &mut ix,
             &mut model,
@@ -1459,11 +1462,8 @@ mod tests {
 
     #[test]
     fn an_entry_stored_where_the_moves_next_copies_are_is_copied_once() {
-        let n = SPARE_FROM;
-        let mark = spare_mark(n) as u32;
-        let (mut ix, mut model) = filled(n, mark);
-        let mut spare = Spare::make(2 * n);
-        assert!(ix.begin_move(&mut spare));
+        let mark = spare_mark(SPARE_FROM) as u32;
+        let (mut ix, mut model, mut spare, _) = moving_at(mark);
         // One insert copies the first entries (and leaves its own, at the end of the
         // slab, for later).
         put_using(&mut ix, &mut model, &mut spare, mark, mix(u64::from(mark)));

@@ -590,9 +590,12 @@ impl EngineBuilder {
     /// How often the background thread expires keys whose TTL or lease ran out
     /// (default every 100 ms; at least 1 ms). Between those passes the same thread
     /// also prepares the hot tier's next entries when a filling namespace runs low of
-    /// them, so that claiming threads do not. `None` starts no thread: expired keys are then reclaimed
-    /// by [`Engine::run_maintenance`] and, lazily, when they are claimed again, and a
-    /// claim that needs entries prepares them itself.
+    /// them, makes the array a shard's index is about to double into, and frees the
+    /// tables outgrown once they reach 1 MiB, so that claiming threads do not. `None`
+    /// starts no thread: expired keys are then reclaimed by [`Engine::run_maintenance`]
+    /// and, lazily, when they are claimed again, a claim that needs entries prepares
+    /// them itself, an index doubles all at once, and outgrown tables are freed by
+    /// the claim that brings them to 1 MiB.
     pub fn maintenance_interval(mut self, interval: Option<Duration>) -> Self {
         self.maintenance_interval = interval;
         self

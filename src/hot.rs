@@ -1310,6 +1310,9 @@ pub(crate) struct Shard {
     len_at_pass: usize,
     /// A claim asked for a spare since the last pass.
     spare_asked: bool,
+    /// Maintenance passes in a row that found the index no fuller than the one
+    /// before (see [`Shard::spare_pass`]).
+    quiet_passes: usize,
 }
 
 /// A shard's index gets a spare array made when, filling at the pace it did since the
@@ -1420,6 +1423,7 @@ impl Shard {
             index_share: usize::MAX,
             len_at_pass: 0,
             spare_asked: false,
+            quiet_passes: 0,
         })
     }
 
@@ -1478,14 +1482,26 @@ impl Shard {
     /// and the spare held, if it is no longer needed: the index emptied below three
     /// quarters of its room ([`index::Index::spare_needed`]), or no longer filling at
     /// a pace that would double it within [`SPARE_KEEP_PASSES`] passes (a shard that
-    /// holds steady near its mark keeps no spare). The caller makes or frees them
-    /// after letting the lock go. Starts the next pass's count of growth.
+    /// holds steady near its mark keeps no spare). A spare the index is moving into
+    /// is kept through a pause in the filling (the copying would be lost, and a
+    /// stream that comes in bursts would never finish a move), up to
+    /// [`SPARE_LEAD_PASSES`] passes in a row without growth. The caller makes or
+    /// frees them after letting the lock go. Starts the next pass's count of growth.
     pub(crate) fn spare_pass(&mut self) -> (Option<usize>, Option<index::Spare>) {
         let len = self.index.len();
         let growth = len.saturating_sub(self.len_at_pass);
         self.len_at_pass = len;
         self.spare_asked = false;
-        let far = self.index.room() > growth.saturating_mul(SPARE_KEEP_PASSES);
+        self.quiet_passes = if growth == 0 {
+            self.quiet_passes.saturating_add(1)
+        } else {
+            0
+        };
+        let far = if self.index.moving() {
+            self.quiet_passes >= SPARE_LEAD_PASSES
+        } else {
+            self.index.room() > growth.saturating_mul(SPARE_KEEP_PASSES)
+        };
         let index = &self.index;
         let unneeded = self.index_spare.take_if(|s| far || !index.spare_needed(s));
         if unneeded.is_some() {

@@ -873,7 +873,6 @@ impl Index {
     }
 
     /// Whether the index is moving into its spare.
-    #[cfg(test)]
     pub(crate) fn moving(&self) -> bool {
         self.moving
     }

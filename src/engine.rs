@@ -2224,6 +2224,7 @@ mod tests {
         use crate::hot::reclaim;
         use crate::{Engine, NamespaceConfig};
         use std::time::Duration;
+        let _sized = reclaim::LIMBO_SIZED.lock();
         let engine = Engine::builder()
             .namespace("n", NamespaceConfig::new())
             .maintenance_interval(Some(Duration::from_secs(3600)))
@@ -2240,11 +2241,18 @@ mod tests {
             assert!(start.elapsed() < Duration::from_secs(60), "never collected");
             std::thread::yield_now();
         }
+        // A request its thread never saw (asked of it as it was stopping) is
+        // collected by the engine's drop, not left for a collector never asked
+        // (a handle kept, so that the namespace's own drop collects nothing).
+        let handle = engine.namespace("n").unwrap();
+        reclaim::mark_collection_asked();
         drop(engine);
         assert!(
             !reclaim::collector_registered(id),
             "given up with the engine"
         );
+        assert!(!reclaim::collection_asked(), "collected at the drop");
+        drop(handle);
         let without = Engine::builder()
             .namespace("n", NamespaceConfig::new())
             .maintenance_interval(None)
@@ -2549,10 +2557,12 @@ mod tests {
 impl Drop for Engine {
     fn drop(&mut self) {
         // No retirement asks the thread from here on; a collection it was asked
-        // for and did not begin is the next retirement's or pass's.
+        // for and did not begin (another engine's thread may be the only collector
+        // left, and it would not be asked again) runs here.
         drop(self.collector.take());
         if let Some(t) = self.maintenance.take() {
             t.stop();
+            crate::hot::reclaim::collect_if_asked();
         }
         if let Some(t) = self.wal_sync.take() {
             t.stop();

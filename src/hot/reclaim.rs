@@ -571,6 +571,19 @@ pub(crate) fn ask_collector(registration: &CollectorRegistration) -> bool {
     true
 }
 
+/// For tests: held by the tests whose retirements bring the limbo to a threshold, or
+/// that count or ask for collections: one test's garbage or request would change what
+/// another's retirement does.
+#[cfg(test)]
+pub(crate) static LIMBO_SIZED: Mutex<()> = Mutex::new(());
+
+/// For tests: marks a collection as asked of a collector, as a retirement does,
+/// without asking any.
+#[cfg(test)]
+pub(crate) fn mark_collection_asked() {
+    COLLECT_ASKED.store(true, Ordering::Release);
+}
+
 /// For tests: whether a collection asked of a collector has not begun.
 #[cfg(test)]
 pub(crate) fn collection_asked() -> bool {
@@ -606,8 +619,9 @@ pub(crate) fn collect() {
 /// (tests use it to retire and pin there, even with nothing retired yet).
 fn collect_pausing(between: impl FnOnce(), even_if_empty: bool) {
     // This collection takes whatever a collector was asked to: a retirement from
-    // here on asks again.
-    COLLECT_ASKED.store(false, Ordering::Release);
+    // here on asks again. (A swap, so that the limbo's length read below is read
+    // after it: a retirement whose request this clears is seen by this scan.)
+    COLLECT_ASKED.swap(false, Ordering::AcqRel);
     if LIMBO_LEN.load(Ordering::Relaxed) == 0 && !even_if_empty {
         return;
     }
@@ -719,6 +733,7 @@ mod tests {
 
     #[test]
     fn a_small_retirement_leaves_the_collection_to_a_later_call() {
+        let _sized = LIMBO_SIZED.lock();
         let collected = || COLLECTED_HERE.with(|c| c.get());
         let p = pending();
         let before = collected();
@@ -737,6 +752,7 @@ mod tests {
 
     #[test]
     fn a_retirement_past_the_threshold_asks_a_collector_and_past_the_bound_collects() {
+        let _sized = LIMBO_SIZED.lock();
         let p = pending();
         let registration = register_collector(|| {});
         ask_collectors_from_this_thread(true);
@@ -763,6 +779,7 @@ mod tests {
 
     #[test]
     fn a_collection_asked_of_a_collector_runs_once_and_is_asked_again_after_it() {
+        let _sized = LIMBO_SIZED.lock();
         COLLECT_ASKED.store(true, Ordering::SeqCst);
         collect_if_asked();
         assert!(!COLLECT_ASKED.load(Ordering::SeqCst));
@@ -780,6 +797,7 @@ mod tests {
     /// overflow that debug builds stop at, inside a shard's publication.
     #[test]
     fn a_retirement_is_counted_before_the_limbo_is_let_go() {
+        let _sized = LIMBO_SIZED.lock();
         let p = pending();
         let seen = std::rc::Rc::new(std::cell::Cell::new(0usize));
         let s = std::rc::Rc::clone(&seen);

@@ -721,6 +721,7 @@ impl Index {
     /// caller reads them from wherever they are cheapest to read in order: a shard
     /// scans its slab front to back rather than chase each bucket's slots into it).
     /// True if the index made a new bucket array (and its [`Index::hint`] changed).
+    /// (The shards call [`Index::insert_using`]; the benches and tests this.)
     pub(crate) fn insert<I>(&mut self, h: u64, idx: u32, entries: impl FnOnce() -> I) -> bool
     where
         I: IntoIterator<Item = (u64, u32)>,
@@ -753,32 +754,17 @@ impl Index {
         let rebuild = grow || !self.fits(idx);
         self.largest = self.largest.max(idx);
         if rebuild {
-            let mut done = false;
-            if self.moving {
-                let s = spare.as_ref().expect("a moving index has its spare");
-                if grow && idx & check_mask(s.check_count) == 0 {
-                    // The spare came when the array was already full (the inserts
-                    // of a move under way end it by the one that fills the array):
-                    // every entry now.
-                    let s = spare.as_mut().expect("checked");
-                    for (eh, e) in entries(s.upto) {
-                        s.place(eh, e);
-                    }
-                    self.end_move(spare);
-                    done = true;
-                } else {
-                    self.moving = false;
-                }
-            }
-            if !done {
-                let n = if grow {
-                    (self.buckets.len() * 2).max(1)
-                } else {
-                    self.buckets.len()
-                };
-                let spare = spare.take_if(|s| grow && s.buckets() == n);
-                self.rebuild(n, entries(0), spare);
-            }
+            // A move under way ends by the insert that fills the array, so one still
+            // under way here began at a full array (or `idx` needs fewer check bits):
+            // the rebuild places every entry, in the spare if it is of the new length.
+            self.moving = false;
+            let n = if grow {
+                (self.buckets.len() * 2).max(1)
+            } else {
+                self.buckets.len()
+            };
+            let spare = spare.take_if(|s| grow && s.buckets() == n);
+            self.rebuild(n, entries(0), spare);
         }
         self.place(h, idx);
         self.len += 1;
@@ -850,7 +836,7 @@ impl Index {
     /// to every insert and removal until the move ends): an array of twice this
     /// one's length, clean, whose check bits leave room for every slab index stored
     /// so far. False, and nothing begun, otherwise (the doubling then takes it whole,
-    /// as it would any spare of its length). Lock-free readers keep reading this
+    /// as it would any spare of its length, as it does one given at a full array). Lock-free readers keep reading this
     /// array until the move ends.
     pub(crate) fn begin_move(&mut self, spare: &mut Option<Spare>) -> bool {
         let Some(s) = spare.as_mut() else {
@@ -953,11 +939,19 @@ impl Index {
     fn end_move(&mut self, spare: &mut Option<Spare>) {
         let s = spare.take().expect("a moving index has its spare");
         debug_assert_eq!(s.moved, self.len, "every entry was copied");
-        let old = std::mem::replace(&mut self.buckets, s.buckets);
-        self.check_count = s.check_count;
-        self.retired.push(old);
-        self.dirty = true;
+        self.install(s.buckets, s.check_count);
         self.moving = false;
+    }
+
+    /// Makes `buckets` (slots keeping `checks` check bits) the index's array,
+    /// retiring the one it replaces for its lock-free readers.
+    fn install(&mut self, buckets: Vec<Bucket>, checks: u8) {
+        let old = std::mem::replace(&mut self.buckets, buckets);
+        self.check_count = checks;
+        if old.capacity() > 0 {
+            self.retired.push(old);
+        }
+        self.dirty = true;
     }
 
     /// Makes a new array of `n` buckets, with room in its slots for every slab index
@@ -982,12 +976,7 @@ impl Index {
             }
             None => vec![Bucket::empty(checks); n],
         };
-        let old = std::mem::replace(&mut self.buckets, fresh);
-        self.check_count = checks;
-        if old.capacity() > 0 {
-            self.retired.push(old);
-        }
-        self.dirty = true;
+        self.install(fresh, checks);
         let mut placed = 0;
         for (h, idx) in entries {
             self.place(h, idx);

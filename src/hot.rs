@@ -861,6 +861,9 @@ pub(crate) struct ShardSlot {
     /// Where the slab's next entry will most likely go, as the last lock holder left
     /// it (`Slab::tail`).
     tail: AtomicUsize,
+    /// Threads that found the lock taken and wait for it (see [`ShardSlot::lock`]):
+    /// written only then, so it stays in the cache of whoever holds the lock.
+    waiting: AtomicUsize,
     shard: Mutex<Shard>,
 }
 
@@ -942,6 +945,7 @@ impl ShardSlot {
             shard: Mutex::new(shard),
             seq: seq::Seq::default(),
             tail: AtomicUsize::new(0),
+            waiting: AtomicUsize::new(0),
             published: Published {
                 hint: AtomicUsize::new(hint),
                 chunk_table: std::sync::atomic::AtomicUsize::new(0),
@@ -1005,7 +1009,10 @@ impl ShardSlot {
     /// find the write sequence odd and fall back to the lock.
     #[inline]
     pub(crate) fn lock(&self) -> ShardWrite<'_> {
-        let shard = self.shard.lock();
+        let shard = match self.shard.try_lock() {
+            Some(shard) => shard,
+            None => self.wait_for_lock(),
+        };
         #[cfg(not(idem_loom))]
         let seq = self.seq.write_begin();
         ShardWrite {
@@ -1013,6 +1020,36 @@ impl ShardSlot {
             shard,
             #[cfg(not(idem_loom))]
             seq,
+        }
+    }
+
+    /// The lock, for a thread that found it taken: counted in `waiting` while it
+    /// waits, so that a holder making a long run of short holds (the maintenance
+    /// pass's expiry batches) sees it and lets it in (see [`ShardSlot::wanted`]).
+    #[cold]
+    #[inline(never)]
+    fn wait_for_lock(&self) -> crate::sync::MutexGuard<'_, Shard> {
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        let shard = self.shard.lock();
+        self.waiting.fetch_sub(1, Ordering::Relaxed);
+        shard
+    }
+
+    /// Whether some thread waits for this shard's lock (or has just taken it after
+    /// waiting): a holder that would take the lock again at once should let it go
+    /// and come back later instead.
+    #[inline]
+    pub(crate) fn wanted(&self) -> bool {
+        self.waiting.load(Ordering::Relaxed) != 0
+    }
+
+    /// Counts (or stops counting) a waiter that is not there, for tests.
+    #[cfg(test)]
+    pub(crate) fn pretend_waiting(&self, waits: bool) {
+        if waits {
+            self.waiting.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.waiting.fetch_sub(1, Ordering::Relaxed);
         }
     }
 

@@ -26,6 +26,12 @@ mod imp {
             self.0.lock()
         }
 
+        /// The lock if it is free now, without waiting.
+        #[inline]
+        pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+            self.0.try_lock()
+        }
+
         /// Where the protected value lies, without locking: only an address, for a
         /// prefetch (dereferencing it without the lock would race).
         #[inline]
@@ -56,6 +62,14 @@ mod imp {
             match self.0.lock() {
                 Ok(guard) => guard,
                 Err(poisoned) => poisoned.into_inner(),
+            }
+        }
+
+        pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+            match self.0.try_lock() {
+                Ok(guard) => Some(guard),
+                Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => None,
             }
         }
     }

@@ -667,13 +667,24 @@ mod tests {
         /// After each expiry batch of `NsInner::expire_all_within`, its lock let go,
         /// with the shard's number; runs for every batch until taken away.
         static AFTER_EXPIRY_BATCH: RepeatedHook = const { std::cell::RefCell::new(None) };
+        /// In `make_way`, each time it finds the shard's lock still wanted, with the
+        /// shard's number.
+        static MAKING_WAY: RepeatedHook = const { std::cell::RefCell::new(None) };
+    }
+
+    pub(super) fn making_way(shard: usize) {
+        run_repeated(&MAKING_WAY, shard);
     }
 
     pub(super) fn after_expiry_batch(shard: usize) {
-        let hook = AFTER_EXPIRY_BATCH.with(|h| h.borrow_mut().take());
-        if let Some(mut f) = hook {
-            f(shard);
-            AFTER_EXPIRY_BATCH.with(|h| {
+        run_repeated(&AFTER_EXPIRY_BATCH, shard);
+    }
+
+    fn run_repeated(hook: &'static std::thread::LocalKey<RepeatedHook>, n: usize) {
+        let taken = hook.with(|h| h.borrow_mut().take());
+        if let Some(mut f) = taken {
+            f(n);
+            hook.with(|h| {
                 h.borrow_mut().get_or_insert(f);
             });
         }
@@ -1561,6 +1572,66 @@ mod tests {
         assert!(order[last_of_1 + 1..].iter().all(|&s| s == 0), "{order:?}");
         assert!(order.len() > last_of_1 + 1, "{order:?}");
         assert_eq!(engine.stats().resident_keys, 0);
+    }
+
+    /// When the shard a claim waits for is the only one left, the pass waits for the
+    /// claim to take the lock before it takes it again.
+    #[test]
+    fn expiry_waits_for_a_waiting_claim_before_taking_the_last_shard_again() {
+        use crate::{Claim, ManualClock, NamespaceConfig};
+        use std::time::Duration;
+        let clock = ManualClock::new(1_000_000);
+        let engine = super::Engine::builder()
+            .clock(clock.clone())
+            .maintenance_interval(None)
+            .namespace(
+                "n",
+                NamespaceConfig::new()
+                    .ttl(Duration::from_secs(10))
+                    .shards(1),
+            )
+            .build()
+            .unwrap();
+        let ns = engine.namespace("n").unwrap();
+        for i in 0..40u32 {
+            let Claim::Acquired(g) = ns.claim(&i.to_le_bytes()).unwrap() else {
+                panic!("a fresh key");
+            };
+            g.complete().unwrap();
+            clock.advance(Duration::from_millis(1));
+        }
+        clock.advance(Duration::from_secs(11));
+        let inner = std::sync::Arc::clone(&ns.inner);
+        inner.slots[0].pretend_waiting(true);
+        // (batches done, rounds of waiting) as the pass goes.
+        let seen = std::rc::Rc::new(std::cell::Cell::new((0usize, 0usize)));
+        let (batches, slots) = (std::rc::Rc::clone(&seen), std::sync::Arc::clone(&inner));
+        AFTER_EXPIRY_BATCH.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move |_| {
+                let (b, w) = batches.get();
+                batches.set((b + 1, w));
+            }))
+        });
+        let rounds = std::rc::Rc::clone(&seen);
+        MAKING_WAY.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move |shard| {
+                assert_eq!(shard, 0);
+                let (b, w) = rounds.get();
+                // Only after the first batch, and the pass waits until the waiter
+                // has the lock (here: stops counting itself, at the third round).
+                assert_eq!(b, 1, "waiting before its first batch, or after more");
+                rounds.set((b, w + 1));
+                if w + 1 == 3 {
+                    slots.slots[0].pretend_waiting(false);
+                }
+            }))
+        });
+        let (reclaimed, holds) = inner.expire_all_within(inner.now(), 4);
+        AFTER_EXPIRY_BATCH.with(|h| h.borrow_mut().take());
+        MAKING_WAY.with(|h| h.borrow_mut().take());
+        assert_eq!(reclaimed, 40);
+        assert_eq!(seen.get(), (holds, 3));
+        assert!(holds > 1);
     }
 
     /// A thread that finds a shard's lock taken is counted as waiting for it until
@@ -3070,6 +3141,33 @@ fn new_slots(shards: usize, now_tick: u64, room: usize) -> Option<Box<[SlotCell]
 /// benchmark VM (BENCHMARKS.md, 2026-12-04, 20:05-21:15 UTC).
 const EXPIRY_BATCH: usize = 4;
 
+/// How long the expiry pass gives a thread that waits for a shard's lock to take it,
+/// before taking it again itself, when it comes back to that shard with nothing else
+/// left to do in between (see `make_way`): long enough for a parked waiter to wake
+/// (about 100 us on the benchmark VM).
+const MAKE_WAY_FOR: std::time::Duration = std::time::Duration::from_micros(200);
+
+/// Before the expiry pass takes again the lock of shard `i` (`slot`), which it left
+/// because a thread waited for it: waits, up to [`MAKE_WAY_FOR`], until no thread
+/// waits any more (a waiter stops counting itself once it has the lock). Without
+/// this, the pass would take the lock back at once when that shard is the last one
+/// left, as it did before waiters were counted.
+fn make_way(slot: &SlotCell, #[cfg_attr(not(test), allow(unused_variables))] i: usize) {
+    // (Under loom every read of the count is a step of the model: no waiting there.)
+    #[cfg(not(idem_loom))]
+    if slot.wanted() {
+        let since = std::time::Instant::now();
+        while slot.wanted() && since.elapsed() < MAKE_WAY_FOR {
+            #[cfg(test)]
+            tests::making_way(i);
+            std::hint::spin_loop();
+            std::thread::yield_now();
+        }
+    }
+    #[cfg(idem_loom)]
+    let _ = slot;
+}
+
 /// How many times one claim may find the pool empty and collect room from other
 /// shards' reserves before it takes the refusal path (see `NsInner::claim_one`).
 const MAX_COLLECTIONS: u32 = 4;
@@ -3817,7 +3915,10 @@ impl NsInner {
         };
         let mut later: Vec<usize> = (0..self.slots.len()).filter(|&i| !expire(i)).collect();
         while !later.is_empty() {
-            later.retain(|&i| !expire(i));
+            later.retain(|&i| {
+                make_way(&self.slots[i], i);
+                !expire(i)
+            });
         }
         (reclaimed, holds)
     }

@@ -1464,10 +1464,11 @@ mod tests {
         assert_eq!(engine.stats().capacity_refusals, 0);
     }
 
-    /// The maintenance pass expires a shard's keys a few at a time, taking the
-    /// shard's lock again for each batch, and reclaims every due key all the same.
-    #[test]
-    fn expiry_takes_a_shard_lock_once_a_batch_and_reclaims_every_due_key() {
+    /// An engine (no maintenance thread) whose namespace of `shards` shards holds
+    /// `per_shard` completed keys in each, all past their TTL. They were claimed a
+    /// millisecond apart: each has its own deadline, so its own bucket once the
+    /// wheel reaches it.
+    fn due_keys(shards: usize, per_shard: usize) -> (super::Engine, crate::Namespace) {
         use crate::{Claim, ManualClock, NamespaceConfig};
         use std::time::Duration;
         let clock = ManualClock::new(1_000_000);
@@ -1478,21 +1479,37 @@ mod tests {
                 "n",
                 NamespaceConfig::new()
                     .ttl(Duration::from_secs(10))
-                    .shards(1),
+                    .shards(shards),
             )
             .build()
             .unwrap();
         let ns = engine.namespace("n").unwrap();
-        for i in 0..100u32 {
-            // A millisecond apart: each key has its own deadline, so its own
-            // bucket once the wheel reaches it.
-            let Claim::Acquired(g) = ns.claim(&i.to_le_bytes()).unwrap() else {
+        let mut filled = vec![0; shards];
+        for i in 0u32.. {
+            if filled.iter().all(|&n| n == per_shard) {
+                break;
+            }
+            let key = i.to_le_bytes();
+            let s = ns.inner.key_fp(&key).unwrap().shard(shards);
+            if filled[s] == per_shard {
+                continue;
+            }
+            filled[s] += 1;
+            let Claim::Acquired(g) = ns.claim(&key).unwrap() else {
                 panic!("a fresh key");
             };
             g.complete().unwrap();
             clock.advance(Duration::from_millis(1));
         }
         clock.advance(Duration::from_secs(11));
+        (engine, ns)
+    }
+
+    /// The maintenance pass expires a shard's keys a few at a time, taking the
+    /// shard's lock again for each batch, and reclaims every due key all the same.
+    #[test]
+    fn expiry_takes_a_shard_lock_once_a_batch_and_reclaims_every_due_key() {
+        let (engine, ns) = due_keys(1, 100);
         let now = ns.inner.now();
         let (reclaimed, holds) = ns.inner.expire_all_within(now, 4);
         assert_eq!(reclaimed, 100);
@@ -1508,42 +1525,8 @@ mod tests {
     /// one batch, not for the whole shard's expiry.
     #[test]
     fn expiry_moves_on_from_a_shard_whose_lock_a_claim_waits_for() {
-        use crate::{Claim, ManualClock, NamespaceConfig};
-        use std::time::Duration;
-        let clock = ManualClock::new(1_000_000);
-        let engine = super::Engine::builder()
-            .clock(clock.clone())
-            .maintenance_interval(None)
-            .namespace(
-                "n",
-                NamespaceConfig::new()
-                    .ttl(Duration::from_secs(10))
-                    .shards(2),
-            )
-            .build()
-            .unwrap();
-        let ns = engine.namespace("n").unwrap();
+        let (engine, ns) = due_keys(2, 40);
         let inner = std::sync::Arc::clone(&ns.inner);
-        let shard_of = |key: &[u8]| inner.key_fp(key).unwrap().shard(inner.slots.len());
-        // Forty keys in each shard, a millisecond apart (a bucket each).
-        let mut per_shard = [0; 2];
-        for i in 0u32.. {
-            let key = i.to_le_bytes();
-            let s = shard_of(&key);
-            if per_shard[s] == 40 {
-                if per_shard == [40, 40] {
-                    break;
-                }
-                continue;
-            }
-            per_shard[s] += 1;
-            let Claim::Acquired(g) = ns.claim(&key).unwrap() else {
-                panic!("a fresh key");
-            };
-            g.complete().unwrap();
-            clock.advance(Duration::from_millis(1));
-        }
-        clock.advance(Duration::from_secs(11));
         // Shard 0's lock is wanted until shard 1 has had a batch.
         inner.slots[0].pretend_waiting(true);
         let order = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
@@ -1578,29 +1561,7 @@ mod tests {
     /// claim to take the lock before it takes it again.
     #[test]
     fn expiry_waits_for_a_waiting_claim_before_taking_the_last_shard_again() {
-        use crate::{Claim, ManualClock, NamespaceConfig};
-        use std::time::Duration;
-        let clock = ManualClock::new(1_000_000);
-        let engine = super::Engine::builder()
-            .clock(clock.clone())
-            .maintenance_interval(None)
-            .namespace(
-                "n",
-                NamespaceConfig::new()
-                    .ttl(Duration::from_secs(10))
-                    .shards(1),
-            )
-            .build()
-            .unwrap();
-        let ns = engine.namespace("n").unwrap();
-        for i in 0..40u32 {
-            let Claim::Acquired(g) = ns.claim(&i.to_le_bytes()).unwrap() else {
-                panic!("a fresh key");
-            };
-            g.complete().unwrap();
-            clock.advance(Duration::from_millis(1));
-        }
-        clock.advance(Duration::from_secs(11));
+        let (_engine, ns) = due_keys(1, 40);
         let inner = std::sync::Arc::clone(&ns.inner);
         inner.slots[0].pretend_waiting(true);
         // (batches done, rounds of waiting) as the pass goes.

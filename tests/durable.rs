@@ -2621,6 +2621,10 @@ fn each_sync_policy_makes_the_fsyncs_it_promises() {
         let before = syncs(&engine);
         dlq.quarantine(b"d", b"p", "test").unwrap();
         let dead_letter = syncs(&engine) - before;
+        // A forget's delete is as durable as the completion it undoes.
+        let before = syncs(&engine);
+        assert!(ns.forget(b"k-0").unwrap());
+        let forget = syncs(&engine) - before;
         let what = format!("{policy:?}, group commit {grouped}");
         if policy == SyncPolicy::Always {
             assert!(
@@ -2628,8 +2632,9 @@ fn each_sync_policy_makes_the_fsyncs_it_promises() {
                 "{what}: {completions} fsyncs for 5 completions"
             );
             assert!(dead_letter >= 1, "{what}: the dead letter was not synced");
+            assert!(forget >= 1, "{what}: the forget was not synced");
         } else {
-            assert_eq!((completions, dead_letter), (0, 0), "{what}");
+            assert_eq!((completions, dead_letter, forget), (0, 0, 0), "{what}");
         }
     }
     // Periodic: the log is synced with no completion asking.

@@ -875,21 +875,27 @@ impl Store {
                 StateOp::DeadLetter(k, v) => batch.put_cf(self.cf(&dlq::cf_name(ns))?, k, v),
             }
         }
+        self.write_batch(batch, sync, "write completion")
+    }
+
+    /// Writes `batch`, fsynced before it returns if `sync` (through the group commit
+    /// when it is on, so that concurrent writers share the fsync).
+    fn write_batch(&self, batch: WriteBatch, sync: bool, what: &'static str) -> Result<(), Error> {
         match (&self.group, sync) {
             (Some(group), true) => {
                 self.db
                     .write_opt(batch, &self.write_nosync)
-                    .map_err(|e| store_err("write completion", e))?;
+                    .map_err(|e| store_err(what, e))?;
                 group.commit(|| self.sync_wal())
             }
             (None, true) => self
                 .db
                 .write_opt(batch, &self.write_sync)
-                .map_err(|e| store_err("write completion", e)),
+                .map_err(|e| store_err(what, e)),
             (_, false) => self
                 .db
                 .write_opt(batch, &self.write_nosync)
-                .map_err(|e| store_err("write completion", e)),
+                .map_err(|e| store_err(what, e)),
         }
     }
 
@@ -906,15 +912,15 @@ impl Store {
         })
     }
 
-    /// Deletes a key's records (forget).
-    pub(crate) fn forget(&self, fams: &Families, fp: u128) -> Result<(), Error> {
+    /// Deletes a key's records (forget), fsynced before it returns if `sync`, as a
+    /// completion under the same policy is: a forget acknowledged under `Always`
+    /// survives a power loss as the record it deletes would have.
+    pub(crate) fn forget(&self, fams: &Families, fp: u128, sync: bool) -> Result<(), Error> {
         self.check_writable()?;
         let mut batch = WriteBatch::default();
         batch.delete_cf(self.cf(&fams.done)?, fp_key(fp));
         batch.delete_cf(self.cf(&fams.claims)?, fp_key(fp));
-        self.db
-            .write_opt(batch, &self.write_nosync)
-            .map_err(|e| store_err("forget", e))
+        self.write_batch(batch, sync, "forget")
     }
 
     /// Every claim marker of a namespace: the claims that were never completed or
@@ -1993,22 +1999,10 @@ impl DurableNs {
                 .collect(),
         };
         self.writes.fetch_add(1, Ordering::Relaxed);
-        // `Periodic` relies on the engine's sync thread; once the engine is dropped
-        // a completion through a guard that outlived it syncs as `Always` does, so
-        // no acknowledged completion waits on a sync that will never come.
-        let sync = self.store.syncs(self.sync);
-        let mut written = self
-            .store
-            .write_completions(&self.name, &self.fams, done, &unwritten, state, sync);
-        if !sync
-            && matches!(self.sync, SyncPolicy::Periodic(_))
-            && written.is_ok()
-            && self.store.closed()
-        {
-            // The engine was dropped while this write was on its way: its last flush
-            // may have run before the write landed, and no periodic sync follows.
-            written = self.store.sync_wal();
-        }
+        let written = self.write_under_policy(|sync| {
+            self.store
+                .write_completions(&self.name, &self.fams, done, &unwritten, state, sync)
+        });
         let stored = written.is_ok();
         let answer = match written {
             Ok(()) => Ok(Stored::Yes),
@@ -2050,7 +2044,29 @@ impl DurableNs {
         answer
     }
 
-    /// Deletes a key's durable records.
+    /// Runs `write`, told whether to fsync before it returns, under the namespace's
+    /// sync policy. `Periodic` relies on the engine's sync thread; once the engine is
+    /// dropped a write through a guard or handle that outlived it syncs as `Always`
+    /// does, so that nothing acknowledged waits on a sync that will never come.
+    fn write_under_policy(
+        &self,
+        write: impl FnOnce(bool) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        let sync = self.store.syncs(self.sync);
+        let written = write(sync);
+        if !sync
+            && matches!(self.sync, SyncPolicy::Periodic(_))
+            && written.is_ok()
+            && self.store.closed()
+        {
+            // The engine was dropped while this write was on its way: its last flush
+            // may have run before the write landed, and no periodic sync follows.
+            return self.store.sync_wal();
+        }
+        written
+    }
+
+    /// Deletes a key's durable records, synced as the namespace's completions are.
     pub(crate) fn forget(&self, fp: Fp) -> Result<(), Error> {
         let fp = fp.to_u128();
         // With deferred markers the flush's lock is held through the delete (a flush
@@ -2071,9 +2087,11 @@ impl DurableNs {
         // Never decided from the hot tier (as a claim may be under fail-open): a
         // delete the store refused did not happen, whatever the failure policy, and
         // the record it left would still answer for the key.
-        let r = self.store.forget(&self.fams, fp).inspect_err(|_| {
-            self.errors.fetch_add(1, Ordering::Relaxed);
-        });
+        let r = self
+            .write_under_policy(|sync| self.store.forget(&self.fams, fp, sync))
+            .inspect_err(|_| {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+            });
         if r.is_err() {
             // A refused forget changes nothing: the waiting marker goes back (unless
             // a new claim of the key has deferred its own meanwhile), and a marker on

@@ -174,6 +174,10 @@ impl DurableNs {
         match *self {}
     }
 
+    pub(crate) fn note_time(&self, _ms: u64) {
+        match *self {}
+    }
+
     pub(crate) fn reads(&self) -> u64 {
         match *self {}
     }

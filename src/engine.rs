@@ -484,6 +484,12 @@ impl Engine {
     pub fn compact_store(&self) -> Result<()> {
         #[cfg(feature = "durable")]
         if let Some(store) = &self.shared.store {
+            // Retention is judged at each namespace's time, which a namespace with no
+            // traffic reads here first (a clock that panics leaves it where it was:
+            // the filter then keeps what it cannot date).
+            for ns in self.shared.namespaces.values() {
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ns.now_ms()));
+            }
             return store.compact();
         }
         Ok(())
@@ -3264,6 +3270,9 @@ impl NsInner {
         for slot in slots.iter() {
             slot.lock().set_index_share(share);
         }
+        if let Some(d) = &durable {
+            d.note_time(start_ms);
+        }
         let pool = AtomicUsize::new(cfg.max_keys);
         let reserve_chunk = reserve_chunk(cfg.max_keys, shards);
         let cfg_max_keys = cfg.max_keys;
@@ -3297,7 +3306,8 @@ impl NsInner {
 
     /// Reads the claim markers left by a previous run: reports each as an orphan,
     /// places the live ones in the hot tier until their lease runs out, and deletes
-    /// the markers of the expired ones.
+    /// the markers of the expired ones, and of claims completed after all (see
+    /// [`DurableNs::completed_by`]; the journal's were settled before).
     #[cfg(feature = "durable")]
     fn load_orphans(
         &self,
@@ -3317,13 +3327,19 @@ impl NsInner {
         let scanned = store
             .scan_claims(&self.name)?
             .into_iter()
-            .filter(|(fp, _)| !replaced.contains(fp))
-            .map(|(fp, rec)| (fp, rec, true));
+            .filter(|(fp, _)| !replaced.contains(fp));
+        let mut scanned_live = Vec::new();
+        for (fp, rec) in scanned {
+            match (&rec, &self.durable) {
+                (Ok(marker), Some(d)) if d.completed_by(fp, marker)? => expired.push(fp),
+                _ => scanned_live.push((fp, rec, true)),
+            }
+        }
         let from_journal = moved
             .iter()
             .map(|(fp, rec)| (*fp, Ok(rec.clone()), true))
             .chain(damaged.iter().map(|(fp, why)| (*fp, why.clone(), false)));
-        for (fp, rec, recorded) in scanned.chain(from_journal) {
+        for (fp, rec, recorded) in scanned_live.into_iter().chain(from_journal) {
             match rec {
                 Ok(rec) => {
                     let mut held = false;
@@ -3693,6 +3709,9 @@ impl NsInner {
             // (The cap only here: `latest` never passes it.)
             let ms = ms.min(crate::clock::LATEST_MS);
             self.latest_ms.fetch_max(ms, O::Relaxed);
+            if let Some(d) = &self.durable {
+                d.note_time(ms);
+            }
             ms
         } else {
             latest

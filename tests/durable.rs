@@ -2390,6 +2390,48 @@ fn a_flushed_marker_whose_lease_ran_out_goes_with_the_next_claims_completion() {
     assert_no_markers_after_close(&dir, (engine, ns));
 }
 
+/// Under fail-open, a completion whose batch was applied but whose fsync failed is
+/// decided from the hot tier, and its marker is kept (nothing synced says it is
+/// done). Its done record is readable all the same, and, in every marker mode, the
+/// next open reads the key as done, not as a claim in flight (a deferred marker was
+/// put back in memory and flushed at shutdown beside the record).
+#[test]
+fn a_completion_applied_but_not_synced_under_fail_open_is_not_an_orphan_at_the_next_open() {
+    for mode in [
+        ClaimMarkers::Journal,
+        ClaimMarkers::Immediate,
+        ClaimMarkers::Deferred,
+    ] {
+        let dir = TempDir::new();
+        let clock = ManualClock::new(T0);
+        let cfg = || {
+            small()
+                .lease(secs(600))
+                .sync(SyncPolicy::Always)
+                .claim_markers(mode)
+                .on_store_error(FailurePolicy::FailOpen)
+        };
+        {
+            let (engine, ns) = open(&dir, &clock, cfg());
+            // (A deferred marker is still in memory: the completion takes it, and
+            // puts it back when the store refuses.)
+            let g = acquire(&ns, b"k");
+            engine.debug_fail_syncs(true);
+            g.complete().expect("fail open: decided from the hot tier");
+            engine.debug_fail_syncs(false);
+            assert_eq!(engine.stats().fail_open_decisions, 1, "{mode:?}");
+        }
+        let (engine, ns) = open(&dir, &clock, cfg());
+        assert!(
+            engine.orphans().is_empty(),
+            "{mode:?}: {:?}",
+            engine.orphans()
+        );
+        duplicate(&ns, b"k");
+        assert_no_markers_after_close(&dir, (engine, ns));
+    }
+}
+
 #[test]
 fn a_deferred_claim_of_an_orphaned_key_deletes_the_old_marker() {
     let dir = TempDir::new();

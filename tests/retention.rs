@@ -66,6 +66,35 @@ fn compaction_drops_records_past_retention_and_keeps_the_others() {
     );
 }
 
+/// The filter judges retention at no later time than the namespace has read (its
+/// time never goes back; `FilterClock`'s unit test), and `compact_store` reads the
+/// time for an idle namespace first: the key it drops is past retention for the
+/// namespace too, which stays there after the clock steps back.
+#[test]
+fn compaction_never_judges_retention_ahead_of_the_namespace() {
+    let dir = std::env::temp_dir().join(format!("idem-retention-step-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let clock = ManualClock::new(T0);
+    let engine = open(&dir, clock.clone());
+    let ns = engine.namespace("ns").unwrap();
+    let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
+        panic!()
+    };
+    g.complete().unwrap();
+    // Past retention (600 s) on the clock, which the namespace never reads: RocksDB
+    // compacts on its own threads, when it likes.
+    clock.advance(Duration::from_secs(605));
+    engine.compact_store().unwrap();
+    let step_back = T0 + 500_000;
+    clock.set(step_back);
+    let answer = ns.claim(b"k").unwrap();
+    // `compact_store` read the time for the namespace: at T0 + 605 s the key is past
+    // retention there, and the namespace's time stays there after the step back.
+    assert!(answer.is_acquired(), "{answer:?}");
+    drop((answer, ns, engine));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn clock_now(c: &ManualClock) -> u64 {
     use idem::Clock;
     c.now_ms()

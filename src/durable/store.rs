@@ -1,6 +1,6 @@
 //! The RocksDB store behind the durable tier (the `durable` feature).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -239,6 +239,9 @@ pub(crate) struct Store {
     /// on unless the engine's commit delay is zero; then RocksDB syncs each write
     /// group itself).
     group: Option<GroupCommit>,
+    /// The latest time each configured namespace has read (ms), which its retention
+    /// filter does not pass (see `FilterClock`).
+    seen_ms: HashMap<String, std::sync::Arc<AtomicU64>>,
     /// Namespace settings (key, value) that differ from those stored, written by
     /// [`Store::write_settings`].
     settings_changed: parking_lot::Mutex<Vec<(Vec<u8>, Vec<u8>)>>,
@@ -334,22 +337,30 @@ fn store_err(op: &'static str, e: rocksdb::Error) -> Error {
 /// where a panic would abort the process. A reading that panics keeps the record
 /// instead, and the clock is then left alone for a second (its records kept), so that
 /// a failing clock costs a compaction one panic a second, not one a record.
+///
+/// A reading is never taken past the latest time its namespace has read (`seen`,
+/// see [`DurableNs::note_time`]): a namespace's time never goes back, so a record
+/// the filter drops is expired for the namespace from then on, even if the clock
+/// ran ahead of the namespace while it was idle and then stepped back.
 struct FilterClock {
     clock: std::sync::Arc<dyn Clock>,
+    seen: std::sync::Arc<AtomicU64>,
     failing: AtomicBool,
     failed_at: parking_lot::Mutex<Option<std::time::Instant>>,
 }
 
 impl FilterClock {
-    fn new(clock: std::sync::Arc<dyn Clock>) -> FilterClock {
+    fn new(clock: std::sync::Arc<dyn Clock>, seen: std::sync::Arc<AtomicU64>) -> FilterClock {
         FilterClock {
             clock,
+            seen,
             failing: AtomicBool::new(false),
             failed_at: parking_lot::Mutex::new(None),
         }
     }
 
-    /// Now, or `None` while the clock fails.
+    /// Now, but no later than the namespace has seen; `None` while the clock fails
+    /// or before the namespace has read it.
     fn now_ms(&self) -> Option<u64> {
         const PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
         if self.failing.load(Ordering::Relaxed)
@@ -362,7 +373,10 @@ impl FilterClock {
         })) {
             Ok(ms) => {
                 self.failing.store(false, Ordering::Relaxed);
-                Some(ms)
+                match self.seen.load(Ordering::Acquire) {
+                    0 => None,
+                    seen => Some(ms.min(seen)),
+                }
             }
             Err(_) => {
                 tracing::warn!("the clock panicked in the retention filter; records are kept");
@@ -528,6 +542,7 @@ impl Store {
         }
 
         let mut descriptors = Vec::new();
+        let mut seen_ms = HashMap::new();
         for name in existing.union(&wanted) {
             if name == "default" {
                 continue;
@@ -541,7 +556,9 @@ impl Store {
                 // the prefilter's rebuild scans on (W5 after a SIGKILL, BENCHMARKS.md).
                 cf_opts.set_disable_auto_compactions(true);
                 if namespaces.iter().any(|(n, _)| n == ns) {
-                    let clock = FilterClock::new(clock.clone());
+                    let seen = std::sync::Arc::new(AtomicU64::new(0));
+                    seen_ms.insert(ns.to_owned(), seen.clone());
+                    let clock = FilterClock::new(clock.clone(), seen);
                     cf_opts.set_compaction_filter("idem-retention", move |_level, _key, value| {
                         match Record::decode(value) {
                             Ok(r) => match clock.now_ms() {
@@ -666,6 +683,7 @@ impl Store {
                     wo
                 },
                 settings_changed: parking_lot::Mutex::new(settings_changed),
+                seen_ms,
                 state_families: state_families.to_vec(),
                 clock,
                 statistics: statistics.then_some(db_opts),
@@ -1136,6 +1154,8 @@ pub(crate) struct DurableNs {
     any_on_disk: AtomicBool,
     prefilter_loads: AtomicU64,
     prefilter_rebuilds: AtomicU64,
+    /// The latest time the namespace has read, shared with its retention filter.
+    seen_ms: std::sync::Arc<AtomicU64>,
 }
 
 /// Hashes a fingerprint by folding its two halves: fingerprints are seeded xxh3
@@ -1185,6 +1205,7 @@ impl DurableNs {
         markers: ClaimMarkers,
         journal_slots: u32,
     ) -> Self {
+        let seen_ms = store.seen_ms.get(name).cloned().unwrap_or_default();
         DurableNs {
             store,
             name: name.to_owned(),
@@ -1205,7 +1226,14 @@ impl DurableNs {
             any_on_disk: AtomicBool::new(false),
             prefilter_loads: AtomicU64::new(0),
             prefilter_rebuilds: AtomicU64::new(0),
+            seen_ms,
         }
+    }
+
+    /// Notes that the namespace has read `ms` (its time never goes back): its
+    /// retention filter may judge records by times up to it.
+    pub(crate) fn note_time(&self, ms: u64) {
+        self.seen_ms.fetch_max(ms, Ordering::Release);
     }
 
     /// Point reads of the store so far.
@@ -1438,6 +1466,24 @@ impl DurableNs {
         }
     }
 
+    /// Whether the claim that left `marker` of `fp` was completed after all: the
+    /// durable tier holds a done record with its fencing token that did not expire
+    /// before the claim (tokens restart every run, so an old record of the key can
+    /// carry the same one; it had expired when the key was acquired again, or the
+    /// claim would have been a duplicate). Such a marker is settled at open, not
+    /// reported: a crash came between the completion's write and the marker's
+    /// clearing, or (deferred markers under fail-open) a completion whose batch was
+    /// applied but whose fsync failed put its marker back, to be flushed later.
+    pub(crate) fn completed_by(&self, fp: u128, marker: &Record) -> Result<bool, Error> {
+        match self.store.get_done(&self.name, &self.fams, fp) {
+            Ok(Some(d)) => Ok(d.state == RecordState::Done
+                && d.token == marker.token
+                && d.expires_ms > marker.at_ms),
+            Ok(None) | Err(Error::CorruptRecord { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// At open, before the namespace serves, the fallible half of taking over the
     /// journal the last run left (whatever this run's marker mode): sorts its
     /// markers into those to move into the `claims:` family and its damaged slots,
@@ -1456,21 +1502,7 @@ impl DurableNs {
         for (fp, rec) in found.into_iter().flatten() {
             match rec {
                 Ok(rec) => {
-                    // The claim's own completion was written: a done record with
-                    // its fencing token that did not expire before the claim
-                    // (tokens restart every run, so an old record of the key can
-                    // carry the same one; it had expired when the key was
-                    // acquired again, or the claim would have been a duplicate).
-                    let completed = match self.store.get_done(&self.name, &self.fams, fp) {
-                        Ok(Some(d)) => {
-                            d.state == RecordState::Done
-                                && d.token == rec.token
-                                && d.expires_ms > rec.at_ms
-                        }
-                        Ok(None) | Err(Error::CorruptRecord { .. }) => false,
-                        Err(e) => return Err(e),
-                    };
-                    if !completed {
+                    if !self.completed_by(fp, &rec)? {
                         takeover.moved.push((fp, rec));
                     }
                 }
@@ -2281,6 +2313,21 @@ fn run_test_hook(hook: &'static TestHook) {
 mod tests {
     use super::*;
     use rocksdb::perf::{set_perf_stats, PerfContext, PerfMetric, PerfStatsLevel};
+
+    #[test]
+    fn the_retention_filter_reads_no_later_than_its_namespace_has() {
+        let clock = crate::clock::ManualClock::new(10_000);
+        let seen = std::sync::Arc::new(AtomicU64::new(0));
+        let filter = FilterClock::new(std::sync::Arc::new(clock.clone()), seen.clone());
+        // Before the namespace has read the clock, the filter dates nothing.
+        assert_eq!(filter.now_ms(), None);
+        seen.store(9_000, Ordering::SeqCst);
+        // The clock ran ahead of the namespace: the namespace's time, not the clock's.
+        assert_eq!(filter.now_ms(), Some(9_000));
+        // The clock behind the namespace's time (stepped back): the clock's.
+        clock.set(8_000);
+        assert_eq!(filter.now_ms(), Some(8_000));
+    }
 
     fn done(token: u32) -> Record {
         Record {

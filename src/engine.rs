@@ -682,6 +682,19 @@ mod tests {
         run_repeated(&MAKING_WAY, shard);
     }
 
+    std::thread_local! {
+        /// How long `make_way` waits on this thread, if not `MAKE_WAY_FOR`: a test
+        /// that counts its rounds must not depend on how many fit in 200 us.
+        static MAKE_WAY_BOUND: std::cell::Cell<Option<std::time::Duration>> =
+            const { std::cell::Cell::new(None) };
+    }
+
+    pub(super) fn make_way_for() -> std::time::Duration {
+        MAKE_WAY_BOUND
+            .with(|b| b.get())
+            .unwrap_or(super::MAKE_WAY_FOR)
+    }
+
     pub(super) fn after_expiry_batch(shard: usize) {
         run_repeated(&AFTER_EXPIRY_BATCH, shard);
     }
@@ -1511,6 +1524,96 @@ mod tests {
         (engine, ns)
     }
 
+    /// A clock that reads `now`, and moves on by `jump` after the next reading.
+    #[derive(Clone)]
+    struct JumpClock {
+        now: std::sync::Arc<std::sync::atomic::AtomicU64>,
+        jump: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    }
+
+    impl crate::Clock for JumpClock {
+        fn now_ms(&self) -> u64 {
+            use std::sync::atomic::Ordering::SeqCst;
+            let at = self.now.load(SeqCst);
+            self.now.fetch_add(self.jump.swap(0, SeqCst), SeqCst);
+            at
+        }
+    }
+
+    /// A batch's claim that finds the namespace full reads the clock again and
+    /// reclaims at that later time, moving the wheels on: the batch's next claims
+    /// go on from there. Before, they set leases from the batch's first reading, one
+    /// granted already over (its key expired at once, yet kept by the wheel until its
+    /// next tick, refusing a claim with room left).
+    #[test]
+    fn a_batch_never_grants_a_lease_from_a_time_its_wheels_have_passed() {
+        use crate::{Claim, Engine, Error, NamespaceConfig};
+        use std::sync::atomic::Ordering::SeqCst;
+        use std::time::Duration;
+        let clock = JumpClock {
+            now: std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1_700_000_000_000)),
+            jump: Default::default(),
+        };
+        let engine = Engine::builder()
+            .clock(clock.clone())
+            .maintenance_interval(None)
+            .namespace(
+                "n",
+                NamespaceConfig::new()
+                    .max_keys(2)
+                    .shards(1)
+                    .lease(Duration::from_millis(5))
+                    .ttl(Duration::from_secs(3600)),
+            )
+            .build()
+            .unwrap();
+        let ns = engine.namespace("n").unwrap();
+        let held = [ns.claim(b"x").unwrap(), ns.claim(b"y").unwrap()];
+        assert!(held.iter().all(Claim::is_acquired));
+        // The batch reads T; its first claim finds the namespace full and reads
+        // T + 10 ms, where x's and y's leases are over.
+        clock.jump.store(10, SeqCst);
+        let batch = ns.claim_batch(&[b"a", b"b"]).unwrap();
+        let now = clock.now.load(SeqCst);
+        for (key, claim) in [&b"a"[..], b"b"].into_iter().zip(&batch) {
+            let Claim::Acquired(g) = claim else {
+                panic!("{claim:?}");
+            };
+            assert!(
+                g.lease_expires_at_ms() > now,
+                "{}'s lease ends at {}, at or before now ({now})",
+                String::from_utf8_lossy(key),
+                g.lease_expires_at_ms()
+            );
+            assert!(ns.check(key).unwrap().is_some(), "held, not expired");
+        }
+        // Two unexpired keys of two: full, and nothing left that could be reclaimed.
+        assert!(matches!(
+            ns.claim(b"c"),
+            Err(Error::CapacityExceeded { .. })
+        ));
+        drop(batch);
+        assert!(ns.claim(b"c").unwrap().is_acquired());
+    }
+
+    /// A reading the shard's wheel has passed (another thread moved it on after the
+    /// claim read the clock) is taken as the wheel's time; a later one as it is.
+    #[test]
+    fn a_shard_takes_a_reading_its_wheel_has_passed_as_the_wheels_time() {
+        let (engine, ns) = due_keys(1, 1);
+        let before = ns.inner.now();
+        engine.run_maintenance(); // the wheel moves to the namespace's time
+        let clock_ms = before.ms + 7;
+        let later = ns.inner.params.now(clock_ms);
+        let stale = ns.inner.params.now(before.ms - 5_000);
+        let shard = ns.inner.slots[0].lock();
+        let moved = shard.not_behind(&ns.inner.params, stale);
+        assert_eq!(moved.tick, before.tick);
+        assert_eq!(moved.ms, before.ms);
+        let kept = shard.not_behind(&ns.inner.params, later);
+        assert_eq!((kept.ms, kept.tick), (later.ms, later.tick));
+    }
+
     /// The maintenance pass expires a shard's keys a few at a time, taking the
     /// shard's lock again for each batch, and reclaims every due key all the same.
     #[test]
@@ -1593,7 +1696,11 @@ mod tests {
                 }
             }))
         });
+        // (The pass's wait is bounded in time; here the rounds decide when it ends,
+        // however slowly a loaded machine runs them.)
+        MAKE_WAY_BOUND.with(|b| b.set(Some(std::time::Duration::from_secs(60))));
         let (reclaimed, holds) = inner.expire_all_within(inner.now(), 4);
+        MAKE_WAY_BOUND.with(|b| b.set(None));
         AFTER_EXPIRY_BATCH.with(|h| h.borrow_mut().take());
         MAKING_WAY.with(|h| h.borrow_mut().take());
         assert_eq!(reclaimed, 40);
@@ -3123,8 +3230,12 @@ fn make_way(slot: &SlotCell, #[cfg_attr(not(test), allow(unused_variables))] i: 
     // (Under loom every read of the count is a step of the model: no waiting there.)
     #[cfg(not(idem_loom))]
     if slot.wanted() {
+        #[cfg(test)]
+        let bound = tests::make_way_for();
+        #[cfg(not(test))]
+        let bound = MAKE_WAY_FOR;
         let since = std::time::Instant::now();
-        while slot.wanted() && since.elapsed() < MAKE_WAY_FOR {
+        while slot.wanted() && since.elapsed() < bound {
             #[cfg(test)]
             tests::making_way(i);
             std::hint::spin_loop();
@@ -3443,7 +3554,7 @@ impl NsInner {
         this: &Arc<Self>,
         fp: Fp,
         payload: Option<u64>,
-        mut now: Now,
+        now: &mut Now,
         marker: &mut Option<(u128, Record)>,
         #[cfg_attr(idem_loom, allow(unused_variables))] lock_free: LockFree<'_>,
     ) -> Result<Claim> {
@@ -3453,7 +3564,7 @@ impl NsInner {
         #[cfg(not(idem_loom))]
         if let (Some((pin, answered)), None) = (lock_free, payload) {
             if let Some((completed_at_ms, expires_at_ms, result)) =
-                this.slots[si].optimistic_duplicate(fp, &this.params, now, pin)
+                this.slots[si].optimistic_duplicate(fp, &this.params, *now, pin)
             {
                 *answered += 1;
                 return Ok(Claim::Duplicate(Done {
@@ -3476,6 +3587,10 @@ impl NsInner {
                 this.claim_exclusive(si, fp, payload, now, &cap, &mut store_error)
             } else {
                 let mut shard = this.slots[si].lock();
+                // Never behind the shard's wheel (see `Shard::not_behind`): a lease
+                // set from an earlier reading could end before it was granted.
+                *now = shard.not_behind(&this.params, *now);
+                let now = *now;
                 let found = shard.look_up(fp, now, &cap);
                 let p = &this.params;
                 // A duplicate the lock-free read could not answer (a writer was
@@ -3582,11 +3697,12 @@ impl NsInner {
                     // with a durable tier, done keys may also leave the hot tier. Then
                     // one last attempt with every shard's lock held (`claim_exclusive`).
                     retried = true;
-                    this.expire_all(now);
+                    this.expire_all(*now);
                     if this.durable.is_some() {
                         this.evict(64);
                     }
-                    now = this.now();
+                    // (A batch goes on from this reading too.)
+                    *now = this.now();
                     continue;
                 }
                 ShardClaim::FullForWindow(d) => {
@@ -3741,11 +3857,13 @@ impl NsInner {
         si: usize,
         fp: Fp,
         payload: Option<u64>,
-        now: Now,
+        now: &mut Now,
         cap: &Capacity<'_>,
         store_error: &mut Option<Error>,
     ) -> ShardClaim {
         let mut shards: Vec<_> = self.slots.iter().map(|slot| slot.lock()).collect();
+        *now = shards[si].not_behind(&self.params, *now);
+        let now = *now;
         for shard in shards.iter_mut() {
             // Keys expired at this attempt's time (which may be later than the
             // reclaim before it) leave first: their room counts.
@@ -4098,7 +4216,8 @@ impl Namespace {
         #[cfg(not(idem_loom))]
         slot.prefetch_schedule(ns.params.deadline(now, ns.params.lease_ms));
         let mut marker = None;
-        let claim = NsInner::claim_one(ns, fp, payload, now, &mut marker, None);
+        let mut now = now;
+        let claim = NsInner::claim_one(ns, fp, payload, &mut now, &mut marker, None);
         if marker.is_none() {
             // No marker to write (a memory-only namespace, or no claim acquired).
             return claim;
@@ -4163,7 +4282,9 @@ impl Namespace {
                 ns.slots[fp.shard(ns.slots.len())].prefetch_entry(fp, pin);
             }
         }
-        let now = ns.now();
+        // One reading for the batch, moved on only if a claim in it read a later
+        // one (the refusal path) or met a wheel already past it.
+        let mut now = ns.now();
         let mut markers = Vec::new();
         let mut claims = Vec::with_capacity(fps.len());
         #[cfg_attr(idem_loom, allow(unused_mut, unused_variables))]
@@ -4174,7 +4295,7 @@ impl Namespace {
             let lock_free = pin.as_ref().map(|p| (p, &mut lock_free_dups));
             #[cfg(idem_loom)]
             let lock_free = None;
-            match NsInner::claim_one(ns, fp, None, now, &mut marker, lock_free) {
+            match NsInner::claim_one(ns, fp, None, &mut now, &mut marker, lock_free) {
                 Ok(c) => {
                     claims.push(c);
                     markers.extend(marker);

@@ -1625,6 +1625,26 @@ impl Shard {
         self.index.find(fp.lo, |i| slab.get(i).is(fp))
     }
 
+    /// `now`, or the wheel's time if the wheel has passed it: another thread, or an
+    /// earlier claim of the same batch, read a later time and moved it on. Set from a
+    /// reading the wheel has passed, a deadline could fall behind the wheel, which
+    /// would then keep the entry until its next tick while the entry reads as expired
+    /// (its room not given back), and a lease could be granted already over. The
+    /// wheel's time is never ahead of the namespace's (it moves only to times the
+    /// namespace read).
+    #[inline(always)]
+    pub(crate) fn not_behind(&self, p: &Params, now: Now) -> Now {
+        let current = self.wheel.current();
+        if now.tick >= current {
+            now
+        } else {
+            Now {
+                tick: current,
+                ms: now.ms.max(p.tick_to_ms(current)),
+            }
+        }
+    }
+
     /// Keeps the wheel within serial-arithmetic range of `now` when nothing else has
     /// advanced it for a long time (no maintenance thread and a clock that jumped).
     #[inline]

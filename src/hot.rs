@@ -311,9 +311,13 @@ impl Reservoir {
     /// reservoir has ever been drawn from (the maintenance pass, and the maintenance
     /// thread when a take asks).
     pub(crate) fn top_up(&self) {
-        // Begun: a take from here on that finds it low asks again.
-        self.asked
-            .store(false, std::sync::atomic::Ordering::Release);
+        // Begun: a take from here on that finds it low asks again. A swap, not a
+        // store: a claim that found a request pending (its swap read `true`) marked
+        // its shard's index spare as wanted before; reading its write here makes
+        // that mark visible to the maintenance thread's look right after (a plain
+        // store would not order them on weakly ordered processors, and the spare
+        // would wait for the next periodic pass).
+        self.asked.swap(false, std::sync::atomic::Ordering::AcqRel);
         if !self.drawn.load(std::sync::atomic::Ordering::Relaxed) {
             return;
         }

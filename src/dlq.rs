@@ -938,7 +938,13 @@ impl Inner {
                     report.replayed.push(mid);
                     return Ok(());
                 }
-                Err(e) => return Err(e),
+                // Its lease ran out again, or the store refused: the message was
+                // applied all the same, and is recorded so below (a refusing store
+                // refuses that too, and the replay stops with its error).
+                Err(e) => format!(
+                    "not recorded as done: claimed again, but that claim's completion \
+                     failed too ({e}), so a redelivery of the key is not caught"
+                ),
             },
             Ok(Claim::InProgress(_)) => "held by another claim meanwhile".to_owned(),
             Ok(Claim::Duplicate(_)) => "completed by another claim meanwhile".to_owned(),

@@ -1097,6 +1097,59 @@ fn a_handler_that_outlives_its_claim_is_recorded_as_applied_when_the_key_cannot_
     assert_eq!(applied, 1);
 }
 
+/// A clock that moves on by `step` at every reading while `racing` is set: every
+/// claim's lease has run out by its completion.
+#[derive(Clone)]
+struct Racing {
+    inner: ManualClock,
+    step: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl idem::Clock for Racing {
+    fn now_ms(&self) -> u64 {
+        let step = self.step.load(std::sync::atomic::Ordering::SeqCst);
+        self.inner.advance(std::time::Duration::from_millis(step));
+        self.inner.now_ms()
+    }
+}
+
+#[test]
+fn a_handler_applied_once_is_recorded_as_applied_when_the_claim_that_completes_it_loses_its_lease_too(
+) {
+    let clock = Racing {
+        inner: ManualClock::new(T0),
+        step: Default::default(),
+    };
+    let engine = Engine::builder()
+        .namespace("ns", small())
+        .clock(clock.clone())
+        .maintenance_interval(None)
+        .build()
+        .unwrap();
+    let dlq = engine.dlq("ns").unwrap();
+    let first = dlq.quarantine(b"k", b"p", OUTAGE).unwrap();
+    let second = dlq.quarantine(b"j", b"p", OUTAGE).unwrap();
+    let mut applied = Vec::new();
+    let r = execute(&dlq, &Selection::default(), |key: &[u8], _: &[u8]| {
+        applied.push(key.to_vec());
+        // From here on, every reading is 6 s past the one before (the lease is
+        // 5 s): the replay's claim, and the one that would complete it, run out.
+        clock.step.store(6_000, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    });
+    // Before, the replay stopped with `LeaseLost`: the first message stayed
+    // quarantined (the next replay applied it again) and the second was not reached.
+    assert_eq!(r.replayed, vec![first, second], "{r:?}");
+    assert!(r.notes[&first].contains("not recorded as done"), "{r:?}");
+    assert_eq!(dlq.get(first).unwrap().state(), MessageState::Replayed);
+    clock.step.store(0, std::sync::atomic::Ordering::SeqCst);
+    let again = execute(&dlq, &Selection::default(), |_: &[u8], _: &[u8]| {
+        panic!("nothing is left to apply")
+    });
+    assert_eq!(again.total(), 0, "{again:?}");
+    assert_eq!(applied, [b"k".to_vec(), b"j".to_vec()]);
+}
+
 #[test]
 fn a_replays_limit_counts_the_messages_it_can_replay() {
     let (_engine, _ns, dlq, _clock) = memory();

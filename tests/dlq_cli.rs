@@ -214,6 +214,10 @@ fn a_failing_command_sends_the_message_back_to_quarantine() {
     let cols = row(&out, "      #2");
     assert_eq!((cols[1], cols[2]), ("quarantined", "1"), "{out}");
     assert!(out.contains("downstream-unavailable:ledger-api"), "{out}");
+    // An id as the tool prints it names the same message.
+    let (ok, _, printed, err) = idem(&["dlq", "list", dbs, "--namespace", "orders", "--id", "#2"]);
+    assert!(ok, "{err}");
+    assert_eq!(printed, out);
 }
 
 #[test]

@@ -52,6 +52,55 @@ fn an_empty_key_is_refused_as_invalid() {
     );
 }
 
+/// The key view judges a record at the same time as the namespace row: a record
+/// past its retention is expired, not done.
+#[test]
+fn a_key_past_its_retention_is_shown_expired() {
+    let tmp = TempDir(
+        std::env::temp_dir().join(format!("idem-inspect-cli-expired-{}", std::process::id())),
+    );
+    let dir = tmp.0.join("db");
+    {
+        // Completed in 2023, retention 60 s: long gone by the wall clock.
+        let clock = idem::ManualClock::new(1_700_000_000_000);
+        let engine = Engine::builder()
+            .namespace(
+                "orders",
+                NamespaceConfig::new()
+                    .ttl(std::time::Duration::from_secs(60))
+                    .retention(std::time::Duration::from_secs(60)),
+            )
+            .durable(&dir)
+            .clock(clock)
+            .maintenance_interval(None)
+            .build()
+            .unwrap();
+        let ns = engine.namespace("orders").unwrap();
+        let idem::Claim::Acquired(g) = ns.claim(b"old").unwrap() else {
+            panic!("a new key")
+        };
+        g.complete().unwrap();
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args([
+            "inspect",
+            dir.to_str().unwrap(),
+            "-n",
+            "orders",
+            "-k",
+            "old",
+        ])
+        .output()
+        .expect("the idem binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    // Before, the namespace row counted it expired and the key view said "done".
+    assert!(
+        stdout.contains("key \"old\" in \"orders\": expired"),
+        "{stdout}"
+    );
+}
+
 #[test]
 fn a_missing_directory_is_said_to_be_missing() {
     let tmp = TempDir(

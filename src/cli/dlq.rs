@@ -64,7 +64,13 @@ impl Options {
         while let Some(a) = it.next() {
             match a.as_str() {
                 "--namespace" | "-n" => o.namespace = Some(value(a, it.next())?),
-                "--id" => o.ids.push(MessageId::new(number(a, it.next())?)),
+                // As the tool prints it (`#12`), or the bare number.
+                "--id" => {
+                    let v = it
+                        .next()
+                        .map(|v| v.strip_prefix('#').unwrap_or(v).to_owned());
+                    o.ids.push(MessageId::new(number(a, v.as_ref())?));
+                }
                 "--state" => {
                     let v = value(a, it.next())?;
                     o.states.push(

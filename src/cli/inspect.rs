@@ -66,7 +66,14 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
         match db.key(ns, k.as_bytes()) {
             Ok(None) => outln!("key {k:?} in {ns:?}: unknown"),
             Ok(Some(s)) => {
-                let state = if s.done { "done" } else { "in flight" };
+                // Judged at this reading, as the namespace row counts it: a record
+                // past its end is what an engine would acquire the key over.
+                let state = match (s.done, s.expires_at_ms <= now_ms) {
+                    (true, false) => "done",
+                    (true, true) => "expired (a claim now acquires it)",
+                    (false, false) => "in flight",
+                    (false, true) => "in flight, its lease over (a claim now acquires it)",
+                };
                 let (at, until) = if s.done {
                     ("completed at", "duplicate until")
                 } else {

@@ -582,6 +582,7 @@ impl EngineBuilder {
     /// ticks long (about 12 days at 1 ms); a coarser tick allows longer ones. Expiry is
     /// never early and at most one tick late; a completion time answered from the hot
     /// tier may read up to one tick late too ([`Done::completed_at_ms`](crate::Done::completed_at_ms)).
+    /// A whole number of milliseconds, from 1 ms to 60 s: `build` refuses others.
     pub fn tick(mut self, tick: Duration) -> Self {
         self.tick = tick;
         self
@@ -672,6 +673,14 @@ impl EngineBuilder {
             return Err(Error::InvalidConfig {
                 namespace: String::new(),
                 reason: "tick must be between 1 ms and 60 s",
+            });
+        }
+        if self.tick.subsec_nanos() % 1_000_000 != 0 {
+            // Ticks are counted in whole milliseconds: 1.999 ms would be used as 1 ms,
+            // and a TTL that fits 2^30 of the ticks asked for refused.
+            return Err(Error::InvalidConfig {
+                namespace: String::new(),
+                reason: "tick must be a whole number of milliseconds",
             });
         }
         if self.commit_delay > Some(Duration::from_millis(100)) {

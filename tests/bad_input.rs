@@ -125,6 +125,12 @@ fn invalid_configurations_are_refused() {
         Engine::builder().tick(ms(0)).build(),
         Err(Error::InvalidConfig { .. })
     ));
+    // Ticks are whole milliseconds: a fraction was dropped without a word.
+    assert!(matches!(
+        Engine::builder().tick(std::time::Duration::from_micros(1_999)).build(),
+        Err(Error::InvalidConfig { reason, .. }) if reason.contains("whole number")
+    ));
+    assert!(Engine::builder().tick(ms(2)).build().is_ok());
     // A name whose saved prefilter's file name (the name in hexadecimal) would not
     // fit a file name is refused (tests/prefilter.rs opens the longest accepted).
     assert!(matches!(

@@ -287,6 +287,59 @@ fn a_namespace_whose_ttl_needs_a_coarse_tick_can_be_archived_and_replayed() {
 }
 
 #[test]
+fn a_namespace_with_a_long_retention_over_a_short_ttl_can_be_archived_and_replayed() {
+    // Retention a year over a TTL of a minute, for 10,000 keys, no prefilter: the
+    // application opens it. The tools, which do not know its sizing, used to size a
+    // prefilter for the default `max_keys` and the retention's 525,600 TTLs of them
+    // (hundreds of gigabytes), and refused.
+    let tmp = TempDir::new("long-retention");
+    let db = tmp.0.join("db");
+    {
+        let engine = Engine::builder()
+            .namespace(
+                "orders",
+                NamespaceConfig::new()
+                    .ttl(std::time::Duration::from_secs(60))
+                    .retention(std::time::Duration::from_secs(365 * 86_400))
+                    .max_keys(10_000)
+                    .prefilter(false),
+            )
+            .durable(&db)
+            .maintenance_interval(None)
+            .build()
+            .unwrap();
+        let dlq = engine.dlq("orders").unwrap();
+        for key in ["ord-1", "ord-2"] {
+            dlq.quarantine(key.as_bytes(), b"v2:x", "downstream-unavailable:x")
+                .unwrap();
+        }
+    }
+    let dbs = db.to_str().unwrap();
+    let (ok, _, out, err) = orders("archive", dbs, &["--id", "1", "--note", "x"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("archived #1"), "{out}");
+    let (ok, _, out, err) = orders("replay", dbs, &["--all", "--exec", "true"]);
+    assert!(ok, "{err}");
+    assert_eq!(row(&out, "replayed "), ["replayed", "1"], "{out}");
+    // The application opens it afterwards, and finds the replayed key done.
+    let engine = Engine::builder()
+        .namespace(
+            "orders",
+            NamespaceConfig::new()
+                .ttl(std::time::Duration::from_secs(60))
+                .retention(std::time::Duration::from_secs(365 * 86_400))
+                .max_keys(10_000)
+                .prefilter(false),
+        )
+        .durable(&db)
+        .maintenance_interval(None)
+        .build()
+        .unwrap();
+    let ns = engine.namespace("orders").unwrap();
+    assert!(ns.claim(b"ord-2").unwrap().is_duplicate());
+}
+
+#[test]
 fn an_archive_with_one_bad_id_archives_none() {
     let (_tmp, dbs) = populated("archive");
     let archive = |ids: &[&str]| {

@@ -265,6 +265,13 @@ fn open_engine(
     // The application's tick is not stored: the finest its TTL and lease allow (a
     // finer one than the application's, if anything, so records last no less).
     let tick = cfg.finest_tick();
+    // No prefilter: the few keys a replay claims read the store directly, and the
+    // application's sizing (`max_keys`, `expected_keys`) is not stored, so one sized
+    // from the defaults could be far larger than the application's, or refused
+    // outright (a long retention over a short TTL). The application's saved filter
+    // is neither read nor replaced; the writes made here leave it stale, and the
+    // application rebuilds it at its next open.
+    let cfg = cfg.prefilter(false);
     let engine = Engine::builder()
         .namespace(name, cfg)
         .tick(tick)

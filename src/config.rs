@@ -675,7 +675,7 @@ impl EngineBuilder {
                 reason: "tick must be between 1 ms and 60 s",
             });
         }
-        if self.tick.subsec_nanos() % 1_000_000 != 0 {
+        if !self.tick.subsec_nanos().is_multiple_of(1_000_000) {
             // Ticks are counted in whole milliseconds: 1.999 ms would be used as 1 ms,
             // and a TTL that fits 2^30 of the ticks asked for refused.
             return Err(Error::InvalidConfig {

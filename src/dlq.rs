@@ -468,6 +468,10 @@ pub struct ReplayReport {
     /// Why archived and failed messages ended where they did, and until when a
     /// skipped message's key is held.
     pub notes: BTreeMap<MessageId, String>,
+    /// The message at which a handler gave no verdict ([`HandlerFailure::NoVerdict`])
+    /// and why: it is left as it was, in no list above, and the replay stopped there
+    /// (the selected messages after it were not taken up).
+    pub stopped: Option<(MessageId, String)>,
 }
 
 impl ReplayReport {
@@ -505,6 +509,9 @@ impl ReplayReport {
         self.unreadable_key.extend(other.unreadable_key);
         self.transformed.extend(other.transformed);
         self.notes.extend(other.notes);
+        if self.stopped.is_none() {
+            self.stopped = other.stopped;
+        }
     }
 }
 
@@ -1178,7 +1185,20 @@ impl fmt::Debug for Dlq {
 }
 
 /// A replay handler: applies one message (key, payload), or says why it could not.
-type Handler<'a> = dyn FnMut(&[u8], &[u8]) -> std::result::Result<(), String> + 'a;
+type Handler<'a> = dyn FnMut(&[u8], &[u8]) -> std::result::Result<(), HandlerFailure> + 'a;
+
+/// Why a replay's handler did not apply a message ([`Dlq::replay_with`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HandlerFailure {
+    /// The handler ran and failed: the message goes back to quarantine with one more
+    /// attempt and this as its reason (what an `Err` of [`Dlq::replay`]'s handler
+    /// does).
+    Failed(String),
+    /// The handler gave no verdict on the message (it could not be started, say):
+    /// the message is left exactly as it was, its claim released, and the replay
+    /// stops there ([`ReplayReport::stopped`]).
+    NoVerdict(String),
+}
 
 impl Dlq {
     /// The namespace this store belongs to.
@@ -1388,6 +1408,24 @@ impl Dlq {
         mut handler: impl FnMut(&[u8], &[u8]) -> std::result::Result<(), String>,
         mode: ReplayMode,
     ) -> Result<ReplayReport> {
+        let mut handler =
+            |key: &[u8], payload: &[u8]| handler(key, payload).map_err(HandlerFailure::Failed);
+        self.replay_as(&self.actor, selection, schema, &mut handler, mode)
+    }
+
+    /// As [`Dlq::replay`], with a handler that can also say it gave no verdict
+    /// ([`HandlerFailure::NoVerdict`]): that message is left as it was and the replay
+    /// stops before the next, its report saying where and why
+    /// ([`ReplayReport::stopped`]). For a handler that can fail to run at all (a
+    /// command that cannot be found), whose failure says nothing of the message and
+    /// would otherwise count an attempt and replace its reason, for every message.
+    pub fn replay_with(
+        &self,
+        selection: &Selection,
+        schema: &dyn SchemaCheck,
+        mut handler: impl FnMut(&[u8], &[u8]) -> std::result::Result<(), HandlerFailure>,
+        mode: ReplayMode,
+    ) -> Result<ReplayReport> {
         self.replay_as(&self.actor, selection, schema, &mut handler, mode)
     }
 
@@ -1444,6 +1482,9 @@ impl Dlq {
             ReplayMode::Execute => {
                 for id in ids {
                     self.replay_one(actor, id, selection, schema, handler, &mut report)?;
+                    if report.stopped.is_some() {
+                        break;
+                    }
                 }
             }
         }
@@ -1677,7 +1718,14 @@ impl Dlq {
                     Err(e) => return Err(e),
                 }
             }
-            Err(e) => {
+            Err(HandlerFailure::NoVerdict(why)) => {
+                // Nothing is known of the message: it stays as it was (its attempt not
+                // counted, its reason kept), and the replay stops here.
+                let _ = guard.release();
+                report.stopped = Some((mid, truncate(why.trim(), MAX_REASON_LEN).to_owned()));
+                return Ok(());
+            }
+            Err(HandlerFailure::Failed(e)) => {
                 // A release refused as LeaseLost leaves the key claimable all the same.
                 let _ = guard.release();
                 let e = e.trim();
@@ -1710,6 +1758,8 @@ impl Dlq {
         schema: &dyn SchemaCheck,
         mut handler: impl FnMut(&[u8], &[u8]) -> std::result::Result<(), String>,
     ) -> Result<PolicyReport> {
+        let mut handler =
+            |key: &[u8], payload: &[u8]| handler(key, payload).map_err(HandlerFailure::Failed);
         self.inner.namespace()?;
         let mut out = PolicyReport {
             replay: ReplayReport {

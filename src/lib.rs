@@ -154,8 +154,8 @@ pub use config::{
     MAX_RETENTION, MIN_BACKGROUND_INTERVAL,
 };
 pub use dlq::{
-    DeadLetter, Dlq, DlqHealth, DlqPolicy, MessageId, MessageState, PolicyReport, ReplayMode,
-    ReplayOutcome, ReplayReport, SchemaCheck, SchemaVerdict, Selection, Transition,
+    DeadLetter, Dlq, DlqHealth, DlqPolicy, HandlerFailure, MessageId, MessageState, PolicyReport,
+    ReplayMode, ReplayOutcome, ReplayReport, SchemaCheck, SchemaVerdict, Selection, Transition,
     ACTOR_AUTO_ARCHIVE, ACTOR_AUTO_REPLAY, DEFAULT_ACTOR, DEFAULT_BASELINE_WINDOW,
     DEFAULT_RECENT_WINDOW, MAX_ACTOR_LEN, MAX_DEAD_LETTER_PAYLOAD, MAX_REASON_LEN,
 };

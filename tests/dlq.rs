@@ -14,9 +14,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use idem::{
-    Claim, DeadLetter, Dlq, DlqPolicy, Engine, Error, KeyError, KeyState, ManualClock, MessageId,
-    MessageState, Namespace, NamespaceConfig, ReplayMode, ReplayOutcome, ReplayReport,
-    SchemaVerdict, Selection, MAX_DEAD_LETTER_PAYLOAD,
+    Claim, DeadLetter, Dlq, DlqPolicy, Engine, Error, HandlerFailure, KeyError, KeyState,
+    ManualClock, MessageId, MessageState, Namespace, NamespaceConfig, ReplayMode, ReplayOutcome,
+    ReplayReport, SchemaVerdict, Selection, MAX_DEAD_LETTER_PAYLOAD,
 };
 use util::*;
 
@@ -1148,6 +1148,50 @@ fn a_handler_applied_once_is_recorded_as_applied_when_the_claim_that_completes_i
     });
     assert_eq!(again.total(), 0, "{again:?}");
     assert_eq!(applied, [b"k".to_vec(), b"j".to_vec()]);
+}
+
+#[test]
+fn a_handler_with_no_verdict_leaves_its_message_as_it_was_and_stops_the_replay() {
+    let (_engine, ns, dlq, _clock) = memory();
+    let ids: Vec<_> = [b"a", b"b", b"c"]
+        .iter()
+        .map(|k| dlq.quarantine(*k, b"p", OUTAGE).unwrap())
+        .collect();
+    let before = dlq.get(ids[1]).unwrap();
+    let mut seen = Vec::new();
+    let r = dlq
+        .replay_with(
+            &Selection::default(),
+            &any_schema,
+            |key: &[u8], _: &[u8]| {
+                seen.push(key.to_vec());
+                match key {
+                    b"b" => Err(HandlerFailure::NoVerdict("could not start".to_owned())),
+                    _ => Ok(()),
+                }
+            },
+            ReplayMode::Execute,
+        )
+        .unwrap();
+    assert_eq!(r.replayed, [ids[0]], "{r:?}");
+    assert_eq!(r.stopped, Some((ids[1], "could not start".to_owned())));
+    assert!(r.failed.is_empty(), "{r:?}");
+    assert_eq!(seen, [b"a".to_vec(), b"b".to_vec()], "stopped before c");
+    // b exactly as it was (no attempt, same reason and history), its key free.
+    assert_eq!(dlq.get(ids[1]).unwrap(), before);
+    assert!(ns.claim(b"b").unwrap().is_acquired());
+    assert_eq!(dlq.get(ids[2]).unwrap().state(), MessageState::Quarantined);
+    // A failure the handler reports as one still sends its message back.
+    let r = dlq
+        .replay_with(
+            &Selection::default().ids([ids[2]]),
+            &any_schema,
+            |_: &[u8], _: &[u8]| Err(HandlerFailure::Failed("downstream-unavailable:x".into())),
+            ReplayMode::Execute,
+        )
+        .unwrap();
+    assert_eq!((r.failed, r.stopped), (vec![ids[2]], None));
+    assert_eq!(dlq.get(ids[2]).unwrap().attempts(), 1);
 }
 
 #[test]

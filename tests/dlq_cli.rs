@@ -435,6 +435,29 @@ fn a_schema_command_that_gives_no_verdict_archives_nothing() {
 }
 
 #[test]
+fn an_exec_command_that_gives_no_verdict_changes_no_message() {
+    let (_tmp, dbs) = populated("exec-no-verdict");
+    let (ok, _, before, err) = orders("list", &dbs, &[]);
+    assert!(ok, "{err}");
+    // Not found (the shell exits 127), and ended by a signal. Before, each counted
+    // an attempt on every selected message and replaced its reason (and so its
+    // class) with the shell's complaint.
+    for exec in ["no-such-handler-xyz", "kill -9 $$"] {
+        let (ok, code, out, err) = orders("replay", &dbs, &["--exec", exec]);
+        assert!(!ok && code == Some(1), "{exec}: {out}{err}");
+        assert!(err.contains("gave no verdict on message #1"), "{err}");
+        assert_eq!(row(&out, "failed: back in quarantine")[4], "0", "{out}");
+        let (ok, _, after, err) = orders("list", &dbs, &[]);
+        assert!(ok, "{err}");
+        assert_eq!(after, before, "{exec}");
+    }
+    // A command that runs and fails still sends the message back, as before.
+    let (ok, _, out, err) = orders("replay", &dbs, &["--exec", "exit 3", "--limit", "1"]);
+    assert!(ok, "{err}");
+    assert_eq!(row(&out, "failed: back in quarantine")[4], "1", "{out}");
+}
+
+#[test]
 fn a_replay_writes_the_done_record_with_the_applications_retention() {
     let tmp = TempDir::new("retention");
     let db = tmp.0.join("db");

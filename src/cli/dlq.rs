@@ -9,8 +9,8 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use idem::{
-    DeadLetter, Dlq, Engine, MessageId, MessageState, NamespaceConfig, ReplayMode, ReplayReport,
-    SchemaVerdict, Selection, SystemClock,
+    DeadLetter, Dlq, Engine, HandlerFailure, MessageId, MessageState, NamespaceConfig, ReplayMode,
+    ReplayReport, SchemaVerdict, Selection, SystemClock,
 };
 
 use super::{grouped, number};
@@ -626,14 +626,10 @@ fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
         };
         let sel = Selection::default().ids(chunk.iter().copied());
         let r = dlq
-            .replay(
+            .replay_with(
                 &sel,
                 &schema,
-                |key: &[u8], payload: &[u8]| match run_shell(&exec, &key_env(key), payload) {
-                    Ok((status, _, _)) if status.success() => Ok(()),
-                    Ok((_, _, err)) => Err(err),
-                    Err(e) => Err(format!("exec-failed: {e}")),
-                },
+                |key: &[u8], payload: &[u8]| exec_outcome(run_shell(&exec, &key_env(key), payload)),
                 mode,
             )
             .map_err(|e| e.to_string())?;
@@ -647,6 +643,10 @@ fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
         report.transformed.extend(r.transformed);
         report.notes.extend(r.notes);
         bar.set(report.total() as u64);
+        if r.stopped.is_some() {
+            report.stopped = r.stopped;
+            break;
+        }
     }
     bar.finish();
     let verb = if o.dry_run { "would be " } else { "" };
@@ -685,7 +685,36 @@ fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
             outln!("{:>8}  {note}", id.to_string());
         }
     }
+    if let Some((id, why)) = &report.stopped {
+        return Err(format!(
+            "the --exec command gave no verdict on message {id} ({why}); it and the \
+             messages after it were left as they were, the replay stopped there"
+        ));
+    }
     Ok(())
+}
+
+/// What a run of the `--exec` command says of a message: exit 0, applied; any other
+/// exit, failed, with its stderr as the reason. A command that gives no verdict says
+/// nothing of the message, whose attempts and reason stay as they were, and stops the
+/// replay (a mistyped command would otherwise send every selected message back with
+/// the shell's complaint as its reason): one that cannot be started, that the shell
+/// cannot find or run (exit 126 or 127), that a signal ends, or whose shell reports a
+/// signal that ended what it ran (exit 129 to 192), as for `--schema-cmd`.
+fn exec_outcome(
+    run: Result<(std::process::ExitStatus, Vec<u8>, String), String>,
+) -> Result<(), HandlerFailure> {
+    match run {
+        Ok((status, _, _)) if status.success() => Ok(()),
+        Ok((status, _, err)) => match status.code() {
+            Some(126 | 127 | 129..=192) | None => Err(HandlerFailure::NoVerdict(format!(
+                "{status}: {}",
+                err.trim()
+            ))),
+            Some(_) => Err(HandlerFailure::Failed(err)),
+        },
+        Err(e) => Err(HandlerFailure::NoVerdict(format!("it did not start: {e}"))),
+    }
 }
 
 /// A progress bar on a terminal, a line per quarter elsewhere (both on stderr).

@@ -254,20 +254,14 @@ fn bad_arguments_are_refused() {
     assert!(!missing.exists());
 }
 
-#[test]
-fn a_namespace_whose_ttl_needs_a_coarse_tick_can_be_archived_and_replayed() {
-    // The application ticks once a second for a 30-day TTL, longer than 2^30 ticks
-    // of the default 1 ms tick; the tick itself is not stored.
-    let tmp = TempDir::new("coarse-tick");
-    let db = tmp.0.join("db");
+/// An application's database at `db`: namespace "orders" opened with `cfg` on an
+/// engine from `builder`, two messages quarantined. Then the tools archive the first
+/// and replay the other.
+fn archive_and_replay(db: &Path, builder: idem::EngineBuilder, cfg: NamespaceConfig) {
     {
-        let engine = Engine::builder()
-            .tick(std::time::Duration::from_secs(1))
-            .namespace(
-                "orders",
-                NamespaceConfig::new().ttl(std::time::Duration::from_secs(30 * 86_400)),
-            )
-            .durable(&db)
+        let engine = builder
+            .namespace("orders", cfg)
+            .durable(db)
             .maintenance_interval(None)
             .build()
             .unwrap();
@@ -287,6 +281,18 @@ fn a_namespace_whose_ttl_needs_a_coarse_tick_can_be_archived_and_replayed() {
 }
 
 #[test]
+fn a_namespace_whose_ttl_needs_a_coarse_tick_can_be_archived_and_replayed() {
+    // The application ticks once a second for a 30-day TTL, longer than 2^30 ticks
+    // of the default 1 ms tick; the tick itself is not stored.
+    let tmp = TempDir::new("coarse-tick");
+    archive_and_replay(
+        &tmp.0.join("db"),
+        Engine::builder().tick(std::time::Duration::from_secs(1)),
+        NamespaceConfig::new().ttl(std::time::Duration::from_secs(30 * 86_400)),
+    );
+}
+
+#[test]
 fn a_namespace_with_a_long_retention_over_a_short_ttl_can_be_archived_and_replayed() {
     // Retention a year over a TTL of a minute, for 10,000 keys, no prefilter: the
     // application opens it. The tools, which do not know its sizing, used to size a
@@ -294,43 +300,15 @@ fn a_namespace_with_a_long_retention_over_a_short_ttl_can_be_archived_and_replay
     // (hundreds of gigabytes), and refused.
     let tmp = TempDir::new("long-retention");
     let db = tmp.0.join("db");
-    {
-        let engine = Engine::builder()
-            .namespace(
-                "orders",
-                NamespaceConfig::new()
-                    .ttl(std::time::Duration::from_secs(60))
-                    .retention(std::time::Duration::from_secs(365 * 86_400))
-                    .max_keys(10_000)
-                    .prefilter(false),
-            )
-            .durable(&db)
-            .maintenance_interval(None)
-            .build()
-            .unwrap();
-        let dlq = engine.dlq("orders").unwrap();
-        for key in ["ord-1", "ord-2"] {
-            dlq.quarantine(key.as_bytes(), b"v2:x", "downstream-unavailable:x")
-                .unwrap();
-        }
-    }
-    let dbs = db.to_str().unwrap();
-    let (ok, _, out, err) = orders("archive", dbs, &["--id", "1", "--note", "x"]);
-    assert!(ok, "{err}");
-    assert!(out.contains("archived #1"), "{out}");
-    let (ok, _, out, err) = orders("replay", dbs, &["--all", "--exec", "true"]);
-    assert!(ok, "{err}");
-    assert_eq!(row(&out, "replayed "), ["replayed", "1"], "{out}");
+    let cfg = NamespaceConfig::new()
+        .ttl(std::time::Duration::from_secs(60))
+        .retention(std::time::Duration::from_secs(365 * 86_400))
+        .max_keys(10_000)
+        .prefilter(false);
+    archive_and_replay(&db, Engine::builder(), cfg.clone());
     // The application opens it afterwards, and finds the replayed key done.
     let engine = Engine::builder()
-        .namespace(
-            "orders",
-            NamespaceConfig::new()
-                .ttl(std::time::Duration::from_secs(60))
-                .retention(std::time::Duration::from_secs(365 * 86_400))
-                .max_keys(10_000)
-                .prefilter(false),
-        )
+        .namespace("orders", cfg)
         .durable(&db)
         .maintenance_interval(None)
         .build()

@@ -254,17 +254,23 @@ fn bad_arguments_are_refused() {
     assert!(!missing.exists());
 }
 
+/// The application's engine on the database at `db`: `builder` with namespace
+/// "orders" configured as `cfg`, no maintenance thread.
+fn open_orders(db: &Path, builder: idem::EngineBuilder, cfg: NamespaceConfig) -> Engine {
+    builder
+        .namespace("orders", cfg)
+        .durable(db)
+        .maintenance_interval(None)
+        .build()
+        .unwrap()
+}
+
 /// An application's database at `db`: namespace "orders" opened with `cfg` on an
 /// engine from `builder`, two messages quarantined. Then the tools archive the first
 /// and replay the other.
 fn archive_and_replay(db: &Path, builder: idem::EngineBuilder, cfg: NamespaceConfig) {
     {
-        let engine = builder
-            .namespace("orders", cfg)
-            .durable(db)
-            .maintenance_interval(None)
-            .build()
-            .unwrap();
+        let engine = open_orders(db, builder, cfg);
         let dlq = engine.dlq("orders").unwrap();
         for key in ["ord-1", "ord-2"] {
             dlq.quarantine(key.as_bytes(), b"v2:x", "downstream-unavailable:x")
@@ -307,12 +313,7 @@ fn a_namespace_with_a_long_retention_over_a_short_ttl_can_be_archived_and_replay
         .prefilter(false);
     archive_and_replay(&db, Engine::builder(), cfg.clone());
     // The application opens it afterwards, and finds the replayed key done.
-    let engine = Engine::builder()
-        .namespace("orders", cfg)
-        .durable(&db)
-        .maintenance_interval(None)
-        .build()
-        .unwrap();
+    let engine = open_orders(&db, Engine::builder(), cfg);
     let ns = engine.namespace("orders").unwrap();
     assert!(ns.claim(b"ord-2").unwrap().is_duplicate());
 }
@@ -762,12 +763,7 @@ fn an_option_that_does_not_apply_to_the_command_is_refused() {
 fn with_letters(tag: &str, cfg: NamespaceConfig, letters: &[(&[u8], &[u8])]) -> (TempDir, String) {
     let tmp = TempDir::new(tag);
     let db = tmp.0.join("db");
-    let engine = Engine::builder()
-        .namespace("orders", cfg)
-        .durable(&db)
-        .maintenance_interval(None)
-        .build()
-        .unwrap();
+    let engine = open_orders(&db, Engine::builder(), cfg);
     let dlq = engine.dlq("orders").unwrap();
     for (key, payload) in letters {
         dlq.quarantine(key, payload, "downstream-unavailable:test")

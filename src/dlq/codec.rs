@@ -5,8 +5,9 @@
 //! ```text
 //! offset size field
 //! 0      1    format version (LETTER_VERSION)
-//! 1      1    state: 1 quarantined, 2 under review, 3 schema check,
-//!             4 idempotency check, 5 replayed, 6 archived
+//! 1      1    state: 1 quarantined, 2 under review, 5 replayed, 6 archived
+//!             (3 schema check and 4 idempotency check appear in the history
+//!             only: a replay's passing steps are never a stored state)
 //! 2      1    flags: bit 0 = replayed as "already done"
 //! 3      1    reserved, 0
 //! 4      4    replay attempts (u32)
@@ -125,6 +126,15 @@ impl Letter {
             return Err(DecodeError::Version(version));
         }
         let state = read_state(&mut r)?;
+        // A letter is stored only at rest: the checks a replay passes through are
+        // steps of its history, never a stored state (a damaged byte reading as one
+        // is refused, not taken as a message to replay).
+        if matches!(
+            state,
+            MessageState::SchemaCheck | MessageState::IdempotencyCheck
+        ) {
+            return Err(DecodeError::State(state.code()));
+        }
         let flags = r.u8()?;
         if flags & !FLAG_ALREADY_DONE != 0 {
             return Err(DecodeError::Flags(flags));
@@ -231,7 +241,13 @@ mod tests {
 
     #[test]
     fn round_trips_every_state_and_flag() {
-        for state in MessageState::ALL {
+        let resting = MessageState::ALL.into_iter().filter(|s| {
+            !matches!(
+                s,
+                MessageState::SchemaCheck | MessageState::IdempotencyCheck
+            )
+        });
+        for state in resting {
             for already_done in [false, true] {
                 for history in [vec![], sample().history] {
                     let l = Letter {
@@ -244,6 +260,33 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_replays_passing_steps_are_never_a_stored_state() {
+        for state in [MessageState::SchemaCheck, MessageState::IdempotencyCheck] {
+            let l = Letter { state, ..sample() };
+            assert_eq!(
+                Letter::decode(&l.encode()),
+                Err(DecodeError::State(state.code()))
+            );
+        }
+        // In the history they are steps like any other.
+        let mut l = sample();
+        for (from, to) in [
+            (MessageState::UnderReview, MessageState::SchemaCheck),
+            (MessageState::SchemaCheck, MessageState::IdempotencyCheck),
+            (MessageState::IdempotencyCheck, MessageState::Quarantined),
+        ] {
+            l.history.push(Transition {
+                at_ms: 1_700_000_000_500,
+                actor: "replay".to_owned(),
+                from: Some(from),
+                to,
+                reason: "step".to_owned(),
+            });
+        }
+        assert_eq!(Letter::decode(&l.encode()), Ok(l));
     }
 
     #[test]

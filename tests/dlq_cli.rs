@@ -241,11 +241,24 @@ fn bad_arguments_are_refused() {
             "sleeping",
         ],
         &["dlq", "list", "x", "--namespace", "n", "--id", "one"],
+        // An option of one value given twice: one of them would be dropped.
+        &[
+            "dlq", "replay", "x", "-n", "n", "--exec", "a", "--exec", "b",
+        ],
+        &["dlq", "list", "x", "-n", "n", "--namespace", "m"],
+        &[
+            "dlq", "list", "x", "-n", "n", "--class", "a", "--class", "b",
+        ],
     ] {
         let (_, code, _, err) = idem(args);
         assert_eq!(code, Some(2), "{args:?}");
         assert!(!err.is_empty());
     }
+    // Options that name several are given as often as wanted.
+    let (_tmp, dbs) = populated("repeated-ids");
+    let (ok, _, out, err) = orders("list", &dbs, &["--id", "1", "--id", "2"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("2 message(s)"), "{out}");
     // A directory without a database is not created.
     let missing = tmp.0.join("nothing-here");
     let (_, code, _, err) = idem(&["dlq", "list", missing.to_str().unwrap(), "--namespace", "n"]);

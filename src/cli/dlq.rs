@@ -61,7 +61,15 @@ impl Options {
         let value = |flag: &str, v: Option<&String>| -> Result<String, String> {
             v.cloned().ok_or_else(|| format!("{flag} needs a value"))
         };
+        // Options that take one value (or none): given twice, one of the two would be
+        // dropped without a word, a `--class` or `--exec` other than the one meant.
+        let mut given = std::collections::HashSet::new();
         while let Some(a) = it.next() {
+            let once = !matches!(a.as_str(), "--id" | "--state") && a.starts_with('-');
+            let flag = if a == "-n" { "--namespace" } else { a.as_str() };
+            if once && !given.insert(flag.to_owned()) {
+                return Err(format!("dlq {cmd}: {flag} is given twice"));
+            }
             match a.as_str() {
                 "--namespace" | "-n" => o.namespace = Some(value(a, it.next())?),
                 // As the tool prints it (`#12`), or the bare number.

@@ -2432,6 +2432,38 @@ fn a_completion_applied_but_not_synced_under_fail_open_is_not_an_orphan_at_the_n
     }
 }
 
+/// Tokens start again with every run: a claim in flight at a crash whose token an
+/// earlier run's completion of the key also carried is still reported. Under
+/// fail-open a failed read acquires the key over that live record.
+#[test]
+fn a_claim_in_flight_is_reported_though_an_earlier_runs_completion_had_its_token() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = || {
+        immediate()
+            .shards(1)
+            .on_store_error(FailurePolicy::FailOpen)
+    };
+    {
+        let (_engine, ns) = open(&dir, &clock, cfg());
+        acquire(&ns, b"k").complete().unwrap();
+    }
+    clock.set(T0 + 1_000);
+    {
+        let (engine, ns) = open(&dir, &clock, cfg());
+        engine.debug_fail_store_reads(true);
+        let g = acquire(&ns, b"k"); // the same token as the first run's
+        engine.debug_fail_store_reads(false);
+        // Its marker stays, as after a crash.
+        engine.debug_fail_store_writes(true);
+        drop(g);
+        engine.debug_fail_store_writes(false);
+    }
+    clock.set(T0 + 2_000);
+    let (engine, _ns) = open(&dir, &clock, cfg());
+    assert_eq!(engine.orphans().len(), 1, "{:?}", engine.orphans());
+}
+
 #[test]
 fn a_deferred_claim_of_an_orphaned_key_deletes_the_old_marker() {
     let dir = TempDir::new();

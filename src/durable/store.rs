@@ -1467,8 +1467,8 @@ impl DurableNs {
     }
 
     /// Whether the claim that left `marker` of `fp` was completed after all: the
-    /// durable tier holds a done record with its fencing token that did not expire
-    /// before the claim (tokens restart every run, so an old record of the key can
+    /// durable tier holds a done record with its fencing token, completed no earlier
+    /// than the claim was made, that did not expire before the claim (tokens restart every run, so an old record of the key can
     /// carry the same one; it had expired when the key was acquired again, or the
     /// claim would have been a duplicate). Such a marker is settled at open, not
     /// reported: a crash came between the completion's write and the marker's
@@ -1476,8 +1476,13 @@ impl DurableNs {
     /// applied but whose fsync failed put its marker back, to be flushed later.
     pub(crate) fn completed_by(&self, fp: u128, marker: &Record) -> Result<bool, Error> {
         match self.store.get_done(&self.name, &self.fams, fp) {
+            // Completed no earlier than claimed (a namespace's time never goes back):
+            // a live record of an earlier run's claim with the same token is not
+            // this claim's, which could have been acquired over it when its read
+            // failed under fail-open.
             Ok(Some(d)) => Ok(d.state == RecordState::Done
                 && d.token == marker.token
+                && d.at_ms >= marker.at_ms
                 && d.expires_ms > marker.at_ms),
             Ok(None) | Err(Error::CorruptRecord { .. }) => Ok(false),
             Err(e) => Err(e),

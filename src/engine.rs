@@ -761,6 +761,42 @@ mod tests {
         }
     }
 
+    /// A compaction RocksDB runs on its own (here: the store's, without
+    /// `Engine::compact_store` reading the time for the namespace first) while the
+    /// clock is ahead of an idle namespace judges retention at the namespace's time:
+    /// after the clock steps back, the key is still a duplicate.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_compaction_on_its_own_keeps_what_the_idle_namespace_still_holds() {
+        use crate::{Claim, ManualClock, NamespaceConfig};
+        use std::time::Duration;
+        let dir = Scratch::new("filter-clock");
+        let t0 = 1_700_000_000_000;
+        let clock = ManualClock::new(t0);
+        let engine = super::Engine::builder()
+            .clock(clock.clone())
+            .maintenance_interval(None)
+            .durable(&dir.0)
+            .namespace(
+                "ns",
+                NamespaceConfig::new()
+                    .ttl(Duration::from_secs(60))
+                    .retention(Duration::from_secs(600)),
+            )
+            .build()
+            .unwrap();
+        let ns = engine.namespace("ns").unwrap();
+        let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
+            panic!("a new key");
+        };
+        g.complete().unwrap();
+        clock.advance(Duration::from_secs(605)); // past retention, on the clock only
+        engine.shared.store.as_ref().unwrap().compact().unwrap();
+        clock.set(t0 + 500_000);
+        let answer = ns.claim(b"k").unwrap();
+        assert!(answer.is_duplicate(), "{answer:?}");
+    }
+
     /// Every way claim markers may be kept, for tests that hold in each.
     #[cfg(feature = "durable")]
     const MARKER_MODES: [crate::ClaimMarkers; 3] = [

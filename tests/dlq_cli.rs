@@ -431,10 +431,10 @@ fn an_exec_command_that_gives_no_verdict_changes_no_message() {
     let (_tmp, dbs) = populated("exec-no-verdict");
     let (ok, _, before, err) = orders("list", &dbs, &[]);
     assert!(ok, "{err}");
-    // Not found (the shell exits 127), and ended by a signal. Before, each counted
-    // an attempt on every selected message and replaced its reason (and so its
-    // class) with the shell's complaint.
-    for exec in ["no-such-handler-xyz", "kill -9 $$"] {
+    // Not found (the shell exits 127), and not executable (126). Before, each
+    // counted an attempt on every selected message and replaced its reason (and so
+    // its class) with the shell's complaint.
+    for exec in ["no-such-handler-xyz", "/dev/null"] {
         let (ok, code, out, err) = orders("replay", &dbs, &["--exec", exec]);
         assert!(!ok && code == Some(1), "{exec}: {out}{err}");
         assert!(err.contains("gave no verdict on message #1"), "{err}");
@@ -443,10 +443,15 @@ fn an_exec_command_that_gives_no_verdict_changes_no_message() {
         assert!(ok, "{err}");
         assert_eq!(after, before, "{exec}");
     }
-    // A command that runs and fails still sends the message back, as before.
+    // A command that runs and fails still sends the message back, as before; so
+    // does one a signal ends (a message that crashes its handler), and the replay
+    // goes on to the next.
     let (ok, _, out, err) = orders("replay", &dbs, &["--exec", "exit 3", "--limit", "1"]);
     assert!(ok, "{err}");
     assert_eq!(row(&out, "failed: back in quarantine")[4], "1", "{out}");
+    let (ok, _, out, err) = orders("replay", &dbs, &["--exec", "kill -9 $$", "--limit", "2"]);
+    assert!(ok, "{err}");
+    assert_eq!(row(&out, "failed: back in quarantine")[4], "2", "{out}");
 }
 
 #[test]

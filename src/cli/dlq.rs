@@ -703,25 +703,29 @@ fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
 }
 
 /// What a run of the `--exec` command says of a message: exit 0, applied; any other
-/// exit, failed, with its stderr as the reason. A command that gives no verdict says
+/// exit, failed, with its stderr as the reason. A command that never ran says
 /// nothing of the message, whose attempts and reason stay as they were, and stops the
 /// replay (a mistyped command would otherwise send every selected message back with
-/// the shell's complaint as its reason): one that cannot be started, that the shell
-/// cannot find or run (exit 126 or 127), that a signal ends, or whose shell reports a
-/// signal that ended what it ran (exit 129 to 192), as for `--schema-cmd`.
+/// the shell's complaint as its reason): one that cannot be started, or that the
+/// shell cannot find or run (exit 126 or 127). A command ended by a signal did run:
+/// a message that crashes its handler is a failure of that message, counted, and the
+/// replay goes on to the next (`--schema-cmd`, whose verdict archives for good, is
+/// stricter).
 fn exec_outcome(
     run: Result<(std::process::ExitStatus, Vec<u8>, String), String>,
 ) -> Result<(), HandlerFailure> {
     match run {
         Ok((status, _, _)) if status.success() => Ok(()),
         Ok((status, _, err)) => match status.code() {
-            Some(126 | 127 | 129..=192) | None => Err(HandlerFailure::NoVerdict(format!(
+            Some(126 | 127) => Err(HandlerFailure::NoVerdict(format!(
                 "{status}: {}",
                 err.trim()
             ))),
-            Some(_) => Err(HandlerFailure::Failed(err)),
+            // (Killed with nothing said: the signal is the reason.)
+            None if err.trim().is_empty() => Err(HandlerFailure::Failed(status.to_string())),
+            _ => Err(HandlerFailure::Failed(err)),
         },
-        Err(e) => Err(HandlerFailure::NoVerdict(format!("it did not start: {e}"))),
+        Err(e) => Err(HandlerFailure::NoVerdict(format!("it did not run: {e}"))),
     }
 }
 

@@ -158,7 +158,10 @@ impl DurableNs {
         match *self {}
     }
 
-    pub(crate) fn forget(&self, _fp: crate::hot::Fp) -> Result<(), crate::error::Error> {
+    pub(crate) fn forget(
+        &self,
+        _fp: crate::hot::Fp,
+    ) -> Result<Option<crate::error::Error>, crate::error::Error> {
         match *self {}
     }
 

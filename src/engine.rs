@@ -4520,7 +4520,10 @@ impl Namespace {
     /// With a durable tier, a forget that meets a completion whose record is being
     /// written waits for that write, then deletes the record it wrote: the forget
     /// takes effect after the completion, never before it, so a completion cannot
-    /// bring a forgotten key back.
+    /// bring a forgotten key back. The delete is synced as the namespace's
+    /// completions are; if it was applied and only the fsync after it failed, the key
+    /// is forgotten in both tiers all the same and that error is returned (a forget
+    /// the store refused changes nothing).
     pub fn forget(&self, key: &[u8]) -> Result<bool> {
         let ns = &*self.inner;
         let fp = ns.key_fp(key)?;
@@ -4533,6 +4536,8 @@ impl Namespace {
         let mut forgetting = ns.durable.is_some().then(|| Forgetting::begin(ns, si, fp));
         let mut waited = false;
         let mut durable_live = false;
+        // The error of an fsync that failed after the delete was applied.
+        let mut unsynced = None;
         loop {
             // The durable record goes first, then the hot entry: a claim between the
             // two that re-read the record into the hot tier is removed with it.
@@ -4554,7 +4559,7 @@ impl Namespace {
                 }
                 #[cfg(test)]
                 tests::before_forget_delete();
-                d.forget(fp)?;
+                unsynced = d.forget(fp)?;
                 #[cfg(test)]
                 tests::after_forget_delete();
             }
@@ -4569,6 +4574,10 @@ impl Namespace {
                 // after it completes as any other.
                 if let Some(f) = forgetting.take() {
                     f.end(&mut shard);
+                }
+                // Applied in both tiers; only the fsync after the delete failed.
+                if let Some(e) = unsynced {
+                    return Err(e);
                 }
                 return Ok(removed || durable_live);
             }

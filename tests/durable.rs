@@ -2733,6 +2733,37 @@ fn each_sync_policy_makes_the_fsyncs_it_promises() {
     assert_eq!(syncs(&engine), 0);
 }
 
+/// A forget whose delete was applied but whose fsync failed has taken effect: the
+/// key is forgotten in both tiers (before, the hot entry stayed done while the record
+/// was gone, so the key came back claimable only after a restart), and the sync's
+/// error is returned.
+#[test]
+fn a_forget_applied_but_not_synced_forgets_the_key_in_both_tiers() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = || small().sync(SyncPolicy::Always);
+    {
+        let (engine, ns) = open(&dir, &clock, cfg());
+        acquire(&ns, b"k").complete().unwrap();
+        engine.debug_fail_syncs(true);
+        assert!(ns.forget(b"k").is_err());
+        engine.debug_fail_syncs(false);
+        assert_eq!(ns.check(b"k").unwrap(), None);
+        // A store that refuses the write changes nothing.
+        acquire(&ns, b"j").complete().unwrap();
+        engine.debug_fail_store_writes(true);
+        assert!(ns.forget(b"j").is_err());
+        engine.debug_fail_store_writes(false);
+        assert!(matches!(
+            ns.check(b"j").unwrap(),
+            Some(KeyState::Done { .. })
+        ));
+    }
+    let (_engine, ns) = open(&dir, &clock, cfg());
+    assert!(ns.claim(b"k").unwrap().is_acquired());
+    duplicate(&ns, b"j");
+}
+
 #[test]
 fn every_sync_policy_builds_and_works() {
     let dir = TempDir::new();

@@ -930,15 +930,22 @@ impl Store {
         })
     }
 
-    /// Deletes a key's records (forget), fsynced before it returns if `sync`, as a
-    /// completion under the same policy is: a forget acknowledged under `Always`
-    /// survives a power loss as the record it deletes would have.
-    pub(crate) fn forget(&self, fams: &Families, fp: u128, sync: bool) -> Result<(), Error> {
+    /// Deletes a key's records (forget), not synced: see [`Store::sync_written`].
+    pub(crate) fn forget(&self, fams: &Families, fp: u128) -> Result<(), Error> {
         self.check_writable()?;
         let mut batch = WriteBatch::default();
         batch.delete_cf(self.cf(&fams.done)?, fp_key(fp));
         batch.delete_cf(self.cf(&fams.claims)?, fp_key(fp));
-        self.write_batch(batch, sync, "forget")
+        self.write_batch(batch, false, "forget")
+    }
+
+    /// Fsyncs what this thread has written (through the group commit when it is on,
+    /// sharing the fsync with concurrent writers), as a synced write would have.
+    pub(crate) fn sync_written(&self) -> Result<(), Error> {
+        match &self.group {
+            Some(group) => group.commit(|| self.sync_wal()),
+            None => self.sync_wal(),
+        }
     }
 
     /// Every claim marker of a namespace: the claims that were never completed or
@@ -2103,8 +2110,12 @@ impl DurableNs {
         written
     }
 
-    /// Deletes a key's durable records, synced as the namespace's completions are.
-    pub(crate) fn forget(&self, fp: Fp) -> Result<(), Error> {
+    /// Deletes a key's durable records, synced as the namespace's completions are (a
+    /// forget acknowledged under `Always` survives a power loss as the record it
+    /// deletes would have). `Ok(Some(e))`: the delete was applied (the records are
+    /// gone for every reader) but the fsync after it failed with `e`; the caller
+    /// forgets the key in the hot tier too, and returns `e`.
+    pub(crate) fn forget(&self, fp: Fp) -> Result<Option<Error>, Error> {
         let fp = fp.to_u128();
         // With deferred markers the flush's lock is held through the delete (a flush
         // under way finishes first): no marker of the key is written and noted on
@@ -2124,23 +2135,33 @@ impl DurableNs {
         // Never decided from the hot tier (as a claim may be under fail-open): a
         // delete the store refused did not happen, whatever the failure policy, and
         // the record it left would still answer for the key.
-        let r = self
-            .write_under_policy(|sync| self.store.forget(&self.fams, fp, sync))
-            .inspect_err(|_| {
-                self.errors.fetch_add(1, Ordering::Relaxed);
-            });
-        if r.is_err() {
+        let applied = self.store.forget(&self.fams, fp).inspect_err(|_| {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+        });
+        if applied.is_err() {
             // A refused forget changes nothing: the waiting marker goes back (unless
             // a new claim of the key has deferred its own meanwhile), and a marker on
             // disk is still there.
             self.restore_marker(fp, waiting, was_on_disk);
         }
         drop(flushing);
+        applied?;
         // A journaled marker goes only with the key, too.
-        if let (Some(j), Ok(())) = (self.journal.get(), &r) {
+        if let Some(j) = self.journal.get() {
             self.clear_journal(j, fp, None);
         }
-        r
+        let synced = self.write_under_policy(|sync| {
+            if sync {
+                self.store.sync_written()
+            } else {
+                Ok(())
+            }
+        });
+        Ok(synced
+            .inspect_err(|_| {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+            })
+            .err())
     }
 
     pub(crate) fn has_state_family(&self, family: &str) -> bool {

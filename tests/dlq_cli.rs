@@ -571,8 +571,6 @@ fn an_unknown_namespace_is_refused_and_the_database_is_left_as_it_was() {
     assert!(out.contains("5 message(s)"), "{out}");
 }
 
-/// Every file of `dir` by name, with its bytes, except RocksDB's info logs (`LOG`,
-/// `LOG.old.*`), which any open, read-only too, starts anew: left out whole.
 /// The database in `db` opened with RocksDB directly, every column family, to change
 /// what idem would not.
 fn raw_db(db: &Path) -> rocksdb::DB {
@@ -581,6 +579,8 @@ fn raw_db(db: &Path) -> rocksdb::DB {
     rocksdb::DB::open_cf(&opts, db, &cfs).unwrap()
 }
 
+/// Every file of `dir` by name, with its bytes, except RocksDB's info logs (`LOG`,
+/// `LOG.old.*`), which any open, read-only too, starts anew: left out whole.
 fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     std::fs::read_dir(dir)
         .unwrap()

@@ -1475,9 +1475,10 @@ impl DurableNs {
 
     /// Whether the claim that left `marker` of `fp` was completed after all: the
     /// durable tier holds a done record with its fencing token, completed no earlier
-    /// than the claim was made, that did not expire before the claim (tokens restart every run, so an old record of the key can
-    /// carry the same one; it had expired when the key was acquired again, or the
-    /// claim would have been a duplicate). Such a marker is settled at open, not
+    /// than the claim was made, that did not expire before the claim (tokens restart
+    /// every run, so an old record of the key can carry the same one: one that had
+    /// expired when the key was acquired again, or a live one that a claim under
+    /// fail-open could not read, completed before the claim). Such a marker is settled at open, not
     /// reported: a crash came between the completion's write and the marker's
     /// clearing, or (deferred markers under fail-open) a completion whose batch was
     /// applied but whose fsync failed put its marker back, to be flushed later.

@@ -400,6 +400,99 @@ fn a_handle_without_its_engine_drops_no_live_generation_after_a_clock_set_back()
     assert!(ns.claim(b"early").unwrap().is_duplicate());
 }
 
+/// A clock that reads as its [`ManualClock`], except for one reading, the `n`th after
+/// [`Jumpy::jump_at`], which reads a later time (a step ahead and straight back).
+#[derive(Clone)]
+struct Jumpy {
+    manual: ManualClock,
+    countdown: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    to: u64,
+    reads: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Jumpy {
+    fn new(manual: ManualClock, to: u64) -> Jumpy {
+        Jumpy {
+            manual,
+            countdown: Default::default(),
+            to,
+            reads: Default::default(),
+        }
+    }
+
+    fn jump_at(&self, n: u64) {
+        self.countdown.store(n, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn reads(&self) -> u64 {
+        self.reads.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Clock for Jumpy {
+    fn now_ms(&self) -> u64 {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.reads.fetch_add(1, SeqCst);
+        let left = self.countdown.load(SeqCst);
+        if left > 0 {
+            self.countdown.store(left - 1, SeqCst);
+            if left == 1 {
+                return self.to;
+            }
+        }
+        self.manual.now_ms()
+    }
+}
+
+/// A handle without its engine drops generations at the namespace's own time. Before,
+/// its completions dropped them at a reading of the clock of their own, taken after
+/// the one the completion was decided at: a step of the clock ahead in between, and
+/// back, dropped the generation of a record the namespace still held live, whose key
+/// was then acquired again. Each round makes a different reading of a completion
+/// the step's.
+#[test]
+fn a_handle_without_its_engine_drops_generations_at_the_namespaces_time() {
+    let mut reads_in_a_completion = 0;
+    for n in 1..=12 {
+        let dir = TempDir::new();
+        let manual = ManualClock::new(T0);
+        let clock = Jumpy::new(manual.clone(), T0 + 1_000_000);
+        let engine = Engine::builder()
+            .clock(clock.clone())
+            .maintenance_interval(None)
+            .durable(dir.path())
+            .namespace("ns", cfg())
+            .build()
+            .unwrap();
+        let ns = engine.namespace("ns").unwrap();
+        complete(&ns, b"a"); // hot until T0 + 60 s, its record until T0 + 240 s
+        drop(engine);
+        manual.advance(secs(200));
+        complete(&ns, b"h"); // hot until T0 + 260 s
+        let before = clock.reads();
+        clock.jump_at(n);
+        // (A step at a reading after the claim's outlasts its lease.)
+        match ns.claim(b"b").unwrap() {
+            Claim::Acquired(g) => match g.complete() {
+                Ok(()) | Err(Error::LeaseLost { .. }) => {}
+                Err(e) => panic!("{e:?}"),
+            },
+            other => panic!("{other:?}"),
+        }
+        reads_in_a_completion = clock.reads() - before;
+        clock.jump_at(0);
+        // "h" tells the namespace's time: still a duplicate unless the completion of
+        // "b" was decided at the later reading. "a" must answer alike.
+        let h = ns.claim(b"h").unwrap().is_duplicate();
+        let a = ns.claim(b"a").unwrap().is_duplicate();
+        assert_eq!(a, h, "the step at reading {n} of {reads_in_a_completion}");
+    }
+    assert!(
+        (1..12).contains(&reads_in_a_completion),
+        "{reads_in_a_completion} readings"
+    );
+}
+
 #[test]
 fn generations_past_retention_are_dropped_by_maintenance() {
     let dir = TempDir::new();

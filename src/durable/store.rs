@@ -2008,12 +2008,19 @@ impl DurableNs {
         // positive.)
         if let Some(p) = &self.prefilter {
             // Once the engine is gone, no maintenance pass drops the generations past
-            // retention: the writes of the handles that outlive it do, at the clock's
-            // reading (never later than the namespace's own time, which a clock set
-            // back does not move back; a record's time can be later than both, a
-            // sliding window's rewrite keeps its first completion's).
+            // retention: the writes of the handles that outlive it do, at the
+            // namespace's own time (the latest it has published; not a reading of
+            // the clock taken now, which can be later than the time this completion
+            // and the namespace's next claims judge by, so a step of the clock ahead
+            // and back would drop a generation of live records; nor a record's time,
+            // which can be later still: a sliding window's rewrite keeps its first
+            // completion's). Nothing is dropped before the namespace has read the
+            // clock.
             if self.store.closed() {
-                p.expire(crate::clock::read_capped(&*self.store.clock));
+                let seen = self.seen_ms.load(Ordering::Acquire);
+                if seen > 0 {
+                    p.expire(seen);
+                }
             }
             for (fp, rec) in done {
                 p.insert(bloom_hash(*fp), rec.expires_ms);

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 /// `d` rounded up to whole milliseconds: every deadline is kept in milliseconds, and
 /// truncating would make a key expire early. (A duration too long for that is left
 /// as it is; validation refuses it.)
-fn whole_ms(d: Duration) -> Duration {
+pub(crate) fn whole_ms(d: Duration) -> Duration {
     let ms = d.as_nanos().div_ceil(1_000_000);
     u64::try_from(ms).map_or(d, Duration::from_millis)
 }

@@ -8,7 +8,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::config::{MAX_KEYS_LIMIT, MAX_RETENTION};
+use crate::config::{whole_ms, MAX_KEYS_LIMIT, MAX_RETENTION};
 use crate::durable::codec::MAX_RESULT;
 
 /// Hot-tier heap bytes per resident key, all-in (entry, index share, wheel, shard
@@ -99,7 +99,7 @@ pub struct Sizing {
 pub enum SizingError {
     /// The peak rate is not a positive, finite number of keys per second.
     Rate(f64),
-    /// The TTL is shorter than 1 ms.
+    /// The TTL is zero (it is kept in whole milliseconds, rounded up).
     TtlTooShort,
     /// The TTL is longer than a namespace holds at the coarsest tick (2^30 ticks of
     /// 60 s, about 2,000 years).
@@ -134,7 +134,7 @@ impl fmt::Display for SizingError {
                     "the rate must be a positive number of keys per second, not {r}"
                 )
             }
-            SizingError::TtlTooShort => f.write_str("the TTL must be at least 1 ms"),
+            SizingError::TtlTooShort => f.write_str("the TTL must be longer than 0"),
             SizingError::TtlTooLong(t) => write!(
                 f,
                 "the TTL must be at most 2^30 ticks of the coarsest tick, 60 s ({} s), not {} s",
@@ -204,9 +204,18 @@ impl Sizing {
         self
     }
 
-    /// The retention in effect: the configured one, or 7 x TTL.
+    /// The TTL in effect: the given one rounded up to whole milliseconds, as
+    /// `NamespaceConfig::ttl` keeps it.
+    pub fn get_ttl(&self) -> Duration {
+        whole_ms(self.ttl)
+    }
+
+    /// The retention in effect: the configured one, or 7 x TTL, rounded up to whole
+    /// milliseconds as `NamespaceConfig::retention` keeps it.
     pub fn get_retention(&self) -> Duration {
-        self.retention.unwrap_or(self.ttl.saturating_mul(7))
+        self.retention
+            .map(whole_ms)
+            .unwrap_or(self.get_ttl().saturating_mul(7))
     }
 
     /// Computes the plan, or says which input is out of range: the ranges a namespace
@@ -216,14 +225,17 @@ impl Sizing {
         if !(rate.is_finite() && rate > 0.0) {
             return Err(SizingError::Rate(rate));
         }
-        if self.ttl < Duration::from_millis(1) {
+        // As the namespace keeps them: whole milliseconds, rounded up (a 999 us TTL
+        // is 1 ms; one of 2^30 ms and a half needs a 2 ms tick).
+        let ttl = self.get_ttl();
+        if ttl < Duration::from_millis(1) {
             return Err(SizingError::TtlTooShort);
         }
-        if self.ttl > MAX_TTL {
+        if ttl > MAX_TTL {
             return Err(SizingError::TtlTooLong(self.ttl));
         }
         let retention = self.get_retention();
-        if retention < self.ttl {
+        if retention < ttl {
             return Err(SizingError::RetentionShorterThanTtl);
         }
         if retention > MAX_RETENTION {
@@ -256,7 +268,7 @@ impl Sizing {
                 Err(SizingError::TooLarge { figure })
             }
         };
-        let resident_keys = keys(self.ttl, "resident keys (rate x TTL)")?;
+        let resident_keys = keys(ttl, "resident keys (rate x TTL)")?;
         let retained_keys = keys(retention, "retained keys (rate x retention)")?;
         let result = self.result_bytes as f64;
         let hot_bytes_per_key = if self.result_bytes == 0 {
@@ -288,7 +300,7 @@ impl Sizing {
         let redis_bytes = total(resident_keys, redis_bytes_per_key, "Redis bytes")?;
         Ok(Plan {
             rate_per_sec: rate,
-            ttl: self.ttl,
+            ttl,
             retention,
             false_positive_rate: p,
             result_bytes: self.result_bytes,
@@ -321,8 +333,11 @@ pub struct Plan {
     pub false_positive_rate: f64,
     /// Bytes of the result stored with each completion (0: none).
     pub result_bytes: usize,
-    /// Keys resident in the hot tier at peak: rate x TTL. Use it as `max_keys` (past
-    /// `MAX_KEYS_LIMIT`, split over [`Plan::namespaces_needed`] namespaces).
+    /// Completed keys resident in the hot tier at peak: rate x TTL. Use it as
+    /// `max_keys` (past `MAX_KEYS_LIMIT`, split over [`Plan::namespaces_needed`]
+    /// namespaces); a memory-only namespace also holds its claims in flight, so give
+    /// it rate x the longest handling time more (a durable one makes room by evicting
+    /// completed keys its store answers for).
     pub resident_keys: u64,
     /// Keys the durable tier holds at peak: rate x retention.
     pub retained_keys: u64,
@@ -342,8 +357,9 @@ pub struct Plan {
     /// Durable-tier disk bytes at peak, without the write-ahead log and the memtables
     /// not yet flushed.
     pub durable_bytes: u64,
-    /// The namespace's claim-marker journal file (`ClaimMarkers::Journal`, the
-    /// default, with the default `journal_slots`): a fixed size, whatever the rate.
+    /// One namespace's claim-marker journal file (`ClaimMarkers::Journal`, the
+    /// default, with the default `journal_slots`): a fixed size, whatever the rate
+    /// (see [`Plan::journal_bytes_total`] for every namespace's).
     pub journal_bytes: u64,
     /// Redis memory per key for the same keys (`SET key value NX EX ttl`); with a
     /// result, its bytes are added: a lower bound.
@@ -436,6 +452,12 @@ impl Plan {
     /// `MAX_KEYS_LIMIT` resident keys, more past it.
     pub fn namespaces_needed(&self) -> u64 {
         self.resident_keys.div_ceil(MAX_KEYS_LIMIT as u64).max(1)
+    }
+
+    /// The claim-marker journal files of the [`Plan::namespaces_needed`] namespaces,
+    /// one each of [`Plan::journal_bytes`].
+    pub fn journal_bytes_total(&self) -> u64 {
+        self.journal_bytes.saturating_mul(self.namespaces_needed())
     }
 
     /// The `max_keys` of each of the [`Plan::namespaces_needed`] namespaces: the
@@ -586,7 +608,7 @@ mod tests {
         assert!(matches!(s(f64::NAN), Err(SizingError::Rate(_))));
         assert_eq!(s(f64::INFINITY), Err(SizingError::Rate(f64::INFINITY)));
         assert_eq!(
-            Sizing::new(1.0, Duration::from_micros(999)).plan(),
+            Sizing::new(1.0, Duration::ZERO).plan(),
             Err(SizingError::TtlTooShort)
         );
         assert_eq!(
@@ -667,6 +689,40 @@ mod tests {
         assert_eq!(
             over.warnings(None),
             vec![SizingWarning::TtlNeedsCoarserTick { min_tick_ms: 2 }]
+        );
+    }
+
+    /// A TTL or retention of a fraction of a millisecond is planned as the namespace
+    /// keeps it, rounded up to whole milliseconds. Before, the plan truncated: it
+    /// advised a tick the engine refuses for a TTL just past 2^30 ms, and refused a
+    /// 999 us TTL the namespace accepts as 1 ms.
+    #[test]
+    fn a_fraction_of_a_millisecond_is_planned_as_the_namespace_keeps_it() {
+        let ttl = Duration::from_millis(1 << 30) + Duration::from_micros(500);
+        let plan = Sizing::new(1.0, ttl).plan().unwrap();
+        let cfg = crate::NamespaceConfig::new().ttl(ttl);
+        assert_eq!(plan.ttl, cfg.get_ttl());
+        let warnings = plan.warnings(None);
+        let Some(SizingWarning::TtlNeedsCoarserTick { min_tick_ms }) = warnings.first() else {
+            panic!("{warnings:?}");
+        };
+        assert_eq!(Duration::from_millis(*min_tick_ms), cfg.finest_tick());
+        assert!(cfg.validate("n", *min_tick_ms).is_ok());
+        assert!(cfg.validate("n", *min_tick_ms - 1).is_err());
+        // 999 us: the namespace's 1 ms.
+        let short = Duration::from_micros(999);
+        let plan = Sizing::new(1_000.0, short).plan().unwrap();
+        assert_eq!(plan.ttl, crate::NamespaceConfig::new().ttl(short).get_ttl());
+        assert_eq!(plan.resident_keys, 1);
+        // A retention's fraction too (7 x the rounded TTL by default).
+        let plan = Sizing::new(1.0, short)
+            .retention(Duration::from_micros(6_500))
+            .plan()
+            .unwrap();
+        assert_eq!(plan.retention, Duration::from_millis(7));
+        assert_eq!(
+            Sizing::new(1.0, short).plan().unwrap().retention,
+            Duration::from_millis(7)
         );
     }
 

@@ -290,6 +290,7 @@ pub(crate) fn render(o: &Options, plan: &Plan, memory: Option<Memory>) -> String
         "idem plan: peak {} ({:.1} keys/s), TTL {}, retention {}, prefilter fpr {}, {}\n\n",
         o.rate, plan.rate_per_sec, o.ttl, retention, plan.false_positive_rate, result
     );
+    let journal_why = journal_basis(plan.namespaces_needed());
     let rows = [
         (
             "hot tier (memory)",
@@ -315,9 +316,9 @@ pub(crate) fn render(o: &Options, plan: &Plan, memory: Option<Memory>) -> String
         (
             "claim-marker journal (disk)",
             "-".to_owned(),
-            "fixed: journal_slots x 64 B",
+            journal_why.as_str(),
             "-".to_owned(),
-            bytes(plan.journal_bytes),
+            bytes(plan.journal_bytes_total()),
         ),
         (
             "Redis SET NX EX (memory)",
@@ -379,6 +380,7 @@ pub(crate) fn render(o: &Options, plan: &Plan, memory: Option<Memory>) -> String
     out += "- per-key figures were measured by the benchmark harness (BENCHMARKS.md); Stats::bytes_per_key() reports the live hot-tier figure\n";
     out += "- the prefilter figure is its generational sizing: 5 Bloom filters of 1/4 of the keys, each at fpr/5 (the textbook single filter would take -ln(fpr)/ln(2)^2 bits per key but could never drop expired keys)\n";
     out += "- the durable figure counts compacted SST files, not the write-ahead log or unflushed memtables\n";
+    out += "- max_keys is the completed keys at peak (rate x TTL): a memory-only namespace also holds its claims in flight, so give it rate x the longest handling time more (a durable one makes room by evicting completed keys its store answers for)\n";
     if plan.result_bytes > 0 {
         out += "- Redis with a stored result: its bytes are added to the measured per-key figure, a lower bound\n";
     }
@@ -404,6 +406,15 @@ pub(crate) fn render(o: &Options, plan: &Plan, memory: Option<Memory>) -> String
         }
     }
     out
+}
+
+/// How the journal row's figure is made: one file a namespace, of a fixed size.
+fn journal_basis(namespaces: u64) -> String {
+    if namespaces == 1 {
+        "fixed: journal_slots x 64 B".to_owned()
+    } else {
+        format!("fixed: {} x journal_slots x 64 B", grouped(namespaces))
+    }
 }
 
 /// Runs `idem plan`.
@@ -777,6 +788,15 @@ mod tests {
             "{text}"
         );
         assert!(text.contains(".max_keys(1_073_741_824)\n"), "{text}");
+        // A journal file a namespace: two of them.
+        assert_eq!(p.journal_bytes_total(), 2 * p.journal_bytes);
+        assert!(
+            text.contains(&format!(
+                "fixed: 2 x journal_slots x 64 B           -  {}\n",
+                bytes(2 * p.journal_bytes)
+            )),
+            "{text}"
+        );
         assert!(!text.contains(".max_keys(2_147_483_648)"), "{text}");
         assert!(text.contains("warning: 2147483648 resident keys"), "{text}");
     }

@@ -247,8 +247,6 @@ pub(crate) struct Store {
     settings_changed: parking_lot::Mutex<Vec<(Vec<u8>, Vec<u8>)>>,
     /// The consumer state families this engine declared.
     state_families: Vec<String>,
-    /// The engine's clock (read by completions once the engine is gone).
-    clock: std::sync::Arc<dyn Clock>,
     /// The options the database was opened with, kept for RocksDB's counters when
     /// they were asked for (`EngineBuilder::store_statistics`).
     statistics: Option<Options>,
@@ -685,7 +683,6 @@ impl Store {
                 settings_changed: parking_lot::Mutex::new(settings_changed),
                 seen_ms,
                 state_families: state_families.to_vec(),
-                clock,
                 statistics: statistics.then_some(db_opts),
                 _dir: dir,
             },

@@ -173,7 +173,11 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
 /// `idem demo`: on the durable tier by default, in memory with `--memory` (or when
 /// this build has no durable tier).
 fn demo_command(args: &[String]) -> Result<ExitCode, String> {
-    let memory = args.iter().any(|a| a == "--memory");
+    let memory = match args.iter().filter(|a| *a == "--memory").count() {
+        0 => false,
+        1 => true,
+        _ => return Err("demo: --memory is given twice".into()),
+    };
     let rest: Vec<String> = args.iter().filter(|a| *a != "--memory").cloned().collect();
     #[cfg(feature = "durable")]
     if !memory {
@@ -181,6 +185,24 @@ fn demo_command(args: &[String]) -> Result<ExitCode, String> {
     }
     let _ = memory;
     demo::run(demo::Options::parse(&rest)?)
+}
+
+/// The options a command has been given so far, so that one given twice is refused:
+/// of its two values one would be dropped without a word (`--dir /data/a --dir
+/// /tmp/b`, `--sync always --sync never`).
+#[derive(Default)]
+pub(crate) struct Given(std::collections::HashSet<String>);
+
+impl Given {
+    /// Notes option `flag` of command `cmd` (give an alias as its long name, so that
+    /// `-n` and `--messages` are one option); an error if it was given before.
+    pub(crate) fn once(&mut self, cmd: &str, flag: &str) -> Result<(), String> {
+        if self.0.insert(flag.to_owned()) {
+            Ok(())
+        } else {
+            Err(format!("{cmd}: {flag} is given twice"))
+        }
+    }
 }
 
 /// Reads the value after a flag as a number.

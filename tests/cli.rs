@@ -515,6 +515,65 @@ fn bad_arguments_exit_with_usage_error() {
     }
 }
 
+/// An option of one value given twice is a usage error in every command: before,
+/// the later value won without a word (`--dir /data/a --dir /tmp/b` ran in the
+/// second, `--sync always --sync never` without fsyncs).
+#[test]
+fn an_option_given_twice_is_a_usage_error() {
+    for args in [
+        &["demo", "--memory", "--workers", "2", "-w", "8"][..],
+        &["demo", "--memory", "--memory", "--quick"],
+        &["demo", "--memory", "-n", "10", "--messages", "20"],
+        &["demo", "--memory", "--quick", "--quick"],
+        #[cfg(feature = "durable")]
+        &["demo", "--dir", "/nonexistent/a", "--dir", "/nonexistent/b"],
+        #[cfg(feature = "durable")]
+        &["demo", "--sync", "always", "--sync", "never", "--quick"],
+        #[cfg(feature = "durable")]
+        &["demo", "--kill-at", "10", "--kill-at", "20", "--quick"],
+        &["plan", "--rate", "1/s", "--ttl", "1h", "--ttl", "2h"],
+        &[
+            "bench",
+            "--source",
+            "/nonexistent",
+            "--source",
+            "/nonexistent",
+        ],
+        #[cfg(feature = "durable")]
+        &["bench", "durable", "--keys", "100", "--keys", "200"],
+        #[cfg(feature = "durable")]
+        &["inspect", "/nonexistent", "-n", "a", "--namespace", "b"],
+        #[cfg(feature = "durable")]
+        &[
+            "__consumer",
+            "--dir",
+            "/nonexistent/a",
+            "--dir",
+            "/nonexistent/b",
+        ],
+    ] {
+        let out = idem(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("given twice"), "{args:?}: {stderr}");
+    }
+    // The consumer's workers are threads: past the demo's bound, a usage error, not
+    // a panic when the system refuses one.
+    #[cfg(feature = "durable")]
+    {
+        let out = idem(&[
+            "__consumer",
+            "--dir",
+            "/nonexistent/a",
+            "--workers",
+            "10000000",
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("--workers is at most 64"), "{stderr}");
+    }
+}
+
 #[test]
 fn help_and_version() {
     let out = idem(&["help"]);

@@ -111,7 +111,9 @@ impl Options {
             harness_args: Vec::new(),
         };
         let mut it = args.iter();
+        let mut given = crate::cli::Given::default();
         while let Some(a) = it.next() {
+            given.once("bench", a)?;
             match a.as_str() {
                 "--quick" => {
                     o.quick = true;

@@ -1196,6 +1196,10 @@ impl Opts {
                     .filter(|&v| v > 0 || name == "--result-bytes")
                     .ok_or_else(|| format!("{name} needs a positive whole number\n{USAGE}"))
             };
+            // Of an option's two values one would be dropped without a word.
+            if given.contains(&a.as_str()) {
+                return Err(format!("{a} is given twice\n{USAGE}"));
+            }
             match a.as_str() {
                 "--quick" => o.quick = true,
                 "--disk" => o.disk = true,

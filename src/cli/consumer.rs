@@ -76,7 +76,9 @@ impl Options {
             freeze_after: None,
         };
         let mut it = args.iter();
+        let mut given = crate::cli::Given::default();
         while let Some(a) = it.next() {
+            given.once("__consumer", a)?;
             match a.as_str() {
                 "--dir" => o.dir = it.next().ok_or("--dir needs a value")?.into(),
                 "--messages" => o.messages = number(a, it.next())?,
@@ -110,9 +112,13 @@ impl Options {
         if o.workers == 0 || o.messages == 0 || o.lease_ms == 0 {
             return Err("__consumer: --messages, --workers and --lease-ms must be positive".into());
         }
-        // The durable demo's own bound on its stream.
+        // The durable demo's own bounds on its stream and its workers (a thread
+        // each: past what the system gives, the spawn would panic).
         if o.messages > 10_000_000 {
             return Err("__consumer: --messages is at most 10,000,000".into());
+        }
+        if o.workers > 64 {
+            return Err("__consumer: --workers is at most 64".into());
         }
         Ok(o)
     }

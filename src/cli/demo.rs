@@ -44,7 +44,9 @@ impl Options {
         };
         let (mut quick, mut messages) = (false, None);
         let mut it = args.iter();
+        let mut given = crate::cli::Given::default();
         while let Some(a) = it.next() {
+            given.once("demo", long_name(a))?;
             match a.as_str() {
                 "--messages" | "-n" => messages = Some(number(a, it.next())?),
                 "--workers" | "-w" => o.workers = number(a, it.next())?,
@@ -65,6 +67,15 @@ impl Options {
             return Err("demo: --redeliver is at most 100 and --fail at most 50 (percent)".into());
         }
         Ok(o)
+    }
+}
+
+/// The long name of a demo's option: `-n` is `--messages`, `-w` is `--workers`.
+pub(crate) fn long_name(flag: &str) -> &str {
+    match flag {
+        "-n" => "--messages",
+        "-w" => "--workers",
+        other => other,
     }
 }
 

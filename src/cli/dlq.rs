@@ -63,12 +63,12 @@ impl Options {
         };
         // Options that take one value (or none): given twice, one of the two would be
         // dropped without a word, a `--class` or `--exec` other than the one meant.
-        let mut given = std::collections::HashSet::new();
+        let mut given = crate::cli::Given::default();
         while let Some(a) = it.next() {
             let once = !matches!(a.as_str(), "--id" | "--state") && a.starts_with('-');
             let flag = if a == "-n" { "--namespace" } else { a.as_str() };
-            if once && !given.insert(flag.to_owned()) {
-                return Err(format!("dlq {cmd}: {flag} is given twice"));
+            if once {
+                given.once(&format!("dlq {cmd}"), flag)?;
             }
             match a.as_str() {
                 "--namespace" | "-n" => o.namespace = Some(value(a, it.next())?),
@@ -784,7 +784,9 @@ pub(crate) fn crash_replay(args: &[String]) -> Result<ExitCode, String> {
     let mut dir = None;
     let mut lease_ms = 30_000u64;
     let mut it = args.iter();
+    let mut given = crate::cli::Given::default();
     while let Some(a) = it.next() {
+        given.once("__dlq_replay", a)?;
         match a.as_str() {
             "--dir" => dir = Some(PathBuf::from(it.next().ok_or("--dir needs a value")?)),
             "--lease-ms" => lease_ms = number(a, it.next())?,

@@ -49,7 +49,9 @@ impl Options {
         };
         let (mut quick, mut messages) = (false, None);
         let mut it = args.iter();
+        let mut given = crate::cli::Given::default();
         while let Some(a) = it.next() {
+            given.once("demo", crate::cli::demo::long_name(a))?;
             match a.as_str() {
                 "--dir" => {
                     let v = it.next().ok_or("--dir needs a value")?;

@@ -10,7 +10,14 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
     let mut namespace = None;
     let mut key = None;
     let mut it = args.iter();
+    let mut given = super::Given::default();
     while let Some(a) = it.next() {
+        match a.as_str() {
+            "-n" => given.once("inspect", "--namespace")?,
+            "-k" => given.once("inspect", "--key")?,
+            flag if flag.starts_with('-') => given.once("inspect", flag)?,
+            _ => {}
+        }
         match a.as_str() {
             "--namespace" | "-n" => namespace = Some(it.next().ok_or("--namespace needs a value")?),
             "--key" | "-k" => key = Some(it.next().ok_or("--key needs a value")?),

@@ -20,6 +20,8 @@ pub(crate) enum ArgError {
     Required(&'static str),
     /// A flag this command does not know.
     Unknown(String),
+    /// A flag given twice: one of its values would be dropped without a word.
+    Twice(&'static str),
     /// A rate that is not `NUMBER/s`, `/m` or `/h`.
     Rate(String),
     /// A duration that is not a whole number followed by `s`, `m`, `h` or `d`.
@@ -36,6 +38,7 @@ impl fmt::Display for ArgError {
             ArgError::Missing(flag) => write!(f, "plan: {flag} needs a value"),
             ArgError::Required(flag) => write!(f, "plan: {flag} is required"),
             ArgError::Unknown(a) => write!(f, "plan: unknown option {a:?}"),
+            ArgError::Twice(flag) => write!(f, "plan: {flag} is given twice"),
             ArgError::Rate(v) => write!(
                 f,
                 "plan: --rate {v:?} is not a rate: write a number of keys per second, minute or hour, like 500/s, 30000/m or 1.8e6/h"
@@ -106,6 +109,7 @@ impl Options {
         let (mut rate, mut ttl, mut retention) = (None, None, None);
         let (mut fpr, mut result_bytes) = (None, None);
         let mut it = args.iter();
+        let mut given = Vec::new();
         while let Some(a) = it.next() {
             let flag: &'static str = match a.as_str() {
                 "--rate" => "--rate",
@@ -115,6 +119,10 @@ impl Options {
                 "--result-bytes" => "--result-bytes",
                 other => return Err(ArgError::Unknown(other.to_owned())),
             };
+            if given.contains(&flag) {
+                return Err(ArgError::Twice(flag));
+            }
+            given.push(flag);
             let v = it.next().ok_or(ArgError::Missing(flag))?;
             match flag {
                 "--rate" => rate = Some((parse_rate(v)?, v.clone())),
@@ -516,6 +524,11 @@ mod tests {
         assert_eq!(e(&["--rate", "1/s"]), ArgError::Required("--ttl"));
         assert_eq!(e(&["--rate"]), ArgError::Missing("--rate"));
         assert_eq!(e(&["--bogus"]), ArgError::Unknown("--bogus".into()));
+        // Before, the later value won without a word.
+        assert_eq!(
+            e(&["--rate", "1/s", "--ttl", "1h", "--rate", "2/s"]),
+            ArgError::Twice("--rate")
+        );
         assert_eq!(
             e(&["--rate", "1/s", "--ttl", "1h", "--fpr", "x"]),
             ArgError::Number("--fpr", "x".into())

@@ -123,7 +123,10 @@ pub enum ClaimMarkers {
     /// `claim` does no I/O for new keys. The price: a crash forgets the claims
     /// acquired since the last pass (they are claimable at once after the restart
     /// instead of held as orphans until their lease runs out), and a failing disk is
-    /// reported at completion rather than at the claim.
+    /// reported at completion rather than at the claim. With no maintenance thread
+    /// (`maintenance_interval(None)`) the passes are the caller's
+    /// [`Engine::run_maintenance`] calls: until one runs, no marker is written, and a
+    /// crash forgets every claim in flight since the last.
     Deferred,
 }
 
@@ -596,7 +599,8 @@ impl EngineBuilder {
     /// starts no thread: expired keys are then reclaimed by [`Engine::run_maintenance`]
     /// and, lazily, when they are claimed again, a claim that needs entries prepares
     /// them itself, an index doubles all at once, and outgrown tables are freed by
-    /// the claim that brings them to 1 MiB.
+    /// the claim that brings them to 1 MiB. [`ClaimMarkers::Deferred`] markers are
+    /// then written only by `run_maintenance` (and at a clean shutdown).
     pub fn maintenance_interval(mut self, interval: Option<Duration>) -> Self {
         self.maintenance_interval = interval;
         self

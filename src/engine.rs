@@ -405,10 +405,11 @@ impl Engine {
             dlqs: crate::dlq::Registry::new(),
         });
         #[cfg(not(idem_loom))]
-        let maintenance = b.maintenance_interval.map(|every| {
+        let maintenance = b.maintenance_interval.map(|every| -> Result<_> {
             let (periodic, on_request) = (shared.clone(), shared.clone());
+            const NAME: &str = "idem-maintenance";
             let (thread, requester) = maintenance::Thread::start_with_requests(
-                "idem-maintenance",
+                NAME,
                 every,
                 b.batch_background,
                 move || {
@@ -426,23 +427,35 @@ impl Engine {
                         }
                     }
                 },
-            );
+            )
+            .map_err(|e| thread_refused(NAME, &e))?;
             for ns in shared.namespaces.values() {
                 let requester = requester.clone();
                 ns.chunks.on_low(Box::new(move || requester.request()));
             }
             let collector = crate::hot::reclaim::register_collector(move || requester.request());
-            (thread, collector)
+            Ok((thread, collector))
         });
         #[cfg(not(idem_loom))]
-        let (maintenance, collector) = match maintenance {
+        let (maintenance, collector) = match maintenance.transpose()? {
             Some((thread, collector)) => (Some(thread), Some(collector)),
             None => (None, None),
         };
         #[cfg(idem_loom)]
         let _ = b.maintenance_interval;
+        // Refused, the maintenance thread already started is stopped: it holds the
+        // namespaces (and the store, whose directory lock a retried build needs).
         #[cfg(not(idem_loom))]
-        let wal_sync = shared.wal_sync_thread(b.batch_background);
+        let wal_sync = match shared.wal_sync_thread(b.batch_background) {
+            Ok(thread) => thread,
+            Err(e) => {
+                drop(collector);
+                if let Some(thread) = maintenance {
+                    thread.stop();
+                }
+                return Err(e);
+            }
+        };
         Ok(Engine {
             shared,
             #[cfg(not(idem_loom))]
@@ -687,6 +700,77 @@ mod tests {
         /// that counts its rounds must not depend on how many fit in 200 us.
         static MAKE_WAY_BOUND: std::cell::Cell<Option<std::time::Duration>> =
             const { std::cell::Cell::new(None) };
+    }
+
+    std::thread_local! {
+        /// The background thread whose start the system refuses on this thread.
+        static SPAWN_REFUSED: std::cell::Cell<Option<&'static str>> =
+            const { std::cell::Cell::new(None) };
+    }
+
+    /// Whether the system refuses to start background thread `name` (a test's
+    /// setting, on the building thread).
+    pub(super) fn spawn_refused(name: &str) -> bool {
+        SPAWN_REFUSED.with(|r| r.get() == Some(name))
+    }
+
+    /// The system's refusal of a background thread to start, the engine's answer to
+    /// it: a typed error from `build`, and nothing left running.
+    #[test]
+    fn a_background_thread_the_system_refuses_fails_the_build_with_a_typed_error() {
+        SPAWN_REFUSED.with(|r| r.set(Some("idem-maintenance")));
+        let built = crate::Engine::builder()
+            .namespace("n", crate::NamespaceConfig::new())
+            .build();
+        SPAWN_REFUSED.with(|r| r.set(None));
+        match built {
+            Err(crate::Error::ThreadRefused { thread, reason }) => {
+                assert_eq!(thread, "idem-maintenance");
+                assert!(reason.contains("refused by the test"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(crate::Engine::builder()
+            .namespace("n", crate::NamespaceConfig::new())
+            .build()
+            .is_ok());
+    }
+
+    /// A refused periodic WAL sync thread fails the build after the maintenance
+    /// thread has started: that one is stopped, so that nothing holds the store and
+    /// a second build opens the same directory. Before, the refusal panicked in
+    /// `build`, and the maintenance thread ran on, holding the directory's lock.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_refused_wal_sync_thread_leaves_the_directory_free_for_the_next_build() {
+        let dir = Scratch::new("spawn-refused");
+        let build = || {
+            crate::Engine::builder()
+                .durable(&dir.0)
+                .namespace(
+                    "n",
+                    crate::NamespaceConfig::new().sync(crate::SyncPolicy::Periodic(
+                        std::time::Duration::from_millis(100),
+                    )),
+                )
+                .build()
+        };
+        SPAWN_REFUSED.with(|r| r.set(Some("idem-wal-sync")));
+        let built = build();
+        SPAWN_REFUSED.with(|r| r.set(None));
+        assert!(
+            matches!(
+                built,
+                Err(crate::Error::ThreadRefused {
+                    thread: "idem-wal-sync",
+                    ..
+                })
+            ),
+            "{built:?}"
+        );
+        let engine = build().expect("the directory is free again");
+        let ns = engine.namespace("n").unwrap();
+        assert!(matches!(ns.claim(b"k").unwrap(), crate::Claim::Acquired(_)));
     }
 
     pub(super) fn make_way_for() -> std::time::Duration {
@@ -2890,8 +2974,12 @@ impl Drop for Engine {
         for ns in self.shared.namespaces.values() {
             if let Some(d) = &ns.durable {
                 // Stamped with the namespace's latest time (its high-water mark),
-                // the latest its generations were expired at.
-                d.save_prefilter(ns.now_ms());
+                // the latest its generations were expired at. A clock that panics
+                // here would skip the other namespaces' saves (and abort a drop
+                // during unwinding): its last reading stands in.
+                let now = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ns.now_ms()))
+                    .unwrap_or_else(|_| ns.latest_ms.load(Ordering::Relaxed));
+                d.save_prefilter(now);
             }
         }
     }
@@ -2902,33 +2990,47 @@ impl Shared {
     /// namespaces, at the shortest of their intervals (under `SCHED_BATCH` with
     /// `batch`).
     #[cfg(not(idem_loom))]
-    fn wal_sync_thread(&self, batch: bool) -> Option<maintenance::Thread> {
+    /// The periodic sync of the write-ahead log's thread, if a namespace syncs
+    /// periodically, or the system's refusal to start it.
+    fn wal_sync_thread(&self, batch: bool) -> Result<Option<maintenance::Thread>> {
         #[cfg(not(feature = "durable"))]
         let _ = batch;
         #[cfg(feature = "durable")]
         {
-            let store = self.store.clone()?;
-            let every = self
+            let Some(store) = self.store.clone() else {
+                return Ok(None);
+            };
+            let Some(every) = self
                 .namespaces
                 .values()
                 .filter_map(|ns| match ns.cfg.sync {
                     crate::config::SyncPolicy::Periodic(d) => Some(d),
                     _ => None,
                 })
-                .min()?;
-            Some(maintenance::Thread::start(
-                "idem-wal-sync",
-                every,
-                batch,
-                move || {
-                    if let Err(e) = store.sync_wal() {
-                        tracing::warn!(error = %e, "periodic sync of the write-ahead log failed");
-                    }
-                },
-            ))
+                .min()
+            else {
+                return Ok(None);
+            };
+            const NAME: &str = "idem-wal-sync";
+            maintenance::Thread::start(NAME, every, batch, move || {
+                if let Err(e) = store.sync_wal() {
+                    tracing::warn!(error = %e, "periodic sync of the write-ahead log failed");
+                }
+            })
+            .map(Some)
+            .map_err(|e| thread_refused(NAME, &e))
         }
         #[cfg(not(feature = "durable"))]
-        None
+        Ok(None)
+    }
+}
+
+/// The error of a background thread (`name`) the system would not start.
+#[cfg(not(idem_loom))]
+fn thread_refused(name: &'static str, e: &std::io::Error) -> Error {
+    Error::ThreadRefused {
+        thread: name,
+        reason: e.to_string(),
     }
 }
 
@@ -2987,8 +3089,8 @@ mod maintenance {
             every: Duration,
             batch: bool,
             task: impl FnMut() + Send + 'static,
-        ) -> Thread {
-            Thread::start_with_requests(name, every, batch, task, || {}).0
+        ) -> std::io::Result<Thread> {
+            Ok(Thread::start_with_requests(name, every, batch, task, || {})?.0)
         }
 
         /// As [`Thread::start`], and `on_request` runs whenever the returned
@@ -3001,7 +3103,11 @@ mod maintenance {
             batch: bool,
             mut task: impl FnMut() + Send + 'static,
             mut on_request: impl FnMut() + Send + 'static,
-        ) -> (Thread, Requester) {
+        ) -> std::io::Result<(Thread, Requester)> {
+            #[cfg(test)]
+            if super::tests::spawn_refused(name) {
+                return Err(std::io::Error::other("refused by the test"));
+            }
             let control: Control = StdArc::new((StdMutex::new(Asked::default()), Condvar::new()));
             let shared = control.clone();
             let handle = std::thread::Builder::new()
@@ -3045,15 +3151,14 @@ mod maintenance {
                             None => asked = cvar.wait(asked).unwrap_or_else(|p| p.into_inner()),
                         }
                     }
-                })
-                .expect("spawning a background thread");
-            (
+                })?;
+            Ok((
                 Thread {
                     control: control.clone(),
                     handle,
                 },
                 Requester(control),
-            )
+            ))
         }
 
         pub(super) fn stop(self) {
@@ -3090,7 +3195,8 @@ mod maintenance_tests {
                 batch,
                 || {},
                 move || saw.send(crate::sched::is_batch(0)).unwrap(),
-            );
+            )
+            .unwrap();
             requester.request();
             // Bounded only so that a broken build fails rather than hangs.
             let policy = seen.recv_timeout(Duration::from_secs(60)).expect("ran");
@@ -3114,7 +3220,8 @@ mod maintenance_tests {
                 counted.fetch_add(1, Ordering::SeqCst);
             },
             move || ran.send(()).unwrap(),
-        );
+        )
+        .unwrap();
         for _ in 0..3 {
             requester.request();
             // Bounded only so that a broken build fails rather than hangs.
@@ -3151,7 +3258,8 @@ mod maintenance_tests {
                     super::maintenance::Requester::request(r);
                 }
             },
-        );
+        )
+        .unwrap();
         let _ = requester.set(first.clone());
         first.request();
         for _ in 0..3 {
@@ -3173,7 +3281,8 @@ mod maintenance_tests {
                 let _ = ran.send(());
             },
             || {},
-        );
+        )
+        .unwrap();
         for _ in 0..3 {
             runs.recv_timeout(Duration::from_secs(60))
                 .expect("the periodic task ran");

@@ -221,6 +221,16 @@ pub enum Error {
         /// What could not be allocated.
         what: &'static str,
     },
+    /// The system would not start one of the engine's background threads
+    /// (`idem-maintenance`, or `idem-wal-sync` for a periodic sync). Nothing is left
+    /// running: a thread already started is stopped, and the durable directory, if
+    /// one was opened, is closed again.
+    ThreadRefused {
+        /// The thread's name.
+        thread: &'static str,
+        /// The system's answer.
+        reason: String,
+    },
 }
 
 impl fmt::Display for Error {
@@ -336,6 +346,9 @@ impl fmt::Display for Error {
             }
             Error::OutOfMemory { namespace, what } => {
                 write!(f, "namespace {namespace:?}: could not allocate {what}")
+            }
+            Error::ThreadRefused { thread, reason } => {
+                write!(f, "the system would not start the {thread} thread: {reason}")
             }
         }
     }

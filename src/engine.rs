@@ -194,14 +194,16 @@ impl fmt::Debug for Engine {
 /// orphan, expired or damaged, for the next open to report. Then the old journals'
 /// live markers go into the `claims:` families (synced once) before any journal is
 /// replaced; then the namespaces' settings are stored (the last step that can refuse
-/// the open); then the markers of expired orphans are deleted; last, the damaged
-/// journals kept aside are marked reported and the saved prefilters, loaded in the
-/// first step, removed.
+/// the open). What cannot be undone and would lose a report, if the open were
+/// still refused, is left to [`settle_takeover`], which the build runs once
+/// nothing else can refuse it (its background threads are running): the markers of
+/// expired orphans deleted, the damaged journals kept aside marked reported, and the
+/// saved prefilters, loaded in the first step, removed.
 #[cfg(feature = "durable")]
 fn take_over_markers(
     store: &crate::durable::Store,
     namespaces: &HashMap<String, Arc<NsInner>>,
-) -> Result<Vec<Orphan>> {
+) -> Result<(Vec<Orphan>, Vec<Settle>)> {
     let mut names: Vec<&String> = namespaces.keys().collect();
     names.sort();
     let durable: Vec<(&str, &NsInner, &DurableNs)> = names
@@ -243,12 +245,44 @@ fn take_over_markers(
         finished.push((name, d, expired, d.finish_journal(takeover)?));
     }
     // The namespaces' settings (what the dead-letter tools read), once nothing after
-    // can refuse the open: an open refused before this leaves them as they were.
-    // (The markers moved above are the same orphans the next open finds, in the
-    // `claims:` families instead of the journals.)
+    // can refuse the open but its threads: an open refused before this leaves them
+    // as they were. (The markers moved above are the same orphans the next open
+    // finds, in the `claims:` families instead of the journals; settings written
+    // by an open then refused are those the next open writes again.)
     store.write_settings()?;
-    // Only once every journal is in place: a failure before this leaves them all.
-    for (name, d, expired, _) in &finished {
+    let settle = finished
+        .into_iter()
+        .map(|(name, _, expired, files)| Settle {
+            name: name.to_owned(),
+            expired,
+            files,
+        })
+        .collect();
+    Ok((orphans, settle))
+}
+
+/// What an open leaves to [`settle_takeover`] of one namespace: the markers of its
+/// expired orphans, and its damaged journals kept aside.
+#[cfg(feature = "durable")]
+struct Settle {
+    name: String,
+    expired: Vec<u128>,
+    files: Vec<std::path::PathBuf>,
+}
+
+/// The last of the takeover ([`take_over_markers`]), once every journal is in place
+/// and nothing can refuse the open any more: the markers of expired orphans deleted
+/// (reported by this open), the damaged journals marked reported, the saved
+/// prefilters removed.
+#[cfg(feature = "durable")]
+fn settle_takeover(
+    store: &crate::durable::Store,
+    namespaces: &HashMap<String, Arc<NsInner>>,
+    settle: Vec<Settle>,
+) {
+    let durable = |name: &str| namespaces.get(name).and_then(|ns| ns.durable.as_ref());
+    for Settle { name, expired, .. } in &settle {
+        let Some(d) = durable(name) else { continue };
         if expired.is_empty() {
             continue;
         }
@@ -267,11 +301,12 @@ fn take_over_markers(
             );
         }
     }
-    for (_, d, _, files) in &finished {
-        d.mark_reported(files);
-        d.spend_saved_prefilter();
+    for Settle { name, files, .. } in &settle {
+        if let Some(d) = durable(name) {
+            d.mark_reported(files);
+            d.spend_saved_prefilter();
+        }
     }
-    Ok(orphans)
 }
 
 fn random_seed() -> u64 {
@@ -385,8 +420,10 @@ impl Engine {
         #[allow(unused_mut)]
         let mut orphans = Vec::new();
         #[cfg(feature = "durable")]
+        let mut settle = Vec::new();
+        #[cfg(feature = "durable")]
         if let Some(store) = &store {
-            orphans = take_over_markers(store, &namespaces)?;
+            (orphans, settle) = take_over_markers(store, &namespaces)?;
         }
         // Each namespace's handles share a keeper, which hands the namespace to the
         // shards with guards left when the last handle goes.
@@ -453,9 +490,17 @@ impl Engine {
                 if let Some(thread) = maintenance {
                     thread.stop();
                 }
+                // As at the engine's drop: a collection asked of this engine's
+                // thread, now stopped, is made here.
+                crate::hot::reclaim::collect_if_asked();
                 return Err(e);
             }
         };
+        // Nothing can refuse the open now.
+        #[cfg(feature = "durable")]
+        if let Some(store) = &shared.store {
+            settle_takeover(store, &shared.namespaces, settle);
+        }
         Ok(Engine {
             shared,
             #[cfg(not(idem_loom))]
@@ -702,27 +747,15 @@ mod tests {
             const { std::cell::Cell::new(None) };
     }
 
-    std::thread_local! {
-        /// The background thread whose start the system refuses on this thread.
-        static SPAWN_REFUSED: std::cell::Cell<Option<&'static str>> =
-            const { std::cell::Cell::new(None) };
-    }
-
-    /// Whether the system refuses to start background thread `name` (a test's
-    /// setting, on the building thread).
-    pub(super) fn spawn_refused(name: &str) -> bool {
-        SPAWN_REFUSED.with(|r| r.get() == Some(name))
-    }
-
     /// The system's refusal of a background thread to start, the engine's answer to
     /// it: a typed error from `build`, and nothing left running.
     #[test]
     fn a_background_thread_the_system_refuses_fails_the_build_with_a_typed_error() {
-        SPAWN_REFUSED.with(|r| r.set(Some("idem-maintenance")));
+        super::spawn_hook::refuse(Some("idem-maintenance"));
         let built = crate::Engine::builder()
             .namespace("n", crate::NamespaceConfig::new())
             .build();
-        SPAWN_REFUSED.with(|r| r.set(None));
+        super::spawn_hook::refuse(None);
         match built {
             Err(crate::Error::ThreadRefused { thread, reason }) => {
                 assert_eq!(thread, "idem-maintenance");
@@ -755,9 +788,9 @@ mod tests {
                 )
                 .build()
         };
-        SPAWN_REFUSED.with(|r| r.set(Some("idem-wal-sync")));
+        super::spawn_hook::refuse(Some("idem-wal-sync"));
         let built = build();
-        SPAWN_REFUSED.with(|r| r.set(None));
+        super::spawn_hook::refuse(None);
         assert!(
             matches!(
                 built,
@@ -771,6 +804,108 @@ mod tests {
         let engine = build().expect("the directory is free again");
         let ns = engine.namespace("n").unwrap();
         assert!(matches!(ns.claim(b"k").unwrap(), crate::Claim::Acquired(_)));
+    }
+
+    /// An open refused for a thread loses no report: the claim a crash left in
+    /// flight, its lease since run out, is reported by the open that succeeds after
+    /// it. Before, the refused open had already deleted the expired orphan's marker
+    /// (it reported it, to a caller that got only the error).
+    #[cfg(all(feature = "durable", target_os = "linux"))]
+    #[test]
+    fn an_open_refused_for_a_thread_leaves_the_expired_orphans_for_the_next() {
+        use crate::{Claim, ManualClock, NamespaceConfig, SyncPolicy};
+        use std::time::Duration;
+        let dir = Scratch::new("spawn-refused-orphans");
+        let clock = ManualClock::new(1_700_000_000_000);
+        let build = || {
+            crate::Engine::builder()
+                .clock(clock.clone())
+                .maintenance_interval(None)
+                .durable(&dir.0)
+                .namespace(
+                    "n",
+                    NamespaceConfig::new()
+                        .lease(Duration::from_secs(5))
+                        .sync(SyncPolicy::Periodic(Duration::from_millis(100))),
+                )
+                .build()
+        };
+        {
+            let engine = build().unwrap();
+            let Claim::Acquired(g) = engine.namespace("n").unwrap().claim(b"k").unwrap() else {
+                panic!("a new key");
+            };
+            // Its marker stays in the journal, as after a crash.
+            engine.debug_keep_journal_markers(true);
+            drop(g);
+        }
+        clock.advance(Duration::from_secs(60));
+        super::spawn_hook::refuse(Some("idem-wal-sync"));
+        let refused = build();
+        super::spawn_hook::refuse(None);
+        assert!(
+            matches!(refused, Err(crate::Error::ThreadRefused { .. })),
+            "{refused:?}"
+        );
+        let engine = build().unwrap();
+        let orphans = engine.orphans();
+        assert_eq!(orphans.len(), 1, "{orphans:?}");
+        assert!(!orphans[0].held, "{orphans:?}");
+        drop(engine);
+        // Reported, its marker is gone.
+        assert!(build().unwrap().orphans().is_empty());
+    }
+
+    /// A prefilter rebuilt at open scans on the opening thread the parts whose
+    /// threads the system will not start: the open succeeds, and the filter holds
+    /// every key. Before, the refusal panicked in `build`.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_prefilter_scan_thread_the_system_refuses_is_scanned_by_the_opener() {
+        use crate::{ManualClock, NamespaceConfig};
+        let dir = Scratch::new("spawn-refused-scan");
+        let clock = ManualClock::new(1_700_000_000_000);
+        let build = || {
+            crate::Engine::builder()
+                .clock(clock.clone())
+                .maintenance_interval(None)
+                .durable(&dir.0)
+                .namespace("n", NamespaceConfig::new().max_keys(100))
+                .build()
+        };
+        let keys: Vec<String> = (0..1_000).map(|i| format!("key-{i}")).collect();
+        {
+            let engine = build().unwrap();
+            let ns = engine.namespace("n").unwrap();
+            for k in &keys {
+                let crate::Claim::Acquired(g) = ns.claim(k.as_bytes()).unwrap() else {
+                    panic!("{k}");
+                };
+                g.complete().unwrap();
+            }
+        }
+        // No saved filter: the next open rebuilds it from the records.
+        for e in std::fs::read_dir(&dir.0).unwrap() {
+            let path = e.unwrap().path();
+            if path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("idem-prefilter-"))
+            {
+                std::fs::remove_file(path).unwrap();
+            }
+        }
+        super::spawn_hook::refuse(Some("idem-prefilter-scan"));
+        let engine = build();
+        super::spawn_hook::refuse(None);
+        let engine = engine.unwrap();
+        let s = engine.stats();
+        assert_eq!(s.prefilter_rebuilds, 1, "{s:?}");
+        assert_eq!(s.prefilter_keys, keys.len() as u64, "{s:?}");
+        let ns = engine.namespace("n").unwrap();
+        for k in &keys {
+            assert!(ns.claim(k.as_bytes()).unwrap().is_duplicate(), "{k}");
+        }
     }
 
     pub(super) fn make_way_for() -> std::time::Duration {
@@ -3025,6 +3160,28 @@ impl Shared {
     }
 }
 
+/// Test support: the system's refusal to start a thread, simulated.
+#[cfg(test)]
+pub(crate) mod spawn_hook {
+    std::thread_local! {
+        /// The thread whose start the system refuses on this thread.
+        static REFUSED: std::cell::Cell<Option<&'static str>> =
+            const { std::cell::Cell::new(None) };
+    }
+
+    /// Whether the system refuses to start thread `name` (a test's setting, on the
+    /// thread that starts it).
+    pub(crate) fn refused(name: &str) -> bool {
+        REFUSED.with(|r| r.get() == Some(name))
+    }
+
+    /// Has the system refuse thread `name` to this thread from now on (`None`: no
+    /// thread).
+    pub(crate) fn refuse(name: Option<&'static str>) {
+        REFUSED.with(|r| r.set(name));
+    }
+}
+
 /// The error of a background thread (`name`) the system would not start.
 #[cfg(not(idem_loom))]
 fn thread_refused(name: &'static str, e: &std::io::Error) -> Error {
@@ -3105,7 +3262,7 @@ mod maintenance {
             mut on_request: impl FnMut() + Send + 'static,
         ) -> std::io::Result<(Thread, Requester)> {
             #[cfg(test)]
-            if super::tests::spawn_refused(name) {
+            if super::spawn_hook::refused(name) {
                 return Err(std::io::Error::other("refused by the test"));
             }
             let control: Control = StdArc::new((StdMutex::new(Asked::default()), Condvar::new()));

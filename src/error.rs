@@ -224,7 +224,11 @@ pub enum Error {
     /// The system would not start one of the engine's background threads
     /// (`idem-maintenance`, or `idem-wal-sync` for a periodic sync). Nothing is left
     /// running: a thread already started is stopped, and the durable directory, if
-    /// one was opened, is closed again.
+    /// one was opened, is closed again. The open may have moved claim markers from
+    /// the journals into the store and stored the namespaces' settings, as any open
+    /// does; what it deletes once it has reported it (the markers of expired
+    /// orphans, damaged journals) stays, so the next open reports every orphan this
+    /// one would have.
     ThreadRefused {
         /// The thread's name.
         thread: &'static str,

@@ -1809,8 +1809,28 @@ impl DurableNs {
             seen
         };
         std::thread::scope(|s| {
-            let others: Vec<_> = (1..parts).map(|i| s.spawn(move || scan(i))).collect();
-            let mut total = scan(0)?;
+            // A part whose thread the system will not start is scanned here.
+            const NAME: &str = "idem-prefilter-scan";
+            let mut here = vec![0];
+            let mut others = Vec::new();
+            for i in 1..parts {
+                #[cfg(test)]
+                if crate::engine::spawn_hook::refused(NAME) {
+                    here.push(i);
+                    continue;
+                }
+                match std::thread::Builder::new()
+                    .name(NAME.into())
+                    .spawn_scoped(s, move || scan(i))
+                {
+                    Ok(h) => others.push(h),
+                    Err(_) => here.push(i),
+                }
+            }
+            let mut total = 0;
+            for i in here {
+                total += scan(i)?;
+            }
             for h in others {
                 total += h.join().map_err(|_| {
                     Error::Store(StoreError::new(

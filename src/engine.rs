@@ -806,6 +806,22 @@ mod tests {
         assert!(matches!(ns.claim(b"k").unwrap(), crate::Claim::Acquired(_)));
     }
 
+    /// A durable engine in `dir` on `clock` with namespace "n" of `cfg`, no
+    /// maintenance thread.
+    #[cfg(feature = "durable")]
+    fn durable_on(
+        dir: &Scratch,
+        clock: &crate::ManualClock,
+        cfg: crate::NamespaceConfig,
+    ) -> crate::Result<crate::Engine> {
+        crate::Engine::builder()
+            .clock(clock.clone())
+            .maintenance_interval(None)
+            .durable(&dir.0)
+            .namespace("n", cfg)
+            .build()
+    }
+
     /// An open refused for a thread loses no report: the claim a crash left in
     /// flight, its lease since run out, is reported by the open that succeeds after
     /// it. Before, the refused open had already deleted the expired orphan's marker
@@ -818,17 +834,13 @@ mod tests {
         let dir = Scratch::new("spawn-refused-orphans");
         let clock = ManualClock::new(1_700_000_000_000);
         let build = || {
-            crate::Engine::builder()
-                .clock(clock.clone())
-                .maintenance_interval(None)
-                .durable(&dir.0)
-                .namespace(
-                    "n",
-                    NamespaceConfig::new()
-                        .lease(Duration::from_secs(5))
-                        .sync(SyncPolicy::Periodic(Duration::from_millis(100))),
-                )
-                .build()
+            durable_on(
+                &dir,
+                &clock,
+                NamespaceConfig::new()
+                    .lease(Duration::from_secs(5))
+                    .sync(SyncPolicy::Periodic(Duration::from_millis(100))),
+            )
         };
         {
             let engine = build().unwrap();
@@ -865,14 +877,7 @@ mod tests {
         use crate::{ManualClock, NamespaceConfig};
         let dir = Scratch::new("spawn-refused-scan");
         let clock = ManualClock::new(1_700_000_000_000);
-        let build = || {
-            crate::Engine::builder()
-                .clock(clock.clone())
-                .maintenance_interval(None)
-                .durable(&dir.0)
-                .namespace("n", NamespaceConfig::new().max_keys(100))
-                .build()
-        };
+        let build = || durable_on(&dir, &clock, NamespaceConfig::new().max_keys(100));
         let keys: Vec<String> = (0..1_000).map(|i| format!("key-{i}")).collect();
         {
             let engine = build().unwrap();

@@ -14,8 +14,17 @@ use util::*;
 
 /// A durable namespace "ns" in `dir` on `clock` (no maintenance thread).
 fn open(dir: &TempDir, clock: &ManualClock, cfg: NamespaceConfig) -> (Engine, Namespace) {
+    open_on(dir, clock.clone(), cfg)
+}
+
+/// As [`open`], on any clock.
+fn open_on(
+    dir: &TempDir,
+    clock: impl Clock + 'static,
+    cfg: NamespaceConfig,
+) -> (Engine, Namespace) {
     let engine = Engine::builder()
-        .clock(clock.clone())
+        .clock(clock)
         .maintenance_interval(None)
         .durable(dir.path())
         .namespace("ns", cfg)
@@ -426,14 +435,17 @@ fn a_clock_that_panics_while_the_engine_drops_leaves_every_filter_saved() {
         manual: ManualClock::new(T0),
         fail: Default::default(),
     };
-    let engine = Engine::builder()
-        .clock(clock.clone())
-        .maintenance_interval(None)
-        .durable(dir.path())
-        .namespace("a", cfg())
-        .namespace("b", cfg())
-        .build()
-        .unwrap();
+    let open_two = || {
+        Engine::builder()
+            .clock(clock.clone())
+            .maintenance_interval(None)
+            .durable(dir.path())
+            .namespace("a", cfg())
+            .namespace("b", cfg())
+            .build()
+            .unwrap()
+    };
+    let engine = open_two();
     for name in ["a", "b"] {
         complete(&engine.namespace(name).unwrap(), b"k");
     }
@@ -443,14 +455,7 @@ fn a_clock_that_panics_while_the_engine_drops_leaves_every_filter_saved() {
     assert_eq!(saved_filters(&dir).len(), 2, "{:?}", saved_filters(&dir));
     // Both load at the next open, and answer for their keys.
     clock.fail.store(false, std::sync::atomic::Ordering::SeqCst);
-    let engine = Engine::builder()
-        .clock(clock.clone())
-        .maintenance_interval(None)
-        .durable(dir.path())
-        .namespace("a", cfg())
-        .namespace("b", cfg())
-        .build()
-        .unwrap();
+    let engine = open_two();
     assert!(saved_filters(&dir).is_empty());
     let s = engine.stats();
     assert_eq!(s.prefilter_loads, 2, "{s:?}");
@@ -517,14 +522,7 @@ fn a_handle_without_its_engine_drops_generations_at_the_namespaces_time() {
         let dir = TempDir::new();
         let manual = ManualClock::new(T0);
         let clock = Jumpy::new(manual.clone(), T0 + 1_000_000);
-        let engine = Engine::builder()
-            .clock(clock.clone())
-            .maintenance_interval(None)
-            .durable(dir.path())
-            .namespace("ns", cfg())
-            .build()
-            .unwrap();
-        let ns = engine.namespace("ns").unwrap();
+        let (engine, ns) = open_on(&dir, clock.clone(), cfg());
         complete(&ns, b"a"); // hot until T0 + 60 s, its record until T0 + 240 s
         drop(engine);
         manual.advance(secs(200));
@@ -790,17 +788,14 @@ fn a_clock_stepped_back_during_the_open_never_makes_a_live_records_key_new() {
             acquire(&ns, key(j as u64).as_bytes()).complete().unwrap();
         }
     }
-    let engine = Engine::builder()
-        .clock(SteppingBack {
+    let (_engine, ns) = open_on(
+        &dir,
+        SteppingBack {
             read: false.into(),
             next: t0.into(),
-        })
-        .maintenance_interval(None)
-        .durable(dir.path())
-        .namespace("ns", cfg())
-        .build()
-        .unwrap();
-    let ns = engine.namespace("ns").unwrap();
+        },
+        cfg(),
+    );
     let (mut acquired, mut duplicates) = (0, 0);
     for (j, e) in expiries.iter().enumerate() {
         match ns.claim(key(j as u64).as_bytes()).unwrap() {

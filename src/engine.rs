@@ -2440,7 +2440,7 @@ mod tests {
         let (_engine, ns, clock) = one_shard(100_000);
         // 5,000 keys: the index doubles about ten times and the chunk-address table
         // (4, 8, 16 chunks) twice, each replacement published and the old one retired.
-        let keys = done_keys(&ns, "k", 5_000);
+        let keys = done_keys(&ns, "k", crate::under_miri(5_000, 2_600));
         clock.advance(std::time::Duration::from_secs(1));
         for k in &keys {
             let read = lock_free(&ns, k).unwrap_or_else(|| panic!("{k:?} not found"));
@@ -2497,7 +2497,7 @@ mod tests {
         let pending = |ns: &super::Namespace| ns.stats().retired_bytes;
         // While a reader is pinned, nothing retired after its pin is freed.
         let reader = crate::hot::pin().unwrap();
-        let keys = done_keys(&ns, "k", 20_000);
+        let keys = done_keys(&ns, "k", crate::under_miri(20_000, 2_600));
         let hot = ns.stats().hot_bytes;
         // Some retired table is still held (the last index growth's at least), and
         // reported apart from the tier's own bytes.
@@ -2607,7 +2607,7 @@ mod tests {
         // table are replaced under them (and the old ones retired): every answer stays
         // right, and nothing is read after it is freed.
         let (_engine, ns, _clock) = one_shard(200_000);
-        let old = done_keys(&ns, "old", 2_000);
+        let old = done_keys(&ns, "old", crate::under_miri(2_000, 16));
         let growing = std::sync::atomic::AtomicBool::new(true);
         std::thread::scope(|s| {
             for _ in 0..2 {
@@ -2626,7 +2626,7 @@ mod tests {
             }
             // 100,000 fresh keys: the index doubles six more times, the address table
             // three more.
-            for i in 0..100_000 {
+            for i in 0..crate::under_miri(100_000, 2_600) {
                 done(&ns, format!("new{i}").as_bytes());
             }
             growing.store(false, std::sync::atomic::Ordering::Relaxed);
@@ -2660,7 +2660,7 @@ mod tests {
         // As the batch test above, with single claims read first (after duplicates in
         // a row): every answer stays right while the tables are replaced under them.
         let (_engine, ns, _clock) = one_shard(200_000);
-        let old = done_keys(&ns, "old", 2_000);
+        let old = done_keys(&ns, "old", crate::under_miri(2_000, 16));
         let growing = std::sync::atomic::AtomicBool::new(true);
         let read_first = std::thread::scope(|s| {
             let readers: Vec<_> = (0..2)
@@ -2677,7 +2677,7 @@ mod tests {
                     })
                 })
                 .collect();
-            for i in 0..100_000 {
+            for i in 0..crate::under_miri(100_000, 2_600) {
                 done(&ns, format!("new{i}").as_bytes());
             }
             growing.store(false, std::sync::atomic::Ordering::Relaxed);
@@ -3348,6 +3348,7 @@ mod maintenance_tests {
     /// started without, as it was.
     #[cfg(target_os = "linux")]
     #[test]
+    #[cfg_attr(miri, ignore = "Miri has no scheduler policies")]
     fn a_batch_thread_runs_its_tasks_under_batch_scheduling() {
         for batch in [true, false] {
             let (saw, seen) = mpsc::channel();

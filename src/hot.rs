@@ -172,15 +172,84 @@ impl Entry {
 const CHUNK_BITS: u32 = 9;
 pub(crate) const CHUNK: usize = 1 << CHUNK_BITS;
 
-/// One chunk of slab entries.
-pub(crate) type Chunk = Box<[Entry; CHUNK]>;
+/// One chunk of slab entries, owned through a raw pointer rather than a `Box`.
+///
+/// Lock-free readers reach a chunk by the address the slab publishes
+/// ([`Chunk::addr`]) while the lock holder writes it. A `Box` asserts that nothing
+/// else reaches its memory: an address taken from it (through a shared reference,
+/// so good for reads only) loses its right to the memory at the box's next write,
+/// and a reader's access through it is undefined behaviour (Miri reports it under
+/// both of its aliasing models). The raw pointer makes no such claim: the address
+/// it publishes stays valid until the chunk is freed, which the reclamation holds
+/// off while a reader may use it.
+pub(crate) struct Chunk(std::ptr::NonNull<[Entry; CHUNK]>);
+
+// SAFETY: a chunk owns its array, as the `Box` it was made from did; `Entry` is
+// plain data, so the array may move to and be shared with any thread.
+#[allow(unsafe_code)]
+unsafe impl Send for Chunk {}
+// SAFETY: as above; `&Chunk` gives only `&[Entry; CHUNK]`.
+#[allow(unsafe_code)]
+unsafe impl Sync for Chunk {}
+
+impl Chunk {
+    /// The array's address as lock-free readers use it (its provenance exposed:
+    /// they turn it back into a pointer).
+    pub(crate) fn addr(&self) -> usize {
+        self.0.as_ptr().expose_provenance()
+    }
+}
+
+impl std::ops::Deref for Chunk {
+    type Target = [Entry; CHUNK];
+
+    #[inline(always)]
+    fn deref(&self) -> &[Entry; CHUNK] {
+        #[allow(unsafe_code)]
+        // SAFETY: the pointer is the live allocation of `Box::into_raw` (freed only
+        // in `drop`), and `&self` borrows the chunk: no `&mut` to it meanwhile.
+        unsafe {
+            self.0.as_ref()
+        }
+    }
+}
+
+impl std::ops::DerefMut for Chunk {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut [Entry; CHUNK] {
+        #[allow(unsafe_code)]
+        // SAFETY: as in `deref`, and `&mut self` makes this the only reference made
+        // through the chunk.
+        unsafe {
+            self.0.as_mut()
+        }
+    }
+}
+
+impl Drop for Chunk {
+    fn drop(&mut self) {
+        #[allow(unsafe_code)]
+        // SAFETY: the pointer came from `Box::into_raw` and is given back once.
+        drop(unsafe { Box::from_raw(self.0.as_ptr()) });
+    }
+}
+
+impl std::fmt::Debug for Chunk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Chunk({:p})", self.0)
+    }
+}
 
 /// A chunk of free entries, allocated and written (so its pages are in memory).
 pub(crate) fn new_chunk() -> Chunk {
     // Built on the heap (a 14 KiB array would otherwise pass through the stack).
-    match vec![Entry::FREE; CHUNK].into_boxed_slice().try_into() {
+    let array: Box<[Entry; CHUNK]> = match vec![Entry::FREE; CHUNK].into_boxed_slice().try_into() {
         Ok(c) => c,
         Err(_) => unreachable!("a CHUNK-long vector converts to a CHUNK array"),
+    };
+    match std::ptr::NonNull::new(Box::into_raw(array)) {
+        Some(p) => Chunk(p),
+        None => unreachable!("a box is never null"),
     }
 }
 
@@ -433,7 +502,7 @@ impl Slab {
                 self.retired.push(old);
             }
         }
-        self.addrs.push(chunk.as_ptr() as usize);
+        self.addrs.push(chunk.addr());
         self.chunks.push(chunk);
         self.dirty = true;
     }
@@ -1497,7 +1566,7 @@ impl Shard {
     /// For tests: the slab's chunks, in order, and its spare, as addresses.
     #[cfg(all(test, not(idem_loom)))]
     pub(crate) fn chunk_addrs(&self) -> (Vec<usize>, Option<usize>) {
-        let addr = |c: &Chunk| c.as_ptr() as usize;
+        let addr = |c: &Chunk| c.addr();
         (
             self.slab.chunks.iter().map(addr).collect(),
             self.slab.spare.as_ref().map(addr),

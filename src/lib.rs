@@ -66,6 +66,17 @@ mod sched;
 mod stats;
 mod sync;
 
+/// For tests: `full`, or under Miri (which runs them a hundred times slower or
+/// more) `small`, still enough for what the test exercises.
+#[cfg(test)]
+pub(crate) const fn under_miri(full: usize, small: usize) -> usize {
+    if cfg!(miri) {
+        small
+    } else {
+        full
+    }
+}
+
 /// The shard write sequence, exposed for the loom model of its protocol
 /// (`tests/loom.rs`); only in builds with `--cfg idem_loom`.
 #[cfg(idem_loom)]

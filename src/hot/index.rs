@@ -185,10 +185,11 @@ pub(crate) fn prefetch_line(addr: usize) {
 
 /// Asks the processor to fetch the cache line holding `addr` ready to be written
 /// (`prefetchw`: exclusive, so a later store needs no second request). Processors
-/// without the instruction execute it as a no-op.
+/// without the instruction execute it as a no-op; so does Miri, which runs no
+/// inline assembly.
 #[inline]
 pub(crate) fn prefetch_line_for_write(addr: usize) {
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
     #[allow(unsafe_code)]
     // SAFETY: as in `prefetch_line`: a prefetch never faults and has no effect the
     // program can observe; the address is never dereferenced, and the instruction
@@ -196,7 +197,7 @@ pub(crate) fn prefetch_line_for_write(addr: usize) {
     unsafe {
         std::arch::asm!("prefetchw [{}]", in(reg) addr, options(nostack, preserves_flags, readonly));
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(any(not(target_arch = "x86_64"), miri))]
     let _ = addr;
 }
 

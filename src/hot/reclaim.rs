@@ -351,14 +351,16 @@ const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_int = 1 << 4;
 #[cfg(not(target_os = "linux"))]
 const MEMBARRIER_CMD_PRIVATE_EXPEDITED: i32 = 0;
 
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(miri)))]
 #[allow(unsafe_code)]
 fn membarrier(cmd: libc::c_int) -> bool {
     // SAFETY: `membarrier` takes two integers and touches no memory of ours.
     unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0 as libc::c_uint) == 0 }
 }
 
-#[cfg(not(target_os = "linux"))]
+/// Without the system call (elsewhere, and under Miri, which has none): readers
+/// fence.
+#[cfg(any(not(target_os = "linux"), miri))]
 fn membarrier(_cmd: i32) -> bool {
     false
 }
@@ -920,7 +922,7 @@ mod tests {
         // The registry does not grow past the threads alive at once (the tests of this
         // binary run on a bounded pool, plus these).
         let before = REGISTRY.lock().slots.len();
-        for _ in 0..50 {
+        for _ in 0..crate::under_miri(50, 10) {
             std::thread::spawn(|| drop(pin())).join().unwrap();
         }
         // Other tests' threads may register meanwhile, a few at a time.
@@ -929,6 +931,7 @@ mod tests {
 
     #[test]
     fn owned_and_shared_stripes_count_exactly() {
+        const ADDS: usize = crate::under_miri(10_000, 50);
         let c = OwnedCounter::default();
         // More threads alive at once than there are owned stripes.
         let barrier = std::sync::Barrier::new(OWNED + 4);
@@ -937,17 +940,18 @@ mod tests {
                 s.spawn(|| {
                     let pin = pin().unwrap();
                     barrier.wait();
-                    for _ in 0..10_000 {
+                    for _ in 0..ADDS {
                         c.add(&pin, 1);
                     }
                 });
             }
         });
-        assert_eq!(c.sum(), (OWNED as u64 + 4) * 10_000);
+        assert_eq!(c.sum(), (OWNED as u64 + 4) * ADDS as u64);
     }
 
     #[cfg(target_os = "linux")]
     #[test]
+    #[cfg_attr(miri, ignore = "Miri has no membarrier system call")]
     fn readers_pin_without_a_fence_where_the_kernel_has_the_barrier() {
         // MEMBARRIER_CMD_QUERY: the commands this kernel (and any filter) allows.
         #[allow(unsafe_code)]
@@ -969,6 +973,7 @@ mod tests {
     /// once per process, so this one cannot switch it for itself.
     #[cfg(target_os = "linux")]
     #[test]
+    #[cfg_attr(miri, ignore = "Miri starts no process")]
     fn fenced_readers_pass_the_reclamation_tests() {
         if fenced_for_test() {
             return; // the child: the tests it runs are the others

@@ -1130,7 +1130,7 @@ impl Drop for Busy<'_> {
 /// `dlq:<namespace>`) and survives restarts and crashes; on a memory-only engine it
 /// is kept in memory and lost with the process ([`is_durable`](Self::is_durable)
 /// says which). Handles are cheap to clone and share one store. A tool that only
-/// looks at a database opens its store with [`open_read_only`](Self::open_read_only),
+/// looks at a database opens its store with `Dlq::open_read_only` (with the durable tier),
 /// without an engine.
 ///
 /// Replay goes through the namespace's own claim state: a key the namespace knows as
@@ -1216,7 +1216,7 @@ impl Dlq {
         }
     }
 
-    /// Whether the store was opened with [`open_read_only`](Self::open_read_only).
+    /// Whether the store was opened with `Dlq::open_read_only`.
     pub fn is_read_only(&self) -> bool {
         !matches!(self.inner.home, Home::Engine { .. })
     }

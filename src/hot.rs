@@ -169,6 +169,19 @@ impl Entry {
     }
 }
 
+/// A relaxed atomic store of `v` at `p`: how a lock holder writes a word that
+/// lock-free readers load (`index::racy_u32`).
+///
+/// # Safety
+/// `p` is aligned and points into a live allocation that nothing else writes.
+#[inline(always)]
+#[allow(unsafe_code)]
+unsafe fn store_racy(p: *mut u32, v: u32) {
+    // SAFETY: the caller's contract.
+    unsafe { std::sync::atomic::AtomicU32::from_ptr(p) }
+        .store(v, std::sync::atomic::Ordering::Relaxed)
+}
+
 const CHUNK_BITS: u32 = 9;
 pub(crate) const CHUNK: usize = 1 << CHUNK_BITS;
 
@@ -214,15 +227,14 @@ impl std::ops::Deref for Chunk {
     }
 }
 
-impl std::ops::DerefMut for Chunk {
+impl Chunk {
+    /// Entry `j`'s address (`j` below [`CHUNK`]), for a lock holder's writes: no
+    /// `&mut` is ever made over a chunk's entries, which lock-free readers may be
+    /// reading (Miri counts making one as a write of all of them).
     #[inline(always)]
-    fn deref_mut(&mut self) -> &mut [Entry; CHUNK] {
-        #[allow(unsafe_code)]
-        // SAFETY: as in `deref`, and `&mut self` makes this the only reference made
-        // through the chunk.
-        unsafe {
-            self.0.as_mut()
-        }
+    fn entry_ptr(&self, j: usize) -> *mut Entry {
+        debug_assert!(j < CHUNK);
+        self.0.as_ptr().cast::<Entry>().wrapping_add(j)
     }
 }
 
@@ -443,16 +455,75 @@ impl Slab {
         &self.chunks[(i >> CHUNK_BITS) as usize][i as usize & (CHUNK - 1)]
     }
 
-    #[inline]
-    fn get_mut(&mut self, i: u32) -> &mut Entry {
-        &mut self.chunks[(i >> CHUNK_BITS) as usize][i as usize & (CHUNK - 1)]
+    /// Entry `i`'s address, for the writes below.
+    #[inline(always)]
+    fn entry_ptr(&mut self, i: u32) -> *mut Entry {
+        self.chunks[(i >> CHUNK_BITS) as usize].entry_ptr(i as usize & (CHUNK - 1))
+    }
+
+    /// Writes `entry` into slot `i`: each word a lock-free reader reads (see
+    /// [`Entry::read_racy`]) with a relaxed atomic store (a plain store on x86), so
+    /// that its race with a reader's load is one the language defines; the wheel's
+    /// links, which no reader reads, plainly.
+    /// Returns the entry's address.
+    #[inline(always)]
+    fn put(&mut self, i: u32, entry: Entry) -> *mut Entry {
+        let p = self.entry_ptr(i);
+        #[allow(unsafe_code)]
+        // SAFETY: `p` is entry `i` of a live chunk of this slab (its pointer's own
+        // allocation), aligned; `&mut self` makes this the only writer.
+        unsafe {
+            store_racy(std::ptr::addr_of_mut!((*p).fp_lo[0]), entry.fp_lo[0]);
+            store_racy(std::ptr::addr_of_mut!((*p).fp_lo[1]), entry.fp_lo[1]);
+            store_racy(std::ptr::addr_of_mut!((*p).fp_mid), entry.fp_mid);
+            store_racy(std::ptr::addr_of_mut!((*p).deadline), entry.deadline);
+            store_racy(std::ptr::addr_of_mut!((*p).meta), entry.meta);
+            std::ptr::addr_of_mut!((*p).prev).write(entry.prev);
+            std::ptr::addr_of_mut!((*p).next).write(entry.next);
+        }
+        p
+    }
+
+    /// Sets entry `i`'s `meta` word (as [`Slab::put`] does).
+    #[inline(always)]
+    fn set_meta(&mut self, i: u32, meta: u32) {
+        let p = self.entry_ptr(i);
+        #[allow(unsafe_code)]
+        // SAFETY: as in `put`.
+        unsafe {
+            store_racy(std::ptr::addr_of_mut!((*p).meta), meta)
+        }
+    }
+
+    /// Sets entry `i`'s `meta` word to `f` of it.
+    #[inline(always)]
+    fn update_meta(&mut self, i: u32, f: impl FnOnce(u32) -> u32) {
+        let p = self.entry_ptr(i);
+        #[allow(unsafe_code)]
+        // SAFETY: as in `put`; the plain read races nothing (only this writer
+        // stores to the entry).
+        unsafe {
+            let meta = std::ptr::addr_of_mut!((*p).meta);
+            store_racy(meta, f(meta.read()));
+        }
+    }
+
+    /// Sets entry `i`'s deadline (as [`Slab::put`] does).
+    #[inline(always)]
+    fn set_deadline(&mut self, i: u32, deadline: u32) {
+        let p = self.entry_ptr(i);
+        #[allow(unsafe_code)]
+        // SAFETY: as in `put`.
+        unsafe {
+            store_racy(std::ptr::addr_of_mut!((*p).deadline), deadline)
+        }
     }
 
     fn alloc(&mut self, entry: Entry) -> u32 {
         if let Some(i) = self.free {
             let next = self.get(i).next;
             self.free = (next != NIL).then_some(next);
-            *self.get_mut(i) = entry;
+            let _ = self.put(i, entry);
             self.tail = match self.free {
                 Some(f) => self.get(f) as *const Entry as usize,
                 None => 0,
@@ -465,11 +536,10 @@ impl Slab {
             self.push_chunk(chunk);
         }
         self.len += 1;
-        let e = self.get_mut(i);
-        *e = entry;
+        let e = self.put(i, entry);
         // The next slot, if it is in this chunk; past its end the address is only
         // a wasted prefetch.
-        self.tail = e as *const Entry as usize + std::mem::size_of::<Entry>();
+        self.tail = e as usize + std::mem::size_of::<Entry>();
         self.prefetch_ahead(i);
         i
     }
@@ -515,10 +585,13 @@ impl Slab {
 
     fn release(&mut self, i: u32) {
         let next = self.free.unwrap_or(NIL);
-        *self.get_mut(i) = Entry {
-            next,
-            ..Entry::FREE
-        };
+        let _ = self.put(
+            i,
+            Entry {
+                next,
+                ..Entry::FREE
+            },
+        );
         self.free = Some(i);
         self.tail = self.get(i) as *const Entry as usize;
     }
@@ -577,7 +650,12 @@ impl Links for Slab {
     }
     #[inline]
     fn set_next(&mut self, i: u32, v: u32) {
-        self.get_mut(i).next = v;
+        let p = self.entry_ptr(i);
+        #[allow(unsafe_code)]
+        // SAFETY: as in `Slab::put`; no reader reads the links.
+        unsafe {
+            std::ptr::addr_of_mut!((*p).next).write(v)
+        }
     }
     #[inline]
     fn prev(&self, i: u32) -> u32 {
@@ -585,7 +663,12 @@ impl Links for Slab {
     }
     #[inline]
     fn set_prev(&mut self, i: u32, v: u32) {
-        self.get_mut(i).prev = v;
+        let p = self.entry_ptr(i);
+        #[allow(unsafe_code)]
+        // SAFETY: as in `Slab::put`; no reader reads the links.
+        unsafe {
+            std::ptr::addr_of_mut!((*p).prev).write(v)
+        }
     }
     #[inline]
     fn deadline(&self, i: u32) -> u32 {
@@ -1759,12 +1842,12 @@ impl Shard {
     }
 
     fn set_payload(&mut self, idx: u32, payload: u64) {
-        self.slab.get_mut(idx).meta |= PAYLOAD_BIT;
+        self.slab.update_meta(idx, |m| m | PAYLOAD_BIT);
         self.payloads.insert(idx, payload);
     }
 
     fn extra_mut(&mut self, idx: u32) -> &mut Extra {
-        self.slab.get_mut(idx).meta |= EXTRA_BIT;
+        self.slab.update_meta(idx, |m| m | EXTRA_BIT);
         self.extras.entry(idx).or_default()
     }
 
@@ -1773,13 +1856,13 @@ impl Shard {
     /// when that bucket comes round (in maintenance, or in a claim that advances the
     /// wheel; see the wheel's contract). Only an earlier deadline moves the entry now.
     fn reschedule(&mut self, idx: u32, when: u64) {
-        let e = self.slab.get_mut(idx);
+        let e = self.slab.get(idx);
         if e.prev != NIL && when >= widen(self.wheel.current(), e.deadline) {
-            e.deadline = when as u32;
+            self.slab.set_deadline(idx, when as u32);
             return;
         }
         self.wheel.deschedule(&mut self.slab, idx);
-        self.slab.get_mut(idx).deadline = when as u32;
+        self.slab.set_deadline(idx, when as u32);
         self.wheel.schedule(&mut self.slab, idx, when);
     }
 
@@ -2090,7 +2173,7 @@ impl Shard {
                 (STATE_IN_PROGRESS | token << TOKEN_SHIFT, lease_deadline)
             }
         };
-        self.slab.get_mut(idx).meta = meta;
+        self.slab.set_meta(idx, meta);
         self.reschedule(idx, deadline);
         self.after_insert(fp, idx, payload, found, p, now, lease_deadline)
     }
@@ -2185,8 +2268,8 @@ impl Shard {
         }
         let completed_at_ms = self.completed_at(idx)?;
         let expires_ms = p.record_until(completed_at_ms, p.tick_to_ms(when))?;
-        let e = self.slab.get_mut(idx);
-        e.meta |= COMPLETING_BIT;
+        self.slab.update_meta(idx, |m| m | COMPLETING_BIT);
+        let e = self.slab.get(idx);
         let (token, has_payload) = (e.token(), e.has_payload());
         Some(Extension {
             idx,
@@ -2219,7 +2302,7 @@ impl Shard {
             // Forgotten meanwhile (nothing else removes a completing entry).
             return;
         }
-        self.slab.get_mut(x.idx).meta &= !COMPLETING_BIT;
+        self.slab.update_meta(x.idx, |m| m & !COMPLETING_BIT);
         match stored {
             Stored::Yes => {}
             // The extended window lives in the hot tier alone.
@@ -2333,9 +2416,8 @@ impl Shard {
             self.counters.lease_lost += 1;
             return Err(Refused::LeaseLost);
         }
-        let e = self.slab.get_mut(lease.idx);
-        e.meta |= COMPLETING_BIT;
-        let has = e.has_payload();
+        self.slab.update_meta(lease.idx, |m| m | COMPLETING_BIT);
+        let has = self.slab.get(lease.idx).has_payload();
         Ok(if has {
             self.payloads.get(&lease.idx).copied()
         } else {
@@ -2366,7 +2448,7 @@ impl Shard {
             // Forgotten while the record was being written.
             return;
         }
-        self.slab.get_mut(idx).meta &= !COMPLETING_BIT;
+        self.slab.update_meta(idx, |m| m & !COMPLETING_BIT);
         if stored == Stored::No {
             self.remove(idx, cap);
             self.counters.releases += 1;
@@ -2380,8 +2462,8 @@ impl Shard {
 
     /// Turns held entry `idx` into a done one, completed at `now`.
     fn mark_done(&mut self, idx: u32, result: Option<&[u8]>, p: &Params, now: Now) {
-        let m = &mut self.slab.get_mut(idx).meta;
-        *m = (*m & !STATE_MASK) | STATE_DONE;
+        self.slab
+            .update_meta(idx, |m| (m & !STATE_MASK) | STATE_DONE);
         // Retention is at least the TTL, so the hot deadline is always now + TTL, and a
         // fixed window's completion time can be derived from it (no extra row).
         let when = p.deadline(now, p.ttl_ms);
@@ -2589,14 +2671,14 @@ impl Shard {
     /// its lease cannot run out under it and a `forget` waits, so no later claim of
     /// the key can write a marker that this claim's late write would then replace.
     pub(crate) fn hold_for_marker(&mut self, idx: u32) {
-        self.slab.get_mut(idx).meta |= COMPLETING_BIT;
+        self.slab.update_meta(idx, |m| m | COMPLETING_BIT);
     }
 
     /// Ends [`Shard::hold_for_marker`] for claim `lease` of `fp` (written or not).
     pub(crate) fn marker_written(&mut self, fp: Fp, lease: &Lease) {
-        let e = self.slab.get_mut(lease.idx);
+        let e = self.slab.get(lease.idx);
         if e.state() == STATE_IN_PROGRESS && e.is(fp) && e.token() == lease.token {
-            e.meta &= !COMPLETING_BIT;
+            self.slab.update_meta(lease.idx, |m| m & !COMPLETING_BIT);
         }
     }
 
@@ -2641,7 +2723,7 @@ impl Shard {
             if slab.get(idx).meta & COMPLETING_BIT != 0 {
                 // Its completion is being written: look again next tick.
                 let when = now.tick + 1;
-                slab.get_mut(idx).deadline = when as u32;
+                slab.set_deadline(idx, when as u32);
                 return Some(when);
             }
             remove_unlinked(

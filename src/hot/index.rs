@@ -553,46 +553,131 @@ fn position_in(
     None
 }
 
+/// How a lock holder writes a bucket array that lock-free readers may be reading
+/// ([`HomeBucket`]): each word they load is stored whole, with a relaxed atomic store
+/// (a plain store on x86), so that the race of a write with a reader's load is one
+/// the language defines (the reader checks the shard's write sequence before using
+/// what it read); and no `&mut` is made over the array, which Miri counts as a write
+/// of all of it. Reads stay plain: only the lock holder writes.
+struct Writer {
+    base: *mut Bucket,
+    len: usize,
+}
+
+impl Writer {
+    fn of(buckets: &mut Vec<Bucket>) -> Writer {
+        Writer {
+            // No reference to the elements is made.
+            base: buckets.as_mut_ptr(),
+            len: buckets.len(),
+        }
+    }
+
+    /// Bucket `b` (below `len`), to read.
+    #[inline(always)]
+    fn bucket(&self, b: usize) -> &Bucket {
+        debug_assert!(b < self.len);
+        #[allow(unsafe_code)]
+        // SAFETY: `b` is in the array, which the `Vec` this writer was made of keeps
+        // allocated and initialised while the caller holds it mutably.
+        unsafe {
+            &*self.base.add(b)
+        }
+    }
+
+    /// Sets byte `k` (below 16: a tag, `over`, `checks`) of bucket `b`: its 8-byte
+    /// word read, changed and stored whole, as readers load it.
+    #[inline(always)]
+    fn set_byte(&self, b: usize, k: usize, v: u8) {
+        debug_assert!(b < self.len && k < 16);
+        #[allow(unsafe_code)]
+        // SAFETY: word `k / 8` of bucket `b` is in the array (a bucket's first 16
+        // bytes), 8-byte aligned (a bucket is 64-byte aligned); only this writer
+        // stores to it.
+        unsafe {
+            let word =
+                std::sync::atomic::AtomicU64::from_ptr(self.base.add(b).cast::<u64>().add(k / 8));
+            // Byte `k % 8` of the word in memory order, by shifts (a byte array on
+            // the stack, one byte stored into it and the word loaded back over it,
+            // waited for the store each time).
+            let at = if cfg!(target_endian = "little") {
+                k % 8
+            } else {
+                7 - k % 8
+            };
+            let shift = 8 * at as u32;
+            let old = word.load(std::sync::atomic::Ordering::Relaxed);
+            word.store(
+                (old & !(0xFF << shift)) | (u64::from(v) << shift),
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// Sets slot `i` of bucket `b`.
+    #[inline(always)]
+    fn set_slot(&self, b: usize, i: usize, v: u32) {
+        debug_assert!(b < self.len && i < SLOTS);
+        #[allow(unsafe_code)]
+        // SAFETY: slot `i` of bucket `b` is in the array, 4-byte aligned; only this
+        // writer stores to it.
+        unsafe {
+            std::sync::atomic::AtomicU32::from_ptr(std::ptr::addr_of_mut!(
+                (*self.base.add(b)).slots[i]
+            ))
+            .store(v, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+/// Where `over` is among a bucket's first 16 bytes.
+const OVER_BYTE: usize = SLOTS;
+
+const _: () = assert!(std::mem::offset_of!(Bucket, over) == OVER_BYTE);
+
 /// Puts `idx` in the first free slot on `h`'s probe path in `buckets`, raising the
 /// overflow count of every full bucket passed. There is always a free slot: the load
 /// stays under 7/8.
-fn place_in(buckets: &mut [Bucket], checks: u32, h: u64, idx: u32) {
+fn place_in(buckets: &mut Vec<Bucket>, checks: u32, h: u64, idx: u32) {
     debug_assert_eq!(idx & checks, 0, "the slab index fits under the checks");
     let t = tag(h);
     let slot = idx | check_bits(h, checks);
-    let mask = buckets.len() - 1;
+    let w = Writer::of(buckets);
+    let mask = w.len - 1;
     let mut b = h as usize & mask;
     loop {
-        let bucket = &mut buckets[b];
-        let free = bucket.matches(0);
+        let (free, over) = {
+            let bucket = w.bucket(b);
+            (bucket.matches(0), bucket.over)
+        };
         if free != 0 {
             let i = free.trailing_zeros() as usize;
-            bucket.tags[i] = t;
-            bucket.slots[i] = slot;
+            w.set_byte(b, i, t);
+            w.set_slot(b, i, slot);
             return;
         }
-        if bucket.over != STICKY {
-            bucket.over += 1;
+        if over != STICKY {
+            w.set_byte(b, OVER_BYTE, over + 1);
         }
         b = (b + 1) & mask;
     }
 }
 
 /// Removes `idx` stored under `h` from `buckets`. False if it is not there.
-fn remove_in(buckets: &mut [Bucket], checks: u32, h: u64, idx: u32) -> bool {
+fn remove_in(buckets: &mut Vec<Bucket>, checks: u32, h: u64, idx: u32) -> bool {
     let Some((b, i)) = position_in(buckets, checks, h, |s| s == idx) else {
         return false;
     };
-    let bucket = &mut buckets[b];
-    bucket.tags[i] = 0;
-    bucket.slots[i] = 0;
+    let w = Writer::of(buckets);
+    w.set_byte(b, i, 0);
+    w.set_slot(b, i, 0);
     // Lower the counts this entry raised on its way here.
-    let mask = buckets.len() - 1;
+    let mask = w.len - 1;
     let mut p = h as usize & mask;
     while p != b {
-        let over = &mut buckets[p].over;
-        if *over != STICKY {
-            *over -= 1;
+        let over = w.bucket(p).over;
+        if over != STICKY {
+            w.set_byte(p, OVER_BYTE, over - 1);
         }
         p = (p + 1) & mask;
     }

@@ -1224,10 +1224,11 @@ impl ShardSlot {
     /// Nothing is written: two threads answering duplicates of one shard share its
     /// lines instead of passing the lock's line between their cores.
     ///
-    /// The reads are relaxed atomic loads of memory a lock holder may be writing with
-    /// plain stores. Rust's memory model has no atomic memcpy for a sequence lock's
-    /// reader, so that race is outside it, as in every sequence lock written in Rust;
-    /// a torn value is never used, because the sequence check refuses it.
+    /// The reads are relaxed atomic loads of words a lock holder may be writing at the
+    /// same time, with relaxed atomic stores of the same words (see
+    /// `Entry::read_racy` and `index::Writer`), so the race is one the memory model
+    /// defines; a value read while a writer was inside (an entry's words from two
+    /// different writes) is never used, because the sequence check refuses it.
     /// Memory safety does not depend on what the racy reads return, only on where
     /// they read: the bucket array (from the published hint) and the chunk-address
     /// table are retired, not freed, when replaced, and freed only once every reader

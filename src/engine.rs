@@ -4718,6 +4718,9 @@ impl Namespace {
         } else {
             write_unwinding(|| d.write_completions(&records, &[]))
         };
+        if stored.is_err() {
+            settle_unwound(d, begun.iter().map(|g| (g.fp, g.lease.token)));
+        }
         for g in &mut begun {
             let si = g.shard as usize;
             let cap = ns.capacity();
@@ -5228,6 +5231,9 @@ impl ClaimGuard {
         let payload = self.hold_for_durable(ns, d, now, &cap, true)?;
         let record = self.done_record(&ns.params, now, payload, result);
         let stored = write_unwinding(|| d.write_completions(&[(self.fp.to_u128(), record)], state));
+        if stored.is_err() {
+            settle_unwound(d, [(self.fp, self.lease.token)]);
+        }
         let stored_ok = stored_as(&stored);
         let anchor = last_round(
             &mut ns.slots[si].lock(),
@@ -5440,6 +5446,22 @@ type Unwinding<T> = std::thread::Result<Result<T>>;
 
 fn write_unwinding<T>(write: impl FnOnce() -> Result<T>) -> Unwinding<T> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(write))
+}
+
+/// After a completion's write panicked: its claims are released (by `last_round`,
+/// next), so their markers go now, as a release's do (the journal's slot cleared, a
+/// marker in RocksDB deleted); the entries are still held, so no new claim of a key
+/// can write a marker in between. Left, a marker would make a clean restart report
+/// the released claim as an orphan and hold its key to the end of its lease. A panic
+/// here too is swallowed: the first one goes on to the caller.
+fn settle_unwound(d: &DurableNs, claims: impl IntoIterator<Item = (Fp, u32)>) {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        for (fp, token) in claims {
+            if !d.settle_marker(fp.to_u128(), token) {
+                d.delete_claims(&[fp.to_u128()]);
+            }
+        }
+    }));
 }
 
 /// What a durable write left: a panic or an error released the claim.

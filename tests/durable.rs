@@ -3037,6 +3037,49 @@ fn a_completion_whose_write_panics_releases_its_claim() {
 }
 
 #[test]
+fn a_claim_released_by_a_panicking_completion_leaves_no_marker_for_the_next_open() {
+    for markers in [
+        ClaimMarkers::Journal,
+        ClaimMarkers::Immediate,
+        ClaimMarkers::Deferred,
+    ] {
+        let dir = TempDir::new();
+        let clock = ManualClock::new(T0);
+        {
+            let (engine, ns) = open(&dir, &clock, small().claim_markers(markers));
+            let single = acquire(&ns, b"single");
+            let batch = vec![acquire(&ns, b"b1"), acquire(&ns, b"b2")];
+            // Deferred markers are on disk once maintenance has run.
+            engine.run_maintenance();
+            engine.debug_panic_completions(true);
+            let single =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| single.complete()));
+            let batch =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ns.complete_batch(batch)));
+            assert!(
+                single.is_err() && batch.is_err(),
+                "{markers:?}: the panics reach the caller"
+            );
+            engine.debug_panic_completions(false);
+            for k in [&b"single"[..], b"b1", b"b2"] {
+                assert!(ns.check(k).unwrap().is_none(), "{markers:?}: released");
+            }
+        }
+        // A clean shutdown, then the next open: the released claims are not orphans,
+        // and their keys are free at once.
+        let (engine, ns) = open(&dir, &clock, small().claim_markers(markers));
+        assert!(
+            engine.orphans().is_empty(),
+            "{markers:?}: {:?}",
+            engine.orphans()
+        );
+        for k in [&b"single"[..], b"b1", b"b2"] {
+            acquire(&ns, k).complete().unwrap();
+        }
+    }
+}
+
+#[test]
 fn a_grouped_completion_waits_for_its_fsync_and_fails_with_it() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);

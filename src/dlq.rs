@@ -529,7 +529,9 @@ pub struct DlqHealth {
     pub replayed: u64,
     /// Messages archived.
     pub archived: u64,
-    /// Stored messages that could not be decoded (they are never dropped).
+    /// Stored messages that could not be decoded, and keys in the store's range of
+    /// messages that are not a message's (a damaged key, from which no id can be
+    /// read). Neither is ever dropped, and neither keeps the store from opening.
     pub corrupt: u64,
     /// How long the oldest waiting message has waited; `None` when none waits.
     pub oldest_age: Option<Duration>,
@@ -707,6 +709,9 @@ struct State {
     index: BTreeMap<u64, Summary>,
     /// Ids whose stored bytes could not be decoded when the store was opened.
     corrupt: BTreeSet<u64>,
+    /// Keys found in the letters' range at open that are not a letter's (damaged:
+    /// no id can be read from them); left in place, counted as corrupt.
+    damaged_keys: u64,
     /// The memory-only store: encoded letters by id.
     memory: BTreeMap<u64, Vec<u8>>,
     /// Messages a replay of this process works on, with the step it is at.
@@ -743,21 +748,27 @@ impl Home {
         }
     }
 
-    /// The next id to hand out and every stored message, by ascending id (the
-    /// memory-only store starts empty).
-    fn stored(&self) -> Result<(u64, Vec<Stored>)> {
+    /// The next id to hand out, every stored message by ascending id (the
+    /// memory-only store starts empty), and how many damaged keys the store holds
+    /// among them.
+    fn stored(&self) -> Result<(u64, Vec<Stored>, u64)> {
         match self {
-            Home::Engine { store: None, .. } => Ok((1, Vec::new())),
+            Home::Engine { store: None, .. } => Ok((1, Vec::new(), 0)),
             #[cfg(feature = "durable")]
             Home::Engine { ns, store: Some(s) } => {
-                Ok((s.dlq_next_id(ns.name())?, s.dlq_scan(ns.name())?))
+                let next = s.dlq_next_id(ns.name())?;
+                let (letters, damaged) = s.dlq_scan(ns.name())?;
+                Ok((next, letters, damaged))
             }
             #[cfg(not(feature = "durable"))]
             Home::Engine {
                 store: Some(never), ..
             } => match *never {},
             #[cfg(feature = "durable")]
-            Home::ReadOnly { name, db } => Ok((1, db.dead_letters(name)?)),
+            Home::ReadOnly { name, db } => {
+                let (letters, damaged) = db.dead_letters(name)?;
+                Ok((1, letters, damaged))
+            }
         }
     }
 }
@@ -779,11 +790,12 @@ pub(crate) struct Inner {
 
 impl Inner {
     fn open(home: Home, clock: std::sync::Arc<dyn Clock>) -> Result<Inner> {
-        let (next_id, stored) = home.stored()?;
+        let (next_id, stored, damaged_keys) = home.stored()?;
         let mut st = State {
             next_id,
             index: BTreeMap::new(),
             corrupt: BTreeSet::new(),
+            damaged_keys,
             memory: BTreeMap::new(),
             busy: HashMap::new(),
         };
@@ -1845,7 +1857,7 @@ impl Dlq {
             under_review: 0,
             replayed: 0,
             archived: 0,
-            corrupt: st.corrupt.len() as u64,
+            corrupt: st.corrupt.len() as u64 + st.damaged_keys,
             oldest_age: None,
             replay_successes: 0,
             replay_failures: 0,

@@ -1357,6 +1357,50 @@ fn a_corrupt_dead_letter_is_reported_and_the_others_are_served() {
     );
 }
 
+/// A key in the letters' range that is not a letter's (damaged: no id can be read
+/// from it) is counted as corrupt and left in place; the letters are served.
+#[cfg(feature = "durable")]
+#[test]
+fn a_damaged_dead_letter_key_is_counted_and_the_letters_are_served() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let a = {
+        let (_engine, _ns, dlq) = open(&dir, &clock);
+        dlq.quarantine(b"a", b"p", OUTAGE).unwrap()
+    };
+    let damaged: [&[u8]; 2] = [b"m\x01", b"m\x00\x00\x00\x00\x00\x00\x00\x00\x07"];
+    let raw = |f: &dyn Fn(&rocksdb::DB, &rocksdb::ColumnFamily)| {
+        let opts = rocksdb::Options::default();
+        let cfs = rocksdb::DB::list_cf(&opts, dir.path()).unwrap();
+        let db = rocksdb::DB::open_cf(&opts, dir.path(), &cfs).unwrap();
+        f(&db, db.cf_handle("dlq:ns").unwrap());
+    };
+    raw(&|db, cf| {
+        for k in damaged {
+            db.put_cf(cf, k, b"junk").unwrap();
+        }
+    });
+    {
+        let ro = Dlq::open_read_only(dir.path(), "ns", clock.clone()).unwrap();
+        assert_eq!(ids(&everything(&ro)), vec![a]);
+        assert_eq!(ro.health().corrupt, 2);
+    }
+    {
+        let (_engine, _ns, dlq) = open(&dir, &clock);
+        assert_eq!(ids(&everything(&dlq)), vec![a]);
+        assert_eq!(dlq.get(a).unwrap().key(), b"a");
+        assert_eq!(dlq.health().corrupt, 2);
+        let b = dlq.quarantine(b"b", b"p", OUTAGE).unwrap();
+        assert_eq!(ids(&everything(&dlq)), vec![a, b]);
+    }
+    // Never dropped.
+    raw(&|db, cf| {
+        for k in damaged {
+            assert_eq!(db.get_cf(cf, k).unwrap().as_deref(), Some(&b"junk"[..]));
+        }
+    });
+}
+
 /// Under `SyncPolicy::Periodic` the sync thread stops with the engine: a dead letter
 /// quarantined afterwards, through a handle that outlived it, is fsynced itself
 /// (here the sync fails, and the quarantine says so).

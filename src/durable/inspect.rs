@@ -354,27 +354,15 @@ impl ReadOnlyDb {
 
     /// Every stored dead letter of namespace `ns` (`dlq:<ns>`, laid out as
     /// `src/durable/store/dlq.rs` describes), by ascending id; none if the family is
-    /// not there (a database from before the dead-letter store).
-    pub(crate) fn dead_letters(&self, ns: &str) -> Result<Vec<(u64, Vec<u8>)>, Error> {
+    /// not there (a database from before the dead-letter store); and how many keys
+    /// of the letters' range are damaged (not a letter's: left, and counted).
+    pub(crate) fn dead_letters(&self, ns: &str) -> Result<(Vec<(u64, Vec<u8>)>, u64), Error> {
         let Some(cf) = self.db.cf_handle(&format!("dlq:{ns}")) else {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), 0));
         };
         let first = super::dlq_message_key(0);
         let mode = IteratorMode::From(&first, rocksdb::Direction::Forward);
-        let mut out = Vec::new();
-        for item in self.db.iterator_cf(cf, mode) {
-            let (k, v) = item.map_err(|e| store_err("scan dead letters", e))?;
-            if k.first() != first.first() {
-                break;
-            }
-            let id = <[u8; 8]>::try_from(&k[1..]).map_err(|_| Error::CorruptDeadLetter {
-                namespace: ns.to_owned(),
-                id: None,
-                reason: format!("a dead-letter key is {} bytes long", k.len()),
-            })?;
-            out.push((u64::from_be_bytes(id), v.into_vec()));
-        }
-        Ok(out)
+        super::scan_letters(ns, self.db.iterator_cf(cf, mode))
     }
 
     /// The stored bytes of dead letter `id` of namespace `ns`, if any.

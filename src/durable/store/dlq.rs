@@ -58,27 +58,14 @@ impl Store {
             .map_err(|e| store_err("read dead letter", e))
     }
 
-    /// Every dead letter of `ns`, by ascending id.
-    pub(crate) fn dlq_scan(&self, ns: &str) -> Result<Vec<(u64, Vec<u8>)>, Error> {
+    /// Every dead letter of `ns`, by ascending id, and how many keys among them are
+    /// not a letter's (damaged: no id can be read from them). Those are left where
+    /// they are and counted, so that one damaged key does not hide every letter.
+    pub(crate) fn dlq_scan(&self, ns: &str) -> Result<(Vec<(u64, Vec<u8>)>, u64), Error> {
         let cf = self.cf(&cf_name(ns))?;
-        let mut out = Vec::new();
         let from = [MESSAGE_TAG];
         let mode = rocksdb::IteratorMode::From(&from, rocksdb::Direction::Forward);
-        for item in self.db.iterator_cf(cf, mode) {
-            let (k, v) = item.map_err(|e| store_err("scan dead letters", e))?;
-            if k.first() != Some(&MESSAGE_TAG) {
-                break;
-            }
-            let Ok(id) = <[u8; 8]>::try_from(&k[1..]) else {
-                return Err(Error::CorruptDeadLetter {
-                    namespace: ns.to_owned(),
-                    id: None,
-                    reason: format!("a dead-letter key is {} bytes long", k.len()),
-                });
-            };
-            out.push((u64::from_be_bytes(id), v.into_vec()));
-        }
-        Ok(out)
+        scan_letters(ns, self.db.iterator_cf(cf, mode))
     }
 
     /// Stores dead letter `id`; with `next`, also the id counter, in the same write.
@@ -106,4 +93,34 @@ impl Store {
             .write_opt(batch, &wo)
             .map_err(|e| store_err("write dead letter", e))
     }
+}
+
+/// The dead letters of namespace `ns` from an iterator placed at the first letter's
+/// key: the letters by id, and the count of keys of the letters' range that are not
+/// 9 bytes long (each logged).
+pub(crate) fn scan_letters<K: AsRef<[u8]>, V: Into<Vec<u8>>>(
+    ns: &str,
+    items: impl Iterator<Item = Result<(K, V), rocksdb::Error>>,
+) -> Result<(Vec<(u64, Vec<u8>)>, u64), Error> {
+    let mut letters = Vec::new();
+    let mut damaged = 0;
+    for item in items {
+        let (k, v) = item.map_err(|e| store_err("scan dead letters", e))?;
+        let k = k.as_ref();
+        if k.first() != Some(&MESSAGE_TAG) {
+            break;
+        }
+        match <[u8; 8]>::try_from(&k[1..]) {
+            Ok(id) => letters.push((u64::from_be_bytes(id), v.into())),
+            Err(_) => {
+                tracing::warn!(
+                    namespace = %ns,
+                    key_len = k.len(),
+                    "a dead-letter key of the wrong length is left in place and counted as corrupt"
+                );
+                damaged += 1;
+            }
+        }
+    }
+    Ok((letters, damaged))
 }

@@ -36,7 +36,7 @@ mod store;
 #[cfg(feature = "durable")]
 pub(crate) use store::{
     dlq_message_key, scan_letters, stored_settings, DurableNs, Families, FpSet, JournalTakeover,
-    NsSettings, Store,
+    Letters, NsSettings, Store,
 };
 #[cfg(all(test, feature = "durable"))]
 pub(crate) use store::{

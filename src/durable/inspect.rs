@@ -356,7 +356,7 @@ impl ReadOnlyDb {
     /// `src/durable/store/dlq.rs` describes), by ascending id; none if the family is
     /// not there (a database from before the dead-letter store); and how many keys
     /// of the letters' range are damaged (not a letter's: left, and counted).
-    pub(crate) fn dead_letters(&self, ns: &str) -> Result<(Vec<(u64, Vec<u8>)>, u64), Error> {
+    pub(crate) fn dead_letters(&self, ns: &str) -> Result<super::Letters, Error> {
         let Some(cf) = self.db.cf_handle(&format!("dlq:{ns}")) else {
             return Ok((Vec::new(), 0));
         };

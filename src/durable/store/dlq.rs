@@ -17,6 +17,10 @@ use crate::error::Error;
 const NEXT_KEY: &[u8] = b"next";
 const MESSAGE_TAG: u8 = b'm';
 
+/// A scan of a namespace's dead letters: the letters (id, stored bytes) by ascending
+/// id, and how many damaged keys (not a letter's) lie among them.
+pub(crate) type Letters = (Vec<(u64, Vec<u8>)>, u64);
+
 /// The column family of namespace `ns`'s dead letters.
 pub(super) fn cf_name(ns: &str) -> String {
     format!("dlq:{ns}")
@@ -61,7 +65,7 @@ impl Store {
     /// Every dead letter of `ns`, by ascending id, and how many keys among them are
     /// not a letter's (damaged: no id can be read from them). Those are left where
     /// they are and counted, so that one damaged key does not hide every letter.
-    pub(crate) fn dlq_scan(&self, ns: &str) -> Result<(Vec<(u64, Vec<u8>)>, u64), Error> {
+    pub(crate) fn dlq_scan(&self, ns: &str) -> Result<Letters, Error> {
         let cf = self.cf(&cf_name(ns))?;
         let from = [MESSAGE_TAG];
         let mode = rocksdb::IteratorMode::From(&from, rocksdb::Direction::Forward);
@@ -101,7 +105,7 @@ impl Store {
 pub(crate) fn scan_letters<K: AsRef<[u8]>, V: Into<Vec<u8>>>(
     ns: &str,
     items: impl Iterator<Item = Result<(K, V), rocksdb::Error>>,
-) -> Result<(Vec<(u64, Vec<u8>)>, u64), Error> {
+) -> Result<Letters, Error> {
     let mut letters = Vec::new();
     let mut damaged = 0;
     for item in items {

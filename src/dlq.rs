@@ -906,9 +906,21 @@ impl Inner {
         match &self.home {
             #[cfg(feature = "durable")]
             Home::Engine { ns, store: Some(s) } => {
-                // Fsynced as the namespace's completions are (`Store::syncs`).
-                let sync = s.syncs(ns.config().sync);
-                s.dlq_put(ns.name(), id, &bytes, next, sync)?
+                // Fsynced as the namespace's completions are (`Store::syncs`), a
+                // write that met the engine's drop included.
+                let policy = ns.config().sync;
+                let sync = s.syncs(policy);
+                s.dlq_put(ns.name(), id, &bytes, next, sync)?;
+                if let Err(e) = s.sync_if_closed_since(policy, sync) {
+                    // Written, its sync failed: known to the index as the store
+                    // holds it (its id taken), and the error says the write may
+                    // not last.
+                    st.index.insert(id, Summary::of(letter));
+                    if let Some(next) = next {
+                        st.next_id = st.next_id.max(next);
+                    }
+                    return Err(e);
+                }
             }
             #[cfg(not(feature = "durable"))]
             Home::Engine {

@@ -1399,6 +1399,45 @@ mod tests {
         assert_eq!(ns.inner.stats().markers_on_disk, 1, "written at once");
     }
 
+    /// Under `Periodic` a dead letter is written without a sync while the engine
+    /// lives; one whose write met the engine's drop (after its last flush, with no
+    /// periodic sync to follow) is synced before it returns. Here that sync fails,
+    /// and the quarantine says so; the letter keeps its id.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_dead_letter_written_while_the_engine_drops_is_synced_under_periodic() {
+        let dir = Scratch::new("dlq-drop-sync");
+        let (engine, _ns, _clock) = durable_namespace_with(
+            &dir,
+            crate::NamespaceConfig::new().sync(crate::SyncPolicy::Periodic(
+                std::time::Duration::from_secs(1),
+            )),
+        );
+        let dlq = engine.dlq("n").unwrap();
+        let first = dlq.quarantine(b"a", b"p", "outage:db").unwrap();
+        let store = engine.shared.store.clone().expect("a durable engine");
+        crate::durable::set_after_dlq_put(move || {
+            store.set_fail_syncs(true);
+            drop(engine);
+        });
+        let err = dlq.quarantine(b"b", b"p", "outage:db").unwrap_err();
+        assert!(
+            matches!(err, crate::Error::Store(ref e) if e.operation() == "sync"),
+            "{err:?}"
+        );
+        let listed: Vec<_> = dlq
+            .list(&crate::dlq::Selection::all())
+            .unwrap()
+            .iter()
+            .map(|m| m.key().to_vec())
+            .collect();
+        assert_eq!(
+            listed,
+            vec![b"a".to_vec(), b"b".to_vec()],
+            "first {first:?}"
+        );
+    }
+
     /// An open refused after it began to change the database (moving the last run's
     /// journaled markers failed, as a failing disk would) leaves the settings the
     /// dead-letter tools read as they were; the next open finds the orphan and

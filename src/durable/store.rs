@@ -1085,6 +1085,21 @@ impl Store {
         }
     }
 
+    /// After a write under `policy` that was made with `synced` (as [`Store::syncs`]
+    /// said): under `Periodic`, a write made without a sync while the engine was being
+    /// dropped is synced now. The engine's last flush may have run before the write
+    /// landed, and no periodic sync follows it.
+    pub(crate) fn sync_if_closed_since(
+        &self,
+        policy: SyncPolicy,
+        synced: bool,
+    ) -> Result<(), Error> {
+        if !synced && matches!(policy, SyncPolicy::Periodic(_)) && self.closed() {
+            return self.sync_wal();
+        }
+        Ok(())
+    }
+
     /// Fails as a sync would under the testing hook (`Engine::debug_fail_syncs`).
     pub(crate) fn check_syncable(&self) -> Result<(), Error> {
         injected(&self.fail_syncs, "sync", "to sync")
@@ -2122,17 +2137,8 @@ impl DurableNs {
         write: impl FnOnce(bool) -> Result<(), Error>,
     ) -> Result<(), Error> {
         let sync = self.store.syncs(self.sync);
-        let written = write(sync);
-        if !sync
-            && matches!(self.sync, SyncPolicy::Periodic(_))
-            && written.is_ok()
-            && self.store.closed()
-        {
-            // The engine was dropped while this write was on its way: its last flush
-            // may have run before the write landed, and no periodic sync follows.
-            return self.store.sync_wal();
-        }
-        written
+        write(sync)?;
+        self.store.sync_if_closed_since(self.sync, sync)
     }
 
     /// Deletes a key's durable records, synced as the namespace's completions are (a
@@ -2324,6 +2330,9 @@ std::thread_local! {
     /// Where a claim that lost its lease is about to read its marker in RocksDB.
     static BEFORE_LOST_MARKER_READ: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
         const { std::cell::RefCell::new(None) };
+    /// Where a dead letter has just been written (`Store::dlq_put`).
+    static AFTER_DLQ_PUT: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        const { std::cell::RefCell::new(None) };
     /// The next [`DurableNs::move_markers`] with markers to move fails.
     static FAIL_NEXT_MARKER_MOVE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
@@ -2339,6 +2348,18 @@ pub(crate) fn fail_next_marker_move() {
 #[cfg(test)]
 pub(crate) fn set_before_lost_marker_read(f: impl FnOnce() + 'static) {
     BEFORE_LOST_MARKER_READ.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+}
+
+/// Sets the hook run right after a dead letter's write.
+#[cfg(test)]
+pub(crate) fn set_after_dlq_put(f: impl FnOnce() + 'static) {
+    AFTER_DLQ_PUT.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+}
+
+/// Runs the hook set by [`set_after_dlq_put`], if any.
+#[cfg(test)]
+pub(super) fn after_dlq_put() {
+    run_test_hook(&AFTER_DLQ_PUT);
 }
 
 /// Sets the hook [`DurableNs::defer_markers`] runs first.

@@ -95,7 +95,10 @@ impl Store {
         wo.set_sync(sync);
         self.db
             .write_opt(batch, &wo)
-            .map_err(|e| store_err("write dead letter", e))
+            .map_err(|e| store_err("write dead letter", e))?;
+        #[cfg(test)]
+        super::after_dlq_put();
+        Ok(())
     }
 }
 

@@ -32,8 +32,10 @@
 //! reported, never dropped in silence.
 //!
 //! At open the journal left by the previous run is read whatever the namespace's
-//! marker mode is now: its markers are written into the namespace's `claims:` column
-//! family (synced) and the file is then reset, so every later step (orphans, their
+//! marker mode is now: its markers (but those whose key the durable tier holds done
+//! by that claim, which are dropped) are written into the namespace's `claims:`
+//! column family (synced), and the file is then replaced by a new, empty one (or
+//! removed, if the namespace no longer journals), so every later step (orphans, their
 //! leases, their deletion) is the one immediate markers take.
 
 #[cfg(feature = "durable")]

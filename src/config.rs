@@ -290,6 +290,11 @@ impl NamespaceConfig {
     /// An exact bound on resident keys (in progress or done and unexpired): the namespace
     /// accepts this many and refuses the next with [`Error::CapacityExceeded`].
     /// Size it as peak rate x TTL.
+    ///
+    /// [`Stats::resident_keys`](crate::Stats::resident_keys) also counts expired keys
+    /// that no maintenance pass has reclaimed yet, so it can read `max_keys` while
+    /// fewer keys are live; a claim that finds no room reclaims expired keys before
+    /// it refuses, so those never cause a refusal.
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = max_keys;
         self

@@ -4595,7 +4595,10 @@ impl Namespace {
     /// claims already acquired in the batch are released and the error returned.
     ///
     /// The answers are those of claiming the keys one by one, in order (a key twice
-    /// in a batch is `Acquired`, then `InProgress`), all at one reading of the clock.
+    /// in a batch is `Acquired`, then `InProgress`), all at one reading of the clock;
+    /// except that a claim that finds the namespace full reads it again (it reclaims
+    /// what has expired before it refuses), and the rest of the batch goes on from
+    /// that later reading.
     /// It is faster per key than [`Namespace::claim`]: the clock is read once, and
     /// every key's index bucket is requested from memory before the first claim, so
     /// the batch's cache misses overlap.

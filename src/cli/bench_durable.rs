@@ -383,8 +383,16 @@ fn w4_scaling(quick: bool) {
 /// The W3 stream: `messages` claims in which 10% redeliver a key first seen at most
 /// 60 s of stream time earlier, 1% redeliver a key older than the hot TTL, and the
 /// rest are new keys. Stream time spans three TTLs. Returns (key id, stream ms, kind).
+///
+/// No key is older than the TTL during the first TTL of stream time, so the old
+/// redeliveries all fall in the rest of it, at the rate that makes them 1% of the
+/// whole stream (1.5% of the last two thirds).
 fn w3_stream(messages: u64, ttl_ms: u64) -> Vec<(u64, u64, Kind)> {
+    const SCALE: u64 = 1_000_000;
+    const RECENT: u64 = SCALE / 10;
     let span_ms = 3 * ttl_ms;
+    // Per `SCALE` messages past the first TTL: 1% of all, over the share that can.
+    let old = SCALE / 100 * span_ms / (span_ms - ttl_ms);
     let mut out: Vec<(u64, u64, Kind)> = Vec::with_capacity(messages as usize);
     // (first seen at, id) of every new key, in order.
     let mut firsts: Vec<(u64, u64)> = Vec::new();
@@ -398,20 +406,18 @@ fn w3_stream(messages: u64, ttl_ms: u64) -> Vec<(u64, u64, Kind)> {
     };
     for m in 0..messages {
         let at = m * span_ms / messages;
-        let roll = rand() % 100;
+        let roll = rand() % SCALE;
         let pick = |lo_ms: u64, hi_ms: u64, r: u64, firsts: &[(u64, u64)]| {
             let lo = firsts.partition_point(|&(t, _)| t < lo_ms);
             let hi = firsts.partition_point(|&(t, _)| t <= hi_ms);
             (hi > lo).then(|| firsts[lo + (r as usize) % (hi - lo)].1)
         };
-        let again = match roll {
-            0..=9 => {
-                pick(at.saturating_sub(60_000), at, rand(), &firsts).map(|id| (id, Kind::Recent))
-            }
-            10 if at > ttl_ms => {
-                pick(0, at - ttl_ms - 1, rand(), &firsts).map(|id| (id, Kind::Old))
-            }
-            _ => None,
+        let again = if roll < RECENT {
+            pick(at.saturating_sub(60_000), at, rand(), &firsts).map(|id| (id, Kind::Recent))
+        } else if roll < RECENT + old && at > ttl_ms {
+            pick(0, at - ttl_ms - 1, rand(), &firsts).map(|id| (id, Kind::Old))
+        } else {
+            None
         };
         let (id, kind) = again.unwrap_or_else(|| {
             next_id += 1;
@@ -1377,6 +1383,28 @@ fn run_benches(args: &[String], o: &Opts) {
 #[cfg(test)]
 mod tests {
     use super::{median_by_p99, w3_run, w3_stream, w3_verdicts, ClaimMarkers, Opts, W3Run};
+
+    /// The stream holds WORKLOAD.md's shares: 10 % recent redeliveries and 1 % old
+    /// ones (all past the first TTL), the rest new keys; an old one's key was first
+    /// seen over a TTL earlier, a recent one's at most 60 s earlier.
+    #[test]
+    fn w3_stream_holds_the_workloads_shares() {
+        let ttl = 3_600_000;
+        let stream = w3_stream(1_000_000, ttl);
+        let count = |k| stream.iter().filter(|m| m.2 == k).count() as f64 / 1e6;
+        let (recent, old) = (count(super::Kind::Recent), count(super::Kind::Old));
+        assert!((0.0985..0.1015).contains(&recent), "recent {recent}");
+        assert!((0.0095..0.0105).contains(&old), "old {old}");
+        let mut first = std::collections::HashMap::new();
+        for &(id, at, kind) in &stream {
+            let seen = *first.entry(id).or_insert(at);
+            match kind {
+                super::Kind::New => assert_eq!(seen, at),
+                super::Kind::Recent => assert!(at - seen <= 60_000),
+                super::Kind::Old => assert!(at > ttl && at - seen > ttl),
+            }
+        }
+    }
 
     #[test]
     fn w3_counts_each_durable_read_against_the_claim_that_made_it() {

@@ -126,6 +126,14 @@ fn ratio_targets_are_read_from_the_medians_and_say_met_or_missed() {
         row(&out, n, "W1 memory per key: idem / floor <= 1.5x")[2..],
         ["0.80x", "met"]
     );
+    assert_eq!(
+        row(
+            &out,
+            n,
+            "W1 memory per key: idem heap <= 40 B (`max_keys` = N)"
+        )[2..],
+        ["35.0 B", "met"]
+    );
 }
 
 #[test]
@@ -146,6 +154,19 @@ fn memory_over_its_bound_is_missed() {
         row(&out, n, "W1 memory per key: idem / floor <= 1.5x")[2..],
         ["1.80x", "**missed**"]
     );
+    // The bound itself is met; a byte over it is missed.
+    for (bytes, shown, verdict) in [(40, "40.0 B", "met"), (41, "41.0 B", "**missed**")] {
+        let all = vec![w1_with_heap("idem", n, 1e6, bytes)];
+        let out = targets_of(&[n], &[1], &["idem"], &all);
+        assert_eq!(
+            row(
+                &out,
+                n,
+                "W1 memory per key: idem heap <= 40 B (`max_keys` = N)"
+            )[2..],
+            [shown, verdict]
+        );
+    }
 }
 
 #[test]

@@ -259,7 +259,7 @@ pub fn table(o: &Grid<'_>, all: &[Sample], w: Workload) -> String {
         if !notes.is_empty() {
             let _ = writeln!(
                 t,
-                "\nidem's own accounting (`Stats::hot_bytes` / resident keys): {}.",
+                "\nidem's own accounting (`Stats::hot_bytes` / N): {}.",
                 notes.join(", ")
             );
         }
@@ -267,30 +267,32 @@ pub fn table(o: &Grid<'_>, all: &[Sample], w: Workload) -> String {
     t
 }
 
-/// A target: a ratio at least or at most some value, or a rate (claims/s) at least
-/// some value.
+/// A target: a ratio at least or at most some value, a rate (claims/s) at least some
+/// value, or bytes a key at most some value.
 #[derive(Clone, Copy)]
 enum Want {
     AtLeast(f64),
     AtMost(f64),
     RateAtLeast(f64),
+    BytesAtMost(f64),
 }
 
 impl Want {
     fn met(self, m: f64) -> bool {
         match self {
             Want::AtLeast(w) | Want::RateAtLeast(w) => m >= w,
-            Want::AtMost(w) => m <= w,
+            Want::AtMost(w) | Want::BytesAtMost(w) => m <= w,
         }
     }
 
     /// "1.23x" for a ratio, "4.000 M/s" for a rate (three decimals, so that a miss
-    /// by a hair does not print as the target). A figure whose decimals would round
+    /// by a hair does not print as the target), "35.3 B" for bytes a key. A figure whose decimals would round
     /// across the target (1.697 against 1.7) gets as many more as it takes for the
     /// figure shown to read as its verdict.
     fn show(self, m: f64) -> String {
         let (scale, mut digits, unit) = match self {
             Want::RateAtLeast(_) => (1e6, 3, " M/s"),
+            Want::BytesAtMost(_) => (1.0, 1, " B"),
             _ => (1.0, 2, "x"),
         };
         let mut shown = format!("{:.digits$}", m / scale);
@@ -327,7 +329,7 @@ pub fn targets(o: &Grid<'_>, all: &[Sample]) -> String {
         let w1 = |p: &str| rate(p, Workload::W1, n, 1);
         let w2 = |p: &str| rate(p, Workload::W2, n, 1);
         let redis_heap = heap("redis-p64", n).or_else(|| heap("redis", n));
-        let rows: [(&str, Option<f64>, Want); 12] = [
+        let rows: [(&str, Option<f64>, Want); 13] = [
             (
                 "W1 1T: idem / Redis one at a time >= 40x",
                 ratio(w1("idem"), w1("redis")),
@@ -377,6 +379,11 @@ pub fn targets(o: &Grid<'_>, all: &[Sample]) -> String {
                 "W2, batches of 64: idem 2 threads / 1 thread >= 1.7x",
                 ratio(rate("idem-b64", Workload::W2, n, 2), w2("idem-b64")),
                 Want::AtLeast(1.7),
+            ),
+            (
+                "W1 memory per key: idem heap <= 40 B (`max_keys` = N)",
+                heap("idem", n),
+                Want::BytesAtMost(40.0),
             ),
             (
                 "W1 memory per key: idem / Redis <= 0.33x",

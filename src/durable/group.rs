@@ -431,9 +431,12 @@ mod tests {
         assert_eq!(g.syncs(), 3);
     }
 
-    /// Spins (yielding) until `f` holds.
+    /// Spins (yielding) until `f` holds; fails the test if it has not within a
+    /// minute (a regression that never lets it hold must not hang the suite).
     fn until(f: impl Fn() -> bool) {
+        let limit = Instant::now() + Duration::from_secs(60);
         while !f() {
+            assert!(Instant::now() < limit, "the awaited state never came");
             std::thread::yield_now();
         }
     }

@@ -212,7 +212,15 @@ fn new_keys_cost_no_durable_read() {
     let clock = ManualClock::new(T0);
     // A fixed fingerprint seed: with a random one, a filter false positive among
     // the 1,000 look-ups (about one run in a thousand) would read the durable tier.
-    let (engine, ns) = open(&dir, &clock, cfg().seed(0x1de3));
+    let engine = Engine::builder()
+        .clock(clock.clone())
+        .maintenance_interval(None)
+        .seed(0x1de3)
+        .durable(dir.path())
+        .namespace("ns", cfg())
+        .build()
+        .expect("opening the durable engine");
+    let ns = engine.namespace("ns").expect("configured namespace");
     for i in 0..1_000 {
         complete(&ns, key(i).as_bytes());
     }

@@ -426,6 +426,7 @@ fn a_frozen_consumer_holds_its_claim_until_it_is_killed() {
         .spawn()
         .expect("the consumer starts");
     let out = child.stdout.take().unwrap();
+    let watchdog = util::Watchdog::arm(child.id(), util::CHILD_LIMIT);
     let mut acks = 0;
     let mut frozen = None;
     for line in BufReader::new(out).lines().map_while(Result::ok) {
@@ -438,9 +439,11 @@ fn a_frozen_consumer_holds_its_claim_until_it_is_killed() {
         }
         assert_ne!(line, "done", "the stream ended before the kill");
     }
+    drop(watchdog);
     child.kill().expect("SIGKILL delivered");
     let status = child.wait().unwrap();
     assert!(!status.success(), "the consumer was killed, not finished");
+    util::assert_killed(status);
     assert_eq!(
         acks, 5,
         "one worker froze at its first claim after 5 acknowledgements"
@@ -469,12 +472,15 @@ fn inspect_finds_a_claim_whose_marker_is_in_the_journal() {
         .spawn()
         .expect("the consumer starts");
     let out = child.stdout.take().unwrap();
+    let watchdog = util::Watchdog::arm(child.id(), util::CHILD_LIMIT);
     let held = BufReader::new(out)
         .lines()
         .map_while(Result::ok)
         .any(|l| l == "held 2");
+    drop(watchdog);
     child.kill().expect("SIGKILL delivered");
     let status = child.wait().unwrap();
+    util::assert_killed(status);
     assert!(held, "the consumer holds its two claims");
     assert!(!status.success(), "the consumer was killed, not finished");
 

@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use idem::{Claim, Clock, Engine, NamespaceConfig};
-use util::TempDir;
+use util::{assert_killed, TempDir, Watchdog, CHILD_LIMIT};
 
 fn key(id: u64) -> Vec<u8> {
     format!("ord-{id:016x}").into_bytes()
@@ -30,6 +30,7 @@ fn run_and_kill_with(dir: &Path, sync: &str, more: &[&str], kill_after: usize) -
         .spawn()
         .expect("the consumer starts");
     let out = child.stdout.take().unwrap();
+    let watchdog = Watchdog::arm(child.id(), CHILD_LIMIT);
     let mut acked = Vec::new();
     for line in BufReader::new(out).lines() {
         let line = line.unwrap();
@@ -40,9 +41,11 @@ fn run_and_kill_with(dir: &Path, sync: &str, more: &[&str], kill_after: usize) -
             }
         }
     }
+    drop(watchdog);
     child.kill().expect("SIGKILL delivered");
     let status = child.wait().unwrap();
     assert!(!status.success(), "the consumer was killed, not finished");
+    assert_killed(status);
     assert!(acked.len() >= kill_after, "the consumer ended early");
     acked
 }

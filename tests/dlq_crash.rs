@@ -4,6 +4,8 @@
 
 #![cfg(all(feature = "durable", not(idem_loom)))]
 
+mod util;
+
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -73,6 +75,7 @@ fn replay_and_kill(dir: &Path) -> Vec<Vec<u8>> {
         .spawn()
         .expect("the replaying process starts");
     let out = child.stdout.take().unwrap();
+    let watchdog = util::Watchdog::arm(child.id(), util::CHILD_LIMIT);
     let mut lines = BufReader::new(out).lines();
     let mut applied = Vec::new();
     let mut finished = false;
@@ -85,8 +88,10 @@ fn replay_and_kill(dir: &Path) -> Vec<Vec<u8>> {
             }
         }
     }
+    drop(watchdog);
     child.kill().expect("SIGKILL delivered");
     let status = child.wait().unwrap();
+    util::assert_killed(status);
     // What the process printed before it died is still in the pipe.
     for line in lines {
         let line = line.unwrap();

@@ -122,3 +122,34 @@ impl XorShift {
         (0..n).map(|_| self.byte()).collect()
     }
 }
+
+/// SIGKILLs process `pid` if it is still running `limit` after it was armed, unless
+/// dropped first. A test that reads a child's output until the child prints
+/// something then fails (the output ends) instead of hanging when the child never
+/// does.
+pub struct Watchdog(std::sync::mpsc::Sender<()>);
+
+impl Watchdog {
+    pub fn arm(pid: u32, limit: Duration) -> Self {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            // Dropped (disarmed) is `Disconnected`: only a timeout kills.
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
+                let _ = std::process::Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .status();
+            }
+        });
+        Watchdog(tx)
+    }
+}
+
+/// How long a child of a crash test may run before its watchdog kills it.
+pub const CHILD_LIMIT: Duration = Duration::from_secs(300);
+
+/// Asserts that `status` is that of a process ended by SIGKILL.
+#[cfg(unix)]
+pub fn assert_killed(status: std::process::ExitStatus) {
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(9), "ended by SIGKILL: {status:?}");
+}

@@ -117,3 +117,51 @@ fn a_missing_directory_is_said_to_be_missing() {
     assert!(!stderr.contains("no idem database"), "{stderr}");
     assert!(!dir.exists(), "nothing was created");
 }
+
+/// `idem inspect` reads: the database directory holds the same files, of the same
+/// contents, after it as before (RocksDB's own info log included).
+#[test]
+fn inspect_changes_nothing_in_the_directory() {
+    let tmp = TempDir(
+        std::env::temp_dir().join(format!("idem-inspect-cli-unchanged-{}", std::process::id())),
+    );
+    let dir = tmp.0.join("db");
+    {
+        let engine = Engine::builder()
+            .namespace("orders", NamespaceConfig::new())
+            .durable(&dir)
+            .maintenance_interval(None)
+            .build()
+            .unwrap();
+        let ns = engine.namespace("orders").unwrap();
+        if let idem::Claim::Acquired(g) = ns.claim(b"k").unwrap() {
+            g.complete().unwrap();
+        }
+    }
+    let listing = || {
+        let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                let bytes = std::fs::read(e.path()).unwrap_or_default();
+                (e.file_name().to_string_lossy().into_owned(), bytes)
+            })
+            .collect();
+        files.sort();
+        files
+    };
+    let before = listing();
+    for args in [vec![], vec!["-n", "orders", "-k", "k"]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_idem"))
+            .arg("inspect")
+            .arg(&dir)
+            .args(args)
+            .output()
+            .expect("the idem binary runs");
+        assert!(out.status.success(), "{out:?}");
+    }
+    let after = listing();
+    let names = |l: &[(String, Vec<u8>)]| l.iter().map(|f| f.0.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&after), names(&before));
+    assert!(after == before, "a file's contents changed");
+}

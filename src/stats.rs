@@ -94,7 +94,9 @@ pub struct Stats {
     /// Live prefilter filters (a generation that received more keys than planned
     /// holds more than one).
     pub prefilter_filters: u64,
-    /// Keys held by the live filters.
+    /// Keys held by the live filters: insertions, so a key added again (completed
+    /// again after its window ran out, or its window extended) counts once more; a
+    /// Bloom filter cannot tell a key it already holds.
     pub prefilter_keys: u64,
     /// Times a generation grew a further filter because more keys arrived than
     /// `expected_keys` planned for.

@@ -60,7 +60,9 @@ pub(crate) struct Shared {
 pub struct Orphan {
     /// The namespace it belongs to.
     pub namespace: String,
-    /// The key's 128-bit fingerprint (keys themselves are never stored).
+    /// The key's 128-bit fingerprint (keys themselves are never stored); 0 for the
+    /// report of a journal file damaged in its length, whose lost slots' keys
+    /// cannot be known (`corrupt` says how many slots were lost).
     pub fingerprint: u128,
     /// When it was claimed (wall-clock ms); 0 if its marker is corrupt.
     pub claimed_at_ms: u64,

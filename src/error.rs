@@ -286,7 +286,7 @@ impl fmt::Display for Error {
                 None => write!(
                     f,
                     "the file {} is not a claim-marker journal this build can read for this \
-                     database and namespace (its header, seed, namespace or length does not \
+                     database and namespace (its header, seed or namespace does not \
                      match)",
                     path.display()
                 ),

@@ -3330,6 +3330,59 @@ fn a_damaged_journal_slot_is_reported_and_the_journal_kept_aside() {
     assert_eq!(std::fs::read(&kept[0]).unwrap(), bytes, "as it was found");
 }
 
+/// A journal cut short at rest (or lengthened) opens: the markers of its whole
+/// slots are taken over, what was lost is reported as a corrupt orphan, and the file
+/// is kept aside as found.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_journal_damaged_in_its_length_is_read_as_far_as_it_goes() {
+    for cut in [true, false] {
+        let dir = TempDir::new();
+        let clock = ManualClock::new(T0);
+        leave_journal_markers(&dir, &clock, &[b"first", b"second"]);
+        let mut bytes = std::fs::read(journal_file(&dir)).unwrap();
+        // The slots holding a marker (their check word, the last of eight, is set).
+        let held: Vec<usize> = bytes[64..]
+            .chunks(64)
+            .enumerate()
+            .filter(|(_, s)| s[56..].iter().any(|&b| b != 0))
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(held.len(), 2);
+        let slots = (bytes.len() - 64) / 64;
+        if cut {
+            bytes.truncate(bytes.len() - 1);
+        } else {
+            bytes.extend_from_slice(&[1; 5]);
+        }
+        std::fs::write(journal_file(&dir), &bytes).unwrap();
+        let (engine, ns) = open_seeded(&dir, &clock, small());
+        let orphans = engine.orphans();
+        let bad: Vec<_> = orphans.iter().filter(|o| o.corrupt.is_some()).collect();
+        assert_eq!(bad.len(), 1, "{orphans:?}");
+        assert_eq!(bad[0].fingerprint, 0);
+        assert!(!bad[0].held);
+        // Every marker in a whole slot is held, as any orphan's.
+        let whole = held.iter().filter(|&&i| !cut || i + 1 < slots).count();
+        assert_eq!(
+            orphans.iter().filter(|o| o.held).count(),
+            whole,
+            "{orphans:?}"
+        );
+        for k in [&b"first"[..], b"second"] {
+            if orphans
+                .iter()
+                .any(|o| o.held && o.fingerprint == fingerprint(k, 3))
+            {
+                in_progress(&ns, k);
+            }
+        }
+        let kept = kept_aside(&dir, "");
+        assert_eq!(kept.len(), 1, "the damaged journal is kept beside");
+        assert_eq!(std::fs::read(&kept[0]).unwrap(), bytes, "as it was found");
+    }
+}
+
 #[cfg(target_os = "linux")]
 #[test]
 fn a_damaged_journal_kept_aside_by_an_open_that_did_not_finish_is_reported_by_the_next() {
@@ -3383,10 +3436,12 @@ fn a_damaged_journal_kept_aside_that_no_longer_reads_is_left_unreported() {
     let kept = kept_aside(&dir, "");
     assert_eq!(kept.len(), 1);
     // As an open that did not finish leaves it, and then damaged further at rest:
-    // cut short, it no longer reads as a journal.
+    // its magic bytes gone, it no longer reads as a journal.
     let unreported = std::path::PathBuf::from(format!("{}.unreported", kept[0].display()));
     std::fs::rename(&kept[0], &unreported).unwrap();
-    let cut = &bytes[..bytes.len() - 8];
+    let mut unreadable = bytes.clone();
+    unreadable[0] ^= 1;
+    let cut = &unreadable[..];
     std::fs::write(&unreported, cut).unwrap();
     for _ in 0..2 {
         let (engine, ns) = open_seeded(&dir, &clock, small());

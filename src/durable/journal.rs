@@ -181,15 +181,52 @@ fn parse_header(head: &[u8], len: u64, seed: Option<u64>, ns: &str) -> Result<us
 /// The markers in a journal file's bytes (header included), or the reason the file
 /// is not a journal this build can read for this namespace and database. Never
 /// panics, whatever the bytes (the `journal` fuzz target holds it to that).
+///
+/// A journal of this build, database and namespace whose length does not match its
+/// header (damaged at rest: the file is made whole before it is renamed into place)
+/// is read as far as it goes: the whole slots that are there (no more than the
+/// header declares), and one more entry, fingerprint 0, whose error says what was
+/// lost. The open then reports that as a corrupt orphan and keeps the file aside, as
+/// it does a journal with a damaged slot.
 pub(crate) fn parse(bytes: &[u8], seed: u64, ns: &str) -> Result<Vec<ReadSlot>, ParseError> {
-    let slots = parse_header(bytes, bytes.len() as u64, Some(seed), ns)?;
+    let (slots, short) = match parse_header(bytes, bytes.len() as u64, Some(seed), ns) {
+        Ok(slots) => (slots, None),
+        Err(ParseError::Length) => {
+            let declared = le32(bytes, 12) as usize;
+            let whole = ((bytes.len() - HEADER) / SLOT).min(declared);
+            let lost = if whole < declared {
+                format!(
+                    "the markers of its last {} slot(s), if any, are lost",
+                    declared - whole
+                )
+            } else {
+                format!(
+                    "the {} byte(s) past its slots were not read",
+                    bytes.len() - HEADER - declared * SLOT
+                )
+            };
+            let why = format!(
+                "the journal file is {} bytes where its header's {declared} slots make {}: {lost}",
+                bytes.len(),
+                HEADER + declared * SLOT
+            );
+            (whole, Some(why))
+        }
+        Err(e) => return Err(e),
+    };
     let mut out = Vec::new();
     for s in 0..slots {
         let at = HEADER + s * SLOT;
         let w: [u64; WORDS] = std::array::from_fn(|i| le64(bytes, at + i * 8));
         out.extend(decode(&w));
     }
+    out.extend(short.map(|why| (0, Err(why))));
     Ok(out)
+}
+
+/// The little-endian 32-bit word at `at` (the caller checked the length).
+fn le32(bytes: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]])
 }
 
 /// Why a journal file was refused.
@@ -211,7 +248,8 @@ pub(crate) enum ParseError {
 #[cfg(feature = "durable")]
 /// Reads the journal file of `ns` if there is one: `Ok(None)` if there is none.
 /// A file that is not a journal of this build, database and namespace is an
-/// [`Error::IncompatibleFormat`], and is left as it is.
+/// [`Error::IncompatibleFormat`], and is left as it is; one damaged in its length
+/// is read as far as it goes ([`parse`]).
 pub(crate) fn read(dir: &Path, ns: &str, seed: u64) -> Result<Option<Vec<ReadSlot>>, Error> {
     let file = path(dir, ns);
     let mut bytes = Vec::new();
@@ -248,9 +286,11 @@ pub(crate) fn check_header(dir: &Path, ns: &str, seed: Option<u64>) -> Result<()
         .take(HEADER as u64)
         .read_to_end(&mut head)
         .map_err(|e| io_err("read journal", &file, e))?;
-    parse_header(&head, len, seed, ns)
-        .map(|_| ())
-        .map_err(|e| refused(file, e))
+    match parse_header(&head, len, seed, ns) {
+        // Ours, damaged in its length: read as far as it goes (`parse`).
+        Ok(_) | Err(ParseError::Length) => Ok(()),
+        Err(e) => Err(refused(file, e)),
+    }
 }
 
 /// The error of a journal file that is not one this build can read here.
@@ -759,10 +799,6 @@ mod tests {
         let bytes = file_bytes(dir.path(), "n");
         assert_eq!(parse(&bytes, 2, "n"), Err(ParseError::Foreign));
         assert_eq!(parse(&bytes, 1, "m"), Err(ParseError::Foreign));
-        assert_eq!(
-            parse(&bytes[..bytes.len() - 1], 1, "n"),
-            Err(ParseError::Length)
-        );
         assert_eq!(parse(&bytes[..10], 1, "n"), Err(ParseError::NotAJournal));
         let mut v2 = bytes.clone();
         v2[8..12].copy_from_slice(&2u32.to_le_bytes());
@@ -788,9 +824,58 @@ mod tests {
             e.contains("claim-marker journal") && e.contains("version 2"),
             "{e}"
         );
-        std::fs::write(path(dir.path(), "n"), &bytes[..bytes.len() - 8]).unwrap();
+        let mut foreign = bytes.clone();
+        foreign[24] ^= 1;
+        std::fs::write(path(dir.path(), "n"), &foreign).unwrap();
         let e = read(dir.path(), "n", 1).unwrap_err().to_string();
         assert!(e.contains("is not a claim-marker journal"), "{e}");
+    }
+
+    /// A journal of this database and namespace damaged in its length is read as far
+    /// as it goes, and says what was lost; its header is not refused either.
+    #[test]
+    fn a_journal_cut_short_or_lengthened_is_read_as_far_as_it_goes() {
+        let dir = tempdir();
+        let j = Journal::create(dir.path(), "n", 1, 3).unwrap();
+        j.put(&[(1, rec(1, None))]);
+        let bytes = file_bytes(dir.path(), "n");
+        let at = bytes[HEADER..]
+            .chunks(SLOT)
+            .position(|s| s.iter().any(|&b| b != 0))
+            .expect("the marker's slot");
+        let lost = |got: &[ReadSlot]| {
+            got.iter()
+                .filter(|(fp, r)| *fp == 0 && r.is_err())
+                .map(|(_, r)| r.clone().unwrap_err())
+                .collect::<Vec<_>>()
+        };
+        // Cut inside the last slot: the whole slots before it are read.
+        let cut = &bytes[..bytes.len() - 1];
+        let got = parse(cut, 1, "n").unwrap();
+        assert_eq!(got.contains(&(1, Ok(rec(1, None)))), at < 2, "{got:?}");
+        let why = lost(&got);
+        assert_eq!(why.len(), 1, "{got:?}");
+        assert!(why[0].contains("last 1 slot(s)"), "{}", why[0]);
+        // Lengthened: the declared slots are read, the rest said.
+        let mut long = bytes.clone();
+        long.extend_from_slice(&[7; 10]);
+        let got = parse(&long, 1, "n").unwrap();
+        assert!(got.contains(&(1, Ok(rec(1, None)))));
+        assert!(
+            lost(&got)[0].contains("the 10 byte(s) past its slots"),
+            "{got:?}"
+        );
+        // Only the header: every slot lost, nothing read.
+        let got = parse(&bytes[..HEADER], 1, "n").unwrap();
+        assert_eq!(got.len(), 1);
+        assert!(lost(&got)[0].contains("last 3 slot(s)"));
+        // The open's first look at the header lets it through.
+        std::fs::write(path(dir.path(), "n"), cut).unwrap();
+        check_header(dir.path(), "n", Some(1)).unwrap();
+        assert_eq!(
+            read(dir.path(), "n", 1).unwrap().unwrap(),
+            parse(cut, 1, "n").unwrap()
+        );
     }
 
     #[test]

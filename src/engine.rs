@@ -61,8 +61,8 @@ pub struct Orphan {
     /// The namespace it belongs to.
     pub namespace: String,
     /// The key's 128-bit fingerprint (keys themselves are never stored); 0 for the
-    /// report of a journal file damaged in its length, whose lost slots' keys
-    /// cannot be known (`corrupt` says how many slots were lost).
+    /// report of a journal file damaged in its length or slot count, whose lost
+    /// slots' keys cannot be known (`corrupt` says what was read).
     pub fingerprint: u128,
     /// When it was claimed (wall-clock ms); 0 if its marker is corrupt.
     pub claimed_at_ms: u64,

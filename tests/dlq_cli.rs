@@ -955,7 +955,7 @@ fn a_listing_says_how_many_stored_letters_it_could_not_decode() {
     assert!(ok, "{err}");
     assert!(out.contains("4 message(s)"), "{out}");
     assert!(
-        out.contains("1 more stored message(s) could not be decoded"),
+        out.contains("1 more stored message(s) or damaged key(s) could not be decoded"),
         "{out}"
     );
     // Without damage, no such line.

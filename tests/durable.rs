@@ -3330,13 +3330,13 @@ fn a_damaged_journal_slot_is_reported_and_the_journal_kept_aside() {
     assert_eq!(std::fs::read(&kept[0]).unwrap(), bytes, "as it was found");
 }
 
-/// A journal cut short at rest (or lengthened) opens: the markers of its whole
-/// slots are taken over, what was lost is reported as a corrupt orphan, and the file
-/// is kept aside as found.
+/// A journal damaged at rest in its length (cut short, lengthened) or in its
+/// header's slot count opens: the markers of its whole slots are taken over, what
+/// may be lost is reported as a corrupt orphan, and the file is kept aside as found.
 #[cfg(target_os = "linux")]
 #[test]
 fn a_journal_damaged_in_its_length_is_read_as_far_as_it_goes() {
-    for cut in [true, false] {
+    for damage in ["cut", "lengthened", "count 0", "count too large"] {
         let dir = TempDir::new();
         let clock = ManualClock::new(T0);
         leave_journal_markers(&dir, &clock, &[b"first", b"second"]);
@@ -3350,24 +3350,26 @@ fn a_journal_damaged_in_its_length_is_read_as_far_as_it_goes() {
             .collect();
         assert_eq!(held.len(), 2);
         let slots = (bytes.len() - 64) / 64;
-        if cut {
-            bytes.truncate(bytes.len() - 1);
-        } else {
-            bytes.extend_from_slice(&[1; 5]);
+        match damage {
+            "cut" => bytes.truncate(bytes.len() - 1),
+            "lengthened" => bytes.extend_from_slice(&[1; 5]),
+            "count 0" => bytes[12..16].copy_from_slice(&0u32.to_le_bytes()),
+            _ => bytes[12..16].copy_from_slice(&u32::MAX.to_le_bytes()),
         }
         std::fs::write(journal_file(&dir), &bytes).unwrap();
         let (engine, ns) = open_seeded(&dir, &clock, small());
         let orphans = engine.orphans();
         let bad: Vec<_> = orphans.iter().filter(|o| o.corrupt.is_some()).collect();
-        assert_eq!(bad.len(), 1, "{orphans:?}");
+        assert_eq!(bad.len(), 1, "{damage}: {orphans:?}");
         assert_eq!(bad[0].fingerprint, 0);
         assert!(!bad[0].held);
         // Every marker in a whole slot is held, as any orphan's.
+        let cut = damage == "cut";
         let whole = held.iter().filter(|&&i| !cut || i + 1 < slots).count();
         assert_eq!(
             orphans.iter().filter(|o| o.held).count(),
             whole,
-            "{orphans:?}"
+            "{damage}: {orphans:?}"
         );
         for k in [&b"first"[..], b"second"] {
             if orphans
@@ -3378,7 +3380,11 @@ fn a_journal_damaged_in_its_length_is_read_as_far_as_it_goes() {
             }
         }
         let kept = kept_aside(&dir, "");
-        assert_eq!(kept.len(), 1, "the damaged journal is kept beside");
+        assert_eq!(
+            kept.len(),
+            1,
+            "{damage}: the damaged journal is kept beside"
+        );
         assert_eq!(std::fs::read(&kept[0]).unwrap(), bytes, "as it was found");
     }
 }

@@ -355,7 +355,7 @@ fn list(dlq: &Dlq, o: &Options) -> Result<(), String> {
     let corrupt = dlq.health().corrupt;
     if corrupt > 0 {
         outln!(
-            "{} more stored message(s) could not be decoded and are not listed (`idem dlq health` counts them)",
+            "{} more stored message(s) or damaged key(s) could not be decoded and are not listed (`idem dlq health` counts them)",
             grouped(corrupt)
         );
     }

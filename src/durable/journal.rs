@@ -163,14 +163,13 @@ fn parse_header(head: &[u8], len: u64, seed: Option<u64>, ns: &str) -> Result<us
     if version != JOURNAL_VERSION {
         return Err(ParseError::Version(version));
     }
-    let slots = le32(12) as usize;
-    // No build makes more: a header claiming more is damage (and would be read
-    // whole into memory).
-    if slots > crate::config::MAX_JOURNAL_SLOTS {
-        return Err(ParseError::TooLarge);
-    }
     if seed.is_some_and(|s| le64(16) != s) || le64(24) != xxh3_64(ns.as_bytes()) {
         return Err(ParseError::Foreign);
+    }
+    let slots = le32(12) as usize;
+    // No build makes more: a header claiming more is damage.
+    if slots > crate::config::MAX_JOURNAL_SLOTS {
+        return Err(ParseError::TooLarge);
     }
     if len != (HEADER + slots * SLOT) as u64 {
         return Err(ParseError::Length);
@@ -181,34 +180,42 @@ fn parse_header(head: &[u8], len: u64, seed: Option<u64>, ns: &str) -> Result<us
 /// The markers in a journal file's bytes (header included), or the reason the file
 /// is not a journal this build can read for this namespace and database. Never
 /// panics, whatever the bytes (the `journal` fuzz target holds it to that).
-///
-/// A journal of this build, database and namespace whose length does not match its
-/// header (damaged at rest: the file is made whole before it is renamed into place)
-/// is read as far as it goes: the whole slots that are there (no more than the
-/// header declares), and one more entry, fingerprint 0, whose error says what was
-/// lost. The open then reports that as a corrupt orphan and keeps the file aside, as
-/// it does a journal with a damaged slot.
+#[cfg(any(fuzzing, test))]
 pub(crate) fn parse(bytes: &[u8], seed: u64, ns: &str) -> Result<Vec<ReadSlot>, ParseError> {
-    let (slots, short) = match parse_header(bytes, bytes.len() as u64, Some(seed), ns) {
+    parse_read(bytes, bytes.len() as u64, seed, ns)
+}
+
+/// The most of a journal file that is read: its header and the most slots any build
+/// makes ([`MAX_JOURNAL_SLOTS`](crate::MAX_JOURNAL_SLOTS)).
+const READ_LIMIT: u64 = (HEADER + crate::config::MAX_JOURNAL_SLOTS * SLOT) as u64;
+
+/// As [`parse`], for the first `bytes` (at most [`READ_LIMIT`]) of a file `len`
+/// bytes long.
+///
+/// A journal of this build, database and namespace whose length does not match the
+/// slot count in its header, or whose count is more than any build makes, was
+/// damaged at rest (the file is made whole before it is renamed into place): either
+/// its length or its count is wrong, and which cannot be told. It is read as far as
+/// it goes: every whole slot there is (each slot has its own check), and one more
+/// entry, fingerprint 0, whose error says what may be lost. The open reports that as
+/// a corrupt orphan and keeps the file aside, as it does a journal with a damaged
+/// slot.
+pub(crate) fn parse_read(
+    bytes: &[u8],
+    len: u64,
+    seed: u64,
+    ns: &str,
+) -> Result<Vec<ReadSlot>, ParseError> {
+    let (slots, short) = match parse_header(bytes, len, Some(seed), ns) {
         Ok(slots) => (slots, None),
-        Err(ParseError::Length) => {
-            let declared = le32(bytes, 12) as usize;
-            let whole = ((bytes.len() - HEADER) / SLOT).min(declared);
-            let lost = if whole < declared {
-                format!(
-                    "the markers of its last {} slot(s), if any, are lost",
-                    declared - whole
-                )
-            } else {
-                format!(
-                    "the {} byte(s) past its slots were not read",
-                    bytes.len() - HEADER - declared * SLOT
-                )
-            };
+        Err(ParseError::Length | ParseError::TooLarge) => {
+            let declared = u64::from(le32(bytes, 12));
+            let whole = (bytes.len().min(READ_LIMIT as usize) - HEADER) / SLOT;
             let why = format!(
-                "the journal file is {} bytes where its header's {declared} slots make {}: {lost}",
-                bytes.len(),
-                HEADER + declared * SLOT
+                "the journal file is {len} bytes, where the {declared} slots its header \
+                 declares make {}: its {whole} whole slot(s) were read, and a marker in \
+                 a slot past them, if any, is lost",
+                HEADER as u64 + declared * SLOT as u64
             );
             (whole, Some(why))
         }
@@ -222,6 +229,16 @@ pub(crate) fn parse(bytes: &[u8], seed: u64, ns: &str) -> Result<Vec<ReadSlot>, 
     }
     out.extend(short.map(|why| (0, Err(why))));
     Ok(out)
+}
+
+/// The first bytes of the file at `file` (at most [`READ_LIMIT`]) and its length.
+#[cfg(feature = "durable")]
+pub(crate) fn read_head(file: &Path) -> std::io::Result<(Vec<u8>, u64)> {
+    let mut f = File::open(file)?;
+    let len = f.metadata()?.len();
+    let mut bytes = Vec::new();
+    (&mut f).take(READ_LIMIT).read_to_end(&mut bytes)?;
+    Ok((bytes, len))
 }
 
 /// The little-endian 32-bit word at `at` (the caller checked the length).
@@ -249,18 +266,15 @@ pub(crate) enum ParseError {
 /// Reads the journal file of `ns` if there is one: `Ok(None)` if there is none.
 /// A file that is not a journal of this build, database and namespace is an
 /// [`Error::IncompatibleFormat`], and is left as it is; one damaged in its length
-/// is read as far as it goes ([`parse`]).
+/// or slot count is read as far as it goes ([`parse_read`]).
 pub(crate) fn read(dir: &Path, ns: &str, seed: u64) -> Result<Option<Vec<ReadSlot>>, Error> {
     let file = path(dir, ns);
-    let mut bytes = Vec::new();
-    match File::open(&file) {
-        Ok(mut f) => f
-            .read_to_end(&mut bytes)
-            .map_err(|e| io_err("read journal", &file, e))?,
+    let (bytes, len) = match read_head(&file) {
+        Ok(read) => read,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io_err("open journal", &file, e)),
+        Err(e) => return Err(io_err("read journal", &file, e)),
     };
-    parse(&bytes, seed, ns)
+    parse_read(&bytes, len, seed, ns)
         .map(Some)
         .map_err(|e| refused(file, e))
 }
@@ -287,8 +301,9 @@ pub(crate) fn check_header(dir: &Path, ns: &str, seed: Option<u64>) -> Result<()
         .read_to_end(&mut head)
         .map_err(|e| io_err("read journal", &file, e))?;
     match parse_header(&head, len, seed, ns) {
-        // Ours, damaged in its length: read as far as it goes (`parse`).
-        Ok(_) | Err(ParseError::Length) => Ok(()),
+        // Ours, damaged in its length or count: read as far as it goes
+        // (`parse_read`).
+        Ok(_) | Err(ParseError::Length | ParseError::TooLarge) => Ok(()),
         Err(e) => Err(refused(file, e)),
     }
 }
@@ -662,7 +677,7 @@ impl Journal {
 /// The fuzz target's property: any bytes parse to markers or an error, never a
 /// panic; with the header made to match (so the slots are reached), every marker
 /// read back encodes to the very words it was read from.
-#[cfg(fuzzing)]
+#[cfg(any(fuzzing, test))]
 pub(crate) fn fuzz_parse(data: &[u8]) {
     let _ = parse(data, 0, "ns");
     let mut bytes = data.to_vec();
@@ -708,6 +723,20 @@ pub(crate) fn fuzz_parse(data: &[u8]) {
             assert_eq!(&body[..], &words[..WORDS - 1]);
             assert_eq!(check(&body), words[WORDS - 1]);
         }
+    }
+    // Cut short inside its last slot: the slots before it are read as the journal
+    // of that many slots reads, and the loss is said last.
+    if slots > 0 {
+        let cut = &bytes[..bytes.len() - SLOT / 2];
+        let got = parse(cut, 0, "ns").expect("a journal cut short is read as far as it goes");
+        let (loss, before) = got.split_last().expect("the loss is said");
+        assert!(loss.0 == 0 && loss.1.is_err(), "{loss:?}");
+        let mut whole = bytes[..bytes.len() - SLOT].to_vec();
+        whole[12..16].copy_from_slice(&((slots - 1) as u32).to_le_bytes());
+        assert_eq!(
+            before,
+            &parse(&whole, 0, "ns").expect("a matching header")[..]
+        );
     }
 }
 
@@ -855,20 +884,25 @@ mod tests {
         assert_eq!(got.contains(&(1, Ok(rec(1, None)))), at < 2, "{got:?}");
         let why = lost(&got);
         assert_eq!(why.len(), 1, "{got:?}");
-        assert!(why[0].contains("last 1 slot(s)"), "{}", why[0]);
-        // Lengthened: the declared slots are read, the rest said.
+        assert!(
+            why[0].contains("its 2 whole slot(s) were read"),
+            "{}",
+            why[0]
+        );
+        // Lengthened: its slots are read, and the mismatch said.
         let mut long = bytes.clone();
         long.extend_from_slice(&[7; 10]);
         let got = parse(&long, 1, "n").unwrap();
         assert!(got.contains(&(1, Ok(rec(1, None)))));
+        let why = &lost(&got)[0];
         assert!(
-            lost(&got)[0].contains("the 10 byte(s) past its slots"),
-            "{got:?}"
+            why.contains("is 266 bytes") && why.contains("its 3 whole slot(s) were read"),
+            "{why}"
         );
         // Only the header: every slot lost, nothing read.
         let got = parse(&bytes[..HEADER], 1, "n").unwrap();
         assert_eq!(got.len(), 1);
-        assert!(lost(&got)[0].contains("last 3 slot(s)"));
+        assert!(lost(&got)[0].contains("its 0 whole slot(s) were read"));
         // The open's first look at the header lets it through.
         std::fs::write(path(dir.path(), "n"), cut).unwrap();
         check_header(dir.path(), "n", Some(1)).unwrap();
@@ -879,29 +913,48 @@ mod tests {
     }
 
     #[test]
-    fn a_header_claiming_more_slots_than_any_build_makes_is_refused_unread() {
+    fn the_fuzz_targets_checks_hold_on_some_inputs() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for len in [0, 10, 64, 100, 128, 200, 300, 700, 4096] {
+            let data: Vec<u8> = (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            fuzz_parse(&data);
+        }
+    }
+
+    #[test]
+    fn a_header_claiming_more_slots_than_any_build_makes_is_read_as_damaged() {
         let dir = tempdir();
-        drop(Journal::create(dir.path(), "n", 1, 2).unwrap());
-        let mut head = file_bytes(dir.path(), "n")[..HEADER].to_vec();
+        let j = Journal::create(dir.path(), "n", 1, 3).unwrap();
+        j.put(&[(1, rec(1, None))]);
+        let mut bytes = file_bytes(dir.path(), "n");
         let slots = crate::config::MAX_JOURNAL_SLOTS + 1;
-        head[12..16].copy_from_slice(&(slots as u32).to_le_bytes());
+        bytes[12..16].copy_from_slice(&(slots as u32).to_le_bytes());
         assert_eq!(
-            parse_header(&head, (HEADER + slots * SLOT) as u64, Some(1), "n"),
+            parse_header(&bytes, (HEADER + slots * SLOT) as u64, Some(1), "n"),
             Err(ParseError::TooLarge)
         );
-        // A sparse file of exactly that length: refused from its header alone.
-        let file = path(dir.path(), "n");
-        std::fs::write(&file, &head).unwrap();
-        File::options()
-            .write(true)
-            .open(&file)
-            .unwrap()
-            .set_len((HEADER + slots * SLOT) as u64)
-            .unwrap();
-        assert!(matches!(
-            check_header(dir.path(), "n", Some(1)),
-            Err(Error::IncompatibleFormat { found: None, .. })
-        ));
-        assert!(read(dir.path(), "n", 1).is_err());
+        // Its count is damage: the slots the file holds are read, and the loss said.
+        std::fs::write(path(dir.path(), "n"), &bytes).unwrap();
+        check_header(dir.path(), "n", Some(1)).unwrap();
+        let got = read(dir.path(), "n", 1).unwrap().unwrap();
+        assert!(got.contains(&(1, Ok(rec(1, None)))), "{got:?}");
+        assert!(got.iter().any(|(fp, r)| *fp == 0
+            && r.as_ref()
+                .is_err_and(|e| e.contains("its 3 whole slot(s) were read"))));
+        // The file's length is given apart from the bytes read (`read_head` reads
+        // no more than `READ_LIMIT`): a file far longer than its bytes read parses
+        // from those.
+        let huge = READ_LIMIT * 4;
+        let got = parse_read(&bytes, huge, 1, "n").unwrap();
+        assert!(got.contains(&(1, Ok(rec(1, None)))));
+        // Of another database, the count is never looked at.
+        assert_eq!(parse(&bytes, 2, "n"), Err(ParseError::Foreign));
     }
 }

@@ -1553,13 +1553,13 @@ impl DurableNs {
             if !(name.starts_with(&kept) && name.ends_with(UNREPORTED)) {
                 continue;
             }
-            let bytes = std::fs::read(e.path()).map_err(|err| {
+            let (bytes, len) = journal::read_head(&e.path()).map_err(|err| {
                 Error::Store(StoreError::new(
                     "read damaged journal",
                     format!("{}: {err}", e.path().display()),
                 ))
             })?;
-            match journal::parse(&bytes, self.store.seed, &self.name) {
+            match journal::parse_read(&bytes, len, self.store.seed, &self.name) {
                 Ok(slots) => {
                     takeover
                         .damaged

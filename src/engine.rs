@@ -1418,8 +1418,9 @@ mod tests {
         let dlq = engine.dlq("n").unwrap();
         let first = dlq.quarantine(b"a", b"p", "outage:db").unwrap();
         let store = engine.shared.store.clone().expect("a durable engine");
+        let failing = store.clone();
         crate::durable::set_after_dlq_put(move || {
-            store.set_fail_syncs(true);
+            failing.set_fail_syncs(true);
             drop(engine);
         });
         let err = dlq.quarantine(b"b", b"p", "outage:db").unwrap_err();
@@ -1427,17 +1428,17 @@ mod tests {
             matches!(err, crate::Error::Store(ref e) if e.operation() == "sync"),
             "{err:?}"
         );
+        // The letter written is kept, under its id: the next one takes a new id.
+        store.set_fail_syncs(false);
+        let third = dlq.quarantine(b"c", b"p", "outage:db").unwrap();
+        assert_eq!(third.get(), first.get() + 2);
         let listed: Vec<_> = dlq
             .list(&crate::dlq::Selection::all())
             .unwrap()
             .iter()
             .map(|m| m.key().to_vec())
             .collect();
-        assert_eq!(
-            listed,
-            vec![b"a".to_vec(), b"b".to_vec()],
-            "first {first:?}"
-        );
+        assert_eq!(listed, vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
     }
 
     /// An open refused after it began to change the database (moving the last run's

@@ -1401,6 +1401,45 @@ mod tests {
         assert_eq!(ns.inner.stats().markers_on_disk, 1, "written at once");
     }
 
+    /// A completion the store refuses (`FailClosed`) releases its claim, and the
+    /// claim's marker on disk goes with it, as a release's does: after a clean
+    /// restart the key is no orphan. (Here the store takes writes again by the time
+    /// of the delete, as after a passing failure.) Every mode that can leave a marker
+    /// in RocksDB: immediate markers, and deferred ones already written.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_refused_completion_deletes_its_released_claims_marker() {
+        for markers in [
+            crate::ClaimMarkers::Immediate,
+            crate::ClaimMarkers::Deferred,
+        ] {
+            let dir = Scratch::new("refused-completion-marker");
+            let cfg = || {
+                crate::NamespaceConfig::new()
+                    .claim_markers(markers)
+                    .sync(crate::SyncPolicy::Never)
+            };
+            {
+                let (engine, ns, _clock) = durable_namespace_with(&dir, cfg());
+                let g = first_claim(&ns);
+                // Deferred markers are written by maintenance.
+                engine.run_maintenance();
+                engine.debug_fail_store_writes(true);
+                let store = engine.shared.store.clone().expect("a durable engine");
+                crate::durable::set_before_released_delete(move || store.set_fail_writes(false));
+                assert!(g.complete().is_err(), "{markers:?}: refused");
+                assert!(ns.check(b"k").unwrap().is_none(), "{markers:?}: released");
+            }
+            let (engine, ns, _clock) = durable_namespace_with(&dir, cfg());
+            assert!(
+                engine.orphans().is_empty(),
+                "{markers:?}: {:?}",
+                engine.orphans()
+            );
+            first_claim(&ns).complete().unwrap();
+        }
+    }
+
     /// Under `Periodic` a dead letter is written without a sync while the engine
     /// lives; one whose write met the engine's drop (after its last flush, with no
     /// periodic sync to follow) is synced before it returns. Here that sync fails,

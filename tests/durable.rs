@@ -1680,10 +1680,11 @@ fn failing_writes_fail_closed_by_default() {
         assert!(is_store_error(&err), "{err:?}");
         let s = engine.stats();
         assert_eq!(s.fail_open_decisions, 0);
-        // One per refused operation: two claims and a completion. A refused claim
-        // wrote no marker, so it has none to delete.
-        assert_eq!(s.store_errors, 3, "{s:?}");
-        assert_eq!(s.durable_writes, before.durable_writes + 3, "{s:?}");
+        // One per refused operation: two claims, a completion, and the delete of
+        // the marker of the claim the completion released (refused too). A refused
+        // claim wrote no marker, so it has none to delete.
+        assert_eq!(s.store_errors, 4, "{s:?}");
+        assert_eq!(s.durable_writes, before.durable_writes + 4, "{s:?}");
         assert_eq!(s.completions, before.completions);
 
         engine.debug_fail_store_writes(false);

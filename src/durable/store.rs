@@ -2119,10 +2119,33 @@ impl DurableNs {
             // Nothing was deleted: an earlier claim's marker is still on disk. A claim
             // decided from the hot tier alone (fail open) keeps its deferred marker,
             // as a journaled one stays: nothing on disk says it is done, so a crash
-            // must leave it an orphan. (A refused completion releases its claim:
-            // its marker is not due any more.)
+            // must leave it an orphan.
+            let released = answer.is_err();
+            if released {
+                // A refused completion releases its claims: their markers that may
+                // be on disk go now, as a release's do. Best effort, the store having
+                // just refused a write: a delete that fails too is logged and leaves
+                // the marker noted (in the modes that note them) for the key's next
+                // completion, or reported at the next open.
+                let on_disk: Vec<u128> = done
+                    .iter()
+                    .zip(&unwritten)
+                    .filter(|&(_, &unwritten)| !unwritten)
+                    .map(|((fp, _), _)| *fp)
+                    .collect();
+                if !on_disk.is_empty() {
+                    #[cfg(test)]
+                    run_test_hook(&BEFORE_RELEASED_DELETE);
+                    self.delete_claims(&on_disk);
+                }
+            }
             for (fp, (marker, was_on_disk)) in taken {
-                self.restore_marker(fp, answer.is_ok().then_some(marker), was_on_disk);
+                // (Where the delete above ran, it noted what it left on disk.)
+                self.restore_marker(
+                    fp,
+                    answer.is_ok().then_some(marker),
+                    was_on_disk && !released,
+                );
             }
         }
         answer
@@ -2330,6 +2353,9 @@ std::thread_local! {
     /// Where a claim that lost its lease is about to read its marker in RocksDB.
     static BEFORE_LOST_MARKER_READ: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
         const { std::cell::RefCell::new(None) };
+    /// Where a refused completion is about to delete its released claims' markers.
+    static BEFORE_RELEASED_DELETE: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        const { std::cell::RefCell::new(None) };
     /// Where a dead letter has just been written (`Store::dlq_put`).
     static AFTER_DLQ_PUT: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
         const { std::cell::RefCell::new(None) };
@@ -2348,6 +2374,13 @@ pub(crate) fn fail_next_marker_move() {
 #[cfg(test)]
 pub(crate) fn set_before_lost_marker_read(f: impl FnOnce() + 'static) {
     BEFORE_LOST_MARKER_READ.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+}
+
+/// Sets the hook run before a refused completion deletes its released claims'
+/// markers.
+#[cfg(test)]
+pub(crate) fn set_before_released_delete(f: impl FnOnce() + 'static) {
+    BEFORE_RELEASED_DELETE.with(|h| *h.borrow_mut() = Some(Box::new(f)));
 }
 
 /// Sets the hook run right after a dead letter's write.

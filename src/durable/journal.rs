@@ -206,7 +206,16 @@ pub(crate) fn parse_read(
     seed: u64,
     ns: &str,
 ) -> Result<Vec<ReadSlot>, ParseError> {
-    let (slots, short) = match parse_header(bytes, len, Some(seed), ns) {
+    // (Bytes short of what the length promised, a file cut while it was read, are
+    // read as the damage they are.)
+    let header = parse_header(bytes, len, Some(seed), ns).and_then(|slots| {
+        if HEADER + slots * SLOT <= bytes.len() {
+            Ok(slots)
+        } else {
+            Err(ParseError::Length)
+        }
+    });
+    let (slots, short) = match header {
         Ok(slots) => (slots, None),
         Err(ParseError::Length | ParseError::TooLarge) => {
             let declared = u64::from(le32(bytes, 12));
@@ -954,6 +963,15 @@ mod tests {
         let huge = READ_LIMIT * 4;
         let got = parse_read(&bytes, huge, 1, "n").unwrap();
         assert!(got.contains(&(1, Ok(rec(1, None)))));
+        // Bytes short of the length given (a file cut while it was read) are read
+        // as damage, not past their end.
+        let mut whole = bytes.clone();
+        whole[12..16].copy_from_slice(&3u32.to_le_bytes());
+        let got = parse_read(&whole[..HEADER + SLOT + 5], whole.len() as u64, 1, "n").unwrap();
+        assert!(
+            got.last().is_some_and(|(fp, r)| *fp == 0 && r.is_err()),
+            "{got:?}"
+        );
         // Of another database, the count is never looked at.
         assert_eq!(parse(&bytes, 2, "n"), Err(ParseError::Foreign));
     }

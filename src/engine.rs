@@ -5416,9 +5416,7 @@ impl ClaimGuard {
         let settled = write_unwinding(|| {
             #[cfg(test)]
             tests::before_marker_settled();
-            if !d.settle_marker(self.fp.to_u128(), self.lease.token) {
-                d.delete_claims(&[self.fp.to_u128()]);
-            }
+            release_marker(d, self.fp, self.lease.token);
             Ok(())
         });
         let anchor = last_round(
@@ -5541,11 +5539,18 @@ fn write_unwinding<T>(write: impl FnOnce() -> Result<T>) -> Unwinding<T> {
 fn settle_unwound(d: &DurableNs, claims: impl IntoIterator<Item = (Fp, u32)>) {
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         for (fp, token) in claims {
-            if !d.settle_marker(fp.to_u128(), token) {
-                d.delete_claims(&[fp.to_u128()]);
-            }
+            release_marker(d, fp, token);
         }
     }));
+}
+
+/// Removes the marker of claim `token` of `fp`, released: settled where it was kept
+/// off disk (the journal's slot, a deferred marker in memory), else deleted from
+/// RocksDB.
+fn release_marker(d: &DurableNs, fp: Fp, token: u32) {
+    if !d.settle_marker(fp.to_u128(), token) {
+        d.delete_claims(&[fp.to_u128()]);
+    }
 }
 
 /// What a durable write left: a panic or an error released the claim.

@@ -157,16 +157,15 @@ fn parse_header(head: &[u8], len: u64, seed: Option<u64>, ns: &str) -> Result<us
     if head.len() < HEADER || &head[..8] != MAGIC {
         return Err(ParseError::NotAJournal);
     }
-    let le32 = |at: usize| u32::from_le_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]);
     let le64 = |at: usize| le64(head, at);
-    let version = le32(8);
+    let version = le32(head, 8);
     if version != JOURNAL_VERSION {
         return Err(ParseError::Version(version));
     }
     if seed.is_some_and(|s| le64(16) != s) || le64(24) != xxh3_64(ns.as_bytes()) {
         return Err(ParseError::Foreign);
     }
-    let slots = le32(12) as usize;
+    let slots = le32(head, 12) as usize;
     // No build makes more: a header claiming more is damage.
     if slots > crate::config::MAX_JOURNAL_SLOTS {
         return Err(ParseError::TooLarge);

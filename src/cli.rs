@@ -139,8 +139,11 @@ USAGE:
 /// status 1.
 pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
     let Some((cmd, rest)) = args.split_first() else {
-        out!("{USAGE}");
-        return Ok(ExitCode::SUCCESS);
+        // No command is a usage error, as an unknown one is: the usage goes to
+        // stderr, and the status says nothing ran.
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr(), "{USAGE}");
+        return Ok(ExitCode::from(2));
     };
     match cmd.as_str() {
         "demo" => demo_command(rest),

@@ -593,6 +593,14 @@ fn help_and_version() {
 }
 
 #[test]
+fn no_command_is_a_usage_error() {
+    let out = idem(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("idem demo"));
+}
+
+#[test]
 fn plan_prints_the_sizing_and_refuses_bad_input() {
     let out = idem(&["plan", "--rate", "500/s", "--ttl", "24h"]);
     let stdout = String::from_utf8_lossy(&out.stdout);

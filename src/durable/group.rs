@@ -489,8 +489,10 @@ mod tests {
     #[test]
     fn once_commits_overlap_a_lone_leader_waits_for_company_and_one_sync_covers_both() {
         for spin in SPINS {
-            // A delay far longer than the test: only a third write ends the wait.
-            let g = Arc::new(group(Duration::from_secs(3600), spin));
+            // A delay far longer than the test: only a third write ends the wait. (Were
+            // it not to, the second write would sync alone after a minute, and the
+            // count of syncs below would be three.)
+            let g = Arc::new(group(Duration::from_secs(60), spin));
             let (release, first, second) = overlap(&g);
             release.store(true, Ordering::SeqCst);
             first.join().unwrap().unwrap();

@@ -161,6 +161,9 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
         "__dlq_replay" => dlq::crash_replay(rest),
         #[cfg(feature = "durable")]
         "__consumer" => consumer::run(consumer::Options::parse(rest)?),
+        "help" | "--help" | "-h" | "version" | "--version" | "-V" if !rest.is_empty() => {
+            Err(format!("{cmd} takes no arguments, not {:?}", rest[0]))
+        }
         "help" | "--help" | "-h" => {
             out!("{USAGE}");
             Ok(ExitCode::SUCCESS)

@@ -140,6 +140,14 @@ pub const DEFAULT_MAX_KEYS: usize = 1 << 20;
 pub const DEFAULT_MAX_KEY_LEN: usize = 4096;
 /// Default target false-positive rate of the prefilter.
 pub const DEFAULT_PREFILTER_FPR: f64 = 0.01;
+/// The smallest prefilter false-positive rate a namespace accepts. Each of the
+/// prefilter's filters is built for a fifth of the rate, with about `-log2(rate / 5)`
+/// hash functions: 62 at this rate. A saved prefilter is loaded at the next open only
+/// if its filters use at most 64 (a bound on the work a damaged or crafted file can
+/// make every query do), so a smaller rate would make every open rebuild it.
+pub const MIN_PREFILTER_FPR: f64 = 1e-18;
+/// The largest prefilter false-positive rate a namespace accepts.
+pub const MAX_PREFILTER_FPR: f64 = 0.5;
 /// Default number of claim-marker journal slots per namespace.
 pub const DEFAULT_JOURNAL_SLOTS: usize = 1 << 15;
 /// The most claim-marker journal slots a namespace accepts.
@@ -227,7 +235,8 @@ impl NamespaceConfig {
     }
 
     /// With a durable tier: the prefilter's target false-positive rate, the share of
-    /// new keys that still cost a durable read (default 0.01; between 0 and 0.5).
+    /// new keys that still cost a durable read (default 0.01; between
+    /// [`MIN_PREFILTER_FPR`], 1e-18, and [`MAX_PREFILTER_FPR`], 0.5).
     pub fn prefilter_fpr(mut self, fpr: f64) -> Self {
         self.prefilter_fpr_bits = fpr.to_bits();
         self
@@ -474,8 +483,8 @@ impl NamespaceConfig {
             return bad("namespace names may not contain a NUL byte");
         }
         let fpr = self.get_prefilter_fpr();
-        if !(fpr > 0.0 && fpr <= 0.5) {
-            return bad("prefilter_fpr must be above 0 and at most 0.5");
+        if !(MIN_PREFILTER_FPR..=MAX_PREFILTER_FPR).contains(&fpr) {
+            return bad("prefilter_fpr must be at least 1e-18 and at most 0.5");
         }
         if self.expected_keys == Some(0) {
             return bad("expected_keys must be at least 1");

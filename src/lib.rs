@@ -162,7 +162,7 @@ pub use config::{
     ClaimMarkers, EngineBuilder, FailurePolicy, NamespaceConfig, SyncPolicy, DEFAULT_JOURNAL_SLOTS,
     DEFAULT_LEASE, DEFAULT_MAX_KEYS, DEFAULT_MAX_KEY_LEN, DEFAULT_MAX_RESULT_LEN,
     DEFAULT_PREFILTER_FPR, DEFAULT_TTL, MAX_JOURNAL_SLOTS, MAX_KEYS_LIMIT, MAX_NAMESPACE_LEN,
-    MAX_RETENTION, MIN_BACKGROUND_INTERVAL,
+    MAX_PREFILTER_FPR, MAX_RETENTION, MIN_BACKGROUND_INTERVAL, MIN_PREFILTER_FPR,
 };
 pub use dlq::{
     DeadLetter, Dlq, DlqHealth, DlqPolicy, HandlerFailure, MessageId, MessageState, PolicyReport,

@@ -61,9 +61,7 @@ const MAX_SPAN_DEFAULT_TICK: Duration = Duration::from_millis(1 << 30);
 /// engine accepts (60 s).
 const MAX_TTL: Duration = Duration::from_secs(60 << 30);
 
-/// The largest prefilter false-positive rate a namespace accepts: the bound
-/// `NamespaceConfig` validation applies to `prefilter_fpr` (held against it by a test).
-const MAX_FALSE_POSITIVE_RATE: f64 = 0.5;
+use crate::config::{MAX_PREFILTER_FPR, MIN_PREFILTER_FPR};
 
 /// The most keys a plan counts (2^53): above it a key count is no longer an exact
 /// whole number in floating point, and no deployment comes near it.
@@ -106,16 +104,16 @@ pub enum SizingError {
     TtlTooLong(Duration),
     /// The retention is shorter than the TTL.
     RetentionShorterThanTtl,
-    /// The prefilter's false-positive rate is not above 0 and at most 0.5, the range
-    /// a namespace accepts.
+    /// The prefilter's false-positive rate is not above 0 and at most 0.5
+    /// ([`MAX_PREFILTER_FPR`](crate::MAX_PREFILTER_FPR)).
     FalsePositiveRate(f64),
     /// The stored result is larger than a namespace accepts (1 MiB).
     ResultTooLarge(usize),
     /// The retention (7 x TTL unless set) is longer than a namespace accepts
     /// (`MAX_RETENTION`, 2^50 ms).
     RetentionTooLong(Duration),
-    /// The prefilter's false-positive rate is so close to 0 that no finite number of
-    /// Bloom-filter bits per key reaches it.
+    /// The prefilter's false-positive rate is above 0 but below the smallest a
+    /// namespace accepts, [`MIN_PREFILTER_FPR`](crate::MIN_PREFILTER_FPR) (1e-18).
     FalsePositiveRateTooSmall(f64),
     /// A key count of the plan is above 2^53, or a byte total does not fit in a `u64`:
     /// the workload is too large to plan.
@@ -146,7 +144,7 @@ impl fmt::Display for SizingError {
             }
             SizingError::FalsePositiveRate(p) => write!(
                 f,
-                "the false-positive rate must be above 0 and at most {MAX_FALSE_POSITIVE_RATE}, not {p}"
+                "the false-positive rate must be above 0 and at most {MAX_PREFILTER_FPR}, not {p}"
             ),
             SizingError::ResultTooLarge(n) => {
                 write!(f, "a stored result is at most {MAX_RESULT} bytes, not {n}")
@@ -158,7 +156,7 @@ impl fmt::Display for SizingError {
             ),
             SizingError::FalsePositiveRateTooSmall(p) => write!(
                 f,
-                "the false-positive rate {p:e} is too small: no finite Bloom filter reaches it"
+                "the false-positive rate {p:e} is too small: a namespace takes {MIN_PREFILTER_FPR:e} at least"
             ),
             SizingError::TooLarge { figure } => write!(
                 f,
@@ -242,13 +240,13 @@ impl Sizing {
             return Err(SizingError::RetentionTooLong(retention));
         }
         let p = self.false_positive_rate;
-        if !(p > 0.0 && p <= MAX_FALSE_POSITIVE_RATE) {
+        if !(p > 0.0 && p <= MAX_PREFILTER_FPR) {
             return Err(SizingError::FalsePositiveRate(p));
         }
-        let prefilter_bits_per_key = crate::prefilter::planned_bits_per_key(p);
-        if !prefilter_bits_per_key.is_finite() {
+        if p < MIN_PREFILTER_FPR {
             return Err(SizingError::FalsePositiveRateTooSmall(p));
         }
+        let prefilter_bits_per_key = crate::prefilter::planned_bits_per_key(p);
         if self.result_bytes > MAX_RESULT {
             return Err(SizingError::ResultTooLarge(self.result_bytes));
         }
@@ -778,7 +776,18 @@ mod tests {
     fn fpr_and_retention_limits_are_the_engines() {
         let engine_accepts = |cfg: crate::NamespaceConfig| cfg.validate("ns", 1).is_ok();
         let above_half = f64::from_bits(0.5f64.to_bits() + 1);
-        for p in [0.5, above_half, 0.51, 0.99, 1e-300, 0.0, -0.1] {
+        let below_min = f64::from_bits(MIN_PREFILTER_FPR.to_bits() - 1);
+        for p in [
+            0.5,
+            above_half,
+            0.51,
+            0.99,
+            MIN_PREFILTER_FPR,
+            below_min,
+            1e-300,
+            0.0,
+            -0.1,
+        ] {
             let cfg = crate::NamespaceConfig::new().prefilter_fpr(p);
             assert_eq!(
                 Sizing::new(1.0, DAY).false_positive_rate(p).plan().is_ok(),
@@ -815,20 +824,23 @@ mod tests {
     }
 
     #[test]
-    fn a_false_positive_rate_no_finite_filter_reaches_is_refused() {
-        let tiny = f64::from_bits(1); // 4.9e-324: above 0, yet p / 5 rounds to 0.
-        assert!(tiny > 0.0);
-        assert_eq!(
-            Sizing::new(1.0, DAY).false_positive_rate(tiny).plan(),
-            Err(SizingError::FalsePositiveRateTooSmall(tiny))
-        );
-        // The smallest rates whose bits are finite still plan, with finite figures.
+    fn a_false_positive_rate_below_the_smallest_a_namespace_takes_is_refused() {
+        let below = f64::from_bits(MIN_PREFILTER_FPR.to_bits() - 1);
+        // 4.9e-324: above 0, yet p / 5 rounds to 0.
+        for tiny in [below, 1e-30, f64::from_bits(1)] {
+            assert!(tiny > 0.0);
+            assert_eq!(
+                Sizing::new(1.0, DAY).false_positive_rate(tiny).plan(),
+                Err(SizingError::FalsePositiveRateTooSmall(tiny))
+            );
+        }
+        // The smallest rate a namespace takes plans, with finite figures.
         let p = Sizing::new(1.0, DAY)
-            .false_positive_rate(1e-300)
+            .false_positive_rate(MIN_PREFILTER_FPR)
             .plan()
             .unwrap();
         assert!(p.prefilter_bits_per_key.is_finite());
-        assert!(SizingError::FalsePositiveRateTooSmall(tiny)
+        assert!(SizingError::FalsePositiveRateTooSmall(below)
             .to_string()
             .contains("too small"));
     }

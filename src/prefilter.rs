@@ -473,10 +473,10 @@ fn layout_digest() -> u64 {
     xxhash_rust::xxh3::xxh3_64(&words)
 }
 
-/// The most hash functions a saved filter may claim: a filter built for any rate the
-/// engine accepts uses far fewer (about 10 at 0.2 %), and a file claiming more (which
-/// only a crafted one could, past the checksum) would make every query loop that
-/// many times.
+/// The most hash functions a saved filter may claim: a file claiming more (which only
+/// a crafted one could, past the checksum) would make every query loop that many
+/// times. A filter built for any rate a namespace accepts uses at most 62 (at
+/// `MIN_PREFILTER_FPR`, 1e-18; about 10 at 0.2 %).
 const MAX_HASHES: u32 = 64;
 
 /// Why a saved filter was not used (the engine then rebuilds it).
@@ -1132,6 +1132,38 @@ mod tests {
             assert!(f.load(&bytes[..cut], 42, 5_000).is_err(), "cut at {cut}");
             assert_eq!(f.stats().generations, 0);
         }
+    }
+
+    #[test]
+    fn a_filter_at_the_smallest_rate_a_namespace_takes_loads_after_a_save() {
+        let fpr = crate::config::MIN_PREFILTER_FPR;
+        let p = Prefilter::new(100, 4_000, fpr);
+        // Three times a generation's planned keys: grown filters too.
+        for i in 0..300 {
+            p.insert(h(i), 10);
+        }
+        assert!(p.stats().grown > 0, "{:?}", p.stats());
+        for g in p.gens.read().iter() {
+            for seg in &g.segments {
+                assert!(
+                    seg.bloom.num_hashes() <= MAX_HASHES,
+                    "{}",
+                    seg.bloom.num_hashes()
+                );
+            }
+        }
+        let q = Prefilter::new(100, 4_000, fpr);
+        assert_eq!(q.load(&p.encode(1, 5), 1, 5), Ok(300));
+        assert!((0..300).all(|i| q.may_contain(h(i))));
+        // Below it, the filters would need more hash functions than a load takes: a
+        // namespace configured so would rebuild its prefilter at every open.
+        let tiny = Prefilter::new(100, 4_000, 1e-30);
+        tiny.insert(h(1), 10);
+        let bytes = tiny.encode(1, 5);
+        assert_eq!(
+            Prefilter::new(100, 4_000, 1e-30).load(&bytes, 1, 5),
+            Err(Stale::Malformed)
+        );
     }
 
     /// Rewrites field `at` (a `u64` after the magic) of a saved file, and its

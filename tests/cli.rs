@@ -524,6 +524,24 @@ fn bad_arguments_exit_with_usage_error() {
 /// An option of one value given twice is a usage error in every command: before,
 /// the later value won without a word (`--dir /data/a --dir /tmp/b` ran in the
 /// second, `--sync always --sync never` without fsyncs).
+/// A bad value is quoted as given, not as the parser's `Option` of it.
+#[cfg(feature = "durable")]
+#[test]
+fn a_bad_sync_or_markers_value_is_quoted_as_given() {
+    for (args, says) in [
+        (&["demo", "--sync", "bogus"][..], "not \"bogus\""),
+        (&["__consumer", "--markers", "bogus"], "not \"bogus\""),
+        (&["__consumer", "--sync"], "--sync needs a value"),
+        (&["__consumer", "--markers"], "--markers needs a value"),
+    ] {
+        let out = idem(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(!stderr.contains("Some("), "{args:?}: {stderr}");
+    }
+}
+
 #[test]
 fn an_option_given_twice_is_a_usage_error() {
     for args in [
@@ -590,6 +608,21 @@ fn help_and_version() {
         String::from_utf8_lossy(&out.stdout).trim(),
         format!("idem {}", env!("CARGO_PKG_VERSION"))
     );
+}
+
+#[test]
+fn help_and_version_refuse_arguments() {
+    for args in [
+        &["help", "demo"][..],
+        &["version", "x"],
+        &["--help", "plan"],
+    ] {
+        let out = idem(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("takes no arguments"), "{stderr}");
+    }
 }
 
 #[test]

@@ -659,12 +659,20 @@ fn a_prefilter_that_cannot_be_allocated_is_refused_before_the_directory_is_opene
 
 #[test]
 fn prefilter_settings_are_checked() {
-    for fpr in [0.0, -0.1, 0.6, f64::NAN] {
+    let below_min = f64::from_bits(idem::MIN_PREFILTER_FPR.to_bits() - 1);
+    for fpr in [0.0, -0.1, 0.6, f64::NAN, below_min, 1e-30, 5e-324] {
         let err = Engine::builder()
             .namespace("ns", NamespaceConfig::new().prefilter_fpr(fpr))
             .build()
             .unwrap_err();
         assert!(matches!(err, Error::InvalidConfig { .. }), "{fpr}: {err:?}");
+        assert!(err.to_string().contains("prefilter_fpr"), "{err}");
+    }
+    for fpr in [idem::MIN_PREFILTER_FPR, idem::MAX_PREFILTER_FPR] {
+        Engine::builder()
+            .namespace("ns", NamespaceConfig::new().prefilter_fpr(fpr))
+            .build()
+            .unwrap();
     }
     let err = Engine::builder()
         .namespace("ns", NamespaceConfig::new().expected_keys(0))

@@ -169,6 +169,10 @@ fn at_the_end_of_time_compaction_keeps_what_the_engine_holds_done() {
     let engine = open(&dir, clock.clone());
     let claim = engine.namespace("ns").unwrap().claim(b"k").unwrap();
     drop(engine);
+    // `inspect` reads a time past `LATEST_MS` as the engine does: the key is done.
+    let inspection = idem::inspect(&dir, u64::MAX).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     assert!(matches!(claim, Claim::Duplicate(_)), "{claim:?}");
+    let ns = &inspection.namespaces[0];
+    assert_eq!((ns.done, ns.expired), (1, 0), "{ns:?}");
 }

@@ -1244,9 +1244,9 @@ impl Opts {
                     let f = it
                         .next()
                         .and_then(|v| v.parse::<f64>().ok())
-                        .filter(|f| *f > 0.0 && *f <= 0.5)
+                        .filter(|f| (idem::MIN_PREFILTER_FPR..=idem::MAX_PREFILTER_FPR).contains(f))
                         .ok_or_else(|| {
-                            format!("--prefilter-fpr needs a rate above 0 and at most 0.5\n{USAGE}")
+                            format!("--prefilter-fpr needs a rate of at least 1e-18 and at most 0.5\n{USAGE}")
                         })?;
                     o.fpr = Some(f);
                 }

@@ -95,11 +95,12 @@ impl Options {
                         Some("journal") => ClaimMarkers::Journal,
                         Some("immediate") => ClaimMarkers::Immediate,
                         Some("deferred") => ClaimMarkers::Deferred,
-                        other => {
+                        Some(other) => {
                             return Err(format!(
                                 "--markers takes journal, immediate or deferred, not {other:?}"
                             ))
                         }
+                        None => return Err("--markers needs a value".into()),
                     }
                 }
                 "--sync" => o.sync = parse_sync(it.next().map(String::as_str))?,
@@ -135,9 +136,10 @@ pub(crate) fn parse_sync(v: Option<&str>) -> Result<SyncPolicy, String> {
             .filter(|&ms| ms > 0)
             .map(|ms| SyncPolicy::Periodic(Duration::from_millis(ms)))
             .ok_or_else(|| format!("--sync: bad interval in {p:?}")),
-        other => Err(format!(
+        Some(other) => Err(format!(
             "--sync takes always, never or periodic:<ms>, not {other:?}"
         )),
+        None => Err("--sync needs a value: always, never or periodic:<ms>".into()),
     }
 }
 

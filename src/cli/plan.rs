@@ -7,7 +7,7 @@ use std::fmt;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use idem::{Plan, Sizing, SizingError};
+use idem::{Plan, Sizing, SizingError, MAX_PREFILTER_FPR, MIN_PREFILTER_FPR};
 
 use super::grouped;
 
@@ -28,6 +28,8 @@ pub(crate) enum ArgError {
     Duration(&'static str, String),
     /// A value that is not a number.
     Number(&'static str, String),
+    /// A `--fpr` outside the range a namespace takes, as written.
+    Fpr(String),
     /// The inputs parse but are out of range.
     Sizing(SizingError),
 }
@@ -48,6 +50,10 @@ impl fmt::Display for ArgError {
                 "plan: {flag} {v:?} is not a duration: write a whole number with a unit s, m, h or d, like 90s, 30m, 24h or 7d"
             ),
             ArgError::Number(flag, v) => write!(f, "plan: {flag} {v:?} is not a valid number"),
+            ArgError::Fpr(v) => write!(
+                f,
+                "plan: --fpr {v:?} is out of range: a namespace's prefilter takes a false-positive rate of at least {MIN_PREFILTER_FPR:e} and at most {MAX_PREFILTER_FPR}"
+            ),
             ArgError::Sizing(e) => write!(f, "plan: {e}"),
         }
     }
@@ -129,11 +135,15 @@ impl Options {
                 "--ttl" => ttl = Some((parse_duration(flag, v)?, v.clone())),
                 "--retention" => retention = Some((parse_duration(flag, v)?, v.clone())),
                 "--fpr" => {
-                    fpr = Some(
-                        v.trim()
-                            .parse::<f64>()
-                            .map_err(|_| ArgError::Number(flag, v.clone()))?,
-                    )
+                    let p = v
+                        .trim()
+                        .parse::<f64>()
+                        .map_err(|_| ArgError::Number(flag, v.clone()))?;
+                    // Refused as written: a rate too small for a float reads as 0.
+                    if !(MIN_PREFILTER_FPR..=MAX_PREFILTER_FPR).contains(&p) {
+                        return Err(ArgError::Fpr(v.clone()));
+                    }
+                    fpr = Some(p)
                 }
                 _ => {
                     result_bytes = Some(
@@ -539,7 +549,7 @@ mod tests {
         );
         assert_eq!(
             e(&["--rate", "1/s", "--ttl", "1h", "--fpr", "1.5"]),
-            ArgError::Sizing(SizingError::FalsePositiveRate(1.5))
+            ArgError::Fpr("1.5".into())
         );
         assert_eq!(
             e(&["--rate", "1/s", "--ttl", "2d", "--retention", "1d"]),
@@ -550,7 +560,7 @@ mod tests {
         assert!(Options::parse(&args(&["--rate", "1/s", "--ttl", "1h", "--fpr", "0.5"])).is_ok());
         assert_eq!(
             e(&["--rate", "1/s", "--ttl", "1h", "--fpr", "0.6"]),
-            ArgError::Sizing(SizingError::FalsePositiveRate(0.6))
+            ArgError::Fpr("0.6".into())
         );
         assert!(Options::parse(&args(&[
             "--rate",
@@ -577,10 +587,15 @@ mod tests {
             })
         );
         assert!(huge.to_string().contains("too large to plan"), "{huge}");
-        assert_eq!(
-            e(&["--rate", "1/s", "--ttl", "1h", "--fpr", "4e-324"]),
-            ArgError::Sizing(SizingError::FalsePositiveRateTooSmall(4e-324))
-        );
+        // A rate below the smallest a namespace takes, or one that reads as 0 (too
+        // small for a float), is refused as written.
+        assert!(Options::parse(&args(&["--rate", "1/s", "--ttl", "1h", "--fpr", "1e-18"])).is_ok());
+        for tiny in ["9.9e-19", "4e-324", "1e-400", "0", "NaN"] {
+            let err = e(&["--rate", "1/s", "--ttl", "1h", "--fpr", tiny]);
+            assert_eq!(err, ArgError::Fpr(tiny.into()));
+            assert!(err.to_string().contains(&format!("{tiny:?}")), "{err}");
+            assert!(err.to_string().contains("at least 1e-18"), "{err}");
+        }
         // Every message names the flag and says what to write.
         assert!(e(&["--rate", "5", "--ttl", "1h"])
             .to_string()

@@ -156,8 +156,11 @@ fn namespace_names(cfs: &[String]) -> Vec<String> {
     names
 }
 
-/// Opens the database in `path` read-only and summarises it as of `now_ms`.
+/// Opens the database in `path` read-only and summarises it as of `now_ms` (a time
+/// past [`LATEST_MS`](crate::LATEST_MS) read as `LATEST_MS`, as the engine reads its
+/// clock).
 pub fn inspect(path: impl AsRef<Path>, now_ms: u64) -> Result<Inspection, Error> {
+    let now_ms = now_ms.min(crate::clock::LATEST_MS);
     let path = path.as_ref();
     let ro = ReadOnlyDb::open(path)?;
     let db = &ro.db;

@@ -95,7 +95,9 @@ USAGE:
         reason), except 126, 127, 129-192 (a signal in what the shell ran) or a
         signal: then the command gave no verdict
         and the replay stops before archiving anything for it. States:
-        quarantined, under-review, replayed, archived.
+        quarantined, under-review, replayed, archived. replay --exec and archive
+        open the database as the application does, and list on stderr the claims
+        left in flight by an earlier process that their open took over.
     idem bench [--quick] [--no-durable | --durable-only] [--source DIR]
                [--n LIST] [--threads LIST] [--runs N] [--peers LIST]
                [--moka-max-n N] [--redis-max-n N] [--redis-sample N]

@@ -457,14 +457,12 @@ fn a_frozen_consumer_holds_its_claim_until_it_is_killed() {
     );
 }
 
-/// Claims whose markers are in the journal (the default marker mode, Linux only)
-/// read as in flight in `idem inspect --key`: here orphans of a SIGKILL.
+/// Runs the consumer on a new database in `dir` until it holds two claims
+/// (`held-0`, `held-1`, leases of 10 minutes, markers in the journal), and kills it
+/// with SIGKILL.
 #[cfg(all(feature = "durable", target_os = "linux"))]
-#[test]
-fn inspect_finds_a_claim_whose_marker_is_in_the_journal() {
+fn kill_holding_two_claims(dir: &str) {
     use std::io::{BufRead, BufReader};
-    let tmp = util::TempDir::new();
-    let dir = tmp.path().to_str().unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_idem"))
         .args(["__consumer", "--dir", dir, "--messages", "1000000"])
         .args(["--sync", "never", "--hold", "2", "--lease-ms", "600000"])
@@ -483,6 +481,50 @@ fn inspect_finds_a_claim_whose_marker_is_in_the_journal() {
     util::assert_killed(status);
     assert!(held, "the consumer holds its two claims");
     assert!(!status.success(), "the consumer was killed, not finished");
+}
+
+/// An open takes over the claims an earlier process left in flight, and reports them
+/// once (`Engine::orphans`; those whose lease ran out are settled there and not
+/// reported again): a tool that opens the database must say which it took over, or
+/// the report is lost to the application. Here orphans of a SIGKILL.
+#[cfg(all(feature = "durable", target_os = "linux"))]
+#[test]
+fn a_dlq_command_that_takes_over_claims_left_in_flight_reports_them() {
+    let tmp = util::TempDir::new();
+    let dir = tmp.path().to_str().unwrap();
+    kill_holding_two_claims(dir);
+    let out = idem(&[
+        "dlq",
+        "replay",
+        dir,
+        "--namespace",
+        "orders",
+        "--all",
+        "--exec",
+        "true",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("took over 2 claim(s)"), "{stderr}");
+    let lines = stderr
+        .lines()
+        .filter(|l| l.contains("namespace \"orders\" fingerprint ") && l.contains("held until"));
+    assert_eq!(lines.count(), 2, "{stderr}");
+    // A read-only command takes nothing over, and says nothing of them.
+    let out = idem(&["dlq", "list", dir, "--namespace", "orders"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("took over"), "{stderr}");
+}
+
+/// Claims whose markers are in the journal (the default marker mode, Linux only)
+/// read as in flight in `idem inspect --key`: here orphans of a SIGKILL.
+#[cfg(all(feature = "durable", target_os = "linux"))]
+#[test]
+fn inspect_finds_a_claim_whose_marker_is_in_the_journal() {
+    let tmp = util::TempDir::new();
+    let dir = tmp.path().to_str().unwrap();
+    kill_holding_two_claims(dir);
 
     let out = idem(&["inspect", dir, "--namespace", "orders", "--key", "held-0"]);
     let report = String::from_utf8_lossy(&out.stdout);

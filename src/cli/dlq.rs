@@ -287,11 +287,41 @@ fn open_engine(
         .durable(dir)
         .build()
         .map_err(|e| e.to_string())?;
+    report_orphans(engine.orphans());
     let mut dlq = engine.dlq(name).map_err(|e| e.to_string())?;
     if let Some(a) = actor {
         dlq = dlq.as_actor(a).map_err(|e| e.to_string())?;
     }
     Ok((Some(engine), dlq))
+}
+
+/// Says on stderr which claims left in flight by an earlier process this open took
+/// over. An open reports them once (`Engine::orphans`), and settles those whose lease
+/// ran out: the application's next open will not report them again, so they are
+/// shown here rather than lost.
+fn report_orphans(orphans: &[idem::Orphan]) {
+    if orphans.is_empty() {
+        return;
+    }
+    errln!(
+        "idem dlq: this open took over {} claim(s) left in flight by an earlier process \
+         (those whose lease ran out are settled: the application's next open will not \
+         report them again):",
+        orphans.len()
+    );
+    for o in orphans {
+        let state = match (&o.corrupt, o.held) {
+            (Some(why), _) => format!("corrupt marker: {why}"),
+            (None, true) => format!("held until {} ms", o.lease_expires_at_ms),
+            (None, false) => format!("lease ran out at {} ms", o.lease_expires_at_ms),
+        };
+        errln!(
+            "  namespace {:?} fingerprint {:032x} claimed at {} ms, {state}",
+            o.namespace,
+            o.fingerprint,
+            o.claimed_at_ms
+        );
+    }
 }
 
 fn now_ms() -> u64 {

@@ -2989,7 +2989,7 @@ mod tests {
         f.fill_to(SPARE_MARK);
         // The thread runs on its own: wait for it (a real thread, so real time; the
         // bound only keeps a broken build from hanging).
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let deadline = std::time::Instant::now() + crate::thread_wait_limit();
         while spare(&f).is_none() && std::time::Instant::now() < deadline {
             std::thread::yield_now();
         }
@@ -3010,7 +3010,7 @@ mod tests {
         // The thread runs on its own: wait for it (a real thread, so real time; the
         // bound only keeps a broken build from hanging).
         let topped_up = |why: &str| {
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            let deadline = std::time::Instant::now() + crate::thread_wait_limit();
             while reservoir.len() < 4 && std::time::Instant::now() < deadline {
                 std::thread::yield_now();
             }

@@ -77,6 +77,14 @@ pub(crate) const fn under_miri(full: usize, small: usize) -> usize {
     }
 }
 
+/// For tests: how long a test waits in real time for a thread of the engine's (the
+/// maintenance thread) to do what it was asked, before it fails rather than hang: a
+/// minute, or under Miri an hour.
+#[cfg(test)]
+pub(crate) const fn thread_wait_limit() -> std::time::Duration {
+    std::time::Duration::from_secs(if cfg!(miri) { 3600 } else { 60 })
+}
+
 /// The shard write sequence, exposed for the loom model of its protocol
 /// (`tests/loom.rs`); only in builds with `--cfg idem_loom`.
 #[cfg(idem_loom)]

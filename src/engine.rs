@@ -26,7 +26,10 @@ const PAYLOAD_SEED_MIX: u64 = 0x7061_796c_6f61_6421;
 ///
 /// Build it with [`Engine::builder`], take a cheap [`Namespace`] handle per namespace,
 /// and claim keys through it. Dropping the engine stops its maintenance thread;
-/// namespace handles and guards that outlive it keep working.
+/// namespace handles and guards that outlive it keep working, and with a durable tier
+/// they keep the database open: it closes (and a new engine can open the directory)
+/// once the last of them is gone. A guard leaked with `mem::forget` (or kept in a
+/// cycle) is never gone, and keeps the database open until the process exits.
 pub struct Engine {
     shared: Arc<Shared>,
     #[cfg(not(idem_loom))]
@@ -5115,6 +5118,12 @@ pub enum KeyState {
 /// [`release`](Self::release); dropping it unfinished releases the claim so a
 /// redelivery can retry. If the lease runs out first, the key may be claimed again and
 /// this guard's calls fail with [`Error::LeaseLost`].
+///
+/// An unfinished guard keeps its namespace, and with a durable tier the database,
+/// open after the [`Engine`] and every [`Namespace`] handle are dropped, until it is
+/// finished or dropped; a leaked one (`mem::forget`) keeps them open until the
+/// process exits, and a new engine on the same directory is refused with
+/// [`Error::AlreadyOpen`] meanwhile.
 pub struct ClaimGuard {
     /// The namespace, kept alive while this guard is counted in its shard (see
     /// [`Keeper`]).

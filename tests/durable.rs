@@ -1166,6 +1166,27 @@ fn an_open_refused_after_the_database_opened_leaves_the_stored_settings_as_they_
 }
 
 #[test]
+fn a_leaked_claim_guard_keeps_the_database_open() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (engine, ns) = open(&dir, &clock, small());
+    std::mem::forget(acquire(&ns, b"leaked"));
+    drop(ns);
+    drop(engine);
+    // Its lease running out changes nothing: nothing ends its count.
+    clock.advance(std::time::Duration::from_secs(3_600));
+    assert_eq!(
+        builder(&dir, &clock)
+            .namespace("ns", small())
+            .build()
+            .unwrap_err(),
+        Error::AlreadyOpen {
+            path: dir.path().to_path_buf(),
+        }
+    );
+}
+
+#[test]
 fn a_claim_guard_that_outlives_every_handle_keeps_the_database_open_until_it_ends() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);

@@ -186,6 +186,10 @@ impl DurableNs {
         match *self {}
     }
 
+    pub(crate) fn sync(&self) -> Result<(), crate::error::Error> {
+        match *self {}
+    }
+
     pub(crate) fn defer_markers(&self, _m: &[(u128, Record)]) -> bool {
         match *self {}
     }

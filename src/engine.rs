@@ -706,6 +706,38 @@ impl Engine {
     pub fn run_maintenance(&self) -> usize {
         self.shared.run_maintenance()
     }
+
+    /// Fsyncs the durable tier's write-ahead log now: every completion (with its
+    /// [`StateChanges`]), `forget` and dead letter that returned before this call
+    /// survives a power loss once it returns `Ok`, whatever the namespaces'
+    /// [`SyncPolicy`](crate::SyncPolicy). For consumers
+    /// that run under `SyncPolicy::Never` (or `Periodic`) and commit their broker
+    /// offsets in batches: sync, then commit, and a power loss cannot lose a
+    /// completion whose message the broker will not redeliver. All namespaces share
+    /// one log, so this is the same as [`Namespace::sync`] of any of them.
+    ///
+    /// Without a durable tier there is nothing to sync: `Ok` at once. A failed fsync
+    /// is [`Error::Store`], under either [`FailurePolicy`](crate::FailurePolicy): the
+    /// completions it would have covered are in the log but may not be on the disk.
+    ///
+    /// ```
+    /// use idem::{Claim, Engine, NamespaceConfig};
+    ///
+    /// let engine = Engine::builder().namespace("orders", NamespaceConfig::new()).build()?;
+    /// let orders = engine.namespace("orders")?;
+    /// if let Claim::Acquired(guard) = orders.claim(b"ord-42")? {
+    ///     guard.complete()?;
+    /// }
+    /// engine.sync()?; // then commit the broker's offsets
+    /// # Ok::<(), idem::Error>(())
+    /// ```
+    pub fn sync(&self) -> Result<()> {
+        #[cfg(feature = "durable")]
+        if let Some(store) = &self.shared.store {
+            return store.sync_wal();
+        }
+        Ok(())
+    }
 }
 
 #[cfg(all(test, not(idem_loom)))]
@@ -4514,6 +4546,16 @@ impl Namespace {
     /// ```
     pub fn claim(&self, key: &[u8]) -> Result<Claim> {
         self.claim_fp(key, None)
+    }
+
+    /// Fsyncs the durable tier's write-ahead log now, as [`Engine::sync`] does (all
+    /// namespaces share one log, so this covers every namespace's writes), from a
+    /// handle, which a worker may hold without the engine. A failed fsync is
+    /// [`Error::Store`] and is counted in this namespace's `Stats::store_errors`. Works
+    /// on a handle that outlived its engine, as the handle keeps the database open.
+    /// Without a durable tier: `Ok` at once.
+    pub fn sync(&self) -> Result<()> {
+        self.inner.durable.as_ref().map_or(Ok(()), DurableNs::sync)
     }
 
     /// Point reads of the durable tier so far (0 without one): one relaxed load, so a

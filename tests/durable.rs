@@ -2755,6 +2755,69 @@ fn each_sync_policy_makes_the_fsyncs_it_promises() {
     assert_eq!(syncs(&engine), 0);
 }
 
+/// `Engine::sync` and `Namespace::sync` fsync the log on request, under a policy that
+/// never would (by RocksDB's count of the write-ahead log's fsyncs), a handle's from
+/// any namespace, and a handle's after its engine is gone; a failed fsync is a store
+/// error, counted by the namespace's handle, and the next one that works is `Ok`.
+#[test]
+fn a_sync_on_request_forces_the_log_to_disk_or_says_it_did_not() {
+    let syncs = |e: &Engine| e.stats().wal_syncs;
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let engine = builder(&dir, &clock)
+        .store_statistics(true)
+        .namespace("ns", small().sync(SyncPolicy::Never))
+        .namespace("other", small().sync(SyncPolicy::Never))
+        .build()
+        .unwrap();
+    let ns = engine.namespace("ns").unwrap();
+    let other = engine.namespace("other").unwrap();
+    acquire(&ns, b"k").complete().unwrap();
+    let before = syncs(&engine);
+    engine.sync().unwrap();
+    assert!(syncs(&engine) > before, "Engine::sync made no fsync");
+    acquire(&ns, b"k2").complete().unwrap();
+    let before = syncs(&engine);
+    other.sync().unwrap();
+    assert!(syncs(&engine) > before, "Namespace::sync made no fsync");
+
+    engine.debug_fail_syncs(true);
+    let err = engine.sync().unwrap_err();
+    assert!(
+        matches!(err, Error::Store(ref e) if e.operation() == "sync"),
+        "{err:?}"
+    );
+    let errors = ns.stats().store_errors;
+    let err = ns.sync().unwrap_err();
+    assert!(
+        matches!(err, Error::Store(ref e) if e.operation() == "sync"),
+        "{err:?}"
+    );
+    assert_eq!(ns.stats().store_errors, errors + 1);
+    engine.debug_fail_syncs(false);
+    engine.sync().unwrap();
+
+    // The handle keeps the database open, and its sync works without the engine.
+    drop(engine);
+    acquire(&ns, b"k3").complete().unwrap();
+    ns.sync().unwrap();
+    drop((ns, other));
+    let (engine, ns) = open(&dir, &clock, small());
+    for key in [&b"k"[..], b"k2", b"k3"] {
+        duplicate(&ns, key);
+    }
+    drop((engine, ns));
+
+    // Without a durable tier there is nothing to sync.
+    let engine = Engine::builder()
+        .clock(clock.clone())
+        .namespace("ns", small())
+        .build()
+        .unwrap();
+    engine.sync().unwrap();
+    engine.namespace("ns").unwrap().sync().unwrap();
+}
+
 /// A forget whose delete was applied but whose fsync failed has taken effect: the
 /// key is forgotten in both tiers (before, the hot entry stayed done while the record
 /// was gone, so the key came back claimable only after a restart), and the sync's

@@ -1260,6 +1260,14 @@ impl DurableNs {
         self.reads.load(Ordering::Relaxed)
     }
 
+    /// Fsyncs the write-ahead log now ([`crate::Namespace::sync`]); a failure is
+    /// counted in the namespace's `store_errors` and returned.
+    pub(crate) fn sync(&self) -> Result<(), Error> {
+        self.store.sync_wal().inspect_err(|_| {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+        })
+    }
+
     /// Claim markers waiting in memory (tests).
     #[cfg(test)]
     pub(crate) fn deferred_pending(&self) -> usize {

@@ -4928,7 +4928,11 @@ impl Namespace {
     /// bring a forgotten key back. The delete is synced as the namespace's
     /// completions are; if it was applied and only the fsync after it failed, the key
     /// is forgotten in both tiers all the same and that error is returned (a forget
-    /// the store refused changes nothing).
+    /// the store refused changes nothing). The forget first reads the key's record,
+    /// for its answer: if that read fails (a corrupt record aside, which the delete
+    /// clears), under [`FailurePolicy::FailClosed`](crate::FailurePolicy) the error is
+    /// returned and nothing is forgotten; under `FailOpen` the delete goes ahead and
+    /// the answer is the hot tier's alone, counted in `Stats::fail_open_decisions`.
     pub fn forget(&self, key: &[u8]) -> Result<bool> {
         let ns = &*self.inner;
         let fp = ns.key_fp(key)?;
@@ -4952,14 +4956,18 @@ impl Namespace {
                     let mut err = None;
                     match d.lookup(fp, ns.now().ms, &mut err) {
                         DurableLookup::Done(_) => durable_live = true,
-                        // A corrupt record is there: deleting it is how it is cleared.
-                        DurableLookup::Failed
-                            if matches!(err, Some(Error::CorruptRecord { .. })) =>
-                        {
-                            durable_live = true
-                        }
-                        // Otherwise the delete below meets the same store, and says.
-                        DurableLookup::Absent | DurableLookup::Failed => {}
+                        DurableLookup::Failed => match err {
+                            // A corrupt record is there: deleting it is how it is
+                            // cleared.
+                            Some(Error::CorruptRecord { .. }) => durable_live = true,
+                            // A read that failed under `FailClosed`: whether the key
+                            // is done is not known, and nothing is forgotten. (Under
+                            // `FailOpen` the look-up answered `Absent`, counted as a
+                            // decision from the hot tier alone.)
+                            Some(e) => return Err(e),
+                            None => {}
+                        },
+                        DurableLookup::Absent => {}
                     }
                 }
                 #[cfg(test)]

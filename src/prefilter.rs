@@ -9,10 +9,14 @@
 //! by the time their durable record expires: generation `e` holds the keys whose
 //! record expires in `[e * span, (e + 1) * span)`, with `span = retention / SPANS`.
 //! Once the clock passes `(e + 1) * span` every record of the generation is past
-//! retention and the generation is dropped whole. At any time at most `SPANS + 1`
-//! generations are live, so memory stays near `(1 + 1/SPANS)` times that of one
-//! filter for all keys within retention, and the false-positive rate stays near the
-//! target instead of climbing as keys expire.
+//! retention and the generation is dropped whole. In the steady state at most
+//! `SPANS + 1` generations are live, so memory stays near `(1 + 1/SPANS)` times that
+//! of one filter for all keys within retention, and the false-positive rate stays
+//! near the target instead of climbing as keys expire. More can be live: with
+//! `extend_on_duplicate` (a record's expiry pushed up to a TTL further), after a
+//! rebuild that found records past today's last generation (a retention shortened, a
+//! clock set back), and the pinned generation beside them (ARCHITECTURE.md,
+//! "Generations").
 //!
 //! A query asks every live generation, so each filter is built for
 //! `fpr / (SPANS + 1)`: the union of the live filters then stays within `fpr`.
@@ -586,13 +590,17 @@ impl Prefilter {
                 let hashes = r.u32()?;
                 let n = r.u64()? as usize;
                 // Every filter of a generation is sized by the settings checked above
-                // and its place in the generation.
+                // and its place in the generation, with more than a bit a key (4.8 at
+                // the largest rate a filter is built for): a file of a few words
+                // cannot pass for a generation of huge filters, whose next would be
+                // made twice as large again at the next insert.
                 if n == 0
                     || hashes == 0
                     || hashes > MAX_HASHES
                     || n > r.remaining() / 8
                     || capacity != self.segment_capacity(segments.len())
                     || items > capacity
+                    || (n as u128) * 64 < capacity as u128
                 {
                     return Err(Stale::Malformed);
                 }
@@ -1264,6 +1272,38 @@ mod tests {
             Prefilter::new(1_000, 4_000, 0.01).load(&crafted, 7, 1_000),
             Err(Stale::Malformed)
         );
+    }
+
+    /// A file whose checksum holds but whose filter has fewer bits than its capacity
+    /// has keys (one word for a thousand keys) is refused: otherwise a few words
+    /// could stand for a generation of filters each twice the last, and the next
+    /// insert would make one for more keys than memory holds.
+    #[test]
+    fn a_saved_filter_smaller_than_its_capacity_is_refused() {
+        let p = Prefilter::new(1_000, 4_000, 0.01);
+        let header = p.encode(7, 1_000)[..FILE_MAGIC.len() + 48].to_vec();
+        let file = |words: u64| {
+            let mut f = header.clone();
+            f.extend_from_slice(&1u32.to_le_bytes()); // one generation
+            f.extend_from_slice(&5u64.to_le_bytes()); // its epoch
+            f.extend_from_slice(&1u32.to_le_bytes()); // one filter
+            f.extend_from_slice(&(p.segment_capacity(0) as u64).to_le_bytes());
+            f.extend_from_slice(&0u64.to_le_bytes()); // no items
+            f.extend_from_slice(&3u32.to_le_bytes()); // hashes
+            f.extend_from_slice(&words.to_le_bytes());
+            for _ in 0..words {
+                f.extend_from_slice(&0u64.to_le_bytes());
+            }
+            let sum = xxhash_rust::xxh3::xxh3_64(&f);
+            f.extend_from_slice(&sum.to_le_bytes());
+            f
+        };
+        let q = Prefilter::new(1_000, 4_000, 0.01);
+        assert_eq!(q.load(&file(1), 7, 1_000), Err(Stale::Malformed));
+        let words = (p.segment_capacity(0) as u64).div_ceil(64);
+        assert_eq!(q.load(&file(words - 1), 7, 1_000), Err(Stale::Malformed));
+        // A bit a key is the least taken.
+        assert_eq!(q.load(&file(words), 7, 1_000), Ok(0));
     }
 
     #[test]

@@ -1869,6 +1869,45 @@ fn a_forget_the_store_refuses_is_an_error_whatever_the_policy() {
     }
 }
 
+/// A forget reads the key's record first, for its answer. A key done on disk only
+/// (past its hot TTL) whose read fails: failing closed, the read's error, and the key
+/// is still done; failing open, the delete goes ahead and the answer is the hot
+/// tier's (false), counted as a decision from the hot tier alone.
+#[test]
+fn a_forget_whose_read_fails_follows_the_failure_policy() {
+    let is_read_error = |e: &Error| matches!(e, Error::Store(s) if s.operation() == "read");
+    for policy in [FailurePolicy::FailClosed, FailurePolicy::FailOpen] {
+        let dir = TempDir::new();
+        let clock = ManualClock::new(T0);
+        let cfg = small().retention(secs(600)).on_store_error(policy);
+        let (engine, ns) = open(&dir, &clock, cfg.clone());
+        acquire(&ns, b"k").complete().unwrap();
+        clock.set(T0 + 100_000); // past the hot TTL, within the retention
+        engine.run_maintenance();
+        assert_eq!(engine.stats().resident_keys, 0, "{policy:?}");
+        engine.debug_fail_store_reads(true);
+        let answer = ns.forget(b"k");
+        engine.debug_fail_store_reads(false);
+        match policy {
+            FailurePolicy::FailClosed => {
+                let err = answer.unwrap_err();
+                assert!(is_read_error(&err), "{err:?}");
+                assert_eq!(engine.stats().fail_open_decisions, 0);
+                // Nothing was forgotten, here or after a restart.
+                duplicate(&ns, b"k");
+                drop((ns, engine));
+                let (_engine, ns) = open(&dir, &clock, cfg);
+                duplicate(&ns, b"k");
+            }
+            _ => {
+                assert!(!answer.unwrap());
+                assert_eq!(engine.stats().fail_open_decisions, 1);
+                acquire(&ns, b"k").release().unwrap();
+            }
+        }
+    }
+}
+
 #[test]
 fn a_co_commit_that_cannot_be_written_stores_nothing_whatever_the_policy() {
     for policy in [FailurePolicy::FailClosed, FailurePolicy::FailOpen] {

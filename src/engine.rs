@@ -708,9 +708,13 @@ impl Engine {
     }
 
     /// Fsyncs the durable tier's write-ahead log now: every completion (with its
-    /// [`StateChanges`]), `forget` and dead letter that returned before this call
-    /// survives a power loss once it returns `Ok`, whatever the namespaces'
-    /// [`SyncPolicy`](crate::SyncPolicy). For consumers
+    /// [`StateChanges`]), `forget` and dead letter that the store took before this
+    /// call survives a power loss once it returns `Ok`, whatever the namespaces'
+    /// [`SyncPolicy`](crate::SyncPolicy). (A completion that a namespace under
+    /// `FailOpen` decided from the hot tier alone, the store having refused it, is
+    /// not in the log, and no sync puts it there: it is counted in
+    /// `Stats::fail_open_decisions`, which a consumer that must not lose it checks
+    /// before committing its offsets, or it runs `FailClosed`.) For consumers
     /// that run under `SyncPolicy::Never` (or `Periodic`) and commit their broker
     /// offsets in batches: sync, then commit, and a power loss cannot lose a
     /// completion whose message the broker will not redeliver. All namespaces share

@@ -590,8 +590,8 @@ impl Prefilter {
                 let hashes = r.u32()?;
                 let n = r.u64()? as usize;
                 // Every filter of a generation is sized by the settings checked above
-                // and its place in the generation, with more than a bit a key (4.8 at
-                // the largest rate a filter is built for): a file of a few words
+                // and its place in the generation, with at least a bit a key (a filter
+                // made here has 4.8 or more, at the largest rate): a file of a few words
                 // cannot pass for a generation of huge filters, whose next would be
                 // made twice as large again at the next insert.
                 if n == 0

@@ -2815,18 +2815,13 @@ fn a_sync_on_request_forces_the_log_to_disk_or_says_it_did_not() {
     other.sync().unwrap();
     assert!(syncs(&engine) > before, "Namespace::sync made no fsync");
 
+    let is_sync_error = |e: &Error| matches!(e, Error::Store(s) if s.operation() == "sync");
     engine.debug_fail_syncs(true);
     let err = engine.sync().unwrap_err();
-    assert!(
-        matches!(err, Error::Store(ref e) if e.operation() == "sync"),
-        "{err:?}"
-    );
+    assert!(is_sync_error(&err), "{err:?}");
     let errors = ns.stats().store_errors;
     let err = ns.sync().unwrap_err();
-    assert!(
-        matches!(err, Error::Store(ref e) if e.operation() == "sync"),
-        "{err:?}"
-    );
+    assert!(is_sync_error(&err), "{err:?}");
     assert_eq!(ns.stats().store_errors, errors + 1);
     engine.debug_fail_syncs(false);
     engine.sync().unwrap();

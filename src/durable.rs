@@ -198,7 +198,7 @@ impl DurableNs {
         match *self {}
     }
 
-    pub(crate) fn flush_markers(&self) {
+    pub(crate) fn flush_markers(&self) -> Result<(), crate::error::Error> {
         match *self {}
     }
 
@@ -206,7 +206,7 @@ impl DurableNs {
         match *self {}
     }
 
-    pub(crate) fn save_prefilter(&self, _now_ms: u64) {
+    pub(crate) fn save_prefilter(&self, _now_ms: u64) -> Result<(), crate::error::Error> {
         match *self {}
     }
 }

@@ -40,6 +40,10 @@ pub struct Engine {
     collector: Option<crate::hot::reclaim::CollectorRegistration>,
     #[cfg(not(idem_loom))]
     wal_sync: Option<maintenance::Thread>,
+    /// Whether the engine was shut down ([`Engine::close`]); its drop then has
+    /// nothing left to do.
+    #[cfg(not(idem_loom))]
+    shut: bool,
 }
 
 pub(crate) struct Shared {
@@ -514,6 +518,8 @@ impl Engine {
             collector,
             #[cfg(not(idem_loom))]
             wal_sync,
+            #[cfg(not(idem_loom))]
+            shut: false,
         })
     }
 
@@ -741,6 +747,45 @@ impl Engine {
             return store.sync_wal();
         }
         Ok(())
+    }
+
+    /// Shuts the engine down, as dropping it does, and says whether all of it
+    /// reached the disk. In order: the maintenance thread (and the periodic sync's)
+    /// stops; the claim markers that [`ClaimMarkers::Deferred`](crate::ClaimMarkers)
+    /// kept in memory are written (a claim still held is then an orphan at the next
+    /// open); the write-ahead log is fsynced; the memtables are flushed, so that the
+    /// next open replays no log; each namespace's prefilter is saved, so that the
+    /// next open loads it instead of rebuilding it from the records.
+    ///
+    /// Every step runs whatever the earlier ones gave; the first failure is returned
+    /// ([`Error::Store`], its operation naming the step), and each is logged, a
+    /// namespace's also counted in its `store_errors`. A drop does the same and can
+    /// only log. A failed step loses nothing already taken: what a memtable's flush
+    /// could not write is in the synced log, and a prefilter not saved is rebuilt at
+    /// the next open. (Markers not written stay in memory: should the process then
+    /// crash before their claims end, the next open does not report those claims as
+    /// orphans.) Without a durable tier: `Ok` once the thread has stopped.
+    ///
+    /// [`Namespace`] handles and claim guards that outlive the engine keep working
+    /// and keep the database open until the last of them is dropped, as after a drop.
+    ///
+    /// ```
+    /// use idem::{Engine, NamespaceConfig};
+    ///
+    /// let engine = Engine::builder().namespace("orders", NamespaceConfig::new()).build()?;
+    /// engine.close()?;
+    /// # Ok::<(), idem::Error>(())
+    /// ```
+    pub fn close(mut self) -> Result<()> {
+        #[cfg(not(idem_loom))]
+        {
+            self.shut_down()
+        }
+        #[cfg(idem_loom)]
+        {
+            let _ = &mut self;
+            Ok(())
+        }
     }
 }
 
@@ -1659,7 +1704,7 @@ mod tests {
         // a handle that outlives it, then the last flush.
         engine.shared.store.as_ref().unwrap().close();
         let later = first_claim(&ns);
-        d.flush_markers();
+        d.flush_markers().unwrap();
         assert!(matches!(first.complete(), Err(crate::Error::LeaseLost)));
         assert_eq!(d.marker_token_on_disk(fp), Some(later.lease.token));
         later.release().unwrap();
@@ -3204,6 +3249,20 @@ mod tests {
 #[cfg(not(idem_loom))]
 impl Drop for Engine {
     fn drop(&mut self) {
+        // Each failure was logged where it happened; `Engine::close` returns it.
+        let _ = self.shut_down();
+    }
+}
+
+#[cfg(not(idem_loom))]
+impl Engine {
+    /// The shutdown of [`Engine::close`] and of the engine's drop, once: every step
+    /// runs whatever the earlier ones gave, and the first failure is returned.
+    fn shut_down(&mut self) -> Result<()> {
+        if std::mem::replace(&mut self.shut, true) {
+            return Ok(());
+        }
+        let mut first = Ok(());
         // No retirement asks the thread from here on; a collection it was asked
         // for and did not begin (another engine's thread may be the only collector
         // left, and it would not be asked again) runs here.
@@ -3223,13 +3282,18 @@ impl Drop for Engine {
         // orphans at the next open, as with immediate markers.
         for ns in self.shared.namespaces.values() {
             if let Some(d) = &ns.durable {
-                d.flush_markers();
+                first = first.and(d.flush_markers());
             }
         }
-        // Memtables to disk, so the next open replays no log.
         #[cfg(feature = "durable")]
         if let Some(store) = &self.shared.store {
-            store.flush_memtables();
+            // The log on disk first: should a memtable's flush fail, the next open
+            // replays it.
+            first = first.and(store.sync_wal().inspect_err(|e| {
+                tracing::warn!(error = %e, "could not sync the write-ahead log at shutdown");
+            }));
+            // Memtables to disk, so the next open replays no log.
+            first = first.and(store.flush_memtables());
         }
         for ns in self.shared.namespaces.values() {
             if let Some(d) = &ns.durable {
@@ -3239,9 +3303,10 @@ impl Drop for Engine {
                 // during unwinding): its last reading stands in.
                 let now = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ns.now_ms()))
                     .unwrap_or_else(|_| ns.latest_ms.load(Ordering::Relaxed));
-                d.save_prefilter(now);
+                first = first.and(d.save_prefilter(now));
             }
         }
+        first
     }
 }
 

@@ -2402,6 +2402,32 @@ fn deferred_markers_are_written_only_for_claims_still_held_at_maintenance() {
     in_progress(&ns, b"held");
 }
 
+/// `Engine::close` returns the store's refusal of the deferred claim markers it
+/// writes for claims still held (a drop could only log it), counted in the
+/// namespace's `store_errors`; the claim itself goes on through its handle.
+#[test]
+fn closing_the_engine_reports_deferred_markers_it_could_not_write() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (engine, ns) = open(&dir, &clock, small().claim_markers(ClaimMarkers::Deferred));
+    let g = acquire(&ns, b"held");
+    let errors = ns.stats().store_errors;
+    engine.debug_fail_store_writes(true);
+    let err = engine.close().unwrap_err();
+    assert!(is_store_error(&err), "{err:?}");
+    assert_eq!(ns.stats().store_errors, errors + 1);
+    in_progress(&ns, b"held");
+    drop((g, ns));
+
+    // Without the failure, the close writes the marker and says so.
+    let (engine, ns) = open(&dir, &clock, small().claim_markers(ClaimMarkers::Deferred));
+    let g = acquire(&ns, b"held2");
+    let writes = ns.stats().durable_writes;
+    engine.close().unwrap();
+    assert_eq!(ns.stats().durable_writes, writes + 1);
+    g.complete().unwrap();
+}
+
 #[test]
 fn a_refused_forget_keeps_a_deferred_marker_waiting_for_the_flush() {
     let dir = TempDir::new();

@@ -831,3 +831,56 @@ fn a_clock_stepped_back_during_the_open_never_makes_a_live_records_key_new() {
     }
     assert_eq!(acquired + duplicates, expiries.len());
 }
+
+/// `Engine::close` reports a step of the shutdown that failed, and runs the others:
+/// a log it could not sync is a store error "sync", yet the prefilter is saved (the
+/// next open loads it); a prefilter it could not save is a store error "save
+/// prefilter", counted in the namespace's `store_errors`, and the next open rebuilds
+/// it. Every key is there after both.
+#[test]
+fn closing_the_engine_reports_the_steps_that_failed_and_runs_the_others() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (engine, ns) = open(&dir, &clock, cfg());
+    for i in 0..1_000 {
+        complete(&ns, key(i).as_bytes());
+    }
+    drop(ns);
+    engine.debug_fail_syncs(true);
+    let err = engine.close().unwrap_err();
+    assert!(
+        matches!(&err, Error::Store(s) if s.operation() == "sync"),
+        "{err:?}"
+    );
+    assert_eq!(saved_filters(&dir).len(), 1);
+    assert_eq!(reopen_and_check(&dir, &clock, cfg()), (1, 0));
+
+    // Where the filter's file is written before its rename stands a directory.
+    let (engine, ns) = open(&dir, &clock, cfg());
+    let blocker = dir.path().join(format!(
+        "idem-prefilter-{}.tmp",
+        b"ns".iter().map(|b| format!("{b:02x}")).collect::<String>()
+    ));
+    std::fs::create_dir(&blocker).unwrap();
+    let errors = ns.stats().store_errors;
+    let err = engine.close().unwrap_err();
+    assert!(
+        matches!(&err, Error::Store(s) if s.operation() == "save prefilter"),
+        "{err:?}"
+    );
+    assert_eq!(ns.stats().store_errors, errors + 1);
+    drop(ns);
+    assert_eq!(
+        saved_filters(&dir),
+        std::slice::from_ref(&blocker),
+        "no filter saved"
+    );
+    std::fs::remove_dir(&blocker).unwrap();
+    assert_eq!(reopen_and_check(&dir, &clock, cfg()), (0, 1));
+
+    // A clean close says so.
+    let (engine, ns) = open(&dir, &clock, cfg());
+    drop(ns);
+    engine.close().unwrap();
+    assert_eq!(reopen_and_check(&dir, &clock, cfg()), (1, 0));
+}

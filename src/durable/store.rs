@@ -1050,19 +1050,24 @@ impl Store {
     }
 
     /// Flushes every column family's memtable to SST files, so that the next open
-    /// has no write-ahead log to replay (a clean shutdown). Failures are only
-    /// logged: the log still holds everything.
-    pub(crate) fn flush_memtables(&self) {
-        let Ok(names) = DB::list_cf(&Options::default(), &self.path) else {
-            return;
-        };
+    /// has no write-ahead log to replay (a clean shutdown). Every family is tried;
+    /// each failure is logged, and the first returned. Nothing is lost by one: the
+    /// log still holds what the memtable held.
+    pub(crate) fn flush_memtables(&self) -> Result<(), Error> {
+        let names = DB::list_cf(&Options::default(), &self.path).map_err(|e| {
+            tracing::warn!(error = %e, "could not list the column families to flush at shutdown");
+            store_err("flush", e)
+        })?;
+        let mut first = Ok(());
         for name in names {
             if let Some(cf) = self.db.cf_handle(&name) {
                 if let Err(e) = self.db.flush_cf(cf) {
                     tracing::warn!(column_family = %name, error = %e, "flush at shutdown failed");
+                    first = first.and(Err(store_err("flush", e)));
                 }
             }
         }
+        first
     }
 
     /// Marks the store's engine dropped (see [`Store::closed`]).
@@ -1686,15 +1691,15 @@ impl DurableNs {
     /// Writes the deferred claim markers (the maintenance pass, and a clean
     /// shutdown). A failed write is counted and logged, and its markers go back in
     /// memory for the next flush (until one succeeds, a crash would not report those
-    /// claims as orphans).
-    pub(crate) fn flush_markers(&self) {
+    /// claims as orphans), and the store's error is returned.
+    pub(crate) fn flush_markers(&self) -> Result<(), Error> {
         let Some(d) = &self.deferred else {
-            return;
+            return Ok(());
         };
         let _writing = d.flushing.lock();
         let batch: Vec<(u128, Record)> = d.pending.lock().drain().collect();
         if batch.is_empty() {
-            return;
+            return Ok(());
         }
         self.writes.fetch_add(1, Ordering::Relaxed);
         let _gate = self.marker_gate.read();
@@ -1706,6 +1711,7 @@ impl DurableNs {
                 for (fp, _) in &batch {
                     self.note_marker_on_disk(*fp);
                 }
+                Ok(())
             }
             Err(e) => {
                 self.errors.fetch_add(1, Ordering::Relaxed);
@@ -1723,6 +1729,7 @@ impl DurableNs {
                 for (fp, marker) in batch {
                     pending.entry(fp).or_insert(marker);
                 }
+                Err(e)
             }
         }
     }
@@ -1770,9 +1777,9 @@ impl DurableNs {
     /// Saves the prefilter for the next open (a clean shutdown). The sequence
     /// number is read before the filter: every write up to it had its key in the
     /// filter first, and any later write makes the saved file stale.
-    pub(crate) fn save_prefilter(&self, now_ms: u64) {
+    pub(crate) fn save_prefilter(&self, now_ms: u64) -> Result<(), Error> {
         let Some(p) = &self.prefilter else {
-            return;
+            return Ok(());
         };
         let seq = self.store.latest_sequence();
         let bytes = p.encode(seq, now_ms);
@@ -1789,10 +1796,15 @@ impl DurableNs {
             })
             .and_then(|()| std::fs::rename(&tmp, &file))
             .and_then(|()| std::fs::File::open(self.store.path.as_path())?.sync_all());
-        if let Err(e) = written {
+        written.map_err(|e| {
             let _ = std::fs::remove_file(&tmp);
+            self.errors.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(namespace = %self.name, error = %e, "could not save the prefilter");
-        }
+            Error::Store(StoreError::new(
+                "save prefilter",
+                format!("{}: {e}", file.display()),
+            ))
+        })
     }
 
     /// Fills the prefilter from the done records on disk (at open, before the
@@ -1869,7 +1881,8 @@ impl DurableNs {
     /// Periodic upkeep: writes deferred claim markers, drops prefilter generations
     /// past retention.
     pub(crate) fn maintain(&self, now_ms: u64) {
-        self.flush_markers();
+        // A failure is counted and logged, and the markers wait for the next pass.
+        let _ = self.flush_markers();
         if let Some(p) = &self.prefilter {
             p.expire(now_ms);
         }

@@ -119,13 +119,24 @@ struct State {
     waiting: usize,
     /// A waiter is syncing (or waiting for company before it does).
     leading: bool,
-    /// The tickets of failed syncs, `(after, through]` with the error, kept until no
-    /// caller is waiting any more. A later sync that succeeds does not make a failed
-    /// one's writes durable, so a ticket is checked against these first.
-    failed: Vec<(u64, u64, Error)>,
+    /// The failed syncs whose writes have not all read their outcome yet. A later
+    /// sync that succeeds does not make a failed one's writes durable, so a ticket is
+    /// checked against these first. Each goes once its last write has read it, so
+    /// the list holds at most one a waiting caller, however long the disk fails.
+    failed: Vec<Failed>,
     /// The last sync had company: it covered more than one write, or another write
     /// arrived while it ran.
     concurrent: bool,
+}
+
+/// A failed sync: the tickets it was to cover, `(after, through]`, its error, and
+/// how many of those tickets have yet to read it.
+#[derive(Debug)]
+struct Failed {
+    after: u64,
+    through: u64,
+    unread: u64,
+    error: Error,
 }
 
 /// Spins until `done()` holds or `budget` has passed, yielding the processor after
@@ -240,8 +251,8 @@ impl<T: SyncTimer> GroupCommit<T> {
                 if let Some(hold) = &self.before_outcome {
                     MutexGuard::unlocked(&mut st, || (hold.0)(ticket));
                 }
-                let outcome = match st.failed.iter().find(|f| f.0 < ticket && ticket <= f.1) {
-                    Some((_, _, e)) => Err(e.clone()),
+                let outcome = match st.read_failure(ticket) {
+                    Some(e) => Err(e),
                     None => Ok(()),
                 };
                 st.leave();
@@ -292,20 +303,32 @@ impl<T: SyncTimer> GroupCommit<T> {
             st.concurrent = through - after > 1 || st.written > through;
             st.synced = through;
             self.synced.store(through, Ordering::Release);
+            // Every ticket of the range is still waiting: none leaves before
+            // `synced` reaches it, and it reached `after` only.
+            let mut fail = |error| {
+                st.failed.push(Failed {
+                    after,
+                    through,
+                    unread: through - after,
+                    error,
+                })
+            };
             let panicked = match r {
                 Ok(Ok(())) => None,
                 Ok(Err(e)) => {
-                    st.failed.push((after, through, e));
+                    fail(e);
                     None
                 }
                 Err(panic) => {
                     let e = crate::error::StoreError::new("sync", "the sync panicked".to_owned());
-                    st.failed.push((after, through, Error::Store(e)));
+                    fail(Error::Store(e));
                     Some(panic)
                 }
             };
             self.changed.notify_all();
             if let Some(panic) = panicked {
+                // The leader's own ticket, in the range, reads nothing: it panics.
+                st.read_failure(ticket);
                 st.leave();
                 drop(st);
                 std::panic::resume_unwind(panic);
@@ -315,12 +338,30 @@ impl<T: SyncTimer> GroupCommit<T> {
 }
 
 impl State {
-    /// A caller is done with its ticket; the last one out forgets the failures.
+    /// The error of the failed sync that covered `ticket`, if one did, read once:
+    /// the failure is forgotten when the last of its tickets has read it.
+    fn read_failure(&mut self, ticket: u64) -> Option<Error> {
+        let i = self
+            .failed
+            .iter()
+            .position(|f| f.after < ticket && ticket <= f.through)?;
+        let f = &mut self.failed[i];
+        f.unread -= 1;
+        Some(if f.unread == 0 {
+            self.failed.swap_remove(i).error
+        } else {
+            f.error.clone()
+        })
+    }
+
+    /// A caller is done with its ticket.
     fn leave(&mut self) {
         self.waiting -= 1;
-        if self.waiting == 0 {
-            self.failed.clear();
-        }
+        debug_assert!(
+            self.waiting > 0 || self.failed.is_empty(),
+            "a failed sync outlived its writes: {:?}",
+            self.failed
+        );
     }
 }
 
@@ -604,6 +645,39 @@ mod tests {
                 g.state.lock().failed.is_empty(),
                 "forgotten once nobody waits"
             );
+        }
+    }
+
+    /// While one caller waits to read its outcome, a disk whose every sync fails
+    /// does not grow the list of failures: each goes once its writes have read it
+    /// (before, the list was cleared only when nobody waited, and each commit
+    /// scanned it).
+    #[test]
+    fn failed_syncs_are_forgotten_once_read_while_another_caller_waits() {
+        for spin in SPINS {
+            let mut g = group(Duration::ZERO, spin);
+            let release = Arc::new(AtomicBool::new(false));
+            let released = release.clone();
+            g.before_outcome = Some(Hook(Box::new(move |ticket| {
+                if ticket == 1 {
+                    until(|| released.load(Ordering::SeqCst));
+                }
+            })));
+            let g = Arc::new(g);
+            let waiting = {
+                let g = g.clone();
+                std::thread::spawn(move || g.commit(|| Ok(())))
+            };
+            until(|| g.state.lock().synced == 1);
+            for _ in 0..100 {
+                assert_eq!(g.commit(|| Err(store_error())), Err(store_error()));
+                let st = g.state.lock();
+                assert_eq!(st.waiting, 1, "the first caller still waits");
+                assert!(st.failed.is_empty(), "{:?}", st.failed);
+            }
+            release.store(true, Ordering::SeqCst);
+            waiting.join().unwrap().unwrap();
+            assert_eq!(g.syncs(), 101);
         }
     }
 

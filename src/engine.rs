@@ -1285,6 +1285,48 @@ mod tests {
         (engine, ns)
     }
 
+    /// A sliding window read back from the durable tier (here after a restart: the
+    /// hot tier had lost the key) rewrites its record with the record's fencing
+    /// token, that of the claim that completed it, as a rewrite from a live hot
+    /// entry does. (Before, the read-back entry carried token 0 into the rewrite: a
+    /// journal marker of that claim still on disk, as a fail-open completion whose
+    /// fsync failed leaves one, was then reported as an orphan at the next open
+    /// instead of being settled by the record.)
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_sliding_window_read_back_rewrites_its_record_with_the_records_token() {
+        use std::time::Duration;
+        let dir = Scratch::new("read-back-token");
+        let cfg = || {
+            crate::NamespaceConfig::new()
+                .ttl(Duration::from_secs(60))
+                .retention(Duration::from_secs(60))
+                .extend_on_duplicate(true)
+                .sync(crate::SyncPolicy::Never)
+        };
+        let clock = crate::ManualClock::new(1_000_000);
+        let on_disk =
+            |ns: &super::Namespace, fp| ns.inner.durable.as_ref().unwrap().done_on_disk(fp);
+        let (fp, before) = {
+            let engine = durable_engine(&dir, cfg(), &clock);
+            let ns = engine.namespace("n").unwrap();
+            let g = first_claim(&ns);
+            let fp = g.fp.to_u128();
+            g.complete().unwrap();
+            (fp, on_disk(&ns, fp).expect("the completion's record"))
+        };
+        assert_ne!(before.token, 0, "a token a rewrite could lose");
+        clock.advance(Duration::from_secs(30));
+        let engine = durable_engine(&dir, cfg(), &clock);
+        let ns = engine.namespace("n").unwrap();
+        let writes = engine.stats().durable_writes;
+        assert!(ns.claim(b"k").unwrap().is_duplicate());
+        assert_eq!(engine.stats().durable_writes, writes + 1, "the rewrite");
+        let after = on_disk(&ns, fp).unwrap();
+        assert!(after.expires_ms > before.expires_ms, "{after:?}");
+        assert_eq!(after.token, before.token, "{after:?}");
+    }
+
     /// A sliding window's sighting during a forget does not move the hot window past
     /// the record either: if the forget then fails, the hot tier promises no more
     /// than the record holds.

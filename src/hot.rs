@@ -838,6 +838,10 @@ pub(crate) struct Lease {
 /// A completed key as the durable tier holds it.
 #[derive(Debug, Clone)]
 pub(crate) struct DurableDone {
+    /// The fencing token of the claim that completed it: the hot entry read back
+    /// keeps it, so that a rewrite of the record (a sliding window) keeps it too,
+    /// and still settles that claim's marker at the next open.
+    pub(crate) token: u32,
     pub(crate) completed_at_ms: u64,
     pub(crate) expires_at_ms: u64,
     pub(crate) payload: Option<u64>,
@@ -853,6 +857,14 @@ pub(crate) enum DurableLookup {
     /// The store failed and the namespace fails closed (the error is kept by the
     /// caller).
     Failed,
+}
+
+/// The meta word of a done entry read back from the durable tier: done, with the
+/// record's fencing token (a token wider than the hot tier's, which this build
+/// never writes, is left out: only a rewrite's marker settling depends on it).
+fn read_back_meta(d: &DurableDone) -> u32 {
+    let token = if d.token <= TOKEN_MASK { d.token } else { 0 };
+    STATE_DONE | token << TOKEN_SHIFT
 }
 
 /// The hot deadline of a key the durable tier says is done until `expires_at_ms`:
@@ -2052,7 +2064,7 @@ impl Shard {
                             }
                         }
                         (
-                            STATE_DONE,
+                            read_back_meta(d),
                             found_deadline(p, now, d, !self.being_forgotten(fp)),
                         )
                     }
@@ -2166,7 +2178,7 @@ impl Shard {
         }
         let (meta, deadline) = match &found {
             DurableLookup::Done(d) => (
-                STATE_DONE,
+                read_back_meta(d),
                 found_deadline(p, now, d, !self.being_forgotten(fp)),
             ),
             _ => {

@@ -1410,6 +1410,12 @@ impl DurableNs {
             .map(|m| m.token)
     }
 
+    /// `fp`'s done record in RocksDB, if it has one (tests).
+    #[cfg(test)]
+    pub(crate) fn done_on_disk(&self, fp: u128) -> Option<Record> {
+        self.store.get_done(&self.name, &self.fams, fp).unwrap()
+    }
+
     /// Writes `marker` for `fp` into RocksDB and notes it there, as the open does
     /// for an orphan of the last run (tests).
     #[cfg(test)]
@@ -1929,6 +1935,7 @@ impl DurableNs {
         self.reads.fetch_add(1, Ordering::Relaxed);
         match self.store.get_done(&self.name, &self.fams, fp.to_u128()) {
             Ok(Some(rec)) if live_done(&rec, now_ms) => DurableLookup::Done(DurableDone {
+                token: rec.token,
                 completed_at_ms: rec.at_ms,
                 expires_at_ms: rec.expires_ms,
                 payload: rec.payload,

@@ -2514,6 +2514,46 @@ fn a_completion_applied_but_not_synced_under_fail_open_is_not_an_orphan_at_the_n
     }
 }
 
+/// A fail-open completion whose batch was applied but whose fsync failed frees its
+/// journal slot at once, as a synced one does: the store holds its record. (Before,
+/// it was handled as a completion the store refused and kept its slot until the
+/// next open, so a failing disk filled the journal and later claims' markers went
+/// to RocksDB.) One that the store refused keeps its slot.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_completion_applied_but_not_synced_under_fail_open_frees_its_journal_slot() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small()
+        .sync(SyncPolicy::Always)
+        .claim_markers(ClaimMarkers::Journal)
+        .journal_slots(4)
+        .on_store_error(FailurePolicy::FailOpen);
+    let (engine, ns) = open(&dir, &clock, cfg);
+    engine.debug_fail_syncs(true);
+    for i in 0..16 {
+        acquire(&ns, format!("k{i}").as_bytes())
+            .complete()
+            .expect("fail open");
+    }
+    let s = engine.stats();
+    assert_eq!(s.fail_open_decisions, 16, "{s:?}");
+    assert_eq!(s.journal_overflows, 0, "{s:?}");
+    engine.debug_fail_syncs(false);
+    // Refused writes keep their slots: the fifth claim finds the journal full.
+    engine.debug_fail_store_writes(true);
+    for i in 0..5 {
+        acquire(&ns, format!("j{i}").as_bytes())
+            .complete()
+            .expect("fail open");
+    }
+    engine.debug_fail_store_writes(false);
+    assert_eq!(engine.stats().journal_overflows, 1);
+    for i in 0..16 {
+        duplicate(&ns, format!("k{i}").as_bytes());
+    }
+}
+
 /// Tokens start again with every run: a claim in flight at a crash whose token an
 /// earlier run's completion of the key also carried is still reported. Under
 /// fail-open a failed read acquires the key over that live record.

@@ -862,7 +862,9 @@ impl Store {
 
     /// Stores completions atomically: each done record, the removal of its claim
     /// marker (unless `unwritten_marker[i]` says it never reached the store), and
-    /// the consumer's state changes, in one write.
+    /// the consumer's state changes, in one write. `Ok(Some(e))`: the write was
+    /// applied (every reader sees it) but the group commit's fsync after it failed
+    /// with `e`.
     pub(crate) fn write_completions(
         &self,
         ns: &str,
@@ -871,7 +873,7 @@ impl Store {
         unwritten_marker: &[bool],
         state: &[(String, StateOp)],
         sync: bool,
-    ) -> Result<(), Error> {
+    ) -> Result<Option<Error>, Error> {
         self.wait_if_held();
         self.check_writable()?;
         let done_h = self.cf(&fams.done)?;
@@ -894,24 +896,26 @@ impl Store {
     }
 
     /// Writes `batch`, fsynced before it returns if `sync` (through the group commit
-    /// when it is on, so that concurrent writers share the fsync).
-    fn write_batch(&self, batch: WriteBatch, sync: bool, what: &'static str) -> Result<(), Error> {
-        match (&self.group, sync) {
-            (Some(group), true) => {
-                self.db
-                    .write_opt(batch, &self.write_nosync)
-                    .map_err(|e| store_err(what, e))?;
-                group.commit(|| self.sync_wal())
-            }
-            (None, true) => self
-                .db
-                .write_opt(batch, &self.write_sync)
-                .map_err(|e| store_err(what, e)),
-            (_, false) => self
-                .db
-                .write_opt(batch, &self.write_nosync)
-                .map_err(|e| store_err(what, e)),
-        }
+    /// when it is on, so that concurrent writers share the fsync). `Ok(Some(e))`:
+    /// applied, but the group commit's fsync failed with `e` (RocksDB's own synced
+    /// write applies nothing when its fsync fails).
+    fn write_batch(
+        &self,
+        batch: WriteBatch,
+        sync: bool,
+        what: &'static str,
+    ) -> Result<Option<Error>, Error> {
+        let options = match (&self.group, sync) {
+            (None, true) => &self.write_sync,
+            _ => &self.write_nosync,
+        };
+        self.db
+            .write_opt(batch, options)
+            .map_err(|e| store_err(what, e))?;
+        Ok(match (&self.group, sync) {
+            (Some(group), true) => group.commit(|| self.sync_wal()).err(),
+            _ => None,
+        })
     }
 
     /// Fsyncs of the write-ahead log shared by grouped completions (zero with group
@@ -933,7 +937,8 @@ impl Store {
         let mut batch = WriteBatch::default();
         batch.delete_cf(self.cf(&fams.done)?, fp_key(fp));
         batch.delete_cf(self.cf(&fams.claims)?, fp_key(fp));
-        self.write_batch(batch, false, "forget")
+        // Not synced here: nothing to fail after the write.
+        self.write_batch(batch, false, "forget").map(|_| ())
     }
 
     /// Fsyncs what this thread has written (through the group commit when it is on,
@@ -1511,8 +1516,7 @@ impl DurableNs {
     /// expired when the key was acquired again, or a live one that a claim under
     /// fail-open could not read, completed before the claim). Such a marker is settled at open, not
     /// reported: a crash came between the completion's write and the marker's
-    /// clearing, or (deferred markers under fail-open) a completion whose batch was
-    /// applied but whose fsync failed put its marker back, to be flushed later.
+    /// clearing.
     pub(crate) fn completed_by(&self, fp: u128, marker: &Record) -> Result<bool, Error> {
         match self.store.get_done(&self.name, &self.fams, fp) {
             // Completed no earlier than claimed (a namespace's time never goes back):
@@ -2111,33 +2115,46 @@ impl DurableNs {
                 .collect(),
         };
         self.writes.fetch_add(1, Ordering::Relaxed);
-        let written = self.write_under_policy(|sync| {
-            self.store
-                .write_completions(&self.name, &self.fams, done, &unwritten, state, sync)
-        });
-        let stored = written.is_ok();
+        let sync = self.store.syncs(self.sync);
+        // Applied (every reader sees the records, and the batch deleted the markers
+        // on disk), and the fsync's failure if one came after: or refused.
+        let written = self
+            .store
+            .write_completions(&self.name, &self.fams, done, &unwritten, state, sync)
+            .map(|unsynced| match unsynced {
+                Some(e) => Some(e),
+                None => self.store.sync_if_closed_since(self.sync, sync).err(),
+            });
+        let applied = written.is_ok();
         let answer = match written {
-            Ok(()) => Ok(Stored::Yes),
+            Ok(None) => Ok(Stored::Yes),
             // State changes cannot be applied from the hot tier: never fail open.
-            Err(e) if !state.is_empty() => {
+            Ok(Some(e)) | Err(e) if !state.is_empty() => {
                 self.errors.fetch_add(1, Ordering::Relaxed);
                 Err(e)
             }
+            // Applied, not synced: the store holds the records (a later sync or
+            // flush puts them on disk), the hot tier may let them go; failing open
+            // here is trusting the log to the OS, as `SyncPolicy::Never` does.
+            Ok(Some(e)) => self
+                .on_failures(e, "complete", done.len())
+                .map(|()| Stored::Yes),
             Err(e) => self
                 .on_failures(e, "complete", done.len())
                 .map(|()| Stored::HotOnly),
         };
-        // A journaled claim is no longer in flight once its completion is written, or
+        // A journaled claim is no longer in flight once its completion is applied, or
         // refused (the claim is then released). A completion decided from the hot
-        // tier alone (fail open) keeps its marker: nothing on disk says it is done.
+        // tier alone (fail open, the write refused) keeps its marker: nothing in the
+        // store says it is done.
         if let Some(j) = self.journal.get() {
-            if stored || answer.is_err() {
+            if applied || answer.is_err() {
                 for (fp, r) in done {
                     self.clear_journal(j, *fp, Some(r.token));
                 }
             }
         }
-        if stored {
+        if applied {
             // The batch deleted every marker of these keys known to be on disk (an
             // orphan's, an overflowed or flushed one).
             for (fp, _) in done {

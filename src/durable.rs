@@ -198,6 +198,10 @@ impl DurableNs {
         match *self {}
     }
 
+    pub(crate) fn renew_marker(&self, _fp: u128, _m: Record) -> Result<(), crate::error::Error> {
+        match *self {}
+    }
+
     pub(crate) fn flush_markers(&self) -> Result<(), crate::error::Error> {
         match *self {}
     }

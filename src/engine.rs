@@ -71,7 +71,8 @@ pub struct Orphan {
     /// report of a journal file damaged in its length or slot count, whose lost
     /// slots' keys cannot be known (`corrupt` says what was read).
     pub fingerprint: u128,
-    /// When it was claimed (wall-clock ms); 0 if its marker is corrupt.
+    /// When it was claimed, or its lease last extended
+    /// ([`ClaimGuard::extend_lease`]) (wall-clock ms); 0 if its marker is corrupt.
     pub claimed_at_ms: u64,
     /// When its lease runs out or ran out (wall-clock ms); 0 if its marker is corrupt.
     pub lease_expires_at_ms: u64,
@@ -1283,6 +1284,105 @@ mod tests {
         first_claim(&ns).complete().unwrap();
         clock.advance(Duration::from_secs(30));
         (engine, ns)
+    }
+
+    /// An extended lease rewrites its claim's marker with the new end, wherever the
+    /// marker is: a journal slot, a journal that overflowed into RocksDB, a deferred
+    /// marker still in memory or already flushed, an immediate one.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn an_extended_lease_rewrites_its_marker_where_it_is() {
+        use crate::ClaimMarkers;
+        use std::time::Duration;
+        let cases: [(&str, ClaimMarkers, bool, &str); 5] = [
+            ("journal", ClaimMarkers::Journal, false, "journal"),
+            ("overflow", ClaimMarkers::Journal, true, "rocksdb"),
+            ("deferred", ClaimMarkers::Deferred, false, "memory"),
+            ("flushed", ClaimMarkers::Deferred, true, "rocksdb"),
+            ("immediate", ClaimMarkers::Immediate, false, "rocksdb"),
+        ];
+        for (name, markers, moved, place) in cases {
+            let dir = Scratch::new(&format!("extend-{name}"));
+            let (engine, ns, clock) = durable_namespace_with(
+                &dir,
+                crate::NamespaceConfig::new()
+                    .lease(Duration::from_secs(1))
+                    .claim_markers(markers)
+                    .journal_slots(1)
+                    .sync(crate::SyncPolicy::Never),
+            );
+            // The journal's one slot taken first: the claim's marker overflows.
+            let _first =
+                (moved && markers == ClaimMarkers::Journal).then(|| ns.claim(b"first").unwrap());
+            let crate::Claim::Acquired(mut g) = ns.claim_with_payload(b"k", b"p").unwrap() else {
+                panic!("{name}: a new key")
+            };
+            if moved && markers == ClaimMarkers::Deferred {
+                engine.run_maintenance();
+            }
+            let d = ns.inner.durable.as_ref().unwrap();
+            let fp = g.fp.to_u128();
+            let (at, before) = d.marker_anywhere(fp).expect("a marker");
+            assert_eq!(at, place, "{name}");
+            clock.advance(Duration::from_millis(500));
+            g.extend_lease(Duration::from_secs(30)).unwrap();
+            let (at, after) = d.marker_anywhere(fp).expect("a marker");
+            assert_eq!(at, place, "{name}: rewritten where it was");
+            assert_eq!(after.expires_ms, 1_000_000 + 500 + 30_000, "{name}");
+            assert_eq!(g.lease_expires_at_ms(), after.expires_ms, "{name}");
+            assert_eq!(
+                (after.token, after.payload, after.state),
+                (before.token, before.payload, before.state),
+                "{name}"
+            );
+            g.complete().unwrap();
+            assert!(ns.claim(b"k").unwrap().is_duplicate(), "{name}");
+        }
+    }
+
+    /// A marker the store refuses to rewrite: under `FailClosed` the extension is
+    /// undone (the old end stands) and the error returned; under `FailOpen` the lease
+    /// is extended in memory, counted as a fail-open decision.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn an_extension_whose_marker_the_store_refuses_follows_the_failure_policy() {
+        use crate::{ClaimMarkers, FailurePolicy};
+        use std::time::Duration;
+        for policy in [FailurePolicy::FailClosed, FailurePolicy::FailOpen] {
+            let dir = Scratch::new("extend-refused");
+            let (engine, ns, clock) = durable_namespace_with(
+                &dir,
+                crate::NamespaceConfig::new()
+                    .lease(Duration::from_secs(1))
+                    .claim_markers(ClaimMarkers::Immediate)
+                    .on_store_error(policy)
+                    .sync(crate::SyncPolicy::Never),
+            );
+            let mut g = first_claim(&ns);
+            let fp = g.fp.to_u128();
+            engine.debug_fail_store_writes(true);
+            let r = g.extend_lease(Duration::from_secs(30));
+            engine.debug_fail_store_writes(false);
+            let d = ns.inner.durable.as_ref().unwrap();
+            let on_disk = d.marker_anywhere(fp).unwrap().1.expires_ms;
+            assert_eq!(
+                on_disk,
+                1_000_000 + 1_000,
+                "{policy:?}: the old end on disk"
+            );
+            clock.advance(Duration::from_secs(1));
+            if policy == FailurePolicy::FailClosed {
+                assert!(matches!(r, Err(crate::Error::Store(_))), "{r:?}");
+                assert_eq!(g.lease_expires_at_ms(), 1_000_000 + 1_000);
+                assert!(ns.claim(b"k").unwrap().is_acquired(), "the old end stood");
+                assert_eq!(g.complete(), Err(crate::Error::LeaseLost));
+            } else {
+                r.unwrap();
+                assert_eq!(engine.stats().fail_open_decisions, 1);
+                assert!(ns.claim(b"k").unwrap().is_in_progress(), "extended");
+                g.complete().unwrap();
+            }
+        }
     }
 
     /// A sliding window read back from the durable tier (here after a restart: the
@@ -5339,6 +5439,92 @@ impl ClaimGuard {
     /// When this claim's lease runs out (wall-clock ms).
     pub fn lease_expires_at_ms(&self) -> u64 {
         self.ns().params.tick_to_ms(self.lease.deadline)
+    }
+
+    /// Renews the claim: its lease now runs out `lease` from now (the namespace's
+    /// clock), later or earlier than before, as a heartbeat of a consumer whose
+    /// message takes longer than it expected (SQS's `ChangeMessageVisibility`).
+    /// Other claims of the key answer `InProgress` with the new end, and after a
+    /// crash the key is held as an orphan until it.
+    ///
+    /// [`Error::LeaseLost`] if the lease has already run out (or the key was claimed
+    /// again, or forgotten): nothing changes, and `complete` or `release` will say
+    /// the same. [`Error::InvalidLease`] for a lease under 1 ms or past the 2^30
+    /// ticks a deadline can lie ahead; nothing changes. With a durable tier the
+    /// claim's marker is rewritten with the new end (a write to RocksDB unless the
+    /// marker is in the journal or still in memory); if the store refuses it, under
+    /// `FailClosed` the lease goes back to its old end and the error is returned,
+    /// under `FailOpen` the lease is extended in memory, the marker keeps the old
+    /// end (counted in `fail_open_decisions`). The rewritten marker's time is the
+    /// extension's: an orphan's `claimed_at_ms` is when it was last renewed.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use idem::{Claim, Engine, NamespaceConfig};
+    ///
+    /// let engine = Engine::builder()
+    ///     .namespace("jobs", NamespaceConfig::new().lease(Duration::from_secs(30)))
+    ///     .build()?;
+    /// let jobs = engine.namespace("jobs")?;
+    /// if let Claim::Acquired(mut guard) = jobs.claim(b"job-7")? {
+    ///     // ... the work takes longer than planned:
+    ///     guard.extend_lease(Duration::from_secs(120))?;
+    ///     guard.complete()?;
+    /// }
+    /// # Ok::<(), idem::Error>(())
+    /// ```
+    pub fn extend_lease(&mut self, lease: Duration) -> Result<()> {
+        let ns = self.ns();
+        let p = &ns.params;
+        let lease_ms = crate::config::whole_ms(lease).as_millis();
+        if lease_ms == 0 {
+            return Err(Error::InvalidLease("a lease must be at least 1 ms"));
+        }
+        if lease_ms > u128::from(crate::hot::MAX_DEADLINE_TICKS.saturating_mul(p.tick_ms)) {
+            return Err(Error::InvalidLease(
+                "a lease must end less than 2^30 ticks ahead",
+            ));
+        }
+        let now = ns.now();
+        let deadline = p.deadline(now, lease_ms as u64);
+        let si = self.shard as usize;
+        let cap = ns.capacity();
+        let durable = ns.durable.as_ref();
+        let old = self.lease;
+        let payload = ns.slots[si]
+            .lock()
+            .extend_lease(self.fp, &old, now, deadline, &cap, durable.is_some())
+            .map_err(|Refused::LeaseLost| Error::LeaseLost)?;
+        let extended = Lease { deadline, ..old };
+        let (lease, renewed) = match durable {
+            None => (extended, Ok(())),
+            Some(d) => {
+                let marker = Record {
+                    state: RecordState::InProgress,
+                    token: old.token,
+                    at_ms: now.ms,
+                    expires_ms: p.tick_to_ms(deadline),
+                    payload,
+                    result: None,
+                };
+                let renewed = d.renew_marker(self.fp.to_u128(), marker);
+                let mut shard = ns.slots[si].lock();
+                let lease = if renewed.is_ok() {
+                    extended
+                } else {
+                    // As it was: the old end (if that has passed meanwhile, the lease
+                    // is lost, as it would have been without the extension).
+                    let held =
+                        shard.extend_lease(self.fp, &extended, now, old.deadline, &cap, false);
+                    debug_assert!(held.is_ok(), "the entry was held");
+                    old
+                };
+                shard.marker_written(self.fp, &lease);
+                (lease, renewed)
+            }
+        };
+        self.lease = lease;
+        renewed
     }
 
     /// Marks the key done: it answers `Duplicate` for the namespace's TTL.

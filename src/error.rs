@@ -212,6 +212,10 @@ pub enum Error {
         /// The setting and what is wrong with it.
         reason: &'static str,
     },
+    /// A lease passed to [`ClaimGuard::extend_lease`](crate::ClaimGuard::extend_lease)
+    /// is out of range: under 1 ms, or past the 2^30 ticks a deadline can lie ahead.
+    /// The claim is unchanged.
+    InvalidLease(&'static str),
     /// Memory that the configuration takes up front could not be allocated (a
     /// preallocated index, or a prefilter's filter, larger than the allocator
     /// grants). Nothing was started and no directory was opened.
@@ -348,6 +352,7 @@ impl fmt::Display for Error {
             Error::InvalidConfig { namespace, reason } => {
                 write!(f, "invalid configuration of namespace {namespace:?}: {reason}")
             }
+            Error::InvalidLease(reason) => write!(f, "invalid lease: {reason}"),
             Error::OutOfMemory { namespace, what } => {
                 write!(f, "namespace {namespace:?}: could not allocate {what}")
             }

@@ -2679,6 +2679,39 @@ impl Shard {
         !self.forgetting.is_empty() && self.forgetting.iter().any(|f| f.0 == fp)
     }
 
+    /// Moves the end of claim `lease` of `fp` to `deadline` (ticks; earlier as well
+    /// as later), if the claim still holds its lease at `now`. With `hold`, the entry
+    /// is also held, as [`Shard::hold_for_marker`] holds a new claim's, while the
+    /// claim's marker is rewritten with the new end. Returns the claim's payload
+    /// fingerprint (the marker carries it).
+    pub(crate) fn extend_lease(
+        &mut self,
+        fp: Fp,
+        lease: &Lease,
+        now: Now,
+        deadline: u64,
+        cap: &Capacity<'_>,
+        hold: bool,
+    ) -> Result<Option<u64>, Refused> {
+        self.catch_up(now, cap);
+        // (A hold to take finds none: the guard's own completion, the only other
+        // holder of a claim past its marker's write, consumes the guard.)
+        if !self.holds(fp, lease, now)
+            || (hold && self.slab.get(lease.idx).meta & COMPLETING_BIT != 0)
+        {
+            return Err(Refused::LeaseLost);
+        }
+        self.reschedule(lease.idx, deadline);
+        if hold {
+            self.hold_for_marker(lease.idx);
+        }
+        Ok(if self.slab.get(lease.idx).has_payload() {
+            self.payloads.get(&lease.idx).copied()
+        } else {
+            None
+        })
+    }
+
     /// Holds entry `idx`, just acquired, while its claim marker is written outside
     /// the lock (as a completion's write holds it): until [`Shard::marker_written`]
     /// its lease cannot run out under it and a `forget` waits, so no later claim of

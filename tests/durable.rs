@@ -2217,6 +2217,45 @@ fn a_claim_marker_left_behind_is_an_orphan_at_the_next_open() {
     duplicate(&ns, b"ord-7");
 }
 
+/// A claim whose lease was extended and that was in flight at a crash is an orphan
+/// held until the extended end, in every marker mode.
+#[test]
+fn an_orphan_whose_lease_was_extended_is_held_until_the_new_end() {
+    for markers in [
+        ClaimMarkers::Immediate,
+        ClaimMarkers::Journal,
+        ClaimMarkers::Deferred,
+    ] {
+        let dir = TempDir::new();
+        let clock = ManualClock::new(T0);
+        let cfg = small().claim_markers(markers);
+        {
+            let (engine, ns) = open(&dir, &clock, cfg.clone());
+            let mut g = acquire(&ns, b"k");
+            clock.advance(secs(1));
+            g.extend_lease(secs(60)).unwrap();
+            // A deferred marker reaches the disk with the maintenance pass.
+            engine.run_maintenance();
+            engine.debug_keep_journal_markers(true);
+            engine.debug_fail_store_writes(true);
+            drop(g); // its claim marker stays on disk, as after a crash
+            engine.debug_fail_store_writes(false);
+        }
+        let (engine, ns) = open(&dir, &clock, cfg);
+        let o = engine.orphans();
+        assert_eq!(o.len(), 1, "{markers:?}: {o:?}");
+        assert_eq!(
+            (o[0].claimed_at_ms, o[0].lease_expires_at_ms),
+            (T0 + 1_000, T0 + 61_000),
+            "{markers:?}"
+        );
+        clock.advance(secs(59));
+        in_progress(&ns, b"k");
+        clock.advance(secs(1));
+        acquire(&ns, b"k").complete().unwrap();
+    }
+}
+
 #[test]
 fn an_orphan_keeps_its_payload_fingerprint_across_the_restart() {
     let dir = TempDir::new();

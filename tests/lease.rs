@@ -189,3 +189,70 @@ fn leases_and_ttls_whose_deadlines_cross_the_wrap_of_32_bit_ticks_hold() {
     assert!(ns.claim(b"k").unwrap().is_acquired(), "at the lease's end");
     assert_eq!(held.complete(), Err(Error::LeaseLost));
 }
+
+/// `extend_lease` moves the lease's end to the given time from now: the key stays
+/// held past the old end (other claims answer `InProgress` with the new end), the
+/// guard completes, and maintenance leaves the entry alone until the new end.
+#[test]
+fn an_extended_lease_holds_the_key_until_its_new_end() {
+    let (e, ns, clock) = engine_with(small());
+    let mut g = acquire(&ns, b"k");
+    clock.advance(secs(4));
+    g.extend_lease(secs(10)).unwrap();
+    assert_eq!(g.lease_expires_at_ms(), T0 + 14_000);
+    clock.advance(secs(9)); // 13 s after the claim, 8 s past the old end
+    assert_eq!(e.run_maintenance(), 0, "nothing expired");
+    let Claim::InProgress(busy) = ns.claim(b"k").unwrap() else {
+        panic!("still held")
+    };
+    assert_eq!(busy.lease_expires_at_ms(), T0 + 14_000);
+    g.complete().unwrap();
+    assert!(ns.claim(b"k").unwrap().is_duplicate());
+}
+
+/// An extension may also shorten the lease; and once the new end has passed, the
+/// key is claimable and the guard's lease is lost.
+#[test]
+fn an_extension_can_shorten_the_lease_and_then_it_runs_out() {
+    let (_e, ns, clock) = engine_with(small());
+    let mut g = acquire(&ns, b"k");
+    g.extend_lease(secs(1)).unwrap();
+    clock.advance(secs(1));
+    let _new = acquire(&ns, b"k");
+    assert_eq!(g.complete(), Err(Error::LeaseLost));
+}
+
+/// A lease that has run out, or a key claimed again, cannot be extended: the
+/// extension is refused and changes nothing (the new holder keeps its claim).
+#[test]
+fn an_extension_after_the_lease_ran_out_is_refused_and_changes_nothing() {
+    let (_e, ns, clock) = engine_with(small());
+    let mut g = acquire(&ns, b"k");
+    clock.advance(secs(5));
+    assert_eq!(g.extend_lease(secs(60)), Err(Error::LeaseLost));
+    let mut new = acquire(&ns, b"k");
+    assert_eq!(g.extend_lease(secs(60)), Err(Error::LeaseLost));
+    let Claim::InProgress(busy) = ns.claim(b"k").unwrap() else {
+        panic!("held by the new claim")
+    };
+    assert_eq!(busy.lease_expires_at_ms(), T0 + 10_000, "its own lease");
+    new.extend_lease(secs(1)).unwrap();
+    new.complete().unwrap();
+    assert_eq!(g.release(), Err(Error::LeaseLost));
+}
+
+/// A lease out of range is a typed error and changes nothing.
+#[test]
+fn an_extension_out_of_range_is_refused_and_changes_nothing() {
+    let (_e, ns, clock) = engine_with(small());
+    let mut g = acquire(&ns, b"k");
+    for bad in [Duration::ZERO, Duration::MAX, secs(1 << 30)] {
+        assert!(
+            matches!(g.extend_lease(bad), Err(Error::InvalidLease(_))),
+            "{bad:?}"
+        );
+    }
+    assert_eq!(g.lease_expires_at_ms(), T0 + 5_000);
+    clock.advance(secs(5));
+    assert!(ns.claim(b"k").unwrap().is_acquired(), "the old end stands");
+}

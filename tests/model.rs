@@ -73,6 +73,8 @@ fn assert_covers_every_path(t: &Tally) {
         ("batches", t.batches),
         ("refused batches", t.batches_refused),
         ("batch completions", t.completion_batches),
+        ("lease extensions", t.extensions),
+        ("refused lease extensions", t.extensions_refused),
     ];
     for (what, n) in reached {
         assert!(n >= 20, "only {n} {what} in {t:?}");

@@ -170,6 +170,11 @@ enum Op {
     DropGuard {
         guard: u8,
     },
+    /// `extend_lease` of a held guard, to `ms` from now.
+    Extend {
+        guard: u8,
+        ms: u64,
+    },
     Forget {
         key: usize,
     },
@@ -219,7 +224,15 @@ impl Op {
             110..=117 => Op::Release { guard: rng.byte() },
             118..=121 => Op::DropGuard { guard: rng.byte() },
             122..=131 => Op::Forget { key: key(rng) },
-            132..=135 => Op::Check { key: key(rng) },
+            132..=133 => Op::Check { key: key(rng) },
+            134..=135 => Op::Extend {
+                guard: rng.byte(),
+                ms: match rng.below(3) {
+                    0 => 1 + rng.below(20),
+                    1 => LEASE_MS - 1 + rng.below(3),
+                    _ => TTL_MS + rng.below(2 * TTL_MS),
+                },
+            },
             136..=167 => {
                 let by = match rng.below(20) {
                     0..=4 => 1,
@@ -453,6 +466,22 @@ impl Model {
         Ok(())
     }
 
+    /// `extend_lease`: claim `id` on `key` now ends `ms` from now, and so does its
+    /// marker (written at this time). A lost lease changes and counts nothing.
+    fn extend(&mut self, key: usize, id: u64, ms: u64) -> Result<u64, Error> {
+        if !self.holds(key, id) {
+            return Err(Error::LeaseLost);
+        }
+        let (now, until) = (self.now, self.now + ms);
+        if let Some(State::InProgress { deadline, .. }) = self.keys.get_mut(&key) {
+            *deadline = until;
+        }
+        if let Some(m) = self.markers.get_mut(&key).filter(|m| m.0 == id) {
+            *m = (id, now, until);
+        }
+        Ok(until)
+    }
+
     fn release(&mut self, key: usize, id: u64) -> Result<(), Error> {
         if !self.holds(key, id) {
             return Err(self.lease_lost(key, id));
@@ -548,6 +577,9 @@ struct Tally {
     batches: u64,
     batches_refused: u64,
     completion_batches: u64,
+    /// `extend_lease` calls that extended, and those refused (the lease lost).
+    extensions: u64,
+    extensions_refused: u64,
     maintenance: u64,
     compactions: u64,
     /// Compactions while an expired record was on disk to drop.
@@ -584,6 +616,8 @@ impl std::ops::AddAssign for Tally {
         self.batches += o.batches;
         self.batches_refused += o.batches_refused;
         self.completion_batches += o.completion_batches;
+        self.extensions += o.extensions;
+        self.extensions_refused += o.extensions_refused;
         self.maintenance += o.maintenance;
         self.compactions += o.compactions;
         self.compactions_with_expired += o.compactions_with_expired;
@@ -760,6 +794,7 @@ impl Harness {
             Op::CompleteBatch { n } => self.complete_batch(n),
             Op::Release { guard } => self.finish(guard, Finish::Release),
             Op::DropGuard { guard } => self.finish(guard, Finish::Drop),
+            Op::Extend { guard, ms } => self.extend(guard, ms),
             Op::Forget { key } => self.forget(key),
             Op::Check { key } => self.check(key),
             Op::Advance { by } => self.advance(by),
@@ -1004,6 +1039,30 @@ impl Harness {
         match sel {
             0..=127 => self.held.len() - 1,
             _ => sel as usize % self.held.len(),
+        }
+    }
+
+    /// `extend_lease` on a held guard (mostly the newest), which stays held.
+    fn extend(&mut self, sel: u8, ms: u64) {
+        if self.held.is_empty() {
+            return;
+        }
+        let i = self.pick(sel);
+        let got = self.held[i].guard.extend_lease(Duration::from_millis(ms));
+        let (key, id) = (self.held[i].key, self.held[i].id);
+        let expected = self.model.extend(key, id, ms);
+        assert_eq!(
+            got,
+            expected.clone().map(|_| ()),
+            "extending the lease on key-{key}: {}",
+            self.at()
+        );
+        match expected {
+            Ok(until) => {
+                self.held[i].lease_expires_at_ms = until;
+                self.tally.extensions += 1;
+            }
+            Err(_) => self.tally.extensions_refused += 1,
         }
     }
 
@@ -1282,6 +1341,8 @@ fn assert_covers_every_path(t: &Tally, sliding: bool) {
         ("batches", t.batches),
         ("refused batches", t.batches_refused),
         ("batch completions", t.completion_batches),
+        ("lease extensions", t.extensions),
+        ("refused lease extensions", t.extensions_refused),
         ("maintenance passes", t.maintenance),
         ("compactions", t.compactions),
         (

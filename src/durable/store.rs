@@ -1415,6 +1415,25 @@ impl DurableNs {
             .map(|m| m.token)
     }
 
+    /// Where the marker of `fp`'s claim is and what it says (tests): in the
+    /// journal, in memory (deferred) or in RocksDB, looked for in that order.
+    #[cfg(test)]
+    pub(crate) fn marker_anywhere(&self, fp: u128) -> Option<(&'static str, Record)> {
+        if self.journal.get().is_some() {
+            let slots = self.read_journal().unwrap().unwrap_or_default();
+            if let Some((_, r)) = slots.into_iter().find(|(f, _)| *f == fp) {
+                return Some(("journal", r.unwrap()));
+            }
+        }
+        if let Some(d) = &self.deferred {
+            if let Some(r) = d.pending.lock().get(&fp) {
+                return Some(("memory", r.clone()));
+            }
+        }
+        let on_disk = self.store.get_claim(&self.name, &self.fams, fp).unwrap();
+        on_disk.map(|r| ("rocksdb", r))
+    }
+
     /// `fp`'s done record in RocksDB, if it has one (tests).
     #[cfg(test)]
     pub(crate) fn done_on_disk(&self, fp: u128) -> Option<Record> {
@@ -2033,6 +2052,41 @@ impl DurableNs {
                 }
                 r
             }
+        }
+    }
+
+    /// Rewrites the marker of claim `marker.token` of `fp` with `marker` (its lease
+    /// extended), where it is: its journal slot, in memory (deferred, not yet
+    /// flushed), or in RocksDB (immediate, overflowed, flushed). The caller holds the
+    /// claim's entry (`Shard::hold_for_marker`), so no later claim of the key writes
+    /// a marker meanwhile. A store failure follows the failure policy: under
+    /// `FailOpen` the marker keeps the lease's old end, which a crash then reports.
+    pub(crate) fn renew_marker(&self, fp: u128, marker: Record) -> Result<(), Error> {
+        if let Some(j) = self.journal.get() {
+            if j.holds(fp, Some(marker.token)) {
+                // Its own slot is reused: nothing is left over.
+                let left = j.put(&[(fp, marker)]);
+                debug_assert!(left.is_empty(), "a held slot was not reused");
+                return Ok(());
+            }
+        }
+        // A flush under way finishes first: the marker is then in memory or on disk.
+        let _flushed = self.deferred.as_ref().map(|d| d.flushing.lock());
+        if let Some(d) = &self.deferred {
+            let mut pending = d.pending.lock();
+            if let Some(kept) = pending.get_mut(&fp).filter(|r| r.token == marker.token) {
+                *kept = marker;
+                return Ok(());
+            }
+        }
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        let _gate = self.marker_gate.read();
+        match self.store.put_claims(&self.fams, &[(fp, marker)]) {
+            Ok(()) => {
+                self.note_marker_on_disk(fp);
+                Ok(())
+            }
+            Err(e) => self.on_failure(e, "extend lease"),
         }
     }
 

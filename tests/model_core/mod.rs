@@ -84,6 +84,9 @@ pub enum Op {
     Release { guard: u8 },
     /// Drops a held guard unfinished.
     DropGuard { guard: u8 },
+    /// `extend_lease` on a held guard, to a lease chosen by `lease` (see
+    /// [`extension_ms`]).
+    Extend { guard: u8, lease: u8 },
     /// `forget(key)`.
     Forget { key: u8 },
     /// `check(key)`.
@@ -129,6 +132,7 @@ pub fn decode(bytes: &[u8]) -> Vec<Op> {
                     early: b & 1 == 1,
                 },
                 _ if a % 8 == 0 => Op::Leap { arg: b },
+                _ if a % 8 == 1 => Op::Extend { guard: b, lease: b },
                 _ => Op::Maintenance,
             }
         })
@@ -418,6 +422,21 @@ impl Model {
         Ok(())
     }
 
+    /// `extend_lease`: the claim's lease now ends `lease_ms` from now; nothing is
+    /// counted either way.
+    fn extend(&mut self, key: usize, id: u64, lease_ms: u64) -> Result<u64, Error> {
+        if !self.holds(key, id) {
+            return Err(Error::LeaseLost);
+        }
+        let until = self.now + lease_ms;
+        let e = self.entries.get_mut(&key).expect("a held key is resident");
+        e.state = State::InProgress {
+            deadline: until,
+            id,
+        };
+        Ok(until)
+    }
+
     fn release(&mut self, key: usize, id: u64) -> Result<(), Error> {
         if !self.holds(key, id) {
             self.counts.lease_lost += 1;
@@ -505,6 +524,9 @@ pub struct Tally {
     pub batches_refused: u64,
     /// `complete_batch` calls.
     pub completion_batches: u64,
+    /// `extend_lease` calls that extended, and those refused (the lease lost).
+    pub extensions: u64,
+    pub extensions_refused: u64,
     pub steps: u64,
 }
 
@@ -532,7 +554,20 @@ impl std::ops::AddAssign for Tally {
         self.batches += o.batches;
         self.batches_refused += o.batches_refused;
         self.completion_batches += o.completion_batches;
+        self.extensions += o.extensions;
+        self.extensions_refused += o.extensions_refused;
         self.steps += o.steps;
+    }
+}
+
+/// The lease an [`Op::Extend`] asks for: 1 ms, a few ms, about the namespace's
+/// lease, or up to about the TTL.
+pub fn extension_ms(lease: u8) -> u64 {
+    match lease % 4 {
+        0 => 1,
+        1 => 1 + u64::from(lease % 32),
+        2 => LEASE_MS - 2 + u64::from(lease % 5),
+        _ => TTL_MS / 2 + 4 * u64::from(lease),
     }
 }
 
@@ -691,6 +726,7 @@ impl Harness {
             }
             Op::Release { guard } => self.finish(guard, Finish::Release),
             Op::DropGuard { guard } => self.finish(guard, Finish::Drop),
+            Op::Extend { guard, lease } => self.extend(guard, lease),
             Op::Forget { key } => self.forget(key),
             Op::Check { key } => self.check(key),
             Op::Advance { kind, arg } => {
@@ -933,6 +969,34 @@ impl Harness {
             Err(Error::LeaseLost) if unclaimed => self.tally.lease_lost_unclaimed += 1,
             Err(Error::LeaseLost) => self.tally.lease_lost_taken += 1,
             Err(_) => {}
+        }
+    }
+
+    /// `extend_lease` on a held guard (mostly the newest), which stays held.
+    fn extend(&mut self, sel: u8, lease: u8) {
+        if self.held.is_empty() {
+            return;
+        }
+        let i = match sel {
+            0..=127 => self.held.len() - 1,
+            _ => sel as usize % self.held.len(),
+        };
+        let ms = extension_ms(lease);
+        let h = &mut self.held[i];
+        let got = h.guard.extend_lease(Duration::from_millis(ms));
+        let (key, id) = (h.key, h.id);
+        let expected = self.model.extend(key, id, ms);
+        assert_eq!(
+            got,
+            expected.clone().map(|_| ()),
+            "extending the lease on key-{key:02}: {}",
+            self.at()
+        );
+        if let Ok(until) = expected {
+            self.held[i].lease_expires_at_ms = until;
+            self.tally.extensions += 1;
+        } else {
+            self.tally.extensions_refused += 1;
         }
     }
 

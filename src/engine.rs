@@ -721,7 +721,10 @@ impl Engine {
     /// `FailOpen` decided from the hot tier alone, the store having refused it, is
     /// not in the log, and no sync puts it there: it is counted in
     /// `Stats::fail_open_decisions`, which a consumer that must not lose it checks
-    /// before committing its offsets, or it runs `FailClosed`.) For consumers
+    /// before committing its offsets, or it runs `FailClosed`. The count also holds
+    /// completions the store took whose own fsync failed under `Always`: those are
+    /// in the log, but after a failed fsync the system may have dropped the pages
+    /// it held, and a later fsync that works does not bring them back.) For consumers
     /// that run under `SyncPolicy::Never` (or `Periodic`) and commit their broker
     /// offsets in batches: sync, then commit, and a power loss cannot lose a
     /// completion whose message the broker will not redeliver. All namespaces share
@@ -762,8 +765,8 @@ impl Engine {
     /// ([`Error::Store`], its operation naming the step), and each is logged, a
     /// namespace's also counted in its `store_errors`. A drop does the same and can
     /// only log. A failed step loses nothing already taken: what a memtable's flush
-    /// could not write is in the synced log, and a prefilter not saved is rebuilt at
-    /// the next open. (Markers not written stay in memory: should the process then
+    /// could not write is in the log (on disk if the log's fsync worked), and a
+    /// prefilter not saved is rebuilt at the next open. (Markers not written stay in memory: should the process then
     /// crash before their claims end, the next open does not report those claims as
     /// orphans.) Without a durable tier: `Ok` once the thread has stopped.
     ///
@@ -1385,46 +1388,73 @@ mod tests {
         }
     }
 
-    /// A sliding window read back from the durable tier (here after a restart: the
-    /// hot tier had lost the key) rewrites its record with the record's fencing
-    /// token, that of the claim that completed it, as a rewrite from a live hot
-    /// entry does. (Before, the read-back entry carried token 0 into the rewrite: a
-    /// journal marker of that claim still on disk, as a fail-open completion whose
-    /// fsync failed leaves one, was then reported as an orphan at the next open
-    /// instead of being settled by the record.)
-    #[cfg(feature = "durable")]
+    /// A sliding window read back from the durable tier rewrites its record without
+    /// settling the marker of a claim of this run that has the record's fencing
+    /// token (tokens start again every run): here claim X, acquired over the live
+    /// record of an earlier run when the read failed under `FailOpen`, whose lease
+    /// then runs out while its guard is held. Its marker stays (journal), or is still
+    /// written by the next flush (deferred), so a crash reports X. (A read-back entry
+    /// once carried the record's token into the rewrite, whose batch then cleared
+    /// X's journal slot or dropped its deferred marker.)
+    #[cfg(all(feature = "durable", target_os = "linux"))]
     #[test]
-    fn a_sliding_window_read_back_rewrites_its_record_with_the_records_token() {
+    fn a_read_back_windows_rewrite_keeps_the_marker_of_a_claim_with_the_records_token() {
+        use crate::ClaimMarkers;
         use std::time::Duration;
-        let dir = Scratch::new("read-back-token");
-        let cfg = || {
-            crate::NamespaceConfig::new()
-                .ttl(Duration::from_secs(60))
-                .retention(Duration::from_secs(60))
-                .extend_on_duplicate(true)
-                .sync(crate::SyncPolicy::Never)
-        };
-        let clock = crate::ManualClock::new(1_000_000);
-        let on_disk =
-            |ns: &super::Namespace, fp| ns.inner.durable.as_ref().unwrap().done_on_disk(fp);
-        let (fp, before) = {
+        for markers in [ClaimMarkers::Journal, ClaimMarkers::Deferred] {
+            let dir = Scratch::new("read-back-token");
+            let cfg = || {
+                crate::NamespaceConfig::new()
+                    .ttl(Duration::from_secs(60))
+                    .retention(Duration::from_secs(60))
+                    .lease(Duration::from_secs(5))
+                    .shards(1)
+                    .extend_on_duplicate(true)
+                    .claim_markers(markers)
+                    .on_store_error(crate::FailurePolicy::FailOpen)
+                    .sync(crate::SyncPolicy::Never)
+            };
+            let clock = crate::ManualClock::new(1_000_000);
+            {
+                let engine = durable_engine(&dir, cfg(), &clock);
+                first_claim(&engine.namespace("n").unwrap())
+                    .complete()
+                    .unwrap();
+            }
+            clock.advance(Duration::from_secs(1));
             let engine = durable_engine(&dir, cfg(), &clock);
             let ns = engine.namespace("n").unwrap();
-            let g = first_claim(&ns);
-            let fp = g.fp.to_u128();
-            g.complete().unwrap();
-            (fp, on_disk(&ns, fp).expect("the completion's record"))
-        };
-        assert_ne!(before.token, 0, "a token a rewrite could lose");
-        clock.advance(Duration::from_secs(30));
-        let engine = durable_engine(&dir, cfg(), &clock);
-        let ns = engine.namespace("n").unwrap();
-        let writes = engine.stats().durable_writes;
-        assert!(ns.claim(b"k").unwrap().is_duplicate());
-        assert_eq!(engine.stats().durable_writes, writes + 1, "the rewrite");
-        let after = on_disk(&ns, fp).unwrap();
-        assert!(after.expires_ms > before.expires_ms, "{after:?}");
-        assert_eq!(after.token, before.token, "{after:?}");
+            engine.debug_fail_store_reads(true);
+            let x = first_claim(&ns);
+            engine.debug_fail_store_reads(false);
+            let d = ns.inner.durable.as_ref().unwrap();
+            let fp = x.fp.to_u128();
+            let record = d.done_on_disk(fp).expect("the earlier run's record");
+            assert_eq!(record.token, x.lease.token, "{markers:?}: the same token");
+            clock.advance(Duration::from_secs(10)); // X's lease runs out, its guard held
+            let writes = engine.stats().durable_writes;
+            assert!(ns.claim(b"k").unwrap().is_duplicate(), "{markers:?}");
+            assert_eq!(
+                engine.stats().durable_writes,
+                writes + 1,
+                "{markers:?}: the window's rewrite"
+            );
+            match markers {
+                ClaimMarkers::Journal => assert!(
+                    d.journal_holds(fp, x.lease.token),
+                    "X's journal slot cleared"
+                ),
+                _ => {
+                    d.flush_markers().unwrap();
+                    assert_eq!(
+                        d.marker_token_on_disk(fp),
+                        Some(x.lease.token),
+                        "X's deferred marker dropped"
+                    );
+                }
+            }
+            drop(x);
+        }
     }
 
     /// A sliding window's sighting during a forget does not move the hot window past
@@ -4991,9 +5021,9 @@ impl Namespace {
     /// fails, nothing is completed, the claims are released and the
     /// error is returned (if the write succeeded and only its grouped fsync failed,
     /// the records are applied and readable, and a later claim of their keys answers
-    /// `Duplicate` from the durable tier); under [`FailurePolicy::FailOpen`](crate::FailurePolicy::FailOpen) the claims are completed in the
-    /// hot tier only instead (counted in [`Stats::fail_open_decisions`]), as
-    /// [`ClaimGuard::complete`] does.
+    /// `Duplicate` from the durable tier); under [`FailurePolicy::FailOpen`](crate::FailurePolicy::FailOpen) the claims are completed
+    /// instead (counted in [`Stats::fail_open_decisions`]), in the hot tier only if
+    /// the write was refused, as [`ClaimGuard::complete`] does.
     ///
     /// A guard of another namespace is completed through its own namespace, on its
     /// own, once this namespace's write has succeeded (if it fails, such guards are

@@ -838,10 +838,6 @@ pub(crate) struct Lease {
 /// A completed key as the durable tier holds it.
 #[derive(Debug, Clone)]
 pub(crate) struct DurableDone {
-    /// The fencing token of the claim that completed it: the hot entry read back
-    /// keeps it, so that a rewrite of the record (a sliding window) keeps it too,
-    /// and still settles that claim's marker at the next open.
-    pub(crate) token: u32,
     pub(crate) completed_at_ms: u64,
     pub(crate) expires_at_ms: u64,
     pub(crate) payload: Option<u64>,
@@ -857,14 +853,6 @@ pub(crate) enum DurableLookup {
     /// The store failed and the namespace fails closed (the error is kept by the
     /// caller).
     Failed,
-}
-
-/// The meta word of a done entry read back from the durable tier: done, with the
-/// record's fencing token (a token wider than the hot tier's, which this build
-/// never writes, is left out: only a rewrite's marker settling depends on it).
-fn read_back_meta(d: &DurableDone) -> u32 {
-    let token = if d.token <= TOKEN_MASK { d.token } else { 0 };
-    STATE_DONE | token << TOKEN_SHIFT
 }
 
 /// The hot deadline of a key the durable tier says is done until `expires_at_ms`:
@@ -1540,7 +1528,8 @@ const SPARE_KEEP_PASSES: usize = 100;
 /// How a completion's durable write (or a sliding window's rewrite) ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Stored {
-    /// The record is on disk.
+    /// The store holds the record: synced, or (fail open) applied with its fsync
+    /// failed; every reader sees it.
     Yes,
     /// The store refused it and the namespace fails open: the answer was decided from
     /// the hot tier alone, which must then keep the entry for its TTL (it is never
@@ -2064,7 +2053,7 @@ impl Shard {
                             }
                         }
                         (
-                            read_back_meta(d),
+                            STATE_DONE,
                             found_deadline(p, now, d, !self.being_forgotten(fp)),
                         )
                     }
@@ -2178,7 +2167,7 @@ impl Shard {
         }
         let (meta, deadline) = match &found {
             DurableLookup::Done(d) => (
-                read_back_meta(d),
+                STATE_DONE,
                 found_deadline(p, now, d, !self.being_forgotten(fp)),
             ),
             _ => {

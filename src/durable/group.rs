@@ -122,7 +122,7 @@ struct State {
     /// The failed syncs whose writes have not all read their outcome yet. A later
     /// sync that succeeds does not make a failed one's writes durable, so a ticket is
     /// checked against these first. Each goes once its last write has read it, so
-    /// the list holds at most one a waiting caller, however long the disk fails.
+    /// the list holds at most one per waiting caller, however long the disk fails.
     failed: Vec<Failed>,
     /// The last sync had company: it covered more than one write, or another write
     /// arrived while it ran.
@@ -643,7 +643,7 @@ mod tests {
             assert_eq!(g.syncs(), 3);
             assert!(
                 g.state.lock().failed.is_empty(),
-                "forgotten once nobody waits"
+                "forgotten once its writes have read it"
             );
         }
     }

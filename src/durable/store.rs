@@ -1958,7 +1958,6 @@ impl DurableNs {
         self.reads.fetch_add(1, Ordering::Relaxed);
         match self.store.get_done(&self.name, &self.fams, fp.to_u128()) {
             Ok(Some(rec)) if live_done(&rec, now_ms) => DurableLookup::Done(DurableDone {
-                token: rec.token,
                 completed_at_ms: rec.at_ms,
                 expires_at_ms: rec.expires_ms,
                 payload: rec.payload,
@@ -2187,9 +2186,12 @@ impl DurableNs {
                 self.errors.fetch_add(1, Ordering::Relaxed);
                 Err(e)
             }
-            // Applied, not synced: the store holds the records (a later sync or
-            // flush puts them on disk), the hot tier may let them go; failing open
-            // here is trusting the log to the OS, as `SyncPolicy::Never` does.
+            // Applied, not synced: every reader sees the records and a crash of the
+            // process keeps them (the log reached the OS), so the hot tier may let
+            // them go and the markers are settled. Whether a power loss keeps them
+            // is what the failed fsync could not say (and a later fsync that works
+            // does not bring back pages the system dropped): failing open here
+            // trusts the log to the OS, as `SyncPolicy::Never` does.
             Ok(Some(e)) => self
                 .on_failures(e, "complete", done.len())
                 .map(|()| Stored::Yes),

@@ -916,14 +916,19 @@ impl Harness {
         });
     }
 
-    fn finish(&mut self, sel: u8, how: Finish) {
-        if self.held.is_empty() {
-            return;
+    /// The held guard `sel` chooses, if any: mostly the newest (the usual
+    /// claim-then-finish), otherwise any of them.
+    fn pick(&self, sel: u8) -> Option<usize> {
+        match (self.held.len(), sel) {
+            (0, _) => None,
+            (n, 0..=127) => Some(n - 1),
+            (n, _) => Some(sel as usize % n),
         }
-        // Mostly the newest guard (the usual claim-then-finish), otherwise any of them.
-        let i = match sel {
-            0..=127 => self.held.len() - 1,
-            _ => sel as usize % self.held.len(),
+    }
+
+    fn finish(&mut self, sel: u8, how: Finish) {
+        let Some(i) = self.pick(sel) else {
+            return;
         };
         let Held { guard, key, id, .. } = self.held.remove(i);
         // Classify a lost lease before the model changes.
@@ -974,12 +979,8 @@ impl Harness {
 
     /// `extend_lease` on a held guard (mostly the newest), which stays held.
     fn extend(&mut self, sel: u8, lease: u8) {
-        if self.held.is_empty() {
+        let Some(i) = self.pick(sel) else {
             return;
-        }
-        let i = match sel {
-            0..=127 => self.held.len() - 1,
-            _ => sel as usize % self.held.len(),
         };
         let ms = extension_ms(lease);
         let h = &mut self.held[i];

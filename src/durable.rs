@@ -41,7 +41,7 @@ pub(crate) use store::{
 #[cfg(all(test, feature = "durable"))]
 pub(crate) use store::{
     fail_next_marker_move, set_after_dlq_put, set_before_defer, set_before_lost_marker_read,
-    set_before_released_delete, set_before_restore,
+    set_before_released_delete, set_before_renew_put, set_before_restore,
 };
 
 /// Refuses a database path that is not valid UTF-8: RocksDB takes its path as a
@@ -198,7 +198,7 @@ impl DurableNs {
         match *self {}
     }
 
-    pub(crate) fn renew_marker(&self, _fp: u128, _m: Record) -> Result<(), crate::error::Error> {
+    pub(crate) fn renew_marker(&self, _fp: u128, _m: Record) -> Result<bool, crate::error::Error> {
         match *self {}
     }
 

@@ -1315,8 +1315,12 @@ mod tests {
                     .sync(crate::SyncPolicy::Never),
             );
             // The journal's one slot taken first: the claim's marker overflows.
-            let _first =
-                (moved && markers == ClaimMarkers::Journal).then(|| ns.claim(b"first").unwrap());
+            let first = (moved && markers == ClaimMarkers::Journal).then(|| {
+                let crate::Claim::Acquired(g) = ns.claim(b"first").unwrap() else {
+                    panic!("a new key")
+                };
+                g
+            });
             let crate::Claim::Acquired(mut g) = ns.claim_with_payload(b"k", b"p").unwrap() else {
                 panic!("{name}: a new key")
             };
@@ -1327,6 +1331,10 @@ mod tests {
             let fp = g.fp.to_u128();
             let (at, before) = d.marker_anywhere(fp).expect("a marker");
             assert_eq!(at, place, "{name}");
+            // The journal's slot free again: the overflowed marker stays where it is.
+            if let Some(first) = first {
+                first.release().unwrap();
+            }
             clock.advance(Duration::from_millis(500));
             g.extend_lease(Duration::from_secs(30)).unwrap();
             let (at, after) = d.marker_anywhere(fp).expect("a marker");
@@ -1385,6 +1393,84 @@ mod tests {
                 assert!(ns.claim(b"k").unwrap().is_in_progress(), "extended");
                 g.complete().unwrap();
             }
+        }
+    }
+
+    /// An extension whose marker the store refuses under `FailClosed` puts the old
+    /// end back even when a maintenance pass, during the write, moved the held
+    /// entry's deadline (the new end, a short one, had passed): the key is still
+    /// held until the old end. (Before, the restore matched the entry's deadline,
+    /// found it moved, and left the lease ending a tick after the new end.)
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_refused_extension_restores_the_old_end_though_maintenance_moved_the_entry() {
+        use std::rc::Rc;
+        use std::time::Duration;
+        let dir = Scratch::new("extend-restore");
+        let (engine, ns, clock) = durable_namespace_with(
+            &dir,
+            crate::NamespaceConfig::new()
+                .lease(Duration::from_secs(5))
+                .claim_markers(crate::ClaimMarkers::Immediate)
+                .sync(crate::SyncPolicy::Never),
+        );
+        let engine = Rc::new(engine);
+        let mut g = first_claim(&ns);
+        {
+            let (engine, clock) = (engine.clone(), clock.clone());
+            crate::durable::set_before_renew_put(move || {
+                clock.advance(Duration::from_millis(20));
+                engine.run_maintenance();
+                engine.debug_fail_store_writes(true);
+            });
+        }
+        let r = g.extend_lease(Duration::from_millis(10));
+        engine.debug_fail_store_writes(false);
+        assert!(matches!(r, Err(crate::Error::Store(_))), "{r:?}");
+        assert_eq!(g.lease_expires_at_ms(), 1_000_000 + 5_000);
+        clock.advance(Duration::from_millis(100));
+        engine.run_maintenance();
+        assert!(
+            ns.claim(b"k").unwrap().is_in_progress(),
+            "held until the old end"
+        );
+        g.complete().unwrap();
+    }
+
+    /// An extension that comes while its key is being forgotten (between the
+    /// forget's delete of the records and its removal of the hot entry) is refused:
+    /// the forget has taken the claim, and its marker, just deleted, is not written
+    /// again (a crash would have reported the forgotten key as an orphan).
+    #[cfg(feature = "durable")]
+    #[test]
+    fn an_extension_during_a_forget_of_its_key_is_refused() {
+        use crate::ClaimMarkers;
+        use std::time::Duration;
+        for markers in [
+            ClaimMarkers::Journal,
+            ClaimMarkers::Deferred,
+            ClaimMarkers::Immediate,
+        ] {
+            let dir = Scratch::new("extend-forget");
+            let (_engine, ns, _clock) = durable_namespace(&dir, markers);
+            let g = std::rc::Rc::new(std::cell::RefCell::new(first_claim(&ns)));
+            let fp = g.borrow().fp.to_u128();
+            let extended = std::rc::Rc::new(std::cell::RefCell::new(None));
+            {
+                let (g, extended) = (g.clone(), extended.clone());
+                set_hook(&AFTER_FORGET_DELETE, move || {
+                    let r = g.borrow_mut().extend_lease(Duration::from_secs(60));
+                    *extended.borrow_mut() = Some(r);
+                });
+            }
+            assert!(ns.forget(b"k").unwrap(), "{markers:?}");
+            assert_eq!(
+                extended.borrow_mut().take(),
+                Some(Err(crate::Error::LeaseLost)),
+                "{markers:?}"
+            );
+            let d = ns.inner.durable.as_ref().unwrap();
+            assert!(d.marker_anywhere(fp).is_none(), "{markers:?}");
         }
     }
 
@@ -4322,6 +4408,7 @@ impl NsInner {
                         fp,
                         shard: si as u32,
                         lease,
+                        marker_ms: 0,
                         armed: true,
                         counted: true,
                     }))
@@ -5072,11 +5159,7 @@ impl Namespace {
                     begun.push(g);
                 }
                 Err(Refused::LeaseLost) => {
-                    d.lease_lost(
-                        g.fp.to_u128(),
-                        g.lease.token,
-                        ns.params.tick_to_ms(g.lease.deadline),
-                    );
+                    d.lease_lost(g.fp.to_u128(), g.lease.token, g.marker_end_ms());
                     outcomes.push(Err(Error::LeaseLost));
                 }
             }
@@ -5422,6 +5505,10 @@ pub struct ClaimGuard {
     fp: Fp,
     shard: u32,
     lease: Lease,
+    /// The lease's end its durable marker carries (wall-clock ms) when that is not
+    /// the lease's own (an extension whose marker the store refused under
+    /// `FailOpen`); 0 otherwise. See [`ClaimGuard::marker_end_ms`].
+    marker_ms: u64,
     armed: bool,
     /// Still counted in its shard: the guard's last lock round ends the count
     /// ([`Shard::guard_ended`](crate::hot::Shard)); `Drop` ends it if no round did.
@@ -5479,8 +5566,9 @@ impl ClaimGuard {
     ///
     /// [`Error::LeaseLost`] if the lease has already run out (or the key was claimed
     /// again, or forgotten): nothing changes, and `complete` or `release` will say
-    /// the same. [`Error::InvalidLease`] for a lease under 1 ms or past the 2^30
-    /// ticks a deadline can lie ahead; nothing changes. With a durable tier the
+    /// the same. [`Error::InvalidLease`] for a zero lease or one past the 2^30 ticks
+    /// a deadline can lie ahead; nothing changes. (Durations are rounded up to whole
+    /// milliseconds, as the namespace's are.) With a durable tier the
     /// claim's marker is rewritten with the new end (a write to RocksDB unless the
     /// marker is in the journal or still in memory); if the store refuses it, under
     /// `FailClosed` the lease goes back to its old end and the error is returned,
@@ -5508,7 +5596,7 @@ impl ClaimGuard {
         let p = &ns.params;
         let lease_ms = crate::config::whole_ms(lease).as_millis();
         if lease_ms == 0 {
-            return Err(Error::InvalidLease("a lease must be at least 1 ms"));
+            return Err(Error::InvalidLease("a lease must be longer than zero"));
         }
         if lease_ms > u128::from(crate::hot::MAX_DEADLINE_TICKS.saturating_mul(p.tick_ms)) {
             return Err(Error::InvalidLease(
@@ -5526,35 +5614,46 @@ impl ClaimGuard {
             .extend_lease(self.fp, &old, now, deadline, &cap, durable.is_some())
             .map_err(|Refused::LeaseLost| Error::LeaseLost)?;
         let extended = Lease { deadline, ..old };
-        let (lease, renewed) = match durable {
-            None => (extended, Ok(())),
-            Some(d) => {
-                let marker = Record {
-                    state: RecordState::InProgress,
-                    token: old.token,
-                    at_ms: now.ms,
-                    expires_ms: p.tick_to_ms(deadline),
-                    payload,
-                    result: None,
-                };
-                let renewed = d.renew_marker(self.fp.to_u128(), marker);
-                let mut shard = ns.slots[si].lock();
-                let lease = if renewed.is_ok() {
-                    extended
-                } else {
-                    // As it was: the old end (if that has passed meanwhile, the lease
-                    // is lost, as it would have been without the extension).
-                    let held =
-                        shard.extend_lease(self.fp, &extended, now, old.deadline, &cap, false);
-                    debug_assert!(held.is_ok(), "the entry was held");
-                    old
-                };
-                shard.marker_written(self.fp, &lease);
-                (lease, renewed)
+        let Some(d) = durable else {
+            self.lease = extended;
+            return Ok(());
+        };
+        let marker = Record {
+            state: RecordState::InProgress,
+            token: old.token,
+            at_ms: now.ms,
+            expires_ms: p.tick_to_ms(deadline),
+            payload,
+            result: None,
+        };
+        let old_marker_ms = self.marker_end_ms();
+        let renewed = d.renew_marker(self.fp.to_u128(), marker);
+        let mut shard = ns.slots[si].lock();
+        let (lease, marker_ms) = match renewed {
+            Ok(true) => (extended, 0),
+            // Fail open: extended, its marker keeping the end it had, which a lost
+            // lease's clean-up then looks for.
+            Ok(false) => (extended, old_marker_ms),
+            Err(_) => {
+                shard.restore_lease(self.fp, &extended, old.deadline);
+                (old, self.marker_ms)
             }
         };
+        shard.marker_written(self.fp, &lease);
+        drop(shard);
         self.lease = lease;
-        renewed
+        self.marker_ms = marker_ms;
+        renewed.map(|_| ())
+    }
+
+    /// The lease's end as the claim's marker carries it (wall-clock ms): the
+    /// lease's own, unless an extension's rewrite of the marker was refused under
+    /// `FailOpen`.
+    fn marker_end_ms(&self) -> u64 {
+        match self.marker_ms {
+            0 => self.ns().params.tick_to_ms(self.lease.deadline),
+            ms => ms,
+        }
     }
 
     /// Marks the key done: it answers `Duplicate` for the namespace's TTL.
@@ -5740,11 +5839,7 @@ impl ClaimGuard {
             done,
         );
         begun.map_err(|Refused::LeaseLost| {
-            d.lease_lost(
-                self.fp.to_u128(),
-                self.lease.token,
-                ns.params.tick_to_ms(self.lease.deadline),
-            );
+            d.lease_lost(self.fp.to_u128(), self.lease.token, self.marker_end_ms());
             Error::LeaseLost
         })
     }

@@ -213,7 +213,7 @@ pub enum Error {
         reason: &'static str,
     },
     /// A lease passed to [`ClaimGuard::extend_lease`](crate::ClaimGuard::extend_lease)
-    /// is out of range: under 1 ms, or past the 2^30 ticks a deadline can lie ahead.
+    /// is out of range: zero, or past the 2^30 ticks a deadline can lie ahead.
     /// The claim is unchanged.
     InvalidLease(&'static str),
     /// Memory that the configuration takes up front could not be allocated (a

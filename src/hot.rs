@@ -2683,9 +2683,12 @@ impl Shard {
         hold: bool,
     ) -> Result<Option<u64>, Refused> {
         self.catch_up(now, cap);
-        // (A hold to take finds none: the guard's own completion, the only other
-        // holder of a claim past its marker's write, consumes the guard.)
+        // A key being forgotten has lost its claim (as a completion is refused): its
+        // marker, just deleted, must not be written again. (A hold to take finds
+        // none: the guard's own completion, the only other holder of a claim past
+        // its marker's write, consumes the guard.)
         if !self.holds(fp, lease, now)
+            || self.being_forgotten(fp)
             || (hold && self.slab.get(lease.idx).meta & COMPLETING_BIT != 0)
         {
             return Err(Refused::LeaseLost);
@@ -2699,6 +2702,19 @@ impl Shard {
         } else {
             None
         })
+    }
+
+    /// Puts back the end of claim `lease` of `fp`, held for its marker's rewrite
+    /// ([`Shard::extend_lease`]), at `deadline` (ticks), the end it had before, and
+    /// ends the hold. The entry's own deadline is not checked: a maintenance pass
+    /// moves a held entry's passed deadline on. (If `deadline` has passed, the lease
+    /// is lost, as it would have been without the extension.)
+    pub(crate) fn restore_lease(&mut self, fp: Fp, lease: &Lease, deadline: u64) {
+        let e = self.slab.get(lease.idx);
+        if e.state() == STATE_IN_PROGRESS && e.is(fp) && e.token() == lease.token {
+            self.reschedule(lease.idx, deadline);
+            self.slab.update_meta(lease.idx, |m| m & !COMPLETING_BIT);
+        }
     }
 
     /// Holds entry `idx`, just acquired, while its claim marker is written outside

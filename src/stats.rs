@@ -62,9 +62,10 @@ pub struct Stats {
     /// Durable-tier operations that failed.
     pub store_errors: u64,
     /// Decisions made from the hot tier alone because the store failed and the
-    /// namespace fails open: claims, completions and checks, and the reads a `forget`
-    /// or a sliding window's rewrite makes first. (A `forget` whose delete fails is an
-    /// error under either policy.)
+    /// namespace fails open: claims, completions (those the store refused, and those
+    /// it applied whose fsync failed), checks, lease extensions whose marker it
+    /// refused, and the reads a `forget` or a sliding window's rewrite makes first.
+    /// (A `forget` whose delete fails is an error under either policy.)
     pub fail_open_decisions: u64,
     /// Fsyncs of the write-ahead log issued by grouped completions (`SyncPolicy::Always`,
     /// unless [`EngineBuilder::commit_delay`](crate::EngineBuilder::commit_delay) turned

@@ -2256,6 +2256,31 @@ fn an_orphan_whose_lease_was_extended_is_held_until_the_new_end() {
     }
 }
 
+/// An extension whose marker the store refused under `FailOpen` leaves the marker
+/// with the old end; when the lease is then lost, the clean-up looks for that end
+/// and deletes the marker, so a clean restart reports no orphan. (Before, it looked
+/// for the new end and left the marker, reported at every open.)
+#[test]
+fn a_lost_lease_removes_the_marker_a_refused_extension_left() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small()
+        .claim_markers(ClaimMarkers::Immediate)
+        .on_store_error(FailurePolicy::FailOpen);
+    {
+        let (engine, ns) = open(&dir, &clock, cfg.clone());
+        let mut g = acquire(&ns, b"k");
+        engine.debug_fail_store_writes(true);
+        g.extend_lease(secs(30)).expect("fail open");
+        engine.debug_fail_store_writes(false);
+        assert_eq!(engine.stats().fail_open_decisions, 1);
+        clock.advance(secs(31));
+        assert_eq!(g.release(), Err(Error::LeaseLost));
+    }
+    let (engine, _ns) = open(&dir, &clock, cfg);
+    assert!(engine.orphans().is_empty(), "{:?}", engine.orphans());
+}
+
 #[test]
 fn an_orphan_keeps_its_payload_fingerprint_across_the_restart() {
     let dir = TempDir::new();

@@ -316,7 +316,7 @@ fn report_orphans(orphans: &[idem::Orphan]) {
             (None, false) => format!("lease ran out at {} ms", o.lease_expires_at_ms),
         };
         errln!(
-            "  namespace {:?} fingerprint {:032x} claimed at {} ms, {state}",
+            "  namespace {:?} fingerprint {:032x} claimed (or last renewed) at {} ms, {state}",
             o.namespace,
             o.fingerprint,
             o.claimed_at_ms

@@ -84,7 +84,7 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
                 let (at, until) = if s.done {
                     ("completed at", "duplicate until")
                 } else {
-                    ("claimed at", "lease until")
+                    ("claimed/renewed", "lease until")
                 };
                 outln!("key {k:?} in {ns:?}: {state}");
                 outln!("  fingerprint      {:032x}", s.fingerprint);

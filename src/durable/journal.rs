@@ -567,6 +567,34 @@ impl Journal {
         left
     }
 
+    /// Rewrites the marker of claim `marker.token` of `fp` (its lease extended), if
+    /// it is here; false if it is not. Into a free slot first, then the old one is
+    /// cleared: at no moment is the live claim without a whole marker (for a moment
+    /// it has two, the same but for the lease's end; the open takes either). With no
+    /// slot free, in place without clearing first: a crash in the middle leaves a
+    /// torn slot, reported as a damaged one, not a free one.
+    pub(crate) fn renew(&self, fp: u128, marker: &Record) -> bool {
+        let mut st = self.state.lock();
+        let Some(&(old, token)) = st.of.get(&fp) else {
+            return false;
+        };
+        if token != marker.token {
+            return false;
+        }
+        match st.free.pop() {
+            Some(s) => {
+                self.fill(s, fp, marker);
+                // The new slot whole before the old one reads free.
+                std::sync::atomic::fence(Ordering::Release);
+                self.clear(old);
+                st.of.insert(fp, (s, token));
+                st.free.push(old);
+            }
+            None => self.fill(old, fp, marker),
+        }
+        true
+    }
+
     /// Whether `fp` has a marker here (of the claim with fencing token `token`, if
     /// given).
     pub(crate) fn holds(&self, fp: u128, token: Option<u32>) -> bool {
@@ -666,6 +694,10 @@ impl Journal {
     }
 
     pub(crate) fn holds(&self, _fp: u128, _token: Option<u32>) -> bool {
+        match *self {}
+    }
+
+    pub(crate) fn renew(&self, _fp: u128, _marker: &Record) -> bool {
         match *self {}
     }
 
@@ -811,6 +843,46 @@ mod tests {
         let got = parse(&file_bytes(dir.path(), "n"), 1, "n").unwrap();
         assert_eq!(got, vec![(5, Ok(rec(2, None)))]);
         assert_eq!(j.len(), 1);
+    }
+
+    /// A renewal (an extended lease) writes its claim's marker into a free slot
+    /// before it clears the old one, so that the file never holds the claim without
+    /// a whole marker; with no slot free it writes in place. It renews only the
+    /// marker of its own claim.
+    #[test]
+    fn a_renewed_marker_goes_to_a_free_slot_first_or_in_place_when_full() {
+        let dir = tempdir();
+        let j = Journal::create(dir.path(), "n", 1, 2).unwrap();
+        j.put(&[(5, rec(1, None))]);
+        let longer = Record {
+            expires_ms: 99_000,
+            ..rec(1, None)
+        };
+        let other = Record {
+            token: 2,
+            ..longer.clone()
+        };
+        assert!(!j.renew(5, &other), "another claim's marker");
+        assert!(!j.renew(6, &longer), "no marker of the key");
+        let slot = |j: &Journal| j.state.lock().of[&5].0;
+        let before = slot(&j);
+        assert!(j.renew(5, &longer));
+        let after = slot(&j);
+        assert_ne!(before, after, "into the free slot");
+        let got = parse(&file_bytes(dir.path(), "n"), 1, "n").unwrap();
+        assert_eq!(got, vec![(5, Ok(longer))]);
+        // The old slot is free again; with both taken, a renewal writes in place.
+        assert!(j.put(&[(7, rec(3, None))]).is_empty());
+        let longest = Record {
+            expires_ms: 123_000,
+            ..rec(1, None)
+        };
+        assert!(j.renew(5, &longest));
+        assert_eq!(slot(&j), after, "in place");
+        let mut got = parse(&file_bytes(dir.path(), "n"), 1, "n").unwrap();
+        got.sort_by_key(|(fp, _)| *fp);
+        assert_eq!(got, vec![(5, Ok(longest)), (7, Ok(rec(3, None)))]);
+        assert_eq!(j.len(), 2);
     }
 
     #[test]

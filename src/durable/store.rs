@@ -2058,16 +2058,11 @@ impl DurableNs {
     /// extended), where it is: its journal slot, in memory (deferred, not yet
     /// flushed), or in RocksDB (immediate, overflowed, flushed). The caller holds the
     /// claim's entry (`Shard::hold_for_marker`), so no later claim of the key writes
-    /// a marker meanwhile. A store failure follows the failure policy: under
-    /// `FailOpen` the marker keeps the lease's old end, which a crash then reports.
-    pub(crate) fn renew_marker(&self, fp: u128, marker: Record) -> Result<(), Error> {
-        if let Some(j) = self.journal.get() {
-            if j.holds(fp, Some(marker.token)) {
-                // Its own slot is reused: nothing is left over.
-                let left = j.put(&[(fp, marker)]);
-                debug_assert!(left.is_empty(), "a held slot was not reused");
-                return Ok(());
-            }
+    /// a marker meanwhile. True once rewritten; a store failure follows the failure
+    /// policy: the error, or under `FailOpen` false, the marker keeping its old end.
+    pub(crate) fn renew_marker(&self, fp: u128, marker: Record) -> Result<bool, Error> {
+        if self.journal.get().is_some_and(|j| j.renew(fp, &marker)) {
+            return Ok(true);
         }
         // A flush under way finishes first: the marker is then in memory or on disk.
         let _flushed = self.deferred.as_ref().map(|d| d.flushing.lock());
@@ -2075,17 +2070,19 @@ impl DurableNs {
             let mut pending = d.pending.lock();
             if let Some(kept) = pending.get_mut(&fp).filter(|r| r.token == marker.token) {
                 *kept = marker;
-                return Ok(());
+                return Ok(true);
             }
         }
+        #[cfg(test)]
+        run_test_hook(&BEFORE_RENEW_PUT);
         self.writes.fetch_add(1, Ordering::Relaxed);
         let _gate = self.marker_gate.read();
         match self.store.put_claims(&self.fams, &[(fp, marker)]) {
             Ok(()) => {
                 self.note_marker_on_disk(fp);
-                Ok(())
+                Ok(true)
             }
-            Err(e) => self.on_failure(e, "extend lease"),
+            Err(e) => self.on_failure(e, "extend lease").map(|()| false),
         }
     }
 
@@ -2454,6 +2451,9 @@ std::thread_local! {
     /// Where a claim that lost its lease is about to read its marker in RocksDB.
     static BEFORE_LOST_MARKER_READ: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
         const { std::cell::RefCell::new(None) };
+    /// Where an extended lease's marker is about to be put into RocksDB.
+    static BEFORE_RENEW_PUT: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        const { std::cell::RefCell::new(None) };
     /// Where a refused completion is about to delete its released claims' markers.
     static BEFORE_RELEASED_DELETE: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
         const { std::cell::RefCell::new(None) };
@@ -2475,6 +2475,13 @@ pub(crate) fn fail_next_marker_move() {
 #[cfg(test)]
 pub(crate) fn set_before_lost_marker_read(f: impl FnOnce() + 'static) {
     BEFORE_LOST_MARKER_READ.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+}
+
+/// Sets the hook [`DurableNs::renew_marker`] runs before it puts a marker into
+/// RocksDB.
+#[cfg(test)]
+pub(crate) fn set_before_renew_put(f: impl FnOnce() + 'static) {
+    BEFORE_RENEW_PUT.with(|h| *h.borrow_mut() = Some(Box::new(f)));
 }
 
 /// Sets the hook run before a refused completion deletes its released claims'

@@ -132,7 +132,10 @@ pub fn decode(bytes: &[u8]) -> Vec<Op> {
                     early: b & 1 == 1,
                 },
                 _ if a % 8 == 0 => Op::Leap { arg: b },
-                _ if a % 8 == 1 => Op::Extend { guard: b, lease: b },
+                _ if a % 8 == 1 => Op::Extend {
+                    guard: b,
+                    lease: (a >> 3) ^ b.rotate_left(2),
+                },
                 _ => Op::Maintenance,
             }
         })

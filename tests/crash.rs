@@ -249,7 +249,22 @@ fn held_claims_are_orphans_after_sigkill(more: &[&str]) {
     // The five, and at most one claim per worker besides.
     assert!((5..=9).contains(&orphans.len()), "{}", orphans.len());
     assert!(orphans.iter().all(|o| o.corrupt.is_none() && o.held));
+    // Extended, the five are held until their new end: their markers say so.
+    let extended = more.contains(&"--extend-held-ms");
+    let spans: Vec<u64> = orphans
+        .iter()
+        .map(|o| o.lease_expires_at_ms - o.claimed_at_ms)
+        .collect();
+    let long = spans.iter().filter(|&&s| s == EXTENDED_MS).count();
+    assert_eq!(long, if extended { 5 } else { 0 }, "{spans:?} ({more:?})");
+    assert!(
+        spans.iter().all(|&s| s == EXTENDED_MS || s == 600_000),
+        "{spans:?}"
+    );
 }
+
+/// The lease the held claims are extended to (`--extend-held-ms`).
+const EXTENDED_MS: u64 = 3_600_000;
 
 #[test]
 fn claims_held_at_a_sigkill_are_orphans_with_the_journal() {
@@ -264,4 +279,20 @@ fn claims_held_at_a_sigkill_are_orphans_with_a_full_journal() {
 #[test]
 fn claims_held_at_a_sigkill_are_orphans_with_immediate_markers() {
     held_claims_are_orphans_after_sigkill(&["--markers", "immediate"]);
+}
+
+/// Held claims whose leases were extended (`extend_lease`) before the SIGKILL are
+/// orphans held until the extended end: the journal's slots renewed in place (three
+/// slots, all taken) and the two markers that overflowed into RocksDB rewritten
+/// there; and with immediate markers.
+#[test]
+fn extended_claims_held_at_a_sigkill_are_orphans_until_their_new_end() {
+    held_claims_are_orphans_after_sigkill(&["--extend-held-ms", "3600000"]);
+    held_claims_are_orphans_after_sigkill(&["--extend-held-ms", "3600000", "--journal-slots", "3"]);
+    held_claims_are_orphans_after_sigkill(&[
+        "--extend-held-ms",
+        "3600000",
+        "--markers",
+        "immediate",
+    ]);
 }

@@ -13,7 +13,9 @@
 //! After a completion returns `Ok` the process prints `ack <id>`; a duplicate prints
 //! `dup <id>`. At start it prints `orphans <n>`, at the end `done`. With `--hold <n>`
 //! it first claims the keys `held-<i>` for i < n, prints `held <n>` and keeps those
-//! claims in flight until it exits. A parent may kill it with SIGKILL at any moment.
+//! claims in flight until it exits; with `--extend-held-ms <ms>` as well, it then
+//! extends each held claim's lease to end that long from then (`extend_lease`) and
+//! prints `extended <n>`. A parent may kill it with SIGKILL at any moment.
 //! With `--freeze-after <n>`, a worker that acquires a claim once n messages were
 //! acknowledged prints `frozen <id>` and holds that claim, in flight, until the
 //! process is killed: the stream cannot end before a parent that kills it after n
@@ -48,6 +50,8 @@ pub(crate) struct Options {
     pub(crate) commit_delay_us: Option<u64>,
     /// Claims held in flight from the start (`held-<i>`), never completed.
     pub(crate) hold: u64,
+    /// The lease the held claims are extended to, in ms (0: not extended).
+    pub(crate) extend_held_ms: u64,
     pub(crate) markers: ClaimMarkers,
     pub(crate) journal_slots: usize,
     /// The run number in the keys of the application entries ([`application_key`]).
@@ -69,6 +73,7 @@ impl Options {
             lease_ms: 1000,
             commit_delay_us: None,
             hold: 0,
+            extend_held_ms: 0,
             markers: ClaimMarkers::default(),
             journal_slots: idem::DEFAULT_JOURNAL_SLOTS,
             run: 0,
@@ -86,6 +91,7 @@ impl Options {
                 "--lease-ms" => o.lease_ms = number(a, it.next())?,
                 "--commit-delay-us" => o.commit_delay_us = Some(number(a, it.next())?),
                 "--hold" => o.hold = number(a, it.next())?,
+                "--extend-held-ms" => o.extend_held_ms = number(a, it.next())?,
                 "--journal-slots" => o.journal_slots = number(a, it.next())?,
                 "--run" => o.run = number(a, it.next())?,
                 "--fail-worker-after" => o.fail_worker_after = Some(number(a, it.next())?),
@@ -275,6 +281,13 @@ fn consume(o: &Options) -> Result<(), String> {
     }
     if o.hold > 0 {
         say(format!("held {}", o.hold));
+    }
+    if o.extend_held_ms > 0 {
+        for g in &mut held {
+            g.extend_lease(Duration::from_millis(o.extend_held_ms))
+                .map_err(|e| format!("extending a held claim's lease: {e}"))?;
+        }
+        say(format!("extended {}", held.len()));
     }
 
     let (tx, rx) = channel::unbounded::<u64>();

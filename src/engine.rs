@@ -1474,6 +1474,68 @@ mod tests {
         }
     }
 
+    /// An extension refused because its key is being forgotten leaves the claim to
+    /// the forget, as a refused completion does: when the forget's delete then
+    /// fails, the claim is given up and the guard's completion says `LeaseLost`, as
+    /// the extension did.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn an_extension_refused_by_a_forget_that_then_fails_leaves_the_claim_lost() {
+        use std::cell::RefCell;
+        use std::rc::Rc;
+        use std::time::Duration;
+        let dir = Scratch::new("extend-forget-fails");
+        let (engine, ns, _clock) = durable_namespace(&dir, crate::ClaimMarkers::Immediate);
+        let g = Rc::new(RefCell::new(Some(first_claim(&ns))));
+        let extended = Rc::new(RefCell::new(None));
+        {
+            let (g, extended) = (g.clone(), extended.clone());
+            let store = engine.shared.store.clone().expect("a durable engine");
+            set_hook(&BEFORE_FORGET_DELETE, move || {
+                let mut g = g.borrow_mut();
+                let r = g.as_mut().unwrap().extend_lease(Duration::from_secs(60));
+                *extended.borrow_mut() = Some(r);
+                store.set_fail_writes(true);
+            });
+        }
+        assert!(ns.forget(b"k").is_err(), "the delete fails");
+        engine.debug_fail_store_writes(false);
+        assert_eq!(
+            extended.borrow_mut().take(),
+            Some(Err(crate::Error::LeaseLost))
+        );
+        let g = g.borrow_mut().take().unwrap();
+        assert_eq!(g.complete(), Err(crate::Error::LeaseLost));
+    }
+
+    /// A marker's rewrite that panics leaves the claim as it was: the old end, no
+    /// hold (the guard releases it), and the panic goes on to the caller.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn an_extension_whose_marker_write_panics_leaves_the_claim_as_it_was() {
+        use std::time::Duration;
+        let dir = Scratch::new("extend-panics");
+        let (engine, ns, clock) = durable_namespace_with(
+            &dir,
+            crate::NamespaceConfig::new()
+                .lease(Duration::from_secs(5))
+                .claim_markers(crate::ClaimMarkers::Immediate)
+                .sync(crate::SyncPolicy::Never),
+        );
+        let mut g = first_claim(&ns);
+        crate::durable::set_before_renew_put(|| panic!("the store panics (on purpose)"));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            g.extend_lease(Duration::from_secs(60))
+        }));
+        assert!(r.is_err(), "the panic reaches the caller");
+        assert_eq!(g.lease_expires_at_ms(), 1_000_000 + 5_000);
+        clock.advance(Duration::from_secs(4));
+        engine.run_maintenance();
+        assert!(ns.claim(b"k").unwrap().is_in_progress());
+        g.release().unwrap();
+        assert!(ns.claim(b"k").unwrap().is_acquired());
+    }
+
     /// A sliding window read back from the durable tier rewrites its record without
     /// settling the marker of a claim of this run that has the record's fencing
     /// token (tokens start again every run): here claim X, acquired over the live
@@ -5627,7 +5689,17 @@ impl ClaimGuard {
             result: None,
         };
         let old_marker_ms = self.marker_end_ms();
-        let renewed = d.renew_marker(self.fp.to_u128(), marker);
+        let renewed = match write_unwinding(|| d.renew_marker(self.fp.to_u128(), marker)) {
+            Ok(renewed) => renewed,
+            Err(panic) => {
+                // As if refused: the old end back, the hold ended; the panic goes on.
+                let mut shard = ns.slots[si].lock();
+                shard.restore_lease(self.fp, &extended, old.deadline);
+                shard.marker_written(self.fp, &old);
+                drop(shard);
+                std::panic::resume_unwind(panic);
+            }
+        };
         let mut shard = ns.slots[si].lock();
         let (lease, marker_ms) = match renewed {
             Ok(true) => (extended, 0),

@@ -2683,14 +2683,19 @@ impl Shard {
         hold: bool,
     ) -> Result<Option<u64>, Refused> {
         self.catch_up(now, cap);
-        // A key being forgotten has lost its claim (as a completion is refused): its
-        // marker, just deleted, must not be written again. (A hold to take finds
-        // none: the guard's own completion, the only other holder of a claim past
-        // its marker's write, consumes the guard.)
+        // (A hold to take finds none: the guard's own completion, the only other
+        // holder of a claim past its marker's write, consumes the guard.)
         if !self.holds(fp, lease, now)
-            || self.being_forgotten(fp)
             || (hold && self.slab.get(lease.idx).meta & COMPLETING_BIT != 0)
         {
+            return Err(Refused::LeaseLost);
+        }
+        if let Some(f) = self.forgetting.iter_mut().find(|f| f.0 == fp) {
+            // The forget takes the claim, as it does a completion's (its marker, just
+            // deleted, must not be written again); noted, so that a forget whose
+            // delete fails gives the claim up (`Shard::abandon_forget`) and the
+            // guard's next call says `LeaseLost` too.
+            f.1 = Some((lease.idx, lease.token));
             return Err(Refused::LeaseLost);
         }
         self.reschedule(lease.idx, deadline);

@@ -1311,15 +1311,18 @@ mod tests {
                 crate::NamespaceConfig::new()
                     .lease(Duration::from_secs(1))
                     .claim_markers(markers)
-                    .journal_slots(1)
+                    .journal_slots(2)
                     .sync(crate::SyncPolicy::Never),
             );
-            // The journal's one slot taken first: the claim's marker overflows.
+            // The journal's two slots taken first: the claim's marker overflows. (With
+            // one taken, the renewal has the other: a journal with no slot free
+            // renews into RocksDB, a test of tests/durable.rs.)
             let first = (moved && markers == ClaimMarkers::Journal).then(|| {
-                let crate::Claim::Acquired(g) = ns.claim(b"first").unwrap() else {
-                    panic!("a new key")
+                let acquire = |k: &[u8]| match ns.claim(k).unwrap() {
+                    crate::Claim::Acquired(g) => g,
+                    other => panic!("a new key: {other:?}"),
                 };
-                g
+                (acquire(b"first"), acquire(b"second"))
             });
             let crate::Claim::Acquired(mut g) = ns.claim_with_payload(b"k", b"p").unwrap() else {
                 panic!("{name}: a new key")
@@ -1332,7 +1335,7 @@ mod tests {
             let (at, before) = d.marker_anywhere(fp).expect("a marker");
             assert_eq!(at, place, "{name}");
             // The journal's slot free again: the overflowed marker stays where it is.
-            if let Some(first) = first {
+            if let Some((first, _second)) = first {
                 first.release().unwrap();
             }
             clock.advance(Duration::from_millis(500));

@@ -282,9 +282,10 @@ fn claims_held_at_a_sigkill_are_orphans_with_immediate_markers() {
 }
 
 /// Held claims whose leases were extended (`extend_lease`) before the SIGKILL are
-/// orphans held until the extended end: the journal's slots renewed in place (three
-/// slots, all taken) and the two markers that overflowed into RocksDB rewritten
-/// there; and with immediate markers.
+/// orphans held until the extended end: with the journal's slots renewed into free
+/// ones; with a full journal (three slots, all taken: those three renewed into
+/// RocksDB, their slots cleared, and the two that had overflowed rewritten there);
+/// and with immediate markers.
 #[test]
 fn extended_claims_held_at_a_sigkill_are_orphans_until_their_new_end() {
     held_claims_are_orphans_after_sigkill(&["--extend-held-ms", "3600000"]);

@@ -2256,6 +2256,44 @@ fn an_orphan_whose_lease_was_extended_is_held_until_the_new_end() {
     }
 }
 
+/// An extension that finds the journal full writes the renewed marker into RocksDB,
+/// then clears the claim's journal slot (nothing is rewritten in place, where a crash
+/// would leave a torn slot). A crash between the two (the slot kept on disk, as the
+/// testing hook keeps it) leaves both markers, and the next open keeps the later,
+/// RocksDB's: the orphan is held until the new end.
+#[cfg(target_os = "linux")]
+#[test]
+fn an_extension_that_finds_the_journal_full_survives_a_crash_between_its_writes() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small()
+        .claim_markers(ClaimMarkers::Journal)
+        .journal_slots(1);
+    {
+        let (engine, ns) = open(&dir, &clock, cfg.clone());
+        let mut g = acquire(&ns, b"k");
+        clock.advance(secs(1));
+        engine.debug_keep_journal_markers(true);
+        g.extend_lease(secs(60)).unwrap();
+        let s = engine.stats();
+        assert_eq!((s.journal_markers, s.markers_on_disk), (0, 1), "{s:?}");
+        engine.debug_fail_store_writes(true);
+        drop(g); // both markers stay, as after a crash
+        engine.debug_fail_store_writes(false);
+    }
+    let (engine, ns) = open(&dir, &clock, cfg);
+    let o = engine.orphans();
+    assert_eq!(o.len(), 1, "{o:?}");
+    assert_eq!(
+        (o[0].claimed_at_ms, o[0].lease_expires_at_ms),
+        (T0 + 1_000, T0 + 61_000)
+    );
+    clock.advance(secs(59));
+    in_progress(&ns, b"k");
+    clock.advance(secs(1));
+    acquire(&ns, b"k").complete().unwrap();
+}
+
 /// An extension whose marker the store refused under `FailOpen` leaves the marker
 /// with the old end; when the lease is then lost, the clean-up looks for that end
 /// and deletes the marker, so a clean restart reports no orphan. (Before, it looked

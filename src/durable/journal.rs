@@ -568,31 +568,30 @@ impl Journal {
     }
 
     /// Rewrites the marker of claim `marker.token` of `fp` (its lease extended), if
-    /// it is here; false if it is not. Into a free slot first, then the old one is
-    /// cleared: at no moment is the live claim without a whole marker (for a moment
-    /// it has two, the same but for the lease's end; the open takes either). With no
-    /// slot free, in place without clearing first: a crash in the middle leaves a
-    /// torn slot, reported as a damaged one, not a free one.
-    pub(crate) fn renew(&self, fp: u128, marker: &Record) -> bool {
+    /// it is here, into a free slot, then clears the old one: at no moment is the
+    /// live claim without a whole marker (for a moment it has two, the same but for
+    /// the lease's time and end, and the open keeps the later: see
+    /// [`latest_markers`]). A slot is never rewritten in place, where a crash in the
+    /// middle would leave it torn: with none free, [`Renewal::Full`], for the caller
+    /// to write the marker elsewhere before it clears this one.
+    pub(crate) fn renew(&self, fp: u128, marker: &Record) -> Renewal {
         let mut st = self.state.lock();
         let Some(&(old, token)) = st.of.get(&fp) else {
-            return false;
+            return Renewal::NotHere;
         };
         if token != marker.token {
-            return false;
+            return Renewal::NotHere;
         }
-        match st.free.pop() {
-            Some(s) => {
-                self.fill(s, fp, marker);
-                // The new slot whole before the old one reads free.
-                std::sync::atomic::fence(Ordering::Release);
-                self.clear(old);
-                st.of.insert(fp, (s, token));
-                st.free.push(old);
-            }
-            None => self.fill(old, fp, marker),
-        }
-        true
+        let Some(s) = st.free.pop() else {
+            return Renewal::Full;
+        };
+        self.fill(s, fp, marker);
+        // The new slot whole before the old one reads free.
+        std::sync::atomic::fence(Ordering::Release);
+        self.clear(old);
+        st.of.insert(fp, (s, token));
+        st.free.push(old);
+        Renewal::Done
     }
 
     /// Whether `fp` has a marker here (of the claim with fencing token `token`, if
@@ -638,6 +637,47 @@ impl Journal {
     pub(crate) fn len(&self) -> usize {
         self.state.lock().of.len()
     }
+}
+
+/// What [`Journal::renew`] did.
+#[cfg(feature = "durable")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renewal {
+    /// The marker is rewritten here.
+    Done,
+    /// The marker is here, and no slot is free to rewrite it into.
+    Full,
+    /// No marker of that claim is here.
+    NotHere,
+}
+
+/// Of markers read at an open, one a fingerprint: where a crash in the middle of a
+/// renewal left two of one claim, the later (by claim or renewal time, then by the
+/// lease's end). Damaged slots are kept as they are.
+#[cfg(feature = "durable")]
+pub(crate) fn latest_markers(found: Vec<ReadSlot>) -> Vec<ReadSlot> {
+    let mut best: std::collections::HashMap<u128, usize> = std::collections::HashMap::new();
+    let mut out: Vec<ReadSlot> = Vec::with_capacity(found.len());
+    for (fp, rec) in found {
+        let Ok(r) = &rec else {
+            out.push((fp, rec));
+            continue;
+        };
+        match best.get(&fp) {
+            Some(&i) => {
+                if let Ok(kept) = &out[i].1 {
+                    if (r.at_ms, r.expires_ms) > (kept.at_ms, kept.expires_ms) {
+                        out[i] = (fp, rec);
+                    }
+                }
+            }
+            None => {
+                best.insert(fp, out.len());
+                out.push((fp, rec));
+            }
+        }
+    }
+    out
 }
 
 #[cfg(all(feature = "durable", target_os = "linux"))]
@@ -697,7 +737,7 @@ impl Journal {
         match *self {}
     }
 
-    pub(crate) fn renew(&self, _fp: u128, _marker: &Record) -> bool {
+    pub(crate) fn renew(&self, _fp: u128, _marker: &Record) -> Renewal {
         match *self {}
     }
 
@@ -847,10 +887,10 @@ mod tests {
 
     /// A renewal (an extended lease) writes its claim's marker into a free slot
     /// before it clears the old one, so that the file never holds the claim without
-    /// a whole marker; with no slot free it writes in place. It renews only the
-    /// marker of its own claim.
+    /// a whole marker; with no slot free it rewrites nothing (the caller writes the
+    /// marker elsewhere). It renews only the marker of its own claim.
     #[test]
-    fn a_renewed_marker_goes_to_a_free_slot_first_or_in_place_when_full() {
+    fn a_renewed_marker_goes_to_a_free_slot_first_and_never_in_place() {
         let dir = tempdir();
         let j = Journal::create(dir.path(), "n", 1, 2).unwrap();
         j.put(&[(5, rec(1, None))]);
@@ -862,27 +902,65 @@ mod tests {
             token: 2,
             ..longer.clone()
         };
-        assert!(!j.renew(5, &other), "another claim's marker");
-        assert!(!j.renew(6, &longer), "no marker of the key");
+        assert_eq!(
+            j.renew(5, &other),
+            Renewal::NotHere,
+            "another claim's marker"
+        );
+        assert_eq!(
+            j.renew(6, &longer),
+            Renewal::NotHere,
+            "no marker of the key"
+        );
         let slot = |j: &Journal| j.state.lock().of[&5].0;
         let before = slot(&j);
-        assert!(j.renew(5, &longer));
+        assert_eq!(j.renew(5, &longer), Renewal::Done);
         let after = slot(&j);
         assert_ne!(before, after, "into the free slot");
         let got = parse(&file_bytes(dir.path(), "n"), 1, "n").unwrap();
-        assert_eq!(got, vec![(5, Ok(longer))]);
-        // The old slot is free again; with both taken, a renewal writes in place.
+        assert_eq!(got, vec![(5, Ok(longer.clone()))]);
+        // The old slot is free again; with both taken, nothing is rewritten in place.
         assert!(j.put(&[(7, rec(3, None))]).is_empty());
         let longest = Record {
             expires_ms: 123_000,
             ..rec(1, None)
         };
-        assert!(j.renew(5, &longest));
-        assert_eq!(slot(&j), after, "in place");
+        assert_eq!(j.renew(5, &longest), Renewal::Full);
         let mut got = parse(&file_bytes(dir.path(), "n"), 1, "n").unwrap();
         got.sort_by_key(|(fp, _)| *fp);
-        assert_eq!(got, vec![(5, Ok(longest)), (7, Ok(rec(3, None)))]);
+        assert_eq!(got, vec![(5, Ok(longer)), (7, Ok(rec(3, None)))]);
         assert_eq!(j.len(), 2);
+    }
+
+    /// Two markers of one claim, as a crash in the middle of a renewal leaves them:
+    /// the open keeps the later one (by time, then by the lease's end), in the first
+    /// one's place; damaged slots and other keys are kept as they are.
+    #[test]
+    fn of_two_markers_of_one_key_the_open_keeps_the_later() {
+        let dir = tempdir();
+        let j = Journal::create(dir.path(), "n", 1, 4).unwrap();
+        let renewed = Record {
+            at_ms: 5_000,
+            expires_ms: 99_000,
+            ..rec(1, None)
+        };
+        j.fill(0, 5, &rec(1, None));
+        j.fill(1, 7, &rec(2, None));
+        j.fill(2, 5, &renewed);
+        let got = parse(&file_bytes(dir.path(), "n"), 1, "n").unwrap();
+        assert_eq!(got.len(), 3);
+        let kept = latest_markers(got);
+        assert_eq!(kept, vec![(5, Ok(renewed.clone())), (7, Ok(rec(2, None)))]);
+        // The same, read the other way round; a damaged slot stays.
+        let reversed = vec![
+            (5, Ok(renewed.clone())),
+            (9, Err("damaged".to_owned())),
+            (5, Ok(rec(1, None))),
+        ];
+        assert_eq!(
+            latest_markers(reversed),
+            vec![(5, Ok(renewed)), (9, Err("damaged".to_owned()))]
+        );
     }
 
     #[test]

@@ -1566,10 +1566,11 @@ impl DurableNs {
         found: Option<Vec<ScannedClaim>>,
     ) -> Result<JournalTakeover, Error> {
         let mut takeover = JournalTakeover::default();
-        for (fp, rec) in found.into_iter().flatten() {
+        let found = journal::latest_markers(found.unwrap_or_default());
+        for (fp, rec) in found {
             match rec {
                 Ok(rec) => {
-                    if !self.completed_by(fp, &rec)? {
+                    if !self.completed_by(fp, &rec)? && !self.renewed_in_store(fp, &rec)? {
                         takeover.moved.push((fp, rec));
                     }
                 }
@@ -1629,6 +1630,22 @@ impl DurableNs {
             )?);
         }
         Ok(takeover)
+    }
+
+    /// Whether RocksDB holds a later marker of the claim that left journal marker
+    /// `rec` of `fp`: its renewal (an extended lease) that found the journal full,
+    /// written there before the journal's slot was to be cleared, which a crash
+    /// prevented. That one stands; moving the journal's over it would shorten the
+    /// lease. (An orphan of an earlier run with the same token is older than a
+    /// claim of this journal's run, and is written over as before.)
+    fn renewed_in_store(&self, fp: u128, rec: &Record) -> Result<bool, Error> {
+        match self.store.get_claim(&self.name, &self.fams, fp) {
+            Ok(Some(m)) => {
+                Ok(m.token == rec.token && (m.at_ms, m.expires_ms) > (rec.at_ms, rec.expires_ms))
+            }
+            Ok(None) | Err(Error::CorruptRecord { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// Writes the markers [`DurableNs::prepare_journal`] found live into the
@@ -2061,9 +2078,18 @@ impl DurableNs {
     /// a marker meanwhile. True once rewritten; a store failure follows the failure
     /// policy: the error, or under `FailOpen` false, the marker keeping its old end.
     pub(crate) fn renew_marker(&self, fp: u128, marker: Record) -> Result<bool, Error> {
-        if self.journal.get().is_some_and(|j| j.renew(fp, &marker)) {
-            return Ok(true);
+        // With no journal slot free, the renewed marker goes to RocksDB, and the old
+        // slot is cleared once it is there (a crash in between leaves both, and the
+        // open keeps the later: `prepare_journal`).
+        let mut leaving = None;
+        if let Some(j) = self.journal.get() {
+            match j.renew(fp, &marker) {
+                journal::Renewal::Done => return Ok(true),
+                journal::Renewal::Full => leaving = Some(j),
+                journal::Renewal::NotHere => {}
+            }
         }
+        let token = marker.token;
         // A flush under way finishes first: the marker is then in memory or on disk.
         let _flushed = self.deferred.as_ref().map(|d| d.flushing.lock());
         if let Some(d) = &self.deferred {
@@ -2080,6 +2106,9 @@ impl DurableNs {
         match self.store.put_claims(&self.fams, &[(fp, marker)]) {
             Ok(()) => {
                 self.note_marker_on_disk(fp);
+                if let Some(j) = leaving {
+                    self.clear_journal(j, fp, Some(token));
+                }
                 Ok(true)
             }
             Err(e) => self.on_failure(e, "extend lease").map(|()| false),

@@ -159,6 +159,13 @@ impl DurableNs {
         match *self {}
     }
 
+    pub(crate) fn rewrite_records(
+        &self,
+        _done: &[(u128, Record)],
+    ) -> Result<crate::hot::Stored, crate::error::Error> {
+        match *self {}
+    }
+
     pub(crate) fn forget(
         &self,
         _fp: crate::hot::Fp,

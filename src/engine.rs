@@ -1540,19 +1540,24 @@ mod tests {
     }
 
     /// A sliding window read back from the durable tier rewrites its record without
-    /// settling the marker of a claim of this run that has the record's fencing
-    /// token (tokens start again every run): here claim X, acquired over the live
-    /// record of an earlier run when the read failed under `FailOpen`, whose lease
-    /// then runs out while its guard is held. Its marker stays (journal), or is still
+    /// settling the marker of a claim in flight: here claim X, acquired over the
+    /// live record of an earlier run when the read failed under `FailOpen` (with the
+    /// record's fencing token: tokens start again every run), whose lease then runs
+    /// out while its guard is held. Its marker stays (journal, RocksDB), or is still
     /// written by the next flush (deferred), so a crash reports X. (A read-back entry
     /// once carried the record's token into the rewrite, whose batch then cleared
-    /// X's journal slot or dropped its deferred marker.)
+    /// X's journal slot or dropped its deferred marker; and the rewrite's batch
+    /// deleted any marker of the key in RocksDB.)
     #[cfg(all(feature = "durable", target_os = "linux"))]
     #[test]
-    fn a_read_back_windows_rewrite_keeps_the_marker_of_a_claim_with_the_records_token() {
+    fn a_read_back_windows_rewrite_keeps_the_marker_of_a_claim_in_flight() {
         use crate::ClaimMarkers;
         use std::time::Duration;
-        for markers in [ClaimMarkers::Journal, ClaimMarkers::Deferred] {
+        for markers in [
+            ClaimMarkers::Journal,
+            ClaimMarkers::Deferred,
+            ClaimMarkers::Immediate,
+        ] {
             let dir = Scratch::new("read-back-token");
             let cfg = || {
                 crate::NamespaceConfig::new()
@@ -1594,6 +1599,11 @@ mod tests {
                 ClaimMarkers::Journal => assert!(
                     d.journal_holds(fp, x.lease.token),
                     "X's journal slot cleared"
+                ),
+                ClaimMarkers::Immediate => assert_eq!(
+                    d.marker_token_on_disk(fp),
+                    Some(x.lease.token),
+                    "X's marker deleted"
                 ),
                 _ => {
                     d.flush_markers().unwrap();
@@ -4579,7 +4589,7 @@ impl NsInner {
                     None => return Ok(Stored::HotOnly),
                 }
             }
-            d.write_completions(&[(fp.to_u128(), record)], &[])
+            d.rewrite_records(&[(fp.to_u128(), record)])
         });
         let cap = self.capacity();
         self.slots[si]

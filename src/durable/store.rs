@@ -2146,6 +2146,25 @@ impl DurableNs {
         done: &[(u128, Record)],
         state: &[(String, StateOp)],
     ) -> Result<Stored, Error> {
+        self.write_done(done, state, true)
+    }
+
+    /// Rewrites done records (a sliding window's extension) as
+    /// [`DurableNs::write_completions`] writes them, but settles no claim marker:
+    /// the claim that completed a key settled its own, and any marker of the key
+    /// left now is another claim's (one acquired over the record when a read failed
+    /// under `FailOpen`, still in flight), which a crash must report.
+    pub(crate) fn rewrite_records(&self, done: &[(u128, Record)]) -> Result<Stored, Error> {
+        self.write_done(done, &[], false)
+    }
+
+    /// [`DurableNs::write_completions`], settling the claims' markers if `settle`.
+    fn write_done(
+        &self,
+        done: &[(u128, Record)],
+        state: &[(String, StateOp)],
+        settle: bool,
+    ) -> Result<Stored, Error> {
         // Into the prefilter first: from the moment a record can be on disk, the
         // filter admits its key. (A write that then fails leaves a harmless false
         // positive.)
@@ -2177,6 +2196,8 @@ impl DurableNs {
         // below.)
         let mut taken = Vec::new();
         let unwritten: Vec<bool> = match self.journal.get() {
+            // Nothing of a marker to delete or take.
+            _ if !settle => vec![true; done.len()],
             Some(j) => done
                 .iter()
                 .map(|(fp, r)| j.holds(*fp, Some(r.token)) && !self.has_marker_on_disk(*fp))
@@ -2229,6 +2250,9 @@ impl DurableNs {
         // refused (the claim is then released). A completion decided from the hot
         // tier alone (fail open, the write refused) keeps its marker: nothing in the
         // store says it is done.
+        if !settle {
+            return answer;
+        }
         if let Some(j) = self.journal.get() {
             if applied || answer.is_err() {
                 for (fp, r) in done {

@@ -1399,6 +1399,21 @@ mod tests {
         }
     }
 
+    /// A durable namespace "n" in `dir` with immediate markers (the RocksDB path of
+    /// a marker's rewrite) and a 5 s lease, on a manual clock.
+    #[cfg(feature = "durable")]
+    fn immediate_markers_5s_lease(
+        dir: &Scratch,
+    ) -> (super::Engine, super::Namespace, crate::ManualClock) {
+        durable_namespace_with(
+            dir,
+            crate::NamespaceConfig::new()
+                .lease(std::time::Duration::from_secs(5))
+                .claim_markers(crate::ClaimMarkers::Immediate)
+                .sync(crate::SyncPolicy::Never),
+        )
+    }
+
     /// An extension whose marker the store refuses under `FailClosed` puts the old
     /// end back even when a maintenance pass, during the write, moved the held
     /// entry's deadline (the new end, a short one, had passed): the key is still
@@ -1410,13 +1425,7 @@ mod tests {
         use std::rc::Rc;
         use std::time::Duration;
         let dir = Scratch::new("extend-restore");
-        let (engine, ns, clock) = durable_namespace_with(
-            &dir,
-            crate::NamespaceConfig::new()
-                .lease(Duration::from_secs(5))
-                .claim_markers(crate::ClaimMarkers::Immediate)
-                .sync(crate::SyncPolicy::Never),
-        );
+        let (engine, ns, clock) = immediate_markers_5s_lease(&dir);
         let engine = Rc::new(engine);
         let mut g = first_claim(&ns);
         {
@@ -1518,13 +1527,7 @@ mod tests {
     fn an_extension_whose_marker_write_panics_leaves_the_claim_as_it_was() {
         use std::time::Duration;
         let dir = Scratch::new("extend-panics");
-        let (engine, ns, clock) = durable_namespace_with(
-            &dir,
-            crate::NamespaceConfig::new()
-                .lease(Duration::from_secs(5))
-                .claim_markers(crate::ClaimMarkers::Immediate)
-                .sync(crate::SyncPolicy::Never),
-        );
+        let (engine, ns, clock) = immediate_markers_5s_lease(&dir);
         let mut g = first_claim(&ns);
         crate::durable::set_before_renew_put(|| panic!("the store panics (on purpose)"));
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

@@ -1542,6 +1542,50 @@ mod tests {
         assert!(ns.claim(b"k").unwrap().is_acquired());
     }
 
+    /// A completion decided from the hot tier alone (fail open, the store refusing)
+    /// keeps its claim's marker, nothing in the store saying the key is done; a
+    /// sliding window's rewrite of its record, once the store takes writes again,
+    /// settles it, as a completion that stores does.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_window_rewrite_of_a_hot_only_completion_settles_its_marker() {
+        use crate::ClaimMarkers;
+        use std::time::Duration;
+        for markers in [
+            ClaimMarkers::Journal,
+            ClaimMarkers::Deferred,
+            ClaimMarkers::Immediate,
+        ] {
+            let dir = Scratch::new("hot-only-rewrite");
+            let (engine, ns, clock) = durable_namespace_with(
+                &dir,
+                crate::NamespaceConfig::new()
+                    .ttl(Duration::from_secs(60))
+                    .retention(Duration::from_secs(60))
+                    .extend_on_duplicate(true)
+                    .claim_markers(markers)
+                    .on_store_error(crate::FailurePolicy::FailOpen)
+                    .sync(crate::SyncPolicy::Never),
+            );
+            let g = first_claim(&ns);
+            let fp = g.fp.to_u128();
+            engine.debug_fail_store_writes(true);
+            g.complete().expect("fail open");
+            engine.debug_fail_store_writes(false);
+            let d = ns.inner.durable.as_ref().unwrap();
+            assert!(d.marker_anywhere(fp).is_some(), "{markers:?}: kept");
+            clock.advance(Duration::from_secs(30));
+            let writes = engine.stats().durable_writes;
+            assert!(ns.claim(b"k").unwrap().is_duplicate(), "{markers:?}");
+            assert!(
+                engine.stats().durable_writes > writes,
+                "{markers:?}: the rewrite"
+            );
+            assert_eq!(d.marker_anywhere(fp), None, "{markers:?}: settled");
+            assert!(d.done_on_disk(fp).is_some(), "{markers:?}");
+        }
+    }
+
     /// A sliding window read back from the durable tier rewrites its record without
     /// settling the marker of a claim in flight: here claim X, acquired over the
     /// live record of an earlier run when the read failed under `FailOpen` (with the
@@ -4592,7 +4636,15 @@ impl NsInner {
                     None => return Ok(Stored::HotOnly),
                 }
             }
-            d.rewrite_records(&[(fp.to_u128(), record)])
+            // A key read back from the durable tier settles no marker: any of the key
+            // left is another claim's, in flight. A resident one settles its own
+            // claim's, which a completion decided from the hot tier alone (fail
+            // open, the store refusing) kept until a record would say it is done.
+            if x.read_back() {
+                d.rewrite_records(&[(fp.to_u128(), record)])
+            } else {
+                d.write_completions(&[(fp.to_u128(), record)], &[])
+            }
         });
         let cap = self.capacity();
         self.slots[si]

@@ -652,8 +652,9 @@ pub(crate) enum Renewal {
 }
 
 /// Of markers read at an open, one a fingerprint: where a crash in the middle of a
-/// renewal left two of one claim, the later (by claim or renewal time, then by the
-/// lease's end). Damaged slots are kept as they are.
+/// renewal left two of one claim, the later (by claim or renewal time, the
+/// namespace's, which does not go back within a run; on a tie, the longer lease).
+/// Both are of the journal's own run. Damaged slots are kept as they are.
 #[cfg(feature = "durable")]
 pub(crate) fn latest_markers(found: Vec<ReadSlot>) -> Vec<ReadSlot> {
     let mut best: std::collections::HashMap<u128, usize> = std::collections::HashMap::new();

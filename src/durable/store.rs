@@ -1570,7 +1570,7 @@ impl DurableNs {
         for (fp, rec) in found {
             match rec {
                 Ok(rec) => {
-                    if !self.completed_by(fp, &rec)? && !self.renewed_in_store(fp, &rec)? {
+                    if !self.completed_by(fp, &rec)? {
                         takeover.moved.push((fp, rec));
                     }
                 }
@@ -1630,22 +1630,6 @@ impl DurableNs {
             )?);
         }
         Ok(takeover)
-    }
-
-    /// Whether RocksDB holds a later marker of the claim that left journal marker
-    /// `rec` of `fp`: its renewal (an extended lease) that found the journal full,
-    /// written there before the journal's slot was to be cleared, which a crash
-    /// prevented. That one stands; moving the journal's over it would shorten the
-    /// lease. (An orphan of an earlier run with the same token is older than a
-    /// claim of this journal's run, and is written over as before.)
-    fn renewed_in_store(&self, fp: u128, rec: &Record) -> Result<bool, Error> {
-        match self.store.get_claim(&self.name, &self.fams, fp) {
-            Ok(Some(m)) => {
-                Ok(m.token == rec.token && (m.at_ms, m.expires_ms) > (rec.at_ms, rec.expires_ms))
-            }
-            Ok(None) | Err(Error::CorruptRecord { .. }) => Ok(false),
-            Err(e) => Err(e),
-        }
     }
 
     /// Writes the markers [`DurableNs::prepare_journal`] found live into the
@@ -2079,8 +2063,11 @@ impl DurableNs {
     /// policy: the error, or under `FailOpen` false, the marker keeping its old end.
     pub(crate) fn renew_marker(&self, fp: u128, marker: Record) -> Result<bool, Error> {
         // With no journal slot free, the renewed marker goes to RocksDB, and the old
-        // slot is cleared once it is there (a crash in between leaves both, and the
-        // open keeps the later: `prepare_journal`).
+        // slot is cleared once it is there. A crash in between leaves both, and the
+        // open moves the journal's over RocksDB's, as it does any journal marker: the
+        // claim is reported, held until the old end. (Keeping RocksDB's would need
+        // telling it from an orphan of an earlier run with the same token, which
+        // times cannot do when the clock was set back across a restart.)
         let mut leaving = None;
         if let Some(j) = self.journal.get() {
             match j.renew(fp, &marker) {

@@ -1591,10 +1591,11 @@ mod tests {
     /// live record of an earlier run when the read failed under `FailOpen` (with the
     /// record's fencing token: tokens start again every run), whose lease then runs
     /// out while its guard is held. Its marker stays (journal, RocksDB), or is still
-    /// written by the next flush (deferred), so a crash reports X. (A read-back entry
-    /// once carried the record's token into the rewrite, whose batch then cleared
-    /// X's journal slot or dropped its deferred marker; and the rewrite's batch
-    /// deleted any marker of the key in RocksDB.)
+    /// written by the next flush (deferred), so a crash reports X, through the
+    /// read-back's rewrite and the later ones of the key, resident then. (A
+    /// read-back entry once carried the record's token into the rewrite, whose
+    /// batch then cleared X's journal slot or dropped its deferred marker; and a
+    /// rewrite's batch deleted any marker of the key in RocksDB.)
     #[cfg(all(feature = "durable", target_os = "linux"))]
     #[test]
     fn a_read_back_windows_rewrite_keeps_the_marker_of_a_claim_in_flight() {
@@ -1641,6 +1642,17 @@ mod tests {
                 engine.stats().durable_writes,
                 writes + 1,
                 "{markers:?}: the window's rewrite"
+            );
+            // Sightings of the key, resident now, rewrite its record again: those
+            // settle no marker either.
+            let writes = engine.stats().durable_writes;
+            for _ in 0..6 {
+                clock.advance(Duration::from_secs(25));
+                assert!(ns.claim(b"k").unwrap().is_duplicate(), "{markers:?}");
+            }
+            assert!(
+                engine.stats().durable_writes >= writes + 2,
+                "{markers:?}: rewrites of the resident key"
             );
             match markers {
                 ClaimMarkers::Journal => assert!(
@@ -4636,14 +4648,14 @@ impl NsInner {
                     None => return Ok(Stored::HotOnly),
                 }
             }
-            // A key read back from the durable tier settles no marker: any of the key
-            // left is another claim's, in flight. A resident one settles its own
-            // claim's, which a completion decided from the hot tier alone (fail
-            // open, the store refusing) kept until a record would say it is done.
-            if x.read_back() {
-                d.rewrite_records(&[(fp.to_u128(), record)])
-            } else {
+            // Only the first record of a completion decided from the hot tier alone
+            // (fail open, the store refusing) settles markers: its claim's, kept
+            // until a record would say the key is done. Any other rewrite settles
+            // none: a marker of the key left then is another claim's, in flight.
+            if x.settles {
                 d.write_completions(&[(fp.to_u128(), record)], &[])
+            } else {
+                d.rewrite_records(&[(fp.to_u128(), record)])
             }
         });
         let cap = self.capacity();

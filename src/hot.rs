@@ -961,6 +961,12 @@ pub(crate) struct Extension {
     /// The hot deadline to go back to if the rewrite fails (ticks), or `None` to drop
     /// the entry then.
     fallback: Option<u64>,
+    /// The entry's completion (or a rewrite after it) was decided from the hot tier
+    /// alone (the store refusing, fail open): this record may be the first the store
+    /// takes of it, and settles that claim's markers as its completion would have.
+    /// Any other rewrite settles none (a marker of the key left then is another
+    /// claim's).
+    pub(crate) settles: bool,
 }
 
 impl Extension {
@@ -2284,6 +2290,9 @@ impl Shard {
                 None
             },
             fallback,
+            // (An entry read back from the durable tier carries token 0: no claim of
+            // its own, and none of its markers to settle, whatever left it unstored.)
+            settles: token != 0 && !self.unstored.is_empty() && self.unstored.contains(&idx),
         })
     }
 
@@ -2306,7 +2315,12 @@ impl Shard {
         }
         self.slab.update_meta(x.idx, |m| m & !COMPLETING_BIT);
         match stored {
-            Stored::Yes => {}
+            // The store holds the record now: the entry may be evicted as any other.
+            Stored::Yes => {
+                if x.settles {
+                    self.unstored.remove(&x.idx);
+                }
+            }
             // The extended window lives in the hot tier alone.
             Stored::HotOnly => {
                 self.unstored.insert(x.idx);

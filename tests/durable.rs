@@ -2277,7 +2277,11 @@ fn an_extension_that_finds_the_journal_full_is_reported_after_a_crash_between_it
         engine.debug_keep_journal_markers(true);
         g.extend_lease(secs(60)).unwrap();
         let s = engine.stats();
-        assert_eq!((s.journal_markers, s.markers_on_disk), (0, 1), "{s:?}");
+        assert_eq!(
+            (s.journal_markers, s.markers_on_disk, s.journal_overflows),
+            (0, 1, 1),
+            "{s:?}"
+        );
         engine.debug_fail_store_writes(true);
         drop(g); // both markers stay, as after a crash
         engine.debug_fail_store_writes(false);

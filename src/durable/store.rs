@@ -2072,7 +2072,10 @@ impl DurableNs {
         if let Some(j) = self.journal.get() {
             match j.renew(fp, &marker) {
                 journal::Renewal::Done => return Ok(true),
-                journal::Renewal::Full => leaving = Some(j),
+                journal::Renewal::Full => {
+                    self.journal_overflows.fetch_add(1, Ordering::Relaxed);
+                    leaving = Some(j);
+                }
                 journal::Renewal::NotHere => {}
             }
         }

@@ -1542,6 +1542,19 @@ mod tests {
         assert!(ns.claim(b"k").unwrap().is_acquired());
     }
 
+    /// A sliding window (TTL and retention 60 s) with `markers`, failing open, no
+    /// fsync: the namespace of the window rewrite's marker tests.
+    #[cfg(feature = "durable")]
+    fn sliding_fail_open(markers: crate::ClaimMarkers) -> crate::NamespaceConfig {
+        crate::NamespaceConfig::new()
+            .ttl(std::time::Duration::from_secs(60))
+            .retention(std::time::Duration::from_secs(60))
+            .extend_on_duplicate(true)
+            .claim_markers(markers)
+            .on_store_error(crate::FailurePolicy::FailOpen)
+            .sync(crate::SyncPolicy::Never)
+    }
+
     /// A completion decided from the hot tier alone (fail open, the store refusing)
     /// keeps its claim's marker, nothing in the store saying the key is done; a
     /// sliding window's rewrite of its record, once the store takes writes again,
@@ -1557,16 +1570,7 @@ mod tests {
             ClaimMarkers::Immediate,
         ] {
             let dir = Scratch::new("hot-only-rewrite");
-            let (engine, ns, clock) = durable_namespace_with(
-                &dir,
-                crate::NamespaceConfig::new()
-                    .ttl(Duration::from_secs(60))
-                    .retention(Duration::from_secs(60))
-                    .extend_on_duplicate(true)
-                    .claim_markers(markers)
-                    .on_store_error(crate::FailurePolicy::FailOpen)
-                    .sync(crate::SyncPolicy::Never),
-            );
+            let (engine, ns, clock) = durable_namespace_with(&dir, sliding_fail_open(markers));
             let g = first_claim(&ns);
             let fp = g.fp.to_u128();
             engine.debug_fail_store_writes(true);
@@ -1608,15 +1612,9 @@ mod tests {
         ] {
             let dir = Scratch::new("read-back-token");
             let cfg = || {
-                crate::NamespaceConfig::new()
-                    .ttl(Duration::from_secs(60))
-                    .retention(Duration::from_secs(60))
+                sliding_fail_open(markers)
                     .lease(Duration::from_secs(5))
                     .shards(1)
-                    .extend_on_duplicate(true)
-                    .claim_markers(markers)
-                    .on_store_error(crate::FailurePolicy::FailOpen)
-                    .sync(crate::SyncPolicy::Never)
             };
             let clock = crate::ManualClock::new(1_000_000);
             {
@@ -5769,24 +5767,15 @@ impl ClaimGuard {
             result: None,
         };
         let old_marker_ms = self.marker_end_ms();
-        let renewed = match write_unwinding(|| d.renew_marker(self.fp.to_u128(), marker)) {
-            Ok(renewed) => renewed,
-            Err(panic) => {
-                // As if refused: the old end back, the hold ended; the panic goes on.
-                let mut shard = ns.slots[si].lock();
-                shard.restore_lease(self.fp, &extended, old.deadline);
-                shard.marker_written(self.fp, &old);
-                drop(shard);
-                std::panic::resume_unwind(panic);
-            }
-        };
+        let renewed = write_unwinding(|| d.renew_marker(self.fp.to_u128(), marker));
         let mut shard = ns.slots[si].lock();
         let (lease, marker_ms) = match renewed {
-            Ok(true) => (extended, 0),
+            Ok(Ok(true)) => (extended, 0),
             // Fail open: extended, its marker keeping the end it had, which a lost
             // lease's clean-up then looks for.
-            Ok(false) => (extended, old_marker_ms),
-            Err(_) => {
+            Ok(Ok(false)) => (extended, old_marker_ms),
+            // Refused (fail closed), or panicked: the old end back.
+            Ok(Err(_)) | Err(_) => {
                 shard.restore_lease(self.fp, &extended, old.deadline);
                 (old, self.marker_ms)
             }
@@ -5795,7 +5784,10 @@ impl ClaimGuard {
         drop(shard);
         self.lease = lease;
         self.marker_ms = marker_ms;
-        renewed.map(|_| ())
+        match renewed {
+            Ok(renewed) => renewed.map(|_| ()),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
     }
 
     /// The lease's end as the claim's marker carries it (wall-clock ms): the

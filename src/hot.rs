@@ -2308,6 +2308,11 @@ impl Shard {
         stored: Stored,
         cap: &Capacity<'_>,
     ) {
+        if stored == Stored::No {
+            // The sighting's claim returns the store's error (or its panic), not the
+            // `Duplicate` it was counted as when it began the rewrite.
+            self.counters.duplicates -= 1;
+        }
         let e = *self.slab.get(x.idx);
         if !(e.is(fp) && e.state() == STATE_DONE && e.meta & COMPLETING_BIT != 0) {
             // Forgotten meanwhile (nothing else removes a completing entry).

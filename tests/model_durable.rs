@@ -41,10 +41,26 @@
 //! reported, whatever the mode: a claim that lost its lease removed its own marker
 //! (see `Model::lease_lost`), and every other claim was completed or released.
 //!
+//! A failing disk: some sequences have spells in which every RocksDB write fails
+//! (`Engine::debug_fail_store_writes`; the namespace fails closed), and two tests
+//! run only such sequences, with more of the operations that meet them. Then a claim
+//! whose marker goes to RocksDB (immediate) is refused with `Error::Store` and
+//! changes nothing, as does a sighting whose sliding window needs its record
+//! rewritten (not counted as a duplicate) and a forget; a completion is refused and
+//! its claim given up (counted as a release; a batch's write fails for all its
+//! claims); an extension whose marker is in RocksDB is refused and keeps the old
+//! end; a marker in RocksDB that a release, a refused completion or a lost lease
+//! cannot delete stays, and the next open reports it as an orphan, held while its
+//! lease runs, and settles it once the lease has run out. Journal and deferred
+//! markers in memory are untouched by the failure; a deferred marker waits for a
+//! maintenance pass that can write it. A completion deletes RocksDB's marker of its
+//! key whichever claim wrote it; a release does too.
+//!
 //! Left out: stored results over `max_result_len` (such a claim stays held with its
 //! marker, an orphan at the next open unless claimed again; the hot-tier model check
-//! covers the refusal), crashes (`tests/crash.rs`), store failures and corrupt
-//! records (`tests/durable.rs`), co-committed state and concurrency.
+//! covers the refusal), crashes (`tests/crash.rs`), failing reads and syncs,
+//! `FailOpen`, and corrupt records (`tests/durable.rs`), co-committed state and
+//! concurrency.
 
 #![cfg(all(feature = "durable", not(idem_loom)))]
 
@@ -97,6 +113,9 @@ struct Config {
     shards: Option<usize>,
     markers: ClaimMarkers,
     prefilter: bool,
+    /// Whether the sequence makes RocksDB's writes fail now and then
+    /// ([`Op::FailWrites`]).
+    failures: bool,
     seed: u64,
 }
 
@@ -114,6 +133,7 @@ impl Config {
                 ClaimMarkers::Deferred,
             ][rng.below(3) as usize],
             prefilter: rng.below(4) != 0,
+            failures: rng.below(2) == 0,
             seed: rng.next(),
         }
     }
@@ -196,13 +216,51 @@ enum Op {
     Restart {
         finish: u64,
     },
+    /// From now on every write to RocksDB fails (`on`), or none does, in a sequence
+    /// with `failures` (elsewhere nothing). The namespace fails closed.
+    FailWrites {
+        on: bool,
+    },
 }
 
 impl Op {
-    fn random(rng: &mut XorShift) -> Op {
+    /// A random operation; `failing_disk` asks for more of those that meet a
+    /// failing disk while claims are in flight: lease extensions, spells of failing
+    /// writes, and mostly short clock advances (leases run on through the spell,
+    /// and a claim whose marker could not be deleted is still held at a restart).
+    fn random(rng: &mut XorShift, failing_disk: bool) -> Op {
+        if !failing_disk {
+            return Op::any(rng);
+        }
+        match rng.below(20) {
+            0..=2 => Op::Extend {
+                guard: rng.byte(),
+                ms: LEASE_MS - 1 + rng.below(3),
+            },
+            3 => Op::FailWrites { on: true },
+            4 => Op::Restart { finish: rng.next() },
+            5 => Op::Advance {
+                by: 1 + rng.below(50),
+            },
+            _ => match Op::any(rng) {
+                Op::Advance { by } if by > 100 && rng.below(4) != 0 => Op::Advance {
+                    by: 1 + rng.below(50),
+                },
+                op => op,
+            },
+        }
+    }
+
+    /// Any operation, in the mix of the ordinary sequences.
+    fn any(rng: &mut XorShift) -> Op {
         let key = |rng: &mut XorShift| rng.below(KEYS as u64) as usize;
         // Restarts and compactions (with the look at the database after them) take
         // most of the run's time, some 100 ms and 50 ms each: 2.5 % and 1.5 %.
+        match rng.below(210) {
+            200..=204 => return Op::FailWrites { on: true },
+            205..=209 => return Op::FailWrites { on: false },
+            _ => {}
+        }
         match rng.below(200) {
             0..=37 => Op::Claim { key: key(rng) },
             38..=55 => Op::ClaimWithPayload {
@@ -326,18 +384,59 @@ struct Model {
     now: u64,
     cfg: Config,
     keys: HashMap<usize, State>,
-    /// Each key's claim marker left in the database or waiting to be written:
-    /// the claim's id, when it was made and its lease deadline.
+    /// The claim marker RocksDB holds for each key: an immediate one, a deferred
+    /// one a maintenance pass wrote, or an orphan of the last run. A failing disk
+    /// can neither rewrite nor delete it, and it can be an earlier claim's than
+    /// the key's latest.
     markers: HashMap<usize, Marker>,
+    /// The marker of each key's latest claim where it is kept outside RocksDB: in
+    /// the journal, or in memory until a maintenance pass writes it (deferred).
+    /// A failing disk does not touch these.
+    pending: HashMap<usize, Marker>,
     next_id: u64,
     counts: Counts,
     /// Markers outside the journal (in RocksDB, or waiting in memory) that a claim
     /// which lost its lease removed.
     lost_markers_removed: u64,
+    /// Whether every write to RocksDB fails (`Engine::debug_fail_store_writes`).
+    failing: bool,
+    /// While a batch is claimed: its markers are written together after its last
+    /// claim (see `Harness::claim_batch`).
+    in_batch: bool,
 }
 
-/// A claim marker in the model: claim id, claim time, lease deadline.
-type Marker = (u64, u64, u64);
+/// A claim marker in the model.
+#[derive(Debug, Clone, Copy)]
+struct Marker {
+    /// The claim's id.
+    id: u64,
+    /// When it was claimed, or its lease last extended.
+    at: u64,
+    deadline: u64,
+    payload: Option<usize>,
+}
+
+/// Stands for any `Error::Store` in the model's answers: the harness reads every
+/// store error the engine returns as this one (a durable engine never returns it).
+fn store_refusal() -> Error {
+    Error::NotDurable
+}
+
+/// An answer with any store error read as [`store_refusal`].
+fn normalized(a: Answer) -> Answer {
+    match a {
+        Answer::Failed(Error::Store(_)) => Answer::Failed(store_refusal()),
+        other => other,
+    }
+}
+
+/// A result with any store error read as [`store_refusal`].
+fn normalized_result<T>(r: Result<T, Error>) -> Result<T, Error> {
+    r.map_err(|e| match e {
+        Error::Store(_) => store_refusal(),
+        other => other,
+    })
+}
 
 impl Model {
     fn live(&self, key: usize) -> Option<&State> {
@@ -385,7 +484,12 @@ impl Model {
                     ..
                 } => {
                     if sliding && room {
-                        *until = (*until).max(record_until(*completed_at, now + TTL_MS));
+                        let extended = record_until(*completed_at, now + TTL_MS);
+                        if extended > *until && self.failing {
+                            // The record must be rewritten first, and cannot be.
+                            return (Answer::Failed(store_refusal()), None);
+                        }
+                        *until = (*until).max(extended);
                     }
                     self.counts.duplicates += 1;
                     let answer = Answer::Duplicate {
@@ -405,6 +509,11 @@ impl Model {
             };
             return (Answer::Failed(refusal), None);
         }
+        let in_store = matches!(self.cfg.markers, ClaimMarkers::Immediate);
+        if in_store && self.failing && !self.in_batch {
+            // Its marker is written before `claim` returns, and cannot be.
+            return (Answer::Failed(store_refusal()), None);
+        }
         self.next_id += 1;
         let (id, deadline) = (self.next_id, now + LEASE_MS);
         self.keys.insert(
@@ -416,7 +525,17 @@ impl Model {
             },
         );
         // Written over any marker a claim of the key left before.
-        self.markers.insert(key, (id, now, deadline));
+        let marker = Marker {
+            id,
+            at: now,
+            deadline,
+            payload,
+        };
+        if in_store {
+            self.markers.insert(key, marker);
+        } else {
+            self.pending.insert(key, marker);
+        }
         self.counts.acquired += 1;
         let answer = Answer::Acquired {
             lease_expires_at_ms: deadline,
@@ -429,13 +548,38 @@ impl Model {
     /// over it (`DurableNs::lease_lost`).
     fn lease_lost(&mut self, key: usize, id: u64) -> Error {
         self.counts.lease_lost += 1;
-        if self.markers.get(&key).is_some_and(|m| m.0 == id) {
-            self.markers.remove(&key);
-            if !matches!(self.cfg.markers, ClaimMarkers::Journal) {
-                self.lost_markers_removed += 1;
-            }
+        let mut removed = false;
+        if self.pending.get(&key).is_some_and(|m| m.id == id) {
+            self.pending.remove(&key);
+            removed = matches!(self.cfg.markers, ClaimMarkers::Deferred);
         }
+        if self.markers.get(&key).is_some_and(|m| m.id == id) && !self.failing {
+            self.markers.remove(&key);
+            removed = true;
+        }
+        self.lost_markers_removed += u64::from(removed);
         Error::LeaseLost
+    }
+
+    /// A claim of `key` that held its lease ends without a completion (a release,
+    /// or a completion the store refused): its own marker goes from the journal or
+    /// memory, and RocksDB's marker of the key too, unless the disk fails (then it
+    /// stays, and the next open reports it).
+    fn clear_markers(&mut self, key: usize) {
+        self.pending.remove(&key);
+        if !self.failing {
+            self.markers.remove(&key);
+        }
+    }
+
+    /// A completion the store refused: the claim is given up (a redelivery
+    /// retries) and counted as released, its markers removed where the failing
+    /// disk allows.
+    fn refused_completion(&mut self, key: usize) -> Error {
+        self.counts.releases += 1;
+        self.keys.remove(&key);
+        self.clear_markers(key);
+        store_refusal()
     }
 
     /// Whether claim `id` on `key` still holds its lease.
@@ -447,8 +591,13 @@ impl Model {
         if !self.holds(key, id) {
             return Err(self.lease_lost(key, id));
         }
-        // Deleted in the completion's write.
+        if self.failing {
+            return Err(self.refused_completion(key));
+        }
+        // Deleted in the completion's write (RocksDB's, whichever claim's it is),
+        // and cleared after it.
         self.markers.remove(&key);
+        self.pending.remove(&key);
         let now = self.now;
         let payload = self.keys[&key].payload();
         self.keys.insert(
@@ -473,11 +622,24 @@ impl Model {
             return Err(Error::LeaseLost);
         }
         let (now, until) = (self.now, self.now + ms);
+        let own = |m: &&mut Marker| m.id == id;
+        let marker = match self.pending.get_mut(&key).filter(own) {
+            Some(m) => Some(m),
+            None => {
+                let stored = self.markers.get_mut(&key).filter(own);
+                if self.failing && stored.is_some() {
+                    // The marker must be rewritten with the new end, and cannot be.
+                    return Err(store_refusal());
+                }
+                stored
+            }
+        };
+        if let Some(m) = marker {
+            m.at = now;
+            m.deadline = until;
+        }
         if let Some(State::InProgress { deadline, .. }) = self.keys.get_mut(&key) {
             *deadline = until;
-        }
-        if let Some(m) = self.markers.get_mut(&key).filter(|m| m.0 == id) {
-            *m = (id, now, until);
         }
         Ok(until)
     }
@@ -486,7 +648,7 @@ impl Model {
         if !self.holds(key, id) {
             return Err(self.lease_lost(key, id));
         }
-        self.markers.remove(&key);
+        self.clear_markers(key);
         self.keys.remove(&key);
         self.counts.releases += 1;
         Ok(())
@@ -588,6 +750,19 @@ struct Tally {
     /// Markers outside the journal removed by a claim that lost its lease.
     lost_markers_removed: u64,
     evictions: u64,
+    /// Spells of failing writes begun.
+    failing_spells: u64,
+    /// Claims (single) refused because a write they needed failed.
+    claims_refused_by_store: u64,
+    /// Completions refused because their write failed (their claims given up).
+    completions_refused: u64,
+    completion_batches_refused: u64,
+    extensions_refused_by_store: u64,
+    forgets_refused: u64,
+    /// Orphans of a failed marker delete reported at an open, and of those the ones
+    /// still held.
+    orphans: u64,
+    orphans_held: u64,
 }
 
 impl std::ops::AddAssign for Tally {
@@ -624,6 +799,14 @@ impl std::ops::AddAssign for Tally {
         self.restarts += o.restarts;
         self.lost_markers_removed += o.lost_markers_removed;
         self.evictions += o.evictions;
+        self.failing_spells += o.failing_spells;
+        self.claims_refused_by_store += o.claims_refused_by_store;
+        self.completions_refused += o.completions_refused;
+        self.completion_batches_refused += o.completion_batches_refused;
+        self.extensions_refused_by_store += o.extensions_refused_by_store;
+        self.forgets_refused += o.forgets_refused;
+        self.orphans += o.orphans;
+        self.orphans_held += o.orphans_held;
     }
 }
 
@@ -684,9 +867,12 @@ impl Harness {
                 cfg,
                 keys: HashMap::new(),
                 markers: HashMap::new(),
+                pending: HashMap::new(),
                 next_id: 0,
                 counts: Counts::default(),
                 lost_markers_removed: 0,
+                failing: false,
+                in_batch: false,
             },
             step: 0,
             op: None,
@@ -709,17 +895,37 @@ impl Harness {
             .unwrap_or_else(|e| panic!("opening the durable engine: {e:?}: {}", self.at()));
         // No claim is in flight at a restart (every guard was finished), and claims
         // that lost their lease removed their markers (see `Model::lease_lost`): the
-        // orphans reported must be exactly the model's markers left, none.
+        // orphans reported must be exactly the model's markers left, those whose
+        // delete the store refused (see `Model::clear_markers`), each held while its
+        // lease runs. An orphan is reported at each open until its lease has run out
+        // at one; then the open settles it.
         let seed = self.cfg.seed;
-        let mut expected: Vec<(u128, u64, u64, bool, bool)> = self
-            .model
-            .markers
-            .drain()
-            .map(|(key, (_, at, deadline))| {
-                let fp = xxh3_128_with_seed(&key_bytes(key), seed);
-                (fp, at, deadline, false, false)
-            })
-            .collect();
+        let now = self.model.now;
+        let mut expected: Vec<(u128, u64, u64, bool, bool)> = Vec::new();
+        let mut held = 0;
+        let pending = std::mem::take(&mut self.model.pending);
+        assert!(pending.is_empty(), "no claim in flight: {pending:?}");
+        for (key, m) in std::mem::take(&mut self.model.markers) {
+            let fp = xxh3_128_with_seed(&key_bytes(key), seed);
+            let holds = now < m.deadline;
+            expected.push((fp, m.at, m.deadline, holds, false));
+            self.tally.orphans += 1;
+            if holds {
+                held += 1;
+                self.tally.orphans_held += 1;
+                self.model.next_id += 1;
+                let id = self.model.next_id;
+                self.model.keys.insert(
+                    key,
+                    State::InProgress {
+                        deadline: m.deadline,
+                        id,
+                        payload: m.payload,
+                    },
+                );
+                self.model.markers.insert(key, Marker { id, ..m });
+            }
+        }
         expected.sort_unstable();
         let mut orphans: Vec<(u128, u64, u64, bool, bool)> = engine
             .orphans()
@@ -742,11 +948,11 @@ impl Harness {
             "orphans (fingerprint, claimed at, lease end, held, corrupt): {}",
             self.at()
         );
-        // Nothing is held in the hot tier or the journal: no orphan's lease runs.
+        // Only the orphans held are in the hot tier, and the journal is empty.
         let stats = engine.stats();
         assert_eq!(
             (stats.resident_keys, stats.journal_markers),
-            (0, 0),
+            (held, 0),
             "(resident keys, journal markers) at open: {}",
             self.at()
         );
@@ -808,12 +1014,28 @@ impl Harness {
             Op::Maintenance => {
                 // What it reclaims depends on what the hot tier holds: not compared.
                 let _ = self.engine().run_maintenance();
+                // Deferred markers are written, unless writes fail (then they wait).
+                if !self.model.failing && matches!(self.cfg.markers, ClaimMarkers::Deferred) {
+                    let written = std::mem::take(&mut self.model.pending);
+                    self.model.markers.extend(written);
+                }
                 self.tally.maintenance += 1;
             }
             Op::Compact => self.compact(),
             Op::Restart { finish } => self.restart(finish),
+            Op::FailWrites { on } => self.fail_writes(on),
         }
         self.check_everything();
+    }
+
+    /// Makes every RocksDB write fail, or none, in the engine and the model.
+    fn fail_writes(&mut self, on: bool) {
+        if !self.cfg.failures || on == self.model.failing {
+            return;
+        }
+        self.engine().debug_fail_store_writes(on);
+        self.model.failing = on;
+        self.tally.failing_spells += u64::from(on);
     }
 
     fn advance(&mut self, by: u64) {
@@ -902,6 +1124,7 @@ impl Harness {
             (Some(State::Done { until: a, .. }), Some(State::Done { until: b, .. })) if b > a
         );
         let (answer, guard) = observed(got);
+        let answer = normalized(answer);
         assert_eq!(answer, expected, "claim of key-{key}: {}", self.at());
         if !extended {
             self.note_read_back(key, reads);
@@ -947,6 +1170,7 @@ impl Harness {
             Answer::InProgress { .. } => self.tally.in_progress += 1,
             Answer::Failed(Error::PayloadMismatch) => self.tally.payload_mismatches += 1,
             Answer::Failed(Error::CapacityExceeded { .. }) => self.tally.capacity_refusals += 1,
+            Answer::Failed(e) if *e == store_refusal() => self.tally.claims_refused_by_store += 1,
             Answer::Failed(e) => panic!("unexpected model answer {e:?}: {}", self.at()),
         }
     }
@@ -961,7 +1185,8 @@ impl Harness {
         let mut expected = Vec::new();
         let mut acquired = Vec::new();
         let mut refused = None;
-        let markers_before = self.model.markers.clone();
+        let markers_before = (self.model.markers.clone(), self.model.pending.clone());
+        self.model.in_batch = true;
         for &key in keys {
             let before = self.model.keys.get(&key).cloned();
             let room = self.model.claims_except(key) < self.cfg.max_keys;
@@ -988,7 +1213,16 @@ impl Harness {
             }
             expected.push(answer);
         }
+        self.model.in_batch = false;
         self.tally.batches += 1;
+        if refused.is_none()
+            && !acquired.is_empty()
+            && self.model.failing
+            && matches!(self.cfg.markers, ClaimMarkers::Immediate)
+        {
+            // Every claim was answered, and their markers' one write fails.
+            refused = Some(store_refusal());
+        }
         if let Some(e) = refused {
             for (key, _, _, before) in acquired.into_iter().rev() {
                 match before {
@@ -998,8 +1232,9 @@ impl Harness {
                 self.model.counts.acquired -= 1;
             }
             // A refused batch writes no marker.
-            self.model.markers = markers_before;
-            assert_eq!(got.err(), Some(e), "refused batch {keys:?}: {}", self.at());
+            (self.model.markers, self.model.pending) = markers_before;
+            let got = normalized_result(got).err();
+            assert_eq!(got, Some(e), "refused batch {keys:?}: {}", self.at());
             self.tally.batches_refused += 1;
             return;
         }
@@ -1052,7 +1287,7 @@ impl Harness {
         let (key, id) = (self.held[i].key, self.held[i].id);
         let expected = self.model.extend(key, id, ms);
         assert_eq!(
-            got,
+            normalized_result(got),
             expected.clone().map(|_| ()),
             "extending the lease on key-{key}: {}",
             self.at()
@@ -1062,6 +1297,7 @@ impl Harness {
                 self.held[i].lease_expires_at_ms = until;
                 self.tally.extensions += 1;
             }
+            Err(e) if e == store_refusal() => self.tally.extensions_refused_by_store += 1,
             Err(_) => self.tally.extensions_refused += 1,
         }
     }
@@ -1096,7 +1332,7 @@ impl Harness {
             }
         };
         assert_eq!(
-            got,
+            normalized_result(got),
             expected,
             "finishing a claim on key-{key}: {}",
             self.at()
@@ -1104,6 +1340,7 @@ impl Harness {
         match (expected, what) {
             (Ok(()), 0) => self.tally.completions += 1,
             (Ok(()), _) => self.tally.releases += 1,
+            (Err(e), _) if e == store_refusal() => self.tally.completions_refused += 1,
             (Err(_), _) if unclaimed => self.tally.lease_lost_unclaimed += 1,
             (Err(_), _) => self.tally.lease_lost_taken += 1,
         }
@@ -1134,10 +1371,20 @@ impl Harness {
             let unclaimed = self.unclaimed(key, id);
             expected.push((key, unclaimed, self.model.complete(key, id, None)));
         }
-        let got = self
-            .ns()
-            .complete_batch(guards)
-            .unwrap_or_else(|e| panic!("complete_batch refused: {e:?}: {}", self.at()));
+        let got = normalized_result(self.ns().complete_batch(guards));
+        let refused = expected
+            .iter()
+            .filter(|(_, _, want)| *want == Err(store_refusal()));
+        let refused = refused.count() as u64;
+        if refused > 0 {
+            // The batch's one write failed: every claim that held its lease was given
+            // up (the others lost it, as their own results would have said).
+            assert_eq!(got, Err(store_refusal()), "complete_batch: {}", self.at());
+            self.tally.completions_refused += refused;
+            self.tally.completion_batches_refused += 1;
+            return;
+        }
+        let got = got.unwrap_or_else(|e| panic!("complete_batch refused: {e:?}: {}", self.at()));
         assert_eq!(
             got.len(),
             expected.len(),
@@ -1145,9 +1392,11 @@ impl Harness {
             self.at()
         );
         for (i, (r, (key, unclaimed, want))) in got.into_iter().zip(expected).enumerate() {
+            let r = normalized_result(r);
             assert_eq!(r, want, "batch completion {i}, key-{key}: {}", self.at());
             match r {
                 Ok(()) => self.tally.completions += 1,
+                Err(e) if e == store_refusal() => self.tally.completions_refused += 1,
                 Err(_) if unclaimed => self.tally.lease_lost_unclaimed += 1,
                 Err(_) => self.tally.lease_lost_taken += 1,
             }
@@ -1157,6 +1406,17 @@ impl Harness {
 
     fn forget(&mut self, key: usize) {
         let got = self.ns().forget(&key_bytes(key));
+        if self.model.failing {
+            // Its delete fails: nothing is forgotten.
+            assert_eq!(
+                normalized_result(got),
+                Err(store_refusal()),
+                "forget of key-{key}: {}",
+                self.at()
+            );
+            self.tally.forgets_refused += 1;
+            return;
+        }
         let live = self.model.live(key).cloned();
         if let Some(State::Done { hot_until, .. }) = &live {
             if hot_until.is_none_or(|t| self.model.now >= t) {
@@ -1165,6 +1425,7 @@ impl Harness {
         }
         self.model.keys.remove(&key);
         self.model.markers.remove(&key);
+        self.model.pending.remove(&key);
         assert_eq!(
             got,
             Ok(live.is_some()),
@@ -1194,6 +1455,7 @@ impl Harness {
     /// `compact_store`, then a read-only look at the database: exactly the model's
     /// live done records, and no expired one left.
     fn compact(&mut self) {
+        self.fail_writes(false);
         let expired_before = self
             .model
             .keys
@@ -1221,6 +1483,7 @@ impl Harness {
     /// Finishes every guard held (completes it, or drops it), drops the engine and
     /// every handle, and opens it again on the same directory and clock.
     fn restart(&mut self, mut finish: u64) {
+        self.fail_writes(false);
         while let Some(held) = self.held.pop() {
             let how = if finish & 1 == 1 {
                 Finish::Complete(None)
@@ -1292,13 +1555,21 @@ impl Harness {
 
 /// Runs [`SEQUENCES`] random sequences of [`STEPS`] operations in one window mode.
 fn run_many(sliding: bool, seed: u64) -> Tally {
+    run_sequences(sliding, seed, SEQUENCES, false)
+}
+
+/// Runs `sequences` random sequences of [`STEPS`] operations in one window mode; with
+/// `failing_disk`, every sequence makes writes fail now and then, with more of the
+/// operations that meet such failures (see [`Op::random`]).
+fn run_sequences(sliding: bool, seed: u64, sequences: usize, failing_disk: bool) -> Tally {
     let mut rng = XorShift::new(seed);
     let mut total = Tally::default();
-    for seq in 0..SEQUENCES {
-        let cfg = Config::random(sliding, &mut rng);
+    for seq in 0..sequences {
+        let mut cfg = Config::random(sliding, &mut rng);
+        cfg.failures |= failing_disk;
         let mut h = Harness::new(cfg, format!("seed {seed:#x}, sequence {seq}, {cfg:?}"));
         for _ in 0..STEPS {
-            let op = Op::random(&mut rng);
+            let op = Op::random(&mut rng, failing_disk);
             h.apply(op);
         }
         total += h.end();
@@ -1365,6 +1636,32 @@ fn assert_covers_every_path(t: &Tally, sliding: bool) {
     assert_eq!(t.steps, (SEQUENCES * STEPS) as u64);
 }
 
+/// Sequences on a disk that fails now and then must reach every way a write can be
+/// refused, and leave orphans behind.
+fn assert_covers_failures(t: &Tally, sequences: usize) {
+    let reached = [
+        ("spells of failing writes", t.failing_spells),
+        ("claims refused by the store", t.claims_refused_by_store),
+        ("completions refused by the store", t.completions_refused),
+        (
+            "completion batches refused by the store",
+            t.completion_batches_refused,
+        ),
+        (
+            "extensions refused by the store",
+            t.extensions_refused_by_store,
+        ),
+        ("forgets refused by the store", t.forgets_refused),
+        ("orphans left by a failed delete", t.orphans),
+        ("orphans held at an open", t.orphans_held),
+        ("restarts", t.restarts),
+    ];
+    for (what, n) in reached {
+        assert!(n >= 10, "only {n} {what} in {t:#?}");
+    }
+    assert_eq!(t.steps, (sequences * STEPS) as u64);
+}
+
 #[test]
 fn fixed_window_durable_engine_matches_the_model() {
     let t = run_many(false, 0xD0_5EED_0001);
@@ -1378,6 +1675,25 @@ fn sliding_window_durable_engine_matches_the_model() {
     let t = run_many(true, 0xD0_5EED_0002);
     println!("{t:#?}");
     assert_covers_every_path(&t, true);
+}
+
+/// Sequences per window mode on a disk that fails now and then (the sequences above
+/// have such spells in half their sequences, with fewer of the operations that meet
+/// them).
+const FAILING_DISK_SEQUENCES: usize = 30;
+
+#[test]
+fn fixed_window_durable_engine_on_a_failing_disk_matches_the_model() {
+    let t = run_sequences(false, 0xD0_5EED_0003, FAILING_DISK_SEQUENCES, true);
+    println!("{t:#?}");
+    assert_covers_failures(&t, FAILING_DISK_SEQUENCES);
+}
+
+#[test]
+fn sliding_window_durable_engine_on_a_failing_disk_matches_the_model() {
+    let t = run_sequences(true, 0xD0_5EED_0004, FAILING_DISK_SEQUENCES, true);
+    println!("{t:#?}");
+    assert_covers_failures(&t, FAILING_DISK_SEQUENCES);
 }
 
 /// A short sequence that separates retention from one a millisecond longer, a
@@ -1410,6 +1726,7 @@ fn probe_config() -> Config {
         shards: None,
         markers: ClaimMarkers::Journal,
         prefilter: true,
+        failures: false,
         seed: 7,
     }
 }

@@ -499,15 +499,21 @@ impl ReplayReport {
             .copied()
     }
 
+    /// Adds `other`'s messages; each list stays in id order.
     fn merge(&mut self, other: ReplayReport) {
-        self.replayed.extend(other.replayed);
-        self.already_done.extend(other.already_done);
-        self.archived.extend(other.archived);
-        self.failed.extend(other.failed);
-        self.skipped_in_progress.extend(other.skipped_in_progress);
-        self.refused_key.extend(other.refused_key);
-        self.unreadable_key.extend(other.unreadable_key);
-        self.transformed.extend(other.transformed);
+        for (list, more) in [
+            (&mut self.replayed, other.replayed),
+            (&mut self.already_done, other.already_done),
+            (&mut self.archived, other.archived),
+            (&mut self.failed, other.failed),
+            (&mut self.skipped_in_progress, other.skipped_in_progress),
+            (&mut self.refused_key, other.refused_key),
+            (&mut self.unreadable_key, other.unreadable_key),
+            (&mut self.transformed, other.transformed),
+        ] {
+            list.extend(more);
+            list.sort_unstable();
+        }
         self.notes.extend(other.notes);
         if self.stopped.is_none() {
             self.stopped = other.stopped;
@@ -756,9 +762,19 @@ impl Home {
             Home::Engine { store: None, .. } => Ok((1, Vec::new(), 0)),
             #[cfg(feature = "durable")]
             Home::Engine { ns, store: Some(s) } => {
-                let next = s.dlq_next_id(ns.name())?;
+                // A damaged id counter is counted as a damaged key and read as 1: the
+                // ids the letters hold say where to go on (`Inner::open`), and the
+                // next quarantine writes the counter again.
+                let (next, bad_counter) = match s.dlq_next_id(ns.name()) {
+                    Ok(next) => (next, 0),
+                    Err(e @ Error::CorruptDeadLetter { .. }) => {
+                        tracing::warn!(namespace = %ns.name(), error = %e, "damaged dead-letter id counter");
+                        (1, 1)
+                    }
+                    Err(e) => return Err(e),
+                };
                 let (letters, damaged) = s.dlq_scan(ns.name())?;
-                Ok((next, letters, damaged))
+                Ok((next, letters, damaged + bad_counter))
             }
             #[cfg(not(feature = "durable"))]
             Home::Engine {

@@ -36,7 +36,7 @@ mod store;
 #[cfg(feature = "durable")]
 pub(crate) use store::{
     dlq_message_key, scan_letters, stored_settings, DurableNs, Families, FpSet, JournalTakeover,
-    Letters, NsSettings, Store,
+    Letters, NsSettings, Store, DLQ_LETTERS_FROM,
 };
 #[cfg(all(test, feature = "durable"))]
 pub(crate) use store::{

@@ -363,8 +363,7 @@ impl ReadOnlyDb {
         let Some(cf) = self.db.cf_handle(&format!("dlq:{ns}")) else {
             return Ok((Vec::new(), 0));
         };
-        let first = super::dlq_message_key(0);
-        let mode = IteratorMode::From(&first, rocksdb::Direction::Forward);
+        let mode = IteratorMode::From(&super::DLQ_LETTERS_FROM, rocksdb::Direction::Forward);
         super::scan_letters(ns, self.db.iterator_cf(cf, mode))
     }
 

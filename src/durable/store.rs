@@ -21,7 +21,9 @@ use crate::hot::{DurableDone, DurableLookup, Fp, Stored};
 use crate::prefilter::{bloom_hash, Prefilter, PINNED};
 
 mod dlq;
-pub(crate) use dlq::{message_key as dlq_message_key, scan_letters, Letters};
+pub(crate) use dlq::{
+    message_key as dlq_message_key, scan_letters, Letters, LETTERS_FROM as DLQ_LETTERS_FROM,
+};
 
 /// The database format this build writes: stored under [`FORMAT_KEY`].
 use super::FORMAT_VERSION;

@@ -26,6 +26,10 @@ pub(super) fn cf_name(ns: &str) -> String {
     format!("dlq:{ns}")
 }
 
+/// Where the letters' range starts: every key from here on is a letter's, or a
+/// damaged one counted as such (by the engine and by a read-only open alike).
+pub(crate) const LETTERS_FROM: [u8; 1] = [MESSAGE_TAG];
+
 /// The store key of dead letter `id`.
 pub(crate) fn message_key(id: u64) -> [u8; 9] {
     let mut k = [0u8; 9];
@@ -67,8 +71,7 @@ impl Store {
     /// they are and counted, so that one damaged key does not hide every letter.
     pub(crate) fn dlq_scan(&self, ns: &str) -> Result<Letters, Error> {
         let cf = self.cf(&cf_name(ns))?;
-        let from = [MESSAGE_TAG];
-        let mode = rocksdb::IteratorMode::From(&from, rocksdb::Direction::Forward);
+        let mode = rocksdb::IteratorMode::From(&LETTERS_FROM, rocksdb::Direction::Forward);
         scan_letters(ns, self.db.iterator_cf(cf, mode))
     }
 

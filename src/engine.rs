@@ -1449,6 +1449,45 @@ mod tests {
         g.complete().unwrap();
     }
 
+    /// An extension refused under `FailClosed` after the old end has passed (here
+    /// during the marker's write) leaves the claim expired, and its room free at
+    /// once: a full namespace takes a new key at that same time. (Before, the old
+    /// end went back into the wheel, which takes no deadline behind it, so the entry
+    /// stayed until the next tick and the claim was refused.)
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_refused_extension_whose_old_end_has_passed_frees_its_room_at_once() {
+        use std::rc::Rc;
+        use std::time::Duration;
+        let dir = Scratch::new("extend-expired");
+        let (engine, ns, clock) = durable_namespace_with(
+            &dir,
+            crate::NamespaceConfig::new()
+                .lease(Duration::from_secs(5))
+                .max_keys(1)
+                .shards(1)
+                .claim_markers(crate::ClaimMarkers::Immediate)
+                .sync(crate::SyncPolicy::Never),
+        );
+        let engine = Rc::new(engine);
+        let mut g = first_claim(&ns);
+        {
+            let (engine, clock) = (engine.clone(), clock.clone());
+            crate::durable::set_before_renew_put(move || {
+                clock.advance(Duration::from_secs(6));
+                engine.run_maintenance();
+                engine.debug_fail_store_writes(true);
+            });
+        }
+        let expirations = engine.stats().expirations;
+        let r = g.extend_lease(Duration::from_secs(60));
+        engine.debug_fail_store_writes(false);
+        assert!(matches!(r, Err(crate::Error::Store(_))), "{r:?}");
+        assert!(ns.claim(b"j").unwrap().is_acquired(), "the room is free");
+        assert_eq!(engine.stats().expirations, expirations + 1, "expired");
+        assert_eq!(g.complete(), Err(crate::Error::LeaseLost));
+    }
+
     /// An extension that comes while its key is being forgotten (between the
     /// forget's delete of the records and its removal of the hot entry) is refused:
     /// the forget has taken the claim, and its marker, just deleted, is not written
@@ -5776,7 +5815,7 @@ impl ClaimGuard {
             Ok(Ok(false)) => (extended, old_marker_ms),
             // Refused (fail closed), or panicked: the old end back.
             Ok(Err(_)) | Err(_) => {
-                shard.restore_lease(self.fp, &extended, old.deadline);
+                shard.restore_lease(self.fp, &extended, old.deadline, &cap);
                 (old, self.marker_ms)
             }
         };

@@ -2733,11 +2733,26 @@ impl Shard {
     /// ends the hold. The entry's own deadline is not checked: a maintenance pass
     /// moves a held entry's passed deadline on. (If `deadline` has passed, the lease
     /// is lost, as it would have been without the extension.)
-    pub(crate) fn restore_lease(&mut self, fp: Fp, lease: &Lease, deadline: u64) {
+    ///
+    /// An old end the wheel has passed (the write outlasted it) leaves the claim
+    /// expired: the entry is reclaimed here, as the expiry pass would have, since
+    /// the wheel takes no deadline behind it and would hold it a tick longer.
+    pub(crate) fn restore_lease(
+        &mut self,
+        fp: Fp,
+        lease: &Lease,
+        deadline: u64,
+        cap: &Capacity<'_>,
+    ) {
         let e = self.slab.get(lease.idx);
         if e.state() == STATE_IN_PROGRESS && e.is(fp) && e.token() == lease.token {
-            self.reschedule(lease.idx, deadline);
             self.slab.update_meta(lease.idx, |m| m & !COMPLETING_BIT);
+            if deadline <= self.wheel.current() {
+                self.remove(lease.idx, cap);
+                self.counters.expirations += 1;
+            } else {
+                self.reschedule(lease.idx, deadline);
+            }
         }
     }
 

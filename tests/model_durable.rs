@@ -56,11 +56,18 @@
 //! maintenance pass that can write it. A completion deletes RocksDB's marker of its
 //! key whichever claim wrote it; a release does too.
 //!
+//! Spells of failing reads (`Engine::debug_fail_store_reads`) too: whether an
+//! operation reads depends on what the hot tier holds, which the model does not
+//! know, so a claim, batch, forget or check may then answer `Error::Store` instead
+//! of the model's answer, and must have changed nothing (the keys are compared
+//! after the step as always; a refused batch's counts are taken as the engine's). A
+//! lost lease reads its RocksDB marker before deleting it: a failing read leaves it
+//! for the next open to report, as a failing write does.
+//!
 //! Left out: stored results over `max_result_len` (such a claim stays held with its
 //! marker, an orphan at the next open unless claimed again; the hot-tier model check
-//! covers the refusal), crashes (`tests/crash.rs`), failing reads and syncs,
-//! `FailOpen`, and corrupt records (`tests/durable.rs`), co-committed state and
-//! concurrency.
+//! covers the refusal), crashes (`tests/crash.rs`), failing syncs, `FailOpen`, and
+//! corrupt records (`tests/durable.rs`), co-committed state and concurrency.
 
 #![cfg(all(feature = "durable", not(idem_loom)))]
 
@@ -221,6 +228,10 @@ enum Op {
     FailWrites {
         on: bool,
     },
+    /// The same for every point read of a done record.
+    FailReads {
+        on: bool,
+    },
 }
 
 impl Op {
@@ -237,7 +248,10 @@ impl Op {
                 guard: rng.byte(),
                 ms: LEASE_MS - 1 + rng.below(3),
             },
-            3 => Op::FailWrites { on: true },
+            3 => match rng.below(3) {
+                0 => Op::FailReads { on: true },
+                _ => Op::FailWrites { on: true },
+            },
             4 => Op::Restart { finish: rng.next() },
             5 => Op::Advance {
                 by: 1 + rng.below(50),
@@ -256,9 +270,11 @@ impl Op {
         let key = |rng: &mut XorShift| rng.below(KEYS as u64) as usize;
         // Restarts and compactions (with the look at the database after them) take
         // most of the run's time, some 100 ms and 50 ms each: 2.5 % and 1.5 %.
-        match rng.below(210) {
+        match rng.below(214) {
             200..=204 => return Op::FailWrites { on: true },
             205..=209 => return Op::FailWrites { on: false },
+            210 => return Op::FailReads { on: true },
+            211..=213 => return Op::FailReads { on: false },
             _ => {}
         }
         match rng.below(200) {
@@ -380,6 +396,7 @@ impl Counts {
 }
 
 /// The reference: key states, the clock, and the counters since the last open.
+#[derive(Clone)]
 struct Model {
     now: u64,
     cfg: Config,
@@ -400,6 +417,11 @@ struct Model {
     lost_markers_removed: u64,
     /// Whether every write to RocksDB fails (`Engine::debug_fail_store_writes`).
     failing: bool,
+    /// Whether every point read of a done record fails
+    /// (`Engine::debug_fail_store_reads`). Whether an operation reads depends on
+    /// what the hot tier holds, which the model does not know: any operation may
+    /// then answer `Error::Store` instead, and must then have changed nothing.
+    failing_reads: bool,
     /// While a batch is claimed: its markers are written together after its last
     /// claim (see `Harness::claim_batch`).
     in_batch: bool,
@@ -553,7 +575,12 @@ impl Model {
             self.pending.remove(&key);
             removed = matches!(self.cfg.markers, ClaimMarkers::Deferred);
         }
-        if self.markers.get(&key).is_some_and(|m| m.id == id) && !self.failing {
+        // A marker in RocksDB is read first (a later claim may have written over it),
+        // and then deleted: a failing read or write leaves it.
+        if self.markers.get(&key).is_some_and(|m| m.id == id)
+            && !self.failing
+            && !self.failing_reads
+        {
             self.markers.remove(&key);
             removed = true;
         }
@@ -752,6 +779,10 @@ struct Tally {
     evictions: u64,
     /// Spells of failing writes begun.
     failing_spells: u64,
+    /// Spells of failing reads begun.
+    failing_read_spells: u64,
+    /// Claims, batches and forgets refused because a read failed.
+    refused_by_read: u64,
     /// Claims (single) refused because a write they needed failed.
     claims_refused_by_store: u64,
     /// Completions refused because their write failed (their claims given up).
@@ -800,6 +831,8 @@ impl std::ops::AddAssign for Tally {
         self.lost_markers_removed += o.lost_markers_removed;
         self.evictions += o.evictions;
         self.failing_spells += o.failing_spells;
+        self.failing_read_spells += o.failing_read_spells;
+        self.refused_by_read += o.refused_by_read;
         self.claims_refused_by_store += o.claims_refused_by_store;
         self.completions_refused += o.completions_refused;
         self.completion_batches_refused += o.completion_batches_refused;
@@ -872,6 +905,7 @@ impl Harness {
                 counts: Counts::default(),
                 lost_markers_removed: 0,
                 failing: false,
+                failing_reads: false,
                 in_batch: false,
             },
             step: 0,
@@ -1024,6 +1058,7 @@ impl Harness {
             Op::Compact => self.compact(),
             Op::Restart { finish } => self.restart(finish),
             Op::FailWrites { on } => self.fail_writes(on),
+            Op::FailReads { on } => self.fail_reads(on),
         }
         self.check_everything();
     }
@@ -1036,6 +1071,30 @@ impl Harness {
         self.engine().debug_fail_store_writes(on);
         self.model.failing = on;
         self.tally.failing_spells += u64::from(on);
+    }
+
+    /// Makes every point read of a done record fail, or none, in the engine and the
+    /// model.
+    fn fail_reads(&mut self, on: bool) {
+        if !self.cfg.failures || on == self.model.failing_reads {
+            return;
+        }
+        self.engine().debug_fail_store_reads(on);
+        self.model.failing_reads = on;
+        self.tally.failing_read_spells += u64::from(on);
+    }
+
+    /// Whether `answer`, where the model expected `expected`, is a refusal by a
+    /// failing read (see [`Model::failing_reads`]): the model is then put back to
+    /// `before`, and the refusal tallied.
+    fn refused_by_read(&mut self, answer: &Answer, expected: &Answer, before: Model) -> bool {
+        let refused = Answer::Failed(store_refusal());
+        if !self.model.failing_reads || *answer != refused || *expected == refused {
+            return false;
+        }
+        self.model = before;
+        self.tally.refused_by_read += 1;
+        true
     }
 
     fn advance(&mut self, by: u64) {
@@ -1113,6 +1172,7 @@ impl Harness {
             Some(p) => self.ns().claim_with_payload(&bytes, PAYLOADS[p]),
         };
         let reads = self.durable_reads() - reads;
+        let model_before = self.model.clone();
         let before = self.model.keys.get(&key).cloned();
         let room = self.model.claims_except(key) < self.cfg.max_keys;
         let (expected, acquired) = self.model.claim(key, payload);
@@ -1125,6 +1185,9 @@ impl Harness {
         );
         let (answer, guard) = observed(got);
         let answer = normalized(answer);
+        if self.refused_by_read(&answer, &expected, model_before) {
+            return;
+        }
         assert_eq!(answer, expected, "claim of key-{key}: {}", self.at());
         if !extended {
             self.note_read_back(key, reads);
@@ -1181,7 +1244,16 @@ impl Harness {
     fn claim_batch(&mut self, keys: &[usize]) {
         let bytes: Vec<Vec<u8>> = keys.iter().map(|&k| key_bytes(k)).collect();
         let refs: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
-        let got = self.ns().claim_batch(&refs);
+        let got = normalized_result(self.ns().claim_batch(&refs));
+        if self.model.failing_reads && matches!(&got, Err(e) if *e == store_refusal()) {
+            // A read failed at one of the keys (which, the model cannot tell): the
+            // batch's claims were given up, and the answers made before it stay
+            // counted, which are taken as the engine counted them. The keys'
+            // states are compared after the step as always.
+            self.model.counts = Counts::of(&self.ns().stats());
+            self.tally.refused_by_read += 1;
+            return;
+        }
         let mut expected = Vec::new();
         let mut acquired = Vec::new();
         let mut refused = None;
@@ -1233,8 +1305,7 @@ impl Harness {
             }
             // A refused batch writes no marker.
             (self.model.markers, self.model.pending) = markers_before;
-            let got = normalized_result(got).err();
-            assert_eq!(got, Some(e), "refused batch {keys:?}: {}", self.at());
+            assert_eq!(got.err(), Some(e), "refused batch {keys:?}: {}", self.at());
             self.tally.batches_refused += 1;
             return;
         }
@@ -1406,6 +1477,11 @@ impl Harness {
 
     fn forget(&mut self, key: usize) {
         let got = self.ns().forget(&key_bytes(key));
+        if self.model.failing_reads && normalized_result(got.clone()) == Err(store_refusal()) {
+            // Its read failed: nothing is forgotten.
+            self.tally.refused_by_read += 1;
+            return;
+        }
         if self.model.failing {
             // Its delete fails: nothing is forgotten.
             assert_eq!(
@@ -1443,7 +1519,11 @@ impl Harness {
     }
 
     fn check_key(&self, key: usize) {
-        let got = checked(self.ns().check(&key_bytes(key)), &self.at());
+        let got = checked(self.ns().check(&key_bytes(key)), &self.at()).map(normalized);
+        if self.model.failing_reads && got == Some(Answer::Failed(store_refusal())) {
+            // A read of the durable tier failed (see `Model::failing_reads`).
+            return;
+        }
         assert_eq!(
             got,
             self.model.check(key),
@@ -1456,6 +1536,7 @@ impl Harness {
     /// live done records, and no expired one left.
     fn compact(&mut self) {
         self.fail_writes(false);
+        self.fail_reads(false);
         let expired_before = self
             .model
             .keys
@@ -1484,6 +1565,7 @@ impl Harness {
     /// every handle, and opens it again on the same directory and clock.
     fn restart(&mut self, mut finish: u64) {
         self.fail_writes(false);
+        self.fail_reads(false);
         while let Some(held) = self.held.pop() {
             let how = if finish & 1 == 1 {
                 Finish::Complete(None)
@@ -1641,6 +1723,8 @@ fn assert_covers_every_path(t: &Tally, sliding: bool) {
 fn assert_covers_failures(t: &Tally, sequences: usize) {
     let reached = [
         ("spells of failing writes", t.failing_spells),
+        ("spells of failing reads", t.failing_read_spells),
+        ("operations refused by a failing read", t.refused_by_read),
         ("claims refused by the store", t.claims_refused_by_store),
         ("completions refused by the store", t.completions_refused),
         (

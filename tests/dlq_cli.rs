@@ -941,6 +941,47 @@ fn a_replay_of_many_named_ids_with_one_it_cannot_take_does_nothing() {
 }
 
 #[test]
+fn a_replay_stopped_in_a_later_chunk_reports_the_chunks_it_replayed() {
+    // 70 messages, more than one chunk of 64; the schema command gives no verdict on
+    // the last one's payload.
+    let letters: Vec<(Vec<u8>, Vec<u8>)> = (1..=70)
+        .map(|i| {
+            let payload = if i == 70 { "bad" } else { "p" };
+            (format!("ord-{i}").into_bytes(), payload.as_bytes().to_vec())
+        })
+        .collect();
+    let refs: Vec<(&[u8], &[u8])> = letters
+        .iter()
+        .map(|(k, p)| (k.as_slice(), p.as_slice()))
+        .collect();
+    let (_tmp, dbs) = with_letters("later-chunk", NamespaceConfig::new(), &refs);
+    let schema = r#"[ "$(cat)" != bad ] || exit 127"#;
+    let (ok, code, out, err) = orders(
+        "replay",
+        &dbs,
+        &["--schema-cmd", schema, "--exec", "cat >/dev/null"],
+    );
+    assert!(!ok && code == Some(1), "{code:?} {out}{err}");
+    // Before, the command printed nothing: the first chunk's 64 replays went
+    // unreported, and the error read as if #65 to #69 had been handled.
+    assert!(out.starts_with("replay (70 messages)"), "{out}");
+    assert_eq!(row(&out, "replayed ")[1], "64", "{out}");
+    assert_eq!(row(&out, "archived: schema")[2], "0", "{out}");
+    assert!(err.contains("gave no verdict"), "{err}");
+    assert!(err.contains("on message #70"), "{err}");
+    assert!(
+        err.contains("stopped before message #65: it and the selected messages after it"),
+        "{err}"
+    );
+    let (ok, _, list, err) = orders("list", &dbs, &[]);
+    assert!(ok, "{err}");
+    assert!(list.contains("6 message(s)"), "{list}");
+    let (ok, _, health, err) = orders("health", &dbs, &[]);
+    assert!(ok, "{err}");
+    assert_eq!(row(&health, "replayed")[1], "64", "{health}");
+}
+
+#[test]
 fn a_listing_says_how_many_stored_letters_it_could_not_decode() {
     let (tmp, dbs) = populated("undecodable");
     {

@@ -601,6 +601,29 @@ fn run_shell(
     Ok((out.status, out.stdout, err))
 }
 
+/// The `--schema-cmd` verdict on the payload of each message of `chunk`, the
+/// command run once per payload; or, at the first message whose payload cannot be
+/// read or on which the command gives no verdict, why not.
+fn chunk_verdicts(
+    dlq: &Dlq,
+    cmd: &str,
+    chunk: &[MessageId],
+) -> Result<HashMap<Vec<u8>, SchemaVerdict>, String> {
+    let mut verdicts: HashMap<Vec<u8>, SchemaVerdict> = HashMap::new();
+    for id in chunk {
+        let payload = dlq
+            .get(*id)
+            .map_err(|e| format!("{e}, on message {id}"))?
+            .payload()
+            .to_vec();
+        if let std::collections::hash_map::Entry::Vacant(slot) = verdicts.entry(payload) {
+            let v = schema_verdict(cmd, slot.key()).map_err(|e| format!("{e}, on message {id}"))?;
+            slot.insert(v);
+        }
+    }
+    Ok(verdicts)
+}
+
 fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
     let mode = if o.dry_run {
         ReplayMode::DryRun
@@ -639,20 +662,26 @@ fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
     } else {
         CHUNK
     };
+    // What stopped the command before or within a chunk (a schema command that gave
+    // no verdict, a store error), if anything.
+    let mut failure = None;
     for chunk in selected.chunks(chunk_len) {
+        let first = chunk[0];
         // The schema command runs for the whole chunk first: one that gives no verdict
         // stops the command before any message of the chunk is archived for it.
-        let mut verdicts: HashMap<Vec<u8>, SchemaVerdict> = HashMap::new();
-        if let Some(cmd) = &o.schema_cmd {
-            for id in chunk {
-                let payload = dlq.get(*id).map_err(|e| e.to_string())?.payload().to_vec();
-                if let std::collections::hash_map::Entry::Vacant(slot) = verdicts.entry(payload) {
-                    let v = schema_verdict(cmd, slot.key())
-                        .map_err(|e| format!("{e}; stopped before message {id}"))?;
-                    slot.insert(v);
+        let verdicts = match &o.schema_cmd {
+            None => HashMap::new(),
+            Some(cmd) => match chunk_verdicts(dlq, cmd, chunk) {
+                Ok(verdicts) => verdicts,
+                Err(e) => {
+                    failure = Some(format!(
+                        "{e}; the replay stopped before message {first}: it and the \
+                         selected messages after it were left as they were"
+                    ));
+                    break;
                 }
-            }
-        }
+            },
+        };
         let schema = |payload: &[u8]| match &o.schema_cmd {
             None => SchemaVerdict::Compatible,
             // Every payload the replay checks was read above (this process holds
@@ -663,14 +692,27 @@ fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
             }),
         };
         let sel = Selection::default().ids(chunk.iter().copied());
-        let r = dlq
-            .replay_with(
-                &sel,
-                &schema,
-                |key: &[u8], payload: &[u8]| exec_outcome(run_shell(&exec, &key_env(key), payload)),
-                mode,
-            )
-            .map_err(|e| e.to_string())?;
+        let r = match dlq.replay_with(
+            &sel,
+            &schema,
+            |key: &[u8], payload: &[u8]| exec_outcome(run_shell(&exec, &key_env(key), payload)),
+            mode,
+        ) {
+            Ok(r) => r,
+            Err(e) => {
+                // The chunk's report goes with the error; what the chunk did before it
+                // stays done.
+                let last = chunk[chunk.len() - 1];
+                failure = Some(format!(
+                    "{e}; the replay stopped among the selected messages {first} to \
+                     {last}: those of them it handled before the error keep their \
+                     outcome, left out of the report (`idem dlq list --all` shows where \
+                     each is), and the rest and the selected messages after them were \
+                     left as they were"
+                ));
+                break;
+            }
+        };
         report.replayed.extend(r.replayed);
         report.already_done.extend(r.already_done);
         report.archived.extend(r.archived);
@@ -687,6 +729,30 @@ fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
         }
     }
     bar.finish();
+    if let Some(e) = failure {
+        // The chunks replayed before the one that stopped the command changed the
+        // store: their report comes first, as for an `--exec` command that gave no
+        // verdict. (Each message of a replayed chunk is in one of the report's lists:
+        // an empty report is a command stopped in its first chunk, which says only
+        // the error.)
+        if report.total() > 0 {
+            print_report(o, total, &report);
+        }
+        return Err(e);
+    }
+    print_report(o, total, &report);
+    if let Some((id, why)) = &report.stopped {
+        return Err(format!(
+            "the --exec command gave no verdict on message {id} ({why}); it and the \
+             messages after it were left as they were, the replay stopped there"
+        ));
+    }
+    Ok(())
+}
+
+/// Prints a replay's report: the outcomes of the messages it covers, of `total`
+/// selected, and the notes.
+fn print_report(o: &Options, total: u64, report: &ReplayReport) {
     let verb = if o.dry_run { "would be " } else { "" };
     outln!(
         "{} ({} messages)",
@@ -723,13 +789,6 @@ fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
             outln!("{:>8}  {note}", id.to_string());
         }
     }
-    if let Some((id, why)) = &report.stopped {
-        return Err(format!(
-            "the --exec command gave no verdict on message {id} ({why}); it and the \
-             messages after it were left as they were, the replay stopped there"
-        ));
-    }
-    Ok(())
 }
 
 /// What a run of the `--exec` command says of a message: exit 0, applied; any other

@@ -762,19 +762,15 @@ impl Home {
             Home::Engine { store: None, .. } => Ok((1, Vec::new(), 0)),
             #[cfg(feature = "durable")]
             Home::Engine { ns, store: Some(s) } => {
-                // A damaged id counter is counted as a damaged key and read as 1: the
-                // ids the letters hold say where to go on (`Inner::open`), and the
-                // next quarantine writes the counter again.
-                let (next, bad_counter) = match s.dlq_next_id(ns.name()) {
-                    Ok(next) => (next, 0),
-                    Err(e @ Error::CorruptDeadLetter { .. }) => {
-                        tracing::warn!(namespace = %ns.name(), error = %e, "damaged dead-letter id counter");
-                        (1, 1)
-                    }
-                    Err(e) => return Err(e),
+                // A damaged id counter is read as 1 (the scan counts it as a damaged
+                // key): the ids the letters hold say where to go on (`Inner::open`),
+                // and the next quarantine writes the counter again.
+                let next = match s.dlq_next_id(ns.name()) {
+                    Err(Error::CorruptDeadLetter { .. }) => 1,
+                    next => next?,
                 };
                 let (letters, damaged) = s.dlq_scan(ns.name())?;
-                Ok((next, letters, damaged + bad_counter))
+                Ok((next, letters, damaged))
             }
             #[cfg(not(feature = "durable"))]
             Home::Engine {

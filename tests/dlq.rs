@@ -1446,6 +1446,11 @@ fn a_damaged_id_counter_is_counted_and_ids_go_on_after_the_letters() {
         f(&db, db.cf_handle("dlq:ns").unwrap());
     };
     raw(&|db, cf| db.put_cf(cf, b"next", b"xyz").unwrap());
+    {
+        let ro = Dlq::open_read_only(dir.path(), "ns", clock.clone()).unwrap();
+        assert_eq!(ids(&everything(&ro)), vec![a, b]);
+        assert_eq!(ro.health().corrupt, 1);
+    }
     let c = {
         let (_engine, _ns, dlq) = open(&dir, &clock);
         assert_eq!(ids(&everything(&dlq)), vec![a, b]);

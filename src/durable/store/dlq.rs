@@ -118,6 +118,13 @@ pub(crate) fn scan_letters<K: AsRef<[u8]>, V: Into<Vec<u8>>>(
         let (k, v) = item.map_err(|e| store_err("scan dead letters", e))?;
         let k = k.as_ref();
         if k.first() != Some(&MESSAGE_TAG) {
+            // Past the letters: the id counter comes next, and a damaged one is
+            // counted here too (for the engine, which reads it as 1, and for a
+            // read-only open alike).
+            if k == NEXT_KEY && v.into().len() != 8 {
+                tracing::warn!(namespace = %ns, "the dead-letter id counter is damaged");
+                damaged += 1;
+            }
             break;
         }
         match <[u8; 8]>::try_from(&k[1..]) {

@@ -64,10 +64,20 @@
 //! lost lease reads its RocksDB marker before deleting it: a failing read leaves it
 //! for the next open to report, as a failing write does.
 //!
+//! A third of those sequences fail open (`FailurePolicy::FailOpen`, failing writes
+//! only): a claim then is acquired without its immediate marker, an extension
+//! stands with its marker keeping the old end, a completion is done in the hot
+//! tier alone (no record; its claim's markers stay, and the next open reports them
+//! as orphans), a sliding window the store refused to rewrite lives in the hot tier
+//! alone, and neither is evicted. When such a key's hot window ends, or at a
+//! restart, it answers as its record does (or is new without one); a later window
+//! rewrite writes a hot-only completion's first record and settles its markers.
+//!
 //! Left out: stored results over `max_result_len` (such a claim stays held with its
 //! marker, an orphan at the next open unless claimed again; the hot-tier model check
-//! covers the refusal), crashes (`tests/crash.rs`), failing syncs, `FailOpen`, and
-//! corrupt records (`tests/durable.rs`), co-committed state and concurrency.
+//! covers the refusal), crashes (`tests/crash.rs`), failing syncs, failing reads
+//! under `FailOpen`, and corrupt records (`tests/durable.rs`), co-committed state and
+//! concurrency.
 
 #![cfg(all(feature = "durable", not(idem_loom)))]
 
@@ -78,8 +88,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use idem::{
-    ClaimGuard, ClaimMarkers, Clock, Engine, Error, ManualClock, Namespace, NamespaceConfig, Stats,
-    SyncPolicy,
+    ClaimGuard, ClaimMarkers, Clock, Engine, Error, FailurePolicy, ManualClock, Namespace,
+    NamespaceConfig, Stats, SyncPolicy,
 };
 use model_core::{checked, observed, Answer};
 use util::{TempDir, XorShift, T0};
@@ -123,6 +133,9 @@ struct Config {
     /// Whether the sequence makes RocksDB's writes fail now and then
     /// ([`Op::FailWrites`]).
     failures: bool,
+    /// Whether the namespace fails open (`FailurePolicy::FailOpen`) rather than
+    /// closed.
+    fail_open: bool,
     seed: u64,
 }
 
@@ -141,6 +154,7 @@ impl Config {
             ][rng.below(3) as usize],
             prefilter: rng.below(4) != 0,
             failures: rng.below(2) == 0,
+            fail_open: rng.below(3) == 0,
             seed: rng.next(),
         }
     }
@@ -156,7 +170,12 @@ impl Config {
             .extend_on_duplicate(self.sliding)
             .sync(SyncPolicy::Never)
             .claim_markers(self.markers)
-            .prefilter(self.prefilter);
+            .prefilter(self.prefilter)
+            .on_store_error(if self.fail_open {
+                FailurePolicy::FailOpen
+            } else {
+                FailurePolicy::FailClosed
+            });
         match self.shards {
             Some(n) => cfg.shards(n),
             None => cfg,
@@ -243,17 +262,17 @@ impl Op {
         if !failing_disk {
             return Op::any(rng);
         }
-        match rng.below(20) {
-            0..=2 => Op::Extend {
+        match rng.below(21) {
+            0..=3 => Op::Extend {
                 guard: rng.byte(),
                 ms: LEASE_MS - 1 + rng.below(3),
             },
-            3 => match rng.below(3) {
+            4 => match rng.below(3) {
                 0 => Op::FailReads { on: true },
                 _ => Op::FailWrites { on: true },
             },
-            4 => Op::Restart { finish: rng.next() },
-            5 => Op::Advance {
+            5 => Op::Restart { finish: rng.next() },
+            6 => Op::Advance {
                 by: 1 + rng.below(50),
             },
             _ => match Op::any(rng) {
@@ -347,8 +366,15 @@ enum State {
         result: Option<Vec<u8>>,
         payload: Option<usize>,
         /// Until when the hot tier holds the key if nothing evicted it (`None`
-        /// after a restart); only to classify read-backs for the tally.
+        /// after a restart); only to classify read-backs for the tally, and to end
+        /// a key the hot tier holds alone.
         hot_until: Option<u64>,
+        /// What the durable record holds: its expiry, or `None` for no record (a
+        /// completion the store refused under `FailOpen`). Short of `until` while
+        /// the hot tier holds a window the store refused to write (`FailOpen`):
+        /// such a key is never evicted, and once its hot window ends it answers
+        /// as its record does (see `Model::settle`).
+        disk_until: Option<u64>,
     },
 }
 
@@ -425,6 +451,9 @@ struct Model {
     /// While a batch is claimed: its markers are written together after its last
     /// claim (see `Harness::claim_batch`).
     in_batch: bool,
+    /// Events under `FailOpen` for the tally: completions done in the hot tier
+    /// alone, windows moved there alone, and first records of such completions.
+    hot_only: [u64; 3],
 }
 
 /// A claim marker in the model.
@@ -470,10 +499,42 @@ impl Model {
     fn claims_except(&self, key: usize) -> usize {
         self.keys
             .iter()
-            .filter(|(&k, s)| {
-                k != key && matches!(s, State::InProgress { deadline, .. } if self.now < *deadline)
-            })
+            .filter(|(&k, s)| k != key && (self.now < s.end()) && self.unevictable(s))
             .count()
+    }
+
+    /// Whether the hot tier can neither evict nor reclaim an entry in state `s`
+    /// (live): a claim, or a done key whose window the store does not hold.
+    fn unevictable(&self, s: &State) -> bool {
+        match s {
+            State::InProgress { .. } => true,
+            State::Done {
+                until, disk_until, ..
+            } => *disk_until != Some(*until),
+        }
+    }
+
+    /// A done key the hot tier holds beyond its record (see `State::Done`) whose
+    /// hot window has ended answers as its record does from now on, or is new.
+    fn settle(&mut self) {
+        let now = self.now;
+        self.keys.retain(|_, s| match s {
+            State::Done {
+                until,
+                disk_until,
+                hot_until,
+                ..
+            } if *disk_until != Some(*until) && hot_until.is_some_and(|t| now >= t) => {
+                match *disk_until {
+                    Some(d) => {
+                        *until = d;
+                        true
+                    }
+                    None => false,
+                }
+            }
+            _ => true,
+        });
     }
 
     /// The model's answer to a claim of `key` at `now`; on `Acquired` also the
@@ -503,13 +564,23 @@ impl Model {
                     completed_at,
                     until,
                     result,
+                    disk_until,
                     ..
                 } => {
+                    let mut settles = false;
                     if sliding && room {
                         let extended = record_until(*completed_at, now + TTL_MS);
-                        if extended > *until && self.failing {
+                        if extended > *until && self.failing && !self.cfg.fail_open {
                             // The record must be rewritten first, and cannot be.
                             return (Answer::Failed(store_refusal()), None);
+                        }
+                        if extended > *until && !self.failing {
+                            // Rewritten; the first record of a completion decided
+                            // in the hot tier alone settles its claim's markers.
+                            settles = disk_until.is_none();
+                            *disk_until = Some(extended);
+                        } else if extended > *until {
+                            self.hot_only[1] += 1;
                         }
                         *until = (*until).max(extended);
                     }
@@ -519,6 +590,11 @@ impl Model {
                         expires_at_ms: *until,
                         result: result.clone(),
                     };
+                    if settles {
+                        self.markers.remove(&key);
+                        self.pending.remove(&key);
+                        self.hot_only[2] += 1;
+                    }
                     (answer, None)
                 }
             };
@@ -532,7 +608,7 @@ impl Model {
             return (Answer::Failed(refusal), None);
         }
         let in_store = matches!(self.cfg.markers, ClaimMarkers::Immediate);
-        if in_store && self.failing && !self.in_batch {
+        if in_store && self.failing && !self.in_batch && !self.cfg.fail_open {
             // Its marker is written before `claim` returns, and cannot be.
             return (Answer::Failed(store_refusal()), None);
         }
@@ -553,7 +629,9 @@ impl Model {
             deadline,
             payload,
         };
-        if in_store {
+        if in_store && self.failing {
+            // Fail open: acquired without a marker (any earlier claim's stays).
+        } else if in_store {
             self.markers.insert(key, marker);
         } else {
             self.pending.insert(key, marker);
@@ -618,6 +696,25 @@ impl Model {
         if !self.holds(key, id) {
             return Err(self.lease_lost(key, id));
         }
+        if self.failing && self.cfg.fail_open {
+            // Done in the hot tier alone: no record, and the claim's markers stay
+            // until one says the key is done.
+            let (now, payload) = (self.now, self.keys[&key].payload());
+            self.keys.insert(
+                key,
+                State::Done {
+                    completed_at: now,
+                    until: record_until(now, now + TTL_MS),
+                    result,
+                    payload,
+                    hot_until: Some(now + TTL_MS),
+                    disk_until: None,
+                },
+            );
+            self.counts.completions += 1;
+            self.hot_only[0] += 1;
+            return Ok(());
+        }
         if self.failing {
             return Err(self.refused_completion(key));
         }
@@ -636,6 +733,7 @@ impl Model {
                 result,
                 payload,
                 hot_until: Some(now + TTL_MS),
+                disk_until: Some(record_until(now, now + TTL_MS)),
             },
         );
         self.counts.completions += 1;
@@ -655,10 +753,15 @@ impl Model {
             None => {
                 let stored = self.markers.get_mut(&key).filter(own);
                 if self.failing && stored.is_some() {
-                    // The marker must be rewritten with the new end, and cannot be.
-                    return Err(store_refusal());
+                    if !self.cfg.fail_open {
+                        // The marker must be rewritten with the new end, and cannot be.
+                        return Err(store_refusal());
+                    }
+                    // Fail open: extended, the marker keeping the old end.
+                    None
+                } else {
+                    stored
                 }
-                stored
             }
         };
         if let Some(m) = marker {
@@ -723,7 +826,7 @@ impl Model {
     fn live_done(&self) -> u64 {
         self.keys
             .values()
-            .filter(|s| matches!(s, State::Done { until, .. } if self.now < *until))
+            .filter(|s| matches!(s, State::Done { disk_until: Some(d), .. } if self.now < *d))
             .count() as u64
     }
 }
@@ -783,6 +886,12 @@ struct Tally {
     failing_read_spells: u64,
     /// Claims, batches and forgets refused because a read failed.
     refused_by_read: u64,
+    /// Under `FailOpen`: completions the store refused, done in the hot tier alone;
+    /// sliding windows moved in the hot tier alone; and first records of such
+    /// completions written by a later window's rewrite (settling their markers).
+    completions_hot_only: u64,
+    windows_hot_only: u64,
+    hot_only_records_written: u64,
     /// Claims (single) refused because a write they needed failed.
     claims_refused_by_store: u64,
     /// Completions refused because their write failed (their claims given up).
@@ -833,6 +942,9 @@ impl std::ops::AddAssign for Tally {
         self.failing_spells += o.failing_spells;
         self.failing_read_spells += o.failing_read_spells;
         self.refused_by_read += o.refused_by_read;
+        self.completions_hot_only += o.completions_hot_only;
+        self.windows_hot_only += o.windows_hot_only;
+        self.hot_only_records_written += o.hot_only_records_written;
         self.claims_refused_by_store += o.claims_refused_by_store;
         self.completions_refused += o.completions_refused;
         self.completion_batches_refused += o.completion_batches_refused;
@@ -906,6 +1018,7 @@ impl Harness {
                 lost_markers_removed: 0,
                 failing: false,
                 failing_reads: false,
+                hot_only: [0; 3],
                 in_batch: false,
             },
             step: 0,
@@ -937,8 +1050,11 @@ impl Harness {
         let now = self.model.now;
         let mut expected: Vec<(u128, u64, u64, bool, bool)> = Vec::new();
         let mut held = 0;
+        // Markers outside RocksDB are left only by completions decided in the hot
+        // tier alone (`FailOpen`): the journal's move into RocksDB at the open, and
+        // deferred ones are written at the shutdown, over RocksDB's of the key.
         let pending = std::mem::take(&mut self.model.pending);
-        assert!(pending.is_empty(), "no claim in flight: {pending:?}");
+        self.model.markers.extend(pending);
         for (key, m) in std::mem::take(&mut self.model.markers) {
             let fp = xxh3_128_with_seed(&key_bytes(key), seed);
             let holds = now < m.deadline;
@@ -1020,6 +1136,7 @@ impl Harness {
     }
 
     fn apply(&mut self, op: Op) {
+        self.model.settle();
         self.step += 1;
         self.op = Some(op);
         self.tally.steps += 1;
@@ -1060,6 +1177,7 @@ impl Harness {
             Op::FailWrites { on } => self.fail_writes(on),
             Op::FailReads { on } => self.fail_reads(on),
         }
+        self.model.settle();
         self.check_everything();
     }
 
@@ -1076,7 +1194,9 @@ impl Harness {
     /// Makes every point read of a done record fail, or none, in the engine and the
     /// model.
     fn fail_reads(&mut self, on: bool) {
-        if !self.cfg.failures || on == self.model.failing_reads {
+        // (Not under `FailOpen`: a failed read there acquires a key the durable
+        // tier knows as done, which the model does not follow.)
+        if !self.cfg.failures || self.cfg.fail_open || on == self.model.failing_reads {
             return;
         }
         self.engine().debug_fail_store_reads(on);
@@ -1290,6 +1410,7 @@ impl Harness {
         if refused.is_none()
             && !acquired.is_empty()
             && self.model.failing
+            && !self.cfg.fail_open
             && matches!(self.cfg.markers, ClaimMarkers::Immediate)
         {
             // Every claim was answered, and their markers' one write fails.
@@ -1537,11 +1658,10 @@ impl Harness {
     fn compact(&mut self) {
         self.fail_writes(false);
         self.fail_reads(false);
-        let expired_before = self
-            .model
-            .keys
-            .values()
-            .any(|s| matches!(s, State::Done { until, .. } if *until <= self.model.now));
+        let expired_before =
+            self.model.keys.values().any(
+                |s| matches!(s, State::Done { disk_until: Some(d), .. } if *d <= self.model.now),
+            );
         let r = self.engine().compact_store();
         assert_eq!(r, Ok(()), "compact_store(): {}", self.at());
         let seen = idem::inspect(self.dir.path(), self.clock.now_ms())
@@ -1578,11 +1698,26 @@ impl Harness {
         self.tally.evictions += self.ns().stats().evictions;
         self.ns = None;
         self.engine = None;
-        for state in self.model.keys.values_mut() {
-            if let State::Done { hot_until, .. } = state {
+        // What the hot tier alone held is gone: a done key answers as its record
+        // does, or is new.
+        self.model.keys.retain(|_, state| match state {
+            State::Done {
+                hot_until,
+                until,
+                disk_until,
+                ..
+            } => {
                 *hot_until = None;
+                match *disk_until {
+                    Some(d) => {
+                        *until = d;
+                        true
+                    }
+                    None => false,
+                }
             }
-        }
+            State::InProgress { .. } => true,
+        });
         self.open();
         self.tally.restarts += 1;
     }
@@ -1629,6 +1764,10 @@ impl Harness {
         self.held.clear();
         self.tally.evictions += self.ns().stats().evictions;
         self.tally.lost_markers_removed += self.model.lost_markers_removed;
+        let [completions, windows, records] = self.model.hot_only;
+        self.tally.completions_hot_only += completions;
+        self.tally.windows_hot_only += windows;
+        self.tally.hot_only_records_written += records;
         self.ns = None;
         self.engine = None;
         self.tally
@@ -1725,15 +1864,12 @@ fn assert_covers_failures(t: &Tally, sequences: usize) {
         ("spells of failing writes", t.failing_spells),
         ("spells of failing reads", t.failing_read_spells),
         ("operations refused by a failing read", t.refused_by_read),
+        ("completions in the hot tier alone", t.completions_hot_only),
         ("claims refused by the store", t.claims_refused_by_store),
         ("completions refused by the store", t.completions_refused),
         (
             "completion batches refused by the store",
             t.completion_batches_refused,
-        ),
-        (
-            "extensions refused by the store",
-            t.extensions_refused_by_store,
         ),
         ("forgets refused by the store", t.forgets_refused),
         ("orphans left by a failed delete", t.orphans),
@@ -1743,6 +1879,10 @@ fn assert_covers_failures(t: &Tally, sequences: usize) {
     for (what, n) in reached {
         assert!(n >= 10, "only {n} {what} in {t:#?}");
     }
+    // Rarer: a held claim whose marker is in RocksDB, extended during a spell, in a
+    // namespace that fails closed.
+    let n = t.extensions_refused_by_store;
+    assert!(n >= 5, "only {n} extensions refused by the store in {t:#?}");
     assert_eq!(t.steps, (sequences * STEPS) as u64);
 }
 
@@ -1811,8 +1951,71 @@ fn probe_config() -> Config {
         markers: ClaimMarkers::Journal,
         prefilter: true,
         failures: false,
+        fail_open: false,
         seed: 7,
     }
+}
+
+/// Under `FailOpen`, with a sliding window: a completion the store refused is done
+/// in the hot tier alone, and a later sighting whose window outlasts the record it
+/// would have had writes its first record (settling the claim's journal marker:
+/// no orphan at the restart, which then answers from that record); a window the
+/// store refused to rewrite lives in the hot tier alone, and after a restart the
+/// key answers as its record does, until that record ends.
+#[test]
+fn hot_only_completions_and_windows_under_fail_open_match_the_model() {
+    let cfg = Config {
+        sliding: true,
+        failures: true,
+        fail_open: true,
+        ..probe_config()
+    };
+    let sightings = |ops: &mut Vec<Op>, key: usize, n: usize| {
+        for _ in 0..n {
+            ops.push(Op::Advance { by: 900 });
+            ops.push(Op::Claim { key });
+        }
+    };
+    let mut ops = vec![
+        Op::Claim { key: 0 },
+        Op::FailWrites { on: true },
+        Op::Complete { guard: 0 },
+        Op::FailWrites { on: false },
+    ];
+    // At 3.6 s the window (to 4.6 s) outlasts the first retention's 4 s.
+    sightings(&mut ops, 0, 4);
+    ops.extend([
+        Op::Restart { finish: 0 },
+        Op::Claim { key: 0 },
+        Op::Claim { key: 1 },
+        Op::Complete { guard: 0 },
+    ]);
+    sightings(&mut ops, 1, 3);
+    ops.extend([
+        Op::Advance { by: 900 },
+        Op::FailWrites { on: true },
+        Op::Claim { key: 1 },
+        Op::FailWrites { on: false },
+        Op::Restart { finish: 0 },
+        Op::Check { key: 1 },
+        Op::Advance { by: 400 },
+        Op::Claim { key: 1 },
+    ]);
+    let mut h = Harness::new(cfg, "fail-open probe".to_owned());
+    for op in ops {
+        h.apply(op);
+    }
+    let t = h.end();
+    assert_eq!(
+        (
+            t.completions_hot_only,
+            t.hot_only_records_written,
+            t.windows_hot_only
+        ),
+        (1, 1, 1),
+        "{t:#?}"
+    );
+    assert_eq!((t.orphans, t.acquired), (0, 3), "{t:#?}");
 }
 
 #[test]

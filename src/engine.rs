@@ -1218,6 +1218,49 @@ mod tests {
         }
     }
 
+    /// A completion begun before a forget, whose record is written while the forget
+    /// runs, is waited for before the forget's delete: the key is forgotten. (Before,
+    /// a completion that landed after the delete and finished before the forget's
+    /// hot-tier round left its record on disk, and the key answered Duplicate again.)
+    /// A watcher lets the held completion go once the forget waits; without that
+    /// wait the forget's own hook lets it go after the delete.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_completion_begun_before_a_forget_is_forgotten_with_the_key() {
+        for markers in MARKER_MODES {
+            let dir = Scratch::new(&format!("forget-after-complete-{markers:?}"));
+            let (engine, ns, _clock) = durable_namespace(&dir, markers);
+            let engine = std::sync::Arc::new(engine);
+            let g = first_claim(&ns);
+            engine.debug_hold_completions(true);
+            let completer = std::thread::spawn(move || g.complete());
+            while engine.debug_held_completions() == 0 {
+                std::thread::yield_now();
+            }
+            let watcher = {
+                let (engine, ns) = (engine.clone(), ns.clone());
+                std::thread::spawn(move || {
+                    while ns.debug_forget_waits() == 0 && engine.debug_held_completions() > 0 {
+                        std::thread::yield_now();
+                    }
+                    engine.debug_hold_completions(false);
+                })
+            };
+            let completer = std::rc::Rc::new(std::cell::RefCell::new(Some(completer)));
+            {
+                let (engine, completer) = (engine.clone(), completer.clone());
+                set_hook(&AFTER_FORGET_DELETE, move || {
+                    engine.debug_hold_completions(false);
+                    let c = completer.borrow_mut().take().unwrap();
+                    assert_eq!(c.join().unwrap(), Ok(()));
+                });
+            }
+            assert!(ns.forget(b"k").unwrap(), "{markers:?}");
+            watcher.join().unwrap();
+            assert_forgotten(&ns, &format!("{markers:?}"));
+        }
+    }
+
     /// A release during a forget goes ahead (it writes no done record): its marker is
     /// settled as any release's, and the forget, which found the key released, says
     /// it removed nothing.
@@ -5447,14 +5490,25 @@ impl Namespace {
         // bring the key back as done. One already begun is waited for below.
         let mut forgetting = ns.durable.is_some().then(|| Forgetting::begin(ns, si, fp));
         let mut waited = false;
+        // One already begun (a completion's or a window's record, a claim's marker)
+        // is waited for before the delete: it could otherwise land after it, and
+        // end before the hot entry's removal below, leaving its record on disk
+        // (the key would come back as done).
+        if forgetting.is_some() && ns.slots[si].lock().is_completing(fp) {
+            waited = true;
+            ns.forget_waits.fetch_add(1, Ordering::Relaxed);
+            wait_while_completing(&ns.slots[si], fp);
+        }
         let mut durable_live = false;
+        let mut looked_up = false;
         // The error of an fsync that failed after the delete was applied.
         let mut unsynced = None;
         loop {
             // The durable record goes first, then the hot entry: a claim between the
             // two that re-read the record into the hot tier is removed with it.
             if let Some(d) = &ns.durable {
-                if !waited {
+                if !looked_up {
+                    looked_up = true;
                     // A key whose hot entry is gone may still be done here.
                     let mut err = None;
                     match d.lookup(fp, ns.now().ms, &mut err) {
@@ -5505,20 +5559,7 @@ impl Namespace {
                 waited = true;
                 ns.forget_waits.fetch_add(1, Ordering::Relaxed);
             }
-            let mut pause = std::time::Duration::from_micros(20);
-            for round in 0u32.. {
-                if !ns.slots[si].lock().is_completing(fp) {
-                    break;
-                }
-                // An fsync takes hundreds of microseconds: yield a few times, then
-                // back off, so the wait neither burns a core nor crowds the lock.
-                if round < 16 {
-                    std::thread::yield_now();
-                } else {
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(std::time::Duration::from_millis(1));
-                }
-            }
+            wait_while_completing(&ns.slots[si], fp);
         }
     }
 
@@ -6214,6 +6255,25 @@ fn settle_unwound(d: &DurableNs, claims: impl IntoIterator<Item = (Fp, u32)>) {
 fn release_marker(d: &DurableNs, fp: Fp, token: u32) {
     if !d.settle_marker(fp.to_u128(), token) {
         d.delete_claims(&[fp.to_u128()]);
+    }
+}
+
+/// Waits until `fp`'s entry in `slot` is no longer held for a write outside the lock
+/// (a completion's or a window's record, a claim's marker: written or not).
+fn wait_while_completing(slot: &SlotCell, fp: Fp) {
+    let mut pause = std::time::Duration::from_micros(20);
+    for round in 0u32.. {
+        if !slot.lock().is_completing(fp) {
+            return;
+        }
+        // An fsync takes hundreds of microseconds: yield a few times, then back
+        // off, so the wait neither burns a core nor crowds the lock.
+        if round < 16 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_millis(1));
+        }
     }
 }
 

@@ -3617,13 +3617,20 @@ fn a_damaged_journal_slot_is_reported_and_the_journal_kept_aside() {
     assert_eq!(std::fs::read(&kept[0]).unwrap(), bytes, "as it was found");
 }
 
-/// A journal damaged at rest in its length (cut short, lengthened) or in its
-/// header's slot count opens: the markers of its whole slots are taken over, what
+/// A journal damaged at rest in its length (cut short, even inside its header after
+/// the bytes that say whose journal it is; lengthened) or in its header's slot
+/// count opens: the markers of its whole slots are taken over, what
 /// may be lost is reported as a corrupt orphan, and the file is kept aside as found.
 #[cfg(target_os = "linux")]
 #[test]
 fn a_journal_damaged_in_its_length_is_read_as_far_as_it_goes() {
-    for damage in ["cut", "lengthened", "count 0", "count too large"] {
+    for damage in [
+        "cut",
+        "lengthened",
+        "count 0",
+        "count too large",
+        "cut in the header",
+    ] {
         let dir = TempDir::new();
         let clock = ManualClock::new(T0);
         leave_journal_markers(&dir, &clock, &[b"first", b"second"]);
@@ -3641,7 +3648,9 @@ fn a_journal_damaged_in_its_length_is_read_as_far_as_it_goes() {
             "cut" => bytes.truncate(bytes.len() - 1),
             "lengthened" => bytes.extend_from_slice(&[1; 5]),
             "count 0" => bytes[12..16].copy_from_slice(&0u32.to_le_bytes()),
-            _ => bytes[12..16].copy_from_slice(&u32::MAX.to_le_bytes()),
+            "count too large" => bytes[12..16].copy_from_slice(&u32::MAX.to_le_bytes()),
+            // Whose journal it is still reads (its first 32 bytes).
+            _ => bytes.truncate(40),
         }
         std::fs::write(journal_file(&dir), &bytes).unwrap();
         let (engine, ns) = open_seeded(&dir, &clock, small());
@@ -3652,7 +3661,10 @@ fn a_journal_damaged_in_its_length_is_read_as_far_as_it_goes() {
         assert!(!bad[0].held);
         // Every marker in a whole slot is held, as any orphan's.
         let cut = damage == "cut";
-        let whole = held.iter().filter(|&&i| !cut || i + 1 < slots).count();
+        let whole = match damage {
+            "cut in the header" => 0,
+            _ => held.iter().filter(|&&i| !cut || i + 1 < slots).count(),
+        };
         assert_eq!(
             orphans.iter().filter(|o| o.held).count(),
             whole,

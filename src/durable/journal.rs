@@ -60,6 +60,10 @@ use crate::error::{Error, StoreError};
 pub(crate) const JOURNAL_VERSION: u32 = 1;
 const MAGIC: &[u8; 8] = b"IDEMJRNL";
 const HEADER: usize = 64;
+/// The header's bytes that say whose journal it is (magic, version, slot count,
+/// seed, namespace hash); the rest of the header is zeros. A file cut short after
+/// them is this journal, damaged.
+const IDENTITY: usize = 32;
 const SLOT: usize = 64;
 const WORDS: usize = SLOT / 8;
 const FLAG_PAYLOAD: u64 = 1;
@@ -151,10 +155,13 @@ fn le64(bytes: &[u8], at: usize) -> u64 {
 }
 
 /// The slot count of a journal whose file is `len` bytes long and starts with `head`
-/// (at least the header), or the reason it is not a journal this build can read for
-/// this namespace (and, given `seed`, this database). Never panics.
+/// (the header, or as much of it as the file holds), or the reason it is not a
+/// journal this build can read for this namespace (and, given `seed`, this
+/// database). A file cut inside its header, after the bytes that say whose journal
+/// it is, is this journal damaged in its length ([`ParseError::Length`]). Never
+/// panics.
 fn parse_header(head: &[u8], len: u64, seed: Option<u64>, ns: &str) -> Result<usize, ParseError> {
-    if head.len() < HEADER || &head[..8] != MAGIC {
+    if head.len() < IDENTITY || &head[..8] != MAGIC {
         return Err(ParseError::NotAJournal);
     }
     let le64 = |at: usize| le64(head, at);
@@ -164,6 +171,9 @@ fn parse_header(head: &[u8], len: u64, seed: Option<u64>, ns: &str) -> Result<us
     }
     if seed.is_some_and(|s| le64(16) != s) || le64(24) != xxh3_64(ns.as_bytes()) {
         return Err(ParseError::Foreign);
+    }
+    if head.len() < HEADER {
+        return Err(ParseError::Length);
     }
     let slots = le32(head, 12) as usize;
     // No build makes more: a header claiming more is damage.
@@ -218,7 +228,7 @@ pub(crate) fn parse_read(
         Ok(slots) => (slots, None),
         Err(ParseError::Length | ParseError::TooLarge) => {
             let declared = u64::from(le32(bytes, 12));
-            let whole = (bytes.len().min(READ_LIMIT as usize) - HEADER) / SLOT;
+            let whole = bytes.len().min(READ_LIMIT as usize).saturating_sub(HEADER) / SLOT;
             let why = format!(
                 "the journal file is {len} bytes, where the {declared} slots its header \
                  declares make {}: its {whole} whole slot(s) were read, and a marker in \
@@ -1058,10 +1068,21 @@ mod tests {
             why.contains("is 266 bytes") && why.contains("its 3 whole slot(s) were read"),
             "{why}"
         );
-        // Only the header: every slot lost, nothing read.
-        let got = parse(&bytes[..HEADER], 1, "n").unwrap();
-        assert_eq!(got.len(), 1);
-        assert!(lost(&got)[0].contains("its 0 whole slot(s) were read"));
+        // Only the header, or cut inside it after the bytes that say whose journal
+        // it is: every slot lost, nothing read.
+        for len in [HEADER, HEADER - 1, IDENTITY] {
+            let got = parse(&bytes[..len], 1, "n").unwrap();
+            assert_eq!(got.len(), 1, "{len}");
+            assert!(
+                lost(&got)[0].contains("its 0 whole slot(s) were read"),
+                "{len}"
+            );
+        }
+        // Cut before them: not a journal.
+        assert_eq!(
+            parse(&bytes[..IDENTITY - 1], 1, "n"),
+            Err(ParseError::NotAJournal)
+        );
         // The open's first look at the header lets it through.
         std::fs::write(path(dir.path(), "n"), cut).unwrap();
         check_header(dir.path(), "n", Some(1)).unwrap();

@@ -5474,7 +5474,9 @@ impl Namespace {
     /// bring a forgotten key back. The delete is synced as the namespace's
     /// completions are; if it was applied and only the fsync after it failed, the key
     /// is forgotten in both tiers all the same and that error is returned (a forget
-    /// the store refused changes nothing). The forget first reads the key's record,
+    /// the store refused changes nothing, but for a claim of the key whose completion
+    /// was refused meanwhile with `LeaseLost`: as its guard was told, it is given up,
+    /// and a redelivery acquires the key). The forget first reads the key's record,
     /// for its answer: if that read fails (a corrupt record aside, which the delete
     /// clears), under [`FailurePolicy::FailClosed`](crate::FailurePolicy) the error is
     /// returned and nothing is forgotten; under `FailOpen` the delete goes ahead and

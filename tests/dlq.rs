@@ -1307,6 +1307,16 @@ fn a_store_failure_leaves_every_message_as_it_was() {
     );
 }
 
+/// Runs `f` on the database in `dir` opened with RocksDB directly (no engine), and the
+/// dead letters' column family of namespace "ns": damage done at rest.
+#[cfg(feature = "durable")]
+fn raw_dlq(dir: &TempDir, f: &dyn Fn(&rocksdb::DB, &rocksdb::ColumnFamily)) {
+    let opts = rocksdb::Options::default();
+    let cfs = rocksdb::DB::list_cf(&opts, dir.path()).unwrap();
+    let db = rocksdb::DB::open_cf(&opts, dir.path(), &cfs).unwrap();
+    f(&db, db.cf_handle("dlq:ns").unwrap());
+}
+
 #[cfg(feature = "durable")]
 #[test]
 fn an_id_counter_at_its_end_refuses_new_messages_instead_of_wrapping_round() {
@@ -1316,13 +1326,9 @@ fn an_id_counter_at_its_end_refuses_new_messages_instead_of_wrapping_round() {
         let (_engine, _ns, dlq) = open(&dir, &clock);
         dlq.quarantine(b"a", b"p", OUTAGE).unwrap()
     };
-    {
-        let opts = rocksdb::Options::default();
-        let cfs = rocksdb::DB::list_cf(&opts, dir.path()).unwrap();
-        let db = rocksdb::DB::open_cf(&opts, dir.path(), &cfs).unwrap();
-        let cf = db.cf_handle("dlq:ns").unwrap();
-        db.put_cf(cf, b"next", u64::MAX.to_le_bytes()).unwrap();
-    }
+    raw_dlq(&dir, &|db, cf| {
+        db.put_cf(cf, b"next", u64::MAX.to_le_bytes()).unwrap()
+    });
     let (_engine, _ns, dlq) = open(&dir, &clock);
     let before = everything(&dlq);
     let err = dlq.quarantine(b"b", b"p", OUTAGE).unwrap_err();
@@ -1394,12 +1400,7 @@ fn a_damaged_dead_letter_key_is_counted_and_the_letters_are_served() {
         b"m\x01",
         b"m\x00\x00\x00\x00\x00\x00\x00\x00\x07",
     ];
-    let raw = |f: &dyn Fn(&rocksdb::DB, &rocksdb::ColumnFamily)| {
-        let opts = rocksdb::Options::default();
-        let cfs = rocksdb::DB::list_cf(&opts, dir.path()).unwrap();
-        let db = rocksdb::DB::open_cf(&opts, dir.path(), &cfs).unwrap();
-        f(&db, db.cf_handle("dlq:ns").unwrap());
-    };
+    let raw = |f: &dyn Fn(&rocksdb::DB, &rocksdb::ColumnFamily)| raw_dlq(&dir, f);
     raw(&|db, cf| {
         for k in damaged {
             db.put_cf(cf, k, b"junk").unwrap();
@@ -1439,12 +1440,7 @@ fn a_damaged_id_counter_is_counted_and_ids_go_on_after_the_letters() {
         let a = dlq.quarantine(b"a", b"p", OUTAGE).unwrap();
         (a, dlq.quarantine(b"b", b"p", OUTAGE).unwrap())
     };
-    let raw = |f: &dyn Fn(&rocksdb::DB, &rocksdb::ColumnFamily)| {
-        let opts = rocksdb::Options::default();
-        let cfs = rocksdb::DB::list_cf(&opts, dir.path()).unwrap();
-        let db = rocksdb::DB::open_cf(&opts, dir.path(), &cfs).unwrap();
-        f(&db, db.cf_handle("dlq:ns").unwrap());
-    };
+    let raw = |f: &dyn Fn(&rocksdb::DB, &rocksdb::ColumnFamily)| raw_dlq(&dir, f);
     raw(&|db, cf| db.put_cf(cf, b"next", b"xyz").unwrap());
     {
         let ro = Dlq::open_read_only(dir.path(), "ns", clock.clone()).unwrap();

@@ -112,13 +112,16 @@ pub struct Orphan {
 #[derive(Debug, Clone, Default)]
 pub struct StateChanges {
     ops: Vec<(String, StateOp)>,
-    /// The longest key or value over [`MAX_STATE_LEN`] given, which was not taken.
+    /// The largest change over [`MAX_STATE_LEN`] given (its key and value
+    /// together), which was not taken.
     too_large: Option<usize>,
 }
 
-/// The longest key or value a [`StateChanges`] change may have: RocksDB's limit
-/// (4 GiB - 1), past which its write batch would leave the change out.
-pub const MAX_STATE_LEN: usize = u32::MAX as usize;
+/// The most bytes a [`StateChanges`] change may hold, its key and value together:
+/// 4 GiB less 64 bytes. RocksDB sizes each entry of its memtable, key, value and
+/// their framing together, in 32 bits: past that its write would overflow a buffer
+/// (and the write-ahead log would hold a record that no open could replay).
+pub const MAX_STATE_LEN: usize = u32::MAX as usize - 63;
 
 impl StateChanges {
     /// No changes yet.
@@ -126,11 +129,12 @@ impl StateChanges {
         Self::default()
     }
 
-    /// Sets `key` to `value` in state family `family`. A key or value longer than
-    /// [`MAX_STATE_LEN`] is not taken (nor copied): the completion given these
-    /// changes is refused with [`Error::StateTooLarge`], and changes nothing.
+    /// Sets `key` to `value` in state family `family`. A key and value longer
+    /// together than [`MAX_STATE_LEN`] are not taken (nor copied): the completion
+    /// given these changes is refused with [`Error::StateTooLarge`], and changes
+    /// nothing.
     pub fn put(&mut self, family: &str, key: &[u8], value: &[u8]) -> &mut Self {
-        if self.fits(key.len().max(value.len())) {
+        if self.fits(key.len().saturating_add(value.len())) {
             self.ops.push((
                 family.to_owned(),
                 StateOp::Put(key.to_vec(), value.to_vec()),
@@ -538,7 +542,8 @@ impl Engine {
     }
 
     /// Reads the consumer's own state written by co-commits
-    /// ([`ClaimGuard::complete_with`]).
+    /// ([`ClaimGuard::complete_with`]). A key longer than [`MAX_STATE_LEN`] is never
+    /// stored: `None`, without asking RocksDB (which sizes a key in 32 bits).
     pub fn read_state(&self, family: &str, key: &[u8]) -> Result<Option<Vec<u8>>> {
         #[cfg(feature = "durable")]
         if let Some(store) = &self.shared.store {
@@ -703,6 +708,7 @@ impl Engine {
         if let Some(store) = &self.shared.store {
             total.wal_group_syncs = store.group_syncs();
             total.wal_syncs = store.wal_syncs();
+            total.periodic_sync_failures = store.periodic_sync_failures();
         }
         total
     }
@@ -733,6 +739,9 @@ impl Engine {
     /// Without a durable tier there is nothing to sync: `Ok` at once. A failed fsync
     /// is [`Error::Store`], under either [`FailurePolicy`](crate::FailurePolicy): the
     /// completions it would have covered are in the log but may not be on the disk.
+    /// So is a working one after an fsync of the `Periodic` thread failed since the
+    /// last sync asked for (of any handle): the completions that fsync covered may
+    /// be lost all the same (`Stats::periodic_sync_failures` counts those).
     ///
     /// ```
     /// use idem::{Claim, Engine, NamespaceConfig};
@@ -748,9 +757,19 @@ impl Engine {
     pub fn sync(&self) -> Result<()> {
         #[cfg(feature = "durable")]
         if let Some(store) = &self.shared.store {
-            return store.sync_wal();
+            return store.sync_on_request();
         }
         Ok(())
+    }
+
+    /// Testing hook: runs one fsync of the `SyncPolicy::Periodic` thread's now, as it
+    /// would (a failure is only logged and counted). Not part of the stable API.
+    #[doc(hidden)]
+    pub fn debug_periodic_sync(&self) {
+        #[cfg(feature = "durable")]
+        if let Some(store) = &self.shared.store {
+            store.periodic_sync();
+        }
     }
 
     /// Shuts the engine down, as dropping it does, and says whether all of it
@@ -3809,13 +3828,9 @@ impl Shared {
                 return Ok(None);
             };
             const NAME: &str = "idem-wal-sync";
-            maintenance::Thread::start(NAME, every, batch, move || {
-                if let Err(e) = store.sync_wal() {
-                    tracing::warn!(error = %e, "periodic sync of the write-ahead log failed");
-                }
-            })
-            .map(Some)
-            .map_err(|e| thread_refused(NAME, &e))
+            maintenance::Thread::start(NAME, every, batch, move || store.periodic_sync())
+                .map(Some)
+                .map_err(|e| thread_refused(NAME, &e))
         }
         #[cfg(not(feature = "durable"))]
         Ok(None)

@@ -123,10 +123,10 @@ pub enum Error {
         /// The namespace's limit.
         max: usize,
     },
-    /// A co-committed state change's key or value is longer than
+    /// A co-committed state change's key and value together are longer than
     /// [`MAX_STATE_LEN`](crate::MAX_STATE_LEN) (see [`StateChanges::put`](crate::StateChanges::put)).
     StateTooLarge {
-        /// The longest such key or value, in bytes.
+        /// The largest such change (key and value together), in bytes.
         len: usize,
         /// The limit.
         max: usize,

@@ -79,6 +79,13 @@ pub struct Stats {
     /// 0 otherwise. Engine-wide: only [`Engine::stats`](crate::Engine::stats)
     /// reports it.
     pub wal_syncs: u64,
+    /// Fsyncs of the write-ahead log by the `SyncPolicy::Periodic` thread that
+    /// failed. No caller waits for those: each is logged, counted here, and the next
+    /// [`Engine::sync`](crate::Engine::sync) or
+    /// [`Namespace::sync`](crate::Namespace::sync) returns an error for it (the
+    /// completions acknowledged before it may not be on the disk). Engine-wide: only
+    /// [`Engine::stats`](crate::Engine::stats) reports it.
+    pub periodic_sync_failures: u64,
     /// Look-ups the prefilter answered alone: it knew the key was new, so the durable
     /// tier was not read. Mostly claims; a `check` of a key the hot tier does not
     /// hold, and every `forget`, ask it too.
@@ -163,6 +170,7 @@ impl Stats {
         self.fail_open_decisions += o.fail_open_decisions;
         self.wal_group_syncs += o.wal_group_syncs;
         self.wal_syncs += o.wal_syncs;
+        self.periodic_sync_failures += o.periodic_sync_failures;
         self.prefilter_negatives += o.prefilter_negatives;
         self.prefilter_passes += o.prefilter_passes;
         self.prefilter_false_positives += o.prefilter_false_positives;

@@ -1995,13 +1995,48 @@ fn a_co_commit_over_the_state_limit_is_refused_and_the_claim_stays_held() {
     assert_eq!(
         g.complete_with(None, changes).unwrap_err(),
         Error::StateTooLarge {
-            len: idem::MAX_STATE_LEN + 1,
+            len: b"acct-2".len() + idem::MAX_STATE_LEN + 1,
             max: idem::MAX_STATE_LEN
         }
     );
     assert_eq!(engine.read_state("ledger", b"acct-1").unwrap(), None);
     assert_eq!(in_progress(&ns, b"pay-1").lease_expires_at_ms(), T0 + 5_000);
     assert_eq!(engine.stats().completions, 0);
+}
+
+/// The limit is on a change's key and value together: RocksDB sizes its memtable
+/// entry (both, and their framing) in 32 bits. Before, each was held to 4 GiB - 1
+/// alone, and a change of a 1-byte key and a value of 4 GiB - 1 overflowed that size:
+/// RocksDB wrote 4 GiB into a few bytes (the process died), and the record left in
+/// its write-ahead log killed every later open the same way.
+#[test]
+fn a_co_commit_whose_key_and_value_together_pass_the_state_limit_is_refused() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (engine, ns) = open_ledger(&dir, &clock, small());
+    let g = acquire(&ns, b"pay-1");
+    // Zeroed on allocation and never touched: no memory is used for either.
+    let half = idem::MAX_STATE_LEN / 2 + 1;
+    let (key, value) = (vec![0u8; half], vec![0u8; half]);
+    let mut changes = StateChanges::new();
+    changes.put("ledger", &key, &value);
+    drop((key, value));
+    assert_eq!(
+        g.complete_with(None, changes).unwrap_err(),
+        Error::StateTooLarge {
+            len: 2 * half,
+            max: idem::MAX_STATE_LEN
+        }
+    );
+    assert_eq!(in_progress(&ns, b"pay-1").lease_expires_at_ms(), T0 + 5_000);
+    assert_eq!(engine.stats().completions, 0);
+    // No key that long is stored: a read of one is `None`, without RocksDB.
+    let long = vec![0u8; idem::MAX_STATE_LEN + 1];
+    assert_eq!(engine.read_state("ledger", &long).unwrap(), None);
+    assert_eq!(
+        engine.read_state("undeclared", &long).unwrap_err(),
+        Error::UnknownStateFamily("undeclared".to_owned())
+    );
 }
 
 #[test]
@@ -3018,6 +3053,46 @@ fn a_sync_on_request_forces_the_log_to_disk_or_says_it_did_not() {
         .unwrap();
     engine.sync().unwrap();
     engine.namespace("ns").unwrap().sync().unwrap();
+}
+
+/// A failed fsync of the `Periodic` thread, which no caller waits for, is counted
+/// and returned by the next sync asked for, even one whose own fsync works (the
+/// completions it covered may be lost all the same); the one after that is `Ok`.
+/// Before, it was only logged: a consumer that synced before committing its offsets
+/// was told `Ok`.
+#[test]
+fn a_failed_periodic_sync_is_counted_and_reported_by_the_next_sync() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let engine = builder(&dir, &clock)
+        .namespace("ns", small().sync(SyncPolicy::Periodic(secs(3_600))))
+        .build()
+        .unwrap();
+    let ns = engine.namespace("ns").unwrap();
+    acquire(&ns, b"k").complete().unwrap();
+    engine.debug_periodic_sync();
+    assert_eq!(engine.stats().periodic_sync_failures, 0);
+    engine.sync().unwrap();
+    engine.debug_fail_syncs(true);
+    engine.debug_periodic_sync();
+    engine.debug_periodic_sync();
+    engine.debug_fail_syncs(false);
+    assert_eq!(engine.stats().periodic_sync_failures, 2);
+    let errors = ns.stats().store_errors;
+    let err = ns.sync().unwrap_err();
+    assert!(
+        matches!(&err, Error::Store(s) if s.operation() == "sync" && s.detail().contains("periodic")),
+        "{err:?}"
+    );
+    assert_eq!(ns.stats().store_errors, errors + 1);
+    engine.sync().unwrap();
+    // Reported once, to whichever sync comes first.
+    engine.debug_fail_syncs(true);
+    engine.debug_periodic_sync();
+    engine.debug_fail_syncs(false);
+    assert!(engine.sync().is_err());
+    ns.sync().unwrap();
+    assert_eq!(engine.stats().periodic_sync_failures, 3);
 }
 
 /// A forget whose delete was applied but whose fsync failed has taken effect: the

@@ -229,6 +229,10 @@ pub(crate) struct Store {
     panic_completions: AtomicBool,
     /// Testing hook: syncs of the write-ahead log fail while this is set.
     fail_syncs: AtomicBool,
+    /// Periodic syncs of the write-ahead log that failed (no caller hears of them).
+    periodic_sync_failures: AtomicU64,
+    /// Whether one failed since the last sync on request, which reports it.
+    periodic_sync_failed: AtomicBool,
     /// Set when the engine is dropped: its periodic WAL sync has stopped, so writes
     /// made afterwards through handles and guards that outlive it sync themselves.
     closed: AtomicBool,
@@ -671,6 +675,8 @@ impl Store {
                 hold_completions: AtomicBool::new(false),
                 panic_completions: AtomicBool::new(false),
                 fail_syncs: AtomicBool::new(false),
+                periodic_sync_failures: AtomicU64::new(0),
+                periodic_sync_failed: AtomicBool::new(false),
                 closed: AtomicBool::new(false),
                 fail_reads: AtomicBool::new(false),
                 keep_journal: AtomicBool::new(false),
@@ -1029,6 +1035,9 @@ impl Store {
             .then(|| self.db.cf_handle(&state_cf(family)))
             .flatten()
             .ok_or_else(|| Error::UnknownStateFamily(family.to_owned()))?;
+        if key.len() > crate::MAX_STATE_LEN {
+            return Ok(None);
+        }
         self.db
             .get_cf(cf, key)
             .map_err(|e| store_err("read state", e))
@@ -1124,10 +1133,46 @@ impl Store {
         injected(&self.fail_syncs, "sync", "to sync")
     }
 
-    /// Forces the write-ahead log to disk (the `Periodic` sync policy).
+    /// Forces the write-ahead log to disk.
     pub(crate) fn sync_wal(&self) -> Result<(), Error> {
         self.check_syncable()?;
         self.db.flush_wal(true).map_err(|e| store_err("sync", e))
+    }
+
+    /// The `Periodic` sync policy's fsync of the write-ahead log. Nobody waits for it:
+    /// a failure is logged, counted, and reported by the next sync on request
+    /// ([`Store::sync_on_request`]).
+    pub(crate) fn periodic_sync(&self) {
+        if let Err(e) = self.sync_wal() {
+            self.periodic_sync_failures.fetch_add(1, Ordering::Relaxed);
+            self.periodic_sync_failed.store(true, Ordering::SeqCst);
+            tracing::warn!(error = %e, "periodic sync of the write-ahead log failed");
+        }
+    }
+
+    /// Periodic syncs of the write-ahead log that failed so far.
+    pub(crate) fn periodic_sync_failures(&self) -> u64 {
+        self.periodic_sync_failures.load(Ordering::Relaxed)
+    }
+
+    /// An fsync of the write-ahead log asked for (`Engine::sync`, `Namespace::sync`):
+    /// its error, or, if it worked but a periodic one failed since the last such
+    /// request, that failure's. Completions acknowledged before a failed fsync may
+    /// not be on the disk, and a later fsync that works does not bring back pages
+    /// the system dropped: a consumer that syncs before it commits its offsets must
+    /// hear of it.
+    pub(crate) fn sync_on_request(&self) -> Result<(), Error> {
+        let synced = self.sync_wal();
+        if self.periodic_sync_failed.swap(false, Ordering::SeqCst) {
+            synced?;
+            return Err(Error::Store(StoreError::new(
+                "sync",
+                "a periodic fsync of the write-ahead log failed since the last sync asked \
+                 for: completions acknowledged before it may not be on the disk"
+                    .to_owned(),
+            )));
+        }
+        synced
     }
 }
 
@@ -1282,7 +1327,7 @@ impl DurableNs {
     /// Fsyncs the write-ahead log now ([`crate::Namespace::sync`]); a failure is
     /// counted in the namespace's `store_errors` and returned.
     pub(crate) fn sync(&self) -> Result<(), Error> {
-        self.store.sync_wal().inspect_err(|_| {
+        self.store.sync_on_request().inspect_err(|_| {
             self.errors.fetch_add(1, Ordering::Relaxed);
         })
     }

@@ -187,7 +187,7 @@ pub use engine::{
     MAX_STATE_LEN,
 };
 pub use error::{Error, KeyError, Result, StoreError};
-pub use plan::{Plan, Sizing, SizingError, SizingWarning};
+pub use plan::{Plan, Sizing, SizingError, SizingWarning, SMALL_NAMESPACE_KEYS};
 pub use stats::Stats;
 
 /// The README's examples, compiled and run as doc tests.

@@ -28,6 +28,15 @@ const HOT_BYTES_PER_KEY: f64 = 34.6;
 /// (166.7 - 34.7 - 64 at 1 M; 166.3 - 34.4 - 64 at 10 M).
 const RESULT_OVERHEAD_PER_KEY: f64 = 68.0;
 
+/// The hot-tier heap bytes of a stored result of `len` bytes, besides the
+/// [`RESULT_OVERHEAD_PER_KEY`] measured with 64-byte results: its allocation holds
+/// two counts (16 bytes) and the bytes, padded to 8 (as `Stats::hot_bytes` counts
+/// it), where the measured figure took 64 + 16 of it.
+fn result_heap_bytes(len: usize) -> f64 {
+    let allocation = len.saturating_add(16).next_multiple_of(8) as f64;
+    allocation - 16.0
+}
+
 /// Disk bytes per completed key in the durable tier: the done records' SST files
 /// after flush and compaction, records without a result.
 ///
@@ -272,7 +281,7 @@ impl Sizing {
         let hot_bytes_per_key = if self.result_bytes == 0 {
             HOT_BYTES_PER_KEY
         } else {
-            HOT_BYTES_PER_KEY + RESULT_OVERHEAD_PER_KEY + result
+            HOT_BYTES_PER_KEY + RESULT_OVERHEAD_PER_KEY + result_heap_bytes(self.result_bytes)
         };
         let durable_bytes_per_key = if self.result_bytes == 0 {
             DURABLE_BYTES_PER_KEY
@@ -405,7 +414,21 @@ pub enum SizingWarning {
         /// The smallest whole-millisecond tick that allows the TTL.
         min_tick_ms: u64,
     },
+    /// Fewer resident keys than [`SMALL_NAMESPACE_KEYS`]: a namespace's fixed costs
+    /// (each shard's first slab chunk and index) then add to the per-key figure,
+    /// and the hot tier's total is a floor, not an upper bound.
+    SmallNamespace {
+        /// Resident keys at peak.
+        keys: u64,
+    },
 }
+
+/// Below this many resident keys the plan warns that the hot tier's per-key figure,
+/// a large full namespace's, is under what a key costs
+/// ([`SizingWarning::SmallNamespace`]): full namespaces of 1,000, 10,000 and 100,000
+/// keys measured 541, 111 and 41 bytes a key (BENCHMARKS.md, 2026-12-06, "hot-tier
+/// bytes a key in small namespaces").
+pub const SMALL_NAMESPACE_KEYS: u64 = 100_000;
 
 impl fmt::Display for SizingWarning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -434,6 +457,10 @@ impl fmt::Display for SizingWarning {
             SizingWarning::TtlNeedsCoarserTick { min_tick_ms } => write!(
                 f,
                 "the TTL is longer than 2^30 ticks of the default 1 ms: build the engine with `.tick(Duration::from_millis({min_tick_ms}))` or coarser"
+            ),
+            SizingWarning::SmallNamespace { keys } => write!(
+                f,
+                "{keys} resident keys is below {SMALL_NAMESPACE_KEYS}: a namespace's fixed costs (each shard's first slab chunk and index) add to the hot tier's per-key figure, so its total is a floor (full namespaces of 1,000 and 10,000 keys took about 540 and 110 bytes a key): read `Stats::bytes_per_key` of a live engine"
             ),
         }
     }
@@ -503,6 +530,11 @@ impl Plan {
                 .as_millis()
                 .div_ceil(MAX_SPAN_DEFAULT_TICK.as_millis()) as u64;
             w.push(SizingWarning::TtlNeedsCoarserTick { min_tick_ms });
+        }
+        if self.resident_keys < SMALL_NAMESPACE_KEYS {
+            w.push(SizingWarning::SmallNamespace {
+                keys: self.resident_keys,
+            });
         }
         w
     }
@@ -579,6 +611,15 @@ mod tests {
             DURABLE_BYTES_PER_KEY + DURABLE_RESULT_OVERHEAD_PER_KEY + 64.0
         );
         assert_eq!(r.redis_bytes_per_key, REDIS_BYTES_PER_KEY + 64.0);
+        // A 1-byte result's allocation: 16 bytes of counts and 8 for the byte.
+        let r = Sizing::new(1000.0, Duration::from_secs(1000))
+            .result_bytes(1)
+            .plan()
+            .unwrap();
+        assert_eq!(
+            r.hot_bytes_per_key,
+            HOT_BYTES_PER_KEY + RESULT_OVERHEAD_PER_KEY + 8.0
+        );
     }
 
     #[test]

@@ -207,3 +207,42 @@ fn plan_matches_a_live_engine_with_1_kib_results() {
     let _serial = one_at_a_time();
     check_plan_against_live_engine(1024);
 }
+
+/// A result's allocation is padded to 8 bytes past its two counts: with a 1-byte
+/// result that is 24 bytes, not 17 (the plan counted the result's own bytes alone,
+/// 10.4 % under a live engine).
+#[test]
+fn plan_matches_a_live_engine_with_1_byte_results() {
+    let _serial = one_at_a_time();
+    check_plan_against_live_engine(1);
+}
+
+/// Why the plan warns below `SMALL_NAMESPACE_KEYS` resident keys: a full namespace of
+/// 10,000 keys costs well over the plan's per-key figure (each shard's first slab
+/// chunk and index are fixed costs), one of `SMALL_NAMESPACE_KEYS` keys is near it;
+/// and the plan of a small namespace says so.
+#[test]
+fn a_small_namespace_costs_more_a_key_and_its_plan_says_so() {
+    let _serial = one_at_a_time();
+    let full = |keys: u64| {
+        let (engine, ns, _clock) = engine_with(NamespaceConfig::new().max_keys(keys as usize));
+        fill(&ns, keys, b"");
+        engine.stats().bytes_per_key()
+    };
+    let figure = Sizing::new(1.0, Duration::from_secs(1))
+        .plan()
+        .unwrap()
+        .hot_bytes_per_key;
+    let small = full(10_000);
+    assert!(small > 2.0 * figure, "10,000 keys: {small:.1} B/key");
+    let at = full(idem::SMALL_NAMESPACE_KEYS);
+    assert!(at < 1.25 * figure, "at the threshold: {at:.1} B/key");
+    let plan = Sizing::new(100.0, Duration::from_secs(100)).plan().unwrap();
+    assert!(plan
+        .warnings(None)
+        .contains(&idem::SizingWarning::SmallNamespace { keys: 10_000 }));
+    let plan = Sizing::new(1_000.0, Duration::from_secs(100))
+        .plan()
+        .unwrap();
+    assert!(plan.warnings(None).is_empty(), "100,000 keys");
+}

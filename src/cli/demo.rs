@@ -109,10 +109,24 @@ struct Tally {
     in_progress: AtomicU64,
     failed: AtomicU64,
     acked: AtomicU64,
+    /// When the last delivery was acknowledged: the run's end, which the progress
+    /// display (polling every 100 ms) and idle workers' waits come after.
+    finished: std::sync::Mutex<Option<Instant>>,
     /// Set when a worker ends, by returning or by panicking: the others and the
     /// progress display stop too instead of waiting for deliveries a failed worker
     /// will never acknowledge.
     stop: AtomicBool,
+}
+
+impl Tally {
+    /// Counts an acknowledged delivery of the `total`, noting the time of the last.
+    fn ack(&self, total: u64) {
+        if self.acked.fetch_add(1, Ordering::AcqRel) + 1 == total {
+            if let Ok(mut end) = self.finished.lock() {
+                *end = Some(Instant::now());
+            }
+        }
+    }
 }
 
 /// Sets [`Tally::stop`] when dropped: when its worker ends, however it ends.
@@ -241,11 +255,11 @@ fn demo(o: &Options) -> Result<ExitCode, String> {
                         }
                         effects[m as usize].fetch_add(1, Ordering::Relaxed);
                         guard.complete().map_err(|e| e.to_string())?;
-                        tally.acked.fetch_add(1, Ordering::AcqRel);
+                        tally.ack(deliveries);
                     }
                     Claim::Duplicate(_) => {
                         tally.duplicates.fetch_add(1, Ordering::Relaxed);
-                        tally.acked.fetch_add(1, Ordering::AcqRel);
+                        tally.ack(deliveries);
                     }
                     Claim::InProgress(_) => {
                         // Someone else holds it: nack, the broker redelivers later.
@@ -277,7 +291,8 @@ fn demo(o: &Options) -> Result<ExitCode, String> {
     if let Some(e) = first_error {
         return Err(e);
     }
-    let elapsed = started.elapsed();
+    let ended = tally.finished.lock().ok().and_then(|end| *end);
+    let elapsed = ended.map_or_else(|| started.elapsed(), |end| end - started);
 
     let mut once = 0u64;
     let mut lost = 0u64;

@@ -305,8 +305,13 @@ pub(crate) fn render(o: &Options, plan: &Plan, memory: Option<Memory>) -> String
         format!("a {}-byte result per key", plan.result_bytes)
     };
     out += &format!(
-        "idem plan: peak {} ({:.1} keys/s), TTL {}, retention {}, prefilter fpr {}, {}\n\n",
-        o.rate, plan.rate_per_sec, o.ttl, retention, plan.false_positive_rate, result
+        "idem plan: peak {} ({} keys/s), TTL {}, retention {}, prefilter fpr {}, {}\n\n",
+        o.rate,
+        per_second(plan.rate_per_sec),
+        o.ttl,
+        retention,
+        plan.false_positive_rate,
+        result
     );
     let journal_why = journal_basis(plan.namespaces_needed());
     let rows = [
@@ -443,12 +448,31 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// A rate in keys per second for the plan's first line: one decimal from 1/s up, and
+/// below that three significant digits (100/h is 0.0278/s, not 0.0).
+fn per_second(rate: f64) -> String {
+    if rate >= 1.0 || rate <= 0.0 || !rate.is_finite() {
+        return format!("{rate:.1}");
+    }
+    let digits = (-rate.log10()).floor() as usize + 3;
+    format!("{rate:.digits$}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn args(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_low_rate_shows_in_significant_digits() {
+        assert_eq!(per_second(500.0), "500.0");
+        assert_eq!(per_second(1.0), "1.0");
+        assert_eq!(per_second(0.5), "0.500");
+        assert_eq!(per_second(100.0 / 3600.0), "0.0278");
+        assert_eq!(per_second(1.0 / 86_400.0), "0.0000116");
     }
 
     #[test]

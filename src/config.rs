@@ -68,7 +68,7 @@ pub enum SyncPolicy {
     /// The log is fsynced every given interval by a background thread: on power loss
     /// at most that much of acknowledged completions is lost (like Redis
     /// `appendfsync everysec`), while its fsyncs work: one that fails is logged,
-    /// counted in `Stats::periodic_sync_failures` and reported by the next
+    /// counted in `Stats::periodic_sync_failures`, and reported by every later
     /// [`Engine::sync`](crate::Engine::sync). The thread stops when the [`Engine`](crate::Engine)
     /// is dropped; a completion made after that, through a guard that outlived it,
     /// is fsynced before it returns, as under `Always`.

@@ -739,9 +739,12 @@ impl Engine {
     /// Without a durable tier there is nothing to sync: `Ok` at once. A failed fsync
     /// is [`Error::Store`], under either [`FailurePolicy`](crate::FailurePolicy): the
     /// completions it would have covered are in the log but may not be on the disk.
-    /// So is a working one after an fsync of the `Periodic` thread failed since the
-    /// last sync asked for (of any handle): the completions that fsync covered may
-    /// be lost all the same (`Stats::periodic_sync_failures` counts those).
+    /// So is every later one, even when its own fsync works, once any fsync of the
+    /// log has failed in this engine's life (the `Periodic` thread's, counted in
+    /// `Stats::periodic_sync_failures`, a group commit's, or a sync asked for): the
+    /// completions the failed fsync covered may be lost all the same, since a later
+    /// fsync does not bring back pages the system dropped. Reopening the engine
+    /// (whose open replays what the log holds on disk) starts afresh.
     ///
     /// ```
     /// use idem::{Claim, Engine, NamespaceConfig};
@@ -3780,7 +3783,7 @@ impl Engine {
         if let Some(store) = &self.shared.store {
             // The log on disk first: should a memtable's flush fail, the next open
             // replays it.
-            first = first.and(store.sync_wal().inspect_err(|e| {
+            first = first.and(store.sync_on_request().inspect_err(|e| {
                 tracing::warn!(error = %e, "could not sync the write-ahead log at shutdown");
             }));
             // Memtables to disk, so the next open replays no log.

@@ -80,10 +80,10 @@ pub struct Stats {
     /// reports it.
     pub wal_syncs: u64,
     /// Fsyncs of the write-ahead log by the `SyncPolicy::Periodic` thread that
-    /// failed. No caller waits for those: each is logged, counted here, and the next
-    /// [`Engine::sync`](crate::Engine::sync) or
-    /// [`Namespace::sync`](crate::Namespace::sync) returns an error for it (the
-    /// completions acknowledged before it may not be on the disk). Engine-wide: only
+    /// failed. No caller waits for those: each is logged and counted here, and from
+    /// then on every [`Engine::sync`](crate::Engine::sync) or
+    /// [`Namespace::sync`](crate::Namespace::sync) returns an error (the completions
+    /// acknowledged before it may not be on the disk). Engine-wide: only
     /// [`Engine::stats`](crate::Engine::stats) reports it.
     pub periodic_sync_failures: u64,
     /// Look-ups the prefilter answered alone: it knew the key was new, so the durable

@@ -3023,17 +3023,6 @@ fn a_sync_on_request_forces_the_log_to_disk_or_says_it_did_not() {
     other.sync().unwrap();
     assert!(syncs(&engine) > before, "Namespace::sync made no fsync");
 
-    let is_sync_error = |e: &Error| matches!(e, Error::Store(s) if s.operation() == "sync");
-    engine.debug_fail_syncs(true);
-    let err = engine.sync().unwrap_err();
-    assert!(is_sync_error(&err), "{err:?}");
-    let errors = ns.stats().store_errors;
-    let err = ns.sync().unwrap_err();
-    assert!(is_sync_error(&err), "{err:?}");
-    assert_eq!(ns.stats().store_errors, errors + 1);
-    engine.debug_fail_syncs(false);
-    engine.sync().unwrap();
-
     // The handle keeps the database open, and its sync works without the engine.
     drop(engine);
     acquire(&ns, b"k3").complete().unwrap();
@@ -3043,6 +3032,31 @@ fn a_sync_on_request_forces_the_log_to_disk_or_says_it_did_not() {
     for key in [&b"k"[..], b"k2", b"k3"] {
         duplicate(&ns, key);
     }
+
+    // A failed fsync is a store error, counted by the handle's namespace; and every
+    // later sync asked for says so too, even one whose own fsync works: what the
+    // failed one covered may be lost all the same. The next open starts afresh.
+    let is_sync_error = |e: &Error| matches!(e, Error::Store(s) if s.operation() == "sync");
+    engine.debug_fail_syncs(true);
+    let err = engine.sync().unwrap_err();
+    assert!(is_sync_error(&err), "{err:?}");
+    let errors = ns.stats().store_errors;
+    let err = ns.sync().unwrap_err();
+    assert!(is_sync_error(&err), "{err:?}");
+    assert_eq!(ns.stats().store_errors, errors + 1);
+    engine.debug_fail_syncs(false);
+    for _ in 0..2 {
+        let err = engine.sync().unwrap_err();
+        assert!(
+            is_sync_error(&err) && err.to_string().contains("earlier fsync"),
+            "{err:?}"
+        );
+        assert!(ns.sync().is_err());
+    }
+    drop((engine, ns));
+    let (engine, ns) = open(&dir, &clock, small());
+    engine.sync().unwrap();
+    ns.sync().unwrap();
     drop((engine, ns));
 
     // Without a durable tier there is nothing to sync.
@@ -3056,12 +3070,12 @@ fn a_sync_on_request_forces_the_log_to_disk_or_says_it_did_not() {
 }
 
 /// A failed fsync of the `Periodic` thread, which no caller waits for, is counted
-/// and returned by the next sync asked for, even one whose own fsync works (the
-/// completions it covered may be lost all the same); the one after that is `Ok`.
-/// Before, it was only logged: a consumer that synced before committing its offsets
-/// was told `Ok`.
+/// and returned by every later sync asked for, through any handle, and by `close`,
+/// even when their own fsync works (the completions it covered may be lost all the
+/// same). Before, it was only logged: a consumer that synced before committing its
+/// offsets was told `Ok`.
 #[test]
-fn a_failed_periodic_sync_is_counted_and_reported_by_the_next_sync() {
+fn a_failed_periodic_sync_is_counted_and_reported_by_every_later_sync() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);
     let engine = builder(&dir, &clock)
@@ -3081,18 +3095,20 @@ fn a_failed_periodic_sync_is_counted_and_reported_by_the_next_sync() {
     let errors = ns.stats().store_errors;
     let err = ns.sync().unwrap_err();
     assert!(
-        matches!(&err, Error::Store(s) if s.operation() == "sync" && s.detail().contains("periodic")),
+        matches!(&err, Error::Store(s) if s.operation() == "sync" && s.detail().contains("earlier fsync")),
         "{err:?}"
     );
     assert_eq!(ns.stats().store_errors, errors + 1);
-    engine.sync().unwrap();
-    // Reported once, to whichever sync comes first.
-    engine.debug_fail_syncs(true);
-    engine.debug_periodic_sync();
-    engine.debug_fail_syncs(false);
+    // To every caller, not only the first.
     assert!(engine.sync().is_err());
-    ns.sync().unwrap();
-    assert_eq!(engine.stats().periodic_sync_failures, 3);
+    assert!(ns.sync().is_err());
+    assert_eq!(engine.stats().periodic_sync_failures, 2);
+    drop(ns);
+    let err = engine.close().unwrap_err();
+    assert!(
+        matches!(&err, Error::Store(s) if s.operation() == "sync"),
+        "{err:?}"
+    );
 }
 
 /// A forget whose delete was applied but whose fsync failed has taken effect: the

@@ -231,8 +231,13 @@ pub(crate) struct Store {
     fail_syncs: AtomicBool,
     /// Periodic syncs of the write-ahead log that failed (no caller hears of them).
     periodic_sync_failures: AtomicU64,
-    /// Whether one failed since the last sync on request, which reports it.
-    periodic_sync_failed: AtomicBool,
+    /// Whether any fsync of the write-ahead log failed since the open: sticky, since
+    /// a later fsync that works does not bring back pages the system dropped (see
+    /// [`Store::sync_on_request`]).
+    wal_sync_failed: AtomicBool,
+    /// Held across each fsync of the write-ahead log, so that one that fails has
+    /// noted it before a later one can report its own success.
+    wal_sync: parking_lot::Mutex<()>,
     /// Set when the engine is dropped: its periodic WAL sync has stopped, so writes
     /// made afterwards through handles and guards that outlive it sync themselves.
     closed: AtomicBool,
@@ -676,7 +681,8 @@ impl Store {
                 panic_completions: AtomicBool::new(false),
                 fail_syncs: AtomicBool::new(false),
                 periodic_sync_failures: AtomicU64::new(0),
-                periodic_sync_failed: AtomicBool::new(false),
+                wal_sync_failed: AtomicBool::new(false),
+                wal_sync: parking_lot::Mutex::new(()),
                 closed: AtomicBool::new(false),
                 fail_reads: AtomicBool::new(false),
                 keep_journal: AtomicBool::new(false),
@@ -1133,19 +1139,25 @@ impl Store {
         injected(&self.fail_syncs, "sync", "to sync")
     }
 
-    /// Forces the write-ahead log to disk.
+    /// Forces the write-ahead log to disk. A failure is noted for good (see
+    /// [`Store::sync_on_request`]).
     pub(crate) fn sync_wal(&self) -> Result<(), Error> {
-        self.check_syncable()?;
-        self.db.flush_wal(true).map_err(|e| store_err("sync", e))
+        let _one = self.wal_sync.lock();
+        let synced = self
+            .check_syncable()
+            .and_then(|()| self.db.flush_wal(true).map_err(|e| store_err("sync", e)));
+        if synced.is_err() {
+            self.wal_sync_failed.store(true, Ordering::SeqCst);
+        }
+        synced
     }
 
     /// The `Periodic` sync policy's fsync of the write-ahead log. Nobody waits for it:
-    /// a failure is logged, counted, and reported by the next sync on request
+    /// a failure is logged and counted, and every sync on request reports it
     /// ([`Store::sync_on_request`]).
     pub(crate) fn periodic_sync(&self) {
         if let Err(e) = self.sync_wal() {
             self.periodic_sync_failures.fetch_add(1, Ordering::Relaxed);
-            self.periodic_sync_failed.store(true, Ordering::SeqCst);
             tracing::warn!(error = %e, "periodic sync of the write-ahead log failed");
         }
     }
@@ -1155,20 +1167,23 @@ impl Store {
         self.periodic_sync_failures.load(Ordering::Relaxed)
     }
 
-    /// An fsync of the write-ahead log asked for (`Engine::sync`, `Namespace::sync`):
-    /// its error, or, if it worked but a periodic one failed since the last such
-    /// request, that failure's. Completions acknowledged before a failed fsync may
-    /// not be on the disk, and a later fsync that works does not bring back pages
-    /// the system dropped: a consumer that syncs before it commits its offsets must
-    /// hear of it.
+    /// An fsync of the write-ahead log asked for (`Engine::sync`, `Namespace::sync`,
+    /// `Engine::close`): its error, or, if any fsync of the log failed since the open
+    /// (the `Periodic` thread's, a group commit's, an earlier request's), an error
+    /// for that, at every call. Completions acknowledged before a failed fsync may
+    /// not be on the disk, and a later fsync that works does not bring back pages the
+    /// system dropped (it may even be told of the failure no more): a consumer that
+    /// syncs before it commits its offsets must hear of it, whichever handle it
+    /// syncs through. The engine's next open replays what the log holds on disk.
     pub(crate) fn sync_on_request(&self) -> Result<(), Error> {
         let synced = self.sync_wal();
-        if self.periodic_sync_failed.swap(false, Ordering::SeqCst) {
+        if self.wal_sync_failed.load(Ordering::SeqCst) {
             synced?;
             return Err(Error::Store(StoreError::new(
                 "sync",
-                "a periodic fsync of the write-ahead log failed since the last sync asked \
-                 for: completions acknowledged before it may not be on the disk"
+                "an earlier fsync of the write-ahead log failed: completions acknowledged \
+                 before it may not be on the disk, and no later fsync brings them back \
+                 (the next open replays what the log holds)"
                     .to_owned(),
             )));
         }

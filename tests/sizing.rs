@@ -219,8 +219,8 @@ fn plan_matches_a_live_engine_with_1_byte_results() {
 
 /// Why the plan warns below `SMALL_NAMESPACE_KEYS` resident keys: a full namespace of
 /// 10,000 keys costs well over the plan's per-key figure (each shard's first slab
-/// chunk and index are fixed costs), one of `SMALL_NAMESPACE_KEYS` keys is near it;
-/// and the plan of a small namespace says so.
+/// chunk and index are fixed costs), one of `SMALL_NAMESPACE_KEYS` keys is within a
+/// few percent of it; and the plan of a small namespace says so.
 #[test]
 fn a_small_namespace_costs_more_a_key_and_its_plan_says_so() {
     let _serial = one_at_a_time();
@@ -236,13 +236,13 @@ fn a_small_namespace_costs_more_a_key_and_its_plan_says_so() {
     let small = full(10_000);
     assert!(small > 2.0 * figure, "10,000 keys: {small:.1} B/key");
     let at = full(idem::SMALL_NAMESPACE_KEYS);
-    assert!(at < 1.25 * figure, "at the threshold: {at:.1} B/key");
+    assert!(at < 1.05 * figure, "at the threshold: {at:.1} B/key");
     let plan = Sizing::new(100.0, Duration::from_secs(100)).plan().unwrap();
     assert!(plan
         .warnings(None)
         .contains(&idem::SizingWarning::SmallNamespace { keys: 10_000 }));
-    let plan = Sizing::new(1_000.0, Duration::from_secs(100))
+    let plan = Sizing::new(10_000.0, Duration::from_secs(100))
         .plan()
         .unwrap();
-    assert!(plan.warnings(None).is_empty(), "100,000 keys");
+    assert!(plan.warnings(None).is_empty(), "1,000,000 keys");
 }

@@ -448,13 +448,17 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// A rate in keys per second for the plan's first line: one decimal from 1/s up, and
-/// below that three significant digits (100/h is 0.0278/s, not 0.0).
+/// A rate in keys per second for the plan's first line: one decimal from 1/s up,
+/// below that three significant digits (100/h is 0.0278/s, not 0.0), and below one
+/// a million, an exponent.
 fn per_second(rate: f64) -> String {
     if rate >= 1.0 || rate <= 0.0 || !rate.is_finite() {
         return format!("{rate:.1}");
     }
-    let digits = (-rate.log10()).floor() as usize + 3;
+    if rate < 1e-6 {
+        return format!("{rate:.2e}");
+    }
+    let digits = (2.0 - rate.log10().floor()) as usize;
     format!("{rate:.digits$}")
 }
 
@@ -471,8 +475,11 @@ mod tests {
         assert_eq!(per_second(500.0), "500.0");
         assert_eq!(per_second(1.0), "1.0");
         assert_eq!(per_second(0.5), "0.500");
+        assert_eq!(per_second(0.1), "0.100");
+        assert_eq!(per_second(0.01), "0.0100");
         assert_eq!(per_second(100.0 / 3600.0), "0.0278");
         assert_eq!(per_second(1.0 / 86_400.0), "0.0000116");
+        assert_eq!(per_second(1e-300), "1.00e-300");
     }
 
     #[test]

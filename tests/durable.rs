@@ -3500,6 +3500,44 @@ fn journal_name() -> String {
     )
 }
 
+/// A claim in flight at a crash is reported at the next open even when the key's
+/// done record of an earlier run carries the same fencing token (tokens restart
+/// every run) and, the clock having been set back across a restart, a completion
+/// time after the claim's: the record was completed after the claim's lease had
+/// ended, so it is not this claim's. (Here the claim was acquired over the live
+/// record because its read failed under `FailOpen`.) Before, the marker was taken as
+/// completed and dropped.
+#[test]
+fn an_orphan_is_reported_though_an_earlier_runs_record_with_its_token_reads_later() {
+    let cfg = || small().on_store_error(FailurePolicy::FailOpen);
+    for set_back in [true, false] {
+        let dir = TempDir::new();
+        let (first, second) = if set_back {
+            (T0 + 100_000, T0)
+        } else {
+            (T0, T0 + 100_000)
+        };
+        let clock = ManualClock::new(first);
+        {
+            let (_engine, ns) = open_seeded(&dir, &clock, cfg());
+            acquire(&ns, b"k").complete().unwrap();
+        }
+        clock.set(second);
+        {
+            let (engine, ns) = open_seeded(&dir, &clock, cfg());
+            engine.debug_fail_store_reads(true);
+            let g = acquire(&ns, b"k");
+            engine.debug_keep_journal_markers(true);
+            drop(g); // its marker stays in the journal, as a SIGKILL would leave it
+            engine.debug_fail_store_reads(false);
+        }
+        let (engine, _ns) = open_seeded(&dir, &clock, cfg());
+        let orphans = engine.orphans();
+        assert_eq!(orphans.len(), 1, "set back {set_back}: {orphans:?}");
+        assert_eq!(orphans[0].claimed_at_ms, second, "set back {set_back}");
+    }
+}
+
 #[cfg(target_os = "linux")]
 /// A durable engine with one namespace "ns" and the fixed seed 3 (so the tests know
 /// the keys' fingerprints).

@@ -1599,7 +1599,8 @@ impl DurableNs {
 
     /// Whether the claim that left `marker` of `fp` was completed after all: the
     /// durable tier holds a done record with its fencing token, completed no earlier
-    /// than the claim was made, that did not expire before the claim (tokens restart
+    /// than the claim was made and no later than its lease's end, that did not
+    /// expire before the claim (tokens restart
     /// every run, so an old record of the key can carry the same one: one that had
     /// expired when the key was acquired again, or a live one that a claim under
     /// fail-open could not read, completed before the claim). Such a marker is settled at open, not
@@ -1611,9 +1612,13 @@ impl DurableNs {
             // a live record of an earlier run's claim with the same token is not
             // this claim's, which could have been acquired over it when its read
             // failed under fail-open.
+            // And no later than its lease's end, which a completion never passes:
+            // after a clock set back across a restart, an earlier run's record with
+            // the same token can read as completed after this claim was made.
             Ok(Some(d)) => Ok(d.state == RecordState::Done
                 && d.token == marker.token
                 && d.at_ms >= marker.at_ms
+                && d.at_ms <= marker.expires_ms
                 && d.expires_ms > marker.at_ms),
             Ok(None) | Err(Error::CorruptRecord { .. }) => Ok(false),
             Err(e) => Err(e),

@@ -1,4 +1,5 @@
-//! `idem inspect`: a key that cannot exist is reported as invalid, not as unknown; a
+//! `idem inspect`: a key that cannot exist (empty, or longer than the namespace
+//! takes) is reported as invalid, not as unknown; a
 //! path that is not there is said to be missing, not to hold no database.
 
 #![cfg(all(feature = "durable", not(idem_loom)))]
@@ -50,6 +51,27 @@ fn an_empty_key_is_refused_as_invalid() {
         stdout.contains("key \"ord-1\" in \"orders\": unknown"),
         "{stdout}"
     );
+    // One longer than the namespace takes (4096 bytes by default) is refused as
+    // the engine refuses it; before, it was "unknown".
+    let long = "k".repeat(4097);
+    let out = inspect(&long);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(stderr.contains("4097"), "{stderr}");
+    assert!(!stdout.contains("unknown"), "{stdout}");
+    // The library says the same.
+    let seen = idem::inspect(&dir, 0).unwrap();
+    assert_eq!(
+        seen.key("orders", long.as_bytes()),
+        Err(idem::Error::InvalidKey(idem::KeyError::TooLong {
+            len: 4097,
+            max: 4096
+        }))
+    );
+    assert_eq!(seen.key("orders", &long.as_bytes()[..4096]), Ok(None));
 }
 
 /// The key view judges a record at the same time as the namespace row: a record

@@ -423,10 +423,20 @@ impl Inspection {
     /// The durable state of `key` in `namespace`: a completed record, a claim in
     /// flight (its marker in RocksDB or in the namespace's journal, the default
     /// marker mode: a claim an engine holds now, or an orphan of a crash), or
-    /// `None`. An empty key is refused with [`Error::InvalidKey`] (no key can be
-    /// empty); a namespace the database does not hold with
+    /// `None`. An empty key, or one longer than the namespace's `max_key_len` as the
+    /// database last stored it, is refused with [`Error::InvalidKey`], as the engine
+    /// refuses it; a namespace the database does not hold with
     /// [`Error::UnknownNamespace`].
     pub fn key(&self, namespace: &str, key: &[u8]) -> Result<Option<InspectedKey>, Error> {
+        if let Some(max) = self.db.max_key_len(namespace)? {
+            if key.len() > max {
+                return Err(KeyError::TooLong {
+                    len: key.len(),
+                    max,
+                }
+                .into());
+            }
+        }
         self.db.key(namespace, key, None)
     }
 }

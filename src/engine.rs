@@ -5514,6 +5514,8 @@ impl Namespace {
         // is waited for before the delete: it could otherwise land after it, and
         // end before the hot entry's removal below, leaving its record on disk
         // (the key would come back as done).
+        // (Counted before the wait, as below: `forget_waits` says a forget is
+        // waiting.)
         if forgetting.is_some() && ns.slots[si].lock().is_completing(fp) {
             waited = true;
             ns.forget_waits.fetch_add(1, Ordering::Relaxed);
@@ -6282,7 +6284,8 @@ fn release_marker(d: &DurableNs, fp: Fp, token: u32) {
 /// (a completion's or a window's record, a claim's marker: written or not).
 fn wait_while_completing(slot: &SlotCell, fp: Fp) {
     let mut pause = std::time::Duration::from_micros(20);
-    for round in 0u32.. {
+    let mut round = 0u32;
+    loop {
         if !slot.lock().is_completing(fp) {
             return;
         }
@@ -6294,6 +6297,7 @@ fn wait_while_completing(slot: &SlotCell, fp: Fp) {
             std::thread::sleep(pause);
             pause = (pause * 2).min(std::time::Duration::from_millis(1));
         }
+        round = round.saturating_add(1);
     }
 }
 

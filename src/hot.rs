@@ -60,6 +60,13 @@ impl Fp {
     }
 }
 
+/// The heap bytes of a stored result of `len` bytes, an `Arc<[u8]>`: two counts and
+/// the bytes, padded to the counts' alignment (`Stats::hot_bytes` counts it so, and
+/// the planner with it).
+pub(crate) fn result_allocation(len: usize) -> usize {
+    len.saturating_add(16).next_multiple_of(8)
+}
+
 const STATE_MASK: u32 = 0b11;
 const STATE_FREE: u32 = 0;
 const STATE_IN_PROGRESS: u32 = 1;
@@ -1765,13 +1772,7 @@ impl Shard {
         let results: usize = self
             .extras
             .values()
-            // An `Arc<[u8]>`'s allocation: two counts and the bytes, padded to the
-            // counts' alignment.
-            .map(|x| {
-                x.result
-                    .as_ref()
-                    .map_or(0, |r| (r.len() + 16).next_multiple_of(8))
-            })
+            .map(|x| x.result.as_ref().map_or(0, |r| result_allocation(r.len())))
             .sum();
         self.slab.bytes()
             + self.index.bytes()

@@ -33,8 +33,7 @@ const RESULT_OVERHEAD_PER_KEY: f64 = 68.0;
 /// two counts (16 bytes) and the bytes, padded to 8 (as `Stats::hot_bytes` counts
 /// it), where the measured figure took 64 + 16 of it.
 fn result_heap_bytes(len: usize) -> f64 {
-    let allocation = len.saturating_add(16).next_multiple_of(8) as f64;
-    allocation - 16.0
+    crate::hot::result_allocation(len) as f64 - 16.0
 }
 
 /// Disk bytes per completed key in the durable tier: the done records' SST files

@@ -614,7 +614,7 @@ fn measure<P: Peer>(
     let own = peer.own_bytes();
     // W2's timed phase over `order`: its time per pass, and the keys that did not
     // answer Duplicate (a key the fill could not take cannot either: both count).
-    let time_w2 = |order: &[Key]| {
+    let time_w2 = |order: &[Key], threads: usize| {
         let mut passes = 0;
         let mut total = Duration::ZERO;
         let mut dup_failed = 0;
@@ -639,14 +639,24 @@ fn measure<P: Peer>(
     // W2 claims the keys in W1's order, unless the parent asked for another
     // (`--w2-shuffled`); and then, unless told not to, in a shuffled order too: see
     // the module's documentation.
-    let (dup, dup_shuffled) = if !w2 {
-        (None, None)
+    // With more than one thread, W2 in W1's order is run once more by one thread,
+    // over the same table, right after: the fill's threads lay its entries out (two
+    // threads filling a shard at once interleave their entries in its slab), and a
+    // replay in W1's order reads them in that layout, so two threads over one can
+    // also be read on one table.
+    let (dup, dup_one, dup_shuffled) = if !w2 {
+        (None, None, None)
     } else if std::env::var_os(W2_SHUFFLED_ENV).is_some() {
-        (Some(time_w2(&shuffle(keys))), None)
+        (Some(time_w2(&shuffle(keys), threads)), None, None)
     } else {
-        let first = time_w2(keys);
+        let first = time_w2(keys, threads);
+        let one = (threads > 1).then(|| time_w2(keys, 1));
         let both = std::env::var_os(W2_BOTH_ENV).is_some();
-        (Some(first), both.then(|| time_w2(&shuffle(keys))))
+        (
+            Some(first),
+            one,
+            both.then(|| time_w2(&shuffle(keys), threads)),
+        )
     };
     ChildResult {
         secs: fill.as_secs_f64(),
@@ -656,6 +666,7 @@ fn measure<P: Peer>(
         own,
         dup,
         dup_shuffled,
+        dup_one,
     }
 }
 
@@ -727,9 +738,12 @@ fn child(args: &[String]) -> ExitCode {
         other => panic!("unknown peer {other}"),
     };
     let own = r.own.map_or(-1, |b| b as i64);
-    let shuffled = r.dup_shuffled.map_or(String::new(), |(secs, failures)| {
+    let mut shuffled = r.dup_shuffled.map_or(String::new(), |(secs, failures)| {
         format!(" w2s_secs={secs} w2s_failures={failures}")
     });
+    if let Some((secs, failures)) = r.dup_one {
+        shuffled.push_str(&format!(" w21_secs={secs} w21_failures={failures}"));
+    }
     match (workload.as_str(), r.dup) {
         ("w12", Some((dup_secs, dup_failures))) => println!(
             "RESULT secs={} failures={} heap={} rss={} own={own} w2_secs={dup_secs} w2_failures={dup_failures}{shuffled}",
@@ -1016,6 +1030,9 @@ fn run_child(o: &Opts, peer: &str, n: usize, threads: usize) -> Vec<Sample> {
     if maybe("w2s_secs").is_some() {
         samples.push(sample(Workload::W2s, "w2s_secs", "w2s_failures"));
     }
+    if maybe("w21_secs").is_some() {
+        samples.push(sample(Workload::W2One, "w21_secs", "w21_failures"));
+    }
     samples
 }
 
@@ -1086,6 +1103,11 @@ fn main() -> ExitCode {
     } else {
         println!(
             "- W2 is timed over passes of the N keys in each child until {W2_MIN_SECS} s have run (at most {W2_MAX_PASSES} passes; networked peers: one), and its claims/s is over one pass"
+        );
+    }
+    if !o.w2_shuffled {
+        println!(
+            "- in a child of more than one thread (but the networked peers'), W2 in W1's order runs once more by one thread, timed the same way, right after: over the table that child's fill made (threads filling a shard at once interleave their entries in its slab), so that W2's two threads over one also read on one table (the scaling table's last two columns, and the target's other reading)"
         );
     }
     if o.w2_shuffled {

@@ -259,6 +259,49 @@ fn a_table_gives_medians_spreads_ratios_and_two_threads_over_one() {
 }
 
 #[test]
+fn w2_two_threads_over_one_are_also_read_on_the_two_thread_fills_table() {
+    let n = 1_000;
+    let mut all = vec![
+        sample("idem", Workload::W2, n, 1, 10.0e6),
+        sample("idem", Workload::W2, n, 2, 15.0e6),
+    ];
+    let ps = ["idem", "floor"];
+    // Without the one-thread pass over the two-thread table, that reading is not run.
+    let out = targets_of(&[n], &[1, 2], &ps, &all);
+    let same = "W2, another reading: idem 2 threads / 1 thread on the same table (the two-thread fill's) >= 1.7x";
+    assert_eq!(row(&out, n, same)[2..], ["not run", "-"]);
+    assert_eq!(
+        row(&out, n, "W2: idem 2 threads / 1 thread >= 1.7x")[2..],
+        ["1.50x", "**missed**"]
+    );
+    // One thread over the two-thread fill's table is slower than over its own: the
+    // same table's reading is 15 / 8 (medians of the passes).
+    for r in [7.0e6, 8.0e6, 9.0e6] {
+        all.push(sample("idem", Workload::W2One, n, 2, r));
+    }
+    let out = targets_of(&[n], &[1, 2], &ps, &all);
+    assert_eq!(row(&out, n, same)[2..], ["1.88x", "met"]);
+    assert_eq!(
+        row(&out, n, "W2: idem 2 threads / 1 thread >= 1.7x")[2..],
+        ["1.50x", "**missed**"],
+        "the first reading is unchanged"
+    );
+    // The W2 table's scaling rows show both readings; W1's has no such columns.
+    let table = table_of(&[n], &[1, 2], &ps, &all, Workload::W2);
+    assert!(
+        table.contains("| 1000 | idem | 10.00 M | 15.00 M | 1.50x | 8.00 M | 1.88x |"),
+        "{table}"
+    );
+    all.push(sample("idem", Workload::W1, n, 1, 4.0e6));
+    all.push(sample("idem", Workload::W1, n, 2, 6.0e6));
+    let w1 = table_of(&[n], &[1, 2], &ps, &all, Workload::W1);
+    assert!(
+        w1.contains("| 1000 | idem (claim + complete) | 4.00 M | 6.00 M | 1.50x |\n"),
+        "{w1}"
+    );
+}
+
+#[test]
 fn failures_are_summed_over_a_cells_runs() {
     let n = 1_000;
     let all = vec![

@@ -18,4 +18,7 @@ pub(crate) struct ChildResult {
     /// W2 again in a shuffled order, after it, when the parent asked for both
     /// orders: the same two figures.
     pub(crate) dup_shuffled: Option<(f64, u64)>,
+    /// W2 in W1's order again by one thread, over the table of a fill by more: the
+    /// same two figures.
+    pub(crate) dup_one: Option<(f64, u64)>,
 }

@@ -267,5 +267,6 @@ pub(crate) fn measure<R: Remote>(
         own: None,
         dup,
         dup_shuffled: None,
+        dup_one: None,
     }
 }

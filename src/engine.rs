@@ -1553,6 +1553,57 @@ mod tests {
         assert_eq!(g.complete(), Err(crate::Error::LeaseLost));
     }
 
+    /// A sliding window's rewrite that the store refuses (`FailClosed`) after the
+    /// window's old end has passed leaves the key expired and its room given back at
+    /// once, counted as an expiration. (Before, the old end went back into the
+    /// wheel, which takes no deadline behind it: the expired entry stayed resident
+    /// until the next tick.)
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_refused_window_rewrite_whose_old_end_has_passed_frees_its_room_at_once() {
+        use std::rc::Rc;
+        use std::time::Duration;
+        let dir = Scratch::new("rewrite-expired");
+        let (engine, ns, clock) = durable_namespace_with(
+            &dir,
+            crate::NamespaceConfig::new()
+                .ttl(Duration::from_secs(10))
+                .retention(Duration::from_secs(10))
+                .extend_on_duplicate(true)
+                .max_keys(4)
+                .shards(1)
+                .sync(crate::SyncPolicy::Never),
+        );
+        let engine = Rc::new(engine);
+        first_claim(&ns).complete().unwrap();
+        // A sighting 9 s on moves the window's end past the record's: a rewrite,
+        // during which the old end (10 s after the completion) passes and the store
+        // starts refusing writes.
+        clock.advance(Duration::from_secs(9));
+        {
+            let (engine, clock) = (engine.clone(), clock.clone());
+            crate::durable::set_before_rewrite(move || {
+                clock.advance(Duration::from_secs(2));
+                engine.run_maintenance();
+                engine.debug_fail_store_writes(true);
+            });
+        }
+        let before = engine.stats();
+        let r = ns.claim(b"k");
+        engine.debug_fail_store_writes(false);
+        assert!(matches!(r, Err(crate::Error::Store(_))), "{r:?}");
+        let after = engine.stats();
+        assert_eq!(
+            after.resident_keys, 0,
+            "the expired entry's room is given back"
+        );
+        assert_eq!(after.expirations, before.expirations + 1);
+        assert!(
+            ns.check(b"k").unwrap().is_none(),
+            "expired, record and window"
+        );
+    }
+
     /// An extension that comes while its key is being forgotten (between the
     /// forget's delete of the records and its removal of the hot entry) is refused:
     /// the forget has taken the claim, and its marker, just deleted, is not written
@@ -2531,6 +2582,107 @@ mod tests {
         assert_eq!(moved.ms, before.ms);
         let kept = shard.not_behind(&ns.inner.params, later);
         assert_eq!((kept.ms, kept.tick), (later.ms, later.tick));
+    }
+
+    /// A memory-only engine on a manual clock at 1,000,000 ms whose namespace "n"
+    /// (one shard, room for two keys, TTL 10 ms, lease 5 s) holds two claims, `a`
+    /// and `b`; then another thread reads the clock 50 ms later and runs a
+    /// maintenance pass, moving the shard's wheel past the time read before it.
+    /// Returns the engine, the namespace, the clock, the guards of `a` and `b`, and
+    /// that earlier reading.
+    fn wheel_moved_on_after_a_reading() -> (
+        super::Engine,
+        super::Namespace,
+        crate::ManualClock,
+        super::ClaimGuard,
+        super::ClaimGuard,
+        crate::hot::Now,
+    ) {
+        use crate::{Claim, ManualClock, NamespaceConfig};
+        use std::time::Duration;
+        let clock = ManualClock::new(1_000_000);
+        let engine = super::Engine::builder()
+            .clock(clock.clone())
+            .maintenance_interval(None)
+            .namespace(
+                "n",
+                NamespaceConfig::new()
+                    .max_keys(2)
+                    .shards(1)
+                    .ttl(Duration::from_millis(10))
+                    .lease(Duration::from_secs(5)),
+            )
+            .build()
+            .unwrap();
+        let ns = engine.namespace("n").unwrap();
+        let Claim::Acquired(a) = ns.claim(b"a").unwrap() else {
+            panic!("room for two keys");
+        };
+        let Claim::Acquired(b) = ns.claim(b"b").unwrap() else {
+            panic!("room for two keys");
+        };
+        let read = ns.inner.now();
+        clock.advance(Duration::from_millis(50));
+        engine.run_maintenance();
+        (engine, ns, clock, a, b, read)
+    }
+
+    /// A completion whose reading of the clock the shard's wheel has passed (another
+    /// thread moved the wheel on between the reading and the shard's lock, as a claim
+    /// may find it: `a_shard_takes_a_reading_its_wheel_has_passed_as_the_wheels_time`)
+    /// takes effect at the wheel's time. Taken at the reading, a TTL shorter than the
+    /// lag was over when `complete` returned (the key was claimable again at once),
+    /// and its entry, scheduled behind the wheel, read as expired while it kept its
+    /// room until the next tick: a full namespace refused a new key.
+    #[test]
+    fn a_completion_never_sets_a_deadline_behind_its_shards_wheel() {
+        use crate::{Claim, KeyState};
+        use std::time::Duration;
+        let (_engine, ns, clock, mut a, _b, read) = wheel_moved_on_after_a_reading();
+        a.finish_at(None, &[], read).unwrap();
+        let state = ns.check(b"a").unwrap();
+        let c = ns.claim(b"c");
+        assert!(
+            state.is_some() || matches!(c, Ok(Claim::Acquired(_))),
+            "a reads as expired ({state:?}) yet holds its room: {c:?}"
+        );
+        assert!(
+            matches!(state, Some(KeyState::Done { .. })),
+            "complete returned Ok: a duplicate for its TTL, got {state:?}"
+        );
+        // Its TTL counts from the wheel's time; then its room is given back.
+        clock.advance(Duration::from_millis(10));
+        assert!(ns.claim(b"c").unwrap().is_acquired());
+    }
+
+    /// The same for a lease extension: taken at a reading the wheel has passed, a
+    /// lease shorter than the lag was granted already over (`extend_lease` said `Ok`,
+    /// the guard's end lay behind the namespace's time), and its entry kept its room
+    /// a tick past it. (The reading is made stale by putting the namespace's latest
+    /// time back to it, as a thread that read the clock before another thread's
+    /// later reading sees it.)
+    #[test]
+    fn a_lease_extension_never_ends_behind_its_shards_wheel() {
+        use crate::Claim;
+        use std::time::Duration;
+        let (_engine, ns, clock, _a, mut b, read) = wheel_moved_on_after_a_reading();
+        let later = ns.inner.now();
+        clock.set(read.ms);
+        ns.inner
+            .latest_ms
+            .store(read.ms, std::sync::atomic::Ordering::SeqCst);
+        b.extend_lease(Duration::from_millis(10)).unwrap();
+        clock.set(later.ms);
+        assert!(
+            b.lease_expires_at_ms() > later.ms,
+            "extended to {} at {}: over at once",
+            b.lease_expires_at_ms(),
+            later.ms
+        );
+        let Claim::InProgress(busy) = ns.claim(b"b").unwrap() else {
+            panic!("b is held by its extended lease");
+        };
+        assert_eq!(busy.lease_expires_at_ms(), b.lease_expires_at_ms());
     }
 
     /// The maintenance pass expires a shard's keys a few at a time, taking the
@@ -5846,15 +5998,21 @@ impl ClaimGuard {
             ));
         }
         let now = ns.now();
-        let deadline = p.deadline(now, lease_ms as u64);
         let si = self.shard as usize;
         let cap = ns.capacity();
         let durable = ns.durable.as_ref();
         let old = self.lease;
-        let payload = ns.slots[si]
-            .lock()
-            .extend_lease(self.fp, &old, now, deadline, &cap, durable.is_some())
-            .map_err(|Refused::LeaseLost| Error::LeaseLost)?;
+        let (payload, now, deadline) = {
+            let mut shard = ns.slots[si].lock();
+            // Never behind the shard's wheel (see `Shard::not_behind`): a lease set
+            // from an earlier reading could end before it was granted.
+            let now = shard.not_behind(p, now);
+            let deadline = p.deadline(now, lease_ms as u64);
+            let payload = shard
+                .extend_lease(self.fp, &old, now, deadline, &cap, durable.is_some())
+                .map_err(|Refused::LeaseLost| Error::LeaseLost)?;
+            (payload, now, deadline)
+        };
         let extended = Lease { deadline, ..old };
         let Some(d) = durable else {
             self.lease = extended;
@@ -6033,6 +6191,9 @@ impl ClaimGuard {
         let Some(d) = &ns.durable else {
             let (r, anchor) = {
                 let mut shard = ns.slots[si].lock();
+                // Never behind the shard's wheel (see `Shard::not_behind`): a TTL set
+                // from an earlier reading could be over before the completion took hold.
+                let now = shard.not_behind(&ns.params, now);
                 let r = shard.complete(self.fp, &self.lease, result, &ns.params, now, &cap);
                 (r, shard.guard_ended())
             };

@@ -2331,8 +2331,17 @@ impl Shard {
             Stored::HotOnly => {
                 self.unstored.insert(x.idx);
             }
+            // The window goes back to its old end; one the wheel has passed meanwhile
+            // is over, and its room given back at once (the wheel takes no deadline
+            // behind it, so it would otherwise hold the room a tick longer).
             Stored::No => match x.fallback {
-                Some(deadline) => self.reschedule(x.idx, deadline),
+                Some(deadline) if deadline > self.wheel.current() => {
+                    self.reschedule(x.idx, deadline)
+                }
+                Some(_) => {
+                    self.remove(x.idx, cap);
+                    self.counters.expirations += 1;
+                }
                 None => self.remove(x.idx, cap),
             },
         }

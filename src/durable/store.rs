@@ -2219,6 +2219,8 @@ impl DurableNs {
     /// left now is another claim's (one acquired over the record when a read failed
     /// under `FailOpen`, still in flight), which a crash must report.
     pub(crate) fn rewrite_records(&self, done: &[(u128, Record)]) -> Result<Stored, Error> {
+        #[cfg(test)]
+        run_test_hook(&BEFORE_REWRITE);
         self.write_done(done, &[], false)
     }
 
@@ -2571,6 +2573,10 @@ std::thread_local! {
     /// Where an extended lease's marker is about to be put into RocksDB.
     static BEFORE_RENEW_PUT: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
         const { std::cell::RefCell::new(None) };
+    /// Where a sliding window's record is about to be rewritten
+    /// ([`DurableNs::rewrite_records`]).
+    static BEFORE_REWRITE: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        const { std::cell::RefCell::new(None) };
     /// Where a refused completion is about to delete its released claims' markers.
     static BEFORE_RELEASED_DELETE: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
         const { std::cell::RefCell::new(None) };
@@ -2599,6 +2605,12 @@ pub(crate) fn set_before_lost_marker_read(f: impl FnOnce() + 'static) {
 #[cfg(test)]
 pub(crate) fn set_before_renew_put(f: impl FnOnce() + 'static) {
     BEFORE_RENEW_PUT.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+}
+
+/// Sets the hook [`DurableNs::rewrite_records`] runs before it writes.
+#[cfg(test)]
+pub(crate) fn set_before_rewrite(f: impl FnOnce() + 'static) {
+    BEFORE_REWRITE.with(|h| *h.borrow_mut() = Some(Box::new(f)));
 }
 
 /// Sets the hook run before a refused completion deletes its released claims'

@@ -6,7 +6,12 @@ use crate::hot::Counters;
 ///
 /// Counters are kept per shard under the shard's lock (duplicates answered without
 /// it, on stripes of their threads) and summed when asked, so keeping them costs the
-/// hot path next to nothing.
+/// hot path next to nothing. The sum takes one shard at a time: while other threads
+/// claim, a snapshot mixes earlier and later moments of different shards, so its
+/// figures need not agree with one another (`resident_keys` can read a little above
+/// `max_keys`: a shard read before a key left it, another after a new key took
+/// that room). With the namespace idle they are
+/// exact.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {

@@ -72,10 +72,11 @@ USAGE:
         The in-memory demo: redeliveries, concurrent duplicates and failing workers
         against the hot tier alone; prints throughput, claim latency percentiles
         and bytes per key.
-    idem inspect DIR [--namespace N --key K]
+    idem inspect DIR [--namespace N (--key K | --key-hex H)]
         Shows a durable database: its namespaces with their done, expired and
-        in-flight keys, its size on disk, and the state of one key. Read-only; works
-        while an engine is serving from the database.
+        in-flight keys, its size on disk, and the state of one key (--key-hex: a
+        key of any bytes, in hexadecimal). Read-only; works while an engine is
+        serving from the database.
     idem dlq list DIR --namespace N [--state S]... [--class C] [--id ID]... [--all] [--limit N]
     idem dlq show DIR --namespace N --id ID
     idem dlq replay DIR --namespace N --dry-run [selection]

@@ -187,3 +187,70 @@ fn inspect_changes_nothing_in_the_directory() {
     assert_eq!(names(&after), names(&before));
     assert!(after == before, "a file's contents changed");
 }
+
+/// A key that is not UTF-8 text is looked up from its hexadecimal digits
+/// (`--key-hex`, either case); digits that do not make whole bytes, or both
+/// `--key` and `--key-hex`, are refused before the database is read.
+#[test]
+fn a_key_of_any_bytes_is_looked_up_in_hexadecimal() {
+    let tmp =
+        TempDir(std::env::temp_dir().join(format!("idem-inspect-cli-hex-{}", std::process::id())));
+    let dir = tmp.0.join("db");
+    {
+        let engine = Engine::builder()
+            .namespace("orders", NamespaceConfig::new())
+            .durable(&dir)
+            .maintenance_interval(None)
+            .build()
+            .unwrap();
+        let ns = engine.namespace("orders").unwrap();
+        let idem::Claim::Acquired(g) = ns.claim(&[0xff, 0x00, 0x41]).unwrap() else {
+            panic!("a new key")
+        };
+        g.complete().unwrap();
+    }
+    let inspect = |args: &[&str]| {
+        let mut all = vec!["inspect", dir.to_str().unwrap(), "-n", "orders"];
+        all.extend_from_slice(args);
+        let out = Command::new(env!("CARGO_BIN_EXE_idem"))
+            .args(&all)
+            .output()
+            .expect("the idem binary runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for digits in ["ff0041", "FF0041"] {
+        let (code, stdout, stderr) = inspect(&["--key-hex", digits]);
+        assert_eq!(code, Some(0), "{stdout}{stderr}");
+        assert!(
+            stdout.contains("key 0xff0041 in \"orders\": done"),
+            "{stdout}"
+        );
+    }
+    // Another key of those bytes' neighbours is unknown.
+    let (code, stdout, _) = inspect(&["--key-hex", "ff0042"]);
+    assert_eq!(code, Some(0));
+    assert!(
+        stdout.contains("key 0xff0042 in \"orders\": unknown"),
+        "{stdout}"
+    );
+    for bad in [
+        &["--key-hex", "ff004"][..],
+        &["--key-hex", "ff00zz"][..],
+        &["--key", "a", "--key-hex", "61"][..],
+    ] {
+        let (code, stdout, stderr) = inspect(bad);
+        assert_ne!(code, Some(0), "{bad:?}: {stdout}");
+        assert!(
+            !stdout.contains("database:"),
+            "{bad:?} read the database: {stdout}"
+        );
+        assert!(
+            stderr.contains("hexadecimal") || stderr.contains("one of --key and --key-hex"),
+            "{bad:?}: {stderr}"
+        );
+    }
+}

@@ -1,4 +1,5 @@
-//! `idem inspect <dir> [--namespace N --key K]`: what a durable database holds.
+//! `idem inspect <dir> [--namespace N (--key K | --key-hex H)]`: what a durable
+//! database holds.
 
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -8,7 +9,8 @@ use super::grouped;
 pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
     let mut dir = None;
     let mut namespace = None;
-    let mut key = None;
+    // The key's bytes, and how it is shown: as given to `--key`, or in hexadecimal.
+    let mut key: Option<(Vec<u8>, String)> = None;
     let mut it = args.iter();
     let mut given = super::Given::default();
     while let Some(a) = it.next() {
@@ -20,7 +22,20 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
         }
         match a.as_str() {
             "--namespace" | "-n" => namespace = Some(it.next().ok_or("--namespace needs a value")?),
-            "--key" | "-k" => key = Some(it.next().ok_or("--key needs a value")?),
+            "--key" | "-k" | "--key-hex" if key.is_some() => {
+                return Err("inspect: one of --key and --key-hex".into())
+            }
+            "--key" | "-k" => {
+                let k = it.next().ok_or("--key needs a value")?;
+                key = Some((k.as_bytes().to_vec(), format!("{k:?}")));
+            }
+            "--key-hex" => {
+                let h = it.next().ok_or("--key-hex needs a value")?;
+                let bytes = from_hex(h).ok_or_else(|| {
+                    format!("inspect: --key-hex {h:?} is not an even number of hexadecimal digits")
+                })?;
+                key = Some((bytes, format!("0x{}", h.to_ascii_lowercase())));
+            }
             other if other.starts_with('-') => {
                 return Err(format!("inspect: unknown option {other:?}"))
             }
@@ -30,7 +45,7 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
     }
     let dir = dir.ok_or("inspect: which directory?")?;
     if key.is_some() != namespace.is_some() {
-        return Err("inspect: --key and --namespace go together".into());
+        return Err("inspect: --key (or --key-hex) and --namespace go together".into());
     }
     let now_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -68,10 +83,10 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
             grouped(ns.corrupt)
         );
     }
-    if let (Some(ns), Some(k)) = (namespace, key) {
+    if let (Some(ns), Some((bytes, k))) = (namespace, key) {
         outln!();
-        match db.key(ns, k.as_bytes()) {
-            Ok(None) => outln!("key {k:?} in {ns:?}: unknown"),
+        match db.key(ns, &bytes) {
+            Ok(None) => outln!("key {k} in {ns:?}: unknown"),
             Ok(Some(s)) => {
                 // Judged at this reading, as the namespace row counts it: a record
                 // past its end is what an engine would acquire the key over.
@@ -86,7 +101,7 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
                 } else {
                     ("claimed/renewed", "lease until")
                 };
-                outln!("key {k:?} in {ns:?}: {state}");
+                outln!("key {k} in {ns:?}: {state}");
                 outln!("  fingerprint      {:032x}", s.fingerprint);
                 outln!("  {at:<16} {} ms", s.at_ms);
                 outln!("  {until:<16} {} ms", s.expires_at_ms);
@@ -110,4 +125,18 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The bytes of `h`, pairs of hexadecimal digits (either case); `None` for an odd
+/// count or another character.
+fn from_hex(h: &str) -> Option<Vec<u8>> {
+    let digits = h.as_bytes();
+    if !digits.len().is_multiple_of(2) {
+        return None;
+    }
+    let nibble = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    digits
+        .chunks(2)
+        .map(|p| Some(nibble(p[0])? << 4 | nibble(p[1])?))
+        .collect()
 }

@@ -4908,10 +4908,25 @@ impl NsInner {
                 d.rewrite_records(&[(fp.to_u128(), record)])
             }
         });
+        // A write that was applied and whose fsync then failed (the namespace fails
+        // closed) left the record extended: every reader sees it, and the next open
+        // replays it. The hot tier keeps the window the record now holds, as a
+        // completion's does, and the claim still returns the error (not counted as
+        // a duplicate).
+        let applied = matches!(&stored, Ok(Err(Error::Store(s))) if s.operation() == "sync");
+        let kept = if applied {
+            Stored::Yes
+        } else {
+            stored_as(&stored)
+        };
         let cap = self.capacity();
-        self.slots[si]
-            .lock()
-            .finish_extension(fp, x, stored_as(&stored), &cap);
+        {
+            let mut shard = self.slots[si].lock();
+            shard.finish_extension(fp, x, kept, &cap);
+            if applied {
+                shard.counters.duplicates -= 1;
+            }
+        }
         finished(stored).map(|_| ())
     }
 
@@ -5444,7 +5459,9 @@ impl Namespace {
         // one (the refusal path) or met a wheel already past it.
         let mut now = ns.now();
         let mut markers = Vec::new();
-        let mut claims = Vec::with_capacity(fps.len());
+        // Given up (not released) if a claim below panics, as on an error: the
+        // caller never sees them, and none of their markers was written.
+        let mut unwritten = Unwritten(Vec::with_capacity(fps.len()));
         #[cfg_attr(idem_loom, allow(unused_mut, unused_variables))]
         let mut lock_free_dups = 0u64;
         for fp in fps {
@@ -5455,7 +5472,7 @@ impl Namespace {
             let lock_free = None;
             match NsInner::claim_one(ns, fp, None, &mut now, &mut marker, lock_free) {
                 Ok(c) => {
-                    claims.push(c);
+                    unwritten.0.push(c);
                     markers.extend(marker);
                 }
                 Err(e) => {
@@ -5464,11 +5481,12 @@ impl Namespace {
                     if let Some(pin) = &pin {
                         ns.lock_free_duplicates.add(pin, lock_free_dups);
                     }
-                    abandon_all(claims);
+                    abandon_all(std::mem::take(&mut unwritten.0));
                     return Err(e);
                 }
             }
         }
+        let claims = std::mem::take(&mut unwritten.0);
         // Unpinned before the markers' write (which may wait for a disk): a pin held
         // holds back every retired table's free, the whole process's. (The locked
         // claims above ran pinned, durable reads and a sliding window's rewrites
@@ -6473,6 +6491,16 @@ fn stored_as(stored: &Unwinding<Stored>) -> Stored {
 /// The write's result, or its panic resumed.
 fn finished<T>(stored: Unwinding<T>) -> Result<T> {
     stored.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
+/// The claims of a batch whose markers are not written yet: given up if dropped
+/// (a claim of the batch panicked).
+struct Unwritten(Vec<Claim>);
+
+impl Drop for Unwritten {
+    fn drop(&mut self) {
+        abandon_all(std::mem::take(&mut self.0));
+    }
 }
 
 /// Gives up the acquired claims of a batch whose markers were never written.

@@ -88,7 +88,9 @@ impl std::error::Error for StoreError {}
 ///   failed (a grouped fsync under `SyncPolicy::Always`, or the sync a `Periodic`
 ///   completion makes itself once its engine was dropped) returns [`Error::Store`]
 ///   with its record, and any co-committed state changes, applied and readable (see
-///   [`ClaimGuard::complete_with`](crate::ClaimGuard::complete_with));
+///   [`ClaimGuard::complete_with`](crate::ClaimGuard::complete_with)); so does a
+///   claim (or batch) whose sliding window's record rewrite was applied and whose
+///   sync then failed: the window is extended in both tiers;
 /// - a failed [`Namespace::claim_batch`](crate::Namespace::claim_batch) keeps the
 ///   sliding windows it extended before it failed (they only extend what the keys
 ///   had), and [`Namespace::complete_batch`](crate::Namespace::complete_batch) settles

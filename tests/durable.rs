@@ -2885,6 +2885,80 @@ fn batches_claim_and_complete_with_one_durable_write_each() {
     acquire(&ns, b"late");
 }
 
+/// A sliding window's record rewrite made inside a batch whose write is applied but
+/// whose grouped fsync fails: the batch fails (`Error::Store`), the hot tier goes back
+/// to the old window, but the record on disk keeps the new one. Nothing tells the
+/// caller: `check` reports the old end, then, once the hot window is over and no
+/// sighting came, the key reads back done for another retention.
+#[test]
+fn a_batch_whose_window_rewrite_fails_to_sync_reports_the_window_the_store_keeps() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (engine, ns) = open(
+        &dir,
+        &clock,
+        small()
+            .ttl(secs(10))
+            .retention(secs(10))
+            .extend_on_duplicate(true)
+            .sync(SyncPolicy::Always),
+    );
+    acquire(&ns, b"k").complete().unwrap();
+    // A sighting 6 s on moves the window's end (16 s) past the record's (10 s): a
+    // rewrite, whose fsync fails.
+    clock.set(T0 + 6_000);
+    engine.debug_fail_syncs(true);
+    let r = ns.claim_batch(&[b"new", b"k"]);
+    engine.debug_fail_syncs(false);
+    assert!(matches!(r, Err(Error::Store(_))), "{r:?}");
+    let reported = match ns.check(b"k").unwrap() {
+        Some(KeyState::Done { expires_at_ms, .. }) => expires_at_ms,
+        other => panic!("{other:?}"),
+    };
+    // No sighting since: the key ends where `check` said it would.
+    clock.set(reported + 1_000);
+    let later = ns.check(b"k").unwrap();
+    assert!(
+        later.is_none(),
+        "check said the key expires at {reported}, yet at {} it reads {later:?}",
+        reported + 1_000
+    );
+}
+
+/// A batch that panics (the testing hook makes a sliding window's rewrite panic, as
+/// a bug in the write would) after acquiring a key gives that claim up as a failed
+/// batch does: its caller never saw it, so it is counted neither as acquired nor as
+/// released, and no marker of it is deleted (none was written).
+#[test]
+fn a_batch_that_panics_counts_the_claims_it_gave_up_as_a_failed_batch_does() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (engine, ns) = open(
+        &dir,
+        &clock,
+        small()
+            .ttl(secs(10))
+            .retention(secs(10))
+            .extend_on_duplicate(true),
+    );
+    acquire(&ns, b"k").complete().unwrap();
+    clock.set(T0 + 6_000); // "k"'s sighting needs its record rewritten
+    let before = ns.stats();
+    engine.debug_panic_completions(true);
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        ns.claim_batch(&[b"new", b"k"])
+    }));
+    engine.debug_panic_completions(false);
+    assert!(r.is_err(), "the rewrite's panic goes on to the caller");
+    let after = ns.stats();
+    assert_eq!(ns.check(b"new").unwrap(), None, "the claim was given up");
+    assert_eq!(
+        (after.acquired, after.releases),
+        (before.acquired, before.releases),
+        "{after:?}"
+    );
+}
+
 // 13. Payload fingerprints.
 
 #[test]

@@ -91,6 +91,9 @@ impl std::error::Error for StoreError {}
 ///   [`ClaimGuard::complete_with`](crate::ClaimGuard::complete_with)); so does a
 ///   claim (or batch) whose sliding window's record rewrite was applied and whose
 ///   sync then failed: the window is extended in both tiers;
+/// - a completion whose durable write the store refused under `FailClosed` gives its
+///   claim up, as a release does (its marker goes, and a redelivery acquires the key
+///   and retries): the guard is spent whatever the error;
 /// - a failed [`Namespace::claim_batch`](crate::Namespace::claim_batch) keeps the
 ///   sliding windows it extended before it failed (they only extend what the keys
 ///   had), and [`Namespace::complete_batch`](crate::Namespace::complete_batch) settles

@@ -124,9 +124,9 @@ pub struct Stats {
     /// Claim markers held in the memory-mapped journal now
     /// ([`ClaimMarkers::Journal`](crate::ClaimMarkers::Journal)): the claims in flight.
     pub journal_markers: u64,
-    /// Claim markers that found the journal full and were written to RocksDB instead
-    /// (more claims in flight than `NamespaceConfig::journal_slots`), a lease
-    /// extension's renewed marker included.
+    /// Claim markers that found the journal full and went to RocksDB instead (more
+    /// claims in flight than `NamespaceConfig::journal_slots`), a lease extension's
+    /// renewed marker included; counted whether or not the store took the write.
     pub journal_overflows: u64,
     /// Claim markers known to be in RocksDB that the next completion, release or
     /// forget of their key deletes (with [`ClaimMarkers::Journal`] and

@@ -2885,28 +2885,38 @@ fn batches_claim_and_complete_with_one_durable_write_each() {
     acquire(&ns, b"late");
 }
 
-/// A sliding window's record rewrite made inside a batch whose write is applied but
-/// whose grouped fsync fails: the batch fails (`Error::Store`), the hot tier goes back
-/// to the old window, but the record on disk keeps the new one. Nothing tells the
-/// caller: `check` reports the old end, then, once the hot window is over and no
-/// sighting came, the key reads back done for another retention.
-#[test]
-fn a_batch_whose_window_rewrite_fails_to_sync_reports_the_window_the_store_keeps() {
-    let dir = TempDir::new();
-    let clock = ManualClock::new(T0);
+/// A namespace with sliding windows (TTL and retention 10 s) whose key "k" was
+/// completed at T0, on a clock 6 s on: a sighting of "k" moves its window's end
+/// (16 s) past its record's (10 s), so it rewrites the record.
+fn window_due_a_rewrite(
+    dir: &TempDir,
+    clock: &ManualClock,
+    sync: SyncPolicy,
+) -> (Engine, Namespace) {
     let (engine, ns) = open(
-        &dir,
-        &clock,
+        dir,
+        clock,
         small()
             .ttl(secs(10))
             .retention(secs(10))
             .extend_on_duplicate(true)
-            .sync(SyncPolicy::Always),
+            .sync(sync),
     );
     acquire(&ns, b"k").complete().unwrap();
-    // A sighting 6 s on moves the window's end (16 s) past the record's (10 s): a
-    // rewrite, whose fsync fails.
     clock.set(T0 + 6_000);
+    (engine, ns)
+}
+
+/// A sliding window's record rewrite made inside a batch whose write is applied and
+/// whose grouped fsync then fails: the batch fails (`Error::Store`), and the window
+/// is extended in both tiers, as the record on disk has it: `check` reports the end
+/// the key keeps. (Before, the hot tier went back to the old window while the record
+/// kept the new one: `check` told the old end, and after it the key read back done.)
+#[test]
+fn a_batch_whose_window_rewrite_fails_to_sync_reports_the_window_the_store_keeps() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (engine, ns) = window_due_a_rewrite(&dir, &clock, SyncPolicy::Always);
     engine.debug_fail_syncs(true);
     let r = ns.claim_batch(&[b"new", b"k"]);
     engine.debug_fail_syncs(false);
@@ -2933,16 +2943,7 @@ fn a_batch_whose_window_rewrite_fails_to_sync_reports_the_window_the_store_keeps
 fn a_batch_that_panics_counts_the_claims_it_gave_up_as_a_failed_batch_does() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);
-    let (engine, ns) = open(
-        &dir,
-        &clock,
-        small()
-            .ttl(secs(10))
-            .retention(secs(10))
-            .extend_on_duplicate(true),
-    );
-    acquire(&ns, b"k").complete().unwrap();
-    clock.set(T0 + 6_000); // "k"'s sighting needs its record rewritten
+    let (engine, ns) = window_due_a_rewrite(&dir, &clock, SyncPolicy::Always);
     let before = ns.stats();
     engine.debug_panic_completions(true);
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

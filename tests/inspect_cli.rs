@@ -17,6 +17,21 @@ impl Drop for TempDir {
     }
 }
 
+/// Makes a database in `dir` whose namespace "orders" holds `key`, completed.
+fn orders_with_done(dir: &std::path::Path, key: &[u8]) {
+    let engine = Engine::builder()
+        .namespace("orders", NamespaceConfig::new())
+        .durable(dir)
+        .maintenance_interval(None)
+        .build()
+        .unwrap();
+    let ns = engine.namespace("orders").unwrap();
+    let idem::Claim::Acquired(g) = ns.claim(key).unwrap() else {
+        panic!("a new key")
+    };
+    g.complete().unwrap();
+}
+
 #[test]
 fn an_empty_key_is_refused_as_invalid() {
     let tmp =
@@ -148,18 +163,7 @@ fn inspect_changes_nothing_in_the_directory() {
         std::env::temp_dir().join(format!("idem-inspect-cli-unchanged-{}", std::process::id())),
     );
     let dir = tmp.0.join("db");
-    {
-        let engine = Engine::builder()
-            .namespace("orders", NamespaceConfig::new())
-            .durable(&dir)
-            .maintenance_interval(None)
-            .build()
-            .unwrap();
-        let ns = engine.namespace("orders").unwrap();
-        if let idem::Claim::Acquired(g) = ns.claim(b"k").unwrap() {
-            g.complete().unwrap();
-        }
-    }
+    orders_with_done(&dir, b"k");
     let listing = || {
         let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
             .unwrap()
@@ -196,19 +200,7 @@ fn a_key_of_any_bytes_is_looked_up_in_hexadecimal() {
     let tmp =
         TempDir(std::env::temp_dir().join(format!("idem-inspect-cli-hex-{}", std::process::id())));
     let dir = tmp.0.join("db");
-    {
-        let engine = Engine::builder()
-            .namespace("orders", NamespaceConfig::new())
-            .durable(&dir)
-            .maintenance_interval(None)
-            .build()
-            .unwrap();
-        let ns = engine.namespace("orders").unwrap();
-        let idem::Claim::Acquired(g) = ns.claim(&[0xff, 0x00, 0x41]).unwrap() else {
-            panic!("a new key")
-        };
-        g.complete().unwrap();
-    }
+    orders_with_done(&dir, &[0xff, 0x00, 0x41]);
     let inspect = |args: &[&str]| {
         let mut all = vec!["inspect", dir.to_str().unwrap(), "-n", "orders"];
         all.extend_from_slice(args);

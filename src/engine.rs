@@ -513,6 +513,7 @@ impl Engine {
         // Nothing can refuse the open now.
         #[cfg(feature = "durable")]
         if let Some(store) = &shared.store {
+            store.keep_added_families();
             settle_takeover(store, &shared.namespaces, settle);
         }
         Ok(Engine {

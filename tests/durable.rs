@@ -1165,6 +1165,49 @@ fn an_open_refused_after_the_database_opened_leaves_the_stored_settings_as_they_
     assert_eq!(stored.get_retention(), secs(3_600));
 }
 
+/// An open that adds a namespace and is refused after RocksDB opened (here its new
+/// journal cannot be made) leaves no column family of that namespace: later opens
+/// do not find it as a namespace the database holds unconfigured. (Before, the
+/// refused open's `done:`, `claims:` and `dlq:` families stayed, and every later
+/// open listed and warned about the namespace.)
+#[test]
+fn an_open_refused_after_the_database_opened_adds_no_namespace() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    drop(open(&dir, &clock, small()));
+    let before = column_families(&dir);
+    let blocked = dir.path().join(format!(
+        "idem-journal-{:016x}.bin.new",
+        xxhash_rust::xxh3::xxh3_64(b"fresh")
+    ));
+    std::fs::create_dir(&blocked).unwrap();
+    let refused = builder(&dir, &clock)
+        .namespace("ns", small())
+        .namespace("fresh", small())
+        .build()
+        .unwrap_err();
+    assert!(matches!(refused, Error::Store(_)), "{refused:?}");
+    std::fs::remove_dir(&blocked).unwrap();
+    assert_eq!(column_families(&dir), before);
+    assert_eq!(idem::namespaces(dir.path()).unwrap(), ["ns"]);
+    let (engine, ns) = open(&dir, &clock, small());
+    assert!(
+        engine.unconfigured_namespaces().is_empty(),
+        "{:?}",
+        engine.unconfigured_namespaces()
+    );
+    acquire(&ns, b"k").complete().unwrap();
+    drop((ns, engine));
+    // Opened as it was meant to, the namespace is made as any new one.
+    let engine = builder(&dir, &clock)
+        .namespace("ns", small())
+        .namespace("fresh", small())
+        .build()
+        .unwrap();
+    duplicate(&engine.namespace("ns").unwrap(), b"k");
+    acquire(&engine.namespace("fresh").unwrap(), b"k");
+}
+
 #[test]
 fn a_leaked_claim_guard_keeps_the_database_open() {
     let dir = TempDir::new();

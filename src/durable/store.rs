@@ -186,6 +186,23 @@ const MAX_TOTAL_WAL_BYTES: u64 = if cfg!(test) { 1 << 20 } else { 64 << 20 };
 /// write buffer (see `done_cf_options`).
 const MEMTABLE_BLOOM_RATIO: f64 = 0.02;
 
+impl Drop for Store {
+    /// Drops the column families of an open that was refused after RocksDB opened
+    /// (nothing but that open wrote them), best effort: a family left behind only
+    /// lists its namespace as unconfigured at later opens.
+    fn drop(&mut self) {
+        for name in std::mem::take(self.added_families.get_mut()) {
+            if let Err(e) = self.db.drop_cf(&name) {
+                tracing::warn!(
+                    family = %name,
+                    error = %e,
+                    "a refused open could not remove the column family it added"
+                );
+            }
+        }
+    }
+}
+
 /// What opening found, beyond the open database.
 #[derive(Debug, Default)]
 pub(crate) struct OpenReport {
@@ -212,6 +229,11 @@ pub(crate) struct Store {
     db: DB,
     path: PathBuf,
     seed: u64,
+    /// The column families this open added (a new namespace's, a new state
+    /// family), until the engine's open can no longer be refused
+    /// ([`Store::keep_added_families`]): a store dropped before then drops them
+    /// again, so that a refused open leaves no namespace behind.
+    added_families: parking_lot::Mutex<Vec<String>>,
     /// The done column families opened (configured namespaces' and others').
     done_families: Vec<String>,
     /// Testing hook: make every write fail as a failing disk would.
@@ -550,6 +572,7 @@ impl Store {
             }
         }
 
+        let added_families: Vec<String> = wanted.difference(&existing).cloned().collect();
         let mut descriptors = Vec::new();
         let mut seen_ms = HashMap::new();
         for name in existing.union(&wanted) {
@@ -670,6 +693,7 @@ impl Store {
                 db,
                 path: path.to_path_buf(),
                 seed,
+                added_families: parking_lot::Mutex::new(added_families),
                 done_families,
                 fail_writes: AtomicBool::new(false),
                 group: match commit_delay {
@@ -702,6 +726,12 @@ impl Store {
             },
             report,
         ))
+    }
+
+    /// Keeps the column families this open added: the engine's open can no longer
+    /// be refused.
+    pub(crate) fn keep_added_families(&self) {
+        self.added_families.lock().clear();
     }
 
     /// Stores the configured namespaces' settings that changed (TTL, lease,
@@ -2692,7 +2722,7 @@ mod tests {
             retention_ms: 1_000_000,
             max_key_len: 64,
         };
-        Store::open(
+        let store = Store::open(
             dir,
             &[("n".to_owned(), settings)],
             &[],
@@ -2703,7 +2733,9 @@ mod tests {
             false,
         )
         .unwrap()
-        .0
+        .0;
+        store.keep_added_families();
+        store
     }
 
     #[test]

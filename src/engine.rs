@@ -2511,6 +2511,28 @@ mod tests {
         }
     }
 
+    /// A memory-only engine on `clock` without a maintenance thread, whose namespace
+    /// "n" has one shard, room for two keys, and the given lease and TTL.
+    fn one_shard_of_two_keys(
+        clock: impl crate::Clock,
+        lease: std::time::Duration,
+        ttl: std::time::Duration,
+    ) -> super::Engine {
+        super::Engine::builder()
+            .clock(clock)
+            .maintenance_interval(None)
+            .namespace(
+                "n",
+                crate::NamespaceConfig::new()
+                    .max_keys(2)
+                    .shards(1)
+                    .lease(lease)
+                    .ttl(ttl),
+            )
+            .build()
+            .unwrap()
+    }
+
     /// A batch's claim that finds the namespace full reads the clock again and
     /// reclaims at that later time, moving the wheels on: the batch's next claims
     /// go on from there. Before, they set leases from the batch's first reading, one
@@ -2518,26 +2540,18 @@ mod tests {
     /// next tick, refusing a claim with room left).
     #[test]
     fn a_batch_never_grants_a_lease_from_a_time_its_wheels_have_passed() {
-        use crate::{Claim, Engine, Error, NamespaceConfig};
+        use crate::{Claim, Error};
         use std::sync::atomic::Ordering::SeqCst;
         use std::time::Duration;
         let clock = JumpClock {
             now: std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1_700_000_000_000)),
             jump: Default::default(),
         };
-        let engine = Engine::builder()
-            .clock(clock.clone())
-            .maintenance_interval(None)
-            .namespace(
-                "n",
-                NamespaceConfig::new()
-                    .max_keys(2)
-                    .shards(1)
-                    .lease(Duration::from_millis(5))
-                    .ttl(Duration::from_secs(3600)),
-            )
-            .build()
-            .unwrap();
+        let engine = one_shard_of_two_keys(
+            clock.clone(),
+            Duration::from_millis(5),
+            Duration::from_secs(3600),
+        );
         let ns = engine.namespace("n").unwrap();
         let held = [ns.claim(b"x").unwrap(), ns.claim(b"y").unwrap()];
         assert!(held.iter().all(Claim::is_acquired));
@@ -2599,22 +2613,14 @@ mod tests {
         super::ClaimGuard,
         crate::hot::Now,
     ) {
-        use crate::{Claim, ManualClock, NamespaceConfig};
+        use crate::{Claim, ManualClock};
         use std::time::Duration;
         let clock = ManualClock::new(1_000_000);
-        let engine = super::Engine::builder()
-            .clock(clock.clone())
-            .maintenance_interval(None)
-            .namespace(
-                "n",
-                NamespaceConfig::new()
-                    .max_keys(2)
-                    .shards(1)
-                    .ttl(Duration::from_millis(10))
-                    .lease(Duration::from_secs(5)),
-            )
-            .build()
-            .unwrap();
+        let engine = one_shard_of_two_keys(
+            clock.clone(),
+            Duration::from_secs(5),
+            Duration::from_millis(10),
+        );
         let ns = engine.namespace("n").unwrap();
         let Claim::Acquired(a) = ns.claim(b"a").unwrap() else {
             panic!("room for two keys");

@@ -162,7 +162,8 @@ impl DurableNs {
     pub(crate) fn rewrite_records(
         &self,
         _done: &[(u128, Record)],
-    ) -> Result<crate::hot::Stored, crate::error::Error> {
+        _settle: bool,
+    ) -> Result<(crate::hot::Stored, Option<crate::error::Error>), crate::error::Error> {
         match *self {}
     }
 

@@ -4900,41 +4900,37 @@ impl NsInner {
                 match d.needs_extension(fp, x.expires_ms)? {
                     Some(true) => {}
                     // The record lasts as long already.
-                    Some(false) => return Ok(Stored::Yes),
+                    Some(false) => return Ok((Stored::Yes, None)),
                     // Unreadable, and the namespace fails open.
-                    None => return Ok(Stored::HotOnly),
+                    None => return Ok((Stored::HotOnly, None)),
                 }
             }
             // Only the first record of a completion decided from the hot tier alone
             // (fail open, the store refusing) settles markers: its claim's, kept
             // until a record would say the key is done. Any other rewrite settles
             // none: a marker of the key left then is another claim's, in flight.
-            if x.settles {
-                d.write_completions(&[(fp.to_u128(), record)], &[])
-            } else {
-                d.rewrite_records(&[(fp.to_u128(), record)])
-            }
+            d.rewrite_records(&[(fp.to_u128(), record)], x.settles)
         });
         // A write that was applied and whose fsync then failed (the namespace fails
         // closed) left the record extended: every reader sees it, and the next open
-        // replays it. The hot tier keeps the window the record now holds, as a
-        // completion's does, and the claim still returns the error (not counted as
-        // a duplicate).
-        let applied = matches!(&stored, Ok(Err(Error::Store(s))) if s.operation() == "sync");
-        let kept = if applied {
-            Stored::Yes
-        } else {
-            stored_as(&stored)
+        // replays it. The hot tier keeps the window the record now holds, and the
+        // claim still returns the error (not counted as a duplicate).
+        let (kept, unsynced) = match &stored {
+            Ok(Ok((kept, unsynced))) => (*kept, unsynced.is_some()),
+            _ => (Stored::No, false),
         };
         let cap = self.capacity();
         {
             let mut shard = self.slots[si].lock();
             shard.finish_extension(fp, x, kept, &cap);
-            if applied {
+            if unsynced {
                 shard.counters.duplicates -= 1;
             }
         }
-        finished(stored).map(|_| ())
+        match finished(stored)? {
+            (_, Some(e)) => Err(e),
+            (_, None) => Ok(()),
+        }
     }
 
     /// Writes the claim markers of `claims`. On a failure that the namespace does not

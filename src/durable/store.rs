@@ -2240,7 +2240,12 @@ impl DurableNs {
         done: &[(u128, Record)],
         state: &[(String, StateOp)],
     ) -> Result<Stored, Error> {
-        self.write_done(done, state, true)
+        match self.write_done(done, state, true)? {
+            (stored, None) => Ok(stored),
+            // A completion whose fsync failed is answered as refused: its claim is
+            // given up, and the record on disk answers its redelivery.
+            (_, Some(unsynced)) => Err(unsynced),
+        }
     }
 
     /// Rewrites done records (a sliding window's extension) as
@@ -2248,19 +2253,26 @@ impl DurableNs {
     /// the claim that completed a key settled its own, and any marker of the key
     /// left now is another claim's (one acquired over the record when a read failed
     /// under `FailOpen`, still in flight), which a crash must report.
-    pub(crate) fn rewrite_records(&self, done: &[(u128, Record)]) -> Result<Stored, Error> {
+    pub(crate) fn rewrite_records(
+        &self,
+        done: &[(u128, Record)],
+        settle: bool,
+    ) -> Result<(Stored, Option<Error>), Error> {
         #[cfg(test)]
         run_test_hook(&BEFORE_REWRITE);
-        self.write_done(done, &[], false)
+        self.write_done(done, &[], settle)
     }
 
-    /// [`DurableNs::write_completions`], settling the claims' markers if `settle`.
+    /// [`DurableNs::write_completions`], settling the claims' markers if `settle`:
+    /// what the store holds of the records, with the error of an fsync that failed
+    /// after they were applied (under `FailClosed`: the caller reports it), or the
+    /// write's refusal.
     fn write_done(
         &self,
         done: &[(u128, Record)],
         state: &[(String, StateOp)],
         settle: bool,
-    ) -> Result<Stored, Error> {
+    ) -> Result<(Stored, Option<Error>), Error> {
         // Into the prefilter first: from the moment a record can be on disk, the
         // filter admits its key. (A write that then fails leaves a harmless false
         // positive.)
@@ -2323,9 +2335,13 @@ impl DurableNs {
             });
         let applied = written.is_ok();
         let answer = match written {
-            Ok(None) => Ok(Stored::Yes),
+            Ok(None) => Ok((Stored::Yes, None)),
             // State changes cannot be applied from the hot tier: never fail open.
-            Ok(Some(e)) | Err(e) if !state.is_empty() => {
+            Ok(Some(e)) if !state.is_empty() => {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                Ok((Stored::Yes, Some(e)))
+            }
+            Err(e) if !state.is_empty() => {
                 self.errors.fetch_add(1, Ordering::Relaxed);
                 Err(e)
             }
@@ -2335,13 +2351,16 @@ impl DurableNs {
             // is what the failed fsync could not say (and a later fsync that works
             // does not bring back pages the system dropped): failing open here
             // trusts the log to the OS, as `SyncPolicy::Never` does.
-            Ok(Some(e)) => self
-                .on_failures(e, "complete", done.len())
-                .map(|()| Stored::Yes),
+            Ok(Some(e)) => Ok((
+                Stored::Yes,
+                self.on_failures(e, "complete", done.len()).err(),
+            )),
             Err(e) => self
                 .on_failures(e, "complete", done.len())
-                .map(|()| Stored::HotOnly),
+                .map(|()| (Stored::HotOnly, None)),
         };
+        // Refused, or applied and its fsync failed: reported to the caller.
+        let failed = !matches!(answer, Ok((_, None)));
         // A journaled claim is no longer in flight once its completion is applied, or
         // refused (the claim is then released). A completion decided from the hot
         // tier alone (fail open, the write refused) keeps its marker: nothing in the
@@ -2350,7 +2369,7 @@ impl DurableNs {
             return answer;
         }
         if let Some(j) = self.journal.get() {
-            if applied || answer.is_err() {
+            if applied || failed {
                 for (fp, r) in done {
                     self.clear_journal(j, *fp, Some(r.token));
                 }
@@ -2367,7 +2386,7 @@ impl DurableNs {
             // decided from the hot tier alone (fail open) keeps its deferred marker,
             // as a journaled one stays: nothing on disk says it is done, so a crash
             // must leave it an orphan.
-            let released = answer.is_err();
+            let released = failed;
             if released {
                 // A refused completion releases its claims: their markers that may
                 // be on disk go now, as a release's do. Best effort, the store having
@@ -2388,11 +2407,7 @@ impl DurableNs {
             }
             for (fp, (marker, was_on_disk)) in taken {
                 // (Where the delete above ran, it noted what it left on disk.)
-                self.restore_marker(
-                    fp,
-                    answer.is_ok().then_some(marker),
-                    was_on_disk && !released,
-                );
+                self.restore_marker(fp, (!failed).then_some(marker), was_on_disk && !released);
             }
         }
         answer

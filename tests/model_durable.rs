@@ -696,47 +696,36 @@ impl Model {
         if !self.holds(key, id) {
             return Err(self.lease_lost(key, id));
         }
-        if self.failing && self.cfg.fail_open {
-            // Done in the hot tier alone: no record, and the claim's markers stay
-            // until one says the key is done.
-            let (now, payload) = (self.now, self.keys[&key].payload());
-            self.keys.insert(
-                key,
-                State::Done {
-                    completed_at: now,
-                    until: record_until(now, now + TTL_MS),
-                    result,
-                    payload,
-                    hot_until: Some(now + TTL_MS),
-                    disk_until: None,
-                },
-            );
-            self.counts.completions += 1;
-            self.hot_only[0] += 1;
-            return Ok(());
-        }
-        if self.failing {
+        // Under fail open, done in the hot tier alone: no record, and the claim's
+        // markers stay until one says the key is done.
+        let hot_only = self.failing && self.cfg.fail_open;
+        if self.failing && !hot_only {
             return Err(self.refused_completion(key));
         }
-        // Deleted in the completion's write (RocksDB's, whichever claim's it is),
-        // and cleared after it.
-        self.markers.remove(&key);
-        self.pending.remove(&key);
-        let now = self.now;
-        let payload = self.keys[&key].payload();
+        if !hot_only {
+            // Deleted in the completion's write (RocksDB's, whichever claim's it is),
+            // and cleared after it.
+            self.markers.remove(&key);
+            self.pending.remove(&key);
+        }
+        let (now, payload) = (self.now, self.keys[&key].payload());
+        // Either window: the first window ends within the first retention.
+        let until = record_until(now, now + TTL_MS);
         self.keys.insert(
             key,
             State::Done {
                 completed_at: now,
-                // Either window: the first window ends within the first retention.
-                until: record_until(now, now + TTL_MS),
+                until,
                 result,
                 payload,
                 hot_until: Some(now + TTL_MS),
-                disk_until: Some(record_until(now, now + TTL_MS)),
+                disk_until: (!hot_only).then_some(until),
             },
         );
         self.counts.completions += 1;
+        if hot_only {
+            self.hot_only[0] += 1;
+        }
         Ok(())
     }
 

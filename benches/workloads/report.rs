@@ -241,23 +241,19 @@ pub fn table(o: &Grid<'_>, all: &[Sample], w: Workload) -> String {
         }
         for &n in o.ns {
             for peer in o.peers {
-                let cell = |threads: usize| -> Vec<&Sample> {
+                let cell = |w: Workload, threads: usize| -> Vec<&Sample> {
                     all.iter()
                         .filter(|s| s.peer == *peer && s.w == w && s.n == n && s.threads == threads)
                         .collect()
                 };
-                let (one, two) = (cell(1), cell(2));
+                let (one, two) = (cell(w, 1), cell(w, 2));
                 if one.is_empty() || two.is_empty() {
                     continue;
                 }
                 let (a, b) = (rates(&one).0, rates(&two).0);
                 let same = if same_table {
-                    let c: Vec<&Sample> = all
-                        .iter()
-                        .filter(|s| {
-                            s.peer == *peer && s.w == Workload::W2One && s.n == n && s.threads == 2
-                        })
-                        .collect();
+                    // The two-thread child's one-thread pass over its own table.
+                    let c = cell(Workload::W2One, 2);
                     if c.is_empty() {
                         " - | - |".to_owned()
                     } else {

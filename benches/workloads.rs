@@ -4,8 +4,8 @@
 //! ```text
 //! cargo bench --bench workloads -- [--quick] [--n 1000000,10000000] [--threads 1,2]
 //!                                  [--runs 3]
-//!                                  [--peers idem,idem-b64,floor,dashmap,moka,redis,redis-p64,
-//!                                           jetstream,jetstream-p64,machine]
+//!                                  [--peers idem,idem-aff,idem-b64,floor,dashmap,moka,redis,
+//!                                           redis-p64,jetstream,jetstream-p64,machine]
 //!                                  [--moka-max-n 1000000] [--redis-max-n 1000000]
 //!                                  [--redis-sample 100000] [--jetstream-max-n 1000000]
 //!                                  [--jetstream-sample 100000] [--w2-passes K]
@@ -13,7 +13,11 @@
 //!                                  [--w2-shuffled-max-n 1000000]
 //! ```
 //!
-//! Peers: `idem`, `idem-b64` (idem through `claim_batch` / `complete_batch`, 64 keys a
+//! Peers: `idem`, `idem-aff` (a reference: idem with the keys grouped so that each
+//! thread claims only keys of shards no other thread writes, shard `s` to thread
+//! `s % threads`; its two threads over one are what the same claims scale to when
+//! no shard's lines pass between the cores, beside `idem`'s, whose threads share
+//! every shard), `idem-b64` (idem through `claim_batch` / `complete_batch`, 64 keys a
 //! call: the counterpart of Redis's 64-deep pipeline), `idem-r64` (idem completing
 //! every key with a 64-byte result: the memory a stored result costs; not in the
 //! default set), `floor`, `dashmap`, `moka`,
@@ -225,6 +229,20 @@ fn fp(key: &Key) -> u128 {
     xxh3_128_with_seed(key, FP_SEED)
 }
 
+/// The engine seed of the `idem-aff` peer.
+const AFF_SEED: u64 = 0xAFF1_4E17_0000_0001;
+
+/// `keys` in the order that gives each of `threads` threads keys of its own shards
+/// ([`report::affine_order`]), the shards read from a namespace made as the
+/// `idem-aff` peer's is (same seed, same `max_keys`), then dropped: the peer's own is
+/// made inside the measurement, so that its memory is counted from nothing.
+fn affine_keys(keys: &[Key], n: usize, threads: usize) -> Vec<Key> {
+    let probe = Idem::affine(n);
+    report::affine_order(keys, threads, |k| {
+        idem::__bench::shard_of(&probe.ns, k).expect("a workload key is valid")
+    })
+}
+
 /// One claim of each kind, as each peer spells it.
 trait Peer: Sync {
     /// W1: a new key. True if it was taken (and, for idem, completed).
@@ -262,7 +280,22 @@ impl Idem {
 
     /// With `preallocate`, every shard's index is sized for `n` keys at build.
     fn with(n: usize, result_bytes: usize, preallocate: bool) -> Self {
-        let engine = Engine::builder()
+        Idem::built(Engine::builder(), n, result_bytes, preallocate)
+    }
+
+    /// The `idem-aff` peer's: seeded with [`AFF_SEED`], so that its shards are the
+    /// ones [`affine_keys`] grouped the keys by.
+    fn affine(n: usize) -> Self {
+        Idem::built(Engine::builder().seed(AFF_SEED), n, 0, false)
+    }
+
+    fn built(
+        builder: idem::EngineBuilder,
+        n: usize,
+        result_bytes: usize,
+        preallocate: bool,
+    ) -> Self {
+        let engine = builder
             .namespace(
                 "w",
                 NamespaceConfig::new()
@@ -482,8 +515,9 @@ impl Peer for Moka {
     }
 }
 
-const PEERS: [&str; 10] = [
+const PEERS: [&str; 11] = [
     "idem",
+    "idem-aff",
     "idem-b64",
     "floor",
     "dashmap",
@@ -710,6 +744,10 @@ fn child(args: &[String]) -> ExitCode {
         "idem-r64" => measure(|| Idem::new(n, 64), &keys, w2, threads, repeat),
         "idem-pre" => measure(|| Idem::with(n, 0, true), &keys, w2, threads, repeat),
         "idem-b64" => measure(|| IdemBatch(Idem::new(n, 0)), &keys, w2, threads, repeat),
+        "idem-aff" => {
+            let keys = affine_keys(&keys, n, threads);
+            measure(|| Idem::affine(n), &keys, w2, threads, repeat)
+        }
         "redis" | "redis-p64" | "jetstream" | "jetstream-p64" => {
             let depth = if peer.ends_with("-p64") { 64 } else { 1 };
             let sample = remote_sample(repeat);
@@ -941,6 +979,51 @@ fn dependent_load_ns(bytes: usize) -> f64 {
     ns
 }
 
+/// This machine's time to pass one cache line from one core to the other: two
+/// threads take turns writing one word, each waiting for the other's write, for
+/// 100,000 round trips; half a round trip, in nanoseconds, the median of three. A
+/// claim waits about this long for each of its shard's lines that the other thread
+/// wrote last; on a shared host it moves with where the two cores run.
+fn handoff_ns() -> f64 {
+    const TRIPS: u64 = 100_000;
+    let mut times = Vec::new();
+    for _ in 0..3 {
+        let word = AtomicUsize::new(0);
+        let word = &word;
+        let ns = std::thread::scope(|s| {
+            s.spawn(move || {
+                for i in 0..TRIPS as usize {
+                    while word.load(Ordering::Acquire) != 2 * i + 1 {
+                        std::hint::spin_loop();
+                    }
+                    word.store(2 * i + 2, Ordering::Release);
+                }
+            });
+            let t = Instant::now();
+            for i in 0..TRIPS as usize {
+                word.store(2 * i + 1, Ordering::Release);
+                while word.load(Ordering::Acquire) != 2 * i + 2 {
+                    std::hint::spin_loop();
+                }
+            }
+            t.elapsed().as_nanos() as f64 / (2 * TRIPS) as f64
+        });
+        times.push(ns);
+    }
+    report::median(&mut times)
+}
+
+/// The machine's memory and core-to-core latencies now, for the run's notes.
+fn latencies() -> String {
+    format!(
+        "one dependent load over random lines of a 2 MiB array {:.0} ns, of 64 MiB {:.0} ns, of 512 MiB {:.0} ns (a pointer chase: the cost of one cache miss at each size, what a single claim at 10 M keys waits for at least once); one cache line from one core to the other {:.0} ns (a two-thread ping-pong: what a claim waits for each line of its shard the other thread wrote last)",
+        dependent_load_ns(2 << 20),
+        dependent_load_ns(64 << 20),
+        dependent_load_ns(512 << 20),
+        handoff_ns()
+    )
+}
+
 fn machine() -> String {
     let cpuinfo = read_file("/proc/cpuinfo");
     let model = cpuinfo
@@ -1078,12 +1161,7 @@ fn main() -> ExitCode {
     println!("- date: {}", utc_now());
     println!("- machine: {}", machine());
     if o.label == "full" {
-        println!(
-            "- memory: one dependent load over random lines of a 2 MiB array {:.0} ns, of 64 MiB {:.0} ns, of 512 MiB {:.0} ns (a pointer chase, at the start of the run: the cost of one cache miss at each size, what a single claim at 10 M keys waits for at least once)",
-            dependent_load_ns(2 << 20),
-            dependent_load_ns(64 << 20),
-            dependent_load_ns(512 << 20)
-        );
+        println!("- latencies at the start of the run: {}", latencies());
     }
     println!(
         "- N = {:?}, threads = {:?}, runs = {}, peers = {}; keys `ord-{{:016x}}` of i * 0x9E37_79B9_7F4A_7C15, TTL 3600 s",
@@ -1206,6 +1284,9 @@ fn main() -> ExitCode {
         "\nTotal wall time {:.0} s. Figures are claims per second over N keys; spreads are min-max over the runs.",
         started.elapsed().as_secs_f64()
     );
+    if o.label == "full" {
+        println!("\nLatencies at the end of the run: {}.", latencies());
+    }
     let failures: u64 = all.iter().map(|s| s.failures).sum();
     if failures > 0 {
         println!(

@@ -5296,6 +5296,12 @@ impl Namespace {
         self.inner.durable.as_ref().map_or(Ok(()), DurableNs::sync)
     }
 
+    /// The lock shard `key` belongs to, for the benches (`__bench::shard_of`).
+    pub(crate) fn shard_of(&self, key: &[u8]) -> Result<usize> {
+        let ns = &self.inner;
+        Ok(ns.key_fp(key)?.shard(ns.slots.len()))
+    }
+
     /// Point reads of the durable tier so far (0 without one): one relaxed load, so a
     /// benchmark can tell the claims that read RocksDB from those that did not.
     pub(crate) fn durable_reads(&self) -> u64 {

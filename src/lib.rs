@@ -254,6 +254,12 @@ pub mod __bench {
         ns.durable_reads()
     }
 
+    /// The lock shard of `ns` that `key` belongs to (a number below its shard
+    /// count), or the error a claim of `key` would return.
+    pub fn shard_of(ns: &crate::Namespace, key: &[u8]) -> crate::Result<usize> {
+        ns.shard_of(key)
+    }
+
     /// A shard's fingerprint index (`src/hot/index.rs`) alone, sized at build for
     /// the entries it will hold, so that an insert never grows it.
     #[derive(Debug)]

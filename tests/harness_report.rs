@@ -6,7 +6,7 @@
 #[path = "../benches/workloads/report.rs"]
 mod report;
 
-use report::{median, parts, table, targets, Grid, Sample, Workload};
+use report::{affine_order, median, parts, table, targets, Grid, Sample, Workload};
 
 fn sample(peer: &str, w: Workload, n: usize, threads: usize, rate: f64) -> Sample {
     Sample {
@@ -221,6 +221,70 @@ fn the_machine_reference_scaling_is_reported_beside_the_targets() {
     // Without the reference, no such line.
     let out = targets_of(&[n], &[1, 2], &["idem"], &all[..0]);
     assert!(!out.contains("The machine's own"), "{out}");
+}
+
+#[test]
+fn the_shard_affine_reference_is_reported_beside_idems_own_scaling() {
+    let n = 1_000;
+    let mut all = vec![
+        sample("idem-aff", Workload::W1, n, 1, 10e6),
+        sample("idem-aff", Workload::W1, n, 2, 18e6),
+    ];
+    let line_of = |all: &[Sample], peers: &[&str]| {
+        targets_of(&[n], &[1, 2], peers, all)
+            .lines()
+            .find(|l| l.starts_with("idem's two threads over one where no shard"))
+            .map(str::to_owned)
+    };
+    let line = line_of(&all, &["idem-aff"]).expect("the reference's line");
+    assert!(line.ends_with(": W1 1.80x at N = 1000."), "{line}");
+    // With `idem` measured too, its own reading goes beside it.
+    all.push(sample("idem", Workload::W1, n, 1, 12e6));
+    all.push(sample("idem", Workload::W1, n, 2, 15e6));
+    let line = line_of(&all, &["idem", "idem-aff"]).expect("the reference's line");
+    assert!(
+        line.ends_with(": W1 1.80x at N = 1000 (`idem`, whose threads share every shard: 1.25x)."),
+        "{line}"
+    );
+    // Without the reference's two thread counts, no such line.
+    assert_eq!(line_of(&all[2..], &["idem"]), None);
+    assert_eq!(line_of(&all[..1], &["idem-aff"]), None);
+}
+
+#[test]
+fn affine_order_gives_each_threads_part_the_keys_of_its_own_shards() {
+    let keys: Vec<u32> = (0..1_000).collect();
+    // Shards of uneven shares: a key's shard is its value mod 7.
+    let shard = |k: &u32| (*k % 7) as usize;
+    for threads in [1, 2, 3] {
+        let ordered = affine_order(&keys, threads, shard);
+        let mut sorted = ordered.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, keys, "every key once");
+        // Group `t` holds the keys of shards t, t + threads, ..., in their order.
+        let mut at = 0;
+        for t in 0..threads {
+            let group: Vec<u32> = keys
+                .iter()
+                .copied()
+                .filter(|k| shard(k) % threads == t)
+                .collect();
+            assert_eq!(ordered[at..at + group.len()], group[..], "group {t}");
+            at += group.len();
+        }
+        // Thread `t`'s part is mostly its own group: at most the groups' imbalance
+        // strays across an edge.
+        for (t, part) in parts(ordered.len(), threads).into_iter().enumerate() {
+            let stray = ordered[part.clone()]
+                .iter()
+                .filter(|k| shard(k) % threads != t)
+                .count();
+            assert!(
+                stray <= 1_000 / 7,
+                "{threads} threads, part {t}: {stray} stray keys"
+            );
+        }
+    }
 }
 
 #[test]

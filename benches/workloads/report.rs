@@ -23,6 +23,10 @@ pub fn peer_label(peer: &str, w: Workload) -> &'static str {
         "idem-r64" => "idem (keys with a 64-byte result)",
         "idem-pre" if w == Workload::W1 => "idem, preallocated (claim + complete)",
         "idem-pre" => "idem, preallocated",
+        "idem-aff" if w == Workload::W1 => {
+            "idem, each thread's keys in shards of its own (claim + complete; reference)"
+        }
+        "idem-aff" => "idem, each thread's keys in shards of its own (reference)",
         "idem-b64" if w == Workload::W1 => "idem, batches of 64 (`claim_batch` + `complete_batch`)",
         "idem-b64" => "idem, batches of 64 (`claim_batch`)",
         "floor" => "floor: `Mutex<hashbrown::HashMap<[u8; 16], u32>>`",
@@ -100,6 +104,20 @@ pub fn parts(len: usize, threads: usize) -> Vec<std::ops::Range<usize>> {
         .map(|i| i * len / threads..(i + 1) * len / threads)
         .collect()
 }
+/// `keys` reordered for `threads` threads that share no shard (the `idem-aff` peer):
+/// the keys of shards `t`, `t + threads`, `t + 2 * threads` ... come together, in
+/// their order, group `t` where [`parts`] puts thread `t`'s range. Groups differ in
+/// size by the shards' uneven shares, so a part's edge can fall a few keys inside
+/// the next group (at N = 1,000,000 on two threads, a few hundred keys).
+pub fn affine_order<K: Copy>(keys: &[K], threads: usize, shard: impl Fn(&K) -> usize) -> Vec<K> {
+    let threads = threads.max(1);
+    let mut groups: Vec<Vec<K>> = vec![Vec::new(); threads];
+    for k in keys {
+        groups[shard(k) % threads].push(*k);
+    }
+    groups.concat()
+}
+
 /// The median of `v` (sorted in place); the mean of the middle two for an even length.
 pub fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -462,6 +480,36 @@ pub fn targets(o: &Grid<'_>, all: &[Sample]) -> String {
             "\nThe machine's own two threads over one in this run (the `machine` reference: \
              one random store or load a key, no table): {}.",
             refs.join(", ")
+        );
+    }
+    // idem's own, where its two threads share no shard: what sharing shards costs
+    // the targets' two-thread readings in this run.
+    let mut own = Vec::new();
+    for &n in o.ns {
+        for w in [Workload::W1, Workload::W2] {
+            let (Some(one), Some(two)) = (rate("idem-aff", w, n, 1), rate("idem-aff", w, n, 2))
+            else {
+                continue;
+            };
+            let shared = match (rate("idem", w, n, 1), rate("idem", w, n, 2)) {
+                (Some(a), Some(b)) => {
+                    format!(" (`idem`, whose threads share every shard: {:.2}x)", b / a)
+                }
+                _ => String::new(),
+            };
+            own.push(format!(
+                "{} {:.2}x at N = {n}{shared}",
+                w.arg().to_uppercase(),
+                two / one
+            ));
+        }
+    }
+    if !own.is_empty() {
+        let _ = writeln!(
+            t,
+            "\nidem's two threads over one where no shard is written by both (the `idem-aff` \
+             reference: each thread's keys in shards of its own): {}.",
+            own.join(", ")
         );
     }
     t

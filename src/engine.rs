@@ -5534,14 +5534,63 @@ impl Namespace {
     /// A guard of another namespace is completed through its own namespace, on its
     /// own, once this namespace's write has succeeded (if it fails, such guards are
     /// released with the rest).
+    ///
+    /// [`Namespace::complete_batch_with_results`] stores a result with each.
     pub fn complete_batch(&self, guards: Vec<ClaimGuard>) -> Result<Vec<Result<()>>> {
+        self.complete_many(guards.into_iter().map(|g| (g, None)).collect())
+    }
+
+    /// As [`Namespace::complete_batch`], each claim completed with its result, as
+    /// [`ClaimGuard::complete_with_result`] completes one: the results are stored in
+    /// the same one durable write, and a later claim of each key answers `Duplicate`
+    /// with its result. A result longer than the namespace's
+    /// [`max_result_len`](crate::NamespaceConfig::max_result_len) is that guard's
+    /// [`Error::ResultTooLarge`] and changes nothing for it (its claim stays held
+    /// until its lease runs out, as with `complete_with_result`); the others complete.
+    ///
+    /// ```
+    /// use idem::{Claim, Engine, NamespaceConfig};
+    ///
+    /// let engine = Engine::builder()
+    ///     .namespace("orders", NamespaceConfig::new())
+    ///     .build()?;
+    /// let orders = engine.namespace("orders")?;
+    /// let mut done = Vec::new();
+    /// for c in orders.claim_batch(&[b"order-1", b"order-2"])? {
+    ///     if let Claim::Acquired(guard) = c {
+    ///         done.push((guard, &b"shipped"[..])); // the side effect's outcome
+    ///     }
+    /// }
+    /// for outcome in orders.complete_batch_with_results(done)? {
+    ///     outcome?;
+    /// }
+    /// let Claim::Duplicate(d) = orders.claim(b"order-2")? else { unreachable!() };
+    /// assert_eq!(d.result(), Some(&b"shipped"[..]));
+    /// # Ok::<(), idem::Error>(())
+    /// ```
+    pub fn complete_batch_with_results(
+        &self,
+        completions: Vec<(ClaimGuard, &[u8])>,
+    ) -> Result<Vec<Result<()>>> {
+        self.complete_many(completions.into_iter().map(|(g, r)| (g, Some(r))).collect())
+    }
+
+    /// The batch completions: each guard with the result to store, if any.
+    fn complete_many(&self, items: Vec<(ClaimGuard, Option<&[u8]>)>) -> Result<Vec<Result<()>>> {
         let ns = &*self.inner;
-        if guards.iter().any(|g| !std::ptr::eq(g.ns(), ns)) {
-            let mine: Vec<bool> = guards.iter().map(|g| std::ptr::eq(g.ns(), ns)).collect();
-            let (ours, theirs): (Vec<ClaimGuard>, Vec<ClaimGuard>) =
-                guards.into_iter().partition(|g| std::ptr::eq(g.ns(), ns));
-            let mut ours = self.complete_batch(ours)?.into_iter();
-            let mut theirs = theirs.into_iter().map(ClaimGuard::complete);
+        if items.iter().any(|(g, _)| !std::ptr::eq(g.ns(), ns)) {
+            let mine: Vec<bool> = items
+                .iter()
+                .map(|(g, _)| std::ptr::eq(g.ns(), ns))
+                .collect();
+            let (ours, theirs): (Vec<_>, Vec<_>) = items
+                .into_iter()
+                .partition(|(g, _)| std::ptr::eq(g.ns(), ns));
+            let mut ours = self.complete_many(ours)?.into_iter();
+            let mut theirs = theirs.into_iter().map(|(g, result)| match result {
+                Some(r) => g.complete_with_result(r),
+                None => g.complete(),
+            });
             return Ok(mine
                 .into_iter()
                 .map(|m| {
@@ -5550,18 +5599,42 @@ impl Namespace {
                 })
                 .collect());
         }
+        // A result too large is its guard's error alone, refused before anything is
+        // written, as `complete_with_result` refuses it.
+        let max = ns.cfg.max_result_len;
+        if items.iter().any(|(_, r)| r.is_some_and(|r| r.len() > max)) {
+            let mut outcomes: Vec<Option<Result<()>>> = Vec::with_capacity(items.len());
+            let mut fitting = Vec::new();
+            for (mut g, result) in items {
+                match result {
+                    Some(r) if r.len() > max => {
+                        g.armed = false;
+                        outcomes.push(Some(Err(Error::ResultTooLarge { len: r.len(), max })));
+                    }
+                    _ => {
+                        outcomes.push(None);
+                        fitting.push((g, result));
+                    }
+                }
+            }
+            let mut done = self.complete_many(fitting)?.into_iter();
+            return Ok(outcomes
+                .into_iter()
+                .map(|o| o.unwrap_or_else(|| done.next().expect("one outcome for every guard")))
+                .collect());
+        }
         // One clock reading for the batch.
         let now = ns.now();
         let Some(d) = &ns.durable else {
-            return Ok(guards
+            return Ok(items
                 .into_iter()
-                .map(|mut g| g.finish_at(None, &[], now))
+                .map(|(mut g, result)| g.finish_at(result, &[], now))
                 .collect());
         };
-        let mut outcomes = Vec::with_capacity(guards.len());
+        let mut outcomes = Vec::with_capacity(items.len());
         let mut begun = Vec::new();
         let mut records = Vec::new();
-        for mut g in guards {
+        for (mut g, result) in items {
             g.armed = false;
             let si = g.shard as usize;
             let cap = ns.capacity();
@@ -5572,10 +5645,10 @@ impl Namespace {
                 Ok(payload) => {
                     records.push((
                         g.fp.to_u128(),
-                        g.done_record(&ns.params, now, payload, None),
+                        g.done_record(&ns.params, now, payload, result),
                     ));
                     outcomes.push(Ok(()));
-                    begun.push(g);
+                    begun.push((g, result));
                 }
                 Err(Refused::LeaseLost) => {
                     d.lease_lost(g.fp.to_u128(), g.lease.token, g.marker_end_ms());
@@ -5591,9 +5664,9 @@ impl Namespace {
             write_unwinding(|| d.write_completions(&records, &[]))
         };
         if stored.is_err() {
-            settle_unwound(d, begun.iter().map(|g| (g.fp, g.lease.token)));
+            settle_unwound(d, begun.iter().map(|(g, _)| (g.fp, g.lease.token)));
         }
-        for g in &mut begun {
+        for (g, result) in &mut begun {
             let si = g.shard as usize;
             let cap = ns.capacity();
             let stored_ok = stored_as(&stored);
@@ -5603,7 +5676,7 @@ impl Namespace {
                 &ns.params,
                 g.fp,
                 &g.lease,
-                None,
+                *result,
                 now,
                 stored_ok,
                 &cap,

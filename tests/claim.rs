@@ -225,6 +225,53 @@ fn a_batch_completion_completes_guards_of_other_namespaces_through_their_own() {
 }
 
 #[test]
+fn a_batch_completion_stores_each_claims_result() {
+    let clock = idem::ManualClock::new(T0);
+    let engine = idem::Engine::builder()
+        .namespace("a", small().max_result_len(8))
+        .namespace("b", small())
+        .clock(clock.clone())
+        .maintenance_interval(None)
+        .build()
+        .unwrap();
+    let (a, b) = (
+        engine.namespace("a").unwrap(),
+        engine.namespace("b").unwrap(),
+    );
+    let batch = vec![
+        (acquire(&a, b"1"), &b"one"[..]),
+        (acquire(&b, b"2"), &b"two, of b's"[..]),
+        (acquire(&a, b"3"), &b"nine bytes"[..9]),
+        (acquire(&a, b"4"), &b""[..]),
+    ];
+    let outcomes = a.complete_batch_with_results(batch).unwrap();
+    assert_eq!(outcomes.len(), 4);
+    assert!(outcomes[0].is_ok() && outcomes[1].is_ok() && outcomes[3].is_ok());
+    // Over `a`'s 8-byte bound: that guard's own error, and nothing changed for it.
+    assert!(
+        matches!(
+            outcomes[2],
+            Err(idem::Error::ResultTooLarge { len: 9, max: 8 })
+        ),
+        "{outcomes:?}"
+    );
+    let result = |ns: &idem::Namespace, key: &[u8]| match ns.claim(key).unwrap() {
+        Claim::Duplicate(d) => d.result().map(<[u8]>::to_vec),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(result(&a, b"1").as_deref(), Some(&b"one"[..]));
+    // The other namespace's guard is completed through its own, with its result.
+    assert_eq!(result(&b, b"2").as_deref(), Some(&b"two, of b's"[..]));
+    assert_eq!(result(&a, b"4").as_deref(), Some(&b""[..]));
+    // As `complete_with_result` leaves it: held until its lease runs out.
+    assert!(a.claim(b"3").unwrap().is_in_progress());
+    let s = engine.stats();
+    assert_eq!((s.completions, s.releases), (3, 0));
+    clock.advance(ms(5_001));
+    assert!(a.claim(b"3").unwrap().is_acquired());
+}
+
+#[test]
 fn a_memory_only_batch_completion_refuses_lost_leases_and_completes_the_rest() {
     let (_e, ns, clock) = engine_with(small());
     let old = acquire(&ns, b"old");

@@ -2880,6 +2880,47 @@ fn a_batch_decided_from_the_hot_tier_alone_counts_each_of_its_decisions() {
 }
 
 #[test]
+fn a_batch_completion_with_results_writes_them_in_one_write_and_they_survive_a_restart() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    {
+        let (engine, ns) = open(&dir, &clock, immediate().max_result_len(8));
+        let late = acquire(&ns, b"late"); // lease until T0 + 5 s
+        clock.set(T0 + 3_000);
+        let mut batch: Vec<(ClaimGuard, &[u8])> = ns
+            .claim_batch(&[b"a", b"b", b"c"])
+            .unwrap()
+            .into_iter()
+            .map(acquired)
+            .zip([&b"ra"[..], b"far too long", b""])
+            .collect();
+        batch.insert(1, (late, b"rl"));
+        clock.set(T0 + 6_000); // "late" lost its lease
+        let writes = engine.stats().durable_writes;
+        let outcomes = ns.complete_batch_with_results(batch).unwrap();
+        assert_eq!(
+            outcomes,
+            vec![
+                Ok(()),
+                Err(Error::LeaseLost),
+                Err(Error::ResultTooLarge { len: 12, max: 8 }),
+                Ok(())
+            ]
+        );
+        // One write for the two completions, and the lost lease's own marker delete.
+        assert_eq!(engine.stats().durable_writes, writes + 2);
+        assert_eq!(duplicate(&ns, b"a").result(), Some(&b"ra"[..]));
+        assert_eq!(duplicate(&ns, b"c").result(), Some(&b""[..]));
+        // "b" is held, its claim neither completed nor released.
+        in_progress(&ns, b"b");
+    }
+    let (_engine, ns) = open(&dir, &clock, immediate().max_result_len(8));
+    assert_eq!(duplicate(&ns, b"a").result(), Some(&b"ra"[..]));
+    assert_eq!(duplicate(&ns, b"c").result(), Some(&b""[..]));
+    assert_eq!(ns.check(b"late").unwrap(), None);
+}
+
+#[test]
 fn batches_claim_and_complete_with_one_durable_write_each() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);

@@ -206,9 +206,12 @@ enum Op {
         guard: u8,
         result: usize,
     },
-    /// `complete_batch` of up to `n` held guards, from the newest back.
+    /// `complete_batch` of up to `n` held guards, from the newest back; with
+    /// `result`, `complete_batch_with_results`, the guards' results taken in turn
+    /// from [`RESULTS`] from that one on.
     CompleteBatch {
         n: usize,
+        result: Option<usize>,
     },
     Release {
         guard: u8,
@@ -311,9 +314,15 @@ impl Op {
                 guard: rng.byte(),
                 result: rng.below(RESULTS.len() as u64) as usize,
             },
-            104..=109 => Op::CompleteBatch {
-                n: 1 + rng.below(3) as usize,
-            },
+            104..=109 => {
+                // One draw, as when batches had no results: its residue mod 3 is the
+                // count it always was, and the rest picks the results (or none).
+                let r = rng.below(3 * 2 * RESULTS.len() as u64) as usize;
+                Op::CompleteBatch {
+                    n: 1 + r % 3,
+                    result: (r / 3).checked_sub(RESULTS.len()),
+                }
+            }
             110..=117 => Op::Release { guard: rng.byte() },
             118..=121 => Op::DropGuard { guard: rng.byte() },
             122..=131 => Op::Forget { key: key(rng) },
@@ -858,6 +867,8 @@ struct Tally {
     batches: u64,
     batches_refused: u64,
     completion_batches: u64,
+    /// Of them, `complete_batch_with_results`.
+    completion_batches_with_results: u64,
     /// `extend_lease` calls that extended, and those refused (the lease lost).
     extensions: u64,
     extensions_refused: u64,
@@ -920,6 +931,7 @@ impl std::ops::AddAssign for Tally {
         self.batches += o.batches;
         self.batches_refused += o.batches_refused;
         self.completion_batches += o.completion_batches;
+        self.completion_batches_with_results += o.completion_batches_with_results;
         self.extensions += o.extensions;
         self.extensions_refused += o.extensions_refused;
         self.maintenance += o.maintenance;
@@ -1137,7 +1149,7 @@ impl Harness {
             Op::CompleteWithResult { guard, result } => {
                 self.finish(guard, Finish::Complete(Some(RESULTS[result].to_vec())))
             }
-            Op::CompleteBatch { n } => self.complete_batch(n),
+            Op::CompleteBatch { n, result } => self.complete_batch(n, result),
             Op::Release { guard } => self.finish(guard, Finish::Release),
             Op::DropGuard { guard } => self.finish(guard, Finish::Drop),
             Op::Extend { guard, ms } => self.extend(guard, ms),
@@ -1538,8 +1550,9 @@ impl Harness {
     }
 
     /// `complete_batch` of up to `n` of the newest guards, completed in the model in
-    /// order at one clock reading.
-    fn complete_batch(&mut self, n: usize) {
+    /// order at one clock reading; with `result`, `complete_batch_with_results`, the
+    /// results taken in turn from `RESULTS` from that one on.
+    fn complete_batch(&mut self, n: usize, result: Option<usize>) {
         if self.held.is_empty() {
             return;
         }
@@ -1547,12 +1560,20 @@ impl Harness {
         let taken: Vec<Held> = self.held.drain(self.held.len() - n..).collect();
         let mut guards = Vec::new();
         let mut expected = Vec::new();
-        for Held { guard, key, id, .. } in taken {
-            guards.push(guard);
+        for (i, Held { guard, key, id, .. }) in taken.into_iter().enumerate() {
+            let r = result.map(|first| RESULTS[(first + i) % RESULTS.len()]);
+            guards.push((guard, r));
             let unclaimed = self.unclaimed(key, id);
-            expected.push((key, unclaimed, self.model.complete(key, id, None)));
+            let want = self.model.complete(key, id, r.map(<[u8]>::to_vec));
+            expected.push((key, unclaimed, want));
         }
-        let got = normalized_result(self.ns().complete_batch(guards));
+        let got = if result.is_some() {
+            let batch = guards.into_iter().map(|(g, r)| (g, r.unwrap_or_default()));
+            normalized_result(self.ns().complete_batch_with_results(batch.collect()))
+        } else {
+            let batch = guards.into_iter().map(|(g, _)| g);
+            normalized_result(self.ns().complete_batch(batch.collect()))
+        };
         let refused = expected
             .iter()
             .filter(|(_, _, want)| *want == Err(store_refusal()));
@@ -1583,6 +1604,7 @@ impl Harness {
             }
         }
         self.tally.completion_batches += 1;
+        self.tally.completion_batches_with_results += u64::from(result.is_some());
     }
 
     fn forget(&mut self, key: usize) {
@@ -1822,6 +1844,10 @@ fn assert_covers_every_path(t: &Tally, sliding: bool) {
         ("batches", t.batches),
         ("refused batches", t.batches_refused),
         ("batch completions", t.completion_batches),
+        (
+            "batch completions with results",
+            t.completion_batches_with_results,
+        ),
         ("lease extensions", t.extensions),
         ("refused lease extensions", t.extensions_refused),
         ("maintenance passes", t.maintenance),

@@ -1004,8 +1004,9 @@ impl Harness {
         }
     }
 
-    /// `complete_batch`: each guard completed in the model in order, at the one
-    /// clock reading; one result a guard.
+    /// `complete_batch` (or, with bit 2 of `b`, `complete_batch_with_results`): each
+    /// guard completed in the model in order, at the one clock reading; one outcome
+    /// a guard.
     fn complete_batch(&mut self, a: u8, b: u8) {
         if self.held.is_empty() {
             return;
@@ -1017,13 +1018,42 @@ impl Harness {
             _ => a as usize % (self.held.len() - count + 1),
         };
         let taken: Vec<Held> = self.held.drain(start..start + count).collect();
+        // With bit 2 of `b`, `complete_batch_with_results`, a result a guard.
+        let with_results = b & 4 != 0;
         let mut guards = Vec::new();
+        let mut results = Vec::new();
         let mut expected = Vec::new();
-        for Held { guard, key, id, .. } in taken {
+        for (n, Held { guard, key, id, .. }) in taken.into_iter().enumerate() {
             guards.push(guard);
-            expected.push((key, self.model.complete(key, id, None)));
+            if !with_results {
+                expected.push((key, self.model.complete(key, id, None)));
+                continue;
+            }
+            let r = result_bytes(a.wrapping_add(n as u8) ^ (b >> 3));
+            if r.len() > MAX_RESULT_LEN {
+                // That guard's own refusal: nothing changes for it, as for a single
+                // `complete_with_result`.
+                self.tally.results_too_large += 1;
+                let len = r.len();
+                expected.push((
+                    key,
+                    Err(Error::ResultTooLarge {
+                        len,
+                        max: MAX_RESULT_LEN,
+                    }),
+                ));
+            } else {
+                expected.push((key, self.model.complete(key, id, Some(r.clone()))));
+            }
+            results.push(r);
         }
-        let got = self.ns.complete_batch(guards).unwrap_or_else(|e| {
+        let got = if with_results {
+            let batch = guards.into_iter().zip(results.iter().map(Vec::as_slice));
+            self.ns.complete_batch_with_results(batch.collect())
+        } else {
+            self.ns.complete_batch(guards)
+        };
+        let got = got.unwrap_or_else(|e| {
             panic!("a memory-only batch is never refused: {e:?}: {}", self.at())
         });
         assert_eq!(

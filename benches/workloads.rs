@@ -232,12 +232,18 @@ fn fp(key: &Key) -> u128 {
 /// The engine seed of the `idem-aff` peer.
 const AFF_SEED: u64 = 0xAFF1_4E17_0000_0001;
 
+/// A namespace made as the `idem-aff` peer's is (same seed, same `max_keys`, so the
+/// same shards), without a maintenance thread, to read the keys' shards from. It
+/// stays alive, idle, through the measurement: freed before it, its pages would be
+/// the measured engine's to reuse, already resident, and its RSS would read low.
+fn affine_probe(n: usize) -> Idem {
+    let builder = Engine::builder().seed(AFF_SEED).maintenance_interval(None);
+    Idem::built(builder, n, 0, false)
+}
+
 /// `keys` in the order that gives each of `threads` threads keys of its own shards
-/// ([`report::affine_order`]), the shards read from a namespace made as the
-/// `idem-aff` peer's is (same seed, same `max_keys`), then dropped: the peer's own is
-/// made inside the measurement, so that its memory is counted from nothing.
-fn affine_keys(keys: &[Key], n: usize, threads: usize) -> Vec<Key> {
-    let probe = Idem::affine(n);
+/// ([`report::affine_order`]), as `probe` places them.
+fn affine_keys(probe: &Idem, keys: &[Key], threads: usize) -> Vec<Key> {
     report::affine_order(keys, threads, |k| {
         idem::__bench::shard_of(&probe.ns, k).expect("a workload key is valid")
     })
@@ -636,6 +642,18 @@ fn measure<P: Peer>(
     threads: usize,
     repeat: usize,
 ) -> ChildResult {
+    measure_in(build, keys, shuffle, w2, threads, repeat)
+}
+
+/// [`measure`], with W2's shuffled order made from `keys` by `shuffled`.
+fn measure_in<P: Peer>(
+    build: impl FnOnce() -> P,
+    keys: &[Key],
+    shuffled: impl Fn(&[Key]) -> Vec<Key>,
+    w2: bool,
+    threads: usize,
+    repeat: usize,
+) -> ChildResult {
     let heap0 = live_heap();
     let rss0 = rss_bytes();
     let peer = build();
@@ -681,7 +699,7 @@ fn measure<P: Peer>(
     let (dup, dup_one, dup_shuffled) = if !w2 {
         (None, None, None)
     } else if std::env::var_os(W2_SHUFFLED_ENV).is_some() {
-        (Some(time_w2(&shuffle(keys), threads)), None, None)
+        (Some(time_w2(&shuffled(keys), threads)), None, None)
     } else {
         let first = time_w2(keys, threads);
         let one = (threads > 1).then(|| time_w2(keys, 1));
@@ -689,7 +707,7 @@ fn measure<P: Peer>(
         (
             Some(first),
             one,
-            both.then(|| time_w2(&shuffle(keys), threads)),
+            both.then(|| time_w2(&shuffled(keys), threads)),
         )
     };
     ChildResult {
@@ -745,8 +763,12 @@ fn child(args: &[String]) -> ExitCode {
         "idem-pre" => measure(|| Idem::with(n, 0, true), &keys, w2, threads, repeat),
         "idem-b64" => measure(|| IdemBatch(Idem::new(n, 0)), &keys, w2, threads, repeat),
         "idem-aff" => {
-            let keys = affine_keys(&keys, n, threads);
-            measure(|| Idem::affine(n), &keys, w2, threads, repeat)
+            let probe = affine_probe(n);
+            let order = affine_keys(&probe, &keys, threads);
+            // W2's shuffled order: every peer's shuffle of the keys, then grouped the
+            // same way, so that its threads too keep to their own shards.
+            let shuffled = |_: &[Key]| affine_keys(&probe, &shuffle(&keys), threads);
+            measure_in(|| Idem::affine(n), &order, shuffled, w2, threads, repeat)
         }
         "redis" | "redis-p64" | "jetstream" | "jetstream-p64" => {
             let depth = if peer.ends_with("-p64") { 64 } else { 1 };
@@ -981,46 +1003,63 @@ fn dependent_load_ns(bytes: usize) -> f64 {
 
 /// This machine's time to pass one cache line from one core to the other: two
 /// threads take turns writing one word, each waiting for the other's write, for
-/// 100,000 round trips; half a round trip, in nanoseconds, the median of three. A
-/// claim waits about this long for each of its shard's lines that the other thread
-/// wrote last; on a shared host it moves with where the two cores run.
-fn handoff_ns() -> f64 {
-    const TRIPS: u64 = 100_000;
+/// 100,000 round trips or one second, whichever ends first; half a round trip, in
+/// nanoseconds, the median of three. A claim waits about this long for each of its
+/// shard's lines that the other thread wrote last; on a shared host it moves with
+/// where the two cores run. `None` with fewer than two CPUs to run on (each turn
+/// would wait for the scheduler).
+fn handoff_ns() -> Option<f64> {
+    const TRIPS: usize = 100_000;
+    const STOP: usize = usize::MAX;
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        return None;
+    }
     let mut times = Vec::new();
     for _ in 0..3 {
         let word = AtomicUsize::new(0);
         let word = &word;
         let ns = std::thread::scope(|s| {
             s.spawn(move || {
-                for i in 0..TRIPS as usize {
-                    while word.load(Ordering::Acquire) != 2 * i + 1 {
-                        std::hint::spin_loop();
+                for i in 0..TRIPS {
+                    loop {
+                        match word.load(Ordering::Acquire) {
+                            v if v == 2 * i + 1 => break,
+                            STOP => return,
+                            _ => std::hint::spin_loop(),
+                        }
                     }
                     word.store(2 * i + 2, Ordering::Release);
                 }
             });
             let t = Instant::now();
-            for i in 0..TRIPS as usize {
-                word.store(2 * i + 1, Ordering::Release);
-                while word.load(Ordering::Acquire) != 2 * i + 2 {
+            let mut trips = 0;
+            while trips < TRIPS {
+                word.store(2 * trips + 1, Ordering::Release);
+                while word.load(Ordering::Acquire) != 2 * trips + 2 {
                     std::hint::spin_loop();
                 }
+                trips += 1;
+                if trips % 1024 == 0 && t.elapsed() > Duration::from_secs(1) {
+                    break;
+                }
             }
-            t.elapsed().as_nanos() as f64 / (2 * TRIPS) as f64
+            let ns = t.elapsed().as_nanos() as f64 / (2 * trips) as f64;
+            word.store(STOP, Ordering::Release);
+            ns
         });
         times.push(ns);
     }
-    report::median(&mut times)
+    Some(report::median(&mut times))
 }
 
 /// The machine's memory and core-to-core latencies now, for the run's notes.
 fn latencies() -> String {
     format!(
-        "one dependent load over random lines of a 2 MiB array {:.0} ns, of 64 MiB {:.0} ns, of 512 MiB {:.0} ns (a pointer chase: the cost of one cache miss at each size, what a single claim at 10 M keys waits for at least once); one cache line from one core to the other {:.0} ns (a two-thread ping-pong: what a claim waits for each line of its shard the other thread wrote last)",
+        "one dependent load over random lines of a 2 MiB array {:.0} ns, of 64 MiB {:.0} ns, of 512 MiB {:.0} ns (a pointer chase: the cost of one cache miss at each size, what a single claim at 10 M keys waits for at least once); one cache line from one core to the other {} (a two-thread ping-pong: what a claim waits for each line of its shard the other thread wrote last)",
         dependent_load_ns(2 << 20),
         dependent_load_ns(64 << 20),
         dependent_load_ns(512 << 20),
-        handoff_ns()
+        handoff_ns().map_or("not measured: fewer than two CPUs".to_owned(), |ns| format!("{ns:.0} ns"))
     )
 }
 
@@ -1190,11 +1229,11 @@ fn main() -> ExitCode {
     }
     if o.w2_shuffled {
         println!(
-            "- W2 claims the keys in another fixed order than W1 inserted them (`--w2-shuffled`: a seeded shuffle, the same for every peer but the networked ones, which claim in W1's order)"
+            "- W2 claims the keys in another fixed order than W1 inserted them (`--w2-shuffled`: a seeded shuffle, the same for every peer but the networked ones, which claim in W1's order, and `idem-aff`, which groups it by shard as it does W1's)"
         );
     } else if !o.w2_one_order {
         println!(
-            "- after W2 in W1's order, each child but the networked peers' at N <= {} runs W2 again, timed the same way, in another fixed order (a seeded shuffle, the same for every peer): the last table (`--w2-shuffled-max-n` changes the bound)",
+            "- after W2 in W1's order, each child but the networked peers' at N <= {} runs W2 again, timed the same way, in another fixed order (a seeded shuffle, the same for every peer; `idem-aff` groups it by shard as it does W1's): the last table (`--w2-shuffled-max-n` changes the bound)",
             o.w2_shuffled_max_n
         );
     }

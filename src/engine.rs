@@ -2921,6 +2921,30 @@ mod tests {
     }
 
     #[test]
+    fn shard_of_names_the_shard_a_claim_lands_in() {
+        let engine = crate::Engine::builder()
+            .namespace("n", crate::NamespaceConfig::new().shards(8))
+            .maintenance_interval(None)
+            .build()
+            .unwrap();
+        let ns = engine.namespace("n").unwrap();
+        let mut expected = [0usize; 8];
+        for i in 0..400 {
+            let key = format!("key-{i}");
+            expected[ns.shard_of(key.as_bytes()).unwrap()] += 1;
+            let Ok(crate::Claim::Acquired(g)) = ns.claim(key.as_bytes()) else {
+                panic!("a new key is acquired")
+            };
+            g.complete().unwrap();
+        }
+        let held: Vec<usize> = ns.inner.slots.iter().map(|s| s.lock().len()).collect();
+        assert_eq!(held, expected);
+        assert!(expected.iter().all(|&n| n > 0), "{expected:?}");
+        let empty = crate::Error::InvalidKey(crate::KeyError::Empty);
+        assert_eq!(ns.shard_of(b""), Err(empty));
+    }
+
+    #[test]
     fn default_shards_put_full_shards_just_under_a_table_threshold() {
         for max_keys in [1_000, 65_536, 1_000_000, 2_000_000, 10_000_000, 100_000_000] {
             let shards = default_shards(max_keys);

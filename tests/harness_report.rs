@@ -233,7 +233,7 @@ fn the_shard_affine_reference_is_reported_beside_idems_own_scaling() {
     let line_of = |all: &[Sample], peers: &[&str]| {
         targets_of(&[n], &[1, 2], peers, all)
             .lines()
-            .find(|l| l.starts_with("idem's two threads over one where no shard"))
+            .find(|l| l.starts_with("idem's two threads over one where almost no shard"))
             .map(str::to_owned)
     };
     let line = line_of(&all, &["idem-aff"]).expect("the reference's line");
@@ -243,11 +243,29 @@ fn the_shard_affine_reference_is_reported_beside_idems_own_scaling() {
     all.push(sample("idem", Workload::W1, n, 2, 15e6));
     let line = line_of(&all, &["idem", "idem-aff"]).expect("the reference's line");
     assert!(
-        line.ends_with(": W1 1.80x at N = 1000 (`idem`, whose threads share every shard: 1.25x)."),
+        line.ends_with(": W1 1.80x at N = 1000 (`idem`, whose threads write every shard: 1.25x)."),
+        "{line}"
+    );
+    // W2's reading follows W1's, said as what it is: idem's threads write no shard
+    // there.
+    for (peer, one, two) in [("idem-aff", 20e6, 38e6), ("idem", 20e6, 30e6)] {
+        all.push(sample(peer, Workload::W2, n, 1, one));
+        all.push(sample(peer, Workload::W2, n, 2, two));
+    }
+    let line = line_of(&all, &["idem", "idem-aff"]).expect("the reference's line");
+    assert!(
+        line.ends_with(
+            ": W1 1.80x at N = 1000 (`idem`, whose threads write every shard: 1.25x), \
+             W2 1.90x at N = 1000 (`idem`, whose threads read every shard and write none: 1.50x)."
+        ),
         "{line}"
     );
     // Without the reference's two thread counts, no such line.
-    assert_eq!(line_of(&all[2..], &["idem"]), None);
+    let idem_only = [
+        sample("idem", Workload::W1, n, 1, 12e6),
+        sample("idem", Workload::W1, n, 2, 15e6),
+    ];
+    assert_eq!(line_of(&idem_only, &["idem"]), None);
     assert_eq!(line_of(&all[..1], &["idem-aff"]), None);
 }
 

@@ -82,6 +82,67 @@ pub struct InspectedKey {
     pub result: Option<Vec<u8>>,
 }
 
+/// Why a read-only open failed: the column families could not be listed (no idem
+/// database there), or the open itself failed.
+#[derive(Debug)]
+enum Unopened {
+    NoFamilies(rocksdb::Error),
+    Failed(rocksdb::Error),
+}
+
+impl Unopened {
+    fn file_gone(&self) -> bool {
+        match self {
+            Unopened::NoFamilies(e) | Unopened::Failed(e) => file_gone(e.as_ref()),
+        }
+    }
+}
+
+/// Attempts of a read-only open that a live engine's file changes can fail.
+const OPEN_ATTEMPTS: u32 = 6;
+
+/// Runs `open` until it succeeds, fails for another reason than `gone` says, or has
+/// failed `attempts` times, with `pause(attempt)` after each failed attempt but the
+/// last. A read-only open reads the manifest, then opens each table file it lists;
+/// an engine serving from the database meanwhile may finish a compaction and delete
+/// the files it replaced, or start a new manifest and delete the old one. The open
+/// then fails on a file that is not there, which RocksDB reports as a corruption,
+/// though the database is whole: the next attempt reads the new manifest.
+fn open_racing_writer<T, E>(
+    attempts: u32,
+    mut open: impl FnMut() -> Result<T, E>,
+    gone: impl Fn(&E) -> bool,
+    mut pause: impl FnMut(u32),
+) -> Result<T, E> {
+    let mut attempt = 1;
+    loop {
+        match open() {
+            Err(e) if attempt < attempts && gone(&e) => {
+                pause(attempt);
+                attempt += 1;
+            }
+            r => return r,
+        }
+    }
+}
+
+/// How many times a read-only open of `path` is attempted: one where there is no
+/// `CURRENT` file, so no database (none of its files can have been replaced
+/// meanwhile, and RocksDB's error for it is the same "No such file or directory").
+fn open_attempts(path: &Path) -> u32 {
+    if path.join("CURRENT").is_file() {
+        OPEN_ATTEMPTS
+    } else {
+        1
+    }
+}
+
+/// Whether a RocksDB error's text says it failed on a file that was not there (an IO
+/// error "No such file or directory", which it may wrap in a corruption).
+fn file_gone(text: &str) -> bool {
+    text.contains("No such file or directory")
+}
+
 fn store_err(op: &'static str, e: rocksdb::Error) -> Error {
     Error::Store(StoreError::new(op, e.into_string()))
 }
@@ -235,9 +296,22 @@ impl ReadOnlyDb {
                 format!("{}: {e}", path.display()),
             )));
         }
-        let families = DB::list_cf(&Options::default(), path).map_err(|_| incompatible(None))?;
-        let db = DB::open_cf_for_read_only(&Options::default(), path, &families, false)
-            .map_err(|e| store_err("open read-only", e))?;
+        let opened = open_racing_writer(
+            open_attempts(path),
+            || {
+                let families =
+                    DB::list_cf(&Options::default(), path).map_err(Unopened::NoFamilies)?;
+                DB::open_cf_for_read_only(&Options::default(), path, &families, false)
+                    .map(|db| (db, families))
+                    .map_err(Unopened::Failed)
+            },
+            Unopened::file_gone,
+            |attempt| std::thread::sleep(std::time::Duration::from_millis(1 << attempt)),
+        );
+        let (db, families) = opened.map_err(|e| match e {
+            Unopened::NoFamilies(_) => incompatible(None),
+            Unopened::Failed(e) => store_err("open read-only", e),
+        })?;
         let format = db.get(b"idem/format").map_err(|e| store_err("read", e))?;
         let format_version = format
             .as_deref()
@@ -458,6 +532,77 @@ mod tests {
 
     fn failing() -> Result<Record, String> {
         Err("journal slot fails its check".to_owned())
+    }
+
+    /// The error text of a read-only open that lost a table file to a live engine's
+    /// compaction, as RocksDB 0.24 words it.
+    const FILE_GONE: &str = "Corruption: Corruption: IO error: No such file or directory: \
+        While open a file for random read: /db/000012.sst: No such file or directory  \
+        The file /db/MANIFEST-000064 may be corrupted.";
+
+    #[test]
+    fn a_read_only_open_that_lost_a_file_to_a_live_engine_is_tried_again() {
+        let mut pauses = Vec::new();
+        let mut failures = 2;
+        let r = open_racing_writer(
+            OPEN_ATTEMPTS,
+            || {
+                if failures == 0 {
+                    return Ok("opened");
+                }
+                failures -= 1;
+                Err(FILE_GONE.to_owned())
+            },
+            |e| file_gone(e),
+            |attempt| pauses.push(attempt),
+        );
+        assert_eq!(r, Ok("opened"));
+        assert_eq!(pauses, [1, 2]);
+        // Never more than the attempts allow: the last error is returned.
+        let mut tries = 0;
+        let r: Result<(), String> = open_racing_writer(
+            3,
+            || {
+                tries += 1;
+                Err(FILE_GONE.to_owned())
+            },
+            |e| file_gone(e),
+            |_| {},
+        );
+        assert_eq!((r, tries), (Err(FILE_GONE.to_owned()), 3));
+        // Any other error at once.
+        let mut tries = 0;
+        let r: Result<(), String> = open_racing_writer(
+            OPEN_ATTEMPTS,
+            || {
+                tries += 1;
+                Err("Corruption: block checksum mismatch".to_owned())
+            },
+            |e| file_gone(e),
+            |_| panic!("no pause"),
+        );
+        assert_eq!((r.is_err(), tries), (true, 1));
+    }
+
+    #[test]
+    fn rocksdbs_missing_file_errors_read_as_files_gone() {
+        assert!(file_gone(FILE_GONE));
+        assert!(!file_gone("Corruption: block checksum mismatch"));
+        // What RocksDB itself says of a directory with no database: the same words,
+        // which is why the open tries once only where there is no `CURRENT` file.
+        let dir = std::env::temp_dir().join(format!("idem-inspect-gone-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let e = DB::list_cf(&Options::default(), &dir).unwrap_err();
+        assert!(file_gone(e.as_ref()), "{e}");
+        assert_eq!(open_attempts(&dir), 1);
+        let r = ReadOnlyDb::open(&dir);
+        assert!(
+            matches!(r, Err(Error::IncompatibleFormat { found: None, .. })),
+            "{r:?}"
+        );
+        std::fs::write(dir.join("CURRENT"), "MANIFEST-000001\n").unwrap();
+        assert_eq!(open_attempts(&dir), OPEN_ATTEMPTS);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -200,11 +200,20 @@ fn a_batch_answers_as_claims_made_one_by_one_in_order() {
     assert!(ns.claim(b"b").unwrap().is_duplicate());
 }
 
-#[test]
-fn a_batch_completion_completes_guards_of_other_namespaces_through_their_own() {
+/// An engine on a manual clock with namespaces "a" (of `a`) and "b" (`small()`).
+fn two_namespaces(
+    a: idem::NamespaceConfig,
+) -> (
+    idem::Engine,
+    idem::Namespace,
+    idem::Namespace,
+    idem::ManualClock,
+) {
+    let clock = idem::ManualClock::new(T0);
     let engine = idem::Engine::builder()
-        .namespace("a", small())
+        .namespace("a", a)
         .namespace("b", small())
+        .clock(clock.clone())
         .maintenance_interval(None)
         .build()
         .unwrap();
@@ -212,6 +221,12 @@ fn a_batch_completion_completes_guards_of_other_namespaces_through_their_own() {
         engine.namespace("a").unwrap(),
         engine.namespace("b").unwrap(),
     );
+    (engine, a, b, clock)
+}
+
+#[test]
+fn a_batch_completion_completes_guards_of_other_namespaces_through_their_own() {
+    let (_engine, a, b, _clock) = two_namespaces(small());
     let guards = vec![acquire(&a, b"1"), acquire(&b, b"2"), acquire(&a, b"3")];
     // Before, the batch was refused and every guard dropped: all three claims were
     // released, and their side effects would have run again.
@@ -226,18 +241,7 @@ fn a_batch_completion_completes_guards_of_other_namespaces_through_their_own() {
 
 #[test]
 fn a_batch_completion_stores_each_claims_result() {
-    let clock = idem::ManualClock::new(T0);
-    let engine = idem::Engine::builder()
-        .namespace("a", small().max_result_len(8))
-        .namespace("b", small())
-        .clock(clock.clone())
-        .maintenance_interval(None)
-        .build()
-        .unwrap();
-    let (a, b) = (
-        engine.namespace("a").unwrap(),
-        engine.namespace("b").unwrap(),
-    );
+    let (engine, a, b, clock) = two_namespaces(small().max_result_len(8));
     let batch = vec![
         (acquire(&a, b"1"), &b"one"[..]),
         (acquire(&b, b"2"), &b"two, of b's"[..]),

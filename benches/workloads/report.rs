@@ -464,20 +464,24 @@ pub fn targets(o: &Grid<'_>, all: &[Sample]) -> String {
             let _ = writeln!(t, "| {n} | {what} | {m} | {verdict} |");
         }
     }
-    // The machine's own scaling in this run: a two-thread target cannot be judged
-    // where the machine itself gives two threads less than it asks.
-    let mut refs = Vec::new();
-    for &n in o.ns {
-        for w in [Workload::W1, Workload::W2] {
-            if let (Some(one), Some(two)) = (rate("machine", w, n, 1), rate("machine", w, n, 2)) {
-                refs.push(format!(
-                    "{} {:.2}x at N = {n}",
-                    w.arg().to_uppercase(),
-                    two / one
-                ));
+    // A peer's two threads over one, each workload and N it ran both at.
+    let scaling = |peer: &str| {
+        let mut out = Vec::new();
+        for &n in o.ns {
+            for w in [Workload::W1, Workload::W2] {
+                if let (Some(one), Some(two)) = (rate(peer, w, n, 1), rate(peer, w, n, 2)) {
+                    out.push((w, n, two / one));
+                }
             }
         }
-    }
+        out
+    };
+    // The machine's own scaling in this run: a two-thread target cannot be judged
+    // where the machine itself gives two threads less than it asks.
+    let refs: Vec<String> = scaling("machine")
+        .into_iter()
+        .map(|(w, n, r)| format!("{} {r:.2}x at N = {n}", w.arg().to_uppercase()))
+        .collect();
     if !refs.is_empty() {
         let _ = writeln!(
             t,
@@ -490,30 +494,22 @@ pub fn targets(o: &Grid<'_>, all: &[Sample]) -> String {
     // writes: in W1, what writing the same shards costs the targets' two-thread
     // reading in this run. (In W2 idem's threads answer without writing a shard, so
     // there the two differ in what each core reads: every shard, or its half.)
-    let mut own = Vec::new();
-    for &n in o.ns {
-        for w in [Workload::W1, Workload::W2] {
-            let (Some(one), Some(two)) = (rate("idem-aff", w, n, 1), rate("idem-aff", w, n, 2))
-            else {
-                continue;
-            };
-            let shared = match (rate("idem", w, n, 1), rate("idem", w, n, 2)) {
-                (Some(a), Some(b)) if w == Workload::W1 => {
-                    format!(" (`idem`, whose threads write every shard: {:.2}x)", b / a)
+    let idem = scaling("idem");
+    let own: Vec<String> = scaling("idem-aff")
+        .into_iter()
+        .map(|(w, n, r)| {
+            let shared = match idem.iter().find(|&&(iw, i_n, _)| iw == w && i_n == n) {
+                Some(&(_, _, b)) if w == Workload::W1 => {
+                    format!(" (`idem`, whose threads write every shard: {b:.2}x)")
                 }
-                (Some(a), Some(b)) => format!(
-                    " (`idem`, whose threads read every shard and write none: {:.2}x)",
-                    b / a
-                ),
-                _ => String::new(),
+                Some(&(_, _, b)) => {
+                    format!(" (`idem`, whose threads read every shard and write none: {b:.2}x)")
+                }
+                None => String::new(),
             };
-            own.push(format!(
-                "{} {:.2}x at N = {n}{shared}",
-                w.arg().to_uppercase(),
-                two / one
-            ));
-        }
-    }
+            format!("{} {r:.2}x at N = {n}{shared}", w.arg().to_uppercase())
+        })
+        .collect();
     if !own.is_empty() {
         let _ = writeln!(
             t,

@@ -5567,10 +5567,13 @@ impl Namespace {
     /// As [`Namespace::complete_batch`], each claim completed with its result, as
     /// [`ClaimGuard::complete_with_result`] completes one: the results are stored in
     /// the same one durable write, and a later claim of each key answers `Duplicate`
-    /// with its result. A result longer than the namespace's
+    /// with its result. A result longer than its namespace's
     /// [`max_result_len`](crate::NamespaceConfig::max_result_len) is that guard's
     /// [`Error::ResultTooLarge`] and changes nothing for it (its claim stays held
     /// until its lease runs out, as with `complete_with_result`); the others complete.
+    /// If the store refuses the batch's write where the namespace fails closed, every
+    /// claim of the batch is released, those with a result too large too, and the
+    /// error is returned.
     ///
     /// ```
     /// use idem::{Claim, Engine, NamespaceConfig};
@@ -5629,11 +5632,12 @@ impl Namespace {
         if items.iter().any(|(_, r)| r.is_some_and(|r| r.len() > max)) {
             let mut outcomes: Vec<Option<Result<()>>> = Vec::with_capacity(items.len());
             let mut fitting = Vec::new();
-            for (mut g, result) in items {
+            let mut too_large = Vec::new();
+            for (g, result) in items {
                 match result {
                     Some(r) if r.len() > max => {
-                        g.armed = false;
                         outcomes.push(Some(Err(Error::ResultTooLarge { len: r.len(), max })));
+                        too_large.push(g);
                     }
                     _ => {
                         outcomes.push(None);
@@ -5641,7 +5645,14 @@ impl Namespace {
                     }
                 }
             }
+            // Still armed while the others are written: if that write fails, they are
+            // released with the rest, as the batch's error says.
             let mut done = self.complete_many(fitting)?.into_iter();
+            for mut g in too_large {
+                // Held to the end of its lease, as `complete_with_result` leaves it.
+                g.armed = false;
+                drop(g);
+            }
             return Ok(outcomes
                 .into_iter()
                 .map(|o| o.unwrap_or_else(|| done.next().expect("one outcome for every guard")))

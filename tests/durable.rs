@@ -2888,11 +2888,11 @@ fn a_batch_completion_with_results_writes_them_in_one_write_and_they_survive_a_r
         let late = acquire(&ns, b"late"); // lease until T0 + 5 s
         clock.set(T0 + 3_000);
         let mut batch: Vec<(ClaimGuard, &[u8])> = ns
-            .claim_batch(&[b"a", b"b", b"c"])
+            .claim_batch(&[b"a", b"b", b"c", b"d"])
             .unwrap()
             .into_iter()
             .map(acquired)
-            .zip([&b"ra"[..], b"far too long", b""])
+            .zip([&b"ra"[..], b"far too long", b"", b"rd"])
             .collect();
         batch.insert(1, (late, b"rl"));
         clock.set(T0 + 6_000); // "late" lost its lease
@@ -2904,20 +2904,60 @@ fn a_batch_completion_with_results_writes_them_in_one_write_and_they_survive_a_r
                 Ok(()),
                 Err(Error::LeaseLost),
                 Err(Error::ResultTooLarge { len: 12, max: 8 }),
+                Ok(()),
                 Ok(())
             ]
         );
-        // One write for the two completions, and the lost lease's own marker delete.
+        // One write for the three completions, and the lost lease's own marker delete.
         assert_eq!(engine.stats().durable_writes, writes + 2);
         assert_eq!(duplicate(&ns, b"a").result(), Some(&b"ra"[..]));
         assert_eq!(duplicate(&ns, b"c").result(), Some(&b""[..]));
+        assert_eq!(duplicate(&ns, b"d").result(), Some(&b"rd"[..]));
         // "b" is held, its claim neither completed nor released.
         in_progress(&ns, b"b");
     }
-    let (_engine, ns) = open(&dir, &clock, immediate().max_result_len(8));
+    let seed = stored_seed(&raw_db(&dir));
+    let (engine, ns) = open(&dir, &clock, immediate().max_result_len(8));
     assert_eq!(duplicate(&ns, b"a").result(), Some(&b"ra"[..]));
     assert_eq!(duplicate(&ns, b"c").result(), Some(&b""[..]));
+    assert_eq!(duplicate(&ns, b"d").result(), Some(&b"rd"[..]));
     assert_eq!(ns.check(b"late").unwrap(), None);
+    // "b"'s claim was never completed: its marker makes it an orphan of that run.
+    let orphans: Vec<u128> = engine.orphans().iter().map(|o| o.fingerprint).collect();
+    assert_eq!(orphans, [fingerprint(b"b", seed)]);
+}
+
+#[test]
+fn a_batch_with_results_whose_write_fails_releases_every_claim_too_large_ones_too() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let engine = builder(&dir, &clock)
+        .namespace("ns", immediate().max_result_len(4))
+        .namespace("other", immediate().max_result_len(4))
+        .build()
+        .unwrap();
+    let ns = engine.namespace("ns").unwrap();
+    let other = engine.namespace("other").unwrap();
+    let batch: Vec<(ClaimGuard, &[u8])> = vec![
+        (acquire(&ns, b"fits"), b"ok"),
+        (acquire(&ns, b"big"), b"far too long"),
+        (acquire(&other, b"obig"), b"far too long"),
+        (acquire(&other, b"ofits"), b"ok"),
+    ];
+    engine.debug_fail_store_writes(true);
+    let got = ns.complete_batch_with_results(batch);
+    engine.debug_fail_store_writes(false);
+    assert!(matches!(got, Err(ref e) if is_store_error(e)), "{got:?}");
+    // As the error says: every claim of the batch given up, so that a redelivery
+    // retries at once (before, "big" stayed held to the end of its lease).
+    for (n, key) in [
+        (&ns, &b"fits"[..]),
+        (&ns, b"big"),
+        (&other, b"obig"),
+        (&other, b"ofits"),
+    ] {
+        acquire(n, key);
+    }
 }
 
 #[test]

@@ -73,6 +73,14 @@ fn assert_covers_every_path(t: &Tally) {
         ("batches", t.batches),
         ("refused batches", t.batches_refused),
         ("batch completions", t.completion_batches),
+        (
+            "batch completions with results",
+            t.completion_batches_with_results,
+        ),
+        (
+            "results too large in batch completions",
+            t.batch_results_too_large,
+        ),
         ("lease extensions", t.extensions),
         ("refused lease extensions", t.extensions_refused),
     ];

@@ -527,6 +527,10 @@ pub struct Tally {
     pub batches_refused: u64,
     /// `complete_batch` calls.
     pub completion_batches: u64,
+    /// Of them, `complete_batch_with_results` calls.
+    pub completion_batches_with_results: u64,
+    /// Results too large within such batches (also counted in `results_too_large`).
+    pub batch_results_too_large: u64,
     /// `extend_lease` calls that extended, and those refused (the lease lost).
     pub extensions: u64,
     pub extensions_refused: u64,
@@ -557,6 +561,8 @@ impl std::ops::AddAssign for Tally {
         self.batches += o.batches;
         self.batches_refused += o.batches_refused;
         self.completion_batches += o.completion_batches;
+        self.completion_batches_with_results += o.completion_batches_with_results;
+        self.batch_results_too_large += o.batch_results_too_large;
         self.extensions += o.extensions;
         self.extensions_refused += o.extensions_refused;
         self.steps += o.steps;
@@ -1034,6 +1040,7 @@ impl Harness {
                 // That guard's own refusal: nothing changes for it, as for a single
                 // `complete_with_result`.
                 self.tally.results_too_large += 1;
+                self.tally.batch_results_too_large += 1;
                 let len = r.len();
                 expected.push((
                     key,
@@ -1069,6 +1076,7 @@ impl Harness {
             }
         }
         self.tally.completion_batches += 1;
+        self.tally.completion_batches_with_results += u64::from(with_results);
     }
 
     fn forget(&mut self, key_sel: u8) {

@@ -857,7 +857,7 @@ impl Inner {
                 if let Some(max) = db.max_key_len(name)? {
                     KeyError::check(key, max)?;
                 }
-                let found = db.key(name, key, Some(crate::clock::read_capped(&*self.clock)))?;
+                let found = db.key(name, key, crate::clock::read_capped(&*self.clock), true)?;
                 Ok(found.map(|k| match k.done {
                     true => KeyState::Done {
                         completed_at_ms: k.at_ms,

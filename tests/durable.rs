@@ -4693,3 +4693,111 @@ fn a_complete_batch_with_nothing_to_complete_writes_nothing() {
     engine.debug_fail_store_writes(false);
     assert_eq!(engine.stats().durable_writes, writes);
 }
+
+/// An expired done record stays in RocksDB until a compaction removes it. A key
+/// claimed again past its retention then has two records, and inspection reports
+/// the one an engine acts on: the claim in flight, not the expired record.
+#[test]
+fn inspecting_a_key_reports_its_claim_in_flight_over_its_expired_done_record() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (_engine, ns) = open(&dir, &clock, small());
+    acquire(&ns, b"k").complete().unwrap();
+    // Past the TTL and the retention (7 x TTL): the record has expired.
+    clock.advance(secs(600));
+    let held = acquire(&ns, b"k");
+    let now = T0 + 600_000;
+    let k = idem::inspect(dir.path(), now)
+        .unwrap()
+        .key("ns", b"k")
+        .unwrap()
+        .expect("the key is known");
+    assert!(ns.claim(b"k").unwrap().is_in_progress());
+    assert!(
+        !k.done && k.expires_at_ms > now,
+        "an in-flight claim reported as {k:?}"
+    );
+    // Once that claim is given up, the expired record is what there is.
+    held.release().unwrap();
+    let k = idem::inspect(dir.path(), now)
+        .unwrap()
+        .key("ns", b"k")
+        .unwrap()
+        .expect("the expired record");
+    assert!(k.done && k.expires_at_ms <= now, "{k:?}");
+}
+
+/// A damaged journal is kept aside under a name stamped with the wall clock; one
+/// kept before under the same name (the clock set back across restarts, or two opens
+/// in one millisecond) is never replaced. Files of those names stand for them here.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_kept_damaged_journal_is_never_replaced_by_a_later_one() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    damage_the_first_slot(&dir, &clock);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    let earlier = 5_000u128;
+    for ms in now..now + earlier {
+        let p = dir.path().join(format!("{}.damaged-{ms}", journal_name()));
+        std::fs::write(p, b"an earlier damaged journal").unwrap();
+    }
+    let (engine, _ns) = open_seeded(&dir, &clock, small());
+    assert_eq!(engine.orphans().len(), 2);
+    drop(engine);
+    let kept = kept_aside(&dir, "");
+    let survivors = kept
+        .iter()
+        .filter(|p| std::fs::read(p).unwrap() == b"an earlier damaged journal")
+        .count();
+    assert_eq!(
+        (kept.len(), survivors),
+        (earlier as usize + 1, earlier as usize),
+        "an earlier kept journal was replaced"
+    );
+}
+
+/// A crash in the middle of a lease extension leaves two markers of one claim in
+/// the journal; an open keeps the later, and so does inspection (one claim in
+/// flight, held to the later end).
+#[cfg(target_os = "linux")]
+#[test]
+fn inspection_reads_two_markers_of_one_claim_as_an_engine_does() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    leave_journal_markers(&dir, &clock, &[b"k"]);
+    let mut bytes = std::fs::read(journal_file(&dir)).unwrap();
+    let word = |b: &[u8], slot: usize, i: usize| {
+        let o = 64 + slot * 64 + i * 8;
+        u64::from_le_bytes(b[o..o + 8].try_into().unwrap())
+    };
+    assert_ne!(word(&bytes, 0, 7), 0, "k's marker in slot 0");
+    // The renewed marker, whole, in slot 1: renewed at T0 + 4 s, until T0 + 60 s.
+    let mut w: Vec<u64> = (0..7).map(|i| word(&bytes, 0, i)).collect();
+    w[2] = T0 + 4_000;
+    w[3] = T0 + 60_000;
+    let body: Vec<u8> = w.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let check = xxhash_rust::xxh3::xxh3_64(&body).max(1);
+    let o = 64 + 64;
+    bytes[o..o + 56].copy_from_slice(&body);
+    bytes[o + 56..o + 64].copy_from_slice(&check.to_le_bytes());
+    std::fs::write(journal_file(&dir), &bytes).unwrap();
+    // Between the two ends: an engine opened now holds the key until T0 + 60 s.
+    let now = T0 + 10_000;
+    let seen = idem::inspect(dir.path(), now).unwrap();
+    let row = seen.namespaces.iter().find(|n| n.name == "ns").unwrap();
+    let k = seen.key("ns", b"k").unwrap().unwrap();
+    clock.set(now);
+    let (engine, ns) = open_seeded(&dir, &clock, small());
+    assert_eq!(engine.orphans().len(), 1);
+    assert_eq!(engine.orphans()[0].lease_expires_at_ms, T0 + 60_000);
+    in_progress(&ns, b"k");
+    assert_eq!(
+        (row.in_flight, k.expires_at_ms),
+        (1, T0 + 60_000),
+        "inspect: {row:?}, {k:?}"
+    );
+}

@@ -24,6 +24,8 @@ pub struct Inspection {
     /// Bytes of all files in the directory.
     pub size_on_disk: u64,
     db: ReadOnlyDb,
+    /// The time the inspection reads the database at (wall-clock ms).
+    now_ms: u64,
 }
 
 /// A database opened read-only: RocksDB's read-only open takes no lock and writes
@@ -274,6 +276,7 @@ pub fn inspect(path: impl AsRef<Path>, now_ms: u64) -> Result<Inspection, Error>
         state_families,
         size_on_disk: dir_size(path),
         db: ro,
+        now_ms,
     })
 }
 
@@ -366,16 +369,20 @@ impl ReadOnlyDb {
         namespace_names(&self.families).iter().any(|n| n == ns)
     }
 
-    /// The durable state of `key` in `namespace`, as [`Inspection::key`] describes
-    /// it. With `live_at`, only a record still in force at that time (a done record
-    /// within its retention, a claim marker within its lease) counts: the state an
-    /// engine opened then would find, so a corrupt claim marker (a corrupt orphan to
-    /// the engine) counts as none; without it, a corrupt record is an error.
+    /// The durable state of `key` in `namespace` at `now_ms`, as [`Inspection::key`]
+    /// describes it: the record an engine opened then would act on. A done record
+    /// within its retention first; else a claim marker within its lease, the
+    /// journal's before one in RocksDB (an open moves the journal's over it); else,
+    /// unless `only_live`, a record no longer in force in the same order (the key is
+    /// then claimable). With `only_live` a corrupt claim marker (a corrupt orphan to
+    /// the engine, which holds nothing) counts as none; otherwise a corrupt record
+    /// met on the way is an error, as a corrupt done record always is.
     pub(crate) fn key(
         &self,
         namespace: &str,
         key: &[u8],
-        live_at: Option<u64>,
+        now_ms: u64,
+        only_live: bool,
     ) -> Result<Option<InspectedKey>, Error> {
         if key.is_empty() {
             return Err(KeyError::Empty.into());
@@ -386,47 +393,56 @@ impl ReadOnlyDb {
             fingerprint: fp,
             reason,
         };
-        let live = |r: &Record| live_at.is_none_or(|now| r.expires_ms > now);
-        let found = |r: Record| InspectedKey {
+        // The journal first: a claim that completes meanwhile is then found done, where
+        // reading it last could miss the key between its two places.
+        let journal = self.journal(namespace)?;
+        let mut stored = Vec::with_capacity(2);
+        for family in ["done", "claims"] {
+            let Some(cf) = self.db.cf_handle(&format!("{family}:{namespace}")) else {
+                return Err(Error::UnknownNamespace(namespace.to_owned()));
+            };
+            let v = self
+                .db
+                .get_cf(cf, super::fp_key(fp))
+                .map_err(|e| store_err("read", e))?;
+            stored.push(v.map(|v| Record::decode(&v).map_err(|e| e.to_string())));
+        }
+        let claims = stored.pop().flatten();
+        let done = stored.pop().flatten();
+        // The journal holds one marker of a claim (the later, where a crash in a
+        // renewal left two: see `journal_markers`).
+        let marked = journal
+            .iter()
+            .find(|(slot, _)| *slot == fp)
+            .map(|(_, r)| r.clone());
+        let in_force = |r: &Record| r.expires_ms > now_ms;
+        let mut expired = None;
+        for (record, is_marker) in [(done, false), (marked, true), (claims, true)] {
+            match record {
+                None => {}
+                Some(Err(_)) if is_marker && only_live => {}
+                Some(Err(reason)) => return Err(corrupt(reason)),
+                Some(Ok(r)) if in_force(&r) => return Ok(Some(self.inspected(fp, r))),
+                Some(Ok(r)) => {
+                    expired.get_or_insert(r);
+                }
+            }
+        }
+        Ok(expired
+            .filter(|_| !only_live)
+            .map(|r| self.inspected(fp, r)))
+    }
+
+    /// What [`Inspection::key`] reports of record `r` of fingerprint `fp`.
+    fn inspected(&self, fp: u128, r: Record) -> InspectedKey {
+        InspectedKey {
             fingerprint: fp,
             done: r.state == RecordState::Done,
             at_ms: r.at_ms,
             expires_at_ms: r.expires_ms,
             has_payload: r.payload.is_some(),
             result: r.result,
-        };
-        // The journal first: a claim that completes meanwhile is then found done, where
-        // reading it last could miss the key between its two places.
-        let journal = self.journal(namespace)?;
-        for family in ["done", "claims"] {
-            let Some(cf) = self.db.cf_handle(&format!("{family}:{namespace}")) else {
-                return Err(Error::UnknownNamespace(namespace.to_owned()));
-            };
-            if let Some(v) = self
-                .db
-                .get_cf(cf, super::fp_key(fp))
-                .map_err(|e| store_err("read", e))?
-            {
-                match Record::decode(&v) {
-                    Ok(r) if live(&r) => return Ok(Some(found(r))),
-                    Ok(_) => {}
-                    // As an engine would find it: a corrupt claim marker is a corrupt
-                    // orphan, which holds nothing (only a corrupt done record is an
-                    // error on the key's path).
-                    Err(_) if family == "claims" && live_at.is_some() => {}
-                    Err(reason) => return Err(corrupt(reason.to_string())),
-                }
-            }
         }
-        for (slot_fp, r) in journal.iter() {
-            match r {
-                _ if *slot_fp != fp => {}
-                Ok(r) if !live(r) => {}
-                Err(_) if live_at.is_some() => {}
-                r => return r.clone().map(|r| Some(found(r))).map_err(corrupt),
-            }
-        }
-        Ok(None)
     }
 
     /// Every stored dead letter of namespace `ns` (`dlq:<ns>`, laid out as
@@ -459,11 +475,15 @@ impl ReadOnlyDb {
 /// failures that the first read had too ([`confirmed`]).
 fn journal_markers(path: &Path, ns: &str, seed: u64) -> Result<Vec<ReadSlot>, Error> {
     let first = super::journal::read(path, ns, seed)?.unwrap_or_default();
-    if first.iter().all(|(_, r)| r.is_ok()) {
-        return Ok(first);
-    }
-    let second = super::journal::read(path, ns, seed)?.unwrap_or_default();
-    Ok(confirmed(&first, second))
+    let read = if first.iter().all(|(_, r)| r.is_ok()) {
+        first
+    } else {
+        let second = super::journal::read(path, ns, seed)?.unwrap_or_default();
+        confirmed(&first, second)
+    };
+    // As an engine's open keeps them: one marker a claim, the later where a crash in
+    // the middle of a renewal left two.
+    Ok(super::journal::latest_markers(read))
 }
 
 /// The slots of a `second` read of a journal, without the failing ones that the
@@ -497,7 +517,12 @@ impl Inspection {
     /// The durable state of `key` in `namespace`: a completed record, a claim in
     /// flight (its marker in RocksDB or in the namespace's journal, the default
     /// marker mode: a claim an engine holds now, or an orphan of a crash), or
-    /// `None`. An empty key, or one longer than the namespace's `max_key_len` as the
+    /// `None`. Where the database holds more than one record of the key, the one an
+    /// engine opened at the inspection's time would act on: a record still in force
+    /// (a done record within its retention before a claim marker within its lease,
+    /// the journal's marker before one in RocksDB, the later of two a crash in a
+    /// renewal left in the journal); only if none is, one past its end (the key is
+    /// then claimable), in the same order. An empty key, or one longer than the namespace's `max_key_len` as the
     /// database last stored it, is refused with [`Error::InvalidKey`], as the engine
     /// refuses it; a namespace the database does not hold with
     /// [`Error::UnknownNamespace`].
@@ -511,7 +536,7 @@ impl Inspection {
                 .into());
             }
         }
-        self.db.key(namespace, key, None)
+        self.db.key(namespace, key, self.now_ms, false)
     }
 }
 

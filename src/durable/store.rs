@@ -1247,6 +1247,42 @@ pub(crate) struct JournalTakeover {
 /// The suffix of a damaged journal kept aside by an open that has not yet finished.
 const UNREPORTED: &str = ".unreported";
 
+/// Moves file `from` to a new name, `from` with `suffix` and [`UNREPORTED`] added,
+/// never over a file there: where one is there, or one of that name without the
+/// [`UNREPORTED`] suffix (a journal kept by an earlier open whose stamp was the
+/// same: the clock set back, or two opens in one millisecond), `-1`, `-2` ... is
+/// added to the suffix. Returns the new name.
+fn keep_aside(from: &Path, suffix: &str) -> std::io::Result<std::ffi::OsString> {
+    let mut n = 0u64;
+    loop {
+        let mut kept = from.as_os_str().to_owned();
+        kept.push(suffix);
+        if n > 0 {
+            kept.push(format!("-{n}"));
+        }
+        n += 1;
+        let mut to = kept.clone();
+        to.push(UNREPORTED);
+        if Path::new(&kept).exists() {
+            continue;
+        }
+        match move_no_replace(from, Path::new(&to)) {
+            Ok(()) => return Ok(to),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Moves file `from` to `to`, failing with `AlreadyExists` if `to` is there: a
+/// link under the new name (which never replaces a file), then the old name
+/// removed. A crash between the two leaves the file under both names: seen again,
+/// never lost.
+fn move_no_replace(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::hard_link(from, to)?;
+    std::fs::remove_file(from)
+}
+
 /// A namespace's view of the durable tier: its policies and counters.
 #[derive(Debug)]
 pub(crate) struct DurableNs {
@@ -1763,12 +1799,10 @@ impl DurableNs {
         let mut unreported = takeover.unreported;
         let from = journal::path(dir, &self.name);
         if takeover.damaged_here {
-            let mut to = from.clone().into_os_string();
             let stamp = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis());
-            to.push(format!(".damaged-{stamp}{UNREPORTED}"));
-            std::fs::rename(&from, &to).map_err(|e| {
+            let to = keep_aside(&from, &format!(".damaged-{stamp}")).map_err(|e| {
                 Error::Store(crate::error::StoreError::new(
                     "keep damaged journal",
                     e.to_string(),
@@ -1801,7 +1835,7 @@ impl DurableNs {
             let Some(kept) = name.strip_suffix(UNREPORTED) else {
                 continue;
             };
-            if let Err(e) = std::fs::rename(file, kept) {
+            if let Err(e) = move_no_replace(file, Path::new(kept)) {
                 tracing::warn!(
                     namespace = %self.name,
                     file = %file.display(),

@@ -144,9 +144,10 @@ pub const DEFAULT_MAX_KEY_LEN: usize = 4096;
 pub const DEFAULT_PREFILTER_FPR: f64 = 0.01;
 /// The smallest prefilter false-positive rate a namespace accepts. Each of the
 /// prefilter's filters is built for a fifth of the rate, with about `-log2(rate / 5)`
-/// hash functions: 62 at this rate. A saved prefilter is loaded at the next open only
-/// if its filters use at most 64 (a bound on the work a damaged or crafted file can
-/// make every query do), so a smaller rate would make every open rebuild it.
+/// hash functions: 62 at this rate (up to 89 for the smallest filters, whose size is
+/// rounded up to whole words first). A saved prefilter is loaded at the next open
+/// only if its filters use at most 96 (a bound on the work a damaged or crafted file
+/// can make every query do), so a smaller rate would make every open rebuild it.
 pub const MIN_PREFILTER_FPR: f64 = 1e-18;
 /// The largest prefilter false-positive rate a namespace accepts.
 pub const MAX_PREFILTER_FPR: f64 = 0.5;

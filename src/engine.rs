@@ -407,6 +407,7 @@ impl Engine {
                         cfg.get_retention().as_millis() as u64,
                         cfg.get_prefilter_fpr(),
                     )
+                    .owned_by(s.seed(), &name)
                 });
                 DurableNs::new(
                     s.clone(),

@@ -103,6 +103,10 @@ pub(crate) struct Prefilter {
     false_positives: AtomicU64,
     grown: AtomicU64,
     dropped: AtomicU64,
+    /// Whose filter this is (the database's seed and the namespace's name, hashed):
+    /// the seed of a saved file's checksum, so that a file saved for another
+    /// database or namespace never loads (see [`Prefilter::owned_by`]).
+    owner: u64,
 }
 
 impl std::fmt::Debug for Prefilter {
@@ -216,7 +220,18 @@ impl Prefilter {
             false_positives: AtomicU64::new(0),
             grown: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
+            owner: 0,
         }
+    }
+
+    /// The filter of namespace `namespace` of the database whose fingerprint seed is
+    /// `seed`. Its saved file is checksummed with both: a file saved for another
+    /// database (two databases with the same history of writes stand at the same
+    /// sequence number) or another namespace of this one would otherwise pass every
+    /// check and answer "definitely new" for the keys done here.
+    pub(crate) fn owned_by(mut self, seed: u64, namespace: &str) -> Self {
+        self.owner = xxhash_rust::xxh3::xxh3_64_with_seed(namespace.as_bytes(), seed);
+        self
     }
 
     /// The generation of a record expiring at `expires_ms`.
@@ -439,6 +454,15 @@ impl Prefilter {
         n
     }
 
+    /// [`Prefilter::expire`] a grace of [`EXPIRY_GRACE_MS`] behind `now_ms`, as the
+    /// namespace's upkeep runs it while claims go on: a claim that read its time up
+    /// to that much earlier, and has yet to look its key up, still finds the records
+    /// that were live at its time (a generation dropped at `now_ms` exactly would
+    /// answer "definitely new" for a record that expired between the two).
+    pub(crate) fn expire_behind(&self, now_ms: u64) -> usize {
+        self.expire(now_ms.saturating_sub(EXPIRY_GRACE_MS))
+    }
+
     pub(crate) fn stats(&self) -> PrefilterStats {
         let gens = self.gens.read();
         let mut s = PrefilterStats {
@@ -477,18 +501,26 @@ fn layout_digest() -> u64 {
     xxhash_rust::xxh3::xxh3_64(&words)
 }
 
+/// How far behind the namespace's time the upkeep drops generations
+/// ([`Prefilter::expire_behind`]): a generation ends a span or more after its
+/// records' retention began, so a minute more holds little.
+pub(crate) const EXPIRY_GRACE_MS: u64 = 60_000;
+
 /// The most hash functions a saved filter may claim: a file claiming more (which only
 /// a crafted one could, past the checksum) would make every query loop that many
-/// times. A filter built for any rate a namespace accepts uses at most 62 (at
-/// `MIN_PREFILTER_FPR`, 1e-18; about 10 at 0.2 %).
-const MAX_HASHES: u32 = 64;
+/// times. A filter built for any rate a namespace accepts uses fewer: 62 for a large
+/// one at `MIN_PREFILTER_FPR` (1e-18; about 10 at 0.2 %), and up to 89 for one of a
+/// few words there, whose size fastbloom rounds up to whole words before it picks the
+/// count.
+const MAX_HASHES: u32 = 96;
 
 /// Why a saved filter was not used (the engine then rebuilds it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Stale {
     /// Too short, wrong magic, a length that does not add up, trailing bytes.
     Malformed,
-    /// The checksum does not match: torn or damaged.
+    /// The checksum does not match: torn or damaged, or saved for another database
+    /// or namespace (the checksum is seeded with its owner: [`Prefilter::owned_by`]).
     Checksum,
     /// Saved with other settings (retention, expected keys, rate).
     Settings,
@@ -540,7 +572,7 @@ impl Prefilter {
                 }
             }
         }
-        let sum = xxhash_rust::xxh3::xxh3_64(&out);
+        let sum = xxhash_rust::xxh3::xxh3_64_with_seed(&out, self.owner);
         out.extend_from_slice(&sum.to_le_bytes());
         out
     }
@@ -554,7 +586,7 @@ impl Prefilter {
         if !body.starts_with(FILE_MAGIC) {
             return Err(Stale::Malformed);
         }
-        if xxhash_rust::xxh3::xxh3_64(body) != u64::from_le_bytes(*sum) {
+        if xxhash_rust::xxh3::xxh3_64_with_seed(body, self.owner) != u64::from_le_bytes(*sum) {
             return Err(Stale::Checksum);
         }
         let mut r = Reader::new(&body[FILE_MAGIC.len()..]);
@@ -1325,5 +1357,55 @@ mod tests {
         assert_eq!((s.passes, s.negatives, s.false_positives), (1, 1, 1));
         assert_eq!(s.items, 1);
         assert!(s.bytes > 0);
+    }
+
+    #[test]
+    fn small_filters_at_the_smallest_rate_save_and_load() {
+        let fpr = crate::config::MIN_PREFILTER_FPR;
+        let mut refused = Vec::new();
+        for expected in 1..=100usize {
+            let p = Prefilter::new(expected, 4_000, fpr);
+            p.insert(xxhash_rust::xxh3::xxh3_64(&1u64.to_le_bytes()), 10);
+            let hashes = p.gens.read()[0].segments[0].bloom.num_hashes();
+            let q = Prefilter::new(expected, 4_000, fpr);
+            if q.load(&p.encode(1, 5), 1, 5).is_err() {
+                refused.push((expected, hashes));
+            }
+        }
+        assert!(
+            refused.is_empty(),
+            "refused (expected_keys, hashes): {refused:?}"
+        );
+    }
+
+    #[test]
+    fn a_saved_filter_loads_only_for_its_owner() {
+        let p = Prefilter::new(1_000, 4_000, 0.01).owned_by(7, "orders");
+        p.insert(xxhash_rust::xxh3::xxh3_64(&1u64.to_le_bytes()), 10);
+        let bytes = p.encode(3, 5);
+        let loads = |q: Prefilter| q.load(&bytes, 3, 5);
+        assert_eq!(
+            loads(Prefilter::new(1_000, 4_000, 0.01).owned_by(7, "orders")),
+            Ok(1)
+        );
+        for other in [
+            Prefilter::new(1_000, 4_000, 0.01).owned_by(8, "orders"),
+            Prefilter::new(1_000, 4_000, 0.01).owned_by(7, "refunds"),
+            Prefilter::new(1_000, 4_000, 0.01),
+        ] {
+            assert_eq!(loads(other), Err(Stale::Checksum));
+        }
+    }
+
+    #[test]
+    fn the_upkeep_drops_a_generation_a_grace_after_its_end() {
+        let p = Prefilter::new(1_000, 4_000, 0.01);
+        p.insert(xxhash_rust::xxh3::xxh3_64(&1u64.to_le_bytes()), 10_500);
+        let end = (p.epoch_of(10_500) + 1) * p.span_ms;
+        // `expire` would drop it at `end`; the upkeep keeps it a grace longer.
+        assert_eq!(p.expire_behind(end + EXPIRY_GRACE_MS - 1), 0);
+        assert_eq!(p.stats().generations, 1);
+        assert_eq!(p.expire_behind(end + EXPIRY_GRACE_MS), 1);
+        assert_eq!(p.stats().generations, 0);
     }
 }

@@ -1937,9 +1937,9 @@ impl DurableNs {
     /// and it must never be read at a later open whose database merely reached the
     /// same sequence number another way (a restored copy written to since).
     pub(crate) fn spend_saved_prefilter(&self) {
-        if self.prefilter.is_some() {
-            let _ = std::fs::remove_file(self.store.prefilter_file(&self.name));
-        }
+        // With or without a prefilter here: an open without one writes all the same,
+        // and its file must not outlive those writes for a later open with one.
+        let _ = std::fs::remove_file(self.store.prefilter_file(&self.name));
     }
 
     /// Saves the prefilter for the next open (a clean shutdown). The sequence
@@ -2052,7 +2052,7 @@ impl DurableNs {
         // A failure is counted and logged, and the markers wait for the next pass.
         let _ = self.flush_markers();
         if let Some(p) = &self.prefilter {
-            p.expire(now_ms);
+            p.expire_behind(now_ms);
         }
     }
 
@@ -2323,7 +2323,7 @@ impl DurableNs {
             if self.store.closed() {
                 let seen = self.seen_ms.load(Ordering::Acquire);
                 if seen > 0 {
-                    p.expire(seen);
+                    p.expire_behind(seen);
                 }
             }
             for (fp, rec) in done {

@@ -1919,7 +1919,7 @@ fn sliding_window_durable_engine_matches_the_model() {
 /// Sequences per window mode on a disk that fails now and then (the sequences above
 /// have such spells in half their sequences, with fewer of the operations that meet
 /// them).
-const FAILING_DISK_SEQUENCES: usize = 30;
+const FAILING_DISK_SEQUENCES: usize = 36;
 
 #[test]
 fn fixed_window_durable_engine_on_a_failing_disk_matches_the_model() {

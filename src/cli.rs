@@ -90,7 +90,9 @@ USAGE:
         success rate, arrival rate against a baseline). A replay runs CMD with
         `sh -c`, the payload on stdin and the key in IDEM_KEY (its bytes; left
         unset for a key with a NUL byte) and IDEM_KEY_HEX: exit 0 applied it,
-        anything else is a failure (stderr is the reason). --schema-cmd gets the
+        126 or 127 (not found, not runnable) is no verdict (the message is left
+        as it was and the replay stops, exit 1), anything else is a failure
+        (stderr is the reason). --schema-cmd gets the
         payload on stdin: exit 0 and no output is compatible, exit 0 with output
         replaces the payload, any other exit is incompatible (stderr is the
         reason), except 126, 127, 129-192 (a signal in what the shell ran) or a

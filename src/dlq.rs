@@ -1687,6 +1687,15 @@ impl Dlq {
             }
         };
         busy.step(IdempotencyCheck);
+        // A replay never decides from the hot tier alone: where the namespace fails
+        // open, a claim whose durable read failed would acquire a key done on disk
+        // (after a restart the hot tier does not know it) and apply it again. Read
+        // first, failing closed; a bad key or a corrupt record the claim reports.
+        #[cfg(feature = "durable")]
+        match inner.namespace()?.done_on_disk(&letter.key) {
+            Ok(_) | Err(Error::InvalidKey(_) | Error::CorruptRecord { .. }) => {}
+            Err(e) => return Err(e),
+        }
         let claim = match inner.namespace()?.claim(&letter.key) {
             Err(Error::InvalidKey(e)) => {
                 refuse_key(mid, &e, report);

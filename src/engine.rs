@@ -5321,6 +5321,21 @@ impl Namespace {
         self.inner.durable.as_ref().map_or(Ok(()), DurableNs::sync)
     }
 
+    /// Whether the durable tier holds `key` done and live now, read whatever the
+    /// namespace's failure policy: a failed read is an error, never "not done"
+    /// (false without a durable tier). A dead-letter replay reads it before its
+    /// claim, so that under `FailOpen` a read that fails cannot let it apply a key
+    /// done on disk again.
+    #[cfg(feature = "durable")]
+    pub(crate) fn done_on_disk(&self, key: &[u8]) -> Result<bool> {
+        let ns = &self.inner;
+        let fp = ns.key_fp(key)?;
+        match &ns.durable {
+            Some(d) => d.done_strictly(fp, ns.now().ms),
+            None => Ok(false),
+        }
+    }
+
     /// The lock shard `key` belongs to, for the benches (`__bench::shard_of`).
     pub(crate) fn shard_of(&self, key: &[u8]) -> Result<usize> {
         let ns = &self.inner;

@@ -1587,3 +1587,60 @@ fn a_read_only_dry_run_takes_a_damaged_claim_marker_as_no_claim() {
         .unwrap();
     assert_eq!((r.replayed, r.skipped_in_progress), (vec![b], vec![]));
 }
+
+/// A replay never decides from the hot tier alone: in a namespace that fails open,
+/// a key done on disk whose read fails (after a restart, the hot tier does not know
+/// it) is not applied again; the replay returns the store's error and the message
+/// stays as it was.
+#[cfg(feature = "durable")]
+#[test]
+fn a_replay_in_a_fail_open_namespace_never_applies_a_key_done_on_disk_again() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let build = || {
+        Engine::builder()
+            .namespace("ns", config().on_store_error(idem::FailurePolicy::FailOpen))
+            .clock(clock.clone())
+            .maintenance_interval(None)
+            .durable(dir.path())
+            .build()
+            .unwrap()
+    };
+    {
+        let engine = build();
+        let ns = engine.namespace("ns").unwrap();
+        acquire(&ns, b"k").complete().unwrap(); // applied on the live path
+        engine
+            .dlq("ns")
+            .unwrap()
+            .quarantine(b"k", b"v2:k", OUTAGE)
+            .unwrap();
+    }
+    let engine = build(); // restarted: the hot tier no longer knows k
+    let dlq = engine.dlq("ns").unwrap();
+    let replay = |dlq: &idem::Dlq, calls: &std::cell::Cell<u32>| {
+        dlq.replay(
+            &Selection::default(),
+            &any_schema,
+            |_: &[u8], _: &[u8]| {
+                calls.set(calls.get() + 1);
+                Ok(())
+            },
+            ReplayMode::Execute,
+        )
+    };
+    let calls = std::cell::Cell::new(0);
+    engine.debug_fail_store_reads(true);
+    let r = replay(&dlq, &calls);
+    engine.debug_fail_store_reads(false);
+    assert_eq!(
+        calls.get(),
+        0,
+        "a key done on disk was applied again: {r:?}"
+    );
+    assert!(matches!(r, Err(idem::Error::Store(_))), "{r:?}");
+    // Once the disk reads again, the same replay finds the key done.
+    let r = replay(&dlq, &calls).unwrap();
+    assert_eq!(calls.get(), 0);
+    assert_eq!(r.already_done.len(), 1, "{r:?}");
+}

@@ -2088,6 +2088,21 @@ impl DurableNs {
     }
 
     /// Asks the durable tier about a key the hot tier does not hold.
+    /// Whether the durable tier holds `fp` done and live at `now_ms`, read past the
+    /// prefilter and whatever the failure policy: a failed read is its error (and
+    /// counted in `store_errors`), never "not done". For callers that must not
+    /// decide from the hot tier alone (a dead-letter replay).
+    pub(crate) fn done_strictly(&self, fp: Fp, now_ms: u64) -> Result<bool, Error> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        match self.store.get_done(&self.name, &self.fams, fp.to_u128()) {
+            Ok(rec) => Ok(rec.is_some_and(|r| live_done(&r, now_ms))),
+            Err(e) => {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                Err(e)
+            }
+        }
+    }
+
     pub(crate) fn lookup(&self, fp: Fp, now_ms: u64, err: &mut Option<Error>) -> DurableLookup {
         if let Some(p) = &self.prefilter {
             if !p.may_contain(bloom_hash(fp.to_u128())) {

@@ -1264,17 +1264,7 @@ fn a_store_failure_leaves_every_message_as_it_was() {
     // The claim's marker goes to the journal (no store write), so the handler runs;
     // the completion's write fails: nothing changed.
     let calls = std::cell::Cell::new(0);
-    let err = dlq
-        .replay(
-            &Selection::default(),
-            &any_schema,
-            |_: &[u8], _: &[u8]| {
-                calls.set(calls.get() + 1);
-                Ok(())
-            },
-            ReplayMode::Execute,
-        )
-        .unwrap_err();
+    let err = replay_counting(&dlq, &calls).unwrap_err();
     assert!(matches!(err, Error::Store(_)));
     // (Without Linux there is no journal: the marker's write refuses the claim.)
     assert_eq!(calls.get(), usize::from(cfg!(target_os = "linux")));
@@ -1618,17 +1608,7 @@ fn a_replay_in_a_fail_open_namespace_never_applies_a_key_done_on_disk_again() {
     }
     let engine = build(); // restarted: the hot tier no longer knows k
     let dlq = engine.dlq("ns").unwrap();
-    let replay = |dlq: &idem::Dlq, calls: &std::cell::Cell<u32>| {
-        dlq.replay(
-            &Selection::default(),
-            &any_schema,
-            |_: &[u8], _: &[u8]| {
-                calls.set(calls.get() + 1);
-                Ok(())
-            },
-            ReplayMode::Execute,
-        )
-    };
+    let replay = replay_counting;
     let calls = std::cell::Cell::new(0);
     engine.debug_fail_store_reads(true);
     let r = replay(&dlq, &calls);
@@ -1643,4 +1623,21 @@ fn a_replay_in_a_fail_open_namespace_never_applies_a_key_done_on_disk_again() {
     let r = replay(&dlq, &calls).unwrap();
     assert_eq!(calls.get(), 0);
     assert_eq!(r.already_done.len(), 1, "{r:?}");
+}
+
+/// Replays every quarantined message of `dlq` with a handler that counts its calls
+/// in `calls` and succeeds.
+fn replay_counting(
+    dlq: &idem::Dlq,
+    calls: &std::cell::Cell<usize>,
+) -> idem::Result<idem::ReplayReport> {
+    dlq.replay(
+        &Selection::default(),
+        &any_schema,
+        |_: &[u8], _: &[u8]| {
+            calls.set(calls.get() + 1);
+            Ok(())
+        },
+        ReplayMode::Execute,
+    )
 }

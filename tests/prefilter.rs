@@ -435,6 +435,18 @@ impl Clock for Failing {
     }
 }
 
+/// A durable engine in `dir` on `clock` with namespaces "a" and "b" of [`cfg`].
+fn open_two(dir: &TempDir, clock: impl idem::Clock) -> Engine {
+    Engine::builder()
+        .clock(clock)
+        .maintenance_interval(None)
+        .durable(dir.path())
+        .namespace("a", cfg())
+        .namespace("b", cfg())
+        .build()
+        .unwrap()
+}
+
 /// A clock that panics while the engine drops does not stop the drop: every
 /// namespace's filter is saved, stamped with its last reading. Before, the panic
 /// left the drop at the first namespace (and, during an unwinding, aborted).
@@ -445,16 +457,7 @@ fn a_clock_that_panics_while_the_engine_drops_leaves_every_filter_saved() {
         manual: ManualClock::new(T0),
         fail: Default::default(),
     };
-    let open_two = || {
-        Engine::builder()
-            .clock(clock.clone())
-            .maintenance_interval(None)
-            .durable(dir.path())
-            .namespace("a", cfg())
-            .namespace("b", cfg())
-            .build()
-            .unwrap()
-    };
+    let open_two = || open_two(&dir, clock.clone());
     let engine = open_two();
     for name in ["a", "b"] {
         complete(&engine.namespace(name).unwrap(), b"k");
@@ -930,16 +933,7 @@ fn a_filter_saved_by_another_database_is_not_loaded() {
 fn another_namespaces_filter_is_not_loaded() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);
-    let open_two = || {
-        Engine::builder()
-            .clock(clock.clone())
-            .maintenance_interval(None)
-            .durable(dir.path())
-            .namespace("a", cfg())
-            .namespace("b", cfg())
-            .build()
-            .unwrap()
-    };
+    let open_two = || open_two(&dir, clock.clone());
     {
         let engine = open_two();
         let (a, b) = (

@@ -1627,6 +1627,7 @@ fn a_replay_in_a_fail_open_namespace_never_applies_a_key_done_on_disk_again() {
 
 /// Replays every quarantined message of `dlq` with a handler that counts its calls
 /// in `calls` and succeeds.
+#[cfg(feature = "durable")]
 fn replay_counting(
     dlq: &idem::Dlq,
     calls: &std::cell::Cell<usize>,

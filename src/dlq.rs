@@ -718,6 +718,9 @@ struct State {
     /// Keys found in the letters' range at open that are not a letter's (damaged:
     /// no id can be read from them); left in place, counted as corrupt.
     damaged_keys: u64,
+    /// The id counter was damaged at open (counted as corrupt, apart from
+    /// `damaged_keys`) and no quarantine has written it again since.
+    counter_damaged: bool,
     /// The memory-only store: encoded letters by id.
     memory: BTreeMap<u64, Vec<u8>>,
     /// Messages a replay of this process works on, with the step it is at.
@@ -757,20 +760,23 @@ impl Home {
     /// The next id to hand out, every stored message by ascending id (the
     /// memory-only store starts empty), and how many damaged keys the store holds
     /// among them.
-    fn stored(&self) -> Result<(u64, Vec<Stored>, u64)> {
+    /// The id counter, the stored letters, how many damaged keys lie among them (the
+    /// counter's own damage not included), and whether the counter is damaged.
+    fn stored(&self) -> Result<(u64, Vec<Stored>, u64, bool)> {
         match self {
-            Home::Engine { store: None, .. } => Ok((1, Vec::new(), 0)),
+            Home::Engine { store: None, .. } => Ok((1, Vec::new(), 0, false)),
             #[cfg(feature = "durable")]
             Home::Engine { ns, store: Some(s) } => {
                 // A damaged id counter is read as 1 (the scan counts it as a damaged
                 // key): the ids the letters hold say where to go on (`Inner::open`),
                 // and the next quarantine writes the counter again.
-                let next = match s.dlq_next_id(ns.name()) {
-                    Err(Error::CorruptDeadLetter { .. }) => 1,
-                    next => next?,
+                let (next, counter_damaged) = match s.dlq_next_id(ns.name()) {
+                    Err(Error::CorruptDeadLetter { .. }) => (1, true),
+                    next => (next?, false),
                 };
                 let (letters, damaged) = s.dlq_scan(ns.name())?;
-                Ok((next, letters, damaged))
+                let damaged = damaged.saturating_sub(u64::from(counter_damaged));
+                Ok((next, letters, damaged, counter_damaged))
             }
             #[cfg(not(feature = "durable"))]
             Home::Engine {
@@ -779,7 +785,7 @@ impl Home {
             #[cfg(feature = "durable")]
             Home::ReadOnly { name, db } => {
                 let (letters, damaged) = db.dead_letters(name)?;
-                Ok((1, letters, damaged))
+                Ok((1, letters, damaged, false))
             }
         }
     }
@@ -802,12 +808,13 @@ pub(crate) struct Inner {
 
 impl Inner {
     fn open(home: Home, clock: std::sync::Arc<dyn Clock>) -> Result<Inner> {
-        let (next_id, stored, damaged_keys) = home.stored()?;
+        let (next_id, stored, damaged_keys, counter_damaged) = home.stored()?;
         let mut st = State {
             next_id,
             index: BTreeMap::new(),
             corrupt: BTreeSet::new(),
             damaged_keys,
+            counter_damaged,
             memory: BTreeMap::new(),
             busy: HashMap::new(),
         };
@@ -923,6 +930,8 @@ impl Inner {
                 let policy = ns.config().sync;
                 let sync = s.syncs(policy);
                 s.dlq_put(ns.name(), id, &bytes, next, sync)?;
+                // The counter is whole again once a letter's write has stored it.
+                st.counter_damaged &= next.is_none();
                 if let Err(e) = s.sync_if_closed_since(policy, sync) {
                     // Written, its sync failed: known to the index as the store
                     // holds it (its id taken), and the error says the write may
@@ -1890,7 +1899,7 @@ impl Dlq {
             under_review: 0,
             replayed: 0,
             archived: 0,
-            corrupt: st.corrupt.len() as u64 + st.damaged_keys,
+            corrupt: st.corrupt.len() as u64 + st.damaged_keys + u64::from(st.counter_damaged),
             oldest_age: None,
             replay_successes: 0,
             replay_failures: 0,

@@ -1625,6 +1625,28 @@ fn a_replay_in_a_fail_open_namespace_never_applies_a_key_done_on_disk_again() {
     assert_eq!(r.already_done.len(), 1, "{r:?}");
 }
 
+/// A damaged id counter counts as corrupt in `health` until a quarantine writes it
+/// again, in the process that wrote it as after a reopen.
+#[cfg(feature = "durable")]
+#[test]
+fn health_stops_counting_a_damaged_counter_once_a_quarantine_rewrites_it() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    {
+        let (_engine, _ns, dlq) = open(&dir, &clock);
+        dlq.quarantine(b"a", b"p", OUTAGE).unwrap();
+    }
+    raw_dlq(&dir, &|db, cf| db.put_cf(cf, b"next", b"xyz").unwrap());
+    let in_process = {
+        let (_engine, _ns, dlq) = open(&dir, &clock);
+        assert_eq!(dlq.health().corrupt, 1, "the damaged counter");
+        dlq.quarantine(b"b", b"p", OUTAGE).unwrap();
+        dlq.health().corrupt
+    };
+    let (_engine, _ns, dlq) = open(&dir, &clock);
+    assert_eq!((in_process, dlq.health().corrupt), (0, 0));
+}
+
 /// Replays every quarantined message of `dlq` with a handler that counts its calls
 /// in `calls` and succeeds.
 #[cfg(feature = "durable")]

@@ -396,8 +396,7 @@ impl ReadOnlyDb {
         // The journal first: a claim that completes meanwhile is then found done, where
         // reading it last could miss the key between its two places.
         let journal = self.journal(namespace)?;
-        let mut stored = Vec::with_capacity(2);
-        for family in ["done", "claims"] {
+        let stored = |family: &str| -> Result<Option<Result<Record, String>>, Error> {
             let Some(cf) = self.db.cf_handle(&format!("{family}:{namespace}")) else {
                 return Err(Error::UnknownNamespace(namespace.to_owned()));
             };
@@ -405,44 +404,37 @@ impl ReadOnlyDb {
                 .db
                 .get_cf(cf, super::fp_key(fp))
                 .map_err(|e| store_err("read", e))?;
-            stored.push(v.map(|v| Record::decode(&v).map_err(|e| e.to_string())));
-        }
-        let claims = stored.pop().flatten();
-        let done = stored.pop().flatten();
+            Ok(v.map(|v| Record::decode(&v).map_err(|e| e.to_string())))
+        };
+        let (done, claims) = (stored("done")?, stored("claims")?);
         // The journal holds one marker of a claim (the later, where a crash in a
         // renewal left two: see `journal_markers`).
         let marked = journal
             .iter()
             .find(|(slot, _)| *slot == fp)
             .map(|(_, r)| r.clone());
-        let in_force = |r: &Record| r.expires_ms > now_ms;
-        let mut expired = None;
-        for (record, is_marker) in [(done, false), (marked, true), (claims, true)] {
-            match record {
-                None => {}
-                Some(Err(_)) if is_marker && only_live => {}
-                Some(Err(reason)) => return Err(corrupt(reason)),
-                Some(Ok(r)) if in_force(&r) => return Ok(Some(self.inspected(fp, r))),
-                Some(Ok(r)) => {
-                    expired.get_or_insert(r);
-                }
-            }
-        }
-        Ok(expired
-            .filter(|_| !only_live)
-            .map(|r| self.inspected(fp, r)))
-    }
-
-    /// What [`Inspection::key`] reports of record `r` of fingerprint `fp`.
-    fn inspected(&self, fp: u128, r: Record) -> InspectedKey {
-        InspectedKey {
+        let inspected = |r: Record| InspectedKey {
             fingerprint: fp,
             done: r.state == RecordState::Done,
             at_ms: r.at_ms,
             expires_at_ms: r.expires_ms,
             has_payload: r.payload.is_some(),
             result: r.result,
+        };
+        let mut expired = None;
+        for (record, is_marker) in [(done, false), (marked, true), (claims, true)] {
+            match record {
+                None => {}
+                Some(Err(_)) if is_marker && only_live => {}
+                Some(Err(reason)) => return Err(corrupt(reason)),
+                Some(Ok(r)) if r.expires_ms > now_ms => return Ok(Some(inspected(r))),
+                Some(Ok(r)) if !only_live => {
+                    expired.get_or_insert(r);
+                }
+                Some(Ok(_)) => {}
+            }
         }
+        Ok(expired.map(inspected))
     }
 
     /// Every stored dead letter of namespace `ns` (`dlq:<ns>`, laid out as

@@ -258,12 +258,9 @@ fn take_over_markers(
     for (name, d, takeover, expired) in taken {
         finished.push((name, d, expired, d.finish_journal(takeover)?));
     }
-    // The namespaces' settings (what the dead-letter tools read), once nothing after
-    // can refuse the open but its threads: an open refused before this leaves them
-    // as they were. (The markers moved above are the same orphans the next open
-    // finds, in the `claims:` families instead of the journals; settings written
-    // by an open then refused are those the next open writes again.)
-    store.write_settings()?;
+    // (The markers moved above are the same orphans the next open finds, in the
+    // `claims:` families instead of the journals.) The namespaces' settings are
+    // written last of all, once the threads have started ([`Store::write_settings`]).
     let settle = finished
         .into_iter()
         .map(|(name, _, expired, files)| Settle {
@@ -273,6 +270,23 @@ fn take_over_markers(
         })
         .collect();
     Ok((orphans, settle))
+}
+
+/// Undoes the start of an engine's threads when its open is refused after them:
+/// the threads hold the namespaces (and the store, whose directory lock a retried
+/// build needs).
+#[cfg(not(idem_loom))]
+fn stop_started(
+    collector: Option<crate::hot::reclaim::CollectorRegistration>,
+    threads: [Option<maintenance::Thread>; 2],
+) {
+    drop(collector);
+    for thread in threads.into_iter().flatten() {
+        thread.stop();
+    }
+    // As at the engine's drop: a collection asked of this engine's thread, now
+    // stopped, is made here.
+    crate::hot::reclaim::collect_if_asked();
 }
 
 /// What an open leaves to [`settle_takeover`] of one namespace: the markers of its
@@ -501,16 +515,19 @@ impl Engine {
         let wal_sync = match shared.wal_sync_thread(b.batch_background) {
             Ok(thread) => thread,
             Err(e) => {
-                drop(collector);
-                if let Some(thread) = maintenance {
-                    thread.stop();
-                }
-                // As at the engine's drop: a collection asked of this engine's
-                // thread, now stopped, is made here.
-                crate::hot::reclaim::collect_if_asked();
+                stop_started(collector, [maintenance, None]);
                 return Err(e);
             }
         };
+        // The namespaces' settings (what the dead-letter tools read), last: an open
+        // refused before this, its threads' start included, leaves them as they
+        // were. Refused here, the threads started are stopped as above.
+        #[cfg(feature = "durable")]
+        if let Some(Err(e)) = shared.store.as_ref().map(|s| s.write_settings()) {
+            #[cfg(not(idem_loom))]
+            stop_started(collector, [maintenance, wal_sync]);
+            return Err(e);
+        }
         // Nothing can refuse the open now.
         #[cfg(feature = "durable")]
         if let Some(store) = &shared.store {
@@ -918,6 +935,46 @@ mod tests {
         let engine = build().expect("the directory is free again");
         let ns = engine.namespace("n").unwrap();
         assert!(matches!(ns.claim(b"k").unwrap(), crate::Claim::Acquired(_)));
+    }
+
+    /// An open refused because a thread could not start leaves the namespace's
+    /// stored settings (what `idem dlq` reads) as the last open that succeeded wrote
+    /// them. Before, they were written before the threads started, so the dead-letter
+    /// tools read a TTL no engine had run with.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn an_open_refused_for_a_thread_leaves_the_stored_settings_as_they_were() {
+        use std::time::Duration;
+        let dir = Scratch::new("spawn-refused-settings");
+        let build = |ttl: u64| {
+            crate::Engine::builder()
+                .durable(&dir.0)
+                .namespace(
+                    "n",
+                    crate::NamespaceConfig::new()
+                        .ttl(Duration::from_secs(ttl))
+                        .sync(crate::SyncPolicy::Periodic(Duration::from_millis(100))),
+                )
+                .build()
+        };
+        let stored_ttl = || {
+            crate::stored_config(&dir.0, "n")
+                .unwrap()
+                .expect("settings stored")
+                .get_ttl()
+        };
+        drop(build(60).unwrap());
+        assert_eq!(stored_ttl(), Duration::from_secs(60));
+        super::spawn_hook::refuse(Some("idem-wal-sync"));
+        let built = build(120);
+        super::spawn_hook::refuse(None);
+        assert!(
+            matches!(built, Err(crate::Error::ThreadRefused { .. })),
+            "{built:?}"
+        );
+        assert_eq!(stored_ttl(), Duration::from_secs(60));
+        drop(build(120).unwrap());
+        assert_eq!(stored_ttl(), Duration::from_secs(120));
     }
 
     /// A durable engine in `dir` on `clock` with namespace "n" of `cfg`, no

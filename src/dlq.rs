@@ -269,6 +269,18 @@ fn refuse_key(mid: MessageId, why: &crate::error::KeyError, report: &mut ReplayR
     report.refused_key.push(mid);
 }
 
+/// Leaves message `mid` as it is because its key is recorded (done, or held by a
+/// claim) with another payload's fingerprint than the letter's.
+fn payload_mismatch(mid: MessageId, report: &mut ReplayReport) {
+    report.notes.insert(
+        mid,
+        "payload-mismatch: the key is recorded with the fingerprint of another payload \
+         (it was used for another message); left as it was"
+            .to_owned(),
+    );
+    report.payload_mismatch.push(mid);
+}
+
 /// Leaves message `mid` as it is because its key's done record does not decode
 /// (`e`, an [`Error::CorruptRecord`]), noted in `report`.
 fn unreadable_key(mid: MessageId, e: &Error, report: &mut ReplayReport) {
@@ -332,7 +344,8 @@ pub enum SchemaVerdict {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ReplayMode {
     /// Decides and reports, changes nothing: the schema check runs, the key is looked
-    /// up with [`Namespace::check`], never claimed, and the handler is not called.
+    /// up with [`Namespace::check_with_payload`], never claimed, and the handler is
+    /// not called.
     #[default]
     DryRun,
     /// Replays.
@@ -432,8 +445,8 @@ impl Selection {
 
 /// What a replay did, or in a dry run would do, with each selected message. A message
 /// is in exactly one of `replayed`, `already_done`, `archived`, `failed`,
-/// `skipped_in_progress`, `refused_key` and `unreadable_key`; each list is in id
-/// order.
+/// `skipped_in_progress`, `refused_key`, `unreadable_key` and `payload_mismatch`;
+/// each list is in id order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ReplayReport {
@@ -462,6 +475,11 @@ pub struct ReplayReport {
     /// ([`Error::CorruptRecord`]): whether it was applied cannot be told, so they
     /// are left as they were, with a note, while the rest of the replay goes on.
     pub unreadable_key: Vec<MessageId>,
+    /// Their key is recorded, done or held by a live claim, with the fingerprint of
+    /// another payload than theirs ([`Error::PayloadMismatch`]: a claim with a
+    /// payload stored it, and the key was used for another message): left as they
+    /// were, with a note, while the rest of the replay goes on.
+    pub payload_mismatch: Vec<MessageId>,
     /// The messages among `replayed` and `failed` whose payload the schema check
     /// transformed.
     pub transformed: Vec<MessageId>,
@@ -484,6 +502,7 @@ impl ReplayReport {
             + self.skipped_in_progress.len()
             + self.refused_key.len()
             + self.unreadable_key.len()
+            + self.payload_mismatch.len()
     }
 
     /// Every message the report covers.
@@ -496,6 +515,7 @@ impl ReplayReport {
             .chain(&self.skipped_in_progress)
             .chain(&self.refused_key)
             .chain(&self.unreadable_key)
+            .chain(&self.payload_mismatch)
             .copied()
     }
 
@@ -509,6 +529,7 @@ impl ReplayReport {
             (&mut self.skipped_in_progress, other.skipped_in_progress),
             (&mut self.refused_key, other.refused_key),
             (&mut self.unreadable_key, other.unreadable_key),
+            (&mut self.payload_mismatch, other.payload_mismatch),
             (&mut self.transformed, other.transformed),
         ] {
             list.extend(more);
@@ -852,11 +873,13 @@ impl Inner {
         }
     }
 
-    /// The state of `key` in the namespace, as [`Namespace::check`] reports it: for a
-    /// database opened read-only, as an engine opened now would find it.
-    fn check(&self, key: &[u8]) -> Result<Option<KeyState>> {
+    /// The state of `key` in the namespace for a replay of `payload`, as
+    /// [`Namespace::check_with_payload`] reports it ([`Error::PayloadMismatch`] where
+    /// the key holds another payload's fingerprint): for a database opened
+    /// read-only, as an engine opened now would find it.
+    fn check(&self, key: &[u8], payload: &[u8]) -> Result<Option<KeyState>> {
         match &self.home {
-            Home::Engine { ns, .. } => ns.check(key),
+            Home::Engine { ns, .. } => ns.check_with_payload(key, payload),
             #[cfg(feature = "durable")]
             Home::ReadOnly { name, db } => {
                 // The limit an engine opened now would apply: the application's, as
@@ -865,6 +888,13 @@ impl Inner {
                     KeyError::check(key, max)?;
                 }
                 let found = db.key(name, key, crate::clock::read_capped(&*self.clock), true)?;
+                // A live record (done, or a claim's marker, which an engine opened now
+                // holds as an orphan with its payload) is compared as a claim would.
+                if let Some(stored) = found.as_ref().and_then(|k| k.payload_fingerprint) {
+                    if stored != db.payload_fingerprint(payload) {
+                        return Err(Error::PayloadMismatch);
+                    }
+                }
                 Ok(found.map(|k| match k.done {
                     true => KeyState::Done {
                         completed_at_ms: k.at_ms,
@@ -974,8 +1004,15 @@ impl Inner {
         let mid = MessageId(id);
         // The handler has applied the message: whatever the claim answers, the letter
         // is recorded as replayed, so that no later replay applies it again.
-        let claimed = self.namespace().and_then(|ns| ns.claim(key));
+        // As the replay's own claim: with the letter's payload.
+        let claimed = self
+            .namespace()
+            .and_then(|ns| ns.claim_with_payload(key, &done.payload));
         let taken = match claimed {
+            Err(Error::PayloadMismatch) => "taken meanwhile by a claim of another payload \
+                 (held or completed with another payload's fingerprint), so it is not \
+                 recorded as done for this message"
+                .to_owned(),
             Err(e) => format!(
                 "not recorded as done: claiming it again failed ({e}), so a redelivery \
                  of the key is not caught"
@@ -1426,16 +1463,22 @@ impl Dlq {
     /// Replays the selected messages (quarantined or under review), oldest first.
     ///
     /// Each passes the schema check, then the idempotency check: its key is claimed in
-    /// the namespace exactly as the live path claims it (by key). `Duplicate`: the
-    /// message is recorded as replayed, already done, and not processed. `InProgress`:
-    /// it is left as it was. `Acquired`: `handler(key, payload)` runs (on the
-    /// transformed payload if the check transformed it); on `Ok` the key is completed
-    /// and the message recorded as replayed in the same atomic write, on `Err` the
-    /// claim is released and the message goes back to quarantine with one more
-    /// attempt and the error as its reason.
+    /// the namespace as the live path claims it, with the payload it was quarantined
+    /// with ([`Namespace::claim_with_payload`]; every letter has a payload, possibly
+    /// empty, and a schema transform does not change the one compared).
+    /// `Duplicate`: the message is recorded as replayed, already done, and not
+    /// processed. `InProgress`: it is left as it was. [`Error::PayloadMismatch`] (the
+    /// key is recorded, done or held, with another payload's fingerprint): it is left
+    /// as it was, listed in [`ReplayReport::payload_mismatch`]. `Acquired`:
+    /// `handler(key, payload)` runs (on the transformed payload if the check
+    /// transformed it); on `Ok` the key is completed, storing the quarantined
+    /// payload's fingerprint as a live completion would, and the message recorded as
+    /// replayed in the same atomic write; on `Err` the claim is released and the
+    /// message goes back to quarantine with one more attempt and the error as its
+    /// reason.
     ///
-    /// [`ReplayMode::DryRun`] takes the same decisions with [`Namespace::check`] and
-    /// changes nothing; right after it (with nothing changing in between) `Execute`
+    /// [`ReplayMode::DryRun`] takes the same decisions with
+    /// [`Namespace::check_with_payload`] and changes nothing; right after it (with nothing changing in between) `Execute`
     /// produces the same partition, except that handler failures move messages
     /// from `replayed` to `failed`.
     ///
@@ -1519,7 +1562,7 @@ impl Dlq {
         };
         match mode {
             ReplayMode::DryRun => {
-                let mut will_be_done = HashSet::new();
+                let mut will_be_done = HashMap::new();
                 for id in ids {
                     self.decide(id, schema, &mut will_be_done, &mut report)?;
                 }
@@ -1551,7 +1594,7 @@ impl Dlq {
         &self,
         id: u64,
         schema: &dyn SchemaCheck,
-        will_be_done: &mut HashSet<Vec<u8>>,
+        will_be_done: &mut HashMap<Vec<u8>, u128>,
         report: &mut ReplayReport,
     ) -> Result<()> {
         let mid = MessageId(id);
@@ -1574,14 +1617,27 @@ impl Dlq {
             SchemaVerdict::Transform(_) => report.transformed.push(mid),
             SchemaVerdict::Compatible => {}
         }
-        // An earlier message of this run with the same key would have completed it.
-        if will_be_done.contains(&letter.key) {
-            report.already_done.push(mid);
-            return Ok(());
+        // An earlier message of this run with the same key would have completed it,
+        // with its payload's fingerprint.
+        let payload = xxhash_rust::xxh3::xxh3_128(&letter.payload);
+        match will_be_done.get(&letter.key) {
+            Some(earlier) if *earlier == payload => {
+                report.already_done.push(mid);
+                return Ok(());
+            }
+            Some(_) => {
+                payload_mismatch(mid, report);
+                return Ok(());
+            }
+            None => {}
         }
-        let state = match self.inner.check(&letter.key) {
+        let state = match self.inner.check(&letter.key, &letter.payload) {
             Err(Error::InvalidKey(e)) => {
                 refuse_key(mid, &e, report);
+                return Ok(());
+            }
+            Err(Error::PayloadMismatch) => {
+                payload_mismatch(mid, report);
                 return Ok(());
             }
             Err(e @ Error::CorruptRecord { .. }) => {
@@ -1602,7 +1658,7 @@ impl Dlq {
                 report.skipped_in_progress.push(mid);
             }
             None => {
-                will_be_done.insert(letter.key);
+                will_be_done.insert(letter.key, payload);
                 report.replayed.push(mid);
             }
         }
@@ -1705,9 +1761,20 @@ impl Dlq {
             Ok(_) | Err(Error::InvalidKey(_) | Error::CorruptRecord { .. }) => {}
             Err(e) => return Err(e),
         }
-        let claim = match inner.namespace()?.claim(&letter.key) {
+        // With the letter's payload, as the consumer that quarantined it would claim
+        // it (the stored payload, not a schema transform of it: the fingerprint
+        // identifies the message): a key recorded with another payload is left
+        // alone, and the completion stores this payload's fingerprint.
+        let claim = match inner
+            .namespace()?
+            .claim_with_payload(&letter.key, &letter.payload)
+        {
             Err(Error::InvalidKey(e)) => {
                 refuse_key(mid, &e, report);
+                return Ok(());
+            }
+            Err(Error::PayloadMismatch) => {
+                payload_mismatch(mid, report);
                 return Ok(());
             }
             Err(e @ Error::CorruptRecord { .. }) => {

@@ -22,6 +22,12 @@ use crate::sync::{Arc, AtomicU64, AtomicUsize, Ordering};
 /// a key.
 const PAYLOAD_SEED_MIX: u64 = 0x7061_796c_6f61_6421;
 
+/// The fingerprint a claim with `payload` stores, under a database's (or a memory-only
+/// engine's) key seed `seed`.
+pub(crate) fn payload_fingerprint(seed: u64, payload: &[u8]) -> u64 {
+    xxh3_64_with_seed(payload, seed ^ PAYLOAD_SEED_MIX)
+}
+
 /// The deduplication engine: a set of named namespaces sharing one clock.
 ///
 /// Build it with [`Engine::builder`], take a cheap [`Namespace`] handle per namespace,
@@ -5410,13 +5416,7 @@ impl Namespace {
     /// refused with [`Error::PayloadMismatch`]: the key was reused for another message.
     /// Claims without a payload are not compared.
     pub fn claim_with_payload(&self, key: &[u8], payload: &[u8]) -> Result<Claim> {
-        self.claim_fp(
-            key,
-            Some(xxh3_64_with_seed(
-                payload,
-                self.inner.seed ^ PAYLOAD_SEED_MIX,
-            )),
-        )
+        self.claim_fp(key, Some(self.payload_fp(payload)))
     }
 
     fn claim_fp(&self, key: &[u8], payload: Option<u64>) -> Result<Claim> {
@@ -5798,20 +5798,49 @@ impl Namespace {
     /// Looks `key` up without changing anything: `None` if it is unknown or expired.
     /// With a durable tier, a key the hot tier no longer holds is looked up there
     /// (one durable read), so a key done within retention reads as `Done`.
-    /// Dead-letter replay uses it to decide before claiming.
+    /// A dead-letter dry run uses [`check_with_payload`](Self::check_with_payload) to
+    /// decide before claiming.
     pub fn check(&self, key: &[u8]) -> Result<Option<KeyState>> {
+        self.check_fp(key, None)
+    }
+
+    /// [`check`](Self::check), comparing `payload` with the payload fingerprint the
+    /// key holds as [`claim_with_payload`](Self::claim_with_payload) would: where
+    /// such a claim would be refused with [`Error::PayloadMismatch`] (the key, in
+    /// progress or done, was claimed with another payload), so is this look-up. A
+    /// key claimed without a payload is not compared. Changes nothing, and counts
+    /// nothing in [`Stats`](crate::Stats).
+    pub fn check_with_payload(&self, key: &[u8], payload: &[u8]) -> Result<Option<KeyState>> {
+        self.check_fp(key, Some(self.payload_fp(payload)))
+    }
+
+    /// The fingerprint [`claim_with_payload`](Self::claim_with_payload) stores for
+    /// `payload`.
+    fn payload_fp(&self, payload: &[u8]) -> u64 {
+        payload_fingerprint(self.inner.seed, payload)
+    }
+
+    fn check_fp(&self, key: &[u8], payload: Option<u64>) -> Result<Option<KeyState>> {
         let ns = &*self.inner;
         let fp = ns.key_fp(key)?;
         let si = fp.shard(ns.slots.len());
         let now = ns.now();
         let cap = ns.capacity();
-        let mut state = ns.slots[si].lock().check(fp, &ns.params, now, &cap);
+        let mismatch =
+            |stored: Option<u64>| matches!((payload, stored), (Some(a), Some(b)) if a != b);
+        let mut state = match ns.slots[si].lock().check(fp, &ns.params, now, &cap) {
+            Some((_, stored)) if mismatch(stored) => return Err(Error::PayloadMismatch),
+            found => found.map(|(state, _)| state),
+        };
         if state.is_none() {
             // Not in the hot tier: the durable tier may still know it as done (its
             // hot TTL ran out, it was evicted, or the engine restarted).
             if let Some(d) = &ns.durable {
                 let mut err = None;
                 match d.lookup(fp, now.ms, &mut err) {
+                    DurableLookup::Done(done) if mismatch(done.payload) => {
+                        return Err(Error::PayloadMismatch)
+                    }
                     DurableLookup::Done(done) => {
                         state = Some(ShardState::Done {
                             completed_at_ms: done.completed_at_ms,

@@ -2614,21 +2614,26 @@ impl Shard {
         self.give_units(1, cap);
     }
 
-    /// Read-only look-up.
+    /// Read-only look-up: the key's state, and the payload fingerprint its entry
+    /// holds (the one a claim with a payload is compared with).
     pub(crate) fn check(
         &mut self,
         fp: Fp,
         p: &Params,
         now: Now,
         cap: &Capacity<'_>,
-    ) -> Option<ShardState> {
+    ) -> Option<(ShardState, Option<u64>)> {
         self.catch_up(now, cap);
         let idx = self.find(fp)?;
-        let e = self.slab.get(idx);
+        let e = *self.slab.get(idx);
         if expired(e.deadline, now.tick) && e.meta & COMPLETING_BIT == 0 {
             return None;
         }
-        Some(if e.state() == STATE_IN_PROGRESS {
+        let payload = match e.has_payload() {
+            true => self.payloads.get(&idx).copied(),
+            false => None,
+        };
+        let state = if e.state() == STATE_IN_PROGRESS {
             ShardState::InProgress {
                 // (A completion being written holds the key past its lease: held
                 // until now at least, as a claim answers.)
@@ -2641,7 +2646,8 @@ impl Shard {
                 expires_at_ms,
                 result,
             }
-        })
+        };
+        Some((state, payload))
     }
 
     /// Deletes a key in any state. `Some(true)` if an unexpired entry was removed;

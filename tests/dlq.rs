@@ -374,6 +374,141 @@ fn two_dead_letters_of_one_key_take_effect_once_and_the_dry_run_says_so() {
     assert_eq!(ledger.count(b"k"), 1);
 }
 
+/// A replay claims its key with the letter's payload, as the consumer that
+/// quarantined it would have: a key recorded, done or held, with another payload's
+/// fingerprint is a payload mismatch, reported and left as it was (nothing stored,
+/// no handler run), and the dry run predicts it.
+#[test]
+fn a_key_recorded_with_another_payload_is_a_payload_mismatch_left_as_it_was() {
+    let (_engine, ns, dlq, _clock) = memory();
+    let complete = |key: &[u8], payload: &[u8]| match ns.claim_with_payload(key, payload) {
+        Ok(Claim::Acquired(g)) => g.complete().unwrap(),
+        other => panic!("{other:?}"),
+    };
+    // The live path completed "done" with another payload, and "same" with the
+    // letter's own; it holds "held" with another payload.
+    complete(b"done", b"v2:other");
+    complete(b"same", b"v2:same");
+    let _held = match ns.claim_with_payload(b"held", b"v2:other") {
+        Ok(Claim::Acquired(g)) => g,
+        other => panic!("{other:?}"),
+    };
+    let done = dlq.quarantine(b"done", b"v2:done", OUTAGE).unwrap();
+    let held = dlq.quarantine(b"held", b"v2:held", OUTAGE).unwrap();
+    let same = dlq.quarantine(b"same", b"v2:same", OUTAGE).unwrap();
+    // Two messages under one key: the first completes it with its payload's
+    // fingerprint, which the second's does not match.
+    let first = dlq.quarantine(b"twice", b"v2:one", OUTAGE).unwrap();
+    let second = dlq.quarantine(b"twice", b"v2:two", OUTAGE).unwrap();
+    let before = everything(&dlq);
+
+    let dry = replay_all(&dlq, &any_schema, ReplayMode::DryRun);
+    let mut applied = Vec::new();
+    let run = execute(&dlq, &Selection::default(), |k: &[u8], p: &[u8]| {
+        applied.push((k.to_vec(), p.to_vec()));
+        Ok(())
+    });
+    for r in [&dry, &run] {
+        // Before, "done" and "twice" #2 were recorded as already done, and "held"
+        // skipped as in progress: the payload was never compared.
+        assert_eq!(r.payload_mismatch, vec![done, held, second], "{r:?}");
+        assert_eq!(r.already_done, vec![same], "{r:?}");
+        assert_eq!(r.replayed, vec![first], "{r:?}");
+        assert!(r.skipped_in_progress.is_empty(), "{r:?}");
+        assert_eq!(r.total(), 5, "{r:?}");
+        for id in [done, held, second] {
+            assert!(r.notes[&id].starts_with("payload-mismatch"), "{r:?}");
+        }
+    }
+    assert_eq!(applied, [(b"twice".to_vec(), b"v2:one".to_vec())]);
+    // The mismatched letters are exactly as they were, still waiting.
+    let now = everything(&dlq);
+    for id in [done, held, second] {
+        let at = |v: &[DeadLetter]| v.iter().find(|m| m.id() == id).cloned().unwrap();
+        assert_eq!(at(&now), at(&before));
+        assert_eq!(at(&now).state(), MessageState::Quarantined);
+    }
+    // The keys' records are untouched: their own payloads still answer as before.
+    assert!(ns
+        .claim_with_payload(b"done", b"v2:other")
+        .unwrap()
+        .is_duplicate());
+    assert!(matches!(
+        ns.claim_with_payload(b"twice", b"v2:two"),
+        Err(Error::PayloadMismatch)
+    ));
+    assert_eq!(dlq.health().depth, 3);
+}
+
+/// A replayed completion stores the fingerprint of the payload the message was
+/// quarantined with (not of a schema transform of it), as a live completion with it
+/// would: a later redelivery of the key with another payload is a payload mismatch,
+/// after a restart too, and a replay (or a read-only dry run) of another letter of
+/// the key with another payload is reported as one.
+#[cfg(feature = "durable")]
+#[test]
+fn a_replayed_completion_records_the_letters_payload_fingerprint() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let upgrade = |p: &[u8]| match p.strip_prefix(b"v1:") {
+        Some(rest) => SchemaVerdict::Transform([b"v2:", rest].concat()),
+        None => SchemaVerdict::Compatible,
+    };
+    {
+        let (_engine, ns, dlq) = open(&dir, &clock);
+        let a = dlq.quarantine(b"a", b"v2:a", OUTAGE).unwrap();
+        let b = dlq.quarantine(b"b", b"v1:b", OUTAGE).unwrap();
+        let r = dlq
+            .replay(
+                &Selection::default(),
+                &upgrade,
+                |_: &[u8], _: &[u8]| Ok(()),
+                ReplayMode::Execute,
+            )
+            .unwrap();
+        assert_eq!((r.replayed, r.transformed), (vec![a, b], vec![b]));
+        // Before, the replay's completion stored no fingerprint: any payload was a
+        // duplicate.
+        assert!(matches!(
+            ns.claim_with_payload(b"a", b"v2:other"),
+            Err(Error::PayloadMismatch)
+        ));
+        assert!(ns.claim_with_payload(b"a", b"v2:a").unwrap().is_duplicate());
+        assert!(ns.claim_with_payload(b"b", b"v1:b").unwrap().is_duplicate());
+        // A claim by key alone is not compared, as on the live path.
+        assert!(ns.claim(b"a").unwrap().is_duplicate());
+    }
+    // After a restart only the durable tier knows the keys, fingerprints included.
+    let c = {
+        let (_engine, ns, dlq) = open(&dir, &clock);
+        assert!(matches!(
+            ns.claim_with_payload(b"a", b"v2:other"),
+            Err(Error::PayloadMismatch)
+        ));
+        assert!(ns.claim_with_payload(b"b", b"v1:b").unwrap().is_duplicate());
+        dlq.quarantine(b"a", b"v2:other", OUTAGE).unwrap()
+    };
+    let dry = |d: &Dlq| {
+        d.replay(
+            &Selection::default(),
+            &upgrade,
+            |_: &[u8], _: &[u8]| panic!("a dry run calls no handler"),
+            ReplayMode::DryRun,
+        )
+        .unwrap()
+    };
+    let ro = Dlq::open_read_only(dir.path(), "ns", clock.clone()).unwrap();
+    assert_eq!(dry(&ro).payload_mismatch, vec![c]);
+    drop(ro);
+    let (_engine, _ns, dlq) = open(&dir, &clock);
+    assert_eq!(dry(&dlq).payload_mismatch, vec![c]);
+    let r = execute(&dlq, &Selection::default(), |_: &[u8], _: &[u8]| {
+        panic!("the key was used for another message")
+    });
+    assert_eq!((r.total(), r.payload_mismatch), (1, vec![c]));
+    assert_eq!(dlq.get(c).unwrap().state(), MessageState::Quarantined);
+}
+
 #[cfg(feature = "durable")]
 #[test]
 fn a_failing_handler_sends_the_message_back_with_its_attempts_and_reason() {

@@ -720,6 +720,7 @@ fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
         report.skipped_in_progress.extend(r.skipped_in_progress);
         report.refused_key.extend(r.refused_key);
         report.unreadable_key.extend(r.unreadable_key);
+        report.payload_mismatch.extend(r.payload_mismatch);
         report.transformed.extend(r.transformed);
         report.notes.extend(r.notes);
         bar.set(report.total() as u64);
@@ -779,6 +780,10 @@ fn print_report(o: &Options, total: u64, report: &ReplayReport) {
         (
             "skipped: key's record unreadable".to_owned(),
             &report.unreadable_key,
+        ),
+        (
+            "skipped: key has another payload".to_owned(),
+            &report.payload_mismatch,
         ),
     ] {
         outln!("{label:<34} {:>8}", grouped(ids.len() as u64));

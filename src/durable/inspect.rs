@@ -82,6 +82,9 @@ pub struct InspectedKey {
     pub has_payload: bool,
     /// The stored result, if any.
     pub result: Option<Vec<u8>>,
+    /// The payload fingerprint stored, if any (what a claim with a payload is
+    /// compared with).
+    pub(crate) payload_fingerprint: Option<u64>,
 }
 
 /// Why a read-only open failed: the column families could not be listed (no idem
@@ -419,6 +422,7 @@ impl ReadOnlyDb {
             at_ms: r.at_ms,
             expires_at_ms: r.expires_ms,
             has_payload: r.payload.is_some(),
+            payload_fingerprint: r.payload,
             result: r.result,
         };
         let mut expired = None;
@@ -435,6 +439,11 @@ impl ReadOnlyDb {
             }
         }
         Ok(expired.map(inspected))
+    }
+
+    /// The fingerprint a claim with `payload` stores in this database.
+    pub(crate) fn payload_fingerprint(&self, payload: &[u8]) -> u64 {
+        crate::engine::payload_fingerprint(self.seed, payload)
     }
 
     /// Every stored dead letter of namespace `ns` (`dlq:<ns>`, laid out as

@@ -988,12 +988,12 @@ impl Inner {
         Ok(())
     }
 
-    /// Completes a replayed message's claim and stores its `Replayed` record: with a
-    /// durable tier in one atomic write.
     /// Records message `id`, whose handler succeeded after its claim of `key` ran out,
     /// as replayed (`done`, its history up to "applied"): the key is claimed again
     /// and completed with it, or, held or done by another claim meanwhile, the message
-    /// is stored as replayed alone, with a note saying so.
+    /// is stored as replayed alone, with a note saying so. A completion whose write
+    /// landed and whose fsync then failed is reported as what it is: the key done and
+    /// the message replayed, written but not known to be on disk.
     fn replayed_after_lease_lost(
         &self,
         id: u64,
@@ -1003,8 +1003,8 @@ impl Inner {
     ) -> Result<()> {
         let mid = MessageId(id);
         // The handler has applied the message: whatever the claim answers, the letter
-        // is recorded as replayed, so that no later replay applies it again.
-        // As the replay's own claim: with the letter's payload.
+        // is recorded as replayed, so that no later replay applies it again. The key
+        // is claimed as the replay's own claim was: with the letter's payload.
         let claimed = self
             .namespace()
             .and_then(|ns| ns.claim_with_payload(key, &done.payload));
@@ -1018,7 +1018,7 @@ impl Inner {
                  of the key is not caught"
             ),
             Ok(Claim::Acquired(guard)) => match self.complete_replayed(guard, id, &done) {
-                Ok(()) => {
+                Ok(Completed::Synced) => {
                     report.notes.insert(
                         mid,
                         "applied; the replay's claim ran out first and the key was claimed again to complete it"
@@ -1027,7 +1027,26 @@ impl Inner {
                     report.replayed.push(mid);
                     return Ok(());
                 }
-                // Its lease ran out again, or the store refused: the message was
+                // The key's done record and the message's `Replayed` record were
+                // written together, and read back so: only the fsync after them
+                // failed. Nothing is left to store (storing the letter again would
+                // write over the one the completion wrote); the note says what holds.
+                Ok(Completed::Unsynced(e)) => {
+                    report.notes.insert(
+                        mid,
+                        format!(
+                            "applied; the replay's claim ran out first and the key was \
+                             claimed again and completed: the key is recorded as done \
+                             and the message as replayed, in one write, but the fsync \
+                             after that write failed ({e}), so a power loss before the \
+                             next sync could still lose both"
+                        ),
+                    );
+                    report.replayed.push(mid);
+                    return Ok(());
+                }
+                // Its lease ran out again, or the store refused the write (nothing
+                // written; or what was cannot be read back to tell): the message was
                 // applied all the same, and is recorded so below (a refusing store
                 // refuses that too, and the replay stops with its error).
                 Err(e) => format!(
@@ -1048,7 +1067,12 @@ impl Inner {
         Ok(())
     }
 
-    fn complete_replayed(&self, guard: ClaimGuard, id: u64, letter: &Letter) -> Result<()> {
+    /// Completes a replayed message's claim and stores its `Replayed` record (`letter`):
+    /// with a durable tier in one atomic write. `Ok(Completed::Unsynced)` when the
+    /// write landed and only the grouped fsync after it failed; an error when nothing
+    /// was written ([`Error::LeaseLost`] among them), or when what was cannot be read
+    /// back.
+    fn complete_replayed(&self, guard: ClaimGuard, id: u64, letter: &Letter) -> Result<Completed> {
         match &self.home {
             #[cfg(feature = "durable")]
             Home::Engine { store: Some(_), .. } => {
@@ -1056,21 +1080,29 @@ impl Inner {
                 let op = crate::durable::StateOp::DeadLetter(key, letter.encode());
                 let r = guard.complete_co_committed(&[(String::new(), op)]);
                 let mut st = self.state.lock();
-                match &r {
+                match r {
                     Ok(()) => {
                         st.index.insert(id, Summary::of(letter));
+                        Ok(Completed::Synced)
                     }
-                    Err(Error::LeaseLost) => {}
+                    Err(Error::LeaseLost) => Err(Error::LeaseLost),
                     // A failed write wrote nothing, but a failed sync after the write
-                    // (group commit) left the letter written: the index follows what
-                    // is stored.
-                    Err(_) => {
-                        if let Ok(stored) = self.load(&st, id) {
+                    // (group commit) left the letter written, in the same batch as
+                    // the key's done record: the index follows what is stored, and a
+                    // letter stored as replayed says the write landed. (The letter
+                    // was not replayed before: a replay takes up only letters that
+                    // are not, and holds this one.)
+                    Err(e) => match self.load(&st, id) {
+                        Ok(stored) => {
                             st.index.insert(id, Summary::of(&stored));
+                            match stored.state {
+                                MessageState::Replayed => Ok(Completed::Unsynced(e)),
+                                _ => Err(e),
+                            }
                         }
-                    }
+                        Err(_) => Err(e),
+                    },
                 }
-                r
             }
             #[cfg(not(feature = "durable"))]
             Home::Engine {
@@ -1081,7 +1113,7 @@ impl Inner {
                 let mut st = self.state.lock();
                 st.memory.insert(id, letter.encode());
                 st.index.insert(id, Summary::of(letter));
-                Ok(())
+                Ok(Completed::Synced)
             }
             // No claim is ever taken through a store opened read-only.
             #[cfg(feature = "durable")]
@@ -1186,6 +1218,17 @@ impl Inner {
         self.store_letter(&mut st, id, &letter, None)?;
         Ok(true)
     }
+}
+
+/// How a replayed message's completion that was written ended.
+enum Completed {
+    /// Written, and synced as the namespace's `SyncPolicy` asks.
+    Synced,
+    /// Written (the key done and the message replayed: every reader sees both), and
+    /// the grouped fsync after the write failed with this error. (Only a durable
+    /// store has an fsync to fail.)
+    #[cfg_attr(not(feature = "durable"), allow(dead_code))]
+    Unsynced(Error),
 }
 
 /// Marks a message as taken up by a replay of this process, until dropped.
@@ -1488,7 +1531,12 @@ impl Dlq {
     /// returned: messages handled before it keep their outcome, and the message at
     /// hand is left as it was, except after a completion whose write landed and whose
     /// grouped fsync failed: it is recorded as replayed (its key done), and the error
-    /// returned.
+    /// returned. A handler that succeeded after its claim's lease ran out is recorded
+    /// as replayed whatever happens next, and the claim again that completes its key
+    /// reports in the message's note rather than stopping the replay: that the key
+    /// was held or completed by another claim meanwhile, could not be claimed or
+    /// completed (not recorded as done), or was completed with a write whose fsync
+    /// failed (recorded as done, written but not known to be on disk).
     pub fn replay(
         &self,
         selection: &Selection,
@@ -1821,10 +1869,12 @@ impl Dlq {
                     .push(step(IdempotencyCheck, Replayed, "applied".to_owned()));
                 done.state = Replayed;
                 match inner.complete_replayed(guard, id, &done) {
-                    Ok(()) => {
+                    Ok(Completed::Synced) => {
                         report.replayed.push(mid);
                         return Ok(());
                     }
+                    // Recorded as replayed, its key done, and the error returned.
+                    Ok(Completed::Unsynced(e)) => return Err(e),
                     Err(Error::LeaseLost) => {
                         // The handler applied the message; only the claim ran out.
                         // Sending it back to quarantine would apply it again at the
@@ -1834,8 +1884,7 @@ impl Dlq {
                         return inner.replayed_after_lease_lost(id, &letter.key, done, report);
                     }
                     // One atomic write: nothing was written, and the message is as it
-                    // was; or, if only the sync after the write failed (group
-                    // commit), it is recorded as replayed, and the error returned.
+                    // was.
                     Err(e) => return Err(e),
                 }
             }

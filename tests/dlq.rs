@@ -1250,6 +1250,55 @@ fn a_handler_that_outlives_its_claim_is_recorded_as_applied_when_the_key_cannot_
     assert_eq!(applied, 1);
 }
 
+/// A handler that outlives its claim's lease: the replay claims the key again and
+/// completes it with the message's record in one write, which lands, and whose
+/// grouped fsync fails. The key is done and the message replayed, and the report
+/// says so (before, its note said the key was "not recorded as done", and the
+/// replay tried to store the letter once more, over the one written).
+#[cfg(feature = "durable")]
+#[test]
+fn a_claim_again_whose_fsync_fails_after_its_write_is_reported_as_done() {
+    let (dir, clock, engine, ns, dlq, id) = durable_with_a_letter(b"k");
+    let mut applied = 0;
+    let r = dlq.replay(
+        &Selection::default(),
+        &any_schema,
+        |_: &[u8], _: &[u8]| {
+            applied += 1;
+            // Past the lease (5 s); from here every fsync the engine asks for fails.
+            clock.advance(secs(6));
+            engine.debug_fail_syncs(true);
+            Ok(())
+        },
+        ReplayMode::Execute,
+    );
+    engine.debug_fail_syncs(false);
+    let r = r.expect("the message is recorded as replayed: the report comes back");
+    assert_eq!(r.replayed, vec![id], "{r:?}");
+    let note = &r.notes[&id];
+    assert!(!note.contains("not recorded as done"), "{note}");
+    assert!(note.contains("claimed again and completed"), "{note}");
+    assert!(note.contains("fsync"), "{note}");
+    // As the note says: the key is done, the message replayed.
+    assert!(ns.claim(b"k").unwrap().is_duplicate());
+    assert_eq!(dlq.get(id).unwrap().state(), MessageState::Replayed);
+    assert_eq!(
+        dlq.get(id).unwrap().replay_outcome(),
+        Some(ReplayOutcome::Applied)
+    );
+    // Written (a process that goes on, or restarts, reads both): after a restart the
+    // key is done on disk and nothing is applied again.
+    drop((dlq, ns, engine));
+    let (_engine, ns, dlq) = open(&dir, &clock);
+    assert!(ns.claim(b"k").unwrap().is_duplicate());
+    assert_eq!(dlq.get(id).unwrap().state(), MessageState::Replayed);
+    let again = execute(&dlq, &Selection::default(), |_: &[u8], _: &[u8]| {
+        panic!("nothing is left to apply")
+    });
+    assert_eq!(again.total(), 0, "{again:?}");
+    assert_eq!(applied, 1);
+}
+
 /// A clock that moves on by `step` at every reading while `racing` is set: every
 /// claim's lease has run out by its completion.
 #[derive(Clone)]

@@ -183,19 +183,90 @@ pub enum ReplayOutcome {
 /// A dead letter with its history, as [`Dlq::get`] and [`Dlq::list`] return it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeadLetter {
-    id: MessageId,
-    state: MessageState,
-    letter: Letter,
+    header: DeadLetterHeader,
+    payload: Vec<u8>,
 }
 
 impl DeadLetter {
     /// Its id.
     pub fn id(&self) -> MessageId {
-        self.id
+        self.header.id
     }
 
     /// Its state now. While a replay in this process works on the message, the step
     /// it is at; the history gets those steps when the replay writes the outcome.
+    pub fn state(&self) -> MessageState {
+        self.header.state
+    }
+
+    /// The message's key in the namespace.
+    pub fn key(&self) -> &[u8] {
+        self.header.key()
+    }
+
+    /// The payload as quarantined (a schema transform is applied at replay, never
+    /// stored).
+    pub fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+
+    /// Why it was (last) quarantined: the quarantine reason, or the error of the last
+    /// replay that failed.
+    pub fn reason(&self) -> &str {
+        self.header.reason()
+    }
+
+    /// The classification that starts [`reason`](Self::reason): everything before the
+    /// first whitespace (`downstream-unavailable:payments-api`).
+    pub fn reason_class(&self) -> &str {
+        self.header.reason_class()
+    }
+
+    /// How many times a replay ran the handler on it.
+    pub fn attempts(&self) -> u32 {
+        self.header.attempts()
+    }
+
+    /// When it was quarantined (wall-clock ms).
+    pub fn quarantined_at_ms(&self) -> u64 {
+        self.header.quarantined_at_ms()
+    }
+
+    /// Every transition, oldest first; the first is the quarantine.
+    pub fn history(&self) -> &[Transition] {
+        self.header.history()
+    }
+
+    /// For a replayed message, whether the replay applied it or found it done.
+    pub fn replay_outcome(&self) -> Option<ReplayOutcome> {
+        self.header.replay_outcome()
+    }
+
+    /// Everything but the payload's bytes.
+    pub fn header(&self) -> &DeadLetterHeader {
+        &self.header
+    }
+}
+
+/// A dead letter without its payload's bytes (its length only), as
+/// [`Dlq::list_headers`] returns it: what a listing needs, read without holding
+/// payloads (up to [`MAX_DEAD_LETTER_PAYLOAD`] each) in memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetterHeader {
+    id: MessageId,
+    state: MessageState,
+    /// The letter, its payload left empty.
+    letter: Letter,
+    payload_len: usize,
+}
+
+impl DeadLetterHeader {
+    /// Its id.
+    pub fn id(&self) -> MessageId {
+        self.id
+    }
+
+    /// Its state now, as [`DeadLetter::state`] says.
     pub fn state(&self) -> MessageState {
         self.state
     }
@@ -205,20 +276,18 @@ impl DeadLetter {
         &self.letter.key
     }
 
-    /// The payload as quarantined (a schema transform is applied at replay, never
-    /// stored).
-    pub fn payload(&self) -> &[u8] {
-        &self.letter.payload
+    /// The length of the payload as quarantined, in bytes ([`Dlq::get`] reads it).
+    pub fn payload_len(&self) -> usize {
+        self.payload_len
     }
 
-    /// Why it was (last) quarantined: the quarantine reason, or the error of the last
-    /// replay that failed.
+    /// Why it was (last) quarantined, as [`DeadLetter::reason`] says.
     pub fn reason(&self) -> &str {
         &self.letter.reason
     }
 
     /// The classification that starts [`reason`](Self::reason): everything before the
-    /// first whitespace (`downstream-unavailable:payments-api`).
+    /// first whitespace.
     pub fn reason_class(&self) -> &str {
         reason_class(&self.letter.reason)
     }
@@ -748,9 +817,6 @@ struct State {
     busy: HashMap<u64, MessageState>,
 }
 
-/// A stored message: its id and its encoded letter.
-type Stored = (u64, Vec<u8>);
-
 /// Where a dead-letter store keeps its messages, and whose claim state its replays
 /// go through.
 enum Home {
@@ -778,14 +844,16 @@ impl Home {
         }
     }
 
-    /// The next id to hand out, every stored message by ascending id (the
-    /// memory-only store starts empty), and how many damaged keys the store holds
-    /// among them.
-    /// The id counter, the stored letters, how many damaged keys lie among them (the
-    /// counter's own damage not included), and whether the counter is damaged.
-    fn stored(&self) -> Result<(u64, Vec<Stored>, u64, bool)> {
+    /// Calls `letter` with every stored message (id, encoded letter), by ascending id,
+    /// one at a time (the memory-only store starts empty); returns the id counter, how
+    /// many damaged keys lie among the letters (the counter's own damage not
+    /// included), and whether the counter is damaged.
+    fn scan(&self, letter: &mut dyn FnMut(u64, &[u8])) -> Result<(u64, u64, bool)> {
         match self {
-            Home::Engine { store: None, .. } => Ok((1, Vec::new(), 0, false)),
+            Home::Engine { store: None, .. } => {
+                let _ = letter;
+                Ok((1, 0, false))
+            }
             #[cfg(feature = "durable")]
             Home::Engine { ns, store: Some(s) } => {
                 // A damaged id counter is read as 1 (the scan counts it as a damaged
@@ -795,9 +863,9 @@ impl Home {
                     Err(Error::CorruptDeadLetter { .. }) => (1, true),
                     next => (next?, false),
                 };
-                let (letters, damaged) = s.dlq_scan(ns.name())?;
+                let damaged = s.dlq_scan(ns.name(), letter)?;
                 let damaged = damaged.saturating_sub(u64::from(counter_damaged));
-                Ok((next, letters, damaged, counter_damaged))
+                Ok((next, damaged, counter_damaged))
             }
             #[cfg(not(feature = "durable"))]
             Home::Engine {
@@ -805,8 +873,8 @@ impl Home {
             } => match *never {},
             #[cfg(feature = "durable")]
             Home::ReadOnly { name, db } => {
-                let (letters, damaged) = db.dead_letters(name)?;
-                Ok((1, letters, damaged, false))
+                let damaged = db.dead_letters(name, letter)?;
+                Ok((1, damaged, false))
             }
         }
     }
@@ -828,30 +896,36 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
+    /// Opens the store in `home`: one scan of its letters, each decoded (and checked)
+    /// whole but for its payload, which is neither copied nor kept. The index keeps
+    /// each message's summary; payloads are read when a message is read, one at a
+    /// time ([`Inner::load`]).
     fn open(home: Home, clock: std::sync::Arc<dyn Clock>) -> Result<Inner> {
-        let (next_id, stored, damaged_keys, counter_damaged) = home.stored()?;
-        let mut st = State {
-            next_id,
-            index: BTreeMap::new(),
-            corrupt: BTreeSet::new(),
+        let mut index = BTreeMap::new();
+        let mut corrupt = BTreeSet::new();
+        let mut last = None;
+        let (next_id, damaged_keys, counter_damaged) = home.scan(&mut |id, bytes| {
+            match Letter::decode_without_payload(bytes) {
+                Ok((l, _)) => {
+                    index.insert(id, Summary::of(&l));
+                }
+                Err(e) => {
+                    tracing::warn!(namespace = %home.name(), id, error = %e, "corrupt dead letter");
+                    corrupt.insert(id);
+                }
+            }
+            last = Some(id);
+        })?;
+        let st = State {
+            // Never hand out an id that is taken, whatever the counter says.
+            next_id: last.map_or(next_id, |id: u64| next_id.max(id.saturating_add(1))),
+            index,
+            corrupt,
             damaged_keys,
             counter_damaged,
             memory: BTreeMap::new(),
             busy: HashMap::new(),
         };
-        for (id, bytes) in stored {
-            match Letter::decode(&bytes) {
-                Ok(l) => {
-                    st.index.insert(id, Summary::of(&l));
-                }
-                Err(e) => {
-                    tracing::warn!(namespace = %home.name(), id, error = %e, "corrupt dead letter");
-                    st.corrupt.insert(id);
-                }
-            }
-            // Never hand out an id that is taken, whatever the counter says.
-            st.next_id = st.next_id.max(id.saturating_add(1));
-        }
         Ok(Inner {
             home,
             clock,
@@ -924,23 +998,41 @@ impl Inner {
         }
     }
 
-    /// The stored letter `id`: unknown and corrupt ids are errors.
-    fn load(&self, st: &State, id: u64) -> Result<Letter> {
-        let bytes = match &self.home {
-            Home::Engine { store: None, .. } => st.memory.get(&id).cloned(),
+    /// `decode` of the stored bytes of letter `id`, read in place: unknown ids are
+    /// errors, and so are bytes that do not decode.
+    fn read<T>(
+        &self,
+        st: &State,
+        id: u64,
+        decode: impl FnOnce(&[u8]) -> std::result::Result<T, codec::DecodeError>,
+    ) -> Result<T> {
+        let decoded = match &self.home {
+            Home::Engine { store: None, .. } => st.memory.get(&id).map(|b| decode(b)),
             #[cfg(feature = "durable")]
-            Home::Engine { ns, store: Some(s) } => s.dlq_get(ns.name(), id)?,
+            Home::Engine { ns, store: Some(s) } => s.dlq_read(ns.name(), id, decode)?,
             #[cfg(not(feature = "durable"))]
             Home::Engine {
                 store: Some(never), ..
             } => match *never {},
             #[cfg(feature = "durable")]
-            Home::ReadOnly { name, db } => db.dead_letter(name, id)?,
+            Home::ReadOnly { name, db } => db.dead_letter(name, id, decode)?,
         };
-        let Some(bytes) = bytes else {
-            return Err(self.unknown(id));
-        };
-        Letter::decode(&bytes).map_err(|e| self.corrupt(id, e.to_string()))
+        match decoded {
+            None => Err(self.unknown(id)),
+            Some(d) => d.map_err(|e| self.corrupt(id, e.to_string())),
+        }
+    }
+
+    /// The stored letter `id`, its payload included: unknown and corrupt ids are
+    /// errors.
+    fn load(&self, st: &State, id: u64) -> Result<Letter> {
+        self.read(st, id, Letter::decode)
+    }
+
+    /// The stored letter `id` but its payload (left empty), and the payload's length:
+    /// unknown and corrupt ids are errors, as for [`Inner::load`].
+    fn load_without_payload(&self, st: &State, id: u64) -> Result<(Letter, usize)> {
+        self.read(st, id, Letter::decode_without_payload)
     }
 
     /// Stores `letter` as message `id` (with the id counter when `next` is given).
@@ -1092,8 +1184,8 @@ impl Inner {
                     // letter stored as replayed says the write landed. (The letter
                     // was not replayed before: a replay takes up only letters that
                     // are not, and holds this one.)
-                    Err(e) => match self.load(&st, id) {
-                        Ok(stored) => {
+                    Err(e) => match self.load_without_payload(&st, id) {
+                        Ok((stored, _)) => {
                             st.index.insert(id, Summary::of(&stored));
                             match stored.state {
                                 MessageState::Replayed => Ok(Completed::Unsynced(e)),
@@ -1147,7 +1239,8 @@ impl Inner {
         if let Some(class) = &sel.class {
             let mut kept = Vec::with_capacity(out.len());
             for id in out {
-                if class_matches(reason_class(&self.load(st, id)?.reason), class) {
+                let (letter, _) = self.load_without_payload(st, id)?;
+                if class_matches(reason_class(&letter.reason), class) {
                     kept.push(id);
                 }
             }
@@ -1159,11 +1252,23 @@ impl Inner {
         Ok(out)
     }
 
-    fn dead_letter(&self, st: &State, id: u64, letter: Letter) -> DeadLetter {
+    /// Message `id` as `get` and `list` show it, from its stored `letter`.
+    fn dead_letter(&self, st: &State, id: u64, mut letter: Letter) -> DeadLetter {
+        let payload = std::mem::take(&mut letter.payload);
         DeadLetter {
+            header: self.header(st, id, letter, payload.len()),
+            payload,
+        }
+    }
+
+    /// Message `id` as `list_headers` shows it, from its stored `letter` (its payload
+    /// left out) and its payload's length.
+    fn header(&self, st: &State, id: u64, letter: Letter, payload_len: usize) -> DeadLetterHeader {
+        DeadLetterHeader {
             id: MessageId(id),
             state: st.busy.get(&id).copied().unwrap_or(letter.state),
             letter,
+            payload_len,
         }
     }
 
@@ -1475,7 +1580,10 @@ impl Dlq {
         Ok(self.inner.dead_letter(&st, id.0, letter))
     }
 
-    /// The messages `selection` picks, oldest first, each with its history.
+    /// The messages `selection` picks, oldest first, each with its history and its
+    /// payload. Each payload is read when its message is (up to
+    /// [`MAX_DEAD_LETTER_PAYLOAD`] each, all held in what this returns);
+    /// [`list_headers`](Self::list_headers) lists without them.
     pub fn list(&self, selection: &Selection) -> Result<Vec<DeadLetter>> {
         let st = self.inner.state.lock();
         let ids = self.inner.select(&st, selection)?;
@@ -1483,6 +1591,21 @@ impl Dlq {
             .map(|id| {
                 let letter = self.inner.load(&st, id)?;
                 Ok(self.inner.dead_letter(&st, id, letter))
+            })
+            .collect()
+    }
+
+    /// [`list`](Self::list) without the payloads: the messages `selection` picks,
+    /// oldest first, each with its history and its payload's length. No payload is
+    /// copied or kept: a listing of large payloads takes the memory of their headers
+    /// only. [`get`](Self::get) reads one message's payload.
+    pub fn list_headers(&self, selection: &Selection) -> Result<Vec<DeadLetterHeader>> {
+        let st = self.inner.state.lock();
+        let ids = self.inner.select(&st, selection)?;
+        ids.into_iter()
+            .map(|id| {
+                let (letter, len) = self.inner.load_without_payload(&st, id)?;
+                Ok(self.inner.header(&st, id, letter, len))
             })
             .collect()
     }

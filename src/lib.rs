@@ -173,10 +173,11 @@ pub use config::{
     MAX_PREFILTER_FPR, MAX_RETENTION, MIN_BACKGROUND_INTERVAL, MIN_PREFILTER_FPR,
 };
 pub use dlq::{
-    DeadLetter, Dlq, DlqHealth, DlqPolicy, HandlerFailure, MessageId, MessageState, PolicyReport,
-    ReplayMode, ReplayOutcome, ReplayReport, SchemaCheck, SchemaVerdict, Selection, Transition,
-    ACTOR_AUTO_ARCHIVE, ACTOR_AUTO_REPLAY, DEFAULT_ACTOR, DEFAULT_BASELINE_WINDOW,
-    DEFAULT_RECENT_WINDOW, MAX_ACTOR_LEN, MAX_DEAD_LETTER_PAYLOAD, MAX_REASON_LEN,
+    DeadLetter, DeadLetterHeader, Dlq, DlqHealth, DlqPolicy, HandlerFailure, MessageId,
+    MessageState, PolicyReport, ReplayMode, ReplayOutcome, ReplayReport, SchemaCheck,
+    SchemaVerdict, Selection, Transition, ACTOR_AUTO_ARCHIVE, ACTOR_AUTO_REPLAY, DEFAULT_ACTOR,
+    DEFAULT_BASELINE_WINDOW, DEFAULT_RECENT_WINDOW, MAX_ACTOR_LEN, MAX_DEAD_LETTER_PAYLOAD,
+    MAX_REASON_LEN,
 };
 #[cfg(feature = "durable")]
 pub use durable::inspect::{
@@ -216,11 +217,30 @@ pub mod __fuzz {
         Some(decoded.ok()?.encode())
     }
 
-    /// Decodes a stored dead letter; on success returns its re-encoding.
+    /// Decodes a stored dead letter; on success returns its re-encoding. Panics if
+    /// the decode without the payload (a store's open) disagrees with the full one.
     pub fn letter_roundtrip(bytes: &[u8]) -> Option<Vec<u8>> {
-        crate::dlq::codec::Letter::decode(bytes)
-            .ok()
-            .map(|l| l.encode())
+        use crate::dlq::codec::Letter;
+        let full = Letter::decode(bytes);
+        // The decoder without the payload (a store's open) refuses and accepts alike.
+        let header = Letter::decode_without_payload(bytes);
+        let same = match (&full, &header) {
+            (Ok(l), Ok((h, len))) => {
+                *len == l.payload.len()
+                    && *h
+                        == Letter {
+                            payload: Vec::new(),
+                            ..l.clone()
+                        }
+            }
+            (Err(a), Err(b)) => a == b,
+            _ => false,
+        };
+        assert!(
+            same,
+            "decoding without the payload disagrees: {full:?} / {header:?}"
+        );
+        full.ok().map(|l| l.encode())
     }
 
     /// Parses any bytes as a claim-marker journal (see `durable::journal::fuzz_parse`);

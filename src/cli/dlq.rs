@@ -9,8 +9,8 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use idem::{
-    DeadLetter, Dlq, Engine, HandlerFailure, MessageId, MessageState, NamespaceConfig, ReplayMode,
-    ReplayReport, SchemaVerdict, Selection, SystemClock,
+    DeadLetter, DeadLetterHeader, Dlq, Engine, HandlerFailure, MessageId, MessageState,
+    NamespaceConfig, ReplayMode, ReplayReport, SchemaVerdict, Selection, SystemClock,
 };
 
 use super::{grouped, number};
@@ -359,7 +359,10 @@ fn printable(b: &[u8], max: usize) -> String {
 }
 
 fn list(dlq: &Dlq, o: &Options) -> Result<(), String> {
-    let messages = dlq.list(&o.selection()).map_err(|e| e.to_string())?;
+    // The table prints no payload: none is read.
+    let messages = dlq
+        .list_headers(&o.selection())
+        .map_err(|e| e.to_string())?;
     let now = now_ms();
     outln!(
         "{:>8}  {:<18} {:>8} {:>9}  {:<40} key",
@@ -635,18 +638,20 @@ fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
     // archived ones) before doing anything: those are left out here unless the
     // command named them itself, so that `--all` never stops half way. `--limit`
     // counts the messages left, as `Dlq::replay`'s does.
-    let replayable = |m: &DeadLetter| {
+    let replayable = |m: &DeadLetterHeader| {
         matches!(
             m.state(),
             MessageState::Quarantined | MessageState::UnderReview
         )
     };
+    // Ids and states only: the payloads are read one message at a time, as the
+    // replay (or the schema command) takes each up.
     let selected: Vec<MessageId> = dlq
-        .list(&o.unlimited_selection())
+        .list_headers(&o.unlimited_selection())
         .map_err(|e| e.to_string())?
         .iter()
         .filter(|m| !o.ids.is_empty() || replayable(m))
-        .map(DeadLetter::id)
+        .map(DeadLetterHeader::id)
         .take(o.limit.unwrap_or(usize::MAX))
         .collect();
     let total = selected.len() as u64;

@@ -120,6 +120,20 @@ impl Letter {
 
     /// Decodes one dead letter, refusing anything malformed.
     pub(crate) fn decode(bytes: &[u8]) -> Result<Letter, DecodeError> {
+        Letter::decode_as(bytes, true).map(|(letter, _)| letter)
+    }
+
+    /// Decodes one dead letter without copying its payload: the letter with an empty
+    /// payload, and the payload's length. Exactly as strict as [`Letter::decode`]
+    /// (every byte is checked, the payload's length and presence included): the same
+    /// bytes are refused with the same error.
+    pub(crate) fn decode_without_payload(bytes: &[u8]) -> Result<(Letter, usize), DecodeError> {
+        Letter::decode_as(bytes, false)
+    }
+
+    /// The decoder: the letter, its payload copied only `with_payload`, and the
+    /// payload's length.
+    fn decode_as(bytes: &[u8], with_payload: bool) -> Result<(Letter, usize), DecodeError> {
         let mut r = Reader::new(bytes);
         let version = r.u8()?;
         if version != LETTER_VERSION {
@@ -151,7 +165,11 @@ impl Letter {
         if payload_len as usize > MAX_DEAD_LETTER_PAYLOAD {
             return Err(DecodeError::PayloadTooLong(payload_len));
         }
-        let payload = r.take(payload_len as usize)?.to_vec();
+        let payload = r.take(payload_len as usize)?;
+        let payload = match with_payload {
+            true => payload.to_vec(),
+            false => Vec::new(),
+        };
         let reason = text16(&mut r)?;
         let count = r.u32()? as usize;
         // Never trust a count for an allocation: each entry takes bytes that must be there.
@@ -176,7 +194,7 @@ impl Letter {
         if r.remaining() != 0 {
             return Err(DecodeError::TrailingBytes);
         }
-        Ok(Letter {
+        let letter = Letter {
             state,
             already_done: flags & FLAG_ALREADY_DONE != 0,
             attempts,
@@ -185,7 +203,8 @@ impl Letter {
             payload,
             reason,
             history,
-        })
+        };
+        Ok((letter, payload_len as usize))
     }
 }
 
@@ -304,6 +323,50 @@ mod tests {
         let b = sample().encode();
         for n in 0..b.len() {
             assert_eq!(Letter::decode(&b[..n]), Err(DecodeError::Truncated), "{n}");
+            assert_eq!(
+                Letter::decode_without_payload(&b[..n]),
+                Err(DecodeError::Truncated),
+                "{n}"
+            );
+        }
+    }
+
+    /// What the store's open reads: the letter but its payload, which is checked as
+    /// strictly (its length, its bytes' presence) and never copied.
+    #[test]
+    fn decoding_without_the_payload_is_as_strict_and_keeps_everything_else() {
+        let b = sample().encode();
+        let (header, len) = Letter::decode_without_payload(&b).unwrap();
+        assert_eq!(len, sample().payload.len());
+        assert_eq!(
+            header,
+            Letter {
+                payload: Vec::new(),
+                ..sample()
+            }
+        );
+        // Every single-byte change (and a byte more) is refused or accepted alike,
+        // with the same error or the same letter but its payload.
+        let mut variants = vec![[b.as_slice(), &[0]].concat()];
+        for i in 0..b.len() {
+            for v in [0u8, 1, 2, 5, 7, 0x7f, 0xff] {
+                let mut c = b.clone();
+                c[i] = v;
+                variants.push(c);
+            }
+        }
+        for c in variants {
+            let full = Letter::decode(&c).map(|l| {
+                let len = l.payload.len();
+                (
+                    Letter {
+                        payload: Vec::new(),
+                        ..l
+                    },
+                    len,
+                )
+            });
+            assert_eq!(Letter::decode_without_payload(&c), full, "{c:?}");
         }
     }
 

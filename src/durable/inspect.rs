@@ -446,26 +446,39 @@ impl ReadOnlyDb {
         crate::engine::payload_fingerprint(self.seed, payload)
     }
 
-    /// Every stored dead letter of namespace `ns` (`dlq:<ns>`, laid out as
-    /// `src/durable/store/dlq.rs` describes), by ascending id; none if the family is
-    /// not there (a database from before the dead-letter store); and how many keys
-    /// of the letters' range are damaged (not a letter's: left, and counted).
-    pub(crate) fn dead_letters(&self, ns: &str) -> Result<super::Letters, Error> {
+    /// Calls `letter` with every stored dead letter of namespace `ns` (`dlq:<ns>`,
+    /// laid out as `src/durable/store/dlq.rs` describes), by ascending id, one at a
+    /// time, its bytes read in place and never copied; none if the family is not
+    /// there (a database from before the dead-letter store). Returns how many keys of
+    /// the letters' range are damaged (not a letter's: left, and counted).
+    pub(crate) fn dead_letters(
+        &self,
+        ns: &str,
+        letter: &mut dyn FnMut(u64, &[u8]),
+    ) -> Result<u64, Error> {
         let Some(cf) = self.db.cf_handle(&format!("dlq:{ns}")) else {
-            return Ok((Vec::new(), 0));
+            return Ok(0);
         };
-        let mode = IteratorMode::From(&super::DLQ_LETTERS_FROM, rocksdb::Direction::Forward);
-        super::scan_letters(ns, self.db.iterator_cf(cf, mode))
+        let it = self.db.raw_iterator_cf_opt(cf, super::dlq_scan_options());
+        super::scan_letters(ns, it, letter)
     }
 
-    /// The stored bytes of dead letter `id` of namespace `ns`, if any.
-    pub(crate) fn dead_letter(&self, ns: &str, id: u64) -> Result<Option<Vec<u8>>, Error> {
+    /// `read` of the stored bytes of dead letter `id` of namespace `ns`, if there is
+    /// one, read in place (pinned), never copied.
+    pub(crate) fn dead_letter<R>(
+        &self,
+        ns: &str,
+        id: u64,
+        read: impl FnOnce(&[u8]) -> R,
+    ) -> Result<Option<R>, Error> {
         let Some(cf) = self.db.cf_handle(&format!("dlq:{ns}")) else {
             return Ok(None);
         };
-        self.db
-            .get_cf(cf, super::dlq_message_key(id))
-            .map_err(|e| store_err("read dead letter", e))
+        let v = self
+            .db
+            .get_pinned_cf(cf, super::dlq_message_key(id))
+            .map_err(|e| store_err("read dead letter", e))?;
+        Ok(v.map(|v| read(&v)))
     }
 }
 

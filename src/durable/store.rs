@@ -22,7 +22,7 @@ use crate::prefilter::{bloom_hash, Prefilter, PINNED};
 
 mod dlq;
 pub(crate) use dlq::{
-    message_key as dlq_message_key, scan_letters, Letters, LETTERS_FROM as DLQ_LETTERS_FROM,
+    message_key as dlq_message_key, scan_letters, scan_options as dlq_scan_options,
 };
 
 /// The database format this build writes: stored under [`FORMAT_KEY`].

@@ -9,17 +9,13 @@
 //! Ids are big-endian so that a scan returns messages in quarantine order. The
 //! counter is written in the same atomic write as the message that takes an id.
 
-use rocksdb::{WriteBatch, WriteOptions};
+use rocksdb::{DBRawIterator, ReadOptions, WriteBatch, WriteOptions};
 
 use super::{store_err, Store};
 use crate::error::Error;
 
 const NEXT_KEY: &[u8] = b"next";
 const MESSAGE_TAG: u8 = b'm';
-
-/// A scan of a namespace's dead letters: the letters (id, stored bytes) by ascending
-/// id, and how many damaged keys (not a letter's) lie among them.
-pub(crate) type Letters = (Vec<(u64, Vec<u8>)>, u64);
 
 /// The column family of namespace `ns`'s dead letters.
 pub(super) fn cf_name(ns: &str) -> String {
@@ -28,7 +24,7 @@ pub(super) fn cf_name(ns: &str) -> String {
 
 /// Where the letters' range starts: every key from here on is a letter's, or a
 /// damaged one counted as such (by the engine and by a read-only open alike).
-pub(crate) const LETTERS_FROM: [u8; 1] = [MESSAGE_TAG];
+const LETTERS_FROM: [u8; 1] = [MESSAGE_TAG];
 
 /// The store key of dead letter `id`.
 pub(crate) fn message_key(id: u64) -> [u8; 9] {
@@ -58,21 +54,34 @@ impl Store {
         }
     }
 
-    /// The stored bytes of dead letter `id`, if any.
-    pub(crate) fn dlq_get(&self, ns: &str, id: u64) -> Result<Option<Vec<u8>>, Error> {
+    /// `read` of the stored bytes of dead letter `id`, if there is one: the bytes are
+    /// read in place (pinned in RocksDB), never copied.
+    pub(crate) fn dlq_read<R>(
+        &self,
+        ns: &str,
+        id: u64,
+        read: impl FnOnce(&[u8]) -> R,
+    ) -> Result<Option<R>, Error> {
         let cf = self.cf(&cf_name(ns))?;
-        self.db
-            .get_cf(cf, message_key(id))
-            .map_err(|e| store_err("read dead letter", e))
+        let v = self
+            .db
+            .get_pinned_cf(cf, message_key(id))
+            .map_err(|e| store_err("read dead letter", e))?;
+        Ok(v.map(|v| read(&v)))
     }
 
-    /// Every dead letter of `ns`, by ascending id, and how many keys among them are
-    /// not a letter's (damaged: no id can be read from them). Those are left where
-    /// they are and counted, so that one damaged key does not hide every letter.
-    pub(crate) fn dlq_scan(&self, ns: &str) -> Result<Letters, Error> {
+    /// Calls `letter` with every dead letter of `ns` (id, stored bytes), by ascending
+    /// id, and returns how many keys among them are not a letter's (damaged: no id can
+    /// be read from them). Those are left where they are and counted, so that one
+    /// damaged key does not hide every letter. One letter's bytes at a time, read in
+    /// place and never copied: the scan holds no payload.
+    pub(crate) fn dlq_scan(
+        &self,
+        ns: &str,
+        letter: &mut dyn FnMut(u64, &[u8]),
+    ) -> Result<u64, Error> {
         let cf = self.cf(&cf_name(ns))?;
-        let mode = rocksdb::IteratorMode::From(&LETTERS_FROM, rocksdb::Direction::Forward);
-        scan_letters(ns, self.db.iterator_cf(cf, mode))
+        scan_letters(ns, self.db.raw_iterator_cf_opt(cf, scan_options()), letter)
     }
 
     /// Stores dead letter `id`; with `next`, also the id counter, in the same write.
@@ -105,30 +114,38 @@ impl Store {
     }
 }
 
-/// The dead letters of namespace `ns` from an iterator placed at the first letter's
-/// key: the letters by id, and the count of keys of the letters' range that are not
-/// 9 bytes long (each logged).
-pub(crate) fn scan_letters<K: AsRef<[u8]>, V: Into<Vec<u8>>>(
+/// The read options of a scan of the letters: a scan that reads every letter once
+/// (a store's open) does not fill the block cache with them.
+pub(crate) fn scan_options() -> ReadOptions {
+    let mut o = ReadOptions::default();
+    o.fill_cache(false);
+    o
+}
+
+/// Calls `letter` with each dead letter of namespace `ns` (id, stored bytes, read in
+/// place) from a raw iterator over its family, by ascending id, and returns the count
+/// of keys of the letters' range that are not 9 bytes long (each logged), the id
+/// counter's if damaged included.
+pub(crate) fn scan_letters(
     ns: &str,
-    items: impl Iterator<Item = Result<(K, V), rocksdb::Error>>,
-) -> Result<Letters, Error> {
-    let mut letters = Vec::new();
+    mut it: DBRawIterator<'_>,
+    letter: &mut dyn FnMut(u64, &[u8]),
+) -> Result<u64, Error> {
     let mut damaged = 0;
-    for item in items {
-        let (k, v) = item.map_err(|e| store_err("scan dead letters", e))?;
-        let k = k.as_ref();
+    it.seek(LETTERS_FROM);
+    while let (Some(k), Some(v)) = (it.key(), it.value()) {
         if k.first() != Some(&MESSAGE_TAG) {
             // Past the letters: the id counter comes next, and a damaged one is
             // counted here too (for the engine, which reads it as 1, and for a
             // read-only open alike).
-            if k == NEXT_KEY && v.into().len() != 8 {
+            if k == NEXT_KEY && v.len() != 8 {
                 tracing::warn!(namespace = %ns, "the dead-letter id counter is damaged");
                 damaged += 1;
             }
             break;
         }
         match <[u8; 8]>::try_from(&k[1..]) {
-            Ok(id) => letters.push((u64::from_be_bytes(id), v.into())),
+            Ok(id) => letter(u64::from_be_bytes(id), v),
             Err(_) => {
                 tracing::warn!(
                     namespace = %ns,
@@ -138,6 +155,9 @@ pub(crate) fn scan_letters<K: AsRef<[u8]>, V: Into<Vec<u8>>>(
                 damaged += 1;
             }
         }
+        it.next();
     }
-    Ok((letters, damaged))
+    // An iterator that stopped on an error is not at the end of the letters.
+    it.status().map_err(|e| store_err("scan dead letters", e))?;
+    Ok(damaged)
 }

@@ -351,13 +351,15 @@ impl NamespaceConfig {
     /// Sizes each shard's index for its share of `max_keys` when the engine is built,
     /// instead of doubling it as keys arrive (default `false`; without it each shard's
     /// index starts with one 4 KiB page of room, 672 keys, or its share of `max_keys`
-    /// if that is smaller, and doubles from there). An index of 1,024 buckets or
-    /// more doubles into an array the maintenance thread made ahead, a few entries
-    /// with each insert (about 15 an insert over the last sixteenth of its room:
-    /// a few tenths of a microsecond on the benchmark machine); a smaller one, or one
-    /// whose array was not made in time, places every entry of the shard again while
-    /// its lock is held, a pause for the claims of that shard of about 6.5 ns an
-    /// entry (35 us at 5,376 entries). Preallocated, a namespace filling up to
+    /// if that is smaller, and doubles from there). An index doubles into an array
+    /// made ahead, a few entries with each insert (about 15 an insert over the last
+    /// sixteenth of its room: a few tenths of a microsecond on the benchmark
+    /// machine): from 1,024 buckets on the maintenance thread makes it, a smaller
+    /// one the claim that reaches that sixteenth (after letting the shard's lock
+    /// go: up to 64 KiB allocated and written in that claim). One whose array was
+    /// not made in time places every entry of the shard again while its lock is
+    /// held, a pause for the claims of that shard of about 6.5 ns an entry (35 us
+    /// at 5,376 entries). Preallocated, a namespace filling up to
     /// `max_keys` never doubles. The price: the index's full size, 6 to 12
     /// bytes per key of `max_keys` (its bucket count is a power of two), is taken from
     /// the start, and a shard that draws more than its share through the common pool

@@ -3139,7 +3139,9 @@ mod tests {
         let filler = Filler::new(10_000);
         assert_eq!(log2_buckets(&filler.ns), [6]);
         let hint = filler.ns.inner.slots[0].hint();
-        filler.fill_to(super::EARLY_ROOM);
+        // Up to the mark where the claim makes the next array (whose move then ends
+        // by the page's last entry).
+        filler.fill_to(super::EARLY_ROOM - super::EARLY_ROOM / 16);
         assert_eq!(
             filler.ns.inner.slots[0].hint(),
             hint,
@@ -3777,6 +3779,52 @@ mod tests {
         assert_eq!(addrs(&f), (spare, None));
     }
 
+    /// An index under `SPARE_FROM` buckets doubles as a larger one does, into a
+    /// spare array, a few entries with each insert, instead of placing every entry
+    /// again while its lock is held: the claim that brings it to its mark makes the
+    /// spare after letting the lock go (no maintenance pass, no thread), and gives
+    /// it to the shard. Before, the doubling placed all 672 entries of the first
+    /// page (5,376 at 512 buckets, about 35 us) inside one claim, and every other
+    /// claim of the shard waited for it.
+    #[test]
+    fn a_small_index_at_its_mark_is_given_a_spare_by_its_claim_and_moves_into_it() {
+        let f = Filler::new(100_000);
+        let addrs = |f: &Filler| f.ns.inner.slots[0].lock().index_addrs();
+        let mark = super::EARLY_ROOM - super::EARLY_ROOM / 16;
+        f.fill_to(mark - 1);
+        let (page, none) = addrs(&f);
+        assert_eq!(none, None, "not before the mark");
+        f.fill_to(mark);
+        let (array, spare) = addrs(&f);
+        let spare = spare.expect("made by the claim that reached the mark");
+        assert_eq!(array, page, "still moving");
+        // The entries move a few an insert; the spare is the array before the page
+        // is full.
+        f.fill_to(super::EARLY_ROOM);
+        assert_eq!(addrs(&f), (spare, None));
+        assert_eq!(f.ns.inner.slots[0].hint() & 63, 7, "128 buckets");
+        for i in 0..super::EARLY_ROOM {
+            let dup = f.ns.claim(format!("k{i}").as_bytes()).unwrap();
+            assert!(matches!(dup, crate::Claim::Duplicate(_)), "k{i}: {dup:?}");
+        }
+        // And so on at every doubling under `SPARE_FROM` buckets.
+        let room_of_512 = super::EARLY_ROOM * 8;
+        f.fill_to(room_of_512 - room_of_512 / 16);
+        assert!(addrs(&f).1.is_some(), "a spare at the mark of 512 buckets");
+        f.fill_to(room_of_512);
+        assert_eq!(f.ns.inner.slots[0].hint() & 63, 10, "1,024 buckets");
+    }
+
+    /// A namespace whose shards' share fits the index they have makes no spare
+    /// for them, small or not.
+    #[test]
+    fn a_small_shard_meant_to_hold_what_its_index_has_room_for_makes_no_spare() {
+        let f = Filler::new(super::EARLY_ROOM);
+        f.fill_to(super::EARLY_ROOM);
+        assert_eq!(f.ns.inner.slots[0].lock().index_addrs().1, None);
+        assert_eq!(f.ns.inner.slots[0].hint() & 63, 6, "64 buckets");
+    }
+
     #[test]
     fn a_shard_meant_to_hold_what_its_index_has_room_for_makes_no_spare() {
         // A share of 10,700 keys fits in 1,024 buckets: the index never doubles again.
@@ -4403,7 +4451,8 @@ fn shards_and_room(cfg: &NamespaceConfig) -> (usize, usize) {
 /// was rebuilt nine times on its way to 256 buckets, each time inside the claim
 /// that filled it, and the rebuilds from 8 buckets on took 1.5-6 us each (W3:
 /// about 200 of a run's slow claims, in its first tenth; BENCHMARKS.md, 2026-12-04,
-/// 20:05-21:15 UTC). The page is the index's own at any size past it.
+/// 20:05-21:15 UTC). The page is the index's own at any size past it. From it on,
+/// each doubling moves into a spare array (`Index::small_spare_wanted`).
 const EARLY_ROOM: usize = 672;
 
 const _: () = assert!(crate::hot::index_capacity(64) == EARLY_ROOM);
@@ -4858,11 +4907,21 @@ impl NsInner {
                     lease,
                     wants_spare,
                     wants_index_spare,
+                    makes_index_spare,
                 } => {
                     if wants_spare {
                         // Outside the lock: see `Slab::wants_spare`.
                         let chunk = this.chunks.take();
                         this.slots[si].lock().give_spare(chunk);
+                    }
+                    if let Some(buckets) = makes_index_spare {
+                        // Outside the lock; refused by the allocator, the doubling
+                        // allocates as it would anyway. Handed back if no longer
+                        // wanted, and freed once the lock is let go.
+                        if let Some(spare) = crate::hot::index::Spare::make(buckets) {
+                            let back = this.slots[si].lock().give_index_spare(spare);
+                            drop(back);
+                        }
                     }
                     if wants_index_spare {
                         // Made on the maintenance thread: see `NsInner::make_index_spares`.

@@ -930,6 +930,10 @@ pub(crate) enum ShardClaim {
         /// The index has just reached the mark where it asks for a spare array for
         /// its next doubling: see [`index::Index::spare_wanted`].
         wants_index_spare: bool,
+        /// A small index has just reached that mark: the claimant makes the spare
+        /// of this many buckets after letting the lock go, and gives it to the
+        /// shard (see [`index::Index::small_spare_wanted`]).
+        makes_index_spare: Option<usize>,
     },
     InProgress {
         lease_expires_at_ms: u64,
@@ -1751,7 +1755,11 @@ impl Shard {
     /// length; otherwise hands it back, for the caller to free after letting the
     /// lock go.
     pub(crate) fn give_index_spare(&mut self, spare: index::Spare) -> Option<index::Spare> {
-        let fits = self.index.spare_wanted(self.index_share) == Some(spare.buckets());
+        let wanted = self
+            .index
+            .spare_wanted(self.index_share)
+            .or_else(|| self.index.small_spare_wanted(self.index_share));
+        let fits = wanted == Some(spare.buckets());
         if self.index_spare.is_some() || !fits {
             return Some(spare);
         }
@@ -2233,6 +2241,21 @@ impl Shard {
             },
             wants_spare: self.slab.wants_spare(),
             wants_index_spare: self.index.at_spare_mark() && self.asks_for_index_spare(),
+            makes_index_spare: if self.index.at_small_spare_mark() {
+                self.small_index_spare()
+            } else {
+                None
+            },
+        }
+    }
+
+    /// The spare the claim whose insert brought a small index to its mark makes
+    /// ([`index::Index::small_spare_wanted`]), if the shard holds none.
+    #[cold]
+    fn small_index_spare(&self) -> Option<usize> {
+        match self.index_spare {
+            None => self.index.small_spare_wanted(self.index_share),
+            Some(_) => None,
         }
     }
 

@@ -764,6 +764,25 @@ impl Index {
         self.len == spare_mark(n) && n >= SPARE_FROM
     }
 
+    /// Whether the last insert brought an array of fewer than [`SPARE_FROM`] buckets
+    /// to its mark (see [`Index::at_spare_mark`]).
+    #[inline]
+    pub(crate) fn at_small_spare_mark(&self) -> bool {
+        let n = self.buckets.len();
+        self.len == spare_mark(n) && n < SPARE_FROM && n > 0
+    }
+
+    /// The length of the spare a small array (under [`SPARE_FROM`] buckets) could
+    /// take, past its mark, if its shard may grow past it (`share`, as in
+    /// [`Index::spare_wanted`]): made by the claim that reaches the mark, after it
+    /// lets the lock go, so that the doubling moves a few entries an insert instead
+    /// of placing them all while the lock is held.
+    pub(crate) fn small_spare_wanted(&self, share: usize) -> Option<usize> {
+        let n = self.buckets.len();
+        (n > 0 && n < SPARE_FROM && self.outgrown_by(share) && self.len >= spare_mark(n))
+            .then_some(2 * n)
+    }
+
     /// Whether a shard meant to hold `share` entries may outgrow this array.
     pub(crate) fn outgrown_by(&self, share: usize) -> bool {
         capacity(self.buckets.len()) < share

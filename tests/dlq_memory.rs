@@ -13,7 +13,6 @@
 
 mod util;
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use idem::{
@@ -21,14 +20,12 @@ use idem::{
 };
 use util::*;
 
-/// The system allocator, counting each thread's live bytes and their peak.
-struct Counting;
-
 thread_local! {
     static LIVE: Cell<isize> = const { Cell::new(0) };
     static PEAK: Cell<isize> = const { Cell::new(0) };
 }
 
+/// Counts each thread's live bytes and their peak (the allocator's hook).
 fn count(delta: isize) {
     // (`try_with`: a thread being torn down has no counters left; nothing to count.)
     let _ = LIVE.try_with(|live| {
@@ -38,39 +35,8 @@ fn count(delta: isize) {
     });
 }
 
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            count(layout.size() as isize);
-        }
-        p
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc_zeroed(layout) };
-        if !p.is_null() {
-            count(layout.size() as isize);
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) };
-        count(-(layout.size() as isize));
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
-            count(new_size as isize - layout.size() as isize);
-        }
-        p
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: util::Counting = util::Counting(count);
 
 const MIB: isize = 1 << 20;
 /// Letters of the largest payload: before, opening their store held every payload

@@ -7,56 +7,25 @@ mod util;
 
 use std::time::Duration;
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use idem::{Claim, Engine, NamespaceConfig, Sizing};
 use util::engine_with;
 
-/// Counts the heap bytes the calling thread holds (allocated less freed by it), so
-/// that a test sees its own engine's allocations whatever other tests do meanwhile.
-struct Counting;
-
 thread_local! {
     static HELD: Cell<isize> = const { Cell::new(0) };
 }
 
+/// Counts the heap bytes the calling thread holds (allocated less freed by it), so
+/// that a test sees its own engine's allocations whatever other tests do meanwhile
+/// (the allocator's hook).
 fn count(delta: isize) {
     // (`try_with`: nothing to count once the thread's storage is gone.)
     let _ = HELD.try_with(|h| h.set(h.get() + delta));
 }
 
-// SAFETY: every call is passed on to the system allocator unchanged.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            count(layout.size() as isize);
-        }
-        p
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc_zeroed(layout) };
-        if !p.is_null() {
-            count(layout.size() as isize);
-        }
-        p
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) };
-        count(-(layout.size() as isize));
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
-            count(new_size as isize - layout.size() as isize);
-        }
-        p
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: util::Counting = util::Counting(count);
 
 fn held() -> isize {
     HELD.with(Cell::get)

@@ -153,3 +153,42 @@ pub fn assert_killed(status: std::process::ExitStatus) {
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(status.signal(), Some(9), "ended by SIGKILL: {status:?}");
 }
+
+/// The system allocator, telling `hook` of every change in the bytes it holds
+/// (positive for an allocation, negative for a free), on the thread that made it.
+/// A test binary that measures memory installs one as its global allocator:
+/// `#[global_allocator] static A: util::Counting = util::Counting(count);`.
+pub struct Counting(pub fn(isize));
+
+// SAFETY: every call is passed on to the system allocator unchanged; the hook only
+// counts.
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        let p = unsafe { std::alloc::System.alloc(layout) };
+        if !p.is_null() {
+            (self.0)(layout.size() as isize);
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        let p = unsafe { std::alloc::System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            (self.0)(layout.size() as isize);
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        unsafe { std::alloc::System.dealloc(ptr, layout) };
+        (self.0)(-(layout.size() as isize));
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        let p = unsafe { std::alloc::System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            (self.0)(new_size as isize - layout.size() as isize);
+        }
+        p
+    }
+}

@@ -1267,6 +1267,41 @@ mod tests {
             .unwrap()
     }
 
+    /// A look-up with a payload of a key the hot tier does not hold reads the
+    /// durable tier, and that read is counted in `Stats` as `check`'s is (the
+    /// prefilter's answer, or the durable read it let through), so the look-up does
+    /// not leave `Stats` as it found it; it counts no claim, duplicate or mismatch.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_check_with_a_payload_counts_its_durable_read_and_no_claim() {
+        let dir = Scratch::new("check-with-payload-stats");
+        let clock = crate::ManualClock::new(1_700_000_000_000);
+        let engine = durable_engine(&dir, crate::NamespaceConfig::new(), &clock);
+        let ns = engine.namespace("n").unwrap();
+        match ns.claim_with_payload(b"k", b"one").unwrap() {
+            crate::Claim::Acquired(g) => g.complete().unwrap(),
+            other => panic!("{other:?}"),
+        }
+        drop(ns);
+        drop(engine);
+        // Reopened: only the durable tier knows "k".
+        let engine = durable_engine(&dir, crate::NamespaceConfig::new(), &clock);
+        let ns = engine.namespace("n").unwrap();
+        let before = ns.stats();
+        assert!(matches!(
+            ns.check_with_payload(b"k", b"two"),
+            Err(crate::Error::PayloadMismatch)
+        ));
+        let after = ns.stats();
+        assert_eq!(after.durable_reads, before.durable_reads + 1);
+        assert_ne!(after, before, "the durable read is counted");
+        assert_eq!(
+            (after.acquired, after.duplicates, after.payload_mismatches),
+            (before.acquired, before.duplicates, before.payload_mismatches),
+            "no claim, duplicate or mismatch is counted"
+        );
+    }
+
     /// The first claim of "k", acquired.
     #[cfg(feature = "durable")]
     fn first_claim(ns: &super::Namespace) -> super::ClaimGuard {
@@ -5867,8 +5902,10 @@ impl Namespace {
     /// key holds as [`claim_with_payload`](Self::claim_with_payload) would: where
     /// such a claim would be refused with [`Error::PayloadMismatch`] (the key, in
     /// progress or done, was claimed with another payload), so is this look-up. A
-    /// key claimed without a payload is not compared. Changes nothing, and counts
-    /// nothing in [`Stats`](crate::Stats).
+    /// key claimed without a payload is not compared. Changes nothing, and counts no
+    /// claim, duplicate or mismatch in [`Stats`](crate::Stats); a look-up of the
+    /// durable tier it makes (a key the hot tier does not hold) is counted there as
+    /// [`check`](Self::check)'s is (`durable_reads`, the prefilter's counts).
     pub fn check_with_payload(&self, key: &[u8], payload: &[u8]) -> Result<Option<KeyState>> {
         self.check_fp(key, Some(self.payload_fp(payload)))
     }

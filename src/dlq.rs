@@ -1644,9 +1644,12 @@ impl Dlq {
     /// reason.
     ///
     /// [`ReplayMode::DryRun`] takes the same decisions with
-    /// [`Namespace::check_with_payload`] and changes nothing; right after it (with nothing changing in between) `Execute`
-    /// produces the same partition, except that handler failures move messages
-    /// from `replayed` to `failed`.
+    /// [`Namespace::check_with_payload`] and changes nothing; right after it (with
+    /// nothing changing in between) `Execute` produces the same partition, except
+    /// where a handler fails: its message moves from `replayed` to `failed`, and its
+    /// claim is released, so a later message of the same key that the dry run
+    /// counted as done by it (in `already_done`, or in `payload_mismatch` for
+    /// another payload) takes the key and is replayed (or fails) instead.
     ///
     /// Errors: a selection naming an unknown message or one already replayed or
     /// archived is refused before anything is done, and so is an `Execute` replay of

@@ -10,7 +10,7 @@
 mod util;
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use idem::{
@@ -438,6 +438,36 @@ fn a_key_recorded_with_another_payload_is_a_payload_mismatch_left_as_it_was() {
         Err(Error::PayloadMismatch)
     ));
     assert_eq!(dlq.health().depth, 3);
+}
+
+/// A dry run's partition against an `Execute` right after it, when a handler fails:
+/// the failed message moves from `replayed` to `failed`, and a later message of its
+/// key, which the dry run counted as done by it (a payload mismatch with another
+/// payload, already done with the same one), finds the key released, takes it and
+/// is replayed.
+#[test]
+fn a_handler_failure_also_moves_a_later_message_of_its_key_to_replayed() {
+    let (_engine, _ns, dlq, _clock) = memory();
+    let k1 = dlq.quarantine(b"k", b"v2:one", OUTAGE).unwrap();
+    let k2 = dlq.quarantine(b"k", b"v2:two", OUTAGE).unwrap();
+    let j1 = dlq.quarantine(b"j", b"v2:one", OUTAGE).unwrap();
+    let j2 = dlq.quarantine(b"j", b"v2:one", OUTAGE).unwrap();
+    let dry = replay_all(&dlq, &any_schema, ReplayMode::DryRun);
+    assert_eq!(dry.replayed, vec![k1, j1], "{dry:?}");
+    assert_eq!(dry.payload_mismatch, vec![k2], "{dry:?}");
+    assert_eq!(dry.already_done, vec![j2], "{dry:?}");
+    // Each key's first handler call fails.
+    let mut seen = HashSet::new();
+    let run = execute(&dlq, &Selection::default(), |k: &[u8], _: &[u8]| {
+        match seen.insert(k.to_vec()) {
+            true => Err("downstream-unavailable".to_owned()),
+            false => Ok(()),
+        }
+    });
+    assert_eq!(run.failed, vec![k1, j1], "{run:?}");
+    assert_eq!(run.replayed, vec![k2, j2], "{run:?}");
+    assert!(run.payload_mismatch.is_empty(), "{run:?}");
+    assert!(run.already_done.is_empty(), "{run:?}");
 }
 
 /// A replayed completion stores the fingerprint of the payload the message was

@@ -3850,6 +3850,53 @@ mod tests {
         assert_eq!(f.ns.inner.slots[0].hint() & 63, 10, "1,024 buckets");
     }
 
+    /// A small index brought to its mark by a duplicate claim (a done record read
+    /// back from the durable tier, kept in the hot tier) is given its spare by that
+    /// claim, as by one that acquires, and moves into it. Before, only a claim that
+    /// acquired made one, and none was made later (the mark was passed), so that
+    /// doubling was placed whole, inside the claim that filled the array.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_small_index_brought_to_its_mark_by_a_durable_duplicate_is_given_a_spare() {
+        let dir = Scratch::new("small-mark-durable-duplicate");
+        let clock = crate::ManualClock::new(1_700_000_000_000);
+        let cfg = || {
+            crate::NamespaceConfig::new()
+                .max_keys(100_000)
+                .shards(1)
+                .sync(crate::SyncPolicy::Never)
+        };
+        let complete = |ns: &super::Namespace, key: &[u8]| match ns.claim(key).unwrap() {
+            crate::Claim::Acquired(g) => g.complete().unwrap(),
+            other => panic!("{other:?}"),
+        };
+        let engine = durable_engine(&dir, cfg(), &clock);
+        complete(&engine.namespace("n").unwrap(), b"d");
+        drop(engine);
+        let engine = durable_engine(&dir, cfg(), &clock);
+        let ns = engine.namespace("n").unwrap();
+        let addrs = || ns.inner.slots[0].lock().index_addrs();
+        let mark = super::EARLY_ROOM - super::EARLY_ROOM / 16;
+        for i in 0..mark - 1 {
+            complete(&ns, format!("k{i}").as_bytes());
+        }
+        assert_eq!(addrs().1, None, "not before the mark");
+        assert!(ns.claim(b"d").unwrap().is_duplicate());
+        assert_eq!(ns.inner.slots[0].lock().len(), mark, "the duplicate is resident");
+        let (page, spare) = addrs();
+        let spare = spare.expect("made by the duplicate claim that reached the mark");
+        for i in mark - 1..super::EARLY_ROOM - 1 {
+            complete(&ns, format!("k{i}").as_bytes());
+        }
+        assert_ne!(page, spare);
+        assert_eq!(addrs(), (spare, None), "moved into the spare");
+        assert_eq!(ns.inner.slots[0].hint() & 63, 7, "128 buckets");
+        assert!(ns.claim(b"d").unwrap().is_duplicate());
+        for i in 0..super::EARLY_ROOM - 1 {
+            assert!(ns.claim(format!("k{i}").as_bytes()).unwrap().is_duplicate());
+        }
+    }
+
     /// A namespace whose shards' share fits the index they have makes no spare
     /// for them, small or not.
     #[test]
@@ -4949,15 +4996,7 @@ impl NsInner {
                         let chunk = this.chunks.take();
                         this.slots[si].lock().give_spare(chunk);
                     }
-                    if let Some(buckets) = makes_index_spare {
-                        // Outside the lock; refused by the allocator, the doubling
-                        // allocates as it would anyway. Handed back if no longer
-                        // wanted, and freed once the lock is let go.
-                        if let Some(spare) = crate::hot::index::Spare::make(buckets) {
-                            let back = this.slots[si].lock().give_index_spare(spare);
-                            drop(back);
-                        }
-                    }
+                    this.make_small_index_spare(si, makes_index_spare);
                     if wants_index_spare {
                         // Made on the maintenance thread: see `NsInner::make_index_spares`.
                         this.index_spare_asked.store(true, Ordering::Release);
@@ -4997,7 +5036,9 @@ impl NsInner {
                     expires_at_ms,
                     result,
                     extend,
+                    makes_index_spare,
                 } => {
+                    this.make_small_index_spare(si, makes_index_spare);
                     if let Some(x) = &extend {
                         this.extend_record(si, fp, x, result.as_deref())?;
                     }
@@ -5288,6 +5329,17 @@ impl NsInner {
     fn key_fp(&self, key: &[u8]) -> Result<Fp> {
         KeyError::check(key, self.cfg.max_key_len)?;
         Ok(Fp::from_u128(xxh3_128_with_seed(key, self.seed)))
+    }
+
+    /// Makes the spare of `buckets` (a claim's `makes_index_spare`) for shard `si`'s
+    /// small index and gives it to the shard, with no lock held while it is made.
+    /// Refused by the allocator, the doubling allocates as it would anyway. Handed
+    /// back if no longer wanted, and freed once the lock is let go.
+    fn make_small_index_spare(&self, si: usize, buckets: Option<usize>) {
+        if let Some(spare) = buckets.and_then(crate::hot::index::Spare::make) {
+            let back = self.slots[si].lock().give_index_spare(spare);
+            drop(back);
+        }
     }
 
     /// Makes the spare bucket array of every shard whose index is to double soon

@@ -944,6 +944,9 @@ pub(crate) enum ShardClaim {
         result: Option<std::sync::Arc<[u8]>>,
         /// A sliding window's sighting that the durable record must follow.
         extend: Option<Extension>,
+        /// As [`ShardClaim::Acquired`]'s: the done record read back from the durable
+        /// tier and kept brought a small index to its mark.
+        makes_index_spare: Option<usize>,
     },
     PayloadMismatch,
     /// The key is new and the namespace has no room.
@@ -2089,6 +2092,7 @@ impl Shard {
                                 expires_at_ms: d.expires_at_ms,
                                 result: d.result,
                                 extend: None,
+                                makes_index_spare: None,
                             }
                         }
                         _ => ShardClaim::Full,
@@ -2152,6 +2156,7 @@ impl Shard {
                 expires_at_ms,
                 result,
                 extend,
+                makes_index_spare: None,
             };
         }
         // Expired here. With a durable tier the key may still be a duplicate there.
@@ -2241,11 +2246,18 @@ impl Shard {
             },
             wants_spare: self.slab.wants_spare(),
             wants_index_spare: self.index.at_spare_mark() && self.asks_for_index_spare(),
-            makes_index_spare: if self.index.at_small_spare_mark() {
-                self.small_index_spare()
-            } else {
-                None
-            },
+            makes_index_spare: self.small_spare_at_mark(),
+        }
+    }
+
+    /// The spare the claim whose insert just brought a small index to its mark makes
+    /// ([`Shard::small_index_spare`]), if the insert did.
+    #[inline(always)]
+    fn small_spare_at_mark(&self) -> Option<usize> {
+        if self.index.at_small_spare_mark() {
+            self.small_index_spare()
+        } else {
+            None
         }
     }
 
@@ -2408,6 +2420,7 @@ impl Shard {
                     expires_at_ms: extend.map_or(d.expires_at_ms, |x| x.expires_ms),
                     result: d.result,
                     extend,
+                    makes_index_spare: self.small_spare_at_mark(),
                 }
             }
             _ => {

@@ -1297,7 +1297,11 @@ mod tests {
         assert_ne!(after, before, "the durable read is counted");
         assert_eq!(
             (after.acquired, after.duplicates, after.payload_mismatches),
-            (before.acquired, before.duplicates, before.payload_mismatches),
+            (
+                before.acquired,
+                before.duplicates,
+                before.payload_mismatches
+            ),
             "no claim, duplicate or mismatch is counted"
         );
     }
@@ -3882,7 +3886,11 @@ mod tests {
         }
         assert_eq!(addrs().1, None, "not before the mark");
         assert!(ns.claim(b"d").unwrap().is_duplicate());
-        assert_eq!(ns.inner.slots[0].lock().len(), mark, "the duplicate is resident");
+        assert_eq!(
+            ns.inner.slots[0].lock().len(),
+            mark,
+            "the duplicate is resident"
+        );
         let (page, spare) = addrs();
         let spare = spare.expect("made by the duplicate claim that reached the mark");
         for i in mark - 1..super::EARLY_ROOM - 1 {

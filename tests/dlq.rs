@@ -458,11 +458,11 @@ fn a_handler_failure_also_moves_a_later_message_of_its_key_to_replayed() {
     assert_eq!(dry.already_done, vec![j2], "{dry:?}");
     // Each key's first handler call fails.
     let mut seen = HashSet::new();
-    let run = execute(&dlq, &Selection::default(), |k: &[u8], _: &[u8]| {
-        match seen.insert(k.to_vec()) {
-            true => Err("downstream-unavailable".to_owned()),
-            false => Ok(()),
-        }
+    let run = execute(&dlq, &Selection::default(), |k: &[u8], _: &[u8]| match seen
+        .insert(k.to_vec())
+    {
+        true => Err("downstream-unavailable".to_owned()),
+        false => Ok(()),
     });
     assert_eq!(run.failed, vec![k1, j1], "{run:?}");
     assert_eq!(run.replayed, vec![k2, j2], "{run:?}");

@@ -46,7 +46,8 @@
 //! run only such sequences, with more of the operations that meet them. Then a claim
 //! whose marker goes to RocksDB (immediate) is refused with `Error::Store` and
 //! changes nothing, as does a sighting whose sliding window needs its record
-//! rewritten (not counted as a duplicate) and a forget; a completion is refused and
+//! rewritten (not counted as a duplicate; the record it read first, to compare its
+//! expiry, answered nothing: no read-back) and a forget; a completion is refused and
 //! its claim given up (counted as a release; a batch's write fails for all its
 //! claims); an extension whose marker is in RocksDB is refused and keeps the old
 //! end; a marker in RocksDB that a release, a refused completion or a lost lease
@@ -260,7 +261,9 @@ impl Op {
     /// A random operation; `failing_disk` asks for more of those that meet a
     /// failing disk while claims are in flight: lease extensions, spells of failing
     /// writes, and mostly short clock advances (leases run on through the spell,
-    /// and a claim whose marker could not be deleted is still held at a restart).
+    /// and a claim whose marker could not be deleted is still held at a restart);
+    /// and a quarter of single completions are made as batches of one, so that
+    /// more batch completions meet a failing disk.
     fn random(rng: &mut XorShift, failing_disk: bool) -> Op {
         if !failing_disk {
             return Op::any(rng);
@@ -281,6 +284,14 @@ impl Op {
             _ => match Op::any(rng) {
                 Op::Advance { by } if by > 100 && rng.below(4) != 0 => Op::Advance {
                     by: 1 + rng.below(50),
+                },
+                // A batch of one completes the newest guard.
+                Op::Complete { .. } if rng.below(4) == 0 => {
+                    Op::CompleteBatch { n: 1, result: None }
+                }
+                Op::CompleteWithResult { result, .. } if rng.below(4) == 0 => Op::CompleteBatch {
+                    n: 1,
+                    result: Some(result),
                 },
                 op => op,
             },
@@ -1297,20 +1308,24 @@ impl Harness {
         let before = self.model.keys.get(&key).cloned();
         let room = self.model.claims_except(key) < self.cfg.max_keys;
         let (expected, acquired) = self.model.claim(key, payload);
-        // A sliding window's sighting that extends the record reads it first (the
-        // rewrite never shortens it), a durable read whether or not the hot tier
-        // held the key: such a read is not classified.
+        // A sliding window's sighting whose window outlasts the record reads the
+        // record first (the rewrite never shortens it), a durable read whether or
+        // not the hot tier held the key, and whether the rewrite is then made or
+        // refused (a failing disk, `FailClosed`: the one refusal of a done key by the
+        // store, which answers nothing and leaves the hot window as it was): such a
+        // read is not classified.
         let extended = matches!(
             (&before, self.model.keys.get(&key)),
             (Some(State::Done { until: a, .. }), Some(State::Done { until: b, .. })) if b > a
         );
+        let rewrite_refused = expected == Answer::Failed(store_refusal());
         let (answer, guard) = observed(got);
         let answer = normalized(answer);
         if self.refused_by_read(&answer, &expected, model_before) {
             return;
         }
         assert_eq!(answer, expected, "claim of key-{key}: {}", self.at());
-        if !extended {
+        if !extended && !rewrite_refused {
             self.note_read_back(key, reads);
         }
         self.tally_claim(key, &expected, before.as_ref(), reads, room);
@@ -2031,6 +2046,49 @@ fn hot_only_completions_and_windows_under_fail_open_match_the_model() {
         "{t:#?}"
     );
     assert_eq!((t.orphans, t.acquired), (0, 3), "{t:#?}");
+}
+
+/// Under `FailClosed`, with a sliding window: a sighting within the key's hot window
+/// whose window outlasts the record is refused while writes fail, after the engine
+/// read the record to compare its expiry (as any rewrite does): that read answered
+/// nothing, so it is no read-back of an evicted key (none was evicted), and the hot
+/// tier keeps the window it had. The next sighting, with writes back, rewrites the
+/// record.
+#[test]
+fn a_refused_window_rewrite_reads_the_record_without_a_read_back() {
+    let cfg = Config {
+        sliding: true,
+        failures: true,
+        ..probe_config()
+    };
+    let mut ops = vec![Op::Claim { key: 0 }, Op::Complete { guard: 0 }];
+    // At 2.7 s the window ends at 3.7 s, within the first retention (to 4 s); at
+    // 3.6 s it would end at 4.6 s, past it.
+    for _ in 0..4 {
+        ops.push(Op::Advance { by: 900 });
+        ops.push(Op::Claim { key: 0 });
+    }
+    let last = ops.pop().expect("a sighting");
+    ops.extend([
+        Op::FailWrites { on: true },
+        last,
+        // The hot tier still holds the window as it was: no durable read.
+        Op::Check { key: 0 },
+        Op::FailWrites { on: false },
+        last,
+    ]);
+    let mut h = Harness::new(cfg, "refused window rewrite".to_owned());
+    for op in ops {
+        h.apply(op);
+    }
+    let t = h.end();
+    assert_eq!(
+        (t.claims_refused_by_store, t.records_extended, t.evictions),
+        (1, 1, 0),
+        "{t:#?}"
+    );
+    let read_backs = t.read_back_after_ttl + t.read_back_after_restart + t.read_back_evicted;
+    assert_eq!(read_backs, 0, "{t:#?}");
 }
 
 #[test]

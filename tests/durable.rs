@@ -2402,6 +2402,34 @@ fn a_lost_lease_removes_the_marker_a_refused_extension_left() {
     assert!(engine.orphans().is_empty(), "{:?}", engine.orphans());
 }
 
+/// A claim acquired while the disk refused its marker (fail open) has one written
+/// by a later extension the disk takes, with the extended end, so a crash after it
+/// reports the claim, held until that end.
+#[test]
+fn an_extension_writes_the_marker_a_fail_open_claim_could_not() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small()
+        .claim_markers(ClaimMarkers::Immediate)
+        .on_store_error(FailurePolicy::FailOpen);
+    {
+        let (engine, ns) = open(&dir, &clock, cfg.clone());
+        engine.debug_fail_store_writes(true);
+        let mut g = acquire(&ns, b"k");
+        engine.debug_fail_store_writes(false);
+        assert_eq!(engine.stats().fail_open_decisions, 1, "acquired without it");
+        g.extend_lease(secs(30)).unwrap();
+        // As a crash would: the claim never ends (its marker's delete fails).
+        engine.debug_fail_store_writes(true);
+        drop(g);
+    }
+    let (engine, ns) = open(&dir, &clock, cfg);
+    let orphans = engine.orphans();
+    assert_eq!(orphans.len(), 1, "{orphans:?}");
+    assert_eq!(orphans[0].lease_expires_at_ms, T0 + 30_000, "{orphans:?}");
+    assert!(ns.claim(b"k").unwrap().is_in_progress());
+}
+
 #[test]
 fn an_orphan_keeps_its_payload_fingerprint_across_the_restart() {
     let dir = TempDir::new();

@@ -773,9 +773,28 @@ impl Model {
                 }
             }
         };
+        let wrote = marker.is_some();
         if let Some(m) = marker {
             m.at = now;
             m.deadline = until;
+        }
+        // A claim acquired without its marker (its write failed, fail open) has one
+        // written by an extension the disk takes (`DurableNs::renew_marker` puts it
+        // in RocksDB, over any earlier claim's): the next open reports it unless
+        // the claim ends with its markers removed.
+        let in_store = matches!(self.cfg.markers, ClaimMarkers::Immediate);
+        if !wrote && in_store && !self.failing {
+            let payload = match self.keys.get(&key) {
+                Some(State::InProgress { payload, .. }) => *payload,
+                _ => None,
+            };
+            let marker = Marker {
+                id,
+                at: now,
+                deadline: until,
+                payload,
+            };
+            self.markers.insert(key, marker);
         }
         if let Some(State::InProgress { deadline, .. }) = self.keys.get_mut(&key) {
             *deadline = until;

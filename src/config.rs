@@ -648,10 +648,13 @@ impl EngineBuilder {
     /// loss, while `complete` returns the error (under `FailurePolicy::FailOpen`:
     /// `Ok`, counted as a fail-open decision). RocksDB's own path does not apply a
     /// write whose sync failed to its memtables (the claim is released, and a
-    /// redelivery acquires the key), but the record is in the log file it failed to
-    /// sync, and an open after a restart replays what the log holds: the completion
-    /// (and its state changes) may then be there after all. A consumer that must
-    /// tell keeps group commit on, where a failed fsync's write reads as applied.
+    /// redelivery acquires the key; under `FailOpen` the completion is decided from
+    /// the hot tier, and its claim marker stays: the next open may report the claim
+    /// among [`Engine::orphans`](crate::Engine::orphans)), but the record is in the
+    /// log file it failed to sync, and an open after a restart replays what the log
+    /// holds: the completion (and its state changes) may then be there after all. A
+    /// consumer that must tell keeps group commit on, where a failed fsync's write
+    /// reads as applied.
     pub fn commit_delay(mut self, delay: Duration) -> Self {
         self.commit_delay = Some(delay);
         self

@@ -645,7 +645,10 @@ impl Engine {
 
     /// Testing hook: while `fail` is true every sync of the write-ahead log requested
     /// by the engine (grouped commits, `SyncPolicy::Periodic`, synced dead-letter
-    /// writes) fails as a failing disk would. Not part of the stable API.
+    /// writes, and completions synced by RocksDB itself when group commit is off)
+    /// fails as a failing disk would: a grouped commit's write is applied and its
+    /// fsync fails, while a write RocksDB syncs itself is refused, as RocksDB refuses
+    /// one whose fsync failed. Not part of the stable API.
     #[doc(hidden)]
     pub fn debug_fail_syncs(&self, fail: bool) {
         self.with_store(|_store| {

@@ -3709,6 +3709,188 @@ fn a_grouped_completion_waits_for_its_fsync_and_fails_with_it() {
     assert_eq!(engine.stats().wal_group_syncs, 2);
 }
 
+/// A durable engine with one namespace "ns" and group commit off: RocksDB syncs each
+/// completion's write itself.
+fn open_ungrouped(dir: &TempDir, clock: &ManualClock, cfg: NamespaceConfig) -> (Engine, Namespace) {
+    let engine = builder(dir, clock)
+        .commit_delay(std::time::Duration::ZERO)
+        .namespace("ns", cfg)
+        .build()
+        .unwrap();
+    let ns = engine.namespace("ns").unwrap();
+    (engine, ns)
+}
+
+/// With group commit off, a completion under `Always` whose sync fails is refused
+/// as RocksDB refuses a synced write whose fsync failed (the write is not applied):
+/// under `FailClosed`, `complete` returns the sync's error, as with group commit, but
+/// the claim is released (a redelivery acquires the key, where group commit's
+/// applied write answers `Duplicate`), and the next open finds neither a record nor
+/// an orphan, in every marker mode.
+#[test]
+fn an_ungrouped_completion_whose_sync_fails_is_refused_and_released_under_fail_closed() {
+    for mode in [
+        ClaimMarkers::Journal,
+        ClaimMarkers::Immediate,
+        ClaimMarkers::Deferred,
+    ] {
+        let dir = TempDir::new();
+        let clock = ManualClock::new(T0);
+        let cfg = || {
+            small()
+                .sync(SyncPolicy::Always)
+                .claim_markers(mode)
+                .on_store_error(FailurePolicy::FailClosed)
+        };
+        {
+            let (engine, ns) = open_ungrouped(&dir, &clock, cfg());
+            let k = acquire(&ns, b"k");
+            let again = acquire(&ns, b"again");
+            // Deferred markers are on disk once maintenance has run.
+            engine.run_maintenance();
+            let errors = ns.stats().store_errors;
+            engine.debug_fail_syncs(true);
+            let err = k.complete().unwrap_err();
+            let err2 = again.complete().unwrap_err();
+            engine.debug_fail_syncs(false);
+            for err in [err, err2] {
+                assert!(
+                    matches!(err, Error::Store(ref e) if e.operation() == "sync"),
+                    "{mode:?}: {err:?}"
+                );
+            }
+            let s = engine.stats();
+            assert_eq!(s.fail_open_decisions, 0, "{mode:?}: {s:?}");
+            assert_eq!(s.wal_group_syncs, 0, "{mode:?}: {s:?}");
+            assert!(ns.stats().store_errors > errors, "{mode:?}");
+            // Released: nothing says the key is done.
+            assert_eq!(ns.check(b"k").unwrap(), None, "{mode:?}");
+            // A redelivery acquires the key, and its completion is written.
+            acquire(&ns, b"again").complete().unwrap();
+        }
+        let (engine, ns) = open_ungrouped(&dir, &clock, cfg());
+        assert!(
+            engine.orphans().is_empty(),
+            "{mode:?}: {:?}",
+            engine.orphans()
+        );
+        duplicate(&ns, b"again");
+        acquire(&ns, b"k").complete().unwrap();
+        assert_no_markers_after_close(&dir, (engine, ns));
+    }
+}
+
+/// With group commit off, a co-commit under `Always` whose sync fails is refused
+/// whatever the policy (state changes never fail open), as with group commit it
+/// returns the sync's error; but nothing was applied: the state keeps its values and
+/// the claim is released, here and after a restart.
+#[test]
+fn an_ungrouped_co_commit_whose_sync_fails_stores_nothing_whatever_the_policy() {
+    for policy in [FailurePolicy::FailClosed, FailurePolicy::FailOpen] {
+        let dir = TempDir::new();
+        let clock = ManualClock::new(T0);
+        let open = || {
+            let engine = builder(&dir, &clock)
+                .commit_delay(std::time::Duration::ZERO)
+                .namespace(
+                    "ns",
+                    small().sync(SyncPolicy::Always).on_store_error(policy),
+                )
+                .state_family("ledger")
+                .build()
+                .unwrap();
+            let ns = engine.namespace("ns").unwrap();
+            (engine, ns)
+        };
+        let put = |v: &[u8]| {
+            let mut changes = StateChanges::new();
+            changes.put("ledger", b"acct-1", v);
+            changes
+        };
+        {
+            let (engine, ns) = open();
+            acquire(&ns, b"pay-1")
+                .complete_with(None, put(b"10"))
+                .unwrap();
+            let g = acquire(&ns, b"pay-2");
+            engine.debug_fail_syncs(true);
+            let err = g.complete_with(Some(b"r"), put(b"20")).unwrap_err();
+            engine.debug_fail_syncs(false);
+            assert!(
+                matches!(err, Error::Store(ref e) if e.operation() == "sync"),
+                "{policy:?}: {err:?}"
+            );
+            assert_eq!(engine.stats().fail_open_decisions, 0, "{policy:?}");
+            assert_eq!(
+                engine.read_state("ledger", b"acct-1").unwrap(),
+                Some(b"10".to_vec()),
+                "{policy:?}"
+            );
+            assert_eq!(ns.check(b"pay-2").unwrap(), None, "{policy:?}");
+        }
+        let (engine, ns) = open();
+        assert!(
+            engine.orphans().is_empty(),
+            "{policy:?}: {:?}",
+            engine.orphans()
+        );
+        assert_eq!(
+            engine.read_state("ledger", b"acct-1").unwrap(),
+            Some(b"10".to_vec()),
+            "{policy:?}"
+        );
+        duplicate(&ns, b"pay-1");
+        acquire(&ns, b"pay-2")
+            .complete_with(None, put(b"20"))
+            .unwrap();
+    }
+}
+
+/// With group commit off, a completion under `Always` whose sync fails under
+/// `FailOpen` is decided from the hot tier, as with group commit (`Ok`, counted as a
+/// fail-open decision, a redelivery answers `Duplicate`); but RocksDB applied
+/// nothing, so its claim keeps its marker, and the next open reports it as an orphan
+/// (in progress until its lease runs out), in every marker mode, where group
+/// commit's applied record reads as done.
+#[test]
+fn an_ungrouped_completion_whose_sync_fails_under_fail_open_is_an_orphan_at_the_next_open() {
+    for mode in [
+        ClaimMarkers::Journal,
+        ClaimMarkers::Immediate,
+        ClaimMarkers::Deferred,
+    ] {
+        let dir = TempDir::new();
+        let clock = ManualClock::new(T0);
+        let cfg = || {
+            small()
+                .lease(secs(600))
+                .sync(SyncPolicy::Always)
+                .claim_markers(mode)
+                .on_store_error(FailurePolicy::FailOpen)
+        };
+        {
+            let (engine, ns) = open_ungrouped(&dir, &clock, cfg());
+            let g = acquire(&ns, b"k");
+            engine.debug_fail_syncs(true);
+            g.complete().expect("fail open: decided from the hot tier");
+            engine.debug_fail_syncs(false);
+            let s = engine.stats();
+            assert_eq!(s.fail_open_decisions, 1, "{mode:?}: {s:?}");
+            assert_eq!(s.wal_group_syncs, 0, "{mode:?}: {s:?}");
+            duplicate(&ns, b"k");
+        }
+        clock.set(T0 + 1_000);
+        let (engine, ns) = open_ungrouped(&dir, &clock, cfg());
+        let orphans = engine.orphans();
+        assert_eq!(orphans.len(), 1, "{mode:?}: {orphans:?}");
+        assert_eq!(orphans[0].lease_expires_at_ms, T0 + 600_000, "{mode:?}");
+        in_progress(&ns, b"k");
+        clock.set(T0 + 600_000);
+        acquire(&ns, b"k").complete().unwrap();
+        duplicate(&ns, b"k");
+    }
+}
+
 // 13. The claim-marker journal (the default marker mode; Linux only: elsewhere the
 // markers go to RocksDB as immediate ones).
 

@@ -731,6 +731,72 @@ pub struct PolicyReport {
     pub replay: ReplayReport,
 }
 
+/// The error that stopped a replay or a policy run part-way, with the report of what
+/// it did before: the error of [`Dlq::replay_partial`], [`Dlq::replay_with_partial`]
+/// (`R` = [`ReplayReport`]) and [`Dlq::run_policies_partial`] (`R` =
+/// [`PolicyReport`]).
+///
+/// `report` lists exactly the messages whose stored state the call changed (or, in a
+/// dry run, decided on) before the error, each as a report of a call that ran to its
+/// end would: they keep that outcome. That includes the message at hand when its
+/// write landed and only the fsync after it failed (it is recorded as what the report
+/// says, and `error` says the write may not last). The message at hand is otherwise
+/// left as it was, and so are the selected messages after it, which are in no list.
+/// An error refused before anything was done (an unknown id, a store opened
+/// read-only) comes with an empty report.
+///
+/// It displays as `error` does, and converts into it (`?` in a function returning
+/// [`Result`]), dropping the report.
+///
+/// ```
+/// use idem::{Engine, Interrupted, NamespaceConfig, ReplayMode, SchemaVerdict, Selection};
+///
+/// let engine = Engine::builder().namespace("payments", NamespaceConfig::new()).build()?;
+/// let dlq = engine.dlq("payments")?;
+/// dlq.quarantine(b"pay-1001", b"v2:amount=10.00", "timeout:payments-api")?;
+/// let schema = |_: &[u8]| SchemaVerdict::Compatible;
+/// let charge = |_: &[u8], _: &[u8]| -> Result<(), String> { Ok(()) };
+/// match dlq.replay_partial(&Selection::default(), &schema, charge, ReplayMode::Execute) {
+///     Ok(report) => assert_eq!(report.replayed.len(), 1),
+///     Err(Interrupted { report, error, .. }) => {
+///         // `report.replayed` and the other lists: done before `error`, and kept.
+///         eprintln!("replayed {} before: {error}", report.replayed.len());
+///         return Err(error);
+///     }
+/// }
+/// # Ok::<(), idem::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Interrupted<R> {
+    /// What the call did before the error.
+    pub report: R,
+    /// The error that stopped it.
+    pub error: Error,
+}
+
+impl<R> fmt::Display for Interrupted<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl<R: fmt::Debug> std::error::Error for Interrupted<R> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&self.error)
+    }
+}
+
+impl<R> From<Interrupted<R>> for Error {
+    fn from(e: Interrupted<R>) -> Error {
+        e.error
+    }
+}
+
+/// What a call that may stop part-way returns: its report, or the error with the
+/// report of what it did before.
+type Partial<R> = std::result::Result<R, Interrupted<R>>;
+
 /// The durable store behind a dead-letter store, when there is one.
 #[cfg(feature = "durable")]
 pub(crate) type StoreHandle = std::sync::Arc<crate::durable::Store>;
@@ -1035,7 +1101,8 @@ impl Inner {
         self.read(st, id, Letter::decode_without_payload)
     }
 
-    /// Stores `letter` as message `id` (with the id counter when `next` is given).
+    /// Stores `letter` as message `id` (with the id counter when `next` is given): an
+    /// error whether or not the write landed (see [`Inner::write_letter`]).
     fn store_letter(
         &self,
         st: &mut State,
@@ -1043,6 +1110,19 @@ impl Inner {
         letter: &Letter,
         next: Option<u64>,
     ) -> Result<()> {
+        self.write_letter(st, id, letter, next)?.into_result()
+    }
+
+    /// [`Inner::store_letter`], telling a write that landed and whose sync then failed
+    /// (`Ok(Completed::Unsynced)`: stored, and known to the index so) from one that
+    /// wrote nothing (an error).
+    fn write_letter(
+        &self,
+        st: &mut State,
+        id: u64,
+        letter: &Letter,
+        next: Option<u64>,
+    ) -> Result<Completed> {
         let bytes = letter.encode();
         match &self.home {
             #[cfg(feature = "durable")]
@@ -1062,7 +1142,7 @@ impl Inner {
                     if let Some(next) = next {
                         st.next_id = st.next_id.max(next);
                     }
-                    return Err(e);
+                    return Ok(Completed::Unsynced(e));
                 }
             }
             #[cfg(not(feature = "durable"))]
@@ -1077,7 +1157,7 @@ impl Inner {
             Home::ReadOnly { name, .. } => return Err(read_only(name)),
         }
         st.index.insert(id, Summary::of(letter));
-        Ok(())
+        Ok(Completed::Synced)
     }
 
     /// Records message `id`, whose handler succeeded after its claim of `key` ran out,
@@ -1153,10 +1233,10 @@ impl Inner {
         if let Some(last) = done.history.last_mut() {
             last.reason = why.clone();
         }
-        self.store_letter(&mut self.state.lock(), id, &done, None)?;
+        let written = self.write_letter(&mut self.state.lock(), id, &done, None)?;
         report.notes.insert(mid, why);
         report.replayed.push(mid);
-        Ok(())
+        written.into_result()
     }
 
     /// Completes a replayed message's claim and stores its `Replayed` record (`letter`):
@@ -1288,13 +1368,30 @@ impl Inner {
         actor: &str,
         note: &str,
     ) -> Result<bool> {
+        match self.transition_written(id, expected, to, actor, note)? {
+            None => Ok(false),
+            Some(written) => written.into_result().map(|()| true),
+        }
+    }
+
+    /// [`Inner::transition_from`], telling a write that landed and whose sync then
+    /// failed (`Some(Completed::Unsynced)`) from one that wrote nothing (an error);
+    /// `None` for a message passed over.
+    fn transition_written(
+        &self,
+        id: u64,
+        expected: Option<MessageState>,
+        to: MessageState,
+        actor: &str,
+        note: &str,
+    ) -> Result<Option<Completed>> {
         self.namespace()?;
         validate_reason(note)?;
         let mut st = self.state.lock();
         if expected.is_some() {
             let moved = st.busy.contains_key(&id) || st.index.get(&id).map(|s| s.state) != expected;
             if moved {
-                return Ok(false);
+                return Ok(None);
             }
         }
         if let Some(step) = st.busy.get(&id) {
@@ -1320,20 +1417,30 @@ impl Inner {
             reason: note.to_owned(),
         });
         letter.state = to;
-        self.store_letter(&mut st, id, &letter, None)?;
-        Ok(true)
+        self.write_letter(&mut st, id, &letter, None).map(Some)
     }
 }
 
-/// How a replayed message's completion that was written ended.
+/// How a write that landed ended: a replayed message's completion, or a letter's.
 enum Completed {
     /// Written, and synced as the namespace's `SyncPolicy` asks.
     Synced,
-    /// Written (the key done and the message replayed: every reader sees both), and
-    /// the grouped fsync after the write failed with this error. (Only a durable
-    /// store has an fsync to fail.)
+    /// Written (for a completion, the key done and the message replayed: every reader
+    /// sees both), and the fsync after the write failed with this error. (Only a
+    /// durable store has an fsync to fail.)
     #[cfg_attr(not(feature = "durable"), allow(dead_code))]
     Unsynced(Error),
+}
+
+impl Completed {
+    /// `Ok` when synced; the sync's error otherwise (what the write's caller returns
+    /// once it has reported the write).
+    fn into_result(self) -> Result<()> {
+        match self {
+            Completed::Synced => Ok(()),
+            Completed::Unsynced(e) => Err(e),
+        }
+    }
 }
 
 /// Marks a message as taken up by a replay of this process, until dropped.
@@ -1663,13 +1770,31 @@ impl Dlq {
     /// was held or completed by another claim meanwhile, could not be claimed or
     /// completed (not recorded as done), or was completed with a write whose fsync
     /// failed (recorded as done, written but not known to be on disk).
+    /// [`replay_partial`](Self::replay_partial) returns the error with the report of
+    /// the messages handled before it.
     pub fn replay(
+        &self,
+        selection: &Selection,
+        schema: &dyn SchemaCheck,
+        handler: impl FnMut(&[u8], &[u8]) -> std::result::Result<(), String>,
+        mode: ReplayMode,
+    ) -> Result<ReplayReport> {
+        Ok(self.replay_partial(selection, schema, handler, mode)?)
+    }
+
+    /// As [`Dlq::replay`], but an error that stops the replay comes with the report of
+    /// what it did before ([`Interrupted`]): the messages handled before the error,
+    /// which keep their outcome, and the message at hand if its write landed before
+    /// the error (only the fsync after it failed).
+    // The report is as large in `Ok` as in `Err`: boxing the error would save nothing.
+    #[allow(clippy::result_large_err)]
+    pub fn replay_partial(
         &self,
         selection: &Selection,
         schema: &dyn SchemaCheck,
         mut handler: impl FnMut(&[u8], &[u8]) -> std::result::Result<(), String>,
         mode: ReplayMode,
-    ) -> Result<ReplayReport> {
+    ) -> std::result::Result<ReplayReport, Interrupted<ReplayReport>> {
         let mut handler =
             |key: &[u8], payload: &[u8]| handler(key, payload).map_err(HandlerFailure::Failed);
         self.replay_as(&self.actor, selection, schema, &mut handler, mode)
@@ -1681,16 +1806,35 @@ impl Dlq {
     /// ([`ReplayReport::stopped`]). For a handler that can fail to run at all (a
     /// command that cannot be found), whose failure says nothing of the message and
     /// would otherwise count an attempt and replace its reason, for every message.
+    /// [`replay_with_partial`](Self::replay_with_partial) returns an error with the
+    /// report of the messages handled before it.
     pub fn replay_with(
+        &self,
+        selection: &Selection,
+        schema: &dyn SchemaCheck,
+        handler: impl FnMut(&[u8], &[u8]) -> std::result::Result<(), HandlerFailure>,
+        mode: ReplayMode,
+    ) -> Result<ReplayReport> {
+        Ok(self.replay_with_partial(selection, schema, handler, mode)?)
+    }
+
+    /// As [`Dlq::replay_with`], but an error that stops the replay comes with the
+    /// report of what it did before, as [`replay_partial`](Self::replay_partial)'s
+    /// does ([`Interrupted`]).
+    // The report is as large in `Ok` as in `Err`: boxing the error would save nothing.
+    #[allow(clippy::result_large_err)]
+    pub fn replay_with_partial(
         &self,
         selection: &Selection,
         schema: &dyn SchemaCheck,
         mut handler: impl FnMut(&[u8], &[u8]) -> std::result::Result<(), HandlerFailure>,
         mode: ReplayMode,
-    ) -> Result<ReplayReport> {
+    ) -> std::result::Result<ReplayReport, Interrupted<ReplayReport>> {
         self.replay_as(&self.actor, selection, schema, &mut handler, mode)
     }
 
+    // The report is as large in `Ok` as in `Err`: boxing the error would save nothing.
+    #[allow(clippy::result_large_err)]
     fn replay_as(
         &self,
         actor: &str,
@@ -1698,7 +1842,40 @@ impl Dlq {
         schema: &dyn SchemaCheck,
         handler: &mut Handler<'_>,
         mode: ReplayMode,
-    ) -> Result<ReplayReport> {
+    ) -> Partial<ReplayReport> {
+        let mut report = ReplayReport {
+            mode,
+            ..ReplayReport::default()
+        };
+        let outcome = self.replay_into(actor, selection, schema, handler, mode, &mut report);
+        // The schema check runs before the key is looked at: a transformed message
+        // that then turned out done or held (or at which an error stopped the replay)
+        // is not listed as transformed.
+        let ReplayReport {
+            transformed,
+            replayed,
+            failed,
+            ..
+        } = &mut report;
+        let acted: HashSet<MessageId> = replayed.iter().chain(failed.iter()).copied().collect();
+        transformed.retain(|id| acted.contains(id));
+        match outcome {
+            Ok(()) => Ok(report),
+            Err(error) => Err(Interrupted { report, error }),
+        }
+    }
+
+    /// [`Dlq::replay_as`] into `report`, which holds what was done when an error
+    /// stops it.
+    fn replay_into(
+        &self,
+        actor: &str,
+        selection: &Selection,
+        schema: &dyn SchemaCheck,
+        handler: &mut Handler<'_>,
+        mode: ReplayMode,
+        report: &mut ReplayReport,
+    ) -> Result<()> {
         if mode == ReplayMode::Execute {
             self.inner.namespace()?;
         }
@@ -1730,37 +1907,23 @@ impl Dlq {
             }
             replayable
         };
-        let mut report = ReplayReport {
-            mode,
-            ..ReplayReport::default()
-        };
         match mode {
             ReplayMode::DryRun => {
                 let mut will_be_done = HashMap::new();
                 for id in ids {
-                    self.decide(id, schema, &mut will_be_done, &mut report)?;
+                    self.decide(id, schema, &mut will_be_done, report)?;
                 }
             }
             ReplayMode::Execute => {
                 for id in ids {
-                    self.replay_one(actor, id, selection, schema, handler, &mut report)?;
+                    self.replay_one(actor, id, selection, schema, handler, report)?;
                     if report.stopped.is_some() {
                         break;
                     }
                 }
             }
         }
-        // The schema check runs before the key is looked at: a transformed message
-        // that then turned out done or held is not listed as transformed.
-        let ReplayReport {
-            transformed,
-            replayed,
-            failed,
-            ..
-        } = &mut report;
-        let acted: HashSet<MessageId> = replayed.iter().chain(failed.iter()).copied().collect();
-        transformed.retain(|id| acted.contains(id));
-        Ok(report)
+        Ok(())
     }
 
     /// A dry run's decision for message `id`.
@@ -1901,10 +2064,10 @@ impl Dlq {
                 steps.push(step(SchemaCheck, Archived, why.clone()));
                 letter.history.append(&mut steps);
                 letter.state = Archived;
-                inner.store_letter(&mut inner.state.lock(), id, &letter, None)?;
+                let written = inner.write_letter(&mut inner.state.lock(), id, &letter, None)?;
                 report.notes.insert(mid, why);
                 report.archived.push(mid);
-                return Ok(());
+                return written.into_result();
             }
             SchemaVerdict::Transform(p) => {
                 let why = format!(
@@ -1976,9 +2139,9 @@ impl Dlq {
                 letter.history.append(&mut steps);
                 letter.state = Replayed;
                 letter.already_done = true;
-                inner.store_letter(&mut inner.state.lock(), id, &letter, None)?;
+                let written = inner.write_letter(&mut inner.state.lock(), id, &letter, None)?;
                 report.already_done.push(mid);
-                return Ok(());
+                return written.into_result();
             }
             Claim::Acquired(guard) => guard,
         };
@@ -2000,7 +2163,10 @@ impl Dlq {
                         return Ok(());
                     }
                     // Recorded as replayed, its key done, and the error returned.
-                    Ok(Completed::Unsynced(e)) => return Err(e),
+                    Ok(Completed::Unsynced(e)) => {
+                        report.replayed.push(mid);
+                        return Err(e);
+                    }
                     Err(Error::LeaseLost) => {
                         // The handler applied the message; only the claim ran out.
                         // Sending it back to quarantine would apply it again at the
@@ -2036,11 +2202,11 @@ impl Dlq {
         letter.history.append(&mut steps);
         letter.state = Quarantined;
         letter.reason = failure.clone();
-        inner.store_letter(&mut inner.state.lock(), id, &letter, None)?;
+        let written = inner.write_letter(&mut inner.state.lock(), id, &letter, None)?;
         report.notes.insert(mid, failure);
         report.failed.push(mid);
         drop(busy);
-        Ok(())
+        written.into_result()
     }
 
     /// Runs the policies once, as of the engine's clock: first the auto-archive of
@@ -2048,15 +2214,34 @@ impl Dlq {
     /// retention recorded as the reason), then each pre-approved replay (actor
     /// `policy:auto-replay`) through both checks, with `schema` and `handler`.
     /// Everything else is left for an explicit call.
+    ///
+    /// An error stops the run and is returned; what the run did before it stays done
+    /// ([`run_policies_partial`](Self::run_policies_partial) returns its report with
+    /// the error).
     pub fn run_policies(
         &self,
         policy: &DlqPolicy,
         schema: &dyn SchemaCheck,
-        mut handler: impl FnMut(&[u8], &[u8]) -> std::result::Result<(), String>,
+        handler: impl FnMut(&[u8], &[u8]) -> std::result::Result<(), String>,
     ) -> Result<PolicyReport> {
+        Ok(self.run_policies_partial(policy, schema, handler)?)
+    }
+
+    /// As [`Dlq::run_policies`], but an error that stops the run comes with the report
+    /// of what it did before ([`Interrupted`]): the messages archived for retention
+    /// before it, and what the auto-replays before it did, as
+    /// [`replay_partial`](Self::replay_partial) reports it (the message at hand
+    /// included if its write landed and only the fsync after it failed).
+    // The report is as large in `Ok` as in `Err`: boxing the error would save nothing.
+    #[allow(clippy::result_large_err)]
+    pub fn run_policies_partial(
+        &self,
+        policy: &DlqPolicy,
+        schema: &dyn SchemaCheck,
+        mut handler: impl FnMut(&[u8], &[u8]) -> std::result::Result<(), String>,
+    ) -> std::result::Result<PolicyReport, Interrupted<PolicyReport>> {
         let mut handler =
             |key: &[u8], payload: &[u8]| handler(key, payload).map_err(HandlerFailure::Failed);
-        self.inner.namespace()?;
         let mut out = PolicyReport {
             replay: ReplayReport {
                 mode: ReplayMode::Execute,
@@ -2064,6 +2249,22 @@ impl Dlq {
             },
             ..PolicyReport::default()
         };
+        match self.run_policies_into(policy, schema, &mut handler, &mut out) {
+            Ok(()) => Ok(out),
+            Err(error) => Err(Interrupted { report: out, error }),
+        }
+    }
+
+    /// [`Dlq::run_policies_partial`] into `out`, which holds what was done when an
+    /// error stops it.
+    fn run_policies_into(
+        &self,
+        policy: &DlqPolicy,
+        schema: &dyn SchemaCheck,
+        handler: &mut Handler<'_>,
+        out: &mut PolicyReport,
+    ) -> Result<()> {
+        self.inner.namespace()?;
         if let Some(retention) = policy.archive_after {
             // None (nothing has waited that long) while the clock reads less than
             // the retention.
@@ -2088,14 +2289,17 @@ impl Dlq {
             // Each only if still quarantined and not being replayed: an operator may
             // have taken it up for review since, or a replay finished it.
             for id in due {
-                if self.inner.transition_from(
+                let written = self.inner.transition_written(
                     id,
                     Some(MessageState::Quarantined),
                     MessageState::Archived,
                     ACTOR_AUTO_ARCHIVE,
                     &note,
-                )? {
+                )?;
+                if let Some(written) = written {
+                    // Archived, even when only the sync after the write failed.
                     out.archived.push(MessageId(id));
+                    written.into_result()?;
                 }
             }
         }
@@ -2108,17 +2312,23 @@ impl Dlq {
                 .reason_class(class)
                 .quarantined_between(*from_ms, *until_ms);
             sel.excluded.clone_from(&handled);
-            let r = self.replay_as(
+            let (r, error) = match self.replay_as(
                 ACTOR_AUTO_REPLAY,
                 &sel,
                 schema,
-                &mut handler,
+                handler,
                 ReplayMode::Execute,
-            )?;
+            ) {
+                Ok(r) => (r, None),
+                Err(Interrupted { report, error }) => (report, Some(error)),
+            };
             handled.extend(r.ids().map(|id| id.0));
             out.replay.merge(r);
+            if let Some(e) = error {
+                return Err(e);
+            }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Depth, age of the oldest waiting message, replay success rate and arrival

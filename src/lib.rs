@@ -173,8 +173,8 @@ pub use config::{
     MAX_PREFILTER_FPR, MAX_RETENTION, MIN_BACKGROUND_INTERVAL, MIN_PREFILTER_FPR,
 };
 pub use dlq::{
-    DeadLetter, DeadLetterHeader, Dlq, DlqHealth, DlqPolicy, HandlerFailure, MessageId,
-    MessageState, PolicyReport, ReplayMode, ReplayOutcome, ReplayReport, SchemaCheck,
+    DeadLetter, DeadLetterHeader, Dlq, DlqHealth, DlqPolicy, HandlerFailure, Interrupted,
+    MessageId, MessageState, PolicyReport, ReplayMode, ReplayOutcome, ReplayReport, SchemaCheck,
     SchemaVerdict, Selection, Transition, ACTOR_AUTO_ARCHIVE, ACTOR_AUTO_REPLAY, DEFAULT_ACTOR,
     DEFAULT_BASELINE_WINDOW, DEFAULT_RECENT_WINDOW, MAX_ACTOR_LEN, MAX_DEAD_LETTER_PAYLOAD,
     MAX_REASON_LEN,

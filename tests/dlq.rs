@@ -1878,3 +1878,221 @@ fn replay_counting(
         ReplayMode::Execute,
     )
 }
+
+/// The report and the error of a call that an error stopped part-way.
+#[cfg(feature = "durable")]
+fn interrupted<R: std::fmt::Debug>(r: Result<R, idem::Interrupted<R>>) -> (R, Error) {
+    match r {
+        Ok(r) => panic!("the call ran to its end: {r:?}"),
+        Err(idem::Interrupted { report, error, .. }) => (report, error),
+    }
+}
+
+/// Each message of `ids` as stored now, and as a fresh open of the store reads it.
+#[cfg(feature = "durable")]
+fn stored(dlq: &Dlq, ids: &[MessageId]) -> Vec<DeadLetter> {
+    ids.iter().map(|id| dlq.get(*id).unwrap()).collect()
+}
+
+/// A store error part-way through a replay: the partial report lists exactly the
+/// messages whose state the replay changed before it, each in the list of its
+/// outcome, and the stored letters agree with it (also after a restart); the message
+/// at hand and the ones after it are as they were and in no list.
+#[cfg(feature = "durable")]
+#[test]
+fn a_replay_stopped_by_a_store_error_reports_the_messages_it_changed_before_it() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (engine, ns, dlq) = open(&dir, &clock);
+    let q = |k: &[u8], p: &[u8]| dlq.quarantine(k, p, OUTAGE).unwrap();
+    let replayed = q(b"a", b"v2:a");
+    let archived = q(b"b", b"v1:b");
+    let done = q(b"c", b"v2:c");
+    let failed = q(b"d", b"v2:d");
+    let at_hand = q(b"e", b"v2:e");
+    let after = q(b"f", b"v2:f");
+    live_apply(&ns, &Ledger::default(), b"c");
+    let before = stored(&dlq, &[at_hand, after]);
+    let mut handled = Vec::new();
+    let r = dlq.replay_partial(
+        &Selection::default(),
+        &schema_v2,
+        |key: &[u8], _: &[u8]| {
+            handled.push(key.to_vec());
+            match key {
+                b"d" => Err(format!("{OUTAGE} 503")),
+                // The handler applies e, then the disk refuses every write: e's
+                // completion (and its letter, in the same write) is not stored.
+                b"e" => {
+                    engine.debug_fail_store_writes(true);
+                    Ok(())
+                }
+                _ => Ok(()),
+            }
+        },
+        ReplayMode::Execute,
+    );
+    engine.debug_fail_store_writes(false);
+    let (report, error) = interrupted(r);
+    assert!(matches!(error, Error::Store(_)), "{error:?}");
+    assert_eq!(handled, [b"a".to_vec(), b"d".to_vec(), b"e".to_vec()]);
+    assert_eq!(report.mode, ReplayMode::Execute);
+    assert_eq!(report.replayed, [replayed], "{report:?}");
+    assert_eq!(report.archived, [archived], "{report:?}");
+    assert_eq!(report.already_done, [done], "{report:?}");
+    assert_eq!(report.failed, [failed], "{report:?}");
+    assert_eq!(report.total(), 4, "nothing else: {report:?}");
+    assert_eq!(report.stopped, None);
+    assert!(report.notes[&archived].starts_with("schema-incompatible"));
+    assert_eq!(report.notes[&failed], format!("{OUTAGE} 503"));
+    assert!(!report.notes.contains_key(&at_hand), "{report:?}");
+    // The store agrees, in this process and after a restart.
+    let check = |dlq: &Dlq, ns: &Namespace| {
+        let a = dlq.get(replayed).unwrap();
+        assert_eq!(a.replay_outcome(), Some(ReplayOutcome::Applied));
+        assert_eq!(dlq.get(archived).unwrap().state(), MessageState::Archived);
+        let c = dlq.get(done).unwrap();
+        assert_eq!(c.replay_outcome(), Some(ReplayOutcome::AlreadyDone));
+        let d = dlq.get(failed).unwrap();
+        assert_eq!((d.state(), d.attempts()), (MessageState::Quarantined, 1));
+        assert_eq!(stored(dlq, &[at_hand, after]), before);
+        assert!(matches!(
+            ns.check(b"a").unwrap(),
+            Some(KeyState::Done { .. })
+        ));
+        assert_eq!(ns.check(b"e").unwrap(), None);
+        // The messages the report lists are exactly those no longer as quarantined.
+        let untouched: Vec<MessageId> = everything(dlq)
+            .iter()
+            .filter(|m| m.history().len() == 1)
+            .map(DeadLetter::id)
+            .collect();
+        assert_eq!(untouched, [at_hand, after]);
+    };
+    check(&dlq, &ns);
+    drop((dlq, ns, engine));
+    let (_engine, ns, dlq) = open(&dir, &clock);
+    check(&dlq, &ns);
+}
+
+/// A replay whose completion's write lands and whose fsync then fails lists that
+/// message as replayed with the error (it is stored so), and none after it.
+#[cfg(feature = "durable")]
+#[test]
+fn a_replay_whose_fsync_fails_reports_the_message_written_before_the_error() {
+    let (_dir, _clock, engine, ns, dlq, first) = durable_with_a_letter(b"k");
+    let second = dlq.quarantine(b"j", b"v2:j", OUTAGE).unwrap();
+    let before = dlq.get(second).unwrap();
+    engine.debug_fail_syncs(true);
+    let r = dlq.replay_partial(
+        &Selection::default(),
+        &any_schema,
+        |_: &[u8], _: &[u8]| Ok(()),
+        ReplayMode::Execute,
+    );
+    engine.debug_fail_syncs(false);
+    let (report, error) = interrupted(r);
+    assert!(matches!(error, Error::Store(_)), "{error:?}");
+    assert_eq!(report.replayed, [first], "{report:?}");
+    assert_eq!(report.total(), 1, "{report:?}");
+    assert_eq!(dlq.get(first).unwrap().state(), MessageState::Replayed);
+    assert!(matches!(
+        ns.check(b"k").unwrap(),
+        Some(KeyState::Done { .. })
+    ));
+    assert_eq!(dlq.get(second).unwrap(), before);
+    assert_eq!(ns.check(b"j").unwrap(), None);
+}
+
+/// A letter's write refused as its sync would fail (`Periodic`, the engine dropped:
+/// each write syncs itself) changes nothing, and the partial report does not list its
+/// message: neither the schema check's archival nor the auto-archive's.
+#[cfg(feature = "durable")]
+#[test]
+fn a_letter_write_refused_is_not_in_the_partial_report() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let engine = Engine::builder()
+        .namespace("ns", config().sync(idem::SyncPolicy::Periodic(secs(3_600))))
+        .clock(clock.clone())
+        .maintenance_interval(None)
+        .durable(dir.path())
+        .build()
+        .unwrap();
+    let dlq = engine.dlq("ns").unwrap();
+    let old = dlq.quarantine(b"o", b"v2:o", OUTAGE).unwrap();
+    clock.advance(secs(7_200));
+    let v1 = dlq.quarantine(b"a", b"v1:a", OUTAGE).unwrap();
+    let v2 = dlq.quarantine(b"b", b"v2:b", OUTAGE).unwrap();
+    engine.debug_fail_syncs(true);
+    drop(engine);
+    let before = stored(&dlq, &[old, v1, v2]);
+    let (report, error) = interrupted(dlq.replay_partial(
+        &Selection::default().ids([v1, v2]),
+        &schema_v2,
+        |_: &[u8], _: &[u8]| panic!("the replay stops at the first message"),
+        ReplayMode::Execute,
+    ));
+    assert!(matches!(error, Error::Store(_)), "{error:?}");
+    assert_eq!(report.total(), 0, "{report:?}");
+    assert!(report.notes.is_empty(), "{report:?}");
+    let (report, error) = interrupted(dlq.run_policies_partial(
+        &DlqPolicy::new().archive_after(secs(3_600)),
+        &any_schema,
+        |_: &[u8], _: &[u8]| panic!("nothing to replay"),
+    ));
+    assert!(matches!(error, Error::Store(_)), "{error:?}");
+    assert!(report.archived.is_empty(), "{report:?}");
+    assert_eq!(report.replay.total(), 0, "{report:?}");
+    assert_eq!(stored(&dlq, &[old, v1, v2]), before);
+}
+
+/// A store error in a policy run's auto-replay: the partial report holds the
+/// retention's archivals and the replays before the error, and the store agrees.
+#[cfg(feature = "durable")]
+#[test]
+fn a_policy_run_stopped_by_a_store_error_reports_what_it_changed_before_it() {
+    let (_dir, clock, engine, ns, dlq, expired) = durable_with_a_letter(b"x");
+    clock.advance(secs(7_200));
+    let from = clock_now(&clock);
+    let a = dlq.quarantine(b"a", b"v2:a", OUTAGE).unwrap();
+    let b = dlq.quarantine(b"b", b"v2:b", OUTAGE).unwrap();
+    let c = dlq.quarantine(b"c", b"v2:c", OUTAGE).unwrap();
+    let before = stored(&dlq, &[b, c]);
+    clock.advance(secs(60));
+    let policy =
+        DlqPolicy::new()
+            .archive_after(secs(3_600))
+            .auto_replay(OUTAGE, from, from + 3_600_000);
+    let r = dlq.run_policies_partial(&policy, &any_schema, |key: &[u8], _: &[u8]| {
+        if key == b"b" {
+            engine.debug_fail_store_writes(true);
+        }
+        Ok(())
+    });
+    engine.debug_fail_store_writes(false);
+    let (report, error) = interrupted(r);
+    assert!(matches!(error, Error::Store(_)), "{error:?}");
+    assert_eq!(report.archived, [expired], "{report:?}");
+    assert_eq!(report.replay.replayed, [a], "{report:?}");
+    assert_eq!(report.replay.total(), 1, "{report:?}");
+    let x = dlq.get(expired).unwrap();
+    assert_eq!(x.state(), MessageState::Archived);
+    assert_eq!(x.history().last().unwrap().actor, idem::ACTOR_AUTO_ARCHIVE);
+    let replayed = dlq.get(a).unwrap();
+    assert_eq!(replayed.replay_outcome(), Some(ReplayOutcome::Applied));
+    assert_eq!(
+        replayed.history().last().unwrap().actor,
+        idem::ACTOR_AUTO_REPLAY
+    );
+    assert_eq!(stored(&dlq, &[b, c]), before);
+    assert_eq!(ns.check(b"b").unwrap(), None);
+    // `run_policies` gives the error alone, and `?` turns an `Interrupted` into it.
+    let again = || -> idem::Result<idem::PolicyReport> {
+        engine.debug_fail_store_writes(true);
+        let r = dlq.run_policies_partial(&policy, &any_schema, |_: &[u8], _: &[u8]| Ok(()));
+        engine.debug_fail_store_writes(false);
+        Ok(r?)
+    };
+    assert!(matches!(again(), Err(Error::Store(_))));
+}

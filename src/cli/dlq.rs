@@ -9,8 +9,8 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use idem::{
-    DeadLetter, DeadLetterHeader, Dlq, Engine, HandlerFailure, MessageId, MessageState,
-    NamespaceConfig, ReplayMode, ReplayReport, SchemaVerdict, Selection, SystemClock,
+    DeadLetter, DeadLetterHeader, Dlq, Engine, HandlerFailure, Interrupted, MessageId,
+    MessageState, NamespaceConfig, ReplayMode, ReplayReport, SchemaVerdict, Selection, SystemClock,
 };
 
 use super::{grouped, number};
@@ -697,26 +697,16 @@ fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
             }),
         };
         let sel = Selection::default().ids(chunk.iter().copied());
-        let r = match dlq.replay_with(
+        // An error comes with the report of what the chunk did before it, which
+        // stays done.
+        let (r, error) = match dlq.replay_with_partial(
             &sel,
             &schema,
             |key: &[u8], payload: &[u8]| exec_outcome(run_shell(&exec, &key_env(key), payload)),
             mode,
         ) {
-            Ok(r) => r,
-            Err(e) => {
-                // The chunk's report goes with the error; what the chunk did before it
-                // stays done.
-                let last = chunk[chunk.len() - 1];
-                failure = Some(format!(
-                    "{e}; the replay stopped among the selected messages {first} to \
-                     {last}: those of them it handled before the error keep their \
-                     outcome, left out of the report (`idem dlq list --all` shows where \
-                     each is), and the rest and the selected messages after them were \
-                     left as they were"
-                ));
-                break;
-            }
+            Ok(r) => (r, None),
+            Err(Interrupted { report, error, .. }) => (report, Some(error)),
         };
         report.replayed.extend(r.replayed);
         report.already_done.extend(r.already_done);
@@ -729,6 +719,16 @@ fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
         report.transformed.extend(r.transformed);
         report.notes.extend(r.notes);
         bar.set(report.total() as u64);
+        if let Some(e) = error {
+            let last = chunk[chunk.len() - 1];
+            failure = Some(format!(
+                "{e}; the replay stopped among the selected messages {first} to {last}: \
+                 those of them in the report were written before the error and keep \
+                 their outcome, and the rest and the selected messages after them were \
+                 left as they were"
+            ));
+            break;
+        }
         if r.stopped.is_some() {
             report.stopped = r.stopped;
             break;
@@ -736,11 +736,11 @@ fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
     }
     bar.finish();
     if let Some(e) = failure {
-        // The chunks replayed before the one that stopped the command changed the
-        // store: their report comes first, as for an `--exec` command that gave no
-        // verdict. (Each message of a replayed chunk is in one of the report's lists:
-        // an empty report is a command stopped in its first chunk, which says only
-        // the error.)
+        // The messages replayed before the error (in the chunks before the one that
+        // stopped the command, and in that one) changed the store: their report comes
+        // first, as for an `--exec` command that gave no verdict. (Each message a
+        // replay handled is in one of the report's lists: an empty report is a command
+        // stopped before it handled any, which says only the error.)
         if report.total() > 0 {
             print_report(o, total, &report);
         }

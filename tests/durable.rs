@@ -25,6 +25,23 @@ fn immediate() -> NamespaceConfig {
     small().claim_markers(ClaimMarkers::Immediate)
 }
 
+/// Every claim-marker mode, for the tests that hold in each.
+const MARKER_MODES: [ClaimMarkers; 3] = [
+    ClaimMarkers::Journal,
+    ClaimMarkers::Immediate,
+    ClaimMarkers::Deferred,
+];
+
+/// [`small`] with a long lease, every completion fsynced, markers in `mode`, and
+/// `policy` for a store that refuses.
+fn always(mode: ClaimMarkers, policy: FailurePolicy) -> NamespaceConfig {
+    small()
+        .lease(secs(600))
+        .sync(SyncPolicy::Always)
+        .claim_markers(mode)
+        .on_store_error(policy)
+}
+
 /// The format version this build writes.
 const FORMAT: u32 = 1;
 
@@ -2692,20 +2709,10 @@ fn a_flushed_marker_whose_lease_ran_out_goes_with_the_next_claims_completion() {
 /// put back in memory and flushed at shutdown beside the record).
 #[test]
 fn a_completion_applied_but_not_synced_under_fail_open_is_not_an_orphan_at_the_next_open() {
-    for mode in [
-        ClaimMarkers::Journal,
-        ClaimMarkers::Immediate,
-        ClaimMarkers::Deferred,
-    ] {
+    for mode in MARKER_MODES {
         let dir = TempDir::new();
         let clock = ManualClock::new(T0);
-        let cfg = || {
-            small()
-                .lease(secs(600))
-                .sync(SyncPolicy::Always)
-                .claim_markers(mode)
-                .on_store_error(FailurePolicy::FailOpen)
-        };
+        let cfg = || always(mode, FailurePolicy::FailOpen);
         {
             let (engine, ns) = open(&dir, &clock, cfg());
             // (A deferred marker is still in memory: the completion takes it, and
@@ -3643,11 +3650,7 @@ fn a_completion_whose_write_panics_releases_its_claim() {
 
 #[test]
 fn a_claim_released_by_a_panicking_completion_leaves_no_marker_for_the_next_open() {
-    for markers in [
-        ClaimMarkers::Journal,
-        ClaimMarkers::Immediate,
-        ClaimMarkers::Deferred,
-    ] {
+    for markers in MARKER_MODES {
         let dir = TempDir::new();
         let clock = ManualClock::new(T0);
         {
@@ -3729,11 +3732,7 @@ fn open_ungrouped(dir: &TempDir, clock: &ManualClock, cfg: NamespaceConfig) -> (
 /// an orphan, in every marker mode.
 #[test]
 fn an_ungrouped_completion_whose_sync_fails_is_refused_and_released_under_fail_closed() {
-    for mode in [
-        ClaimMarkers::Journal,
-        ClaimMarkers::Immediate,
-        ClaimMarkers::Deferred,
-    ] {
+    for mode in MARKER_MODES {
         let dir = TempDir::new();
         let clock = ManualClock::new(T0);
         let cfg = || {
@@ -3854,20 +3853,10 @@ fn an_ungrouped_co_commit_whose_sync_fails_stores_nothing_whatever_the_policy() 
 /// commit's applied record reads as done.
 #[test]
 fn an_ungrouped_completion_whose_sync_fails_under_fail_open_is_an_orphan_at_the_next_open() {
-    for mode in [
-        ClaimMarkers::Journal,
-        ClaimMarkers::Immediate,
-        ClaimMarkers::Deferred,
-    ] {
+    for mode in MARKER_MODES {
         let dir = TempDir::new();
         let clock = ManualClock::new(T0);
-        let cfg = || {
-            small()
-                .lease(secs(600))
-                .sync(SyncPolicy::Always)
-                .claim_markers(mode)
-                .on_store_error(FailurePolicy::FailOpen)
-        };
+        let cfg = || always(mode, FailurePolicy::FailOpen);
         {
             let (engine, ns) = open_ungrouped(&dir, &clock, cfg());
             let g = acquire(&ns, b"k");

@@ -769,7 +769,8 @@ impl Engine {
     /// completions it would have covered are in the log but may not be on the disk.
     /// So is every later one, even when its own fsync works, once any fsync of the
     /// log has failed in this engine's life (the `Periodic` thread's, counted in
-    /// `Stats::periodic_sync_failures`, a group commit's, or a sync asked for): the
+    /// `Stats::periodic_sync_failures`, a group commit's, a sync asked for, or with
+    /// group commit off a synced completion's write that RocksDB refused): the
     /// completions the failed fsync covered may be lost all the same, since a later
     /// fsync does not bring back pages the system dropped. Reopening the engine
     /// (whose open replays what the log holds on disk) starts afresh.

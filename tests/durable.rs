@@ -3779,6 +3779,41 @@ fn an_ungrouped_completion_whose_sync_fails_is_refused_and_released_under_fail_c
     }
 }
 
+/// With group commit off, a synced completion whose write RocksDB refused (its
+/// fsync failed) is an fsync of the log that failed, as a group's is: every later
+/// `Engine::sync` reports it, though its own fsync works, since writes of the log
+/// made before it (another namespace's, unsynced) may be lost with it.
+#[test]
+fn an_ungrouped_sync_failure_is_reported_by_every_later_sync() {
+    for policy in [FailurePolicy::FailClosed, FailurePolicy::FailOpen] {
+        let dir = TempDir::new();
+        let clock = ManualClock::new(T0);
+        let (engine, ns) = open_ungrouped(&dir, &clock, always(ClaimMarkers::Journal, policy));
+        engine.sync().expect("nothing failed yet");
+        let g = acquire(&ns, b"k");
+        engine.debug_fail_syncs(true);
+        let completed = g.complete();
+        engine.debug_fail_syncs(false);
+        assert_eq!(
+            completed.is_ok(),
+            policy == FailurePolicy::FailOpen,
+            "{policy:?}: {completed:?}"
+        );
+        for _ in 0..2 {
+            assert!(
+                matches!(engine.sync(), Err(Error::Store(_))),
+                "{policy:?}: the failed fsync is reported"
+            );
+        }
+        // A completion after it is written and synced all the same.
+        acquire(&ns, b"later").complete().unwrap();
+        drop((ns, engine));
+        let (engine, ns) = open_ungrouped(&dir, &clock, always(ClaimMarkers::Journal, policy));
+        engine.sync().expect("a new open starts afresh");
+        duplicate(&ns, b"later");
+    }
+}
+
 /// With group commit off, a co-commit under `Always` whose sync fails is refused
 /// whatever the policy (state changes never fail open), as with group commit it
 /// returns the sync's error; but nothing was applied: the state keeps its values and

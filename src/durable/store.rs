@@ -949,18 +949,29 @@ impl Store {
         sync: bool,
         what: &'static str,
     ) -> Result<Option<Error>, Error> {
-        let options = match (&self.group, sync) {
-            (None, true) => {
-                // The testing hook fails RocksDB's own sync as RocksDB reports one:
-                // the write is refused, its batch not applied to the memtables.
-                self.check_syncable()?;
-                &self.write_sync
-            }
-            _ => &self.write_nosync,
+        let own_sync = self.group.is_none() && sync;
+        let written = if own_sync {
+            // The testing hook fails RocksDB's own sync as RocksDB reports one: the
+            // write is refused, its batch not applied to the memtables.
+            self.check_syncable().and_then(|()| {
+                self.db
+                    .write_opt(batch, &self.write_sync)
+                    .map_err(|e| store_err(what, e))
+            })
+        } else {
+            self.db
+                .write_opt(batch, &self.write_nosync)
+                .map_err(|e| store_err(what, e))
         };
-        self.db
-            .write_opt(batch, options)
-            .map_err(|e| store_err(what, e))?;
+        if let Err(e) = written {
+            if own_sync {
+                // Its fsync may have failed over writes of the log made before it
+                // (other namespaces', unsynced), as a group's would: every later
+                // sync asked for says so ([`Store::sync_on_request`]).
+                self.wal_sync_failed.store(true, Ordering::SeqCst);
+            }
+            return Err(e);
+        }
         Ok(match (&self.group, sync) {
             (Some(group), true) => group.commit(|| self.sync_wal()).err(),
             _ => None,
@@ -1204,7 +1215,8 @@ impl Store {
 
     /// An fsync of the write-ahead log asked for (`Engine::sync`, `Namespace::sync`,
     /// `Engine::close`): its error, or, if any fsync of the log failed since the open
-    /// (the `Periodic` thread's, a group commit's, an earlier request's), an error
+    /// (the `Periodic` thread's, a group commit's, an earlier request's, or with group
+    /// commit off a synced write's that RocksDB refused), an error
     /// for that, at every call. Completions acknowledged before a failed fsync may
     /// not be on the disk, and a later fsync that works does not bring back pages the
     /// system dropped (it may even be told of the failure no more): a consumer that

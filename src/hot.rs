@@ -2238,6 +2238,11 @@ impl Shard {
         }
         self.counters.acquired += 1;
         self.guards += 1;
+        let (wants_index_spare, makes_index_spare) = if self.index.at_mark() {
+            self.index_mark_reached()
+        } else {
+            (false, None)
+        };
         ShardClaim::Acquired {
             lease: Lease {
                 idx,
@@ -2245,19 +2250,21 @@ impl Shard {
                 deadline: lease_deadline,
             },
             wants_spare: self.slab.wants_spare(),
-            wants_index_spare: self.index.at_spare_mark() && self.asks_for_index_spare(),
-            makes_index_spare: self.small_spare_at_mark(),
+            wants_index_spare,
+            makes_index_spare,
         }
     }
 
-    /// The spare the claim whose insert just brought a small index to its mark makes
-    /// ([`Shard::small_index_spare`]), if the insert did.
-    #[inline(always)]
-    fn small_spare_at_mark(&self) -> Option<usize> {
-        if self.index.at_small_spare_mark() {
-            self.small_index_spare()
+    /// What the claim whose insert just brought the index to its mark does about
+    /// its next array ([`index::Index::at_mark`]): from [`index::SPARE_FROM`]
+    /// buckets on it asks the maintenance thread ([`Shard::asks_for_index_spare`]),
+    /// under that the claimant makes the spare ([`Shard::small_index_spare`]).
+    #[cold]
+    fn index_mark_reached(&mut self) -> (bool, Option<usize>) {
+        if self.index.at_spare_mark() {
+            (self.asks_for_index_spare(), None)
         } else {
-            None
+            (false, self.small_index_spare())
         }
     }
 
@@ -2420,7 +2427,11 @@ impl Shard {
                     expires_at_ms: extend.map_or(d.expires_at_ms, |x| x.expires_ms),
                     result: d.result,
                     extend,
-                    makes_index_spare: self.small_spare_at_mark(),
+                    makes_index_spare: if self.index.at_mark() {
+                        self.small_index_spare()
+                    } else {
+                        None
+                    },
                 }
             }
             _ => {

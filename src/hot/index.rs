@@ -755,21 +755,19 @@ impl Index {
         (n >= SPARE_FROM && self.outgrown_by(share) && self.len >= spare_mark(n)).then_some(2 * n)
     }
 
-    /// Whether the last insert brought an array of [`SPARE_FROM`] buckets or more to
-    /// the mark where a spare may be asked for (see [`Index::spare_wanted`]). Reads
-    /// only what every insert reads.
+    /// Whether the last insert brought the array, of any length, to the mark where
+    /// its spare is made or asked for (see [`Index::spare_wanted`],
+    /// [`Index::small_spare_wanted`]). Reads only what every insert reads.
     #[inline]
-    pub(crate) fn at_spare_mark(&self) -> bool {
-        let n = self.buckets.len();
-        self.len == spare_mark(n) && n >= SPARE_FROM
+    pub(crate) fn at_mark(&self) -> bool {
+        self.len == spare_mark(self.buckets.len())
     }
 
-    /// Whether the last insert brought an array of fewer than [`SPARE_FROM`] buckets
-    /// to its mark (see [`Index::at_spare_mark`]).
+    /// [`Index::at_mark`], for an array of [`SPARE_FROM`] buckets or more: the mark
+    /// where the maintenance thread is asked for a spare.
     #[inline]
-    pub(crate) fn at_small_spare_mark(&self) -> bool {
-        let n = self.buckets.len();
-        self.len == spare_mark(n) && n < SPARE_FROM && n > 0
+    pub(crate) fn at_spare_mark(&self) -> bool {
+        self.at_mark() && self.buckets.len() >= SPARE_FROM
     }
 
     /// The length of the spare a small array (under [`SPARE_FROM`] buckets) could

@@ -15,6 +15,7 @@ fn empty_key_is_refused_everywhere() {
     assert_eq!(ns.claim(b"").unwrap_err(), empty);
     assert_eq!(ns.claim_with_payload(b"", b"p").unwrap_err(), empty);
     assert_eq!(ns.check(b"").unwrap_err(), empty);
+    assert_eq!(ns.check_with_payload(b"", b"p").unwrap_err(), empty);
     assert_eq!(ns.forget(b"").unwrap_err(), empty);
     assert_eq!(e.stats().resident_keys, 0);
     assert_eq!(e.stats().acquired, 0);
@@ -26,6 +27,10 @@ fn oversized_key_is_refused_and_the_limit_is_inclusive() {
     let long = [b'x'; 17];
     assert_eq!(
         ns.claim(&long).unwrap_err(),
+        Error::InvalidKey(KeyError::TooLong { len: 17, max: 16 })
+    );
+    assert_eq!(
+        ns.check_with_payload(&long, b"p").unwrap_err(),
         Error::InvalidKey(KeyError::TooLong { len: 17, max: 16 })
     );
     assert_eq!(e.stats().resident_keys, 0);

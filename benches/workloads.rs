@@ -13,11 +13,12 @@
 //!                                  [--w2-shuffled-max-n 1000000]
 //! ```
 //!
-//! Peers: `idem`, `idem-aff` (a reference: idem with the keys grouped so that each
-//! thread claims only keys of shards no other thread writes, shard `s` to thread
-//! `s % threads`; its two threads over one are what the same claims scale to when
-//! no shard's lines pass between the cores, beside `idem`'s, whose threads share
-//! every shard), `idem-b64` (idem through `claim_batch` / `complete_batch`, 64 keys a
+//! Peers: `idem`, `idem-aff` (idem with the keys handed to the threads by
+//! `Namespace::router`, as a consumer that routes its messages to its workers would:
+//! each thread claims keys of a run of shards no other thread writes, but for a
+//! shard that straddles the cut when the shard count is odd; its two threads over
+//! one are what the same claims scale to when no shard's lines pass between the
+//! cores, beside `idem`'s, whose threads share every shard), `idem-b64` (idem through `claim_batch` / `complete_batch`, 64 keys a
 //! call: the counterpart of Redis's 64-deep pipeline), `idem-r64` (idem completing
 //! every key with a 64-byte result: the memory a stored result costs; not in the
 //! default set), `floor`, `dashmap`, `moka`,
@@ -233,7 +234,7 @@ fn fp(key: &Key) -> u128 {
 const AFF_SEED: u64 = 0xAFF1_4E17_0000_0001;
 
 /// A namespace made as the `idem-aff` peer's is (same seed, same `max_keys`, so the
-/// same shards), without a maintenance thread, to read the keys' shards from. It
+/// same shards), without a maintenance thread, whose router places the keys. It
 /// stays alive, idle, through the measurement: freed before it, its pages would be
 /// the measured engine's to reuse, already resident, and its RSS would read low.
 fn affine_probe(n: usize) -> Idem {
@@ -241,11 +242,15 @@ fn affine_probe(n: usize) -> Idem {
     Idem::built(builder, n, 0, false)
 }
 
-/// `keys` in the order that gives each of `threads` threads keys of its own shards
-/// ([`report::affine_order`]), as `probe` places them.
+/// `keys` in the order that gives each of `threads` threads the keys `probe`'s
+/// router sends it ([`report::affine_order`]): keys of its own shards.
 fn affine_keys(probe: &Idem, keys: &[Key], threads: usize) -> Vec<Key> {
+    let router = probe
+        .ns
+        .router(threads.max(1))
+        .expect("at least one thread");
     report::affine_order(keys, threads, |k| {
-        idem::__bench::shard_of(&probe.ns, k).expect("a workload key is valid")
+        router.worker(k).expect("a workload key is valid")
     })
 }
 

@@ -5557,6 +5557,20 @@ impl Namespace {
         }
     }
 
+    /// A [`Router`](crate::Router) that splits this namespace's keys among `workers`
+    /// worker threads so that no two of them write the same shards (but for at most
+    /// `workers - 1` that straddle a cut; none when the shard count is a multiple of
+    /// `workers`). Hand each message to the worker [`Router::worker`](crate::Router::worker)
+    /// names and claim it there: two threads that share a namespace's shards pay for
+    /// every line of a shard the other wrote last, and on a host where a line takes
+    /// long to pass between cores two such threads can claim fresh keys no faster than
+    /// one (BENCHMARKS.md, "Where the targets stand"). [`Error::InvalidConfig`] for
+    /// zero workers.
+    pub fn router(&self, workers: usize) -> Result<crate::Router> {
+        let ns = &self.inner;
+        crate::Router::new(&ns.name, ns.seed, ns.cfg.max_key_len, workers)
+    }
+
     /// The lock shard `key` belongs to, for the benches (`__bench::shard_of`).
     pub(crate) fn shard_of(&self, key: &[u8]) -> Result<usize> {
         let ns = &self.inner;

@@ -62,6 +62,7 @@ mod error;
 mod hot;
 mod plan;
 mod prefilter;
+mod route;
 mod sched;
 mod stats;
 mod sync;
@@ -189,6 +190,7 @@ pub use engine::{
 };
 pub use error::{Error, KeyError, Result, StoreError};
 pub use plan::{Plan, Sizing, SizingError, SizingWarning, SMALL_NAMESPACE_KEYS};
+pub use route::Router;
 pub use stats::Stats;
 
 /// The README's examples, compiled and run as doc tests.

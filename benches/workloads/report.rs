@@ -105,19 +105,19 @@ pub fn parts(len: usize, threads: usize) -> Vec<std::ops::Range<usize>> {
         .collect()
 }
 /// `keys` reordered for `threads` threads that share (almost) no shard (the `idem-aff`
-/// peer): the keys of shards `t`, `t + threads`, `t + 2 * threads` ... come
-/// together, in their order, group `t` where [`parts`] puts thread `t`'s range.
-/// Groups differ in size by the shards' uneven shares (and by a shard when their
-/// count is odd), so a part's edge can fall inside the next group: on two threads,
-/// 361 keys at N = 1,000,000 (48 shards), 1,137 at 10,000,000, 1,160 at 100,000 (39
-/// shards), claimed by the other group's thread.
-pub fn affine_order<K: Copy>(keys: &[K], threads: usize, shard: impl Fn(&K) -> usize) -> Vec<K> {
+/// peer): the keys whose `group` (taken modulo `threads`: a worker a router names,
+/// or a shard's number) is `t` come together, in their order, where [`parts`] puts
+/// thread `t`'s range. Groups differ in size by the hash's spread (a router's) or
+/// the shards' uneven shares, so a part's edge can fall inside the next group, and
+/// those keys are claimed by the other group's thread (on two threads, a few hundred
+/// to about a thousand keys of N = 1,000,000).
+pub fn affine_order<K: Copy>(keys: &[K], threads: usize, group: impl Fn(&K) -> usize) -> Vec<K> {
     let threads = threads.max(1);
     // One allocation, the result's: no group vectors to free before the measured
     // table is made (see the `idem-aff` peer's probe).
     let mut out = Vec::with_capacity(keys.len());
     for t in 0..threads {
-        out.extend(keys.iter().filter(|k| shard(k) % threads == t).copied());
+        out.extend(keys.iter().filter(|k| group(k) % threads == t).copied());
     }
     out
 }

@@ -27,9 +27,13 @@ use crate::error::{Error, KeyError, Result};
 /// ([`NamespaceConfig::shards`](crate::NamespaceConfig::shards) sets it). With more
 /// workers than shards, workers share shards by necessity.
 ///
-/// A router is a seed and two numbers: `Copy`, and valid for the engine it came
-/// from (another engine's namespace, or this one's after a restart with another
-/// seed, places keys differently; a wrong route costs speed, never correctness).
+/// A router is the engine's fingerprint seed, the namespace's `max_key_len` and the
+/// worker count: `Copy`, holding nothing of the namespace alive. Its routes hold for
+/// every namespace of the engine it came from (they share the seed), and not for
+/// another engine's: a memory-only engine draws a new seed at each build, unless
+/// [`EngineBuilder::seed`](crate::EngineBuilder::seed) fixes it, while a durable one
+/// keeps its database's. A wrong route costs speed, never correctness: any worker
+/// may claim any key.
 ///
 /// ```
 /// use idem::{Claim, Engine, NamespaceConfig};

@@ -152,3 +152,25 @@ fn zero_workers_and_keys_a_claim_refuses_are_refused() {
     );
     assert!(router.worker(b"12345678").unwrap() < 3);
 }
+
+#[test]
+fn every_namespace_of_an_engine_routes_a_key_alike_and_its_shards_follow() {
+    // Two namespaces of other sizes (so other shard counts) in one engine.
+    let engine = Engine::builder()
+        .maintenance_interval(None)
+        .namespace("small", NamespaceConfig::new().max_keys(10_000).shards(4))
+        .namespace("large", NamespaceConfig::new().max_keys(100_000).shards(16))
+        .build()
+        .unwrap();
+    let small = engine.namespace("small").unwrap();
+    let large = engine.namespace("large").unwrap();
+    let (rs, rl) = (small.router(4).unwrap(), large.router(4).unwrap());
+    for i in 0..5_000 {
+        assert_eq!(rs.worker(&key(i)).unwrap(), rl.worker(&key(i)).unwrap());
+    }
+    // In each, every shard's keys go to one worker.
+    for (ns, router) in [(&small, rs), (&large, rl)] {
+        let by_shard = workers_by_shard(ns, &router, 5_000);
+        assert!(by_shard.values().all(|ws| ws.len() == 1), "{by_shard:?}");
+    }
+}

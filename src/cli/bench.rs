@@ -40,6 +40,11 @@ const HARNESS_VALUED: [&str; 11] = [
     "--w2-shuffled-max-n",
 ];
 
+/// The most threads a `--threads` item asks for. The harness starts that many
+/// threads for each measurement, and a spawn the system refuses ends it with a
+/// panic (tens of thousands are past most systems' limits), after cargo built it.
+const MAX_THREADS: usize = 1024;
+
 /// Checks a value for the workloads harness here, so that a bad one is a usage
 /// error before anything runs (the harness itself would stop with a panic, after
 /// cargo built it). `--n` and `--threads` take comma-separated lists; `--peers`
@@ -47,7 +52,8 @@ const HARNESS_VALUED: [&str; 11] = [
 /// and exits 2 on an unknown one); every other option one number (`_` allowed as a
 /// digit separator but in `--runs` and `--w2-passes`), at least 1 for `--runs`,
 /// `--threads` and `--w2-passes`; each `--n` from 1 to `MAX_KEYS_LIMIT` (a
-/// namespace's largest `max_keys`, which the harness sets to it).
+/// namespace's largest `max_keys`, which the harness sets to it); each `--threads`
+/// at most [`MAX_THREADS`].
 fn check_harness_value(flag: &str, v: &str) -> Result<(), String> {
     if flag == "--peers" {
         return if v.split(',').all(|p| !p.trim().is_empty()) {
@@ -82,6 +88,11 @@ fn check_harness_value(flag: &str, v: &str) -> Result<(), String> {
                 return Err(format!(
                     "bench: each --n must be from 1 to {} (a namespace's largest max_keys), not {item}",
                     idem::MAX_KEYS_LIMIT
+                ))
+            }
+            Ok(n) if flag == "--threads" && n > MAX_THREADS => {
+                return Err(format!(
+                    "bench: each --threads is at most {MAX_THREADS}, not {item}"
                 ))
             }
             Ok(_) => {}
@@ -247,6 +258,10 @@ mod tests {
             ("--n", "1000,0"),
             ("--n", "2147483648"),
             ("--threads", "1,0"),
+            // Each a thread of the harness: past what the system gives, its spawn
+            // panicked (after cargo had built it).
+            ("--threads", "2,100000"),
+            ("--threads", "18446744073709551615"),
             ("--w2-passes", "0"),
             ("--moka-max-n", "-5"),
             ("--redis-sample", "1e6"),
@@ -255,6 +270,7 @@ mod tests {
             let err = Options::parse(&args(&[flag, bad])).unwrap_err();
             assert!(err.contains(flag), "{flag} {bad}: {err}");
         }
+        assert!(Options::parse(&args(&["--threads", "1,1024"])).is_ok());
         let o = Options::parse(&args(&["--n", "1_000_000, 2000", "--redis-max-n", "0"])).unwrap();
         assert!(o
             .cargo_args()

@@ -572,8 +572,9 @@ impl EngineBuilder {
     /// missing). Completed keys then survive crashes and restarts for their
     /// namespace's retention, and claims in flight at a crash are reported at the
     /// next open. Needs the `durable` cargo feature (on by default). The path must be
-    /// valid UTF-8 ([`Error::InvalidConfig`] at [`build`](Self::build) otherwise):
-    /// RocksDB takes it as a string, and would put its files elsewhere than idem's.
+    /// valid UTF-8, not empty and without a NUL byte ([`Error::InvalidConfig`] at
+    /// [`build`](Self::build) otherwise): RocksDB takes it as a string, and would put
+    /// its files elsewhere than idem's.
     pub fn durable(mut self, path: impl AsRef<std::path::Path>) -> Self {
         self.durable = Some(path.as_ref().to_path_buf());
         self
@@ -720,6 +721,22 @@ impl EngineBuilder {
             });
         }
         if let Some(path) = &self.durable {
+            let bytes = path.as_os_str().as_encoded_bytes();
+            if bytes.is_empty() {
+                // Refused by RocksDB's mkdir as a storage failure, not as the
+                // setting it is.
+                return Err(Error::InvalidConfig {
+                    namespace: String::new(),
+                    reason: "the durable tier's path is empty",
+                });
+            }
+            if bytes.contains(&0) {
+                // No file name holds one, and RocksDB takes the path as a C string.
+                return Err(Error::InvalidConfig {
+                    namespace: String::new(),
+                    reason: "the durable tier's path may not contain a NUL byte",
+                });
+            }
             crate::durable::check_path(path)?;
         }
         #[cfg(not(feature = "durable"))]

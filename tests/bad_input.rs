@@ -237,3 +237,21 @@ fn the_finest_tick_keeps_the_ttl_and_lease_within_2_pow_30_ticks() {
         ms(2)
     );
 }
+
+#[test]
+fn an_empty_durable_path_or_one_with_a_nul_byte_is_a_configuration_error() {
+    // Before, both reached the store, whose refusal read as a failure of the disk
+    // (`Error::Store`, "While mkdir if missing", "open journal").
+    for (path, says) in [("", "empty"), ("idem-db\0x", "NUL")] {
+        let r = Engine::builder()
+            .durable(path)
+            .namespace("n", NamespaceConfig::new())
+            .build();
+        assert!(
+            matches!(&r, Err(Error::InvalidConfig { reason, .. }) if reason.contains(says)),
+            "{path:?}: {r:?}"
+        );
+    }
+    // Nothing was made where a relative path would have put it.
+    assert!(!std::path::Path::new("idem-db").exists());
+}

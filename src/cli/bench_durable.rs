@@ -1126,11 +1126,19 @@ fn w5(keys: u64) {
 }
 
 /// The key count and directory after W5's child flag `flag` (`--child-fill N DIR`
-/// ...), if `args` has that flag.
+/// ...), if `args` has that flag. The count is bounded as `--keys` is: the child's
+/// namespace takes it and some room as its `max_keys`.
 fn child_args<'a>(args: &'a [String], flag: &str) -> Option<Result<(u64, &'a Path), String>> {
     let pos = args.iter().position(|a| a == flag)?;
+    let max = (idem::MAX_KEYS_LIMIT - 1024) as u64;
     Some(
-        match (args.get(pos + 1).map(|n| n.parse()), args.get(pos + 2)) {
+        match (
+            args.get(pos + 1).map(|n| n.parse::<u64>()),
+            args.get(pos + 2),
+        ) {
+            (Some(Ok(n)), Some(_)) if !(10..=max).contains(&n) => Err(format!(
+                "{flag}: the key count is from 10 to {max}, not {n}"
+            )),
             (Some(Ok(n)), Some(dir)) => Ok((n, Path::new(dir))),
             _ => Err(format!("{flag} needs a key count and a directory")),
         },
@@ -1513,6 +1521,13 @@ mod tests {
                     e.contains("needs a key count and a directory"),
                     "{bad:?}: {e}"
                 );
+            }
+            // Out of `--keys`'s range: before, the namespace's `max_keys` (the count
+            // plus 1,024) overflowed, and the child panicked.
+            for n in ["18446744073709551615", "2147482624", "9"] {
+                let dir = "/nonexistent/idem-bench-child";
+                let e = super::run(&args(&[flag, n, dir])).unwrap_err();
+                assert!(e.contains("the key count is from 10 to"), "{n}: {e}");
             }
         }
         let o = parse(&["--disk", "--result-bytes", "64"]).unwrap();

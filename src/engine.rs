@@ -1443,6 +1443,209 @@ mod tests {
         );
     }
 
+    /// The ways a claim's marker may be kept, for the races of a claim with a
+    /// forget: named, each a namespace config, and whether the marker is flushed to
+    /// RocksDB once written (a deferred one).
+    #[cfg(feature = "durable")]
+    fn marker_places() -> Vec<(&'static str, crate::NamespaceConfig, bool)> {
+        use crate::ClaimMarkers::{Deferred, Immediate, Journal};
+        let cfg = |markers| {
+            crate::NamespaceConfig::new()
+                .lease(std::time::Duration::from_secs(1))
+                .claim_markers(markers)
+                .sync(crate::SyncPolicy::Never)
+        };
+        vec![
+            ("journal", cfg(Journal), false),
+            // One slot, which "other" takes: "k"'s marker overflows into RocksDB.
+            ("journal-overflow", cfg(Journal).journal_slots(1), false),
+            ("immediate", cfg(Immediate), false),
+            ("deferred", cfg(Deferred), false),
+            ("deferred-flushed", cfg(Deferred), true),
+        ]
+    }
+
+    /// A claim of "other" held through a test, so that a one-slot journal is full.
+    #[cfg(feature = "durable")]
+    fn hold_other(ns: &super::Namespace) -> super::ClaimGuard {
+        match ns.claim(b"other").unwrap() {
+            crate::Claim::Acquired(g) => g,
+            other => panic!("a new key: {other:?}"),
+        }
+    }
+
+    /// Claims "k", which must be acquired, and flushes the deferred markers if
+    /// `flush`.
+    #[cfg(feature = "durable")]
+    fn claim_k(ns: &super::Namespace, flush: bool) -> super::ClaimGuard {
+        let crate::Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
+            panic!("\"k\" is not held: acquired");
+        };
+        if flush {
+            ns.inner.durable.as_ref().unwrap().flush_markers().unwrap();
+        }
+        g
+    }
+
+    /// After a forget that removed claim `g` of "k", acquired while the forget ran:
+    /// no marker of it is left anywhere (a crash would have reported the forgotten
+    /// claim as an orphan, and held the key to the end of its lease), its guard's
+    /// completion is refused as lost, and the key is claimable.
+    #[cfg(feature = "durable")]
+    fn assert_forgotten_with_its_marker(ns: &super::Namespace, g: super::ClaimGuard, what: &str) {
+        let fp = g.fp.to_u128();
+        let d = ns.inner.durable.as_ref().unwrap();
+        assert_eq!(d.marker_anywhere(fp), None, "{what}: the marker is gone");
+        assert_eq!(g.complete(), Err(crate::Error::LeaseLost), "{what}");
+        assert_forgotten(ns, what);
+    }
+
+    /// A claim acquired after a forget deleted the key's records, before the forget
+    /// removed the hot entry, is forgotten with the key, marker and all, in every
+    /// place a marker may be kept. Before, its marker, written after the delete, was
+    /// left (on disk, or in memory for the next flush) while its entry was removed:
+    /// a crash before its guard ended made the next open report the forgotten claim
+    /// as an orphan and hold the key to the end of its lease.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_claim_acquired_after_a_forgets_delete_is_forgotten_with_its_marker() {
+        for (what, cfg, flush) in marker_places() {
+            let dir = Scratch::new(&format!("forget-claim-after-{what}"));
+            let (_engine, ns, _clock) = durable_namespace_with(&dir, cfg);
+            let _other = hold_other(&ns);
+            let acquired = std::rc::Rc::new(std::cell::RefCell::new(None));
+            {
+                let (ns, acquired) = (ns.clone(), acquired.clone());
+                set_hook(&AFTER_FORGET_DELETE, move || {
+                    *acquired.borrow_mut() = Some(claim_k(&ns, flush));
+                });
+            }
+            assert!(ns.forget(b"k").unwrap(), "{what}: the claim was removed");
+            let g = acquired
+                .borrow_mut()
+                .take()
+                .expect("claimed during the forget");
+            assert_forgotten_with_its_marker(&ns, g, what);
+        }
+    }
+
+    /// A claim acquired after a forget's first look at the key, whose marker is
+    /// written after the forget's delete and whose hold ends before the forget's
+    /// hot-tier round (the claim's thread stopped between its lock and its write),
+    /// is forgotten with its marker. Before, the forget found the entry no longer
+    /// held, removed it, and left the marker.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_claim_whose_marker_lands_after_a_forgets_delete_is_forgotten_with_it() {
+        use std::sync::mpsc;
+        for (what, cfg, flush) in marker_places() {
+            let dir = Scratch::new(&format!("forget-marker-after-{what}"));
+            let (_engine, ns, _clock) = durable_namespace_with(&dir, cfg);
+            let _other = hold_other(&ns);
+            let (to_claimer, go) = mpsc::channel::<()>();
+            let (holding, held) = mpsc::channel::<()>();
+            let claimer = std::rc::Rc::new(std::cell::RefCell::new(None));
+            {
+                let (ns, claimer) = (ns.clone(), claimer.clone());
+                set_hook(&BEFORE_FORGET_DELETE, move || {
+                    // Acquired now, its marker not written until the delete is done.
+                    let t = std::thread::spawn(move || {
+                        set_hook(&BEFORE_MARKER, move || {
+                            holding.send(()).unwrap();
+                            go.recv().unwrap();
+                        });
+                        claim_k(&ns, flush)
+                    });
+                    held.recv().unwrap();
+                    *claimer.borrow_mut() = Some(t);
+                });
+            }
+            let acquired = std::rc::Rc::new(std::cell::RefCell::new(None));
+            {
+                let (claimer, acquired) = (claimer.clone(), acquired.clone());
+                set_hook(&AFTER_FORGET_DELETE, move || {
+                    to_claimer.send(()).unwrap();
+                    let t = claimer.borrow_mut().take().unwrap();
+                    *acquired.borrow_mut() = Some(t.join().unwrap());
+                });
+            }
+            assert!(ns.forget(b"k").unwrap(), "{what}: the claim was removed");
+            let g = acquired
+                .borrow_mut()
+                .take()
+                .expect("claimed during the forget");
+            assert_forgotten_with_its_marker(&ns, g, what);
+        }
+    }
+
+    /// A claim acquired while a forget runs whose marker is still being written when
+    /// the forget next looks at the key: the forget waits for that write before it
+    /// deletes again. Deleting at once, it could miss the marker: here the write
+    /// lands after the second delete and the claim's hold ends before the forget's
+    /// next round, which would remove the entry and leave the marker. A watcher
+    /// lets the held write go once the forget waits; without that wait the forget's
+    /// hook lets it go after the second delete.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_forget_waits_for_the_marker_of_a_claim_acquired_while_it_ran() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::{mpsc, Arc};
+        for (what, cfg, flush) in marker_places() {
+            let dir = Scratch::new(&format!("forget-marker-across-{what}"));
+            let (_engine, ns, _clock) = durable_namespace_with(&dir, cfg);
+            let _other = hold_other(&ns);
+            let (let_go, go) = mpsc::channel::<()>();
+            let (holding, held) = mpsc::channel::<()>();
+            let claimer = std::rc::Rc::new(std::cell::RefCell::new(None));
+            {
+                let (ns, claimer) = (ns.clone(), claimer.clone());
+                set_hook(&BEFORE_FORGET_DELETE, move || {
+                    let t = std::thread::spawn(move || {
+                        set_hook(&BEFORE_MARKER, move || {
+                            holding.send(()).unwrap();
+                            go.recv().unwrap();
+                        });
+                        claim_k(&ns, flush)
+                    });
+                    held.recv().unwrap();
+                    *claimer.borrow_mut() = Some(t);
+                });
+            }
+            let released = Arc::new(AtomicBool::new(false));
+            let watcher = {
+                let (ns, let_go, released) = (ns.clone(), let_go.clone(), released.clone());
+                std::thread::spawn(move || {
+                    while ns.debug_forget_waits() == 0 && !released.load(Ordering::SeqCst) {
+                        std::thread::yield_now();
+                    }
+                    let _ = let_go.send(());
+                })
+            };
+            let acquired = std::rc::Rc::new(std::cell::RefCell::new(None));
+            {
+                let (claimer, acquired) = (claimer.clone(), acquired.clone());
+                // After the first delete, nothing; after the second, the write goes
+                // (if the watcher has not let it go already) and ends.
+                set_hook(&AFTER_FORGET_DELETE, move || {
+                    set_hook(&AFTER_FORGET_DELETE, move || {
+                        released.store(true, Ordering::SeqCst);
+                        let _ = let_go.send(());
+                        let t = claimer.borrow_mut().take().unwrap();
+                        *acquired.borrow_mut() = Some(t.join().unwrap());
+                    });
+                });
+            }
+            assert!(ns.forget(b"k").unwrap(), "{what}: the claim was removed");
+            watcher.join().unwrap();
+            let g = acquired
+                .borrow_mut()
+                .take()
+                .expect("claimed during the forget");
+            assert_forgotten_with_its_marker(&ns, g, what);
+            assert_eq!(ns.debug_forget_waits(), 1, "{what}: the forget waited");
+        }
+    }
+
     /// A sliding window (TTL and retention 60 s) in `dir` whose "k" was completed at
     /// the clock's start, 30 s ago: a sighting now (the hot entry live) moves the
     /// window past the record's retention, a rewrite.
@@ -5317,8 +5520,9 @@ impl NsInner {
                 let answer =
                     shard.claim_found(found, fp, payload, p, now, cap, Some(&mut look), last);
                 if let ShardClaim::Acquired { lease, .. } = &answer {
-                    // Held until its marker is written (`ClaimGuard::marker_written`).
-                    shard.hold_for_marker(lease.idx);
+                    // Held until its marker is written (`ClaimGuard::marker_written`),
+                    // and counted if a forget of the key runs (`Namespace::forget`).
+                    shard.hold_new_claim(fp, lease.idx);
                 }
                 answer
             }
@@ -6052,7 +6256,11 @@ impl Namespace {
     /// With a durable tier, a forget that meets a completion whose record is being
     /// written waits for that write, then deletes the record it wrote: the forget
     /// takes effect after the completion, never before it, so a completion cannot
-    /// bring a forgotten key back. The delete is synced as the namespace's
+    /// bring a forgotten key back. A claim of the key acquired while the forget runs,
+    /// before it removes the hot entry, is forgotten with the key as one acquired
+    /// before it is (its guard gets `LeaseLost`), its claim marker included: one
+    /// written after the forget's delete is deleted by a second delete, so that a
+    /// crash after the forget returns reports no orphan for it. The delete is synced as the namespace's
     /// completions are; if it was applied and only the fsync after it failed, the key
     /// is forgotten in both tiers all the same and that error is returned (a forget
     /// the store refused changes nothing, but for a claim of the key whose completion
@@ -6120,6 +6328,24 @@ impl Namespace {
             }
             let now = ns.now();
             let mut shard = ns.slots[si].lock();
+            if forgetting.as_mut().is_some_and(|f| f.claimed_since(&shard)) {
+                // A claim of the key acquired while the forget ran: its marker, written
+                // after this claim's lock round and outside it, may have landed after
+                // the delete above, and the claim's entry is about to go with the key.
+                // Once its marker's write is over (the entry held no more, as for a
+                // completion below), delete again. (A claim acquired after this round
+                // is counted again, and a round still later sees it.)
+                let busy = shard.is_completing(fp);
+                drop(shard);
+                if busy {
+                    if !waited {
+                        waited = true;
+                        ns.forget_waits.fetch_add(1, Ordering::Relaxed);
+                    }
+                    wait_while_completing(&ns.slots[si], fp);
+                }
+                continue;
+            }
             if let Some(removed) = shard.forget(fp, now, &cap) {
                 if !removed && durable_live {
                     // Done only in the durable tier: forgotten all the same.
@@ -6741,19 +6967,36 @@ struct Forgetting<'a> {
     ns: &'a NsInner,
     si: usize,
     fp: Fp,
+    /// The shard's count of claims acquired of keys being forgotten
+    /// (`Shard::forget_claims`) as the forget last read it, in a lock round before
+    /// its delete: a claim counted after it may have written its marker after the
+    /// delete.
+    claims: u32,
     /// Not ended yet (by [`Forgetting::end`]): the drop ends it.
     open: bool,
 }
 
 impl<'a> Forgetting<'a> {
     fn begin(ns: &'a NsInner, si: usize, fp: Fp) -> Self {
-        ns.slots[si].lock().begin_forget(fp);
+        let claims = {
+            let mut shard = ns.slots[si].lock();
+            shard.begin_forget(fp);
+            shard.forget_claims()
+        };
         Forgetting {
             ns,
             si,
             fp,
+            claims,
             open: true,
         }
+    }
+
+    /// Whether a claim of a key being forgotten was acquired in `shard` (the key's,
+    /// locked by the caller) since the last reading, which this one replaces.
+    fn claimed_since(&mut self, shard: &Shard) -> bool {
+        let claims = shard.forget_claims();
+        std::mem::replace(&mut self.claims, claims) != claims
     }
 
     /// Ends the note in `shard` (the key's, locked by the caller), the key forgotten.

@@ -1530,6 +1530,11 @@ pub(crate) struct Shard {
     len_at_pass: usize,
     /// A claim asked for a spare since the last pass.
     spare_asked: bool,
+    /// Claims acquired of a key while it was in `forgetting` (wrapping): a forget
+    /// that finds it moved since before its delete deletes again, since such a
+    /// claim's marker may have been written after the delete (see
+    /// [`Shard::hold_new_claim`]). (Here, in the padding after `spare_asked`.)
+    forget_claims: u32,
     /// Maintenance passes in a row that found the index no fuller than the one
     /// before (see [`Shard::spare_pass`]).
     quiet_passes: usize,
@@ -1633,6 +1638,7 @@ impl Shard {
             extras: HashMap::new(),
             unstored: HashSet::new(),
             forgetting: Vec::new(),
+            forget_claims: 0,
             next_token: 0,
             guards: 0,
             live: 0,
@@ -2825,6 +2831,25 @@ impl Shard {
     /// the key can write a marker that this claim's late write would then replace.
     pub(crate) fn hold_for_marker(&mut self, idx: u32) {
         self.slab.update_meta(idx, |m| m | COMPLETING_BIT);
+    }
+
+    /// Holds entry `idx`, just acquired by a claim of `fp` in a durable namespace, as
+    /// [`Shard::hold_for_marker`] does; a claim of a key being forgotten is counted
+    /// ([`Shard::forget_claims`]). Its marker, written after this lock round, may
+    /// land after the forget's delete: the forget, which removes the claim's entry
+    /// with the key, then deletes again, so that the marker goes with its claim.
+    #[inline]
+    pub(crate) fn hold_new_claim(&mut self, fp: Fp, idx: u32) {
+        self.hold_for_marker(idx);
+        if self.being_forgotten(fp) {
+            self.forget_claims = self.forget_claims.wrapping_add(1);
+        }
+    }
+
+    /// How many claims were acquired of keys being forgotten
+    /// ([`Shard::hold_new_claim`]), wrapping: a forget compares two readings.
+    pub(crate) fn forget_claims(&self) -> u32 {
+        self.forget_claims
     }
 
     /// Ends [`Shard::hold_for_marker`] for claim `lease` of `fp` (written or not).

@@ -1646,6 +1646,98 @@ mod tests {
         }
     }
 
+    /// The child's side of
+    /// [`a_crash_after_a_forget_reports_no_orphan_for_a_claim_acquired_while_it_ran`]
+    /// names the directory it works in with this variable.
+    #[cfg(all(feature = "durable", unix))]
+    const FORGET_CRASH_DIR: &str = "IDEM_TEST_FORGET_CRASH_DIR";
+
+    /// A process killed with SIGKILL after a forget returned, the guard of a claim
+    /// acquired while the forget ran still held: the next open reports only the
+    /// claim that was in flight ("other"), not the forgotten one, in every place a
+    /// marker is kept (a deferred one flushed after the forget, as the maintenance
+    /// pass would). Before, the forgotten claim's marker, written after the forget's
+    /// delete, was reported as an orphan and held "k" to the end of its lease. The
+    /// test binary runs itself as the child, which sets the race up with the
+    /// forget's hooks and waits to be killed.
+    #[cfg(all(feature = "durable", unix))]
+    #[test]
+    fn a_crash_after_a_forget_reports_no_orphan_for_a_claim_acquired_while_it_ran() {
+        use std::io::{BufRead, Write};
+        use std::os::unix::process::ExitStatusExt;
+        if let Ok(base) = std::env::var(FORGET_CRASH_DIR) {
+            let mut kept = Vec::new();
+            for (what, cfg, flush) in marker_places() {
+                let dir = Scratch(std::path::Path::new(&base).join(what));
+                let (engine, ns, _clock) = durable_namespace_with(&dir, cfg);
+                // In flight at the crash (and, first, in a one-slot journal's slot).
+                let other = hold_other(&ns);
+                let acquired = std::rc::Rc::new(std::cell::RefCell::new(None));
+                {
+                    let (ns, acquired) = (ns.clone(), acquired.clone());
+                    set_hook(&AFTER_FORGET_DELETE, move || {
+                        *acquired.borrow_mut() = Some(claim_k(&ns, flush));
+                    });
+                }
+                assert!(ns.forget(b"k").unwrap(), "{what}");
+                let g = acquired
+                    .borrow_mut()
+                    .take()
+                    .expect("claimed during the forget");
+                // The maintenance pass after the forget.
+                ns.inner.durable.as_ref().unwrap().flush_markers().unwrap();
+                kept.push((engine, ns, other, g, dir));
+            }
+            // (On a line of its own: the harness has begun one with the test's name.)
+            println!("\nready");
+            std::io::stdout().flush().unwrap();
+            loop {
+                std::thread::park();
+            }
+        }
+        let base = Scratch::new("forget-crash");
+        std::fs::create_dir_all(&base.0).unwrap();
+        let name = "engine::tests::a_crash_after_a_forget_reports_no_orphan_for_a_claim_acquired_while_it_ran";
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([name, "--exact", "--nocapture", "--test-threads=1"])
+            .env(FORGET_CRASH_DIR, &base.0)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("the child starts");
+        // A child that never gets ready is killed, and the test fails below.
+        let (disarm, armed) = std::sync::mpsc::channel::<()>();
+        let pid = child.id();
+        let watchdog = std::thread::spawn(move || {
+            let limit = std::time::Duration::from_secs(120);
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = armed.recv_timeout(limit) {
+                let _ = std::process::Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .status();
+            }
+        });
+        let out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let ready = out.lines().map_while(Result::ok).any(|l| l == "ready");
+        drop(disarm);
+        watchdog.join().unwrap();
+        child.kill().expect("SIGKILL delivered");
+        let status = child.wait().unwrap();
+        assert!(ready, "the child set the race up: {status:?}");
+        assert_eq!(status.signal(), Some(9), "ended by SIGKILL: {status:?}");
+        for (what, cfg, _) in marker_places() {
+            let dir = Scratch(base.0.join(what));
+            let engine = durable_engine(&dir, cfg, &crate::ManualClock::new(1_000_000));
+            let ns = engine.namespace("n").unwrap();
+            let other = ns.inner.key_fp(b"other").unwrap().to_u128();
+            let orphans: Vec<u128> = engine.orphans().iter().map(|o| o.fingerprint).collect();
+            assert_eq!(
+                orphans,
+                [other],
+                "{what}: the claim in flight, not the forgotten one"
+            );
+            assert_forgotten(&ns, what);
+        }
+    }
+
     /// A sliding window (TTL and retention 60 s) in `dir` whose "k" was completed at
     /// the clock's start, 30 s ago: a sighting now (the hot entry live) moves the
     /// window past the record's retention, a rewrite.

@@ -2096,3 +2096,30 @@ fn a_policy_run_stopped_by_a_store_error_reports_what_it_changed_before_it() {
     };
     assert!(matches!(again(), Err(Error::Store(_))));
 }
+
+/// A dead letter's synced write that RocksDB refused (its fsync failed) is a failed
+/// fsync of the write-ahead log, as a completion's is: every later `Engine::sync`
+/// reports it until the next open, since writes of the log made before it may be
+/// lost with it.
+#[cfg(feature = "durable")]
+#[test]
+fn a_dead_letters_sync_failure_is_reported_by_every_later_sync() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (engine, _ns, dlq) = open(&dir, &clock);
+    engine.sync().expect("nothing failed yet");
+    engine.debug_fail_syncs(true);
+    let refused = dlq.quarantine(b"k", b"v2:k", OUTAGE);
+    engine.debug_fail_syncs(false);
+    assert!(matches!(refused, Err(Error::Store(_))), "{refused:?}");
+    for _ in 0..2 {
+        let synced = engine.sync();
+        assert!(matches!(synced, Err(Error::Store(_))), "{synced:?}");
+    }
+    // A letter after it is written and synced all the same.
+    let id = dlq.quarantine(b"j", b"v2:j", OUTAGE).unwrap();
+    drop((dlq, _ns, engine));
+    let (engine, _ns, dlq) = open(&dir, &clock);
+    engine.sync().expect("a new open starts afresh");
+    assert_eq!(ids(&everything(&dlq)), [id]);
+}

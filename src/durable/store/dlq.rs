@@ -94,9 +94,6 @@ impl Store {
         sync: bool,
     ) -> Result<(), Error> {
         self.check_writable()?;
-        if sync {
-            self.check_syncable()?;
-        }
         let cf = self.cf(&cf_name(ns))?;
         let mut batch = WriteBatch::default();
         batch.put_cf(cf, message_key(id), bytes);
@@ -105,9 +102,27 @@ impl Store {
         }
         let mut wo = WriteOptions::default();
         wo.set_sync(sync);
-        self.db
-            .write_opt(batch, &wo)
-            .map_err(|e| store_err("write dead letter", e))?;
+        // The testing hook fails RocksDB's own sync as RocksDB reports one: the write
+        // is refused, its batch not applied.
+        let written = match sync {
+            true => self.check_syncable(),
+            false => Ok(()),
+        }
+        .and_then(|()| {
+            self.db
+                .write_opt(batch, &wo)
+                .map_err(|e| store_err("write dead letter", e))
+        });
+        if let Err(e) = written {
+            if sync {
+                // Its fsync may have failed over writes of the log made before it
+                // (other namespaces' completions, unsynced), as a group's would:
+                // every later sync asked for says so ([`Store::sync_on_request`]).
+                self.wal_sync_failed
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+            return Err(e);
+        }
         #[cfg(test)]
         super::after_dlq_put();
         Ok(())

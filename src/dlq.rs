@@ -1765,11 +1765,14 @@ impl Dlq {
     /// hand is left as it was, except after a completion whose write landed and whose
     /// grouped fsync failed: it is recorded as replayed (its key done), and the error
     /// returned. A handler that succeeded after its claim's lease ran out is recorded
-    /// as replayed whatever happens next, and the claim again that completes its key
-    /// reports in the message's note rather than stopping the replay: that the key
-    /// was held or completed by another claim meanwhile, could not be claimed or
-    /// completed (not recorded as done), or was completed with a write whose fsync
-    /// failed (recorded as done, written but not known to be on disk).
+    /// as replayed whatever its key's claim again answers, and that claim reports in
+    /// the message's note rather than stopping the replay: that the key was held or
+    /// completed by another claim meanwhile, could not be claimed or completed (not
+    /// recorded as done), or was completed with a write whose fsync failed (recorded
+    /// as done, written but not known to be on disk). Only a store that refuses the
+    /// `Replayed` record's write too stops the replay there, with its error: the
+    /// message is then left as it was, and, as after a crash before its completion,
+    /// the next replay runs its handler again.
     /// [`replay_partial`](Self::replay_partial) returns the error with the report of
     /// the messages handled before it.
     pub fn replay(

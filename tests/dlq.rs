@@ -2123,3 +2123,41 @@ fn a_dead_letters_sync_failure_is_reported_by_every_later_sync() {
     engine.sync().expect("a new open starts afresh");
     assert_eq!(ids(&everything(&dlq)), [id]);
 }
+
+/// A handler that outlives its claim's lease on a store that then refuses every
+/// write: neither the claim again's completion nor the letter's `Replayed` record
+/// alone can be stored. The replay stops with the store's error, the message is left
+/// as it was and is in no list (its handler ran, as before a crash ahead of its
+/// completion), and the next replay applies it again.
+#[cfg(feature = "durable")]
+#[test]
+fn a_handler_that_outlives_its_claim_on_a_store_refusing_writes_stops_the_replay() {
+    let (_dir, clock, engine, ns, dlq, id) = durable_with_a_letter(b"k");
+    let after = dlq.quarantine(b"j", b"v2:j", OUTAGE).unwrap();
+    let before = stored(&dlq, &[id, after]);
+    let mut applied = Vec::new();
+    let r = dlq.replay_partial(
+        &Selection::default(),
+        &any_schema,
+        |key: &[u8], _: &[u8]| {
+            applied.push(key.to_vec());
+            clock.advance(secs(6));
+            engine.debug_fail_store_writes(true);
+            Ok(())
+        },
+        ReplayMode::Execute,
+    );
+    engine.debug_fail_store_writes(false);
+    let (report, error) = interrupted(r);
+    assert!(matches!(error, Error::Store(_)), "{error:?}");
+    assert_eq!(report.total(), 0, "{report:?}");
+    assert!(report.notes.is_empty(), "{report:?}");
+    assert_eq!(stored(&dlq, &[id, after]), before);
+    assert_eq!(ns.check(b"k").unwrap(), None);
+    let again = execute(&dlq, &Selection::default(), |key: &[u8], _: &[u8]| {
+        applied.push(key.to_vec());
+        Ok(())
+    });
+    assert_eq!(again.replayed, [id, after], "{again:?}");
+    assert_eq!(applied, [b"k".to_vec(), b"k".to_vec(), b"j".to_vec()]);
+}

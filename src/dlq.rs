@@ -736,12 +736,14 @@ pub struct PolicyReport {
 /// (`R` = [`ReplayReport`]) and [`Dlq::run_policies_partial`] (`R` =
 /// [`PolicyReport`]).
 ///
-/// `report` lists exactly the messages whose stored state the call changed (or, in a
-/// dry run, decided on) before the error, each as a report of a call that ran to its
-/// end would: they keep that outcome. That includes the message at hand when its
-/// write landed and only the fsync after it failed (it is recorded as what the report
-/// says, and `error` says the write may not last). The message at hand is otherwise
-/// left as it was, and so are the selected messages after it, which are in no list.
+/// `report` lists exactly the messages the call handled (or, in a dry run, decided
+/// on) before the error, each as a report of a call that ran to its end would: those
+/// it changed (replayed, already done, archived, failed) keep that outcome, and
+/// those it passed over (skipped, refused key, unreadable key, payload mismatch) were
+/// left as they were. That includes the message at hand when its write landed and
+/// only the fsync after it failed (it is recorded as what the report says, and
+/// `error` says the write may not last). The message at hand is otherwise left as it
+/// was, and so are the selected messages after it, which are in no list.
 /// An error refused before anything was done (an unknown id, a store opened
 /// read-only) comes with an empty report.
 ///

@@ -2161,3 +2161,41 @@ fn a_handler_that_outlives_its_claim_on_a_store_refusing_writes_stops_the_replay
     assert_eq!(again.replayed, [id, after], "{again:?}");
     assert_eq!(applied, [b"k".to_vec(), b"k".to_vec(), b"j".to_vec()]);
 }
+
+/// The partial report also lists the messages the replay passed over before the
+/// error, as a report of a replay that ran to its end would (a key held by a live
+/// claim, a key done with another payload): in their lists, with their notes, and
+/// left as they were.
+#[cfg(feature = "durable")]
+#[test]
+fn a_partial_report_lists_the_messages_passed_over_before_the_error() {
+    let (_dir, _clock, engine, ns, dlq, held) = durable_with_a_letter(b"h");
+    let other = dlq.quarantine(b"o", b"v2:o", OUTAGE).unwrap();
+    let at_hand = dlq.quarantine(b"e", b"v2:e", OUTAGE).unwrap();
+    let live = acquire(&ns, b"h");
+    match ns.claim_with_payload(b"o", b"another message").unwrap() {
+        Claim::Acquired(g) => g.complete().unwrap(),
+        c => panic!("{c:?}"),
+    }
+    let before = stored(&dlq, &[held, other, at_hand]);
+    let r = dlq.replay_partial(
+        &Selection::default(),
+        &any_schema,
+        |_: &[u8], _: &[u8]| {
+            engine.debug_fail_store_writes(true);
+            Ok(())
+        },
+        ReplayMode::Execute,
+    );
+    engine.debug_fail_store_writes(false);
+    let (report, error) = interrupted(r);
+    assert!(matches!(error, Error::Store(_)), "{error:?}");
+    assert_eq!(report.skipped_in_progress, [held], "{report:?}");
+    assert_eq!(report.payload_mismatch, [other], "{report:?}");
+    assert_eq!(report.total(), 2, "{report:?}");
+    assert!(report.notes[&held].contains("held by a live claim"));
+    assert!(report.notes[&other].starts_with("payload-mismatch"));
+    assert!(!report.notes.contains_key(&at_hand), "{report:?}");
+    assert_eq!(stored(&dlq, &[held, other, at_hand]), before);
+    drop(live);
+}

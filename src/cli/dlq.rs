@@ -723,9 +723,9 @@ fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
             let last = chunk[chunk.len() - 1];
             failure = Some(format!(
                 "{e}; the replay stopped among the selected messages {first} to {last}: \
-                 those of them in the report were written before the error and keep \
-                 their outcome, and the rest and the selected messages after them were \
-                 left as they were"
+                 those of them in the report were handled before the error as it says \
+                 (what a replay wrote of them stays), and the rest and the selected \
+                 messages after them were left as they were"
             ));
             break;
         }

@@ -24,9 +24,9 @@ pub fn peer_label(peer: &str, w: Workload) -> &'static str {
         "idem-pre" if w == Workload::W1 => "idem, preallocated (claim + complete)",
         "idem-pre" => "idem, preallocated",
         "idem-aff" if w == Workload::W1 => {
-            "idem, each thread's keys in shards of its own (claim + complete; reference)"
+            "idem, keys routed to the threads by `Namespace::router` (claim + complete; reference)"
         }
-        "idem-aff" => "idem, each thread's keys in shards of its own (reference)",
+        "idem-aff" => "idem, keys routed to the threads by `Namespace::router` (reference)",
         "idem-b64" if w == Workload::W1 => "idem, batches of 64 (`claim_batch` + `complete_batch`)",
         "idem-b64" => "idem, batches of 64 (`claim_batch`)",
         "floor" => "floor: `Mutex<hashbrown::HashMap<[u8; 16], u32>>`",
@@ -514,7 +514,7 @@ pub fn targets(o: &Grid<'_>, all: &[Sample]) -> String {
         let _ = writeln!(
             t,
             "\nidem's two threads over one where almost no shard is written by both (the `idem-aff` \
-             reference: each thread's keys in shards of its own): {}.",
+             reference: each thread's keys routed by `Namespace::router`, in shards of its own): {}.",
             own.join(", ")
         );
     }

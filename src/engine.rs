@@ -1646,6 +1646,47 @@ mod tests {
         }
     }
 
+    /// A forget whose first delete was applied but not synced, and which deletes
+    /// again for a claim acquired while it ran, returns the failed fsync's error even
+    /// when the second delete's fsync works: a later fsync that works does not bring
+    /// back what the failed one may have lost. The key is forgotten in both tiers all
+    /// the same. Before, the second delete's answer replaced the first's, and the
+    /// forget returned `Ok` under `SyncPolicy::Always`.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_forget_that_deletes_again_returns_the_first_deletes_failed_fsync() {
+        let dir = Scratch::new("forget-again-unsynced");
+        let (engine, ns, _clock) = durable_namespace_with(
+            &dir,
+            crate::NamespaceConfig::new()
+                .lease(std::time::Duration::from_secs(1))
+                .claim_markers(crate::ClaimMarkers::Immediate)
+                .sync(crate::SyncPolicy::Always),
+        );
+        let store = engine.shared.store.clone().expect("a durable engine");
+        let acquired = std::rc::Rc::new(std::cell::RefCell::new(None));
+        {
+            let (ns, acquired, store) = (ns.clone(), acquired.clone(), store.clone());
+            set_hook(&AFTER_FORGET_DELETE, move || {
+                // The first delete's fsync failed; the second's works.
+                store.set_fail_syncs(false);
+                *acquired.borrow_mut() = Some(claim_k(&ns, false));
+            });
+        }
+        store.set_fail_syncs(true);
+        let err = ns.forget(b"k").unwrap_err();
+        store.set_fail_syncs(false);
+        assert!(
+            matches!(&err, crate::Error::Store(s) if s.operation() == "sync"),
+            "{err:?}"
+        );
+        let g = acquired
+            .borrow_mut()
+            .take()
+            .expect("claimed during the forget");
+        assert_forgotten_with_its_marker(&ns, g, "unsynced");
+    }
+
     /// The child's side of
     /// [`a_crash_after_a_forget_reports_no_orphan_for_a_claim_acquired_while_it_ran`]
     /// names the directory it works in with this variable.
@@ -6352,12 +6393,14 @@ impl Namespace {
     /// before it removes the hot entry, is forgotten with the key as one acquired
     /// before it is (its guard gets `LeaseLost`), its claim marker included: one
     /// written after the forget's delete is deleted by a second delete, so that a
-    /// crash after the forget returns reports no orphan for it. The delete is synced as the namespace's
-    /// completions are; if it was applied and only the fsync after it failed, the key
-    /// is forgotten in both tiers all the same and that error is returned (a forget
-    /// the store refused changes nothing, but for a claim of the key whose completion
-    /// was refused meanwhile with `LeaseLost`: as its guard was told, it is given up,
-    /// and a redelivery acquires the key). The forget first reads the key's record,
+    /// crash after the forget returns reports no orphan for it. The delete is synced
+    /// as the namespace's completions are; if it was applied and only the fsync after
+    /// it failed (after any delete of the forget: one that works after a second
+    /// delete does not make up for it), the key is forgotten in both tiers all the
+    /// same and that error is returned (a forget the store refused changes nothing,
+    /// but for a claim of the key whose completion was refused meanwhile with
+    /// `LeaseLost`: as its guard was told, it is given up, and a redelivery acquires
+    /// the key). The forget first reads the key's record,
     /// for its answer: if that read fails (a corrupt record aside, which the delete
     /// clears), under [`FailurePolicy::FailClosed`](crate::FailurePolicy) the error is
     /// returned and nothing is forgotten; under `FailOpen` the delete goes ahead and
@@ -6386,7 +6429,7 @@ impl Namespace {
         }
         let mut durable_live = false;
         let mut looked_up = false;
-        // The error of an fsync that failed after the delete was applied.
+        // The error of the first fsync that failed after a delete was applied.
         let mut unsynced = None;
         loop {
             // The durable record goes first, then the hot entry: a claim between the
@@ -6414,7 +6457,10 @@ impl Namespace {
                 }
                 #[cfg(test)]
                 tests::before_forget_delete();
-                unsynced = d.forget(fp)?;
+                // (An fsync that failed after an earlier pass's delete is kept: one
+                // that works now does not bring back what that one may have lost.)
+                let failed_sync = d.forget(fp)?;
+                unsynced = unsynced.or(failed_sync);
                 #[cfg(test)]
                 tests::after_forget_delete();
             }

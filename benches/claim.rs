@@ -11,7 +11,8 @@
 //! * `claim_duplicate`: claims of completed keys, uniform over the 1 M resident.
 //! * `claim_in_progress`: claims of keys whose claim is held (guards alive).
 //! * `check`: read-only look-ups, of resident keys and of absent ones.
-//! * `fingerprint`: the seeded xxh3-128 of one 20-byte key, alone.
+//! * `fingerprint`: the seeded xxh3-128 of one 20-byte key, alone, and
+//!   `Router::worker` of one (the routing a consumer adds before its claim).
 //!
 //! `claim_fresh` and `claim_duplicate` also run `DashMap<u128, u32>` insert-if-absent
 //! on the same keys, for a side-by-side figure; `claim_duplicate/idem_batch_64` claims
@@ -277,6 +278,13 @@ fn fingerprint(c: &mut Criterion) {
     let k = key(42);
     g.bench_function("xxh3_128_20_bytes", |b| {
         b.iter(|| xxh3_128_with_seed(black_box(&k), SEED));
+    });
+    // What `Router::worker` adds to a claim: the same fingerprint, the key's length
+    // checked, and a multiply.
+    let (_engine, ns) = namespace(1_000);
+    let router = ns.router(2).expect("two workers");
+    g.bench_function("router_worker_20_bytes", |b| {
+        b.iter(|| router.worker(black_box(&k)).expect("a valid key"));
     });
     g.finish();
 }

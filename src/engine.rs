@@ -1487,6 +1487,39 @@ mod tests {
         g
     }
 
+    /// The thread of a claim of "k" a forget's `BEFORE_FORGET_DELETE` hook starts:
+    /// taken by a later hook, which joins it for the claim's guard.
+    #[cfg(feature = "durable")]
+    type HeldClaimer =
+        std::rc::Rc<std::cell::RefCell<Option<std::thread::JoinHandle<super::ClaimGuard>>>>;
+
+    /// Sets the next forget's `BEFORE_FORGET_DELETE` hook to claim "k" on a thread of
+    /// its own (see [`claim_k`]), acquired before the hook returns and stopped before
+    /// its marker's write until the returned sender sends (or is dropped).
+    #[cfg(feature = "durable")]
+    fn claim_k_held_at_its_marker_before_the_delete(
+        ns: &super::Namespace,
+        flush: bool,
+    ) -> (HeldClaimer, std::sync::mpsc::Sender<()>) {
+        use std::sync::mpsc;
+        let (let_go, go) = mpsc::channel::<()>();
+        let (holding, held) = mpsc::channel::<()>();
+        let claimer: HeldClaimer = Default::default();
+        let (ns, cell) = (ns.clone(), claimer.clone());
+        set_hook(&BEFORE_FORGET_DELETE, move || {
+            let t = std::thread::spawn(move || {
+                set_hook(&BEFORE_MARKER, move || {
+                    holding.send(()).unwrap();
+                    let _ = go.recv();
+                });
+                claim_k(&ns, flush)
+            });
+            held.recv().unwrap();
+            *cell.borrow_mut() = Some(t);
+        });
+        (claimer, let_go)
+    }
+
     /// After a forget that removed claim `g` of "k", acquired while the forget ran:
     /// no marker of it is left anywhere (a crash would have reported the forgotten
     /// claim as an orphan, and held the key to the end of its lease), its guard's
@@ -1537,29 +1570,12 @@ mod tests {
     #[cfg(feature = "durable")]
     #[test]
     fn a_claim_whose_marker_lands_after_a_forgets_delete_is_forgotten_with_it() {
-        use std::sync::mpsc;
         for (what, cfg, flush) in marker_places() {
             let dir = Scratch::new(&format!("forget-marker-after-{what}"));
             let (_engine, ns, _clock) = durable_namespace_with(&dir, cfg);
             let _other = hold_other(&ns);
-            let (to_claimer, go) = mpsc::channel::<()>();
-            let (holding, held) = mpsc::channel::<()>();
-            let claimer = std::rc::Rc::new(std::cell::RefCell::new(None));
-            {
-                let (ns, claimer) = (ns.clone(), claimer.clone());
-                set_hook(&BEFORE_FORGET_DELETE, move || {
-                    // Acquired now, its marker not written until the delete is done.
-                    let t = std::thread::spawn(move || {
-                        set_hook(&BEFORE_MARKER, move || {
-                            holding.send(()).unwrap();
-                            go.recv().unwrap();
-                        });
-                        claim_k(&ns, flush)
-                    });
-                    held.recv().unwrap();
-                    *claimer.borrow_mut() = Some(t);
-                });
-            }
+            // Acquired now, its marker not written until the delete is done.
+            let (claimer, to_claimer) = claim_k_held_at_its_marker_before_the_delete(&ns, flush);
             let acquired = std::rc::Rc::new(std::cell::RefCell::new(None));
             {
                 let (claimer, acquired) = (claimer.clone(), acquired.clone());
@@ -1589,28 +1605,12 @@ mod tests {
     #[test]
     fn a_forget_waits_for_the_marker_of_a_claim_acquired_while_it_ran() {
         use std::sync::atomic::{AtomicBool, Ordering};
-        use std::sync::{mpsc, Arc};
+        use std::sync::Arc;
         for (what, cfg, flush) in marker_places() {
             let dir = Scratch::new(&format!("forget-marker-across-{what}"));
             let (_engine, ns, _clock) = durable_namespace_with(&dir, cfg);
             let _other = hold_other(&ns);
-            let (let_go, go) = mpsc::channel::<()>();
-            let (holding, held) = mpsc::channel::<()>();
-            let claimer = std::rc::Rc::new(std::cell::RefCell::new(None));
-            {
-                let (ns, claimer) = (ns.clone(), claimer.clone());
-                set_hook(&BEFORE_FORGET_DELETE, move || {
-                    let t = std::thread::spawn(move || {
-                        set_hook(&BEFORE_MARKER, move || {
-                            holding.send(()).unwrap();
-                            go.recv().unwrap();
-                        });
-                        claim_k(&ns, flush)
-                    });
-                    held.recv().unwrap();
-                    *claimer.borrow_mut() = Some(t);
-                });
-            }
+            let (claimer, let_go) = claim_k_held_at_its_marker_before_the_delete(&ns, flush);
             let released = Arc::new(AtomicBool::new(false));
             let watcher = {
                 let (ns, let_go, released) = (ns.clone(), let_go.clone(), released.clone());

@@ -224,6 +224,32 @@ fn the_machine_reference_scaling_is_reported_beside_the_targets() {
 }
 
 #[test]
+fn the_two_thread_targets_are_also_judged_with_the_keys_routed() {
+    let n = 1_000;
+    let w1 = "W1, another reading: idem with the keys routed to the threads by `Namespace::router` (`idem-aff`), 2 threads / 1 thread >= 1.7x";
+    let w2 = "W2, another reading: idem with the keys routed to the threads by `Namespace::router` (`idem-aff`), 2 threads / 1 thread >= 1.7x";
+    let all = vec![
+        sample("idem-aff", Workload::W1, n, 1, 10e6),
+        sample("idem-aff", Workload::W1, n, 2, 18e6),
+        sample("idem-aff", Workload::W2, n, 1, 20e6),
+        sample("idem-aff", Workload::W2, n, 2, 33e6),
+        // The shared reading is judged on `idem`'s own samples, not these.
+        sample("idem", Workload::W1, n, 1, 10e6),
+        sample("idem", Workload::W1, n, 2, 14e6),
+    ];
+    let out = targets_of(&[n], &[1, 2], &["idem", "idem-aff"], &all);
+    assert_eq!(row(&out, n, w1)[2..], ["1.80x", "met"]);
+    assert_eq!(row(&out, n, w2)[2..], ["1.65x", "**missed**"]);
+    assert_eq!(
+        row(&out, n, "W1: idem 2 threads / 1 thread >= 1.7x")[2..],
+        ["1.40x", "**missed**"]
+    );
+    // Without the routed peer, its readings are not run.
+    let out = targets_of(&[n], &[1, 2], &["idem"], &all[4..]);
+    assert_eq!(row(&out, n, w1)[2..], ["not run", "-"]);
+}
+
+#[test]
 fn the_shard_affine_reference_is_reported_beside_idems_own_scaling() {
     let n = 1_000;
     let mut all = vec![

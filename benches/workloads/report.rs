@@ -381,7 +381,7 @@ pub fn targets(o: &Grid<'_>, all: &[Sample]) -> String {
         let w1 = |p: &str| rate(p, Workload::W1, n, 1);
         let w2 = |p: &str| rate(p, Workload::W2, n, 1);
         let redis_heap = heap("redis-p64", n).or_else(|| heap("redis", n));
-        let rows: [(&str, Option<f64>, Want); 14] = [
+        let rows: [(&str, Option<f64>, Want); 16] = [
             (
                 "W1 1T: idem / Redis one at a time >= 40x",
                 ratio(w1("idem"), w1("redis")),
@@ -433,6 +433,16 @@ pub fn targets(o: &Grid<'_>, all: &[Sample]) -> String {
             (
                 "W1: idem 2 threads / 1 thread >= 1.7x",
                 ratio(rate("idem", Workload::W1, n, 2), w1("idem")),
+                Want::AtLeast(1.7),
+            ),
+            (
+                "W1, another reading: idem with the keys routed to the threads by `Namespace::router` (`idem-aff`), 2 threads / 1 thread >= 1.7x",
+                ratio(rate("idem-aff", Workload::W1, n, 2), w1("idem-aff")),
+                Want::AtLeast(1.7),
+            ),
+            (
+                "W2, another reading: idem with the keys routed to the threads by `Namespace::router` (`idem-aff`), 2 threads / 1 thread >= 1.7x",
+                ratio(rate("idem-aff", Workload::W2, n, 2), w2("idem-aff")),
                 Want::AtLeast(1.7),
             ),
             (

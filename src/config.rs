@@ -582,7 +582,9 @@ impl EngineBuilder {
 
     /// Declares a column family for the consumer's own state, written by
     /// co-commits ([`ClaimGuard::complete_with`](crate::ClaimGuard::complete_with))
-    /// and read back with [`Engine::read_state`](crate::Engine::read_state).
+    /// and read back with [`Engine::read_state`](crate::Engine::read_state). Names
+    /// are non-empty, without `:` or a NUL byte, and declared once
+    /// ([`Error::InvalidConfig`] at [`build`](Self::build) otherwise).
     pub fn state_family(mut self, name: &str) -> Self {
         self.state_families.push(name.to_owned());
         self
@@ -752,11 +754,19 @@ impl EngineBuilder {
                 reason: "maintenance_interval must be at least 1 ms (or None)",
             });
         }
-        for f in &self.state_families {
+        for (i, f) in self.state_families.iter().enumerate() {
             if f.is_empty() || f.contains(':') || f.contains('\0') {
                 return Err(Error::InvalidConfig {
                     namespace: String::new(),
                     reason: "state family names must be non-empty and contain no ':' or NUL byte",
+                });
+            }
+            // As a namespace named twice is: two declarations of one name are a
+            // configuration put together wrongly, not one family.
+            if self.state_families[..i].contains(f) {
+                return Err(Error::InvalidConfig {
+                    namespace: String::new(),
+                    reason: "a state family is declared twice",
                 });
             }
         }

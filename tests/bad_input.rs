@@ -159,6 +159,15 @@ fn invalid_configurations_are_refused() {
         Engine::builder().state_family("a\0b").build(),
         Err(Error::InvalidConfig { .. })
     ));
+    // A state family declared twice, as a namespace named twice.
+    assert!(matches!(
+        Engine::builder()
+            .state_family("ledger")
+            .state_family("audit")
+            .state_family("ledger")
+            .build(),
+        Err(Error::InvalidConfig { reason, .. }) if reason.contains("declared twice")
+    ));
     // A maintenance thread that never pauses.
     assert!(matches!(
         Engine::builder()

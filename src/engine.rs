@@ -6143,6 +6143,17 @@ impl Namespace {
     ///
     /// [`Namespace::complete_batch_with_results`] stores a result with each.
     pub fn complete_batch(&self, guards: Vec<ClaimGuard>) -> Result<Vec<Result<()>>> {
+        let ns = &*self.inner;
+        // Without a durable tier (and every guard this namespace's), what
+        // `complete_many` does comes down to each guard's completion at one clock
+        // reading: done here, without its vector of guards and results.
+        if ns.durable.is_none() && guards.iter().all(|g| std::ptr::eq(g.ns(), ns)) {
+            let now = ns.now();
+            return Ok(guards
+                .into_iter()
+                .map(|mut g| g.finish_at(None, &[], now))
+                .collect());
+        }
         self.complete_many(guards.into_iter().map(|g| (g, None)).collect())
     }
 

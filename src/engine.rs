@@ -1520,6 +1520,23 @@ mod tests {
         (claimer, let_go)
     }
 
+    /// Forgets "k", which must remove the claim a hook of the forget acquired (left in
+    /// `acquired`), and checks it went with its marker
+    /// ([`assert_forgotten_with_its_marker`]).
+    #[cfg(feature = "durable")]
+    fn forget_k_with_its_claim(
+        ns: &super::Namespace,
+        acquired: &std::cell::RefCell<Option<super::ClaimGuard>>,
+        what: &str,
+    ) {
+        assert!(ns.forget(b"k").unwrap(), "{what}: the claim was removed");
+        let g = acquired
+            .borrow_mut()
+            .take()
+            .expect("claimed during the forget");
+        assert_forgotten_with_its_marker(ns, g, what);
+    }
+
     /// After a forget that removed claim `g` of "k", acquired while the forget ran:
     /// no marker of it is left anywhere (a crash would have reported the forgotten
     /// claim as an orphan, and held the key to the end of its lease), its guard's
@@ -1553,12 +1570,7 @@ mod tests {
                     *acquired.borrow_mut() = Some(claim_k(&ns, flush));
                 });
             }
-            assert!(ns.forget(b"k").unwrap(), "{what}: the claim was removed");
-            let g = acquired
-                .borrow_mut()
-                .take()
-                .expect("claimed during the forget");
-            assert_forgotten_with_its_marker(&ns, g, what);
+            forget_k_with_its_claim(&ns, &acquired, what);
         }
     }
 
@@ -1585,12 +1597,7 @@ mod tests {
                     *acquired.borrow_mut() = Some(t.join().unwrap());
                 });
             }
-            assert!(ns.forget(b"k").unwrap(), "{what}: the claim was removed");
-            let g = acquired
-                .borrow_mut()
-                .take()
-                .expect("claimed during the forget");
-            assert_forgotten_with_its_marker(&ns, g, what);
+            forget_k_with_its_claim(&ns, &acquired, what);
         }
     }
 
@@ -1635,13 +1642,8 @@ mod tests {
                     });
                 });
             }
-            assert!(ns.forget(b"k").unwrap(), "{what}: the claim was removed");
+            forget_k_with_its_claim(&ns, &acquired, what);
             watcher.join().unwrap();
-            let g = acquired
-                .borrow_mut()
-                .take()
-                .expect("claimed during the forget");
-            assert_forgotten_with_its_marker(&ns, g, what);
             assert_eq!(ns.debug_forget_waits(), 1, "{what}: the forget waited");
         }
     }

@@ -1601,6 +1601,66 @@ mod tests {
         }
     }
 
+    /// Sets the next forget's `AFTER_FORGET_DELETE` hook, for that delete and every
+    /// one after it, to claim "k" and, if acquired, release it at once (a consumer
+    /// that gives the key up and takes it again in a loop), noting each answer in
+    /// `answers`. A forget that deleted again for ever panics at the tenth.
+    #[cfg(feature = "durable")]
+    fn claim_and_release_k_after_every_delete(
+        ns: super::Namespace,
+        answers: std::rc::Rc<std::cell::RefCell<Vec<&'static str>>>,
+    ) {
+        set_hook(&AFTER_FORGET_DELETE, move || {
+            let answer = match ns.claim(b"k").unwrap() {
+                crate::Claim::Acquired(g) => {
+                    g.release().unwrap();
+                    "acquired"
+                }
+                crate::Claim::InProgress(f) => {
+                    assert!(f.lease_expires_at_ms() >= 1_000_000, "a lease's end");
+                    "in progress"
+                }
+                other => panic!("claimed during a forget: {other:?}"),
+            };
+            answers.borrow_mut().push(answer);
+            assert!(
+                answers.borrow().len() < 10,
+                "the forget keeps deleting again: {:?}",
+                answers.borrow()
+            );
+            claim_and_release_k_after_every_delete(ns, answers);
+        });
+    }
+
+    /// A key claimed and released over and over while a forget runs cannot hold the
+    /// forget off: after two rounds that found claims of the key acquired since its
+    /// last delete (each deleted again), the forget holds the key, its claims answer
+    /// `InProgress`, and it ends at its next round. Before, each such claim made it
+    /// delete again, for as long as the claims kept coming. Every marker place; no
+    /// marker is left, and the key is claimable after.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_key_claimed_and_released_in_a_loop_cannot_hold_a_forget_off() {
+        for (what, cfg, _) in marker_places() {
+            let dir = Scratch::new(&format!("forget-claim-loop-{what}"));
+            let (_engine, ns, _clock) = durable_namespace_with(&dir, cfg);
+            let _other = hold_other(&ns);
+            let answers = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+            claim_and_release_k_after_every_delete(ns.clone(), answers.clone());
+            assert!(!ns.forget(b"k").unwrap(), "{what}: nothing to forget");
+            set_hook(&AFTER_FORGET_DELETE, || {});
+            assert_eq!(
+                *answers.borrow(),
+                ["acquired", "acquired", "in progress"],
+                "{what}"
+            );
+            let fp = ns.inner.key_fp(b"k").unwrap().to_u128();
+            let d = ns.inner.durable.as_ref().unwrap();
+            assert_eq!(d.marker_anywhere(fp), None, "{what}: no marker left");
+            assert_forgotten(&ns, what);
+        }
+    }
+
     /// A claim acquired while a forget runs whose marker is still being written when
     /// the forget next looks at the key: the forget waits for that write before it
     /// deletes again. Deleting at once, it could miss the marker: here the write
@@ -6406,7 +6466,11 @@ impl Namespace {
     /// before it removes the hot entry, is forgotten with the key as one acquired
     /// before it is (its guard gets `LeaseLost`), its claim marker included: one
     /// written after the forget's delete is deleted by a second delete, so that a
-    /// crash after the forget returns reports no orphan for it. The delete is synced
+    /// crash after the forget returns reports no orphan for it. Claims of the key
+    /// acquired (and given up) over and over cannot keep the forget deleting: after
+    /// its second such delete it holds the key, and until it ends a claim that would
+    /// acquire the key answers [`Claim::InProgress`] (until the end of the lease it
+    /// would have had). The delete is synced
     /// as the namespace's completions are; if it was applied and only the fsync after
     /// it failed (after any delete of the forget: one that works after a second
     /// delete does not make up for it), the key is forgotten in both tiers all the
@@ -6479,7 +6543,10 @@ impl Namespace {
             }
             let now = ns.now();
             let mut shard = ns.slots[si].lock();
-            if forgetting.as_mut().is_some_and(|f| f.claimed_since(&shard)) {
+            if forgetting
+                .as_mut()
+                .is_some_and(|f| f.claimed_since(&mut shard))
+            {
                 // A claim of the key acquired while the forget ran: its marker, written
                 // after this claim's lock round and outside it, may have landed after
                 // the delete above, and the claim's entry is about to go with the key.
@@ -7117,42 +7184,56 @@ impl ClaimGuard {
 struct Forgetting<'a> {
     ns: &'a NsInner,
     si: usize,
-    fp: Fp,
-    /// The shard's count of claims acquired of keys being forgotten
+    /// The note's id in the shard.
+    id: u32,
+    /// The note's count of claims of the key acquired while it lives
     /// (`Shard::forget_claims`) as the forget last read it, in a lock round before
     /// its delete: a claim counted after it may have written its marker after the
     /// delete.
     claims: u32,
+    /// The rounds that found the count moved so far.
+    moved: u32,
     /// Not ended yet (by [`Forgetting::end`]): the drop ends it.
     open: bool,
 }
 
+/// After how many rounds that found claims of its key acquired meanwhile a forget
+/// holds the key against new ones (`Shard::close_forget`), so that a key claimed
+/// and released over and over cannot keep it deleting again.
+const FORGET_ROUNDS_OPEN: u32 = 2;
+
 impl<'a> Forgetting<'a> {
     fn begin(ns: &'a NsInner, si: usize, fp: Fp) -> Self {
-        let claims = {
-            let mut shard = ns.slots[si].lock();
-            shard.begin_forget(fp);
-            shard.forget_claims()
-        };
+        let id = ns.slots[si].lock().begin_forget(fp);
         Forgetting {
             ns,
             si,
-            fp,
-            claims,
+            id,
+            claims: 0,
+            moved: 0,
             open: true,
         }
     }
 
-    /// Whether a claim of a key being forgotten was acquired in `shard` (the key's,
-    /// locked by the caller) since the last reading, which this one replaces.
-    fn claimed_since(&mut self, shard: &Shard) -> bool {
-        let claims = shard.forget_claims();
-        std::mem::replace(&mut self.claims, claims) != claims
+    /// Whether a claim of the key was acquired in `shard` (the key's, locked by the
+    /// caller) since the last reading, which this one replaces. The round that finds
+    /// it so for the [`FORGET_ROUNDS_OPEN`]th time closes the note: from then on the
+    /// forget holds the key, and its claims answer `InProgress` until it ends.
+    fn claimed_since(&mut self, shard: &mut Shard) -> bool {
+        let claims = shard.forget_claims(self.id);
+        if std::mem::replace(&mut self.claims, claims) == claims {
+            return false;
+        }
+        self.moved += 1;
+        if self.moved >= FORGET_ROUNDS_OPEN {
+            shard.close_forget(self.id);
+        }
+        true
     }
 
     /// Ends the note in `shard` (the key's, locked by the caller), the key forgotten.
     fn end(mut self, shard: &mut crate::hot::Shard) {
-        shard.end_forget(self.fp);
+        shard.end_forget(self.id);
         self.open = false;
     }
 }
@@ -7163,7 +7244,7 @@ impl Drop for Forgetting<'_> {
     fn drop(&mut self) {
         if self.open {
             let cap = self.ns.capacity();
-            self.ns.slots[self.si].lock().abandon_forget(self.fp, &cap);
+            self.ns.slots[self.si].lock().abandon_forget(self.id, &cap);
         }
     }
 }

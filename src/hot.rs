@@ -920,6 +920,26 @@ fn needs_rewrite(p: &Params, d: &DurableDone, when: u64) -> bool {
 /// duplicate (both wall-clock ms) and its stored result.
 pub(crate) type DoneView = (u64, u64, Option<std::sync::Arc<[u8]>>);
 
+/// A forget in progress in a shard ([`Shard::begin_forget`]), while it deletes its
+/// key's durable records.
+#[derive(Debug)]
+struct ForgetNote {
+    /// Names the note for its forget's later calls (two forgets of one key at once
+    /// have a note each).
+    id: u32,
+    fp: Fp,
+    /// The entry and token of a claim whose completion (or extension) a forget of
+    /// the key refused meanwhile: a forget whose delete fails gives it up.
+    refused: Option<(u32, u32)>,
+    /// Claims of the key acquired since the note began (wrapping; see
+    /// [`Shard::hold_new_claim`]): a forget that finds the count moved since before
+    /// its delete deletes again, since such a claim's marker may have been written
+    /// after the delete.
+    claims: u32,
+    /// New claims of the key answer `InProgress` ([`Shard::close_forget`]).
+    closed: bool,
+}
+
 /// What a claim found, as the shard reports it.
 #[derive(Debug)]
 pub(crate) enum ShardClaim {
@@ -1516,7 +1536,7 @@ pub(crate) struct Shard {
     /// no durable write of its done record may begin: a completion is refused as lost
     /// and a window is not extended, so that no record lands after the forget's
     /// delete (see `Namespace::forget`).
-    forgetting: Vec<(Fp, Option<(u32, u32)>)>,
+    forgetting: Vec<ForgetNote>,
     /// Once no handle of the namespace is left and this shard still counts guards:
     /// the reference that keeps the namespace alive for them, taken by the guard
     /// that ends the last count.
@@ -1530,11 +1550,9 @@ pub(crate) struct Shard {
     len_at_pass: usize,
     /// A claim asked for a spare since the last pass.
     spare_asked: bool,
-    /// Claims acquired of a key while it was in `forgetting` (wrapping): a forget
-    /// that finds it moved since before its delete deletes again, since such a
-    /// claim's marker may have been written after the delete (see
-    /// [`Shard::hold_new_claim`]). (Here, in the padding after `spare_asked`.)
-    forget_claims: u32,
+    /// The last [`ForgetNote::id`] given out (wrapping). (Here, in the padding after
+    /// `spare_asked`.)
+    forget_ids: u32,
     /// Maintenance passes in a row that found the index no fuller than the one
     /// before (see [`Shard::spare_pass`]).
     quiet_passes: usize,
@@ -1638,7 +1656,7 @@ impl Shard {
             extras: HashMap::new(),
             unstored: HashSet::new(),
             forgetting: Vec::new(),
-            forget_claims: 0,
+            forget_ids: 0,
             next_token: 0,
             guards: 0,
             live: 0,
@@ -1797,7 +1815,7 @@ impl Shard {
             + table_bytes(self.payloads.capacity(), std::mem::size_of::<(u32, u64)>())
             + table_bytes(self.extras.capacity(), std::mem::size_of::<(u32, Extra)>())
             + table_bytes(self.unstored.capacity(), std::mem::size_of::<u32>())
-            + self.forgetting.capacity() * std::mem::size_of::<(Fp, Option<(u32, u32)>)>()
+            + self.forgetting.capacity() * std::mem::size_of::<ForgetNote>()
             + results
     }
 
@@ -2059,6 +2077,10 @@ impl Shard {
                     Some(look) => look(fp),
                     None => DurableLookup::Absent,
                 };
+                if matches!(found, DurableLookup::Absent) && self.forget_holds(fp) {
+                    self.untake_unit(room, cap);
+                    return self.held_by_forget(p, now, lease_deadline);
+                }
                 let (meta, deadline) = match &found {
                     DurableLookup::Failed => {
                         self.untake_unit(room, cap);
@@ -2180,6 +2202,10 @@ impl Shard {
                 return ShardClaim::PayloadMismatch;
             }
         }
+        if matches!(found, DurableLookup::Absent) && self.forget_holds(fp) {
+            // (The expired entry stays: the forget removes it.)
+            return self.held_by_forget(p, now, lease_deadline);
+        }
         // Reuse the slot in place.
         self.counters.expirations += 1;
         if e.has_payload() {
@@ -2204,6 +2230,17 @@ impl Shard {
         self.slab.set_meta(idx, meta);
         self.reschedule(idx, deadline);
         self.after_insert(fp, idx, payload, found, p, now, lease_deadline)
+    }
+
+    /// The answer to a claim that would acquire a key whose forget holds it
+    /// ([`Shard::close_forget`]): in progress, until the end of the lease the claim
+    /// would have had (`lease_deadline`, ticks).
+    #[cold]
+    fn held_by_forget(&mut self, p: &Params, now: Now, lease_deadline: u64) -> ShardClaim {
+        self.counters.in_progress += 1;
+        ShardClaim::InProgress {
+            lease_expires_at_ms: p.tick_to_ms(lease_deadline).max(now.ms),
+        }
     }
 
     /// The claim of a key the hot tier does not hold, in a namespace without a durable
@@ -2492,11 +2529,11 @@ impl Shard {
             self.counters.lease_lost += 1;
             return Err(Refused::LeaseLost);
         }
-        if let Some(f) = self.forgetting.iter_mut().find(|f| done && f.0 == fp) {
+        if done && self.being_forgotten(fp) {
             // The forget takes the claim. Noted, so that a forget whose delete fails
             // gives the claim up instead of leaving it held until its lease ends
             // (`Shard::abandon_forget`).
-            f.1 = Some((lease.idx, lease.token));
+            self.note_refused(fp, lease);
             self.counters.lease_lost += 1;
             return Err(Refused::LeaseLost);
         }
@@ -2726,34 +2763,81 @@ impl Shard {
 
     /// Notes that a forget of `fp` is about to delete its durable records: until
     /// [`Shard::end_forget`], no durable write of its done record begins (a
-    /// completion is refused as lost, a window is not extended).
-    pub(crate) fn begin_forget(&mut self, fp: Fp) {
-        self.forgetting.push((fp, None));
+    /// completion is refused as lost, a window is not extended). Returns the note's
+    /// id, which the forget's later calls name it by.
+    pub(crate) fn begin_forget(&mut self, fp: Fp) -> u32 {
+        self.forget_ids = self.forget_ids.wrapping_add(1);
+        self.forgetting.push(ForgetNote {
+            id: self.forget_ids,
+            fp,
+            refused: None,
+            claims: 0,
+            closed: false,
+        });
+        self.forget_ids
     }
 
-    /// Ends one [`Shard::begin_forget`] of `fp`, which removed the key: returns the
-    /// claim whose completion it refused, if any.
-    pub(crate) fn end_forget(&mut self, fp: Fp) -> Option<(u32, u32)> {
-        let i = self.forgetting.iter().position(|f| f.0 == fp)?;
-        self.forgetting.swap_remove(i).1
+    /// Ends note `id` (a [`Shard::begin_forget`]'s), whose forget removed the key:
+    /// returns the claim whose completion it refused, if any.
+    pub(crate) fn end_forget(&mut self, id: u32) -> Option<(u32, u32)> {
+        let i = self.forgetting.iter().position(|f| f.id == id)?;
+        self.forgetting.swap_remove(i).refused
     }
 
-    /// Ends one [`Shard::begin_forget`] of `fp` that failed (its delete refused): a
-    /// claim whose completion it refused meanwhile is given up, as its guard was
-    /// told, instead of staying held until its lease ends.
-    pub(crate) fn abandon_forget(&mut self, fp: Fp, cap: &Capacity<'_>) {
-        if let Some((idx, token)) = self.end_forget(fp) {
+    /// Ends note `id`, whose forget failed (its delete refused): a claim whose
+    /// completion it refused meanwhile is given up, as its guard was told, instead of
+    /// staying held until its lease ends.
+    pub(crate) fn abandon_forget(&mut self, id: u32, cap: &Capacity<'_>) {
+        let Some(i) = self.forgetting.iter().position(|f| f.id == id) else {
+            return;
+        };
+        let note = self.forgetting.swap_remove(i);
+        if let Some((idx, token)) = note.refused {
             let e = self.slab.get(idx);
-            if e.state() == STATE_IN_PROGRESS && e.is(fp) && e.token() == token {
+            if e.state() == STATE_IN_PROGRESS && e.is(note.fp) && e.token() == token {
                 self.remove(idx, cap);
             }
         }
     }
 
+    /// Notes claim `lease` of `fp`, whose completion (or extension) a forget of the
+    /// key refused, in every note of `fp`: whichever forget fails gives it up.
+    fn note_refused(&mut self, fp: Fp, lease: &Lease) {
+        for f in self.forgetting.iter_mut().filter(|f| f.fp == fp) {
+            f.refused = Some((lease.idx, lease.token));
+        }
+    }
+
+    /// Claims of its key acquired since note `id` began, wrapping (see
+    /// [`Shard::hold_new_claim`]); 0 once the note has ended.
+    pub(crate) fn forget_claims(&self, id: u32) -> u32 {
+        self.forgetting
+            .iter()
+            .find(|f| f.id == id)
+            .map_or(0, |f| f.claims)
+    }
+
+    /// From now until note `id` ends, a claim of its key that would be acquired
+    /// answers `InProgress` instead (see [`Shard::claim_found`]): the forget it
+    /// notes holds the key, so that claims acquired and released over and over
+    /// cannot make it delete again for ever.
+    pub(crate) fn close_forget(&mut self, id: u32) {
+        if let Some(f) = self.forgetting.iter_mut().find(|f| f.id == id) {
+            f.closed = true;
+        }
+    }
+
+    /// Whether a forget of `fp` holds the key against new claims
+    /// ([`Shard::close_forget`]).
+    #[inline]
+    fn forget_holds(&self, fp: Fp) -> bool {
+        !self.forgetting.is_empty() && self.forgetting.iter().any(|f| f.fp == fp && f.closed)
+    }
+
     /// Whether a forget of `fp` is deleting its durable records.
     #[inline]
     fn being_forgotten(&self, fp: Fp) -> bool {
-        !self.forgetting.is_empty() && self.forgetting.iter().any(|f| f.0 == fp)
+        !self.forgetting.is_empty() && self.forgetting.iter().any(|f| f.fp == fp)
     }
 
     /// Moves the end of claim `lease` of `fp` to `deadline` (ticks; earlier as well
@@ -2778,12 +2862,12 @@ impl Shard {
         {
             return Err(Refused::LeaseLost);
         }
-        if let Some(f) = self.forgetting.iter_mut().find(|f| f.0 == fp) {
+        if self.being_forgotten(fp) {
             // The forget takes the claim, as it does a completion's (its marker, just
             // deleted, must not be written again); noted, so that a forget whose
             // delete fails gives the claim up (`Shard::abandon_forget`) and the
             // guard's next call says `LeaseLost` too.
-            f.1 = Some((lease.idx, lease.token));
+            self.note_refused(fp, lease);
             return Err(Refused::LeaseLost);
         }
         self.reschedule(lease.idx, deadline);
@@ -2841,15 +2925,9 @@ impl Shard {
     #[inline]
     pub(crate) fn hold_new_claim(&mut self, fp: Fp, idx: u32) {
         self.hold_for_marker(idx);
-        if self.being_forgotten(fp) {
-            self.forget_claims = self.forget_claims.wrapping_add(1);
+        for f in self.forgetting.iter_mut().filter(|f| f.fp == fp) {
+            f.claims = f.claims.wrapping_add(1);
         }
-    }
-
-    /// How many claims were acquired of keys being forgotten
-    /// ([`Shard::hold_new_claim`]), wrapping: a forget compares two readings.
-    pub(crate) fn forget_claims(&self) -> u32 {
-        self.forget_claims
     }
 
     /// Ends [`Shard::hold_for_marker`] for claim `lease` of `fp` (written or not).

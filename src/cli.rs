@@ -76,7 +76,7 @@ USAGE:
         Shows a durable database: its namespaces with their done, expired and
         in-flight keys, its size on disk, and the state of one key (--key-hex: a
         key of any bytes, in hexadecimal). Read-only; works while an engine is
-        serving from the database.
+        serving from the database. A DIR that starts with `-` goes after `--`.
     idem dlq list DIR --namespace N [--state S]... [--class C] [--id ID]... [--all] [--limit N]
     idem dlq show DIR --namespace N --id ID
     idem dlq replay DIR --namespace N --dry-run [selection]

@@ -246,3 +246,36 @@ fn a_key_of_any_bytes_is_looked_up_in_hexadecimal() {
         );
     }
 }
+
+/// A directory whose name starts with `-` is inspected after `--` (before, it could
+/// only be named by another path to it: as an argument it was an unknown option).
+#[test]
+fn a_directory_named_like_an_option_is_inspected_after_a_double_dash() {
+    let tmp =
+        TempDir(std::env::temp_dir().join(format!("idem-inspect-cli-dash-{}", std::process::id())));
+    orders_with_done(&tmp.0.join("-db"), b"order-1");
+    let inspect = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_idem"))
+            .current_dir(&tmp.0)
+            .args(args)
+            .output()
+            .expect("the idem binary runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stdout, stderr) =
+        inspect(&["inspect", "-n", "orders", "-k", "order-1", "--", "-db"]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("in \"orders\": done"), "{stdout}");
+    // Without `--` the name is an option, refused as unknown; after `--` one
+    // directory only.
+    let (code, _, stderr) = inspect(&["inspect", "-db"]);
+    assert_ne!(code, Some(0));
+    assert!(stderr.contains("unknown option \"-db\""), "{stderr}");
+    let (code, _, stderr) = inspect(&["inspect", "--", "-db", "other"]);
+    assert_ne!(code, Some(0));
+    assert!(stderr.contains("unexpected argument \"other\""), "{stderr}");
+}

@@ -1205,8 +1205,9 @@ impl Opts {
         let mut it = args.iter();
         while let Some(a) = it.next() {
             let mut value = |name: &str| -> Result<u64, String> {
+                // `_` separators allowed, as in every other count the CLI takes.
                 it.next()
-                    .and_then(|v| v.parse::<u64>().ok())
+                    .and_then(|v| v.replace('_', "").parse::<u64>().ok())
                     .filter(|&v| v > 0 || name == "--result-bytes")
                     .ok_or_else(|| format!("{name} needs a positive whole number\n{USAGE}"))
             };
@@ -1497,6 +1498,9 @@ mod tests {
         assert!(o.quick && !o.disk);
         assert_eq!(o.picked, ["--w3", "--w5"]);
         assert_eq!(o.keys, Some(5000));
+        // `_` separators, as every other count of the CLI takes them.
+        let o = parse(&["--disk", "--keys", "2_000_000", "--result-bytes", "1_0"]).unwrap();
+        assert_eq!((o.keys, o.result_bytes), (Some(2_000_000), 10));
         assert_eq!(o.w3_rounds, None);
         assert_eq!(parse(&["--w3-rounds", "5"]).unwrap().w3_rounds, Some(5));
         assert_eq!(

@@ -1,5 +1,6 @@
 //! `idem inspect <dir> [--namespace N (--key K | --key-hex H)]`: what a durable
-//! database holds.
+//! database holds. (`idem inspect [options] -- <dir>` for a directory whose name
+//! starts with `-`.)
 
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -13,7 +14,17 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
     let mut key: Option<(Vec<u8>, String)> = None;
     let mut it = args.iter();
     let mut given = super::Given::default();
+    // After `--`, every argument is the directory (a name that starts with `-`).
+    let mut options_end = false;
     while let Some(a) = it.next() {
+        if options_end || a == "--" {
+            match () {
+                _ if !options_end => options_end = true,
+                _ if dir.is_none() => dir = Some(a.to_owned()),
+                _ => return Err(format!("inspect: unexpected argument {a:?}")),
+            }
+            continue;
+        }
         match a.as_str() {
             "-n" => given.once("inspect", "--namespace")?,
             "-k" => given.once("inspect", "--key")?,

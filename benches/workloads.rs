@@ -27,7 +27,10 @@
 //! pipelined 64 deep) and `machine` (no
 //! table: one random store a key for W1 and one random load for W2, in an array of N
 //! 32-byte cells; its two threads over one are the machine's own scaling in the same
-//! run, against which the peers' are read). The Redis peers
+//! run, against which the peers' are read), and `cas` (not in the default set: a
+//! model of another hot tier, whose claim takes its key's bucket in one shared table
+//! by compare-and-swap and keeps its entries and timing wheel per thread, so that its
+//! threads share no lock and no line but by chance; see `workloads/cas.rs`). The Redis peers
 //! run when `redis-server` is on `PATH` (the child starts its own server on a free
 //! loopback port with no persistence, and stops it), the JetStream peers when
 //! `nats-server` is (a server with JetStream, the stream in memory); without them they
@@ -86,6 +89,8 @@ use child_result::ChildResult;
 use idem::{Claim, Engine, NamespaceConfig};
 use xxhash_rust::xxh3::xxh3_128_with_seed;
 
+#[path = "workloads/cas.rs"]
+mod cas;
 #[path = "workloads/child_result.rs"]
 mod child_result;
 #[path = "workloads/jetstream.rs"]
@@ -541,7 +546,7 @@ const PEERS: [&str; 11] = [
 ];
 
 /// Peers a child measures besides [`PEERS`] (only when asked for by name).
-const EXTRA_PEERS: [&str; 2] = ["idem-r64", "idem-pre"];
+const EXTRA_PEERS: [&str; 3] = ["idem-r64", "idem-pre", "cas"];
 
 /// `--peers`: comma-separated names, trimmed. An unknown name stops the run here,
 /// before any child, with a usage error (a child would panic on it mid-run).
@@ -793,6 +798,7 @@ fn child(args: &[String]) -> ExitCode {
         ),
         "dashmap" => measure(|| Dash(dashmap::DashMap::new()), &keys, w2, threads, repeat),
         "machine" => measure(|| Machine::new(n), &keys, w2, threads, repeat),
+        "cas" => measure(|| cas::Cas::new(n), &keys, w2, threads, repeat),
         "moka" => measure(
             || Moka(moka::sync::Cache::builder().time_to_live(TTL).build()),
             &keys,

@@ -42,6 +42,10 @@ pub fn peer_label(peer: &str, w: Workload) -> &'static str {
         "machine" => {
             "reference: one random load a key from an array, no table (the machine's scaling)"
         }
+        "cas" if w == Workload::W1 => {
+            "reference: one table, bucket taken by CAS, slab and wheel per thread (claim + complete)"
+        }
+        "cas" => "reference: one table, bucket taken by CAS, slab and wheel per thread",
         _ => "?",
     }
 }

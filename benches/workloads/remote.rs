@@ -192,34 +192,35 @@ fn phase<R: Remote>(
                 s.spawn(move || {
                     let sample = &chunk[..timed_part.min(chunk.len())];
                     start.wait();
-                    let (claimed, mut wrong) = claim_timed(
-                        &mut conn,
-                        sample,
-                        depth,
-                        want_taken,
-                        Instant::now(),
-                        TIMED_MAX,
-                    );
+                    let began = Instant::now();
+                    let (claimed, mut wrong) =
+                        claim_timed(&mut conn, sample, depth, want_taken, began, TIMED_MAX);
+                    let ended = Instant::now();
                     done.wait();
                     if rest {
                         wrong += conn
                             .claim(&chunk[claimed..], LOAD_DEPTH, want_taken)
                             .expect("untimed claims");
                     }
-                    (claimed, wrong)
+                    (claimed, wrong, began, ended)
                 })
             })
             .collect();
         start.wait();
-        let t0 = Instant::now();
         done.wait();
-        let secs = t0.elapsed().as_secs_f64();
-        let (mut n, mut wrong) = (0, 0);
+        // Timed by the workers, first start to last end (see `run_split`).
+        let (mut n, mut wrong, mut began, mut ended) = (0, 0, None::<Instant>, None::<Instant>);
         for w in workers {
-            let (a, b) = w.join().expect("worker");
+            let (a, b, s, e) = w.join().expect("worker");
             n += a;
             wrong += b;
+            began = Some(began.map_or(s, |t| t.min(s)));
+            ended = Some(ended.map_or(e, |t| t.max(e)));
         }
+        let secs = match (began, ended) {
+            (Some(b), Some(e)) => (e - b).as_secs_f64(),
+            _ => 0.0,
+        };
         (secs, n, wrong)
     })
 }

@@ -47,8 +47,10 @@
 //! allocator state is seen by another. The child runs W1 (timed; memory is measured
 //! after it), then W2 over the same keys in the same structure (timed): W2's fill is
 //! W1 itself. The parent interleaves the peers within each
-//! run, collects one result line per child and prints markdown tables of medians with
-//! the min-max spread.
+//! run (a peer's thread counts back to back, so that its two threads over one
+//! compare children seconds apart), collects one result line per child and prints
+//! markdown tables of medians with the min-max spread. A run of several threads is
+//! timed by its workers, from the first one's start to the last one's end.
 //!
 //! Memory per resident key is the live heap counted by this binary's global allocator
 //! (after minus before, divided by N); "before" is taken once the key array exists and
@@ -1230,7 +1232,7 @@ fn main() -> ExitCode {
         o.peers.join(", ")
     );
     println!(
-        "- each peer, N and thread count is a child process of its own per run: it runs W1 (timed; memory is measured after it), then W2 over the same keys in the same structure (timed)"
+        "- each peer, N and thread count is a child process of its own per run: it runs W1 (timed; memory is measured after it), then W2 over the same keys in the same structure (timed); a peer's thread counts run back to back; a run of several threads is timed by its workers (first start to last end)"
     );
     if o.w2_passes > 0 {
         println!(
@@ -1300,8 +1302,11 @@ fn main() -> ExitCode {
     let mut all = Vec::new();
     for run in 0..o.runs {
         for &n in &o.ns {
-            for &threads in &o.threads {
-                for peer in &o.peers {
+            // A peer's thread counts run back to back, so that its two threads over
+            // one compare children a few seconds apart, not a whole pass of the
+            // peers apart: the host moves between regimes within a minute.
+            for peer in &o.peers {
+                for &threads in &o.threads {
                     if peer == "moka" && n > o.moka_max_n
                         || is_redis(peer) && n > o.redis_max_n
                         || is_jetstream(peer) && n > o.jetstream_max_n

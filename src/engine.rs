@@ -6467,10 +6467,10 @@ impl Namespace {
     /// before it is (its guard gets `LeaseLost`), its claim marker included: one
     /// written after the forget's delete is deleted by a second delete, so that a
     /// crash after the forget returns reports no orphan for it. Claims of the key
-    /// acquired (and given up) over and over cannot keep the forget deleting: after
-    /// its second such delete it holds the key, and until it ends a claim that would
-    /// acquire the key answers [`Claim::InProgress`] (until the end of the lease it
-    /// would have had). The delete is synced
+    /// acquired (and given up) over and over cannot keep the forget deleting: once
+    /// two of its rounds have found such claims, it holds the key, and until it ends
+    /// a claim that would acquire the key answers [`Claim::InProgress`] (until the
+    /// end of the lease it would have had). The delete is synced
     /// as the namespace's completions are; if it was applied and only the fsync after
     /// it failed (after any delete of the forget: one that works after a second
     /// delete does not make up for it), the key is forgotten in both tiers all the

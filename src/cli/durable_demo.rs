@@ -355,12 +355,6 @@ fn check_dir(dir: &Path) -> Result<(), String> {
     if dir.exists() && !dir.is_dir() {
         return Err(format!("demo: --dir {} is not a directory", dir.display()));
     }
-    // Made here, so that a path no directory can be made at (under a file, say) is
-    // refused before the demo starts, not by its first consumer.
-    if !dir.exists() {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("demo: --dir {} cannot be made: {e}", dir.display()))?;
-    }
     if let Ok(mut entries) = std::fs::read_dir(dir) {
         if entries.next().is_some() {
             return Err(format!(
@@ -657,25 +651,6 @@ mod tests {
         let err = watch(Cursor::new("ack 7\n"), &mut child, None, &mut acked, None)
             .expect_err("an id out of the stream");
         assert!(err.contains("ack 7"), "{err}");
-    }
-
-    /// A `--dir` no directory can be made at (under a file) is refused before the
-    /// demo starts: before, the demo started and its first consumer failed. One that
-    /// can be made is made, empty.
-    #[test]
-    fn a_dir_that_cannot_be_made_is_refused_before_the_demo_starts() {
-        let tmp = scratch("demo-dir-check");
-        std::fs::create_dir_all(&tmp.0).unwrap();
-        let file = tmp.0.join("file");
-        std::fs::write(&file, b"x").unwrap();
-        let err = check_dir(&file.join("sub")).unwrap_err();
-        assert!(err.contains("cannot be made"), "{err}");
-        assert!(!file.join("sub").exists());
-        let err = check_dir(&file).unwrap_err();
-        assert!(err.contains("is not a directory"), "{err}");
-        let fresh = tmp.0.join("a").join("b");
-        check_dir(&fresh).unwrap();
-        assert!(fresh.is_dir());
     }
 
     /// A fresh directory under the temporary directory, removed when dropped.

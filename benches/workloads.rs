@@ -30,7 +30,10 @@
 //! run, against which the peers' are read), and `cas` (not in the default set: a
 //! model of another hot tier, whose claim takes its key's bucket in one shared table
 //! by compare-and-swap and keeps its entries and timing wheel per thread, so that its
-//! threads share no lock and no line but by chance; see `workloads/cas.rs`). The Redis peers
+//! threads share no lock and no line but by chance; see `workloads/cas.rs`), and `cas12`
+//! (not in the default set either: `cas`'s lanes under a table of idem's 64-byte,
+//! 12-slot buckets, each locked alone by the claims that write it; see
+//! `workloads/cas12.rs`). The Redis peers
 //! run when `redis-server` is on `PATH` (the child starts its own server on a free
 //! loopback port with no persistence, and stops it), the JetStream peers when
 //! `nats-server` is (a server with JetStream, the stream in memory); without them they
@@ -93,6 +96,8 @@ use xxhash_rust::xxh3::xxh3_128_with_seed;
 
 #[path = "workloads/cas.rs"]
 mod cas;
+#[path = "workloads/cas12.rs"]
+mod cas12;
 #[path = "workloads/child_result.rs"]
 mod child_result;
 #[path = "workloads/jetstream.rs"]
@@ -548,7 +553,7 @@ const PEERS: [&str; 11] = [
 ];
 
 /// Peers a child measures besides [`PEERS`] (only when asked for by name).
-const EXTRA_PEERS: [&str; 3] = ["idem-r64", "idem-pre", "cas"];
+const EXTRA_PEERS: [&str; 4] = ["idem-r64", "idem-pre", "cas", "cas12"];
 
 /// `--peers`: comma-separated names, trimmed. An unknown name stops the run here,
 /// before any child, with a usage error (a child would panic on it mid-run).
@@ -810,6 +815,7 @@ fn child(args: &[String]) -> ExitCode {
         "dashmap" => measure(|| Dash(dashmap::DashMap::new()), &keys, w2, threads, repeat),
         "machine" => measure(|| Machine::new(n), &keys, w2, threads, repeat),
         "cas" => measure(|| cas::Cas::new(n), &keys, w2, threads, repeat),
+        "cas12" => measure(|| cas12::Cas12::new(n), &keys, w2, threads, repeat),
         "moka" => measure(
             || Moka(moka::sync::Cache::builder().time_to_live(TTL).build()),
             &keys,

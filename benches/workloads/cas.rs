@@ -86,7 +86,7 @@ struct Bucket {
 /// A slab entry, 28 bytes, as idem's: fingerprint bits 0..95 (the low ones find the
 /// bucket again at expiry), deadline (ticks), meta (state, token), wheel links.
 #[derive(Default)]
-struct Entry {
+pub(crate) struct Entry {
     fp: [AtomicU32; 3],
     deadline: AtomicU32,
     meta: AtomicU32,
@@ -95,6 +95,16 @@ struct Entry {
 }
 
 const _: () = assert!(std::mem::size_of::<Entry>() == 28);
+
+impl Entry {
+    /// The entry holds fingerprint `f`'s bits 0..95.
+    #[inline]
+    pub(crate) fn holds(&self, f: u128) -> bool {
+        self.fp[0].load(Ordering::Relaxed) == f as u32
+            && self.fp[1].load(Ordering::Relaxed) == (f >> 32) as u32
+            && self.fp[2].load(Ordering::Relaxed) == (f >> 64) as u32
+    }
+}
 
 type Chunk = Box<[Entry; CHUNK]>;
 
@@ -178,7 +188,7 @@ thread_local! {
 
 /// The calling thread's lane, taken on first use.
 #[inline]
-fn lane_id() -> usize {
+pub(crate) fn lane_id() -> usize {
     LANE.with(|l| l.0)
 }
 
@@ -213,6 +223,13 @@ pub(crate) struct Guard {
 pub(crate) struct Cas {
     buckets: Box<[Bucket]>,
     mask: usize,
+    lanes: Lanes,
+}
+
+/// What a model's table leaves to its threads: the lanes (each thread's slab,
+/// wheel and reserve of capacity), the capacity pool and the clock. Shared by `cas`
+/// and `cas12` (`workloads/cas12.rs`), whose tables differ and whose lanes do not.
+pub(crate) struct Lanes {
     lanes: Box<[Lane]>,
     pool: Pool,
     latest: Latest,
@@ -247,21 +264,12 @@ fn slot(deadline: u32) -> usize {
     deadline as usize % SLOTS
 }
 
-impl Cas {
-    /// A table for at most `n` keys.
-    pub(crate) fn new(n: usize) -> Cas {
-        let n = n.max(1);
-        let cap = ((n as f64 / MAX_LOAD).ceil() as usize)
-            .next_power_of_two()
-            .max(4);
-        // Written through at build (as the machine reference's array is): the fill
-        // takes no page fault on the table.
-        let buckets: Box<[Bucket]> = (0..cap).map(|_| Bucket::default()).collect();
+impl Lanes {
+    /// Lanes for at most `n` entries in all.
+    pub(crate) fn new(n: usize) -> Lanes {
         let clock: Box<dyn Clock> = Box::new(CoarseClock);
         let start_ms = clock.now_ms();
-        Cas {
-            buckets,
-            mask: cap - 1,
+        Lanes {
             lanes: (0..LANES).map(|_| Lane::default()).collect(),
             pool: Pool(AtomicUsize::new(n)),
             latest: Latest(AtomicU64::new(start_ms)),
@@ -275,7 +283,7 @@ impl Cas {
 
     /// The clock's tick (1 ms), never earlier than one read before.
     #[inline]
-    fn now(&self) -> u32 {
+    pub(crate) fn now(&self) -> u32 {
         let ms = self.clock.now_ms();
         let seen = SEEN_MS.with(Cell::get);
         let ms = if ms > seen {
@@ -297,7 +305,7 @@ impl Cas {
     /// Entry `index` of lane `lane`: its chunk must exist (a published locator, or
     /// the owner's own entries).
     #[inline]
-    fn entry(&self, lane: usize, index: u32) -> &Entry {
+    pub(crate) fn entry(&self, lane: usize, index: u32) -> &Entry {
         let chunks = self.lanes[lane]
             .shared
             .chunks
@@ -309,29 +317,10 @@ impl Cas {
         &chunk[index as usize % CHUNK]
     }
 
-    /// The entry a locator names.
-    #[inline]
-    fn located(&self, loc: u64) -> &Entry {
-        self.entry((loc >> 32) as usize - 1, loc as u32)
-    }
-
-    /// Waits for bucket `b`'s locator (its claim publishes it right after taking
-    /// the bucket).
-    #[inline]
-    fn locator(b: &Bucket) -> u64 {
-        loop {
-            let loc = b.loc.load(Ordering::Acquire);
-            if loc != 0 {
-                return loc;
-            }
-            std::hint::spin_loop();
-        }
-    }
-
     /// An entry of the caller's lane for a new claim, or `None` when no capacity is
     /// left. Owner only.
     #[inline]
-    fn take_entry(&self, lane: usize) -> Option<u32> {
+    pub(crate) fn take_entry(&self, lane: usize) -> Option<u32> {
         let own = &self.lanes[lane].own;
         if !self.take_unit(own) {
             return None;
@@ -385,61 +374,15 @@ impl Cas {
         }
     }
 
-    /// What a claim that found `f`'s tag answers, once the entry is published; `None`
-    /// when the entry's other fingerprint bits differ (another key with the same low
-    /// 64 bits: probing goes on).
+    /// What a claim that found its key's entry `e` answers.
     #[inline]
-    fn answer(&self, b: &Bucket, f: u128, now: u32) -> Option<Claim> {
-        let e = self.located(Self::locator(b));
-        if e.fp[2].load(Ordering::Relaxed) != (f >> 64) as u32 {
-            return None;
-        }
+    pub(crate) fn answer(e: &Entry, now: u32) -> Claim {
         let meta = e.meta.load(Ordering::Acquire);
         let deadline = e.deadline.load(Ordering::Relaxed);
-        Some(match meta & STATE_MASK {
+        match meta & STATE_MASK {
             _ if !before(now, deadline) => Claim::Expired,
             DONE => Claim::Duplicate,
             _ => Claim::InProgress,
-        })
-    }
-
-    /// Claims `key`.
-    #[inline]
-    pub(crate) fn claim(&self, key: &Key) -> Claim {
-        let f = fp(key);
-        let tag = (f as u64).max(1);
-        let now = self.now();
-        let mut i = tag as usize & self.mask;
-        loop {
-            let b = &self.buckets[i];
-            let t = b.tag.load(Ordering::Acquire);
-            if t == 0 {
-                let lane = lane_id();
-                // Capacity first: a bucket once taken is always published.
-                let Some(index) = self.take_entry(lane) else {
-                    return Claim::Full;
-                };
-                match b
-                    .tag
-                    .compare_exchange(0, tag, Ordering::AcqRel, Ordering::Acquire)
-                {
-                    Ok(_) => return Claim::Acquired(self.publish(b, lane, index, f, now)),
-                    Err(t) => {
-                        // Another claim took it first: the entry goes back unused.
-                        self.give_back(lane, index);
-                        if t == tag {
-                            if let Some(c) = self.answer(b, f, now) {
-                                return c;
-                            }
-                        }
-                    }
-                }
-            } else if t == tag {
-                if let Some(c) = self.answer(b, f, now) {
-                    return c;
-                }
-            }
-            i = (i + 1) & self.mask;
         }
     }
 
@@ -492,7 +435,7 @@ impl Cas {
         false
     }
 
-    /// Undoes [`Cas::take_entry`] for an entry not used (the last one taken).
+    /// Undoes [`Lanes::take_entry`] for an entry not used (the last one taken).
     #[cold]
     fn give_back(&self, lane: usize, index: u32) {
         let own = &self.lanes[lane].own;
@@ -500,10 +443,11 @@ impl Cas {
         own.budget.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// Writes the new claim's entry, publishes it in bucket `b` and links it in the
-    /// lane's wheel at its lease deadline.
+    /// Writes a new claim's entry `index` of the caller's lane (fingerprint bits
+    /// 0..95, lease deadline, in progress with the lane's next token), not yet
+    /// published nor linked: its table publishes it, then [`Lanes::settle`].
     #[inline]
-    fn publish(&self, b: &Bucket, lane: usize, index: u32, f: u128, now: u32) -> Guard {
+    pub(crate) fn write(&self, lane: usize, index: u32, f: u128, now: u32) -> Guard {
         let own = &self.lanes[lane].own;
         let token = own.token.load(Ordering::Relaxed) & TOKEN_MASK;
         own.token.store(token + 1, Ordering::Relaxed);
@@ -511,20 +455,27 @@ impl Cas {
         e.fp[0].store(f as u32, Ordering::Relaxed);
         e.fp[1].store((f >> 32) as u32, Ordering::Relaxed);
         e.fp[2].store((f >> 64) as u32, Ordering::Relaxed);
-        let deadline = now.wrapping_add(self.lease_ticks);
-        e.deadline.store(deadline, Ordering::Relaxed);
+        e.deadline
+            .store(now.wrapping_add(self.lease_ticks), Ordering::Relaxed);
         e.meta
             .store(IN_PROGRESS | token << TOKEN_SHIFT, Ordering::Relaxed);
-        b.loc
-            .store(((lane as u64 + 1) << 32) | index as u64, Ordering::Release);
-        self.link(lane, index, e, slot(deadline));
-        own.resident
-            .store(own.resident.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         Guard {
             lane: lane as u32,
             index,
             token,
         }
+    }
+
+    /// Links a new claim's entry in its lane's wheel at its lease deadline and counts
+    /// it resident. Owner only.
+    #[inline]
+    pub(crate) fn settle(&self, g: &Guard) {
+        let lane = g.lane as usize;
+        let own = &self.lanes[lane].own;
+        let e = self.entry(lane, g.index);
+        self.link(lane, g.index, e, slot(e.deadline.load(Ordering::Relaxed)));
+        own.resident
+            .store(own.resident.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     }
 
     /// Completes a claim, on the thread that made it. False if its lease was lost
@@ -556,12 +507,134 @@ impl Cas {
     }
 
     /// Entries resident, over all lanes (exact once the claiming threads are joined).
-    #[allow(dead_code)] // read by tests/harness_cas.rs
     pub(crate) fn resident(&self) -> u64 {
         self.lanes
             .iter()
             .map(|l| l.own.resident.load(Ordering::Relaxed))
             .sum()
+    }
+
+    /// The heap the lanes hold: the lanes themselves, their chunk tables and chunks.
+    pub(crate) fn bytes(&self) -> usize {
+        let lanes = std::mem::size_of_val(&*self.lanes);
+        let slabs: usize = self
+            .lanes
+            .iter()
+            .filter_map(|l| l.shared.chunks.get())
+            .map(|chunks| {
+                std::mem::size_of_val(&**chunks)
+                    + chunks.iter().filter(|c| c.get().is_some()).count()
+                        * std::mem::size_of::<[Entry; CHUNK]>()
+            })
+            .sum();
+        lanes + slabs
+    }
+}
+
+impl Cas {
+    /// A table for at most `n` keys.
+    pub(crate) fn new(n: usize) -> Cas {
+        let n = n.max(1);
+        let cap = ((n as f64 / MAX_LOAD).ceil() as usize)
+            .next_power_of_two()
+            .max(4);
+        // Written through at build (as the machine reference's array is): the fill
+        // takes no page fault on the table.
+        let buckets: Box<[Bucket]> = (0..cap).map(|_| Bucket::default()).collect();
+        Cas {
+            buckets,
+            mask: cap - 1,
+            lanes: Lanes::new(n),
+        }
+    }
+
+    /// The entry a locator names.
+    #[inline]
+    fn located(&self, loc: u64) -> &Entry {
+        self.lanes.entry((loc >> 32) as usize - 1, loc as u32)
+    }
+
+    /// Waits for bucket `b`'s locator (its claim publishes it right after taking
+    /// the bucket).
+    #[inline]
+    fn locator(b: &Bucket) -> u64 {
+        loop {
+            let loc = b.loc.load(Ordering::Acquire);
+            if loc != 0 {
+                return loc;
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// What a claim that found `f`'s tag answers, once the entry is published; `None`
+    /// when the entry's other fingerprint bits differ (another key with the same low
+    /// 64 bits: probing goes on).
+    #[inline]
+    fn answer(&self, b: &Bucket, f: u128, now: u32) -> Option<Claim> {
+        let e = self.located(Self::locator(b));
+        if e.fp[2].load(Ordering::Relaxed) != (f >> 64) as u32 {
+            return None;
+        }
+        Some(Lanes::answer(e, now))
+    }
+
+    /// Claims `key`.
+    #[inline]
+    pub(crate) fn claim(&self, key: &Key) -> Claim {
+        let f = fp(key);
+        let tag = (f as u64).max(1);
+        let now = self.lanes.now();
+        let mut i = tag as usize & self.mask;
+        loop {
+            let b = &self.buckets[i];
+            let t = b.tag.load(Ordering::Acquire);
+            if t == 0 {
+                let lane = lane_id();
+                // Capacity first: a bucket once taken is always published.
+                let Some(index) = self.lanes.take_entry(lane) else {
+                    return Claim::Full;
+                };
+                match b
+                    .tag
+                    .compare_exchange(0, tag, Ordering::AcqRel, Ordering::Acquire)
+                {
+                    Ok(_) => {
+                        let g = self.lanes.write(lane, index, f, now);
+                        b.loc
+                            .store(((lane as u64 + 1) << 32) | index as u64, Ordering::Release);
+                        self.lanes.settle(&g);
+                        return Claim::Acquired(g);
+                    }
+                    Err(t) => {
+                        // Another claim took it first: the entry goes back unused.
+                        self.lanes.give_back(lane, index);
+                        if t == tag {
+                            if let Some(c) = self.answer(b, f, now) {
+                                return c;
+                            }
+                        }
+                    }
+                }
+            } else if t == tag {
+                if let Some(c) = self.answer(b, f, now) {
+                    return c;
+                }
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+
+    /// Completes a claim, on the thread that made it. False if its lease was lost.
+    #[inline]
+    pub(crate) fn complete(&self, g: Guard) -> bool {
+        self.lanes.complete(g)
+    }
+
+    /// Entries resident, over all lanes (exact once the claiming threads are joined).
+    #[allow(dead_code)] // read by tests/harness_cas.rs
+    pub(crate) fn resident(&self) -> u64 {
+        self.lanes.resident()
     }
 }
 
@@ -580,18 +653,6 @@ impl Peer for Cas {
     }
 
     fn own_bytes(&self) -> Option<u64> {
-        let table = std::mem::size_of_val(&*self.buckets);
-        let lanes = std::mem::size_of_val(&*self.lanes);
-        let slabs: usize = self
-            .lanes
-            .iter()
-            .filter_map(|l| l.shared.chunks.get())
-            .map(|chunks| {
-                std::mem::size_of_val(&**chunks)
-                    + chunks.iter().filter(|c| c.get().is_some()).count()
-                        * std::mem::size_of::<[Entry; CHUNK]>()
-            })
-            .sum();
-        Some((table + lanes + slabs) as u64)
+        Some((std::mem::size_of_val(&*self.buckets) + self.lanes.bytes()) as u64)
     }
 }

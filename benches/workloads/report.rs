@@ -46,6 +46,10 @@ pub fn peer_label(peer: &str, w: Workload) -> &'static str {
             "reference: one table, bucket taken by CAS, slab and wheel per thread (claim + complete)"
         }
         "cas" => "reference: one table, bucket taken by CAS, slab and wheel per thread",
+        "cas12" if w == Workload::W1 => {
+            "reference: idem's 12-slot buckets, each its own lock, slab and wheel per thread (claim + complete)"
+        }
+        "cas12" => "reference: idem's 12-slot buckets, read without lock, slab and wheel per thread",
         _ => "?",
     }
 }

@@ -33,7 +33,9 @@
 //! threads share no lock and no line but by chance; see `workloads/cas.rs`), and `cas12`
 //! (not in the default set either: `cas`'s lanes under a table of idem's 64-byte,
 //! 12-slot buckets, each locked alone by the claims that write it; see
-//! `workloads/cas12.rs`). The Redis peers
+//! `workloads/cas12.rs`), and `cas12m` (not in the default set: `cas12` with a lock
+//! a lane, a maintenance thread passing over the lanes every millisecond, and
+//! completions that may come from any thread; see `workloads/cas12m.rs`). The Redis peers
 //! run when `redis-server` is on `PATH` (the child starts its own server on a free
 //! loopback port with no persistence, and stops it), the JetStream peers when
 //! `nats-server` is (a server with JetStream, the stream in memory); without them they
@@ -98,6 +100,8 @@ use xxhash_rust::xxh3::xxh3_128_with_seed;
 mod cas;
 #[path = "workloads/cas12.rs"]
 mod cas12;
+#[path = "workloads/cas12m.rs"]
+mod cas12m;
 #[path = "workloads/child_result.rs"]
 mod child_result;
 #[path = "workloads/jetstream.rs"]
@@ -553,7 +557,7 @@ const PEERS: [&str; 11] = [
 ];
 
 /// Peers a child measures besides [`PEERS`] (only when asked for by name).
-const EXTRA_PEERS: [&str; 4] = ["idem-r64", "idem-pre", "cas", "cas12"];
+const EXTRA_PEERS: [&str; 5] = ["idem-r64", "idem-pre", "cas", "cas12", "cas12m"];
 
 /// `--peers`: comma-separated names, trimmed. An unknown name stops the run here,
 /// before any child, with a usage error (a child would panic on it mid-run).
@@ -816,6 +820,7 @@ fn child(args: &[String]) -> ExitCode {
         "machine" => measure(|| Machine::new(n), &keys, w2, threads, repeat),
         "cas" => measure(|| cas::Cas::new(n), &keys, w2, threads, repeat),
         "cas12" => measure(|| cas12::Cas12::new(n), &keys, w2, threads, repeat),
+        "cas12m" => measure(|| cas12m::Cas12m::new(n), &keys, w2, threads, repeat),
         "moka" => measure(
             || Moka(moka::sync::Cache::builder().time_to_live(TTL).build()),
             &keys,

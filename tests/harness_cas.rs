@@ -1,8 +1,10 @@
-//! The `cas` and `cas12` reference peers of the workloads harness
-//! (`benches/workloads/cas.rs`, `cas12.rs`): every fresh key is taken once,
-//! duplicates answer duplicate, a key in progress answers in progress, two threads
-//! racing on the same keys take each once, and the pool's bound is exact; for
-//! `cas12`, keys that overflow their home bucket are found past it.
+//! The `cas`, `cas12` and `cas12m` reference peers of the workloads harness
+//! (`benches/workloads/cas.rs`, `cas12.rs`, `cas12m.rs`): every fresh key is taken
+//! once, duplicates answer duplicate, a key in progress answers in progress, two
+//! threads racing on the same keys take each once, and the pool's bound is exact; for
+//! `cas12`, keys that overflow their home bucket are found past it; for `cas12m`,
+//! claims completed on another thread than the claimer's, and the maintenance pass's
+//! lazy move of a completed entry to its TTL's wheel slot.
 
 use std::time::Duration;
 
@@ -30,9 +32,13 @@ mod cas;
 #[allow(dead_code)]
 #[path = "../benches/workloads/cas12.rs"]
 mod cas12;
+#[allow(dead_code)]
+#[path = "../benches/workloads/cas12m.rs"]
+mod cas12m;
 
-use cas::{Cas, Claim, Guard};
+use cas::{Cas, Claim, Guard, Lanes, Pass};
 use cas12::Cas12;
+use cas12m::Cas12m;
 
 /// What the tests ask of a model.
 trait Model: Peer + Sized {
@@ -62,9 +68,10 @@ macro_rules! model {
 }
 model!(Cas);
 model!(Cas12);
+model!(Cas12m);
 
-/// Runs test `$f` on both models.
-macro_rules! both {
+/// Runs test `$f` on every model.
+macro_rules! all {
     ($($f:ident),*) => {
         mod on_cas {
             $(#[test] fn $f() { super::$f::<super::Cas>() })*
@@ -72,10 +79,13 @@ macro_rules! both {
         mod on_cas12 {
             $(#[test] fn $f() { super::$f::<super::Cas12>() })*
         }
+        mod on_cas12m {
+            $(#[test] fn $f() { super::$f::<super::Cas12m>() })*
+        }
     };
 }
 
-both!(
+all!(
     fresh_then_duplicate_on_two_threads,
     a_key_in_progress_answers_in_progress,
     racing_claims_of_one_key_take_it_once
@@ -171,4 +181,112 @@ fn cas12_keys_past_a_full_home_bucket() {
         .map(key)
         .find(|k| cas.home_of(k).0 == 3 && !keys.contains(k));
     assert!(matches!(cas.claim(&other.unwrap()), Claim::Full));
+}
+
+/// `cas12m`: keys claimed by two threads and completed by a third, which takes
+/// their guards over a channel, while the maintenance thread passes. Every
+/// completion holds, every key then answers duplicate, and the bound stays exact.
+#[test]
+fn cas12m_completes_on_another_thread_than_the_claimer() {
+    let n = 20_000;
+    let cas = Cas12m::new(n);
+    let keys: Vec<Key> = (0..n as u64).map(key).collect();
+    let (tx, rx) = std::sync::mpsc::channel::<(Guard, std::thread::ThreadId)>();
+    let done = std::thread::scope(|s| {
+        let cas = &cas;
+        let completer = s.spawn(move || {
+            let me = std::thread::current().id();
+            rx.into_iter()
+                .map(|(g, claimer)| {
+                    assert_ne!(claimer, me);
+                    cas.complete(g)
+                })
+                .filter(|&ok| ok)
+                .count()
+        });
+        for part in keys.chunks(n / 2) {
+            let tx = tx.clone();
+            s.spawn(move || {
+                for k in part {
+                    let Claim::Acquired(g) = cas.claim(k) else {
+                        panic!("fresh");
+                    };
+                    // In progress until the other thread completes it.
+                    assert!(matches!(cas.claim(k), Claim::InProgress));
+                    tx.send((g, std::thread::current().id())).unwrap();
+                }
+            });
+        }
+        drop(tx);
+        completer.join().unwrap()
+    });
+    assert_eq!(done, n);
+    assert_eq!(cas.resident(), n as u64);
+    assert!(keys.iter().all(|k| cas.duplicate(k)));
+    assert!(matches!(cas.claim(&key(n as u64)), Claim::Full));
+    // Nothing was due (lease 30 s, TTL 3600 s).
+    let (_, relinked, expired) = cas.passes();
+    assert_eq!((relinked, expired), (0, 0));
+}
+
+/// `cas12m`'s maintenance thread makes passes on its own, and its peer's drop
+/// stops and joins it.
+#[test]
+fn cas12m_maintenance_passes_until_dropped() {
+    let cas = Cas12m::new(100);
+    assert!(cas.fresh(&key(1)));
+    let started = cas.passes().0;
+    while cas.passes().0 < started + 2 {
+        std::thread::yield_now();
+    }
+    drop(cas);
+}
+
+/// `cas12m`'s lazy move, driven by passes at given ticks (no maintenance thread):
+/// entries completed after their claim stay at their lease's wheel slot until a pass
+/// reaches it, which links them again at their TTL's; a lease never completed is
+/// marked lapsed there, and its late completion fails; at the TTL the completed
+/// entries are due.
+#[test]
+fn cas12m_a_pass_moves_completed_entries_to_their_ttl_slot() {
+    let lease = Duration::from_secs(10);
+    let ttl = Duration::from_secs(1_000);
+    let cas = Cas12m::with(10, lease, ttl, false);
+    let lanes: &Lanes = cas.lanes();
+    let claim = |i| match cas.claim(&key(i)) {
+        Claim::Acquired(g) => g,
+        _ => panic!("fresh"),
+    };
+    let (a, b, c) = (claim(1), claim(2), claim(3));
+    let spots = [a.spot(), b.spot(), c.spot()];
+    let slot = |(lane, index): (usize, u32)| lanes.linked_slot(lane, index);
+    let lease_slots = spots.map(|(l, i)| Lanes::slot_of(lanes.deadline_at(l, i)));
+    assert_eq!(spots.map(slot), lease_slots.map(Some));
+    // Completed on another thread: deadlines moved, the wheel not.
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            assert!(cas.complete(a));
+            assert!(cas.complete(b));
+        });
+    });
+    let ttl_slots = spots.map(|(l, i)| Lanes::slot_of(lanes.deadline_at(l, i)));
+    assert_eq!(spots.map(slot), lease_slots.map(Some));
+    assert!(matches!(cas.claim(&key(1)), Claim::Duplicate));
+    // Before the lease: nothing due, nothing walked but by chance of slot.
+    let early = cas.advance_to(5_000);
+    assert_eq!((early.relinked, early.expired), (0, 0));
+    // Past the lease (more than a turn of the wheel: every slot once).
+    let p = cas.advance_to(60_000);
+    assert_eq!((p.relinked, p.expired), (2, 1), "{p:?}");
+    assert_eq!(slot(spots[0]), Some(ttl_slots[0]));
+    assert_eq!(slot(spots[1]), Some(ttl_slots[1]));
+    assert_eq!(slot(spots[2]), None);
+    assert!(!cas.complete(c), "a lapsed lease");
+    // Again at the same tick: nothing.
+    assert_eq!(cas.advance_to(60_000), Pass::default());
+    // Past the TTL: both due.
+    let p = cas.advance_to(2_000_000);
+    assert_eq!((p.relinked, p.expired), (0, 2), "{p:?}");
+    assert_eq!(spots.map(slot), [None; 3]);
+    assert_eq!(cas.passes(), (4, 2, 3));
 }

@@ -67,6 +67,9 @@ const LEASE: Duration = Duration::from_secs(30);
 /// Entry states, in the meta word's low 2 bits; the token above them.
 const IN_PROGRESS: u32 = 1;
 const DONE: u32 = 2;
+/// A lease that ran out before its claim completed, as a maintenance pass marks it
+/// (`cas12m` only; the other models have no pass).
+const LAPSED: u32 = 3;
 const STATE_MASK: u32 = 3;
 /// The token's bits, above the state and three flags (as in idem's entry).
 const TOKEN_SHIFT: u32 = 5;
@@ -118,9 +121,16 @@ struct LaneShared {
 }
 
 /// What only the lane's owner reads and writes (atomics with relaxed loads and
-/// stores: plain moves, no read-modify-write).
-#[repr(align(128))]
+/// stores: plain moves, no read-modify-write), but for the lock and the cursor, and,
+/// in `cas12m` (`workloads/cas12m.rs`), its maintenance pass, which takes the lock.
+/// The lock first, on the line of the owner's counters (`repr(C)`).
+#[repr(C, align(128))]
 struct LaneOwn {
+    /// `cas12m`'s lane lock: its owner holds it over a fresh claim's lane writes,
+    /// its maintenance pass over its advance of the wheel. The other models leave it.
+    lock: parking_lot::Mutex<()>,
+    /// The tick the lane's wheel was last advanced to (`cas12m`'s pass; under `lock`).
+    cursor: AtomicU32,
     /// Entries taken from this lane's slab.
     used: AtomicU32,
     /// Capacity taken from the pool and not used yet. The one field another lane
@@ -133,16 +143,24 @@ struct LaneOwn {
     resident: AtomicU64,
     /// Wheel heads, one entry index a slot (or [`NIL`]).
     heads: [AtomicU32; SLOTS],
+    /// `cas12m`: a slot's earliest deadline, no later than any of its entries' (a
+    /// lower bound: a lazy completion moves an entry's deadline later in place), so
+    /// that a pass walks a slot only when something in it may be due. Not kept by the
+    /// other models.
+    due: [AtomicU32; SLOTS],
 }
 
 impl Default for LaneOwn {
     fn default() -> Self {
         LaneOwn {
+            lock: parking_lot::Mutex::new(()),
+            cursor: AtomicU32::new(0),
             used: AtomicU32::new(0),
             budget: AtomicU32::new(0),
             token: AtomicU32::new(0),
             resident: AtomicU64::new(0),
             heads: std::array::from_fn(|_| AtomicU32::new(NIL)),
+            due: std::array::from_fn(|_| AtomicU32::new(0)),
         }
     }
 }
@@ -213,10 +231,19 @@ pub(crate) enum Claim {
 }
 
 /// A claim in progress: its lane, entry and token.
+#[derive(Debug)]
 pub(crate) struct Guard {
     lane: u32,
     index: u32,
     token: u32,
+}
+
+impl Guard {
+    /// The claim's lane and entry index.
+    #[allow(dead_code)] // read by tests/harness_cas.rs
+    pub(crate) fn spot(&self) -> (usize, u32) {
+        (self.lane as usize, self.index)
+    }
 }
 
 /// The model: see the module's documentation.
@@ -264,9 +291,28 @@ fn slot(deadline: u32) -> usize {
     deadline as usize % SLOTS
 }
 
+/// What a maintenance pass did (`cas12m`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Pass {
+    /// Slots whose lists it walked (a slot whose earliest deadline has not come is
+    /// only looked at).
+    pub(crate) walked: u64,
+    /// Entries found done with a later deadline than their slot's, linked again at
+    /// that deadline's slot.
+    pub(crate) relinked: u64,
+    /// Entries due: unlinked (leases marked lapsed). The model removes nothing from
+    /// its table, so their keys stay, answering as their deadlines say.
+    pub(crate) expired: u64,
+}
+
 impl Lanes {
     /// Lanes for at most `n` entries in all.
     pub(crate) fn new(n: usize) -> Lanes {
+        Lanes::with(n, LEASE, TTL)
+    }
+
+    /// Lanes for at most `n` entries, with a lease and TTL of whole milliseconds.
+    pub(crate) fn with(n: usize, lease: Duration, ttl: Duration) -> Lanes {
         let clock: Box<dyn Clock> = Box::new(CoarseClock);
         let start_ms = clock.now_ms();
         Lanes {
@@ -275,8 +321,8 @@ impl Lanes {
             latest: Latest(AtomicU64::new(start_ms)),
             clock,
             start_ms,
-            lease_ticks: LEASE.as_millis() as u32,
-            ttl_ticks: TTL.as_millis() as u32,
+            lease_ticks: lease.as_millis() as u32,
+            ttl_ticks: ttl.as_millis() as u32,
             n,
         }
     }
@@ -504,6 +550,172 @@ impl Lanes {
         self.unlink(lane, e, slot(old));
         self.link(lane, g.index, e, slot(deadline));
         true
+    }
+
+    /// Lane `lane`'s lock (`cas12m`).
+    #[inline]
+    pub(crate) fn lock_lane(&self, lane: usize) -> parking_lot::MutexGuard<'_, ()> {
+        self.lanes[lane].own.lock.lock()
+    }
+
+    /// [`Lanes::settle`], keeping the slot's earliest deadline (`cas12m`). Under the
+    /// lane's lock (`_held`).
+    #[inline]
+    pub(crate) fn settle_kept(&self, g: &Guard, _held: &parking_lot::MutexGuard<'_, ()>) {
+        let own = &self.lanes[g.lane as usize].own;
+        let d = self
+            .entry(g.lane as usize, g.index)
+            .deadline
+            .load(Ordering::Relaxed);
+        let s = slot(d);
+        let empty = own.heads[s].load(Ordering::Relaxed) == NIL;
+        self.settle(g);
+        if empty || before(d, own.due[s].load(Ordering::Relaxed)) {
+            own.due[s].store(d, Ordering::Relaxed);
+        }
+    }
+
+    /// Completes a claim from any thread, as idem does for a later deadline: the
+    /// entry's new deadline stored in place, then its meta turned from (in progress,
+    /// token) to (done, token) by compare-and-swap (Release: a pass that reads it done
+    /// reads the new deadline). The entry stays where it is in its lane's wheel (at
+    /// its lease's slot), and no lane lock is taken: the pass that reaches that slot
+    /// finds it done with a later deadline and links it again there. False if its
+    /// lease was lost (a pass marked it lapsed first; the deadline written before
+    /// then lands on a lapsed entry, which the model never reuses).
+    #[inline]
+    pub(crate) fn complete_lazy(&self, g: Guard) -> bool {
+        let e = self.entry(g.lane as usize, g.index);
+        let token = g.token << TOKEN_SHIFT;
+        e.deadline
+            .store(self.now().wrapping_add(self.ttl_ticks), Ordering::Relaxed);
+        e.meta
+            .compare_exchange(
+                IN_PROGRESS | token,
+                DONE | token,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+    }
+
+    /// The lane has made a claim (it has a chunk table).
+    #[inline]
+    pub(crate) fn used(&self, lane: usize) -> bool {
+        self.lanes[lane].shared.chunks.get().is_some()
+    }
+
+    /// Advances lane `lane`'s wheel to tick `now` (`cas12m`'s maintenance pass),
+    /// under the lane's lock (`_held`): every slot from the cursor's next tick to
+    /// `now` (each slot once when more than a turn has passed), skipping a slot that
+    /// is empty or whose earliest deadline is after `now`. In a slot walked, an entry
+    /// done (or a lease completed meanwhile) with a deadline after `now` is linked
+    /// again at that deadline's slot (the lazy move of [`Lanes::complete_lazy`]); an
+    /// entry due is unlinked, a lease first marked lapsed by compare-and-swap (a
+    /// completion that wins it is linked again instead). A `now` at or before the
+    /// cursor does nothing.
+    pub(crate) fn advance(
+        &self,
+        lane: usize,
+        _held: &parking_lot::MutexGuard<'_, ()>,
+        now: u32,
+    ) -> Pass {
+        let own = &self.lanes[lane].own;
+        let cursor = own.cursor.load(Ordering::Relaxed);
+        let mut pass = Pass::default();
+        if !before(cursor, now) {
+            return pass;
+        }
+        let ticks = now.wrapping_sub(cursor).min(SLOTS as u32);
+        for k in 1..=ticks {
+            let s = slot(now.wrapping_sub(ticks - k));
+            if own.heads[s].load(Ordering::Relaxed) == NIL
+                || before(now, own.due[s].load(Ordering::Relaxed))
+            {
+                continue;
+            }
+            pass.walked += 1;
+            self.walk(lane, s, now, &mut pass);
+        }
+        own.cursor.store(now, Ordering::Relaxed);
+        pass
+    }
+
+    /// Walks slot `s` of lane `lane`'s wheel at tick `now`: see [`Lanes::advance`].
+    #[cold]
+    fn walk(&self, lane: usize, s: usize, now: u32, pass: &mut Pass) {
+        let own = &self.lanes[lane].own;
+        let mut earliest: Option<u32> = None;
+        let mut i = own.heads[s].load(Ordering::Relaxed);
+        while i != NIL {
+            let e = self.entry(lane, i);
+            let next = e.next.load(Ordering::Relaxed);
+            let mut meta = e.meta.load(Ordering::Acquire);
+            if meta & STATE_MASK == IN_PROGRESS && !before(now, e.deadline.load(Ordering::Relaxed))
+            {
+                match e.meta.compare_exchange(
+                    meta,
+                    (meta & !STATE_MASK) | LAPSED,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => meta = (meta & !STATE_MASK) | LAPSED,
+                    Err(m) => meta = m,
+                }
+            }
+            let d = e.deadline.load(Ordering::Relaxed);
+            if meta & STATE_MASK != LAPSED && before(now, d) {
+                let to = slot(d);
+                if to == s {
+                    earliest = Some(earliest.map_or(d, |x| if before(d, x) { d } else { x }));
+                } else {
+                    self.unlink(lane, e, s);
+                    let empty = own.heads[to].load(Ordering::Relaxed) == NIL;
+                    self.link(lane, i, e, to);
+                    if empty || before(d, own.due[to].load(Ordering::Relaxed)) {
+                        own.due[to].store(d, Ordering::Relaxed);
+                    }
+                    pass.relinked += 1;
+                }
+            } else {
+                self.unlink(lane, e, s);
+                e.prev.store(NIL, Ordering::Relaxed);
+                e.next.store(NIL, Ordering::Relaxed);
+                pass.expired += 1;
+            }
+            i = next;
+        }
+        if let Some(d) = earliest {
+            own.due[s].store(d, Ordering::Relaxed);
+        }
+    }
+
+    /// The wheel slot entry `index` of lane `lane` is linked in, if any (tests).
+    #[allow(dead_code)] // read by tests/harness_cas.rs
+    pub(crate) fn linked_slot(&self, lane: usize, index: u32) -> Option<usize> {
+        let own = &self.lanes[lane].own;
+        (0..SLOTS).find(|&s| {
+            let mut i = own.heads[s].load(Ordering::Relaxed);
+            while i != NIL {
+                if i == index {
+                    return true;
+                }
+                i = self.entry(lane, i).next.load(Ordering::Relaxed);
+            }
+            false
+        })
+    }
+
+    /// The wheel slot of deadline `d` (tests).
+    #[allow(dead_code)] // read by tests/harness_cas.rs
+    pub(crate) fn slot_of(d: u32) -> usize {
+        slot(d)
+    }
+
+    /// Entry `index` of lane `lane`'s deadline (tests).
+    #[allow(dead_code)] // read by tests/harness_cas.rs
+    pub(crate) fn deadline_at(&self, lane: usize, index: u32) -> u32 {
+        self.entry(lane, index).deadline.load(Ordering::Relaxed)
     }
 
     /// Entries resident, over all lanes (exact once the claiming threads are joined).

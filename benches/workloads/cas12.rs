@@ -193,6 +193,11 @@ pub(crate) struct Cas12 {
 impl Cas12 {
     /// A table for at most `n` keys.
     pub(crate) fn new(n: usize) -> Cas12 {
+        Cas12::with(Lanes::new(n.max(1)), n)
+    }
+
+    /// A table for at most `n` keys over `lanes` (made for as many).
+    pub(crate) fn with(lanes: Lanes, n: usize) -> Cas12 {
         let n = n.max(1);
         let count = (n * LOAD_DEN)
             .div_ceil(SLOTS * LOAD_NUM)
@@ -212,7 +217,7 @@ impl Cas12 {
             index_bits,
             // Shifted in 64 bits, so that 0 checks is a shift by 32: no bits.
             check_mask: (u64::MAX << (32 - checks)) as u32,
-            lanes: Lanes::new(n),
+            lanes,
         }
     }
 
@@ -278,30 +283,51 @@ impl Cas12 {
     /// Claims `key`.
     #[inline]
     pub(crate) fn claim(&self, key: &Key) -> Claim {
+        self.claim_with(key, |_, _| (), |lanes, g, ()| lanes.settle(g))
+    }
+
+    /// Claims `key`; a key the look-up without a lock missed calls `enter` with the
+    /// lanes and the caller's lane before it takes the home bucket's lock, and what
+    /// `enter` returns is held until the claim returns, after `settle` linked a new
+    /// entry (`cas12m` takes its lane lock there; `cas12` nothing).
+    #[inline(always)]
+    pub(crate) fn claim_with<H>(
+        &self,
+        key: &Key,
+        enter: impl FnOnce(&Lanes, usize) -> H,
+        settle: impl FnOnce(&Lanes, &Guard, &H),
+    ) -> Claim {
         let f = fp(key);
         let now = self.lanes.now();
         if let Some(e) = self.find(f) {
             return Lanes::answer(e, now);
         }
+        let lane = lane_id();
+        let held = enter(&self.lanes, lane);
         let h = f as u64;
         let home = &self.buckets[self.home(h)];
         lock(home);
         let c = match self.find(f) {
             Some(e) => Lanes::answer(e, now),
-            None => self.insert(f, now),
+            None => self.insert(lane, f, now),
         };
         unlock(home);
         if let Claim::Acquired(g) = &c {
-            self.lanes.settle(g);
+            settle(&self.lanes, g, &held);
         }
         c
     }
 
-    /// A new claim of `f`, under its home bucket's lock: its entry written in the
-    /// caller's lane, then placed.
+    /// The lanes under the table.
     #[inline]
-    fn insert(&self, f: u128, now: u32) -> Claim {
-        let lane = lane_id();
+    pub(crate) fn lanes(&self) -> &Lanes {
+        &self.lanes
+    }
+
+    /// A new claim of `f`, under its home bucket's lock: its entry written in lane
+    /// `lane` (the caller's), then placed.
+    #[inline]
+    fn insert(&self, lane: usize, f: u128, now: u32) -> Claim {
         let Some(index) = self.lanes.take_entry(lane) else {
             return Claim::Full;
         };

@@ -50,6 +50,10 @@ pub fn peer_label(peer: &str, w: Workload) -> &'static str {
             "reference: idem's 12-slot buckets, each its own lock, slab and wheel per thread (claim + complete)"
         }
         "cas12" => "reference: idem's 12-slot buckets, read without lock, slab and wheel per thread",
+        "cas12m" if w == Workload::W1 => {
+            "reference: cas12 with a lane lock, a 1 ms maintenance pass, lazy completion (claim + complete)"
+        }
+        "cas12m" => "reference: cas12 with a lane lock, a 1 ms maintenance pass, lazy completion",
         _ => "?",
     }
 }

@@ -850,21 +850,34 @@ impl Cas {
     }
 }
 
-impl Peer for Cas {
-    #[inline]
-    fn fresh(&self, key: &Key) -> bool {
-        match self.claim(key) {
-            Claim::Acquired(g) => self.complete(g),
-            _ => false,
+/// The [`Peer`] of a model whose `claim` answers a [`Claim`] and whose `complete`
+/// takes its guard: W1 a claim that must be acquired, then completed; W2 a claim that
+/// must answer duplicate; `$bytes` the model's own heap size.
+macro_rules! model_peer {
+    ($model:ty, $bytes:expr) => {
+        impl Peer for $model {
+            #[inline]
+            fn fresh(&self, key: &Key) -> bool {
+                match self.claim(key) {
+                    Claim::Acquired(g) => self.complete(g),
+                    _ => false,
+                }
+            }
+
+            #[inline]
+            fn duplicate(&self, key: &Key) -> bool {
+                matches!(self.claim(key), Claim::Duplicate)
+            }
+
+            fn own_bytes(&self) -> Option<u64> {
+                let bytes: fn(&$model) -> Option<u64> = $bytes;
+                bytes(self)
+            }
         }
-    }
-
-    #[inline]
-    fn duplicate(&self, key: &Key) -> bool {
-        matches!(self.claim(key), Claim::Duplicate)
-    }
-
-    fn own_bytes(&self) -> Option<u64> {
-        Some((std::mem::size_of_val(&*self.buckets) + self.lanes.bytes()) as u64)
-    }
+    };
 }
+pub(crate) use model_peer;
+
+model_peer!(Cas, |m| Some(
+    (std::mem::size_of_val(&*m.buckets) + m.lanes.bytes()) as u64
+));

@@ -54,7 +54,7 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use super::cas::{lane_id, Claim, Entry, Guard, Lanes, LANES};
+use super::cas::{lane_id, model_peer, Claim, Entry, Guard, Lanes, LANES};
 use super::{fp, Key, Peer};
 
 /// Slots per bucket.
@@ -401,21 +401,6 @@ impl Cas12 {
     }
 }
 
-impl Peer for Cas12 {
-    #[inline]
-    fn fresh(&self, key: &Key) -> bool {
-        match self.claim(key) {
-            Claim::Acquired(g) => self.complete(g),
-            _ => false,
-        }
-    }
-
-    #[inline]
-    fn duplicate(&self, key: &Key) -> bool {
-        matches!(self.claim(key), Claim::Duplicate)
-    }
-
-    fn own_bytes(&self) -> Option<u64> {
-        Some((std::mem::size_of_val(&*self.buckets) + self.lanes.bytes()) as u64)
-    }
-}
+model_peer!(Cas12, |m| Some(
+    (std::mem::size_of_val(&*m.buckets) + m.lanes.bytes()) as u64
+));

@@ -37,7 +37,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::cas::{Claim, Guard, Lanes, Pass, LANES};
+use super::cas::{model_peer, Claim, Guard, Lanes, Pass, LANES};
 use super::cas12::Cas12;
 use super::{Key, Peer};
 
@@ -197,21 +197,4 @@ impl Drop for Cas12m {
     }
 }
 
-impl Peer for Cas12m {
-    #[inline]
-    fn fresh(&self, key: &Key) -> bool {
-        match self.claim(key) {
-            Claim::Acquired(g) => self.complete(g),
-            _ => false,
-        }
-    }
-
-    #[inline]
-    fn duplicate(&self, key: &Key) -> bool {
-        matches!(self.claim(key), Claim::Duplicate)
-    }
-
-    fn own_bytes(&self) -> Option<u64> {
-        self.shared.table.own_bytes()
-    }
-}
+model_peer!(Cas12m, |m| m.shared.table.own_bytes());

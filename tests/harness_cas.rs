@@ -122,29 +122,46 @@ fn fresh_then_duplicate_on_two_threads<M: Model>() {
 
 fn a_key_in_progress_answers_in_progress<M: Model>() {
     let cas = M::new(10);
+    // W2's answer is not a duplicate for a key never claimed (nor, next, for one in
+    // progress): a look-up that answered yes whatever it found would pass W2.
+    assert!(!cas.duplicate(&key(2)), "a key never claimed");
     let Claim::Acquired(g) = cas.claim(&key(1)) else {
         panic!("fresh");
     };
     assert!(matches!(cas.claim(&key(1)), Claim::InProgress));
+    assert!(!cas.duplicate(&key(1)), "a key in progress");
     assert!(cas.complete(g));
     assert!(matches!(cas.claim(&key(1)), Claim::Duplicate));
+    assert!(cas.duplicate(&key(1)));
 }
 
-/// Two threads claiming the same keys: how many fresh claims they won together.
+/// Two threads claiming the same keys, let go together: how many fresh claims they
+/// won together.
 fn race<M: Model>(cas: &M, keys: &[Key]) -> u64 {
+    let go = std::sync::Barrier::new(2);
     std::thread::scope(|s| {
         let hs: Vec<_> = (0..2)
-            .map(|_| s.spawn(move || keys.iter().filter(|k| cas.fresh(k)).count() as u64))
+            .map(|_| {
+                let go = &go;
+                s.spawn(move || {
+                    go.wait();
+                    keys.iter().filter(|k| cas.fresh(k)).count() as u64
+                })
+            })
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).sum()
     })
 }
 
+/// Rounds of two threads racing on the same keys, each round on a new model: the
+/// threads meet on a key often only in some rounds.
 fn racing_claims_of_one_key_take_it_once<M: Model>() {
-    let cas = M::new(4_000);
     let keys: Vec<Key> = (0..2_000).map(key).collect();
-    assert_eq!(race(&cas, &keys), 2_000);
-    assert_eq!(cas.resident(), 2_000);
+    for round in 0..40 {
+        let cas = M::new(4_000);
+        assert_eq!(race(&cas, &keys), 2_000, "round {round}");
+        assert_eq!(cas.resident(), 2_000, "round {round}");
+    }
 }
 
 /// Keys that all share one home bucket of a small `cas12` table overflow it into the
@@ -230,16 +247,26 @@ fn cas12m_completes_on_another_thread_than_the_claimer() {
 }
 
 /// `cas12m`'s maintenance thread makes passes on its own, and its peer's drop
-/// stops and joins it.
+/// stops and joins it. (Bounded waits: a thread that never passed, or a drop that
+/// never returned, fails the test rather than hanging it.)
 #[test]
 fn cas12m_maintenance_passes_until_dropped() {
+    let bound = Duration::from_secs(60);
     let cas = Cas12m::new(100);
     assert!(cas.fresh(&key(1)));
     let started = cas.passes().0;
+    let since = std::time::Instant::now();
     while cas.passes().0 < started + 2 {
+        assert!(since.elapsed() < bound, "no maintenance pass");
         std::thread::yield_now();
     }
-    drop(cas);
+    let (dropped, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(cas);
+        dropped.send(()).unwrap();
+    });
+    rx.recv_timeout(bound)
+        .expect("the drop stopped and joined the maintenance thread");
 }
 
 /// `cas12m`'s lazy move, driven by passes at given ticks (no maintenance thread):

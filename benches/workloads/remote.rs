@@ -167,7 +167,7 @@ pub(crate) fn claim_timed<C: Claimer>(
 
 /// Runs `claim` for each thread's part of `keys`: the first `timed` keys of the whole
 /// (split alike), or as many of them as each thread claims within [`TIMED_MAX`], are
-/// timed from a common start to the last join; with `rest`, the other keys follow
+/// timed from the first thread's start to the last one's end of its timed keys; with `rest`, the other keys follow
 /// untimed at [`LOAD_DEPTH`]. Returns (timed seconds, timed keys, wrong answers).
 fn phase<R: Remote>(
     server: &R,

@@ -1617,7 +1617,9 @@ mod tests {
                     "acquired"
                 }
                 crate::Claim::InProgress(f) => {
-                    assert!(f.lease_expires_at_ms() >= 1_000_000, "a lease's end");
+                    // The clock stands at 1_000_000 ms and the lease is 1 s: the
+                    // end the claim's lease would have had.
+                    assert_eq!(f.lease_expires_at_ms(), 1_001_000, "now + the lease");
                     "in progress"
                 }
                 other => panic!("claimed during a forget: {other:?}"),
@@ -1654,11 +1656,111 @@ mod tests {
                 ["acquired", "acquired", "in progress"],
                 "{what}"
             );
+            assert_eq!(
+                ns.stats().in_progress,
+                1,
+                "{what}: the held claim is counted"
+            );
             let fp = ns.inner.key_fp(b"k").unwrap().to_u128();
             let d = ns.inner.durable.as_ref().unwrap();
             assert_eq!(d.marker_anywhere(fp), None, "{what}: no marker left");
             assert_forgotten(&ns, what);
         }
+    }
+
+    /// A forget's closed note holds its key on both of a claim's acquiring branches
+    /// (the key absent; its entry's lease run out), answering `InProgress` with the
+    /// lease the claim would have had and counting it; a second forget of the key
+    /// keeps a note and a count of its own; abandoning a closed note (a forget that
+    /// failed) lifts its hold, as ending one does. At the shard, without a durable
+    /// tier: the notes are the hot tier's.
+    #[test]
+    fn a_closed_forget_note_holds_its_key_until_its_forget_ends_or_is_abandoned() {
+        use crate::hot::{DurableLookup, ShardClaim};
+        let engine = super::Engine::builder()
+            .clock(crate::ManualClock::new(1_000_000))
+            .maintenance_interval(None)
+            .namespace(
+                "n",
+                crate::NamespaceConfig::new().lease(std::time::Duration::from_secs(1)),
+            )
+            .build()
+            .unwrap();
+        let ns = engine.namespace("n").unwrap();
+        let inner = &*ns.inner;
+        let fp = inner.key_fp(b"k").unwrap();
+        let si = fp.shard(inner.slots.len());
+        let cap = inner.capacity();
+        let p = &inner.params;
+        let mut absent = |_| DurableLookup::Absent;
+        let now = inner.now();
+        let mut shard = inner.slots[si].lock();
+        let first = shard.begin_forget(fp);
+        let second = shard.begin_forget(fp);
+        shard.close_forget(first);
+
+        // The key absent: held.
+        let found = shard.look_up(fp, now, &cap);
+        assert!(found.is_none());
+        let in_progress = shard.counters.in_progress;
+        match shard.claim_found(found, fp, None, p, now, &cap, Some(&mut absent), false) {
+            ShardClaim::InProgress {
+                lease_expires_at_ms,
+            } => {
+                assert_eq!(lease_expires_at_ms, 1_001_000, "now + the lease")
+            }
+            other => panic!("a claim under a closed note: {other:?}"),
+        }
+        assert_eq!(shard.counters.in_progress, in_progress + 1);
+        assert_eq!(shard.forget_claims(second), 0, "nothing acquired");
+
+        // The first forget failed: its hold goes, and its capacity unit is back.
+        let reserve = shard.reserve();
+        shard.abandon_forget(first, &cap);
+        assert_eq!(
+            shard.reserve(),
+            reserve,
+            "the held claim's unit was given back"
+        );
+        let found = shard.look_up(fp, now, &cap);
+        let ShardClaim::Acquired { lease, .. } =
+            shard.claim_found(found, fp, None, p, now, &cap, Some(&mut absent), false)
+        else {
+            panic!("the second forget's note is open: the claim is acquired")
+        };
+        shard.hold_new_claim(fp, lease.idx);
+        shard.marker_written(fp, &lease);
+        assert_eq!(shard.forget_claims(second), 1, "counted in the open note");
+
+        // The claim's lease runs out and the second note closes: held again.
+        shard.close_forget(second);
+        drop(shard);
+        let later = p.now(1_005_000);
+        let mut shard = inner.slots[si].lock();
+        let found = shard.look_up(fp, later, &cap);
+        let expirations = shard.counters.expirations;
+        match shard.claim_found(found, fp, None, p, later, &cap, Some(&mut absent), false) {
+            ShardClaim::InProgress {
+                lease_expires_at_ms,
+            } => {
+                assert_eq!(lease_expires_at_ms, 1_006_000, "now + the lease")
+            }
+            other => panic!("an expired entry acquired under a closed note: {other:?}"),
+        }
+        assert_eq!(shard.counters.expirations, expirations, "the entry stays");
+        assert_eq!(
+            shard.forget(fp, later, &cap),
+            Some(false),
+            "expired, not done"
+        );
+
+        // The second forget ends: the key is claimable.
+        shard.end_forget(second);
+        let found = shard.look_up(fp, later, &cap);
+        assert!(matches!(
+            shard.claim_found(found, fp, None, p, later, &cap, Some(&mut absent), false),
+            ShardClaim::Acquired { .. }
+        ));
     }
 
     /// A claim acquired while a forget runs whose marker is still being written when
@@ -6470,7 +6572,9 @@ impl Namespace {
     /// acquired (and given up) over and over cannot keep the forget deleting: once
     /// two of its rounds have found such claims, it holds the key, and until it ends
     /// a claim that would acquire the key answers [`Claim::InProgress`] (until the
-    /// end of the lease it would have had). The delete is synced
+    /// end of the lease it would have had), while [`check`](Self::check) answers
+    /// with the key's state as the forget leaves it (`None` once its entry is gone).
+    /// The delete is synced
     /// as the namespace's completions are; if it was applied and only the fsync after
     /// it failed (after any delete of the forget: one that works after a second
     /// delete does not make up for it), the key is forgotten in both tiers all the
@@ -6640,7 +6744,10 @@ pub enum Claim {
     Acquired(ClaimGuard),
     /// Already done: skip the message. Carries the stored result, if any.
     Duplicate(Done),
-    /// Another worker holds a live lease on the key: retry later (nack).
+    /// Another worker holds a live lease on the key: retry later (nack). Also the
+    /// answer, with a durable tier, while a [`Namespace::forget`] of the key that
+    /// claims kept acquiring holds it (no worker holds it then, and the key is
+    /// claimable as soon as the forget returns; see there).
     InProgress(InFlight),
 }
 
@@ -6699,12 +6806,16 @@ pub struct InFlight {
 
 impl InFlight {
     /// When the holder's lease runs out (wall-clock ms); from then on the key can be
-    /// claimed again unless the holder completes it first.
+    /// claimed again unless the holder completes it first. For a key held by a
+    /// forget ([`Claim::InProgress`]), the end of the lease the claim would have had:
+    /// a bound, as the key is claimable once the forget returns.
     pub fn lease_expires_at_ms(&self) -> u64 {
         self.lease_expires_at_ms
     }
 
-    /// How long until the lease runs out, as of the claim: a natural retry delay.
+    /// How long until the lease runs out, as of the claim: a natural retry delay
+    /// (for a key held by a forget, an upper bound: see
+    /// [`lease_expires_at_ms`](Self::lease_expires_at_ms)).
     pub fn retry_after(&self) -> Duration {
         Duration::from_millis(self.lease_expires_at_ms.saturating_sub(self.seen_at_ms))
     }

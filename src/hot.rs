@@ -1530,9 +1530,11 @@ pub(crate) struct Shard {
     /// refused under fail-open ([`Stored::HotOnly`]): eviction passes them by.
     /// Empty unless the store has failed.
     unstored: HashSet<u32>,
-    /// Keys of this shard whose `forget` is deleting their durable records (one
-    /// element a forget in progress; empty almost always), each with the entry and
-    /// token of a claim whose completion was refused meanwhile. While a key is here,
+    /// A note for each `forget` of this shard's keys that is deleting their durable
+    /// records (empty almost always): its id, its key's fingerprint, the entry and
+    /// token of a claim whose completion was refused meanwhile, its count of claims
+    /// of the key acquired since it began, and whether it is closed (holding the key
+    /// against new claims: `Shard::close_forget`). While a key has a note,
     /// no durable write of its done record may begin: a completion is refused as lost
     /// and a window is not extended, so that no record lands after the forget's
     /// delete (see `Namespace::forget`).

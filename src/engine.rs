@@ -6305,6 +6305,11 @@ impl Namespace {
     /// own, once this namespace's write has succeeded (if it fails, such guards are
     /// released with the rest).
     ///
+    /// The whole batch is judged at one reading of the clock, taken as it begins: a
+    /// lease that runs out while the batch is being completed still completes (one
+    /// by one, a later guard whose lease had run out by its turn would get
+    /// `LeaseLost`), as every guard of the batch held its lease at that reading.
+    ///
     /// [`Namespace::complete_batch_with_results`] stores a result with each.
     pub fn complete_batch(&self, guards: Vec<ClaimGuard>) -> Result<Vec<Result<()>>> {
         let ns = &*self.inner;

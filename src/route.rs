@@ -23,13 +23,19 @@ use crate::error::{Error, KeyError, Result};
 /// The split is by the keys' fingerprints, not by their shards' numbers: the workers
 /// get equal shares of the keys (up to the hash's spread) whatever the shard count.
 /// At most `workers - 1` shards straddle a cut between two workers' ranges and take
-/// claims from both; none do when the shard count is a multiple of `workers`
-/// ([`NamespaceConfig::shards`](crate::NamespaceConfig::shards) sets it). With more
-/// workers than shards, workers share shards by necessity.
+/// claims from both; none do when the shard count is a multiple of `workers`. The
+/// default count follows `max_keys` and is often not one (39 shards for 100,000
+/// keys, 62 for 10,000; 48 for 1,000,000): for no shard shared between workers, set
+/// it with [`NamespaceConfig::shards`](crate::NamespaceConfig::shards) to a multiple
+/// of the worker count. With more workers than shards, workers share shards by
+/// necessity.
 ///
 /// A router is the engine's fingerprint seed, the namespace's `max_key_len` and the
 /// worker count: `Copy`, holding nothing of the namespace alive. Its routes hold for
-/// every namespace of the engine it came from (they share the seed), and not for
+/// every namespace of the engine it came from (they share the seed; whether a shard
+/// straddles a cut depends on each namespace's own shard count), but its key check
+/// is its own namespace's: a router of a namespace with a shorter `max_key_len`
+/// refuses a key another namespace accepts. Its routes do not hold for
 /// another engine's: a memory-only engine draws a new seed at each build, unless
 /// [`EngineBuilder::seed`](crate::EngineBuilder::seed) fixes it, while a durable one
 /// keeps its database's. A wrong route costs speed, never correctness: any worker
@@ -148,6 +154,16 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The default shard counts the router's docs and the README quote: a count
+    /// that is not a multiple of the workers makes a shard straddle.
+    #[test]
+    fn the_default_shard_counts_the_docs_quote() {
+        use crate::engine::default_shards;
+        assert_eq!(default_shards(10_000), 62);
+        assert_eq!(default_shards(100_000), 39);
+        assert_eq!(default_shards(1_000_000), 48);
     }
 
     #[test]

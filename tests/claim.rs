@@ -293,3 +293,54 @@ fn a_memory_only_batch_completion_refuses_lost_leases_and_completes_the_rest() {
     assert!(ns.claim(b"old").unwrap().is_in_progress());
     new_holder.complete().unwrap();
 }
+
+/// A clock that moves `step` ms at each reading once armed (and stands still before).
+#[derive(Clone)]
+struct Stepping(std::sync::Arc<(AtomicU64, AtomicBool)>, u64);
+
+impl idem::Clock for Stepping {
+    fn now_ms(&self) -> u64 {
+        let (now, armed) = &*self.0;
+        if armed.load(Ordering::SeqCst) {
+            now.fetch_add(self.1, Ordering::SeqCst) + self.1
+        } else {
+            now.load(Ordering::SeqCst)
+        }
+    }
+}
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// `complete_batch` judges every guard at the one clock reading it takes as it
+/// begins: with a clock that moves 3 s a reading and 5 s leases, both guards of a
+/// batch complete, where one by one the second reading is past the second lease.
+#[test]
+fn a_batch_judges_every_lease_at_its_one_clock_reading() {
+    let clock = Stepping(
+        std::sync::Arc::new((AtomicU64::new(T0), AtomicBool::new(false))),
+        3_000,
+    );
+    let engine = idem::Engine::builder()
+        .namespace("ns", small())
+        .clock(clock.clone())
+        .maintenance_interval(None)
+        .build()
+        .unwrap();
+    let ns = engine.namespace("ns").unwrap();
+    let batch = vec![acquire(&ns, b"a"), acquire(&ns, b"b")];
+    let (c, d) = (acquire(&ns, b"c"), acquire(&ns, b"d"));
+    clock.0 .1.store(true, Ordering::SeqCst);
+    let outcomes = ns.complete_batch(batch).unwrap();
+    assert!(outcomes.iter().all(|o| o.is_ok()), "{outcomes:?}");
+    // One by one (each completion at least one reading later): d's lease has run
+    // out by its turn.
+    let _ = c.complete();
+    assert!(matches!(d.complete(), Err(idem::Error::LeaseLost)));
+    clock.0 .1.store(false, Ordering::SeqCst);
+    for key in [b"a", b"b"] {
+        assert!(matches!(
+            ns.check(key).unwrap(),
+            Some(KeyState::Done { .. })
+        ));
+    }
+}

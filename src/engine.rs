@@ -6005,6 +6005,14 @@ impl Namespace {
         &self.inner.cfg
     }
 
+    /// How many lock shards the namespace has: [`NamespaceConfig::shards`] if set,
+    /// else the count derived from `max_keys`. A [`Router`](crate::Router) of as many
+    /// workers as divide it gives each worker whole shards
+    /// ([`Namespace::router`]).
+    pub fn shard_count(&self) -> usize {
+        self.inner.slots.len()
+    }
+
     /// Claims `key`: atomically, exactly one of any number of concurrent claims of
     /// one key is `Acquired`.
     ///

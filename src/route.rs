@@ -25,9 +25,11 @@ use crate::error::{Error, KeyError, Result};
 /// At most `workers - 1` shards straddle a cut between two workers' ranges and take
 /// claims from both; none do when the shard count is a multiple of `workers`. The
 /// default count follows `max_keys` and is often not one (39 shards for 100,000
-/// keys, 62 for 10,000; 48 for 1,000,000): for no shard shared between workers, set
-/// it with [`NamespaceConfig::shards`](crate::NamespaceConfig::shards) to a multiple
-/// of the worker count. With more workers than shards, workers share shards by
+/// keys, 62 for 10,000; 48 for 1,000,000;
+/// [`Namespace::shard_count`](crate::Namespace::shard_count) tells it): for no shard
+/// shared between workers, set it with
+/// [`NamespaceConfig::shards`](crate::NamespaceConfig::shards) to a multiple of the
+/// worker count. With more workers than shards, workers share shards by
 /// necessity.
 ///
 /// A router is the engine's fingerprint seed, the namespace's `max_key_len` and the

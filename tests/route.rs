@@ -174,3 +174,22 @@ fn every_namespace_of_an_engine_routes_a_key_alike_and_its_shards_follow() {
         assert!(by_shard.values().all(|ws| ws.len() == 1), "{by_shard:?}");
     }
 }
+
+/// `Namespace::shard_count` is the configured count, or the one derived from
+/// `max_keys`; it is the count whose multiples of workers share no shard: 39 shards
+/// by default at 100,000 keys, so two workers share one, three none.
+#[test]
+fn the_shard_count_is_the_one_whose_divisors_route_whole_shards() {
+    let (_engine, set) = namespace(NamespaceConfig::new().max_keys(100_000).shards(24));
+    assert_eq!(set.shard_count(), 24);
+    let (_engine, derived) = namespace(NamespaceConfig::new().max_keys(100_000));
+    let shards = derived.shard_count();
+    assert_eq!(shards, 39);
+    for (workers, straddling) in [(2, 1), (3, 0)] {
+        let router = derived.router(workers).unwrap();
+        let by_shard = workers_by_shard(&derived, &router, 20_000);
+        assert_eq!(by_shard.len(), shards, "every shard was hit");
+        let shared = by_shard.values().filter(|ws| ws.len() > 1).count();
+        assert_eq!(shared, straddling, "{workers} workers: {by_shard:?}");
+    }
+}

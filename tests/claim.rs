@@ -320,13 +320,7 @@ fn a_batch_judges_every_lease_at_its_one_clock_reading() {
         std::sync::Arc::new((AtomicU64::new(T0), AtomicBool::new(false))),
         3_000,
     );
-    let engine = idem::Engine::builder()
-        .namespace("ns", small())
-        .clock(clock.clone())
-        .maintenance_interval(None)
-        .build()
-        .unwrap();
-    let ns = engine.namespace("ns").unwrap();
+    let (_engine, ns) = engine_on(small(), clock.clone());
     let batch = vec![acquire(&ns, b"a"), acquire(&ns, b"b")];
     let (c, d) = (acquire(&ns, b"c"), acquire(&ns, b"d"));
     clock.0 .1.store(true, Ordering::SeqCst);

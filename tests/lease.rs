@@ -116,13 +116,7 @@ fn a_clock_near_the_end_of_time_neither_panics_nor_wraps() {
     // leases already expired at their claim in a release build).
     for (start, jump) in [(u64::MAX - 1000, false), (0, true)] {
         let clock = idem::ManualClock::new(start);
-        let engine = idem::Engine::builder()
-            .namespace("ns", small())
-            .clock(clock.clone())
-            .maintenance_interval(None)
-            .build()
-            .unwrap();
-        let ns = engine.namespace("ns").unwrap();
+        let (_engine, ns) = engine_on(small(), clock.clone());
         if jump {
             acquire(&ns, b"early").complete().unwrap();
             clock.advance(Duration::MAX);

@@ -14,14 +14,20 @@ pub const T0: u64 = 1_700_000_000_000;
 /// (tests run maintenance themselves, so counters are deterministic).
 pub fn engine_with(cfg: NamespaceConfig) -> (Engine, Namespace, ManualClock) {
     let clock = ManualClock::new(T0);
+    let (engine, ns) = engine_on(cfg, clock.clone());
+    (engine, ns, clock)
+}
+
+/// As [`engine_with`], on `clock`.
+pub fn engine_on(cfg: NamespaceConfig, clock: impl idem::Clock) -> (Engine, Namespace) {
     let engine = Engine::builder()
         .namespace("ns", cfg)
-        .clock(clock.clone())
+        .clock(clock)
         .maintenance_interval(None)
         .build()
         .expect("valid configuration");
     let ns = engine.namespace("ns").expect("configured namespace");
-    (engine, ns, clock)
+    (engine, ns)
 }
 
 /// Claims `key`, which must be acquired.

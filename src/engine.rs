@@ -1699,10 +1699,15 @@ mod tests {
         let second = shard.begin_forget(fp);
         shard.close_forget(first);
 
-        // The key absent: held.
+        // The key absent: held, and the capacity unit the claim took is given back.
         let found = shard.look_up(fp, now, &cap);
         assert!(found.is_none());
         let in_progress = shard.counters.in_progress;
+        // The units free: the namespace's pool and this shard's reserve.
+        let free = |shard: &crate::hot::Shard| {
+            cap.pool.load(std::sync::atomic::Ordering::SeqCst) + shard.reserve()
+        };
+        let units = free(&shard);
         match shard.claim_found(found, fp, None, p, now, &cap, Some(&mut absent), false) {
             ShardClaim::InProgress {
                 lease_expires_at_ms,
@@ -1712,16 +1717,12 @@ mod tests {
             other => panic!("a claim under a closed note: {other:?}"),
         }
         assert_eq!(shard.counters.in_progress, in_progress + 1);
+        assert_eq!(free(&shard), units, "the held claim's unit was given back");
         assert_eq!(shard.forget_claims(second), 0, "nothing acquired");
 
-        // The first forget failed: its hold goes, and its capacity unit is back.
-        let reserve = shard.reserve();
+        // The first forget failed: its hold goes.
         shard.abandon_forget(first, &cap);
-        assert_eq!(
-            shard.reserve(),
-            reserve,
-            "the held claim's unit was given back"
-        );
+        assert_eq!(free(&shard), units);
         let found = shard.look_up(fp, now, &cap);
         let ShardClaim::Acquired { lease, .. } =
             shard.claim_found(found, fp, None, p, now, &cap, Some(&mut absent), false)
@@ -6313,10 +6314,13 @@ impl Namespace {
     /// own, once this namespace's write has succeeded (if it fails, such guards are
     /// released with the rest).
     ///
-    /// The whole batch is judged at one reading of the clock, taken as it begins: a
-    /// lease that runs out while the batch is being completed still completes (one
-    /// by one, a later guard whose lease had run out by its turn would get
-    /// `LeaseLost`), as every guard of the batch held its lease at that reading.
+    /// The clock is read once, as the batch begins, and this namespace's guards are
+    /// all checked against that reading, not against a reading each (one by one, a
+    /// later guard could find its lease run out by its turn). A guard's lease can
+    /// still be lost during the batch, as during a single completion, to whatever
+    /// ends it meanwhile: the maintenance pass or another claim expiring it at a
+    /// later reading. A guard of another namespace is completed at its own
+    /// namespace's reading.
     ///
     /// [`Namespace::complete_batch_with_results`] stores a result with each.
     pub fn complete_batch(&self, guards: Vec<ClaimGuard>) -> Result<Vec<Result<()>>> {
@@ -6821,13 +6825,14 @@ impl InFlight {
     /// When the holder's lease runs out (wall-clock ms); from then on the key can be
     /// claimed again unless the holder completes it first. For a key held by a
     /// forget ([`Claim::InProgress`]), the end of the lease the claim would have had:
-    /// a bound, as the key is claimable once the forget returns.
+    /// the key is claimable again as soon as the forget returns, most often well
+    /// before that (a forget that outlasts it still holds the key).
     pub fn lease_expires_at_ms(&self) -> u64 {
         self.lease_expires_at_ms
     }
 
     /// How long until the lease runs out, as of the claim: a natural retry delay
-    /// (for a key held by a forget, an upper bound: see
+    /// (for a key held by a forget, most often longer than needed: see
     /// [`lease_expires_at_ms`](Self::lease_expires_at_ms)).
     pub fn retry_after(&self) -> Duration {
         Duration::from_millis(self.lease_expires_at_ms.saturating_sub(self.seen_at_ms))
@@ -7511,12 +7516,4 @@ fn _assert_send_static() {
     is::<ClaimGuard>();
     is::<Namespace>();
     is::<Engine>();
-}
-
-impl NsInner {
-    /// For the crate's own tests and benches: the number of lock shards.
-    #[allow(dead_code)]
-    pub(crate) fn shard_count(&self) -> usize {
-        self.slots.len()
-    }
 }

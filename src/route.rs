@@ -101,8 +101,8 @@ impl Router {
     /// [`Error::InvalidKey`].
     ///
     /// Costs one fingerprint of the key, as a claim computes its own again: 2.3 ns
-    /// for a 20-byte key on the project's test machine (BENCHMARKS.md, 2026-12-06
-    /// 14:09 UTC).
+    /// for a 20-byte key on the project's test machine (BENCHMARKS.md, 2026-12-06,
+    /// 14:08-14:11 UTC).
     #[inline]
     pub fn worker(&self, key: &[u8]) -> Result<usize> {
         KeyError::check(key, self.max_key_len).map_err(Error::InvalidKey)?;

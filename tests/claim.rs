@@ -311,27 +311,38 @@ impl idem::Clock for Stepping {
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-/// `complete_batch` judges every guard at the one clock reading it takes as it
-/// begins: with a clock that moves 3 s a reading and 5 s leases, both guards of a
-/// batch complete, where one by one the second reading is past the second lease.
+/// `complete_batch` and `complete_batch_with_results` check every guard against the
+/// one clock reading each takes as it begins: with a clock that moves 3 s a reading
+/// and 5 s leases, both guards of each batch complete, where at a reading each the
+/// second guard's would be past its lease (as a single completion's is).
 #[test]
 fn a_batch_judges_every_lease_at_its_one_clock_reading() {
     let clock = Stepping(
         std::sync::Arc::new((AtomicU64::new(T0), AtomicBool::new(false))),
         3_000,
     );
+    let armed = |on: bool| clock.0 .1.store(on, Ordering::SeqCst);
     let (_engine, ns) = engine_on(small(), clock.clone());
+    // Claimed at T0: leases to T0 + 5 s.
     let batch = vec![acquire(&ns, b"a"), acquire(&ns, b"b")];
-    let (c, d) = (acquire(&ns, b"c"), acquire(&ns, b"d"));
-    clock.0 .1.store(true, Ordering::SeqCst);
+    let single = acquire(&ns, b"d");
+    armed(true);
+    // Read at T0 + 3 s (a reading each: b's at T0 + 6 s, past its lease).
     let outcomes = ns.complete_batch(batch).unwrap();
     assert!(outcomes.iter().all(|o| o.is_ok()), "{outcomes:?}");
-    // One by one (each completion at least one reading later): d's lease has run
-    // out by its turn.
-    let _ = c.complete();
-    assert!(matches!(d.complete(), Err(idem::Error::LeaseLost)));
-    clock.0 .1.store(false, Ordering::SeqCst);
-    for key in [b"a", b"b"] {
+    armed(false);
+    // Claimed at T0 + 3 s: leases to T0 + 8 s.
+    let (e, f) = (acquire(&ns, b"e"), acquire(&ns, b"f"));
+    armed(true);
+    // Read at T0 + 6 s (a reading each: f's at T0 + 9 s, past its lease).
+    let outcomes = ns
+        .complete_batch_with_results(vec![(e, &b"r"[..]), (f, &b"r"[..])])
+        .unwrap();
+    assert!(outcomes.iter().all(|o| o.is_ok()), "{outcomes:?}");
+    // A single completion reads at its own turn: T0 + 9 s, past d's lease.
+    assert!(matches!(single.complete(), Err(idem::Error::LeaseLost)));
+    armed(false);
+    for key in [b"a", b"b", b"e", b"f"] {
         assert!(matches!(
             ns.check(key).unwrap(),
             Some(KeyState::Done { .. })

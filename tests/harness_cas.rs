@@ -157,7 +157,7 @@ fn race<M: Model>(cas: &M, keys: &[Key]) -> u64 {
 /// threads meet on a key often only in some rounds.
 fn racing_claims_of_one_key_take_it_once<M: Model>() {
     let keys: Vec<Key> = (0..2_000).map(key).collect();
-    for round in 0..40 {
+    for round in 0..300 {
         let cas = M::new(4_000);
         assert_eq!(race(&cas, &keys), 2_000, "round {round}");
         assert_eq!(cas.resident(), 2_000, "round {round}");

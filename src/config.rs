@@ -341,8 +341,12 @@ impl NamespaceConfig {
         self
     }
 
-    /// Number of lock shards (default: derived from `max_keys`, at least 32). More
+    /// Number of lock shards (default: derived from `max_keys`, 32 to 1,024). More
     /// shards mean less contention between threads and a little more fixed memory.
+    /// From 1 to 4,096: [`EngineBuilder::build`](crate::EngineBuilder::build)
+    /// refuses another count as [`Error::InvalidConfig`](crate::Error::InvalidConfig).
+    /// [`Namespace::shard_count`](crate::Namespace::shard_count) tells the count a
+    /// namespace has.
     pub fn shards(mut self, shards: usize) -> Self {
         self.shards = Some(shards);
         self

@@ -81,6 +81,7 @@ fn invalid_configurations_are_refused() {
         NamespaceConfig::new().max_keys(0),
         NamespaceConfig::new().max_key_len(0),
         NamespaceConfig::new().shards(0),
+        NamespaceConfig::new().shards(4097),
         NamespaceConfig::new().max_result_len((1 << 20) + 1),
         NamespaceConfig::new().ttl(secs(20 * 24 * 3600)),
         NamespaceConfig::new().journal_slots(0),

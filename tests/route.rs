@@ -182,6 +182,10 @@ fn every_namespace_of_an_engine_routes_a_key_alike_and_its_shards_follow() {
 fn the_shard_count_is_the_one_whose_divisors_route_whole_shards() {
     let (_engine, set) = namespace(NamespaceConfig::new().max_keys(100_000).shards(24));
     assert_eq!(set.shard_count(), 24);
+    for most in [1, 4096] {
+        let (_engine, ns) = namespace(NamespaceConfig::new().shards(most));
+        assert_eq!(ns.shard_count(), most, "taken as set, not clamped");
+    }
     let (_engine, derived) = namespace(NamespaceConfig::new().max_keys(100_000));
     let shards = derived.shard_count();
     assert_eq!(shards, 39);

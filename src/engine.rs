@@ -1668,6 +1668,60 @@ mod tests {
         }
     }
 
+    /// A forget that fails gives up the claim whose completion it refused, and only
+    /// that claim: once that claim's lease has run out and another claim has taken
+    /// the key (the same slab entry, a new token), the failed forget leaves the new
+    /// holder's claim alone. At the shard, without a durable tier.
+    #[test]
+    fn a_failed_forget_gives_up_only_the_claim_whose_completion_it_refused() {
+        use crate::hot::{DurableLookup, ShardClaim};
+        let engine = super::Engine::builder()
+            .clock(crate::ManualClock::new(1_000_000))
+            .maintenance_interval(None)
+            .namespace(
+                "n",
+                crate::NamespaceConfig::new().lease(std::time::Duration::from_secs(1)),
+            )
+            .build()
+            .unwrap();
+        let ns = engine.namespace("n").unwrap();
+        let inner = &*ns.inner;
+        let fp = inner.key_fp(b"k").unwrap();
+        let si = fp.shard(inner.slots.len());
+        let cap = inner.capacity();
+        let p = &inner.params;
+        let mut absent = |_| DurableLookup::Absent;
+        let mut acquire = |shard: &mut crate::hot::Shard, now| {
+            let found = shard.look_up(fp, now, &cap);
+            let ShardClaim::Acquired { lease, .. } =
+                shard.claim_found(found, fp, None, p, now, &cap, Some(&mut absent), false)
+            else {
+                panic!("the key is free")
+            };
+            shard.hold_new_claim(fp, lease.idx);
+            shard.marker_written(fp, &lease);
+            lease
+        };
+        let now = inner.now();
+        let mut shard = inner.slots[si].lock();
+        let forget = shard.begin_forget(fp);
+        let first = acquire(&mut shard, now);
+        assert!(
+            shard.begin_complete(fp, &first, now, &cap, true).is_err(),
+            "a completion during the forget is refused"
+        );
+        // The first claim's lease runs out; a second claim takes the key.
+        let later = p.now(1_002_000);
+        let second = acquire(&mut shard, later);
+        assert_eq!(second.idx, first.idx, "the same entry, reused");
+        // The forget fails: the second claim stays held.
+        shard.abandon_forget(forget, &cap);
+        assert!(
+            shard.check(fp, p, later, &cap).is_some(),
+            "the second claim was given up with the first"
+        );
+    }
+
     /// A forget's closed note holds its key on both of a claim's acquiring branches
     /// (the key absent; its entry's lease run out), answering `InProgress` with the
     /// lease the claim would have had and counting it; a second forget of the key

@@ -480,3 +480,19 @@ fn completion_time_is_never_reported_in_the_future_with_a_coarse_tick() {
     assert!((T0 + 250..T0 + 1250).contains(&at), "{at}");
     assert!(at <= T0 + 600, "{at}");
 }
+
+/// A duplicate read without the lock after the clock jumped 40 days (past 2^31
+/// ticks of 1 ms) with no claim or pass on the shard in between: the entry's 32-bit
+/// deadline would read as still ahead, so the read leaves the claim to the lock,
+/// which brings the shard to the clock and finds the key expired long ago.
+#[test]
+fn a_lock_free_read_after_a_jump_past_the_deadlines_range_leaves_the_claim_to_the_lock() {
+    let (_e, ns, clock) = engine_with(small().shards(1));
+    acquire(&ns, b"k").complete().unwrap();
+    // Duplicates: the later ones are read without the lock.
+    for _ in 0..3 {
+        assert!(ns.claim(b"k").unwrap().is_duplicate());
+    }
+    clock.advance(std::time::Duration::from_secs(40 * 24 * 3600));
+    assert!(ns.claim(b"k").unwrap().is_acquired(), "expired 40 days ago");
+}

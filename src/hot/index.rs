@@ -1587,6 +1587,30 @@ mod tests {
         check(&ix, &model);
     }
 
+    /// As [`an_entry_stored_where_the_moves_next_copies_are_is_copied_once`], with
+    /// the slab index at the move's cursor itself: the first the next copies take,
+    /// copied into the spare once (not skipped, not twice).
+    #[test]
+    fn an_entry_stored_at_the_moves_cursor_is_copied_once() {
+        let mark = spare_mark(SPARE_FROM) as u32;
+        let (mut ix, mut model, mut spare, _) = moving_at(mark);
+        put_using(&mut ix, &mut model, &mut spare, mark, mix(u64::from(mark)));
+        let upto = spare.as_ref().unwrap().upto;
+        assert!(upto > 0 && upto < mark);
+        let h = model.remove(&upto).unwrap();
+        assert!(ix.remove_using(h, upto, &mut spare));
+        put_using(&mut ix, &mut model, &mut spare, upto, mix(u64::MAX - 11));
+        assert!(spare.as_ref().unwrap().upto > upto, "the window passed it");
+        check(&ix, &model);
+        check_spare(&ix, &spare, &model);
+        let mut i = mark + 1;
+        while ix.moving() {
+            put_using(&mut ix, &mut model, &mut spare, i, mix(u64::from(i)));
+            i += 1;
+        }
+        check(&ix, &model);
+    }
+
     #[test]
     fn overflow_chains_wrap_and_shrink_back() {
         // Every hash has the same home bucket (the last one: low bits all set) and

@@ -814,6 +814,21 @@ mod tests {
         freed_eventually(&p);
     }
 
+    /// The limbo's byte count is what its items hold, after a collection that freed
+    /// some of them as before: a count that kept freed bytes would stay past the
+    /// threshold for good, and every retirement after it, however small, would
+    /// collect (a process-wide barrier) or ask a collector.
+    #[test]
+    fn the_limbo_counts_the_bytes_it_holds_after_a_collection() {
+        let _sized = LIMBO_SIZED.lock();
+        let p = pending();
+        retire(vec![0u8; 8], COLLECT_AT_BYTES, &p);
+        freed_eventually(&p);
+        let limbo = LIMBO.lock();
+        let held: usize = limbo.iter().map(|r| r.bytes).sum();
+        assert_eq!(LIMBO_BYTES.load(Ordering::Relaxed), held);
+    }
+
     #[test]
     fn garbage_waits_for_a_reader_pinned_before_it_was_retired() {
         let p = pending();

@@ -1668,13 +1668,10 @@ mod tests {
         }
     }
 
-    /// A forget that fails gives up the claim whose completion it refused, and only
-    /// that claim: once that claim's lease has run out and another claim has taken
-    /// the key (the same slab entry, a new token), the failed forget leaves the new
-    /// holder's claim alone. At the shard, without a durable tier.
-    #[test]
-    fn a_failed_forget_gives_up_only_the_claim_whose_completion_it_refused() {
-        use crate::hot::{DurableLookup, ShardClaim};
+    /// Runs `test` with a memory-only namespace's inner parts (lease 1 s, a manual
+    /// clock at 1,000,000 ms, no maintenance thread) and the fingerprint of "k":
+    /// the shard-level forget tests' setting.
+    fn at_the_shard_of_k(test: impl FnOnce(&super::NsInner, crate::hot::Fp)) {
         let engine = super::Engine::builder()
             .clock(crate::ManualClock::new(1_000_000))
             .maintenance_interval(None)
@@ -1685,41 +1682,51 @@ mod tests {
             .build()
             .unwrap();
         let ns = engine.namespace("n").unwrap();
-        let inner = &*ns.inner;
-        let fp = inner.key_fp(b"k").unwrap();
-        let si = fp.shard(inner.slots.len());
-        let cap = inner.capacity();
-        let p = &inner.params;
-        let mut absent = |_| DurableLookup::Absent;
-        let mut acquire = |shard: &mut crate::hot::Shard, now| {
-            let found = shard.look_up(fp, now, &cap);
-            let ShardClaim::Acquired { lease, .. } =
-                shard.claim_found(found, fp, None, p, now, &cap, Some(&mut absent), false)
-            else {
-                panic!("the key is free")
+        test(&ns.inner, ns.inner.key_fp(b"k").unwrap());
+    }
+
+    /// A forget that fails gives up the claim whose completion it refused, and only
+    /// that claim: once that claim's lease has run out and another claim has taken
+    /// the key (the same slab entry, a new token), the failed forget leaves the new
+    /// holder's claim alone. At the shard, without a durable tier.
+    #[test]
+    fn a_failed_forget_gives_up_only_the_claim_whose_completion_it_refused() {
+        use crate::hot::{DurableLookup, ShardClaim};
+        at_the_shard_of_k(|inner, fp| {
+            let si = fp.shard(inner.slots.len());
+            let cap = inner.capacity();
+            let p = &inner.params;
+            let mut absent = |_| DurableLookup::Absent;
+            let mut acquire = |shard: &mut crate::hot::Shard, now| {
+                let found = shard.look_up(fp, now, &cap);
+                let ShardClaim::Acquired { lease, .. } =
+                    shard.claim_found(found, fp, None, p, now, &cap, Some(&mut absent), false)
+                else {
+                    panic!("the key is free")
+                };
+                shard.hold_new_claim(fp, lease.idx);
+                shard.marker_written(fp, &lease);
+                lease
             };
-            shard.hold_new_claim(fp, lease.idx);
-            shard.marker_written(fp, &lease);
-            lease
-        };
-        let now = inner.now();
-        let mut shard = inner.slots[si].lock();
-        let forget = shard.begin_forget(fp);
-        let first = acquire(&mut shard, now);
-        assert!(
-            shard.begin_complete(fp, &first, now, &cap, true).is_err(),
-            "a completion during the forget is refused"
-        );
-        // The first claim's lease runs out; a second claim takes the key.
-        let later = p.now(1_002_000);
-        let second = acquire(&mut shard, later);
-        assert_eq!(second.idx, first.idx, "the same entry, reused");
-        // The forget fails: the second claim stays held.
-        shard.abandon_forget(forget, &cap);
-        assert!(
-            shard.check(fp, p, later, &cap).is_some(),
-            "the second claim was given up with the first"
-        );
+            let now = inner.now();
+            let mut shard = inner.slots[si].lock();
+            let forget = shard.begin_forget(fp);
+            let first = acquire(&mut shard, now);
+            assert!(
+                shard.begin_complete(fp, &first, now, &cap, true).is_err(),
+                "a completion during the forget is refused"
+            );
+            // The first claim's lease runs out; a second claim takes the key.
+            let later = p.now(1_002_000);
+            let second = acquire(&mut shard, later);
+            assert_eq!(second.idx, first.idx, "the same entry, reused");
+            // The forget fails: the second claim stays held.
+            shard.abandon_forget(forget, &cap);
+            assert!(
+                shard.check(fp, p, later, &cap).is_some(),
+                "the second claim was given up with the first"
+            );
+        });
     }
 
     /// A forget's closed note holds its key on both of a claim's acquiring branches
@@ -1731,91 +1738,81 @@ mod tests {
     #[test]
     fn a_closed_forget_note_holds_its_key_until_its_forget_ends_or_is_abandoned() {
         use crate::hot::{DurableLookup, ShardClaim};
-        let engine = super::Engine::builder()
-            .clock(crate::ManualClock::new(1_000_000))
-            .maintenance_interval(None)
-            .namespace(
-                "n",
-                crate::NamespaceConfig::new().lease(std::time::Duration::from_secs(1)),
-            )
-            .build()
-            .unwrap();
-        let ns = engine.namespace("n").unwrap();
-        let inner = &*ns.inner;
-        let fp = inner.key_fp(b"k").unwrap();
-        let si = fp.shard(inner.slots.len());
-        let cap = inner.capacity();
-        let p = &inner.params;
-        let mut absent = |_| DurableLookup::Absent;
-        let now = inner.now();
-        let mut shard = inner.slots[si].lock();
-        let first = shard.begin_forget(fp);
-        let second = shard.begin_forget(fp);
-        shard.close_forget(first);
+        at_the_shard_of_k(|inner, fp| {
+            let si = fp.shard(inner.slots.len());
+            let cap = inner.capacity();
+            let p = &inner.params;
+            let mut absent = |_| DurableLookup::Absent;
+            let now = inner.now();
+            let mut shard = inner.slots[si].lock();
+            let first = shard.begin_forget(fp);
+            let second = shard.begin_forget(fp);
+            shard.close_forget(first);
 
-        // The key absent: held, and the capacity unit the claim took is given back.
-        let found = shard.look_up(fp, now, &cap);
-        assert!(found.is_none());
-        let in_progress = shard.counters.in_progress;
-        // The units free: the namespace's pool and this shard's reserve.
-        let free = |shard: &crate::hot::Shard| {
-            cap.pool.load(std::sync::atomic::Ordering::SeqCst) + shard.reserve()
-        };
-        let units = free(&shard);
-        match shard.claim_found(found, fp, None, p, now, &cap, Some(&mut absent), false) {
-            ShardClaim::InProgress {
-                lease_expires_at_ms,
-            } => {
-                assert_eq!(lease_expires_at_ms, 1_001_000, "now + the lease")
+            // The key absent: held, and the capacity unit the claim took is given back.
+            let found = shard.look_up(fp, now, &cap);
+            assert!(found.is_none());
+            let in_progress = shard.counters.in_progress;
+            // The units free: the namespace's pool and this shard's reserve.
+            let free = |shard: &crate::hot::Shard| {
+                cap.pool.load(std::sync::atomic::Ordering::SeqCst) + shard.reserve()
+            };
+            let units = free(&shard);
+            match shard.claim_found(found, fp, None, p, now, &cap, Some(&mut absent), false) {
+                ShardClaim::InProgress {
+                    lease_expires_at_ms,
+                } => {
+                    assert_eq!(lease_expires_at_ms, 1_001_000, "now + the lease")
+                }
+                other => panic!("a claim under a closed note: {other:?}"),
             }
-            other => panic!("a claim under a closed note: {other:?}"),
-        }
-        assert_eq!(shard.counters.in_progress, in_progress + 1);
-        assert_eq!(free(&shard), units, "the held claim's unit was given back");
-        assert_eq!(shard.forget_claims(second), 0, "nothing acquired");
+            assert_eq!(shard.counters.in_progress, in_progress + 1);
+            assert_eq!(free(&shard), units, "the held claim's unit was given back");
+            assert_eq!(shard.forget_claims(second), 0, "nothing acquired");
 
-        // The first forget failed: its hold goes.
-        shard.abandon_forget(first, &cap);
-        assert_eq!(free(&shard), units);
-        let found = shard.look_up(fp, now, &cap);
-        let ShardClaim::Acquired { lease, .. } =
-            shard.claim_found(found, fp, None, p, now, &cap, Some(&mut absent), false)
-        else {
-            panic!("the second forget's note is open: the claim is acquired")
-        };
-        shard.hold_new_claim(fp, lease.idx);
-        shard.marker_written(fp, &lease);
-        assert_eq!(shard.forget_claims(second), 1, "counted in the open note");
+            // The first forget failed: its hold goes.
+            shard.abandon_forget(first, &cap);
+            assert_eq!(free(&shard), units);
+            let found = shard.look_up(fp, now, &cap);
+            let ShardClaim::Acquired { lease, .. } =
+                shard.claim_found(found, fp, None, p, now, &cap, Some(&mut absent), false)
+            else {
+                panic!("the second forget's note is open: the claim is acquired")
+            };
+            shard.hold_new_claim(fp, lease.idx);
+            shard.marker_written(fp, &lease);
+            assert_eq!(shard.forget_claims(second), 1, "counted in the open note");
 
-        // The claim's lease runs out and the second note closes: held again.
-        shard.close_forget(second);
-        drop(shard);
-        let later = p.now(1_005_000);
-        let mut shard = inner.slots[si].lock();
-        let found = shard.look_up(fp, later, &cap);
-        let expirations = shard.counters.expirations;
-        match shard.claim_found(found, fp, None, p, later, &cap, Some(&mut absent), false) {
-            ShardClaim::InProgress {
-                lease_expires_at_ms,
-            } => {
-                assert_eq!(lease_expires_at_ms, 1_006_000, "now + the lease")
+            // The claim's lease runs out and the second note closes: held again.
+            shard.close_forget(second);
+            drop(shard);
+            let later = p.now(1_005_000);
+            let mut shard = inner.slots[si].lock();
+            let found = shard.look_up(fp, later, &cap);
+            let expirations = shard.counters.expirations;
+            match shard.claim_found(found, fp, None, p, later, &cap, Some(&mut absent), false) {
+                ShardClaim::InProgress {
+                    lease_expires_at_ms,
+                } => {
+                    assert_eq!(lease_expires_at_ms, 1_006_000, "now + the lease")
+                }
+                other => panic!("an expired entry acquired under a closed note: {other:?}"),
             }
-            other => panic!("an expired entry acquired under a closed note: {other:?}"),
-        }
-        assert_eq!(shard.counters.expirations, expirations, "the entry stays");
-        assert_eq!(
-            shard.forget(fp, later, &cap),
-            Some(false),
-            "expired, not done"
-        );
+            assert_eq!(shard.counters.expirations, expirations, "the entry stays");
+            assert_eq!(
+                shard.forget(fp, later, &cap),
+                Some(false),
+                "expired, not done"
+            );
 
-        // The second forget ends: the key is claimable.
-        shard.end_forget(second);
-        let found = shard.look_up(fp, later, &cap);
-        assert!(matches!(
-            shard.claim_found(found, fp, None, p, later, &cap, Some(&mut absent), false),
-            ShardClaim::Acquired { .. }
-        ));
+            // The second forget ends: the key is claimable.
+            shard.end_forget(second);
+            let found = shard.look_up(fp, later, &cap);
+            assert!(matches!(
+                shard.claim_found(found, fp, None, p, later, &cap, Some(&mut absent), false),
+                ShardClaim::Acquired { .. }
+            ));
+        });
     }
 
     /// A claim acquired while a forget runs whose marker is still being written when

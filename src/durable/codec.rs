@@ -235,7 +235,14 @@ mod tests {
     #[test]
     fn round_trips_every_shape() {
         for payload in [None, Some(7u64)] {
-            for result in [None, Some(vec![]), Some(b"r".to_vec()), Some(vec![9; 4096])] {
+            // Up to the longest result a record takes, which decodes as stored.
+            for result in [
+                None,
+                Some(vec![]),
+                Some(b"r".to_vec()),
+                Some(vec![9; 4096]),
+                Some(vec![9; MAX_RESULT]),
+            ] {
                 for state in [RecordState::InProgress, RecordState::Done] {
                     let rec = Record {
                         state,

@@ -2094,23 +2094,21 @@ impl Dlq {
             }
         };
         busy.step(IdempotencyCheck);
-        // A replay never decides from the hot tier alone: where the namespace fails
-        // open, a claim whose durable read failed would acquire a key done on disk
-        // (after a restart the hot tier does not know it) and apply it again. Read
-        // first, failing closed; a bad key or a corrupt record the claim reports.
-        #[cfg(feature = "durable")]
-        match inner.namespace()?.done_on_disk(&letter.key) {
-            Ok(_) | Err(Error::InvalidKey(_) | Error::CorruptRecord { .. }) => {}
-            Err(e) => return Err(e),
-        }
         // With the letter's payload, as the consumer that quarantined it would claim
         // it (the stored payload, not a schema transform of it: the fingerprint
         // identifies the message): a key recorded with another payload is left
-        // alone, and the completion stores this payload's fingerprint.
-        let claim = match inner
-            .namespace()?
-            .claim_with_payload(&letter.key, &letter.payload)
-        {
+        // alone, and the completion stores this payload's fingerprint. A replay
+        // never decides from the hot tier alone: where the namespace fails open, a
+        // claim whose durable read failed would acquire a key done on disk (after a
+        // restart the hot tier does not know it) and apply it again, so its claim
+        // reads failing closed.
+        let ns = inner.namespace()?;
+        let claimed = || ns.claim_with_payload(&letter.key, &letter.payload);
+        #[cfg(feature = "durable")]
+        let claimed = crate::durable::failing_closed(claimed);
+        #[cfg(not(feature = "durable"))]
+        let claimed = claimed();
+        let claim = match claimed {
             Err(Error::InvalidKey(e)) => {
                 refuse_key(mid, &e, report);
                 return Ok(());

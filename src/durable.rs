@@ -35,8 +35,8 @@ mod store;
 
 #[cfg(feature = "durable")]
 pub(crate) use store::{
-    dlq_message_key, dlq_scan_options, scan_letters, stored_settings, DurableNs, Families, FpSet,
-    JournalTakeover, NsSettings, Store,
+    dlq_message_key, dlq_scan_options, failing_closed, scan_letters, stored_settings, DurableNs,
+    Families, FpSet, JournalTakeover, NsSettings, Store,
 };
 #[cfg(all(test, feature = "durable"))]
 pub(crate) use store::{

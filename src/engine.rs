@@ -6103,21 +6103,6 @@ impl Namespace {
         self.inner.durable.as_ref().map_or(Ok(()), DurableNs::sync)
     }
 
-    /// Whether the durable tier holds `key` done and live now, read whatever the
-    /// namespace's failure policy: a failed read is an error, never "not done"
-    /// (false without a durable tier). A dead-letter replay reads it before its
-    /// claim, so that under `FailOpen` a read that fails cannot let it apply a key
-    /// done on disk again.
-    #[cfg(feature = "durable")]
-    pub(crate) fn done_on_disk(&self, key: &[u8]) -> Result<bool> {
-        let ns = &self.inner;
-        let fp = ns.key_fp(key)?;
-        match &ns.durable {
-            Some(d) => d.done_strictly(fp, ns.now().ms),
-            None => Ok(false),
-        }
-    }
-
     /// A [`Router`](crate::Router) that splits this namespace's keys among `workers`
     /// worker threads so that no two of them write the same shards (but for at most
     /// `workers - 1` that straddle a cut; none when the shard count is a multiple of

@@ -1,5 +1,6 @@
 //! The RocksDB store behind the durable tier (the `durable` feature).
 
+use std::cell::Cell;
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -27,6 +28,30 @@ pub(crate) use dlq::{
 
 /// The database format this build writes: stored under [`FORMAT_KEY`].
 use super::FORMAT_VERSION;
+
+thread_local! {
+    /// Set while this thread runs [`failing_closed`]'s closure.
+    static FAILING_CLOSED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` with this thread's claims reading the durable tier failing closed,
+/// whatever their namespace's failure policy: a durable read that fails makes the
+/// claim fail with the store's error instead of deciding from the hot tier alone. A
+/// dead-letter replay claims so: after a restart the hot tier does not know a key
+/// done on disk, and under `FailOpen` a failed read would let the replay acquire it
+/// and apply it again. Only a failed read looks at the flag, so claims pay nothing
+/// for it.
+pub(crate) fn failing_closed<R>(f: impl FnOnce() -> R) -> R {
+    /// Puts the flag back as it was, on a panic too.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            FAILING_CLOSED.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(FAILING_CLOSED.with(|c| c.replace(true)));
+    f()
+}
 const FORMAT_KEY: &[u8] = b"idem/format";
 const SEED_KEY: &[u8] = b"idem/seed";
 /// Prefix of the keys (in the default column family) under which each namespace's
@@ -2104,22 +2129,10 @@ impl DurableNs {
         }
     }
 
-    /// Asks the durable tier about a key the hot tier does not hold.
-    /// Whether the durable tier holds `fp` done and live at `now_ms`, read past the
-    /// prefilter and whatever the failure policy: a failed read is its error (and
-    /// counted in `store_errors`), never "not done". For callers that must not
-    /// decide from the hot tier alone (a dead-letter replay).
-    pub(crate) fn done_strictly(&self, fp: Fp, now_ms: u64) -> Result<bool, Error> {
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        match self.store.get_done(&self.name, &self.fams, fp.to_u128()) {
-            Ok(rec) => Ok(rec.is_some_and(|r| live_done(&r, now_ms))),
-            Err(e) => {
-                self.errors.fetch_add(1, Ordering::Relaxed);
-                Err(e)
-            }
-        }
-    }
-
+    /// Asks the durable tier about a key the hot tier does not hold. A failed read
+    /// goes through the failure policy (under `FailOpen` the key is `Absent`), but
+    /// for a claim made inside [`failing_closed`], and a corrupt record always
+    /// fails.
     pub(crate) fn lookup(&self, fp: Fp, now_ms: u64, err: &mut Option<Error>) -> DurableLookup {
         if let Some(p) = &self.prefilter {
             if !p.may_contain(bloom_hash(fp.to_u128())) {
@@ -2142,6 +2155,11 @@ impl DurableNs {
             }
             Err(e @ Error::CorruptRecord { .. }) => {
                 // Corruption is never papered over, whatever the failure policy.
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                *err = Some(e);
+                DurableLookup::Failed
+            }
+            Err(e) if FAILING_CLOSED.with(Cell::get) => {
                 self.errors.fetch_add(1, Ordering::Relaxed);
                 *err = Some(e);
                 DurableLookup::Failed
@@ -2766,6 +2784,23 @@ fn run_test_hook(hook: &'static TestHook) {
 mod tests {
     use super::*;
     use rocksdb::perf::{set_perf_stats, PerfContext, PerfMetric, PerfStatsLevel};
+
+    /// `failing_closed` sets its flag for its closure only: nested, it leaves it set
+    /// for the outer closure; after a panic out of the closure, it is unset again.
+    #[test]
+    fn failing_closed_sets_its_flag_for_its_closure_only() {
+        let on = || FAILING_CLOSED.with(Cell::get);
+        assert!(!on());
+        let inner = failing_closed(|| {
+            let inner = failing_closed(on);
+            (inner, on())
+        });
+        assert_eq!(inner, (true, true));
+        assert!(!on());
+        let panicked = std::panic::catch_unwind(|| failing_closed(|| panic!("a claim panicked")));
+        assert!(panicked.is_err());
+        assert!(!on(), "the flag outlived a panic");
+    }
 
     #[test]
     fn the_retention_filter_reads_no_later_than_its_namespace_has() {

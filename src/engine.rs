@@ -3994,6 +3994,68 @@ mod tests {
         ));
     }
 
+    /// A lock holder that changes the entry after the lock-free read has read it, and
+    /// before the read checks the write sequence, makes the read give up: the claim
+    /// is answered through the lock, from the entry as it is now.
+    #[test]
+    fn the_lock_free_read_gives_up_an_entry_changed_before_its_check() {
+        use std::cell::{Cell, RefCell};
+        use std::rc::Rc;
+        let (_engine, ns, clock) = one_shard(1_000);
+        done(&ns, b"k");
+        let claim_in_batch = |key: &[u8]| {
+            let mut claims = ns.claim_batch(&[key]).unwrap();
+            assert_eq!(claims.len(), 1);
+            claims.pop().unwrap()
+        };
+        // Nothing changes in the window: the read answers.
+        let ran = Rc::new(Cell::new(0));
+        let r = Rc::clone(&ran);
+        crate::hot::before_read_valid(move || r.set(r.get() + 1));
+        assert!(lock_free(&ns, b"k").is_some());
+        assert_eq!(ran.get(), 1);
+        // Forgotten in the window (by another thread, through the lock): the read
+        // gives up, and the claim through the lock acquires the key.
+        let other = ns.clone();
+        let r = Rc::clone(&ran);
+        crate::hot::before_read_valid(move || {
+            std::thread::spawn(move || assert!(other.forget(b"k").unwrap()))
+                .join()
+                .unwrap();
+            r.set(r.get() + 1);
+        });
+        let counted = ns.inner.lock_free_duplicates.sum();
+        match claim_in_batch(b"k") {
+            crate::Claim::Acquired(g) => g.complete().unwrap(),
+            other => panic!("a forgotten key answered {other:?}"),
+        }
+        assert_eq!(ran.get(), 2);
+        assert_eq!(ns.inner.lock_free_duplicates.sum(), counted);
+        // Its time runs out in the window and another thread claims it again: the
+        // read gives up, and the claim through the lock finds it in progress.
+        let (other, later) = (ns.clone(), clock.clone());
+        let held = Rc::new(RefCell::new(None));
+        let (r, h) = (Rc::clone(&ran), Rc::clone(&held));
+        crate::hot::before_read_valid(move || {
+            later.advance(std::time::Duration::from_secs(61));
+            let guard = std::thread::spawn(move || match other.claim(b"k").unwrap() {
+                crate::Claim::Acquired(g) => g,
+                c => panic!("an expired key answered {c:?}"),
+            })
+            .join()
+            .unwrap();
+            *h.borrow_mut() = Some(guard);
+            r.set(r.get() + 1);
+        });
+        assert!(
+            matches!(claim_in_batch(b"k"), crate::Claim::InProgress(_)),
+            "a key claimed again answered as done"
+        );
+        assert_eq!(ran.get(), 3);
+        assert!(held.borrow().is_some());
+        assert_eq!(ns.inner.lock_free_duplicates.sum(), counted);
+    }
+
     #[test]
     fn outgrown_tables_are_reported_until_maintenance_frees_them() {
         let (engine, ns, _clock) = one_shard(100_000);

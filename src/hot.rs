@@ -1323,6 +1323,10 @@ impl ShardSlot {
             return None;
         }
         let (completed_at_ms, expires_at_ms) = done_times(p, now, entry.deadline, None);
+        #[cfg(test)]
+        if let Some(f) = BEFORE_READ_VALID.with(|h| h.borrow_mut().take()) {
+            f();
+        }
         self.seq
             .read_valid(s)
             .then_some((completed_at_ms, expires_at_ms, None))
@@ -1366,6 +1370,23 @@ impl ShardSlot {
             index::prefetch_line(at + std::mem::size_of::<Entry>() - 1);
         }
     }
+}
+
+#[cfg(all(test, not(idem_loom)))]
+std::thread_local! {
+    /// Run (once, on the thread that set it) by a lock-free duplicate read that found
+    /// its key done and live, between its read of the entry and its check of the
+    /// write sequence: what a lock holder changes there, the check must catch.
+    static BEFORE_READ_VALID: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Sets what the next lock-free duplicate read on this thread runs between its read
+/// of the entry and its check of the write sequence (see
+/// [`ShardSlot::optimistic_duplicate`]).
+#[cfg(all(test, not(idem_loom)))]
+pub(crate) fn before_read_valid(f: impl FnOnce() + 'static) {
+    BEFORE_READ_VALID.with(|h| *h.borrow_mut() = Some(Box::new(f)));
 }
 
 /// A held shard lock (from [`ShardSlot::lock`]). While it lives the slot's write

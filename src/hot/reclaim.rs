@@ -964,6 +964,50 @@ mod tests {
         assert_eq!(c.sum(), (OWNED as u64 + 4) * ADDS as u64);
     }
 
+    /// The threads past the first [`OWNED`] alive at once share the last stripe:
+    /// theirs, added to at the same time, loses no addition.
+    #[test]
+    fn threads_sharing_the_last_stripe_lose_no_addition() {
+        const PAST_OWNED: usize = 4;
+        const ADDS: u64 = crate::under_miri(1_000_000, 50) as u64;
+        let c = OwnedCounter::default();
+        let barrier = std::sync::Barrier::new(OWNED + PAST_OWNED);
+        // The threads on the shared stripe, and those of them ready to add.
+        let (sharing, ready) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        std::thread::scope(|s| {
+            for _ in 0..OWNED + PAST_OWNED {
+                s.spawn(|| {
+                    let pin = pin().unwrap();
+                    let shares = pin.thread_index() >= OWNED;
+                    if shares {
+                        sharing.fetch_add(1, Ordering::SeqCst);
+                    }
+                    // All registered at once: indices are distinct among live threads,
+                    // so at least `PAST_OWNED` of them are past `OWNED`.
+                    barrier.wait();
+                    if !shares {
+                        return;
+                    }
+                    // The sharing threads begin together.
+                    ready.fetch_add(1, Ordering::SeqCst);
+                    while ready.load(Ordering::SeqCst) < sharing.load(Ordering::SeqCst) {
+                        std::thread::yield_now();
+                    }
+                    for _ in 0..ADDS {
+                        c.add(&pin, 1);
+                    }
+                });
+            }
+        });
+        let sharing = sharing.into_inner() as u64;
+        assert!(
+            sharing >= PAST_OWNED as u64,
+            "{sharing} threads on the shared stripe"
+        );
+        assert_eq!(c.0[OWNED].load(Ordering::Relaxed), sharing * ADDS);
+        assert_eq!(c.sum(), sharing * ADDS, "only the shared stripe added to");
+    }
+
     #[cfg(target_os = "linux")]
     #[test]
     #[cfg_attr(miri, ignore = "Miri has no membarrier system call")]

@@ -176,3 +176,35 @@ fn at_the_end_of_time_compaction_keeps_what_the_engine_holds_done() {
     let ns = &inspection.namespaces[0];
     assert_eq!((ns.done, ns.expired), (1, 0), "{ns:?}");
 }
+
+/// A record that does not decode cannot be dated: compaction keeps it, and the key's
+/// claim reports it, as before the compaction, instead of acquiring a key that was
+/// done.
+#[test]
+fn compaction_keeps_a_record_that_does_not_decode() {
+    let dir = std::env::temp_dir().join(format!("idem-retention-corrupt-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let clock = ManualClock::new(T0);
+    {
+        let engine = open(&dir, clock.clone());
+        let ns = engine.namespace("ns").unwrap();
+        let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
+            panic!()
+        };
+        g.complete().unwrap();
+        ns.debug_corrupt_record(b"k").unwrap();
+    }
+    // Within retention (600 s), after a restart: only the durable tier knows the key.
+    clock.advance(Duration::from_secs(120));
+    let engine = open(&dir, clock.clone());
+    engine.compact_store().unwrap();
+    let answer = engine.namespace("ns").unwrap().claim(b"k");
+    let reported = matches!(
+        &answer,
+        Err(idem::Error::CorruptRecord { namespace, .. }) if namespace == "ns"
+    );
+    let shown = format!("{answer:?}");
+    drop((answer, engine));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(reported, "{shown}");
+}

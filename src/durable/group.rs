@@ -648,6 +648,49 @@ mod tests {
         }
     }
 
+    /// A failed sync covers the tickets after the last good one, not that one: the
+    /// write of a sync that succeeded reads success after the next sync (its range
+    /// starting at that write's ticket) has failed, and the next sync's write reads
+    /// its failure.
+    #[test]
+    fn a_write_of_a_good_sync_reads_success_after_the_next_sync_failed() {
+        for spin in SPINS {
+            let mut g = group(Duration::ZERO, spin);
+            let flag = || Arc::new(AtomicBool::new(false));
+            let (go_first, go_second) = (flag(), flag());
+            let (first_go, second_go) = (go_first.clone(), go_second.clone());
+            // Each write reads its outcome only when the test lets it: the first once
+            // the second's sync has failed, the second once the first has read.
+            g.before_outcome = Some(Hook(Box::new(move |ticket| match ticket {
+                1 => until(|| first_go.load(Ordering::SeqCst)),
+                2 => until(|| second_go.load(Ordering::SeqCst)),
+                _ => {}
+            })));
+            let g = Arc::new(g);
+            let first = {
+                let g = g.clone();
+                std::thread::spawn(move || g.commit(|| Ok(())))
+            };
+            until(|| g.state.lock().synced == 1);
+            let second = {
+                let g = g.clone();
+                std::thread::spawn(move || g.commit(|| Err(store_error())))
+            };
+            until(|| g.state.lock().synced == 2);
+            {
+                let st = g.state.lock();
+                let failed: Vec<_> = st.failed.iter().map(|f| (f.after, f.through)).collect();
+                assert_eq!(failed, vec![(1, 2)], "the second sync failed for ticket 2");
+            }
+            go_first.store(true, Ordering::SeqCst);
+            assert_eq!(first.join().unwrap(), Ok(()), "the first write was synced");
+            go_second.store(true, Ordering::SeqCst);
+            assert_eq!(second.join().unwrap(), Err(store_error()));
+            assert_eq!(g.syncs(), 2);
+            assert!(g.state.lock().failed.is_empty());
+        }
+    }
+
     /// While one caller waits to read its outcome, a disk whose every sync fails
     /// does not grow the list of failures: each goes once its writes have read it
     /// (before, the list was cleared only when nobody waited, and each commit

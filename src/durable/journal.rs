@@ -974,6 +974,41 @@ mod tests {
         );
     }
 
+    /// Two markers of one claim written in the same millisecond (a lease extended
+    /// twice within it, or on a clock standing still) cannot be told apart by time:
+    /// the open keeps the longer lease, whichever slot it was read from. Time still
+    /// decides first: a later renewal that moved the end earlier is kept.
+    #[test]
+    fn of_two_markers_of_one_key_at_one_time_the_open_keeps_the_longer_lease() {
+        let at = |at_ms, expires_ms| Record {
+            at_ms,
+            expires_ms,
+            ..rec(1, None)
+        };
+        let (shorter, longer) = (at(5_000, 60_000), at(5_000, 90_000));
+        for found in [
+            vec![(5, Ok(shorter.clone())), (5, Ok(longer.clone()))],
+            vec![(5, Ok(longer.clone())), (5, Ok(shorter.clone()))],
+        ] {
+            assert_eq!(
+                latest_markers(found.clone()),
+                vec![(5, Ok(longer.clone()))],
+                "{found:?}"
+            );
+        }
+        let shortened = at(6_000, 30_000);
+        for found in [
+            vec![(5, Ok(longer.clone())), (5, Ok(shortened.clone()))],
+            vec![(5, Ok(shortened.clone())), (5, Ok(longer.clone()))],
+        ] {
+            assert_eq!(
+                latest_markers(found.clone()),
+                vec![(5, Ok(shortened.clone()))],
+                "{found:?}"
+            );
+        }
+    }
+
     #[test]
     fn a_damaged_slot_is_reported_and_a_half_written_one_reads_free() {
         let dir = tempdir();

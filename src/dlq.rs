@@ -1640,7 +1640,14 @@ impl Dlq {
     /// Refused without any change: an invalid key ([`Error::InvalidKey`], by the
     /// namespace's rules), a payload over [`MAX_DEAD_LETTER_PAYLOAD`]
     /// ([`Error::PayloadTooLarge`]), an empty or oversized reason
-    /// ([`Error::InvalidReason`]), a store failure ([`Error::Store`]).
+    /// ([`Error::InvalidReason`]), a store failure ([`Error::Store`]). One store
+    /// failure is not a refusal: a write that landed and whose fsync then failed
+    /// (under `SyncPolicy::Always`, or under `Periodic` once the engine was dropped)
+    /// returns [`Error::Store`] with the letter stored, under the id this call took
+    /// ([`list`](Self::list) shows it, and the next letter's id is one past it). A
+    /// caller that quarantines the message again on that error stores a second letter
+    /// of it; replayed, whichever goes second finds its key done and is not applied
+    /// again.
     pub fn quarantine(&self, key: &[u8], payload: &[u8], reason: &str) -> Result<MessageId> {
         KeyError::check(key, self.inner.namespace()?.config().max_key_len)?;
         if payload.len() > MAX_DEAD_LETTER_PAYLOAD {

@@ -90,7 +90,9 @@ impl std::error::Error for StoreError {}
 ///   with its record, and any co-committed state changes, applied and readable (see
 ///   [`ClaimGuard::complete_with`](crate::ClaimGuard::complete_with)); so does a
 ///   claim (or batch) whose sliding window's record rewrite was applied and whose
-///   sync then failed: the window is extended in both tiers;
+///   sync then failed: the window is extended in both tiers; and so does a
+///   [`Dlq::quarantine`](crate::Dlq::quarantine) whose letter's write landed and
+///   whose sync then failed: the letter is stored, under the id the call took;
 /// - a completion whose durable write the store refused under `FailClosed` gives its
 ///   claim up, as a release does (its marker goes, and a redelivery acquires the key
 ///   and retries): the guard is spent whatever the error;

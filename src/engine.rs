@@ -1685,6 +1685,35 @@ mod tests {
         test(&ns.inner, ns.inner.key_fp(b"k").unwrap());
     }
 
+    /// A shard's fencing tokens wrap past 0: token 0 marks an entry read back from
+    /// the durable tier, so the claim after the last 27-bit token takes 1.
+    #[test]
+    fn the_fencing_tokens_wrap_past_0() {
+        use crate::hot::{DurableLookup, ShardClaim, TOKEN_MASK};
+        at_the_shard_of_k(|inner, fp| {
+            let si = fp.shard(inner.slots.len());
+            let cap = inner.capacity();
+            let p = &inner.params;
+            let mut absent = |_| DurableLookup::Absent;
+            let mut shard = inner.slots[si].lock();
+            shard.set_last_token(TOKEN_MASK - 1);
+            // Each claim at a time past the last one's lease (1 s): the key is free.
+            let tokens: Vec<u32> = (0..3)
+                .map(|i| {
+                    let now = p.now(1_000_000 + i * 2_000);
+                    let found = shard.look_up(fp, now, &cap);
+                    let ShardClaim::Acquired { lease, .. } =
+                        shard.claim_found(found, fp, None, p, now, &cap, Some(&mut absent), false)
+                    else {
+                        panic!("the key is free")
+                    };
+                    lease.token
+                })
+                .collect();
+            assert_eq!(tokens, [TOKEN_MASK, 1, 2]);
+        });
+    }
+
     /// A forget that fails gives up the claim whose completion it refused, and only
     /// that claim: once that claim's lease has run out and another claim has taken
     /// the key (the same slab entry, a new token), the failed forget leaves the new

@@ -79,8 +79,9 @@ const TOKEN_SHIFT: u32 = 5;
 /// The furthest ahead of now a deadline may lie, in ticks: 32-bit deadlines are
 /// compared with serial arithmetic, which holds below 2^31; this leaves headroom.
 pub(crate) const MAX_DEADLINE_TICKS: u64 = 1 << 30;
-/// Fencing tokens are 27 bits, per shard, wrapping.
-const TOKEN_MASK: u32 = (1 << 27) - 1;
+/// Fencing tokens are 27 bits, per shard, wrapping past 0: a claim's token is never
+/// 0, which marks an entry read back from the durable tier (no claim of its own).
+pub(crate) const TOKEN_MASK: u32 = (1 << 27) - 1;
 
 /// One resident key: 28 bytes.
 ///
@@ -2022,8 +2023,15 @@ impl Shard {
     }
 
     fn new_token(&mut self) -> u32 {
-        self.next_token = (self.next_token + 1) & TOKEN_MASK;
+        let t = (self.next_token + 1) & TOKEN_MASK;
+        self.next_token = t.max(1);
         self.next_token
+    }
+
+    /// Sets the last token handed out, so that a test can reach the wrap.
+    #[cfg(test)]
+    pub(crate) fn set_last_token(&mut self, t: u32) {
+        self.next_token = t.max(1);
     }
 
     /// The slab entry of `fp`, if the hot tier holds one (live or not), after

@@ -3080,6 +3080,162 @@ mod tests {
         );
     }
 
+    /// A manual clock that can be set to panic: at a coming reading only
+    /// ([`Faulty::fail_once_after`]), or at every reading from one on
+    /// ([`Faulty::fail_for_good_after`]), until mended.
+    #[derive(Clone)]
+    struct Faulty {
+        manual: crate::ManualClock,
+        /// Readings left before the one that panics (`u64::MAX`: none does).
+        left: std::sync::Arc<std::sync::atomic::AtomicU64>,
+        /// Every reading from that one on panics, not that one only.
+        for_good: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl crate::Clock for Faulty {
+        fn now_ms(&self) -> u64 {
+            use std::sync::atomic::Ordering::SeqCst;
+            match self.left.load(SeqCst) {
+                u64::MAX => {}
+                0 => {
+                    if !self.for_good.load(SeqCst) {
+                        self.left.store(u64::MAX, SeqCst);
+                    }
+                    panic!("the clock fails");
+                }
+                n => self.left.store(n - 1, SeqCst),
+            }
+            self.manual.now_ms()
+        }
+    }
+
+    impl Faulty {
+        fn new() -> Self {
+            Faulty {
+                manual: crate::ManualClock::new(1_700_000_000_000),
+                left: std::sync::Arc::new(u64::MAX.into()),
+                for_good: Default::default(),
+            }
+        }
+
+        /// Reads `n` times as usual, and panics at the reading after.
+        fn fail_once_after(&self, n: u64) {
+            use std::sync::atomic::Ordering::SeqCst;
+            self.for_good.store(false, SeqCst);
+            self.left.store(n, SeqCst);
+        }
+
+        /// Reads `n` times as usual, and panics at every reading after.
+        fn fail_for_good_after(&self, n: u64) {
+            use std::sync::atomic::Ordering::SeqCst;
+            self.for_good.store(true, SeqCst);
+            self.left.store(n, SeqCst);
+        }
+
+        fn mend(&self) {
+            self.left
+                .store(u64::MAX, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// A memory-only namespace "n" on a [`Faulty`] clock, without a maintenance
+    /// thread: one shard, room for two keys, and "d" done (one of them).
+    fn faulty_two_keys_one_done() -> (super::Engine, super::Namespace, Faulty) {
+        let clock = Faulty::new();
+        let engine = super::Engine::builder()
+            .clock(clock.clone())
+            .maintenance_interval(None)
+            .namespace("n", crate::NamespaceConfig::new().max_keys(2).shards(1))
+            .build()
+            .unwrap();
+        let ns = engine.namespace("n").unwrap();
+        done(&ns, b"d");
+        (engine, ns, clock)
+    }
+
+    /// A batch whose clock panics midway (here at the second reading: "n2" finds the
+    /// namespace full and reads it again) and keeps panicking gives up the claims it
+    /// acquired without reading the clock: the giving up runs while the thread
+    /// unwinds, where a second panic would abort the process. The panic goes on to
+    /// the caller, and the keys the batch acquired are claimable at once and counted
+    /// as before it.
+    #[test]
+    fn a_batch_whose_clock_keeps_panicking_gives_its_claims_up_and_unwinds() {
+        let (_engine, ns, clock) = faulty_two_keys_one_done();
+        let before = ns.stats();
+        clock.fail_for_good_after(1);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            ns.claim_batch(&[b"n1", b"n2"])
+        }));
+        clock.mend();
+        assert!(r.is_err(), "the clock's panic goes on to the caller");
+        let after = ns.stats();
+        assert_eq!(
+            (after.acquired, after.resident_keys),
+            (before.acquired, before.resident_keys),
+            "{after:?}"
+        );
+        assert!(ns.claim(b"n1").unwrap().is_acquired(), "not held");
+    }
+
+    /// A batch that panics (its clock, once, on the refusal path) after answering a
+    /// duplicate without the lock counts that duplicate, as a batch that fails with
+    /// an error does: it was answered.
+    #[test]
+    fn a_batch_that_panics_counts_the_duplicates_it_answered_without_the_lock() {
+        let (_engine, ns, clock) = faulty_two_keys_one_done();
+        let before = ns.stats();
+        let lock_free = ns.inner.lock_free_duplicates.sum();
+        clock.fail_once_after(1);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            ns.claim_batch(&[b"d", b"n1", b"n2"])
+        }));
+        clock.mend();
+        assert!(r.is_err(), "the clock's panic goes on to the caller");
+        assert_eq!(ns.stats().duplicates, before.duplicates + 1);
+        assert_eq!(
+            ns.inner.lock_free_duplicates.sum(),
+            lock_free + 1,
+            "answered without the lock"
+        );
+    }
+
+    /// A guard dropped while its thread unwinds from a panic of the clock (read by
+    /// its completion, its release, or the handler's own code) releases its claim at
+    /// the namespace's latest reading: its release's own reading panics too, and the
+    /// key would otherwise stay held to the end of its lease.
+    #[test]
+    fn a_guard_dropped_by_a_panic_of_its_clock_releases_its_key() {
+        type Finish = fn(super::ClaimGuard, &Faulty) -> crate::Result<()>;
+        let ways: [(&str, Finish); 3] = [
+            ("complete", |g, _| g.complete()),
+            ("release", |g, _| g.release()),
+            ("the handler", |g, clock| {
+                let _held = g;
+                crate::Clock::now_ms(clock);
+                Ok(())
+            }),
+        ];
+        for (way, finish) in ways {
+            let (_engine, ns, clock) = faulty_two_keys_one_done();
+            let g = match ns.claim(b"k").unwrap() {
+                crate::Claim::Acquired(g) => g,
+                other => panic!("{other:?}"),
+            };
+            let before = ns.stats();
+            clock.fail_for_good_after(0);
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| finish(g, &clock)));
+            clock.mend();
+            assert!(r.is_err(), "{way}: the clock's panic goes on");
+            let after = ns.stats();
+            assert_eq!(
+                (after.releases, after.resident_keys),
+                (before.releases + 1, before.resident_keys - 1),
+                "{way}: {after:?}"
+            );
+            assert!(ns.claim(b"k").unwrap().is_acquired(), "{way}: not held");
+        }
+    }
     /// The namespace's time starts at the reading its wheels start from: a clock
     /// set back below it afterwards is held there (as at any later reading), so a
     /// lease runs from that time, not from the clock's earlier one.
@@ -5852,6 +6008,14 @@ impl NsInner {
         self.params.now(self.now_ms())
     }
 
+    /// The latest time the namespace has read, without asking the clock: for the
+    /// ways out of a claim that must not read it (a drop while the thread unwinds,
+    /// where a clock that panics again would abort the process).
+    fn latest(&self) -> Now {
+        self.params
+            .now(self.latest_ms.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
     /// The clock's time, never earlier than any the namespace read before. Deadlines
     /// are 32-bit tick counts placed in a wheel that only moves forward: a time
     /// before the wheel's would park new deadlines wrongly, and one more than 2^31
@@ -6345,10 +6509,10 @@ impl Namespace {
     /// [`Namespace::claim`]; if that write fails, the batch fails as above, and the
     /// rewrites already made in it stay (they only extend windows the keys had).
     ///
-    /// In [`Stats`], a failed batch's released claims are not counted as acquired
-    /// (nor as released); its other answers (duplicates, in-progress answers,
-    /// expired entries reclaimed on the way, the refusal itself) were made and stay
-    /// counted.
+    /// In [`Stats`], a failed batch's released claims (an error's, or a panic's on
+    /// the way) are not counted as acquired (nor as released); its other answers
+    /// (duplicates, in-progress answers, expired entries reclaimed on the way, the
+    /// refusal itself) were made and stay counted.
     pub fn claim_batch(&self, keys: &[&[u8]]) -> Result<Vec<Claim>> {
         let ns = &self.inner;
         let mut fps = Vec::with_capacity(keys.len());
@@ -6359,13 +6523,18 @@ impl Namespace {
         }
         // One pin for the batch: whatever the lock-free reads below find published
         // stays allocated until the batch is done. (None while the thread is being
-        // torn down: then every claim takes the lock.)
+        // torn down: then every claim takes the lock.) The duplicates answered that
+        // way are counted once, as the batch ends, whichever way it ends.
         #[cfg(not(idem_loom))]
-        let pin = crate::hot::pin();
+        let mut lock_free = LockFreeAnswers {
+            ns,
+            pin: crate::hot::pin(),
+            answered: 0,
+        };
         // With the buckets on their way, find each key's likely entry and request it
         // too: a duplicate's look-up then waits on neither of its two misses.
         #[cfg(not(idem_loom))]
-        if let Some(pin) = &pin {
+        if let Some(pin) = &lock_free.pin {
             for &fp in &fps {
                 ns.slots[fp.shard(ns.slots.len())].prefetch_entry(fp, pin);
             }
@@ -6377,25 +6546,19 @@ impl Namespace {
         // Given up (not released) if a claim below panics, as on an error: the
         // caller never sees them, and none of their markers was written.
         let mut unwritten = Unwritten(Vec::with_capacity(fps.len()));
-        #[cfg_attr(idem_loom, allow(unused_mut, unused_variables))]
-        let mut lock_free_dups = 0u64;
         for fp in fps {
             let mut marker = None;
             #[cfg(not(idem_loom))]
-            let lock_free = pin.as_ref().map(|p| (p, &mut lock_free_dups));
+            let answers = lock_free.pin.as_ref().map(|p| (p, &mut lock_free.answered));
             #[cfg(idem_loom)]
-            let lock_free = None;
-            match NsInner::claim_one(ns, fp, None, &mut now, &mut marker, lock_free) {
+            let answers = None;
+            match NsInner::claim_one(ns, fp, None, &mut now, &mut marker, answers) {
                 Ok(c) => {
                     unwritten.0.push(c);
                     markers.extend(marker);
                 }
                 Err(e) => {
                     // No marker of this batch was written yet.
-                    #[cfg(not(idem_loom))]
-                    if let Some(pin) = &pin {
-                        ns.lock_free_duplicates.add(pin, lock_free_dups);
-                    }
                     abandon_all(std::mem::take(&mut unwritten.0));
                     return Err(e);
                 }
@@ -6407,10 +6570,7 @@ impl Namespace {
         // claims above ran pinned, durable reads and a sliding window's rewrites
         // included: that only delays such frees for as long as they take.)
         #[cfg(not(idem_loom))]
-        if let Some(pin) = pin {
-            ns.lock_free_duplicates.add(&pin, lock_free_dups);
-            drop(pin);
-        }
+        drop(lock_free);
         if let Err(e) = ns.write_markers(&markers) {
             abandon_all(claims);
             return Err(e);
@@ -7249,8 +7409,11 @@ impl ClaimGuard {
 
     /// Gives the claim up without completing: the key is claimable again at once.
     pub fn release(mut self) -> Result<()> {
+        // Read while the guard is still armed: if the clock panics, the drop
+        // releases the claim.
+        let now = self.ns().now();
         self.armed = false;
-        self.release_inner()
+        self.release_inner(now)
     }
 
     /// The done record of a completion at `now`: it lasts the retention, and at least
@@ -7370,11 +7533,13 @@ impl ClaimGuard {
             .marker_written(self.fp, &self.lease);
     }
 
-    /// Gives up a claim whose marker was never written: the hot tier only.
+    /// Gives up a claim whose marker was never written: the hot tier only. At the
+    /// namespace's latest reading, without asking the clock: a batch's claims are
+    /// given up as its panic unwinds too (see `Unwritten`).
     fn abandon(mut self) {
         self.armed = false;
         let ns = self.ns();
-        let now = ns.now();
+        let now = ns.latest();
         let si = self.shard as usize;
         let cap = ns.capacity();
         let anchor = {
@@ -7391,9 +7556,9 @@ impl ClaimGuard {
         drop(anchor);
     }
 
-    fn release_inner(&mut self) -> Result<()> {
+    /// Releases the claim at `now`.
+    fn release_inner(&mut self, now: Now) -> Result<()> {
         let ns = self.ns();
-        let now = ns.now();
         let si = self.shard as usize;
         let cap = ns.capacity();
         let Some(d) = &ns.durable else {
@@ -7510,7 +7675,22 @@ impl Drop for ClaimGuard {
         // A release that panics still ends the count below, then goes on panicking.
         let released = self.armed.then(|| {
             self.armed = false;
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.release_inner()))
+            // A clock that panics does not keep the key held to the end of its lease
+            // (the drop may be that panic's own unwinding, from a completion): the
+            // release is made at the namespace's latest reading, then the clock's
+            // panic goes on as the release's would.
+            let ns = self.ns();
+            let (now, clock) =
+                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ns.now())) {
+                    Ok(now) => (now, None),
+                    Err(panic) => (ns.latest(), Some(panic)),
+                };
+            let released =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.release_inner(now)));
+            match clock {
+                Some(panic) => Err(panic),
+                None => released,
+            }
         });
         if self.counted {
             // No lock round ended the count (the guard failed before its last one,
@@ -7521,7 +7701,8 @@ impl Drop for ClaimGuard {
         }
         if let Some(Err(panic)) = released {
             // A second panic while the thread already unwinds would abort the
-            // process: the release's own panic is dropped then (the entry was freed).
+            // process: the clock's or the release's own panic is dropped then (the
+            // entry was freed).
             if !std::thread::panicking() {
                 std::panic::resume_unwind(panic);
             }
@@ -7620,6 +7801,26 @@ fn finished<T>(stored: Unwinding<T>) -> Result<T> {
 /// The claims of a batch whose markers are not written yet: given up if dropped
 /// (a claim of the batch panicked).
 struct Unwritten(Vec<Claim>);
+
+/// A batch's pin for its lock-free reads, and the duplicates it answered with them:
+/// the count is added to the namespace's when this drops, on every way out of the
+/// batch (its end, an error, a panic), then the pin goes.
+#[cfg(not(idem_loom))]
+struct LockFreeAnswers<'a> {
+    ns: &'a NsInner,
+    pin: Option<crate::hot::reclaim::Pin>,
+    /// Answered so far (none without a pin).
+    answered: u64,
+}
+
+#[cfg(not(idem_loom))]
+impl Drop for LockFreeAnswers<'_> {
+    fn drop(&mut self) {
+        if let Some(pin) = &self.pin {
+            self.ns.lock_free_duplicates.add(pin, self.answered);
+        }
+    }
+}
 
 impl Drop for Unwritten {
     fn drop(&mut self) {

@@ -26,26 +26,35 @@ fn open(dir: &std::path::Path, clock: impl idem::Clock) -> Engine {
         .unwrap()
 }
 
+/// A fresh directory for one test's database: `idem-retention-<name>-<pid>` under
+/// the system's temporary directory, emptied.
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("idem-retention-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// Claims `key` (it must be free) and completes it.
+fn complete(ns: &idem::Namespace, key: &[u8]) {
+    let Claim::Acquired(g) = ns.claim(key).unwrap() else {
+        panic!("{key:?} is not free")
+    };
+    g.complete().unwrap();
+}
+
 #[test]
 fn compaction_drops_records_past_retention_and_keeps_the_others() {
-    let dir = std::env::temp_dir().join(format!("idem-retention-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = scratch("drop");
     let clock = ManualClock::new(T0);
     {
         let engine = open(&dir, clock.clone());
         let ns = engine.namespace("ns").unwrap();
         for i in 0..100u32 {
-            let Claim::Acquired(g) = ns.claim(format!("old-{i}").as_bytes()).unwrap() else {
-                panic!()
-            };
-            g.complete().unwrap();
+            complete(&ns, format!("old-{i}").as_bytes());
         }
         clock.advance(Duration::from_secs(300));
         for i in 0..50u32 {
-            let Claim::Acquired(g) = ns.claim(format!("new-{i}").as_bytes()).unwrap() else {
-                panic!()
-            };
-            g.complete().unwrap();
+            complete(&ns, format!("new-{i}").as_bytes());
         }
         // The old keys' retention ends at T0 + 600 s, the new ones' at T0 + 900 s.
         clock.advance(Duration::from_secs(301));
@@ -72,15 +81,11 @@ fn compaction_drops_records_past_retention_and_keeps_the_others() {
 /// namespace too, which stays there after the clock steps back.
 #[test]
 fn compaction_never_judges_retention_ahead_of_the_namespace() {
-    let dir = std::env::temp_dir().join(format!("idem-retention-step-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = scratch("step");
     let clock = ManualClock::new(T0);
     let engine = open(&dir, clock.clone());
     let ns = engine.namespace("ns").unwrap();
-    let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
-        panic!()
-    };
-    g.complete().unwrap();
+    complete(&ns, b"k");
     // Past retention (600 s) on the clock, which the namespace never reads: RocksDB
     // compacts on its own threads, when it likes.
     clock.advance(Duration::from_secs(605));
@@ -118,8 +123,7 @@ impl idem::Clock for Failing {
 
 #[test]
 fn a_clock_that_panics_during_a_compaction_keeps_the_records_and_the_process() {
-    let dir = std::env::temp_dir().join(format!("idem-retention-panic-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = scratch("panic");
     let clock = Failing {
         inner: ManualClock::new(T0),
         fail: Default::default(),
@@ -128,10 +132,7 @@ fn a_clock_that_panics_during_a_compaction_keeps_the_records_and_the_process() {
         let engine = open(&dir, clock.clone());
         let ns = engine.namespace("ns").unwrap();
         for i in 0..10u32 {
-            let Claim::Acquired(g) = ns.claim(format!("k-{i}").as_bytes()).unwrap() else {
-                panic!()
-            };
-            g.complete().unwrap();
+            complete(&ns, format!("k-{i}").as_bytes());
         }
         clock.inner.advance(Duration::from_secs(601));
         // The retention filter reads the clock on RocksDB's compaction thread: a
@@ -154,16 +155,12 @@ fn at_the_end_of_time_compaction_keeps_what_the_engine_holds_done() {
     // The engine reads a clock past `LATEST_MS` as `LATEST_MS` (time stands still
     // there): the retention filter must too, or it drops records the engine still
     // answers for.
-    let dir = std::env::temp_dir().join(format!("idem-retention-end-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = scratch("end");
     let clock = ManualClock::new(u64::MAX - 1000);
     {
         let engine = open(&dir, clock.clone());
         let ns = engine.namespace("ns").unwrap();
-        let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
-            panic!()
-        };
-        g.complete().unwrap();
+        complete(&ns, b"k");
         engine.compact_store().unwrap();
     }
     let engine = open(&dir, clock.clone());
@@ -182,16 +179,12 @@ fn at_the_end_of_time_compaction_keeps_what_the_engine_holds_done() {
 /// done.
 #[test]
 fn compaction_keeps_a_record_that_does_not_decode() {
-    let dir = std::env::temp_dir().join(format!("idem-retention-corrupt-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = scratch("corrupt");
     let clock = ManualClock::new(T0);
     {
         let engine = open(&dir, clock.clone());
         let ns = engine.namespace("ns").unwrap();
-        let Claim::Acquired(g) = ns.claim(b"k").unwrap() else {
-            panic!()
-        };
-        g.complete().unwrap();
+        complete(&ns, b"k");
         ns.debug_corrupt_record(b"k").unwrap();
     }
     // Within retention (600 s), after a restart: only the durable tier knows the key.

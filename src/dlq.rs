@@ -413,7 +413,8 @@ pub enum SchemaVerdict {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ReplayMode {
     /// Decides and reports, changes nothing: the schema check runs, the key is looked
-    /// up with [`Namespace::check_with_payload`], never claimed, and the handler is
+    /// up with [`Namespace::check_with_payload`] (reading the durable tier failing
+    /// closed, as an `Execute` replay's claims do), never claimed, and the handler is
     /// not called.
     #[default]
     DryRun,
@@ -1021,7 +1022,14 @@ impl Inner {
     /// read-only, as an engine opened now would find it.
     fn check(&self, key: &[u8], payload: &[u8]) -> Result<Option<KeyState>> {
         match &self.home {
-            Home::Engine { ns, .. } => ns.check_with_payload(key, payload),
+            Home::Engine { ns, .. } => {
+                let checked = || ns.check_with_payload(key, payload);
+                #[cfg(feature = "durable")]
+                let checked = crate::durable::failing_closed(checked);
+                #[cfg(not(feature = "durable"))]
+                let checked = checked();
+                checked
+            }
             #[cfg(feature = "durable")]
             Home::ReadOnly { name, db } => {
                 // The limit an engine opened now would apply: the application's, as
@@ -1179,9 +1187,14 @@ impl Inner {
         // The handler has applied the message: whatever the claim answers, the letter
         // is recorded as replayed, so that no later replay applies it again. The key
         // is claimed as the replay's own claim was: with the letter's payload.
-        let claimed = self
-            .namespace()
-            .and_then(|ns| ns.claim_with_payload(key, &done.payload));
+        let claimed = || {
+            self.namespace()
+                .and_then(|ns| ns.claim_with_payload(key, &done.payload))
+        };
+        #[cfg(feature = "durable")]
+        let claimed = crate::durable::failing_closed(claimed);
+        #[cfg(not(feature = "durable"))]
+        let claimed = claimed();
         let taken = match claimed {
             Err(Error::PayloadMismatch) => "taken meanwhile by a claim of another payload \
                  (held or completed with another payload's fingerprint), so it is not \

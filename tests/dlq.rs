@@ -1839,6 +1839,108 @@ fn a_replay_in_a_fail_open_namespace_never_applies_a_key_done_on_disk_again() {
     assert_eq!(r.already_done.len(), 1, "{r:?}");
 }
 
+/// A durable engine in `dir` whose namespace fails open, with room for `max_keys`.
+#[cfg(feature = "durable")]
+fn open_failing_open(
+    dir: &TempDir,
+    clock: &ManualClock,
+    max_keys: usize,
+) -> (Engine, Namespace, Dlq) {
+    let engine = Engine::builder()
+        .namespace(
+            "ns",
+            small()
+                .max_keys(max_keys)
+                .on_store_error(idem::FailurePolicy::FailOpen),
+        )
+        .clock(clock.clone())
+        .maintenance_interval(None)
+        .durable(dir.path())
+        .build()
+        .unwrap();
+    let ns = engine.namespace("ns").unwrap();
+    let dlq = engine.dlq("ns").unwrap();
+    (engine, ns, dlq)
+}
+
+/// A replay whose handler outlived its lease claims the key again to record the
+/// completion; that claim reads failing closed too. Here the live consumer took the
+/// key over meanwhile (another payload, a result), the full hot tier let the done key
+/// go (it is durable) and the durable read fails: the live consumer's record stays,
+/// and its redelivery answers its own result.
+#[cfg(feature = "durable")]
+#[test]
+fn a_replays_claim_after_its_lease_ran_out_reads_failing_closed_too() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (engine, ns, dlq) = open_failing_open(&dir, &clock, 1);
+    let id = dlq.quarantine(b"k", b"P", OUTAGE).unwrap();
+    let mut applied = 0;
+    let r = dlq.replay(
+        &Selection::default(),
+        &any_schema,
+        |_: &[u8], _: &[u8]| {
+            applied += 1;
+            clock.advance(secs(6)); // past the lease (5 s)
+            match ns.claim_with_payload(b"k", b"Q").unwrap() {
+                Claim::Acquired(g) => g.complete_with_result(b"live").unwrap(),
+                other => panic!("{other:?}"),
+            }
+            // Another key: the full hot tier drops done k (durable).
+            acquire(&ns, b"x").complete().unwrap();
+            engine.debug_fail_store_reads(true);
+            Ok(())
+        },
+        ReplayMode::Execute,
+    );
+    engine.debug_fail_store_reads(false);
+    let r = r.unwrap();
+    assert_eq!(applied, 1);
+    assert_eq!(r.replayed, vec![id], "{r:?}");
+    assert_eq!(dlq.get(id).unwrap().state(), MessageState::Replayed);
+    let redelivered = ns.claim_with_payload(b"k", b"Q");
+    assert!(
+        matches!(&redelivered, Ok(Claim::Duplicate(d)) if d.result() == Some(&b"live"[..])),
+        "the live consumer's record was written over: {redelivered:?}; note: {}",
+        r.notes[&id]
+    );
+}
+
+/// A dry run reads as the replay would: failing closed. In a namespace that fails
+/// open, a key done on disk only (after a restart) whose read fails is not predicted
+/// as replayed: the dry run stops with the store's error, as the replay does.
+#[cfg(feature = "durable")]
+#[test]
+fn a_dry_run_in_a_fail_open_namespace_reads_failing_closed() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    {
+        let (_engine, ns, dlq) = open_failing_open(&dir, &clock, 100_000);
+        acquire(&ns, b"k").complete().unwrap(); // applied on the live path
+        dlq.quarantine(b"k", b"v2:k", OUTAGE).unwrap();
+    }
+    let (engine, _ns, dlq) = open_failing_open(&dir, &clock, 100_000);
+    engine.debug_fail_store_reads(true);
+    let dry = dlq.replay(
+        &Selection::default(),
+        &any_schema,
+        |_: &[u8], _: &[u8]| Ok(()),
+        ReplayMode::DryRun,
+    );
+    let executed = dlq.replay(
+        &Selection::default(),
+        &any_schema,
+        |_: &[u8], _: &[u8]| panic!("applied again"),
+        ReplayMode::Execute,
+    );
+    engine.debug_fail_store_reads(false);
+    assert!(matches!(executed, Err(Error::Store(_))), "{executed:?}");
+    assert!(matches!(&dry, Err(Error::Store(_))), "{dry:?}");
+    // Once the disk reads again, both find the key done.
+    let dry = replay_all(&dlq, &any_schema, ReplayMode::DryRun);
+    assert_eq!(dry.already_done.len(), 1, "{dry:?}");
+}
+
 /// A damaged id counter counts as corrupt in `health` until a quarantine writes it
 /// again, in the process that wrote it as after a reopen.
 #[cfg(feature = "durable")]

@@ -1742,6 +1742,9 @@ impl Dlq {
     /// Takes a quarantined message up for review (`Quarantined -> UnderReview`):
     /// [`Selection::default`], and so the auto-archive and auto-replay policies, no
     /// longer pick it; an explicit replay or [`archive`](Self::archive) still can.
+    /// A write that landed and whose sync then failed (under `SyncPolicy::Always`, or
+    /// under `Periodic` once the engine was dropped) returns [`Error::Store`] with the
+    /// message under review all the same.
     pub fn review(&self, id: MessageId, note: &str) -> Result<()> {
         self.inner
             .transition(id.0, MessageState::UnderReview, &self.actor, note)
@@ -1749,7 +1752,10 @@ impl Dlq {
 
     /// Archives a quarantined or reviewed message with `note` as the reason. A
     /// message already replayed or archived, or one a replay is working on, is
-    /// refused with [`Error::InvalidTransition`]; nothing changes.
+    /// refused with [`Error::InvalidTransition`]; nothing changes. A write that landed
+    /// and whose sync then failed (under `SyncPolicy::Always`, or under `Periodic` once
+    /// the engine was dropped) returns [`Error::Store`] with the message archived all
+    /// the same (archiving it again is then refused as above).
     pub fn archive(&self, id: MessageId, note: &str) -> Result<()> {
         self.inner
             .transition(id.0, MessageState::Archived, &self.actor, note)
@@ -1784,8 +1790,10 @@ impl Dlq {
     /// archived is refused before anything is done, and so is an `Execute` replay of
     /// a store opened read-only. A claim or store error stops the replay and is
     /// returned: messages handled before it keep their outcome, and the message at
-    /// hand is left as it was, except after a completion whose write landed and whose
-    /// grouped fsync failed: it is recorded as replayed (its key done), and the error
+    /// hand is left as it was, except after a write of it that landed and whose fsync
+    /// failed: a completion's (it is recorded as replayed, its key done), or the
+    /// letter's own as the replay archives it (schema), records it already done, or
+    /// sends it back to quarantine (handler failure): it is recorded so, and the error
     /// returned. A handler that succeeded after its claim's lease ran out is recorded
     /// as replayed whatever its key's claim again answers, and that claim reports in
     /// the message's note rather than stopping the replay: that the key was held or
@@ -2422,6 +2430,51 @@ fn _assert_send_sync() {
 mod tests {
     use super::*;
     use crate::{Engine, NamespaceConfig};
+
+    /// An archive whose letter's write landed while the engine dropped (under
+    /// `Periodic`: the write then syncs itself) and whose sync failed returns the
+    /// store's error with the message archived, as its docs say; archiving it again
+    /// is refused.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn an_archive_whose_sync_failed_returns_the_error_with_the_message_archived() {
+        let dir =
+            std::env::temp_dir().join(format!("idem-dlq-archive-sync-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        {
+            let engine = Engine::builder()
+                .namespace(
+                    "ns",
+                    NamespaceConfig::new().sync(crate::SyncPolicy::Periodic(
+                        std::time::Duration::from_secs(1),
+                    )),
+                )
+                .maintenance_interval(None)
+                .durable(&dir)
+                .build()
+                .unwrap();
+            let dlq = engine.dlq("ns").unwrap();
+            let id = dlq.quarantine(b"k", b"p", "outage:db").unwrap();
+            let engine = std::cell::RefCell::new(Some(engine));
+            crate::durable::set_after_dlq_put(move || {
+                let engine = engine.borrow_mut().take().expect("the engine");
+                engine.debug_fail_syncs(true);
+                drop(engine);
+            });
+            let r = dlq.archive(id, "operator: not wanted");
+            assert!(
+                matches!(&r, Err(Error::Store(e)) if e.operation() == "sync"),
+                "{r:?}"
+            );
+            assert_eq!(dlq.get(id).unwrap().state(), MessageState::Archived);
+            let again = dlq.archive(id, "operator: not wanted");
+            assert!(
+                matches!(again, Err(Error::InvalidTransition { .. })),
+                "{again:?}"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     /// The auto-archive's transition acts only on a message still quarantined and
     /// not held by a replay: one that moved since the policy picked it is passed over

@@ -3506,6 +3506,70 @@ mod tests {
         assert!(ns.claim(b"c").unwrap().is_acquired());
     }
 
+    /// The same for a durable completion, single or batched: it takes effect at the
+    /// wheel's time in both tiers, the hot entry's TTL and the record's. Before, taken
+    /// at the reading, `complete` and `complete_batch` returned `Ok` with the TTL (and
+    /// here the retention) already over: the key read as unknown in both tiers and
+    /// the next claim acquired it. (The reading is made stale as in
+    /// `a_lease_extension_never_ends_behind_its_shards_wheel`.)
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_durable_completion_never_sets_a_deadline_behind_its_shards_wheel() {
+        use crate::{Claim, KeyState};
+        use std::time::Duration;
+        type Complete = fn(&super::Namespace, super::ClaimGuard) -> crate::Result<()>;
+        let ways: [(&str, Complete); 2] = [
+            ("complete", |_, g| g.complete()),
+            ("complete_batch", |ns, g| {
+                ns.complete_batch(vec![g]).unwrap().pop().unwrap()
+            }),
+        ];
+        for (way, complete) in ways {
+            let dir = Scratch::new(&format!("durable-behind-the-wheel-{way}"));
+            let clock = crate::ManualClock::new(1_000_000);
+            let ttl = Duration::from_millis(10);
+            let engine = durable_engine(
+                &dir,
+                crate::NamespaceConfig::new()
+                    .shards(1)
+                    .lease(Duration::from_secs(5))
+                    .ttl(ttl)
+                    .retention(ttl)
+                    .sync(crate::SyncPolicy::Never),
+                &clock,
+            );
+            let ns = engine.namespace("n").unwrap();
+            let Claim::Acquired(a) = ns.claim(b"a").unwrap() else {
+                panic!("{way}: a new key");
+            };
+            let read = ns.inner.now();
+            clock.advance(Duration::from_millis(50));
+            engine.run_maintenance(); // the wheel moves 50 ms past the reading
+            let later = ns.inner.now();
+            clock.set(read.ms);
+            ns.inner
+                .latest_ms
+                .store(read.ms, std::sync::atomic::Ordering::SeqCst);
+            complete(&ns, a).unwrap();
+            clock.set(later.ms);
+            let state = ns.check(b"a").unwrap();
+            assert!(
+                matches!(state, Some(KeyState::Done { .. })),
+                "{way} returned Ok: a duplicate for its TTL, got {state:?}"
+            );
+            // The durable tier's record alone (the hot entry dropped, as a full
+            // namespace drops it) answers the same.
+            let cap = ns.inner.capacity();
+            assert_eq!(ns.inner.slots[0].lock().evict_done(usize::MAX, &cap), 1);
+            let Some(KeyState::Done { expires_at_ms, .. }) = ns.check(b"a").unwrap() else {
+                panic!("{way}: the record is over at once");
+            };
+            assert_eq!(expires_at_ms, later.ms + 10, "{way}: from the wheel's time");
+            let again = ns.claim(b"a").unwrap();
+            assert!(again.is_duplicate(), "{way}: acquired again: {again:?}");
+        }
+    }
+
     /// The same for a lease extension: taken at a reading the wheel has passed, a
     /// lease shorter than the lag was granted already over (`extend_lease` said `Ok`,
     /// the guard's end lay behind the namespace's time), and its entry kept its room
@@ -6603,11 +6667,13 @@ impl Namespace {
     ///
     /// The clock is read once, as the batch begins, and this namespace's guards are
     /// all checked against that reading, not against a reading each (one by one, a
-    /// later guard could find its lease run out by its turn). A guard's lease can
-    /// still be lost during the batch, as during a single completion, to whatever
-    /// ends it meanwhile: the maintenance pass or another claim expiring it at a
-    /// later reading. A guard of another namespace is completed at its own
-    /// namespace's reading.
+    /// later guard could find its lease run out by its turn); a guard whose shard had
+    /// already moved past that reading (another thread read a later time) is checked
+    /// and completed at its shard's time instead, as a single completion is. A
+    /// guard's lease can still be lost during the batch, as during a single
+    /// completion, to whatever ends it meanwhile: the maintenance pass or another
+    /// claim expiring it at a later reading. A guard of another namespace is
+    /// completed at its own namespace's reading.
     ///
     /// [`Namespace::complete_batch_with_results`] stores a result with each.
     pub fn complete_batch(&self, guards: Vec<ClaimGuard>) -> Result<Vec<Result<()>>> {
@@ -6734,17 +6800,21 @@ impl Namespace {
             g.armed = false;
             let si = g.shard as usize;
             let cap = ns.capacity();
-            let r = ns.slots[si]
-                .lock()
-                .begin_complete(g.fp, &g.lease, now, &cap, true);
+            let (r, at) = {
+                let mut shard = ns.slots[si].lock();
+                // Never behind the shard's wheel (see `Shard::not_behind`), as a
+                // single completion: the guard completes at the time this round used.
+                let at = shard.not_behind(&ns.params, now);
+                (shard.begin_complete(g.fp, &g.lease, at, &cap, true), at)
+            };
             match r {
                 Ok(payload) => {
                     records.push((
                         g.fp.to_u128(),
-                        g.done_record(&ns.params, now, payload, result),
+                        g.done_record(&ns.params, at, payload, result),
                     ));
                     outcomes.push(Ok(()));
-                    begun.push((g, result));
+                    begun.push((g, result, at));
                 }
                 Err(Refused::LeaseLost) => {
                     d.lease_lost(g.fp.to_u128(), g.lease.token, g.marker_end_ms());
@@ -6760,9 +6830,9 @@ impl Namespace {
             write_unwinding(|| d.write_completions(&records, &[]))
         };
         if stored.is_err() {
-            settle_unwound(d, begun.iter().map(|(g, _)| (g.fp, g.lease.token)));
+            settle_unwound(d, begun.iter().map(|(g, _, _)| (g.fp, g.lease.token)));
         }
-        for (g, result) in &mut begun {
+        for (g, result, at) in &mut begun {
             let si = g.shard as usize;
             let cap = ns.capacity();
             let stored_ok = stored_as(&stored);
@@ -6773,7 +6843,7 @@ impl Namespace {
                 g.fp,
                 &g.lease,
                 *result,
-                now,
+                *at,
                 stored_ok,
                 &cap,
             );
@@ -7451,12 +7521,12 @@ impl ClaimGuard {
         self.finish_at(result, state, now)
     }
 
-    /// Completes at time `now`.
+    /// Completes at time `now` (or the shard's wheel's, if the wheel has passed it).
     fn finish_at(
         &mut self,
         result: Option<&[u8]>,
         state: &[(String, StateOp)],
-        now: Now,
+        mut now: Now,
     ) -> Result<()> {
         self.armed = false;
         let ns = self.ns();
@@ -7477,8 +7547,9 @@ impl ClaimGuard {
         };
         // Mark the entry as completing, write without holding the shard lock (so an
         // fsync never blocks other keys, and concurrent completions share one), then
-        // mark it done.
-        let payload = self.hold_for_durable(ns, d, now, &cap, true)?;
+        // mark it done, at the time the first lock round took (never behind the
+        // shard's wheel), in both tiers.
+        let payload = self.hold_for_durable(ns, d, &mut now, &cap, true)?;
         let record = self.done_record(&ns.params, now, payload, result);
         let stored = write_unwinding(|| d.write_completions(&[(self.fp.to_u128(), record)], state));
         if stored.is_err() {
@@ -7503,22 +7574,24 @@ impl ClaimGuard {
     /// Marks the claim's entry completing (held whatever its lease) while its durable
     /// write (`done`) or marker settlement runs, returning its payload fingerprint; a
     /// claim that lost its lease (or a completion of a key being forgotten) removes
-    /// its marker if still its own ([`DurableNs::lease_lost`]) and is refused.
+    /// its marker if still its own ([`DurableNs::lease_lost`]) and is refused. `now`
+    /// is taken as the shard's wheel's time if the wheel has passed it
+    /// (`Shard::not_behind`): the caller goes on from the time this round used.
     fn hold_for_durable(
         &self,
         ns: &NsInner,
         d: &DurableNs,
-        now: Now,
+        now: &mut Now,
         cap: &Capacity<'_>,
         done: bool,
     ) -> Result<Option<u64>> {
-        let begun = ns.slots[self.shard as usize].lock().begin_complete(
-            self.fp,
-            &self.lease,
-            now,
-            cap,
-            done,
-        );
+        let begun = {
+            let mut shard = ns.slots[self.shard as usize].lock();
+            // Never behind the shard's wheel (see `Shard::not_behind`): a TTL set from
+            // an earlier reading could be over before the completion took hold.
+            *now = shard.not_behind(&ns.params, *now);
+            shard.begin_complete(self.fp, &self.lease, *now, cap, done)
+        };
         begun.map_err(|Refused::LeaseLost| {
             d.lease_lost(self.fp.to_u128(), self.lease.token, self.marker_end_ms());
             Error::LeaseLost
@@ -7557,7 +7630,7 @@ impl ClaimGuard {
     }
 
     /// Releases the claim at `now`.
-    fn release_inner(&mut self, now: Now) -> Result<()> {
+    fn release_inner(&mut self, mut now: Now) -> Result<()> {
         let ns = self.ns();
         let si = self.shard as usize;
         let cap = ns.capacity();
@@ -7575,7 +7648,7 @@ impl ClaimGuard {
         // marker is settled, and is released only after: no new claim of the key can
         // write a marker in between for this release to remove.
         // (No done record: a release goes ahead during a forget, which waits for it.)
-        self.hold_for_durable(ns, d, now, &cap, false)?;
+        self.hold_for_durable(ns, d, &mut now, &cap, false)?;
         // A panic here still frees the entry below, then goes on.
         let settled = write_unwinding(|| {
             #[cfg(test)]

@@ -1932,6 +1932,72 @@ mod tests {
         assert_forgotten_with_its_marker(&ns, g, "unsynced");
     }
 
+    /// A forget whose first delete was applied, and whose second (for a claim of the
+    /// key acquired while it ran) the store refused, returns the refusal with the key
+    /// forgotten in both tiers all the same, as after a failed fsync: its record is
+    /// gone, and the claim goes with the key (its guard's completion is lost; the
+    /// marker the refused delete left goes with that guard). Before, the forget
+    /// returned the error at once with the key half forgotten: its done record gone,
+    /// the claim acquired meanwhile still held (its completion would have made the
+    /// key done again), and nothing counted as forgotten.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_forget_refused_at_a_later_delete_forgets_the_key_all_the_same() {
+        use crate::KeyState;
+        use std::time::Duration;
+        let dir = Scratch::new("forget-again-refused");
+        let (engine, ns, clock) = durable_namespace_with(
+            &dir,
+            crate::NamespaceConfig::new()
+                .lease(Duration::from_secs(1))
+                .ttl(Duration::from_secs(10))
+                .retention(Duration::from_secs(100))
+                .claim_markers(crate::ClaimMarkers::Immediate)
+                .sync(crate::SyncPolicy::Never),
+        );
+        first_claim(&ns).complete().unwrap();
+        // Past its TTL, within retention: done in the durable tier only, so a claim
+        // after the forget's delete acquires it.
+        clock.advance(Duration::from_secs(11));
+        assert!(matches!(
+            ns.check(b"k").unwrap(),
+            Some(KeyState::Done { .. })
+        ));
+        let store = engine.shared.store.clone().expect("a durable engine");
+        let acquired = std::rc::Rc::new(std::cell::RefCell::new(None));
+        {
+            let (ns, acquired, store) = (ns.clone(), acquired.clone(), store.clone());
+            set_hook(&AFTER_FORGET_DELETE, move || {
+                *acquired.borrow_mut() = Some(claim_k(&ns, false));
+                // The store refuses writes from here: the second delete.
+                store.set_fail_writes(true);
+            });
+        }
+        let before = ns.stats();
+        let err = ns.forget(b"k").unwrap_err();
+        store.set_fail_writes(false);
+        assert!(
+            matches!(&err, crate::Error::Store(s) if s.operation() == "write"),
+            "{err:?}"
+        );
+        let g = acquired
+            .borrow_mut()
+            .take()
+            .expect("claimed during the forget");
+        let after = ns.stats();
+        assert_eq!(
+            (after.forgotten, after.resident_keys),
+            (before.forgotten + 1, 0),
+            "{after:?}"
+        );
+        assert!(ns.check(b"k").unwrap().is_none(), "forgotten in both tiers");
+        let (fp, d) = (g.fp.to_u128(), ns.inner.durable.as_ref().unwrap());
+        assert_eq!(d.marker_token_on_disk(fp), Some(g.lease.token));
+        assert_eq!(g.complete(), Err(crate::Error::LeaseLost));
+        assert_eq!(d.marker_token_on_disk(fp), None, "gone with its guard");
+        assert_forgotten(&ns, "refused");
+    }
+
     /// The child's side of
     /// [`a_crash_after_a_forget_reports_no_orphan_for_a_claim_acquired_while_it_ran`]
     /// names the directory it works in with this variable.
@@ -6949,13 +7015,17 @@ impl Namespace {
     /// end of the lease it would have had), while [`check`](Self::check) answers
     /// with the key's state as the forget leaves it (`None` once its entry is gone).
     /// The delete is synced
-    /// as the namespace's completions are; if it was applied and only the fsync after
+    /// as the namespace's completions are. Once a delete of the forget was applied,
+    /// the key is forgotten in both tiers whatever follows: if only the fsync after
     /// it failed (after any delete of the forget: one that works after a second
-    /// delete does not make up for it), the key is forgotten in both tiers all the
-    /// same and that error is returned (a forget the store refused changes nothing,
-    /// but for a claim of the key whose completion was refused meanwhile with
-    /// `LeaseLost`: as its guard was told, it is given up, and a redelivery acquires
-    /// the key). The forget first reads the key's record,
+    /// delete does not make up for it), or a second delete (for a claim of the key
+    /// acquired meanwhile) was refused, the forget ends as it would have and returns
+    /// that error (the claim goes with the key; a marker of it the refused delete
+    /// left is removed as its guard ends, as a lost lease's is, and a crash before
+    /// then reports it as an orphan). A forget whose first delete the store refused
+    /// changes nothing, but for a claim of the key whose completion was refused
+    /// meanwhile with `LeaseLost`: as its guard was told, it is given up, and a
+    /// redelivery acquires the key. The forget first reads the key's record,
     /// for its answer: if that read fails (a corrupt record aside, which the delete
     /// clears), under [`FailurePolicy::FailClosed`](crate::FailurePolicy) the error is
     /// returned and nothing is forgotten; under `FailOpen` the delete goes ahead and
@@ -6984,7 +7054,10 @@ impl Namespace {
         }
         let mut durable_live = false;
         let mut looked_up = false;
-        // The error of the first fsync that failed after a delete was applied.
+        // Whether a delete of this forget was applied: the key's record is gone.
+        let mut applied = false;
+        // The error of the first fsync that failed after a delete was applied, or of
+        // a later delete refused after one was.
         let mut unsynced = None;
         loop {
             // The durable record goes first, then the hot entry: a claim between the
@@ -7014,8 +7087,19 @@ impl Namespace {
                 tests::before_forget_delete();
                 // (An fsync that failed after an earlier pass's delete is kept: one
                 // that works now does not bring back what that one may have lost.)
-                let failed_sync = d.forget(fp)?;
-                unsynced = unsynced.or(failed_sync);
+                let failed = match d.forget(fp) {
+                    Ok(failed_sync) => {
+                        applied = true;
+                        failed_sync
+                    }
+                    // A delete refused after an earlier pass's was applied: the key's
+                    // record is gone all the same, so the key is forgotten in the hot
+                    // tier too, as after a failed fsync, and the error returned.
+                    Err(e) if applied => Some(e),
+                    // The first delete refused: nothing was forgotten.
+                    Err(e) => return Err(e),
+                };
+                unsynced = unsynced.or(failed);
                 #[cfg(test)]
                 tests::after_forget_delete();
             }
@@ -7052,7 +7136,8 @@ impl Namespace {
                 if let Some(f) = forgetting.take() {
                     f.end(&mut shard);
                 }
-                // Applied in both tiers; only the fsync after the delete failed.
+                // Applied in both tiers; only the fsync after a delete failed, or a
+                // later delete was refused.
                 if let Some(e) = unsynced {
                     return Err(e);
                 }

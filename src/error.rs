@@ -93,6 +93,10 @@ impl std::error::Error for StoreError {}
 ///   sync then failed: the window is extended in both tiers; and so does a
 ///   [`Dlq::quarantine`](crate::Dlq::quarantine) whose letter's write landed and
 ///   whose sync then failed: the letter is stored, under the id the call took;
+/// - a [`Namespace::forget`](crate::Namespace::forget) whose delete was applied
+///   returns [`Error::Store`] with the key forgotten in both tiers all the same when
+///   the sync after it failed, or when a second delete of the same forget (for a
+///   claim of the key acquired while it ran) was refused;
 /// - a completion whose durable write the store refused under `FailClosed` gives its
 ///   claim up, as a release does (its marker goes, and a redelivery acquires the key
 ///   and retries): the guard is spent whatever the error;
@@ -143,8 +147,9 @@ pub enum Error {
     /// The same namespace name was configured twice.
     DuplicateNamespace(String),
     /// The durable tier failed; with the namespace's `FailClosed` policy nothing was
-    /// decided or changed, except after a completion's failed sync (the write was
-    /// applied: see the type's docs).
+    /// decided or changed, except where a write was applied before the failure (a
+    /// completion's or a forget's failed sync, a forget's second delete refused: see
+    /// the type's docs).
     Store(StoreError),
     /// The database directory is already open, by this process or another.
     AlreadyOpen {

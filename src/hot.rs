@@ -2815,7 +2815,7 @@ impl Shard {
         self.forgetting.swap_remove(i).refused
     }
 
-    /// Ends note `id`, whose forget failed (its delete refused): a claim whose
+    /// Ends note `id`, whose forget failed (its first delete refused): a claim whose
     /// completion it refused meanwhile is given up, as its guard was told, instead of
     /// staying held until its lease ends.
     pub(crate) fn abandon_forget(&mut self, id: u32, cap: &Capacity<'_>) {

@@ -2683,6 +2683,42 @@ mod tests {
         assert!(matches!(ns.claim(b"k").unwrap(), Claim::Acquired(_)));
     }
 
+    /// A panic in a batch completion's clean-up of a lost lease (`DurableNs::lease_lost`,
+    /// a store read and a delete) comes after the batch's other guards have finished:
+    /// one whose lease was live is completed, not left marked completing. Before, the
+    /// clean-up ran in the loop that marks the guards completing, and its panic left
+    /// the guards before it so for good: their keys answered `InProgress` past their
+    /// leases, and a forget of them would have waited for ever.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_panic_in_a_batch_completions_lost_lease_clean_up_leaves_no_key_held() {
+        use crate::{Claim, KeyState};
+        use std::time::Duration;
+        let dir = Scratch::new("batch-lost-panic");
+        let (_engine, ns, clock) = durable_namespace(&dir, crate::ClaimMarkers::Immediate);
+        let Claim::Acquired(lost) = ns.claim(b"lost").unwrap() else {
+            panic!("a new key");
+        };
+        clock.advance(Duration::from_millis(600));
+        let Claim::Acquired(live) = ns.claim(b"live").unwrap() else {
+            panic!("a new key");
+        };
+        // The first lease (1 s) is over, the second is not.
+        clock.advance(Duration::from_millis(600));
+        crate::durable::set_before_lost_marker_read(|| panic!("a failing read"));
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            ns.complete_batch(vec![live, lost])
+        }));
+        assert!(caught.is_err(), "the panic goes on");
+        assert!(matches!(
+            ns.check(b"live").unwrap(),
+            Some(KeyState::Done { .. })
+        ));
+        let again = ns.claim(b"live").unwrap();
+        assert!(again.is_duplicate(), "completed, not held: {again:?}");
+        assert!(ns.claim(b"lost").unwrap().is_acquired());
+    }
+
     /// A guard dropped (by a panic) while its marker was being written, its lease
     /// run out meanwhile, never ended its hold: the hold goes with the lease, and the
     /// key is not held for good.
@@ -6862,6 +6898,10 @@ impl Namespace {
         let mut outcomes = Vec::with_capacity(items.len());
         let mut begun = Vec::new();
         let mut records = Vec::new();
+        // Guards whose lease was lost: their markers are seen to once every begun
+        // guard has finished (a store read and a delete, which could panic and leave
+        // the begun entries marked completing, held for good).
+        let mut lost = Vec::new();
         for (mut g, result) in items {
             g.armed = false;
             let si = g.shard as usize;
@@ -6883,8 +6923,8 @@ impl Namespace {
                     begun.push((g, result, at));
                 }
                 Err(Refused::LeaseLost) => {
-                    d.lease_lost(g.fp.to_u128(), g.lease.token, g.marker_end_ms());
                     outcomes.push(Err(Error::LeaseLost));
+                    lost.push(g);
                 }
             }
         }
@@ -6915,6 +6955,9 @@ impl Namespace {
             );
             g.counted = false;
             drop(anchor);
+        }
+        for g in lost {
+            d.lease_lost(g.fp.to_u128(), g.lease.token, g.marker_end_ms());
         }
         finished(stored).map(|_| outcomes)
     }

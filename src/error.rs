@@ -90,9 +90,14 @@ impl std::error::Error for StoreError {}
 ///   with its record, and any co-committed state changes, applied and readable (see
 ///   [`ClaimGuard::complete_with`](crate::ClaimGuard::complete_with)); so does a
 ///   claim (or batch) whose sliding window's record rewrite was applied and whose
-///   sync then failed: the window is extended in both tiers; and so does a
-///   [`Dlq::quarantine`](crate::Dlq::quarantine) whose letter's write landed and
-///   whose sync then failed: the letter is stored, under the id the call took;
+///   sync then failed: the window is extended in both tiers;
+/// - a dead letter's write that landed and whose sync then failed returns
+///   [`Error::Store`] with the write made: a [`Dlq::quarantine`](crate::Dlq::quarantine)'s
+///   letter is stored, under the id the call took; a
+///   [`Dlq::archive`](crate::Dlq::archive) or [`Dlq::review`](crate::Dlq::review)
+///   moved the message; a [`Dlq::replay`](crate::Dlq::replay) recorded the message at
+///   hand as replayed, archived, already done or back in quarantine (see each
+///   method);
 /// - a [`Namespace::forget`](crate::Namespace::forget) whose delete was applied
 ///   returns [`Error::Store`] with the key forgotten in both tiers all the same when
 ///   the sync after it failed, or when a second delete of the same forget (for a

@@ -58,6 +58,83 @@ pub(crate) fn check_path(path: &std::path::Path) -> Result<(), crate::Error> {
     Ok(())
 }
 
+/// Opens the file at `path` for reading if it is a regular file (a symbolic link is
+/// followed): `Ok(None)` if it is anything else, a FIFO, a directory, a device or a
+/// socket, which the open must never read (a FIFO's open or read would wait for a
+/// writer for ever, a device's read may never end). On Unix it is opened without
+/// waiting (`O_NONBLOCK`, which a regular file ignores) and without becoming a
+/// controlling terminal, and the open file itself is checked, so nothing put in its
+/// place meanwhile is read.
+#[cfg(feature = "durable")]
+pub(crate) fn open_regular(path: &std::path::Path) -> std::io::Result<Option<std::fs::File>> {
+    let mut opts = std::fs::OpenOptions::new();
+    opts.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY);
+    }
+    match opts.open(path) {
+        Ok(file) => Ok(file.metadata()?.is_file().then_some(file)),
+        // A socket cannot be opened at all (ENXIO): it is no regular file either.
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => match std::fs::metadata(path) {
+            Ok(m) if !m.is_file() => Ok(None),
+            _ => Err(e),
+        },
+        Err(e) => Err(e),
+    }
+}
+
+/// Refuses a database directory where one of the files RocksDB reads as it opens
+/// (`CURRENT`, `IDENTITY`, a manifest, an options file, a write-ahead log, a table
+/// or blob file) is not a regular file: RocksDB would read a FIFO there and wait for
+/// a writer for ever, or a device without end. An [`Error::Store`](crate::Error::Store)
+/// naming the file, before anything is opened; a directory that cannot be listed is
+/// left to the open, which reports it.
+#[cfg(feature = "durable")]
+pub(crate) fn check_rocksdb_files(path: &std::path::Path) -> Result<(), crate::Error> {
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return Ok(());
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        let read_at_open = name == "CURRENT"
+            || name == "IDENTITY"
+            || name.starts_with("MANIFEST-")
+            || name.starts_with("OPTIONS-")
+            || [".log", ".sst", ".blob"].iter().any(|x| name.ends_with(x));
+        if !read_at_open {
+            continue;
+        }
+        // The link's target for a symbolic link, as RocksDB would open it.
+        let regular = std::fs::metadata(e.path()).map_or(true, |m| m.is_file());
+        if !regular {
+            return Err(crate::Error::Store(crate::error::StoreError::new(
+                "open",
+                format!(
+                    "{}: not a regular file; nothing was opened or changed",
+                    e.path().display()
+                ),
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The bytes of the regular file at `path`: an error of kind `InvalidInput` if it is
+/// not a regular file ([`open_regular`]).
+#[cfg(feature = "durable")]
+pub(crate) fn read_regular(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    use std::io::{Error, ErrorKind, Read};
+    let Some(mut file) = open_regular(path)? else {
+        return Err(Error::new(ErrorKind::InvalidInput, "not a regular file"));
+    };
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
 /// Scratch directories for the durable tier's unit tests.
 #[cfg(test)]
 pub(crate) mod test_dir {

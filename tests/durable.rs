@@ -1600,6 +1600,157 @@ fn a_database_that_lost_its_current_file_is_refused_and_left_as_it_was() {
     duplicate(&ns, b"j");
 }
 
+/// Something other than a regular file where the open reads one of idem's files.
+#[derive(Debug, Clone, Copy)]
+enum NotAFile {
+    Fifo,
+    Directory,
+    /// A link to `/dev/zero`, a device whose reads never end.
+    DevZero,
+}
+
+/// Puts `kind` in place of the file at `path`.
+#[cfg(unix)]
+fn replace_with(path: &Path, kind: NotAFile) {
+    std::fs::remove_file(path).unwrap();
+    match kind {
+        NotAFile::Fifo => {
+            let made = std::process::Command::new("mkfifo")
+                .arg(path)
+                .status()
+                .unwrap();
+            assert!(made.success(), "mkfifo {}", path.display());
+        }
+        NotAFile::Directory => std::fs::create_dir(path).unwrap(),
+        NotAFile::DevZero => std::os::unix::fs::symlink("/dev/zero", path).unwrap(),
+    }
+}
+
+/// Builds an engine with namespace "ns" on a thread: the open's outcome, or a failed
+/// test (not a hung one) if it has not returned within a minute.
+fn open_within_a_minute(dir: &TempDir, clock: &ManualClock) -> Result<Engine, Error> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (path, clock) = (dir.path().to_path_buf(), clock.clone());
+    std::thread::spawn(move || {
+        let opened = Engine::builder()
+            .clock(clock)
+            .maintenance_interval(None)
+            .durable(path)
+            .namespace("ns", small())
+            .build();
+        let _ = tx.send(opened);
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the open returned within a minute")
+}
+
+#[cfg(unix)]
+#[test]
+fn a_fifo_directory_or_device_in_place_of_idems_files_is_never_read() {
+    use std::os::unix::fs::FileTypeExt;
+    for kind in [NotAFile::Fifo, NotAFile::Directory, NotAFile::DevZero] {
+        for file in ["journal", "stamp", "prefilter"] {
+            let dir = TempDir::new();
+            let clock = ManualClock::new(T0);
+            {
+                let (_engine, ns) = open(&dir, &clock, small());
+                acquire(&ns, b"k").complete().unwrap();
+                // A clean shutdown saves the prefilter.
+            }
+            let path = match file {
+                "journal" => journal_of(&dir, "ns"),
+                "stamp" => dir.path().join(STAMP),
+                _ => dir.path().join(format!(
+                    "idem-prefilter-{}.bin",
+                    "ns".as_bytes()
+                        .iter()
+                        .map(|b| format!("{b:02x}"))
+                        .collect::<String>()
+                )),
+            };
+            replace_with(&path, kind);
+            let what = format!("{kind:?} in place of the {file}");
+            let opened = open_within_a_minute(&dir, &clock);
+            if file == "journal" {
+                // Refused as a journal of another build is, and left as it is.
+                match opened {
+                    Err(Error::IncompatibleFormat {
+                        path: p,
+                        found: None,
+                        ..
+                    }) => {
+                        assert_eq!(p, path, "{what}")
+                    }
+                    other => panic!("{what}: {:?}", other.map(|_| ())),
+                }
+                let left = std::fs::symlink_metadata(&path).unwrap().file_type();
+                match kind {
+                    NotAFile::Fifo => assert!(left.is_fifo(), "{what}"),
+                    NotAFile::Directory => assert!(left.is_dir(), "{what}"),
+                    NotAFile::DevZero => assert!(left.is_symlink(), "{what}"),
+                }
+                // Moved aside, the database opens.
+                if left.is_dir() {
+                    std::fs::remove_dir(&path).unwrap();
+                } else {
+                    std::fs::remove_file(&path).unwrap();
+                }
+            } else {
+                // A stamp counts as none (the database is checked the slow way); a
+                // saved prefilter as stale (it is rebuilt).
+                let engine = opened.unwrap_or_else(|e| panic!("{what}: {e:?}"));
+                if file == "prefilter" {
+                    let s = engine.stats();
+                    assert_eq!((s.prefilter_loads, s.prefilter_rebuilds), (0, 1), "{what}");
+                }
+                duplicate(&engine.namespace("ns").unwrap(), b"k");
+                drop(engine);
+                if matches!(kind, NotAFile::Directory) {
+                    std::fs::remove_dir(&path).unwrap();
+                }
+            }
+            let (_engine, ns) = open(&dir, &clock, small());
+            duplicate(&ns, b"k");
+        }
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn a_fifo_directory_or_device_in_place_of_rocksdbs_files_is_refused_before_rocksdb_reads_it() {
+    for kind in [NotAFile::Fifo, NotAFile::Directory, NotAFile::DevZero] {
+        for file in ["CURRENT", "IDENTITY"] {
+            let dir = TempDir::new();
+            let clock = ManualClock::new(T0);
+            {
+                let (_engine, ns) = open(&dir, &clock, small());
+                acquire(&ns, b"k").complete().unwrap();
+            }
+            let path = dir.path().join(file);
+            let saved = std::fs::read(&path).unwrap();
+            replace_with(&path, kind);
+            let what = format!("{kind:?} in place of {file}");
+            let before = listing(&dir);
+            let refused = |r: Result<(), Error>| match r {
+                Err(Error::Store(e)) if e.to_string().contains("not a regular file") => {}
+                other => panic!("{what}: {other:?}"),
+            };
+            refused(open_within_a_minute(&dir, &clock).map(|_| ()));
+            refused(idem::inspect(dir.path(), T0).map(|_| ()));
+            refused(idem::namespaces(dir.path()).map(|_| ()));
+            assert_eq!(listing(&dir), before, "{what}");
+            if matches!(kind, NotAFile::Directory) {
+                std::fs::remove_dir(&path).unwrap();
+            } else {
+                std::fs::remove_file(&path).unwrap();
+            }
+            std::fs::write(&path, saved).unwrap();
+            let (_engine, ns) = open(&dir, &clock, small());
+            duplicate(&ns, b"k");
+        }
+    }
+}
+
 fn raw_db_get_format(dir: &TempDir) -> Option<Vec<u8>> {
     let db = rocksdb::DB::open_cf_for_read_only(
         &rocksdb::Options::default(),

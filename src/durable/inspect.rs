@@ -178,6 +178,7 @@ pub fn stored_config(
 ) -> Result<Option<crate::NamespaceConfig>, Error> {
     let path = path.as_ref();
     super::check_path(path)?;
+    super::check_rocksdb_files(path)?;
     if DB::list_cf(&Options::default(), path).is_err() {
         return Err(Error::IncompatibleFormat {
             path: path.to_path_buf(),
@@ -203,6 +204,7 @@ pub fn stored_config(
 pub fn namespaces(path: impl AsRef<Path>) -> Result<Vec<String>, Error> {
     let path = path.as_ref();
     super::check_path(path)?;
+    super::check_rocksdb_files(path)?;
     let cfs = DB::list_cf(&Options::default(), path).map_err(|_| Error::IncompatibleFormat {
         path: path.to_path_buf(),
         found: None,
@@ -302,6 +304,7 @@ impl ReadOnlyDb {
                 format!("{}: {e}", path.display()),
             )));
         }
+        super::check_rocksdb_files(path)?;
         let opened = open_racing_writer(
             open_attempts(path),
             || {

@@ -38,7 +38,7 @@
 //! removed, if the namespace no longer journals), so every later step (orphans, their
 //! leases, their deletion) is the one immediate markers take.
 
-#[cfg(feature = "durable")]
+#[cfg(all(feature = "durable", target_os = "linux"))]
 use std::fs::File;
 #[cfg(all(feature = "durable", target_os = "linux"))]
 use std::fs::OpenOptions;
@@ -249,14 +249,18 @@ pub(crate) fn parse_read(
     Ok(out)
 }
 
-/// The first bytes of the file at `file` (at most [`READ_LIMIT`]) and its length.
+/// The first bytes of the file at `file` (at most [`READ_LIMIT`]) and its length;
+/// `Ok(None)` if it is not a regular file (a FIFO, a directory, a device: never read,
+/// see [`open_regular`](super::open_regular)).
 #[cfg(feature = "durable")]
-pub(crate) fn read_head(file: &Path) -> std::io::Result<(Vec<u8>, u64)> {
-    let mut f = File::open(file)?;
+pub(crate) fn read_head(file: &Path) -> std::io::Result<Option<(Vec<u8>, u64)>> {
+    let Some(mut f) = super::open_regular(file)? else {
+        return Ok(None);
+    };
     let len = f.metadata()?.len();
     let mut bytes = Vec::new();
     (&mut f).take(READ_LIMIT).read_to_end(&mut bytes)?;
-    Ok((bytes, len))
+    Ok(Some((bytes, len)))
 }
 
 /// The little-endian 32-bit word at `at` (the caller checked the length).
@@ -267,7 +271,7 @@ fn le32(bytes: &[u8], at: usize) -> u32 {
 /// Why a journal file was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ParseError {
-    /// Too short for the header, or without the magic bytes.
+    /// Too short for the header, without the magic bytes, or not a regular file.
     NotAJournal,
     /// Written by another journal format version.
     Version(u32),
@@ -282,13 +286,15 @@ pub(crate) enum ParseError {
 
 #[cfg(feature = "durable")]
 /// Reads the journal file of `ns` if there is one: `Ok(None)` if there is none.
-/// A file that is not a journal of this build, database and namespace is an
-/// [`Error::IncompatibleFormat`], and is left as it is; one damaged in its length
-/// or slot count is read as far as it goes ([`parse_read`]).
+/// A file that is not a journal of this build, database and namespace (or not a
+/// regular file at all) is an [`Error::IncompatibleFormat`], and is left as it is;
+/// one damaged in its length or slot count is read as far as it goes
+/// ([`parse_read`]).
 pub(crate) fn read(dir: &Path, ns: &str, seed: u64) -> Result<Option<Vec<ReadSlot>>, Error> {
     let file = path(dir, ns);
     let (bytes, len) = match read_head(&file) {
-        Ok(read) => read,
+        Ok(Some(read)) => read,
+        Ok(None) => return Err(refused(file, ParseError::NotAJournal)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io_err("read journal", &file, e)),
     };
@@ -301,11 +307,13 @@ pub(crate) fn read(dir: &Path, ns: &str, seed: u64) -> Result<Option<Vec<ReadSlo
 /// Checks, reading only its header, that the journal file of `ns` (if there is one)
 /// is one this build can read for that namespace, and for the database whose seed
 /// is `seed` when it is given: the open refuses a foreign journal before it changes
-/// anything in the database.
+/// anything in the database. Something other than a regular file in its place (a
+/// FIFO, a directory, a device) is refused the same way, without being read.
 pub(crate) fn check_header(dir: &Path, ns: &str, seed: Option<u64>) -> Result<(), Error> {
     let file = path(dir, ns);
-    let mut f = match File::open(&file) {
-        Ok(f) => f,
+    let mut f = match super::open_regular(&file) {
+        Ok(Some(f)) => f,
+        Ok(None) => return Err(refused(file, ParseError::NotAJournal)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(io_err("open journal", &file, e)),
     };

@@ -66,16 +66,19 @@ impl Stamp {
 
 /// The stamp of the database in `dir`: `None` if there is none, it is not whole, or
 /// it was made for another database than the one whose files are there now (its
-/// `IDENTITY` differs): the open then looks at RocksDB's own metadata instead.
+/// `IDENTITY` differs): the open then looks at RocksDB's own metadata instead. A
+/// stamp or `IDENTITY` that is not a regular file (a FIFO, a directory, a device) is
+/// not read, and counts as none.
 pub(crate) fn read(dir: &Path) -> Option<Stamp> {
-    let stamp = Stamp::decode(&std::fs::read(path(dir)).ok()?)?;
+    let stamp = Stamp::decode(&super::read_regular(&path(dir)).ok()?)?;
     (identity(dir) == Some(stamp.identity)).then_some(stamp)
 }
 
 /// The xxh3-64 of the `IDENTITY` file of the database in `dir`, which RocksDB writes
-/// when it creates the database; `None` if it cannot be read.
+/// when it creates the database; `None` if it cannot be read, or is not a regular
+/// file.
 pub(crate) fn identity(dir: &Path) -> Option<u64> {
-    std::fs::read(dir.join("IDENTITY"))
+    super::read_regular(&dir.join("IDENTITY"))
         .ok()
         .map(|b| xxh3_64(&b))
 }

@@ -461,6 +461,7 @@ impl Store {
         statistics: bool,
     ) -> Result<(Store, OpenReport), Error> {
         let dir = DirClaim::take(path)?;
+        super::check_rocksdb_files(path)?;
         let mut report = OpenReport::default();
         let mut db_opts = Options::default();
         db_opts.create_if_missing(true);
@@ -1778,13 +1779,19 @@ impl DurableNs {
             if !(name.starts_with(&kept) && name.ends_with(UNREPORTED)) {
                 continue;
             }
-            let (bytes, len) = journal::read_head(&e.path()).map_err(|err| {
+            let read = journal::read_head(&e.path()).map_err(|err| {
                 Error::Store(StoreError::new(
                     "read damaged journal",
                     format!("{}: {err}", e.path().display()),
                 ))
             })?;
-            match journal::parse_read(&bytes, len, self.store.seed, &self.name) {
+            // Not a regular file any more (never read: a FIFO would wait for ever):
+            // as a file damaged since, below.
+            let parsed = match read {
+                Some((bytes, len)) => journal::parse_read(&bytes, len, self.store.seed, &self.name),
+                None => Err(journal::ParseError::NotAJournal),
+            };
+            match parsed {
                 Ok(slots) => {
                     takeover
                         .damaged
@@ -1954,7 +1961,22 @@ impl DurableNs {
         let Some(p) = &self.prefilter else {
             return Ok(());
         };
-        let saved = std::fs::read(self.store.prefilter_file(&self.name)).ok();
+        // Anything but a regular file there (a FIFO, a directory, a device) is not
+        // read: the filter is rebuilt.
+        let file = self.store.prefilter_file(&self.name);
+        let saved = match super::read_regular(&file) {
+            Ok(bytes) => Some(bytes),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => {
+                tracing::warn!(
+                    namespace = %self.name,
+                    file = %file.display(),
+                    error = %e,
+                    "the saved prefilter cannot be read; rebuilding it from the durable tier"
+                );
+                None
+            }
+        };
         if let Some(bytes) = saved {
             match p.load(&bytes, self.store.latest_sequence(), now_ms) {
                 Ok(_) => {

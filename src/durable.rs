@@ -122,16 +122,35 @@ pub(crate) fn check_rocksdb_files(path: &std::path::Path) -> Result<(), crate::E
     Ok(())
 }
 
-/// The bytes of the regular file at `path`: an error of kind `InvalidInput` if it is
-/// not a regular file ([`open_regular`]).
+/// The bytes of the regular file at `path`, if it holds at most `limit` of them: an
+/// error of kind `InvalidInput` if it is not a regular file ([`open_regular`]), of
+/// kind `FileTooLarge` if it is longer, without reading more than `limit + 1` bytes
+/// of it (its length is checked first, and the read is cut there, so a file that
+/// grows meanwhile cannot take more).
 #[cfg(feature = "durable")]
-pub(crate) fn read_regular(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+pub(crate) fn read_bounded(path: &std::path::Path, limit: u64) -> std::io::Result<Vec<u8>> {
     use std::io::{Error, ErrorKind, Read};
-    let Some(mut file) = open_regular(path)? else {
+    let Some(file) = open_regular(path)? else {
         return Err(Error::new(ErrorKind::InvalidInput, "not a regular file"));
     };
+    let too_long = |len: u64| {
+        Error::new(
+            ErrorKind::FileTooLarge,
+            format!("{len} bytes, over the limit of {limit}"),
+        )
+    };
+    let len = file.metadata()?.len();
+    if len > limit {
+        return Err(too_long(len));
+    }
     let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)?;
+    bytes
+        .try_reserve_exact(len as usize)
+        .map_err(|e| Error::new(ErrorKind::OutOfMemory, e))?;
+    file.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(too_long(bytes.len() as u64));
+    }
     Ok(bytes)
 }
 
@@ -166,6 +185,56 @@ pub(crate) mod test_dir {
         ));
         std::fs::create_dir_all(&d).unwrap();
         Dir(d)
+    }
+}
+
+#[cfg(all(test, feature = "durable", unix))]
+mod file_tests {
+    use std::io::ErrorKind;
+
+    #[test]
+    fn a_bounded_read_takes_a_regular_file_up_to_its_limit_and_nothing_else() {
+        let dir = super::test_dir::tempdir("read-bounded");
+        let file = dir.path().join("f");
+        assert_eq!(
+            super::read_bounded(&file, 4).unwrap_err().kind(),
+            ErrorKind::NotFound
+        );
+        std::fs::write(&file, b"1234").unwrap();
+        assert_eq!(super::read_bounded(&file, 4).unwrap(), b"1234");
+        assert_eq!(
+            super::read_bounded(&file, 3).unwrap_err().kind(),
+            ErrorKind::FileTooLarge
+        );
+        // Longer than any real one: refused from its length, not read.
+        std::fs::File::options()
+            .write(true)
+            .open(&file)
+            .unwrap()
+            .set_len(1 << 40)
+            .unwrap();
+        assert_eq!(
+            super::read_bounded(&file, 1 << 20).unwrap_err().kind(),
+            ErrorKind::FileTooLarge
+        );
+        // A device is not read.
+        assert_eq!(
+            super::read_bounded(std::path::Path::new("/dev/zero"), 16)
+                .unwrap_err()
+                .kind(),
+            ErrorKind::InvalidInput
+        );
+        std::fs::remove_file(&file).unwrap();
+        let fifo = std::ffi::CString::new(file.to_str().unwrap()).unwrap();
+        #[allow(unsafe_code)]
+        // SAFETY: a plain system call on a NUL-terminated path.
+        let made = unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) };
+        assert_eq!(made, 0);
+        assert_eq!(
+            super::read_bounded(&file, 4).unwrap_err().kind(),
+            ErrorKind::InvalidInput
+        );
+        assert!(super::open_regular(dir.path()).unwrap().is_none());
     }
 }
 

@@ -172,9 +172,23 @@ fn segment_sizing(expected_keys: usize, fpr: f64) -> (usize, f64) {
 /// `optimal_size` picks them, in floating point (infinite for a rate of 0).
 fn segment_bits(expected_keys: usize, fpr: f64) -> f64 {
     let (keys, segment_fpr) = segment_sizing(expected_keys, fpr);
-    let ln2_sq = std::f64::consts::LN_2 * std::f64::consts::LN_2;
-    (8.0 * (keys as f64 * segment_fpr.ln() / (-8.0 * ln2_sq)).ceil()).max(64.0)
+    filter_bits(keys, segment_fpr)
 }
+
+/// The bits of one filter for `keys` keys at rate `fpr`, as fastbloom's
+/// `optimal_size` picks them, in floating point.
+fn filter_bits(keys: usize, fpr: f64) -> f64 {
+    let ln2_sq = std::f64::consts::LN_2 * std::f64::consts::LN_2;
+    (8.0 * (keys as f64 * fpr.ln() / (-8.0 * ln2_sq)).ceil()).max(64.0)
+}
+
+/// How many times its planned keys a prefilter's saved file may hold (with
+/// [`SAVED_LEN_FLOOR`]) and still be read at open ([`Prefilter::saved_len_limit`]).
+const SAVED_GROWTH: f64 = 64.0;
+
+/// The bytes a saved prefilter may always have, however small its plan: room for
+/// the extra generations a shortened retention or a clock set back leave.
+const SAVED_LEN_FLOOR: f64 = (64 << 20) as f64;
 
 /// Why a prefilter cannot be built as configured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -575,6 +589,17 @@ impl Prefilter {
         let sum = xxhash_rust::xxh3::xxh3_64_with_seed(&out, self.owner);
         out.extend_from_slice(&sum.to_le_bytes());
         out
+    }
+
+    /// The longest saved file of this filter an open reads: that of filters for
+    /// [`SAVED_GROWTH`] times the keys planned within retention (`expected_keys`),
+    /// with a floor of 64 MiB. A longer one (a file grown at rest, a link to a device)
+    /// is not read, and the filter is rebuilt from the durable tier instead: a
+    /// namespace whose keys within retention outgrew that plan rebuilds at each open.
+    pub(crate) fn saved_len_limit(&self) -> u64 {
+        let planned = filter_bits(self.per_segment, self.segment_fpr) / 8.0 * (SPANS + 1) as f64;
+        // (A float beyond `u64::MAX` converts to it.)
+        (planned * SAVED_GROWTH + SAVED_LEN_FLOOR) as u64
     }
 
     /// Takes the generations saved in `bytes` if they were saved by a filter of the
@@ -1083,6 +1108,28 @@ mod tests {
                 .all(|seg| seg.items.load(Ordering::Relaxed) <= seg.capacity),
             "{counts:?}"
         );
+    }
+
+    #[test]
+    fn a_filter_many_times_over_its_plan_saves_within_the_length_an_open_reads() {
+        // 100,000 planned keys, a few times over in each of the live generations,
+        // and far over in one.
+        let p = Prefilter::new(100_000, 4_000, 0.01);
+        let limit = p.saved_len_limit();
+        assert!(limit >= 64 << 20, "{limit}");
+        for g in 0..=SPANS {
+            for i in 0..100_000 {
+                p.insert(h(g * 10_000_000 + i), g * 1_000);
+            }
+        }
+        for i in 0..2_000_000 {
+            p.insert(h(900_000_000 + i), 0);
+        }
+        let len = p.encode(1, 0).len() as u64;
+        assert!(len > 2 << 20, "{len}");
+        assert!(len <= limit, "{len} > {limit}");
+        // The limit follows the plan: a plan 1,000 times larger may save more.
+        assert!(Prefilter::new(100_000_000, 4_000, 0.01).saved_len_limit() > limit);
     }
 
     #[test]

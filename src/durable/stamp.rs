@@ -20,6 +20,9 @@ use crate::error::{Error, StoreError};
 
 const MAGIC: &[u8; 8] = b"IDEMSTMP";
 const LEN: usize = 40;
+/// The longest `IDENTITY` file read: RocksDB writes a 36-character UUID there. A
+/// longer one is not hashed, and counts as unreadable.
+const IDENTITY_LIMIT: u64 = 4096;
 
 /// The stamp file of the database in `dir`.
 pub(crate) fn path(dir: &Path) -> PathBuf {
@@ -67,18 +70,18 @@ impl Stamp {
 /// The stamp of the database in `dir`: `None` if there is none, it is not whole, or
 /// it was made for another database than the one whose files are there now (its
 /// `IDENTITY` differs): the open then looks at RocksDB's own metadata instead. A
-/// stamp or `IDENTITY` that is not a regular file (a FIFO, a directory, a device) is
-/// not read, and counts as none.
+/// stamp or `IDENTITY` that is not a regular file (a FIFO, a directory, a device),
+/// or longer than it can be, is not read, and counts as none.
 pub(crate) fn read(dir: &Path) -> Option<Stamp> {
-    let stamp = Stamp::decode(&super::read_regular(&path(dir)).ok()?)?;
+    let stamp = Stamp::decode(&super::read_bounded(&path(dir), LEN as u64).ok()?)?;
     (identity(dir) == Some(stamp.identity)).then_some(stamp)
 }
 
 /// The xxh3-64 of the `IDENTITY` file of the database in `dir`, which RocksDB writes
-/// when it creates the database; `None` if it cannot be read, or is not a regular
-/// file.
+/// when it creates the database; `None` if it cannot be read, is not a regular file
+/// or is longer than [`IDENTITY_LIMIT`].
 pub(crate) fn identity(dir: &Path) -> Option<u64> {
-    super::read_regular(&dir.join("IDENTITY"))
+    super::read_bounded(&dir.join("IDENTITY"), IDENTITY_LIMIT)
         .ok()
         .map(|b| xxh3_64(&b))
 }

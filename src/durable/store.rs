@@ -1961,10 +1961,10 @@ impl DurableNs {
         let Some(p) = &self.prefilter else {
             return Ok(());
         };
-        // Anything but a regular file there (a FIFO, a directory, a device) is not
-        // read: the filter is rebuilt.
+        // Anything but a regular file there (a FIFO, a directory, a device), or one
+        // longer than any this filter saves, is not read: the filter is rebuilt.
         let file = self.store.prefilter_file(&self.name);
-        let saved = match super::read_regular(&file) {
+        let saved = match super::read_bounded(&file, p.saved_len_limit()) {
             Ok(bytes) => Some(bytes),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => {

@@ -1,0 +1,95 @@
+//! What an open reads of a saved prefilter: never more than a filter of the
+//! namespace's settings saves. A longer file (one grown at rest, a sparse one) is
+//! not read, and the filter is rebuilt from the durable tier.
+//!
+//! Measured by this test binary's allocator, which counts the bytes each thread has
+//! allocated and not freed, and their peak: the open sets up the prefilter on the
+//! thread that builds the engine.
+
+#![cfg(all(feature = "durable", not(idem_loom)))]
+
+mod util;
+
+use std::cell::Cell;
+
+use idem::{Engine, ManualClock};
+use util::*;
+
+thread_local! {
+    static LIVE: Cell<isize> = const { Cell::new(0) };
+    static PEAK: Cell<isize> = const { Cell::new(0) };
+}
+
+/// Counts each thread's live bytes and their peak (the allocator's hook).
+fn count(delta: isize) {
+    // (`try_with`: a thread being torn down has no counters left; nothing to count.)
+    let _ = LIVE.try_with(|live| {
+        let now = live.get() + delta;
+        live.set(now);
+        let _ = PEAK.try_with(|peak| peak.set(peak.get().max(now)));
+    });
+}
+
+#[global_allocator]
+static ALLOCATOR: util::Counting = util::Counting(count);
+
+/// `f()`, and how far this thread's live memory rose above where it started while
+/// `f` ran (what it returns included).
+fn peak_growth<T>(f: impl FnOnce() -> T) -> (T, isize) {
+    let start = LIVE.with(Cell::get);
+    PEAK.with(|p| p.set(start));
+    let out = f();
+    (out, PEAK.with(Cell::get) - start)
+}
+
+fn open(dir: &TempDir, clock: &ManualClock) -> Engine {
+    Engine::builder()
+        .namespace("ns", small().expected_keys(1_000))
+        .clock(clock.clone())
+        .maintenance_interval(None)
+        .durable(dir.path())
+        .build()
+        .expect("opening the durable engine")
+}
+
+#[test]
+fn a_saved_prefilter_longer_than_any_of_its_settings_is_not_read_but_rebuilt() {
+    const LEN: u64 = 256 << 20;
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    {
+        let engine = open(&dir, &clock);
+        let ns = engine.namespace("ns").unwrap();
+        acquire(&ns, b"k").complete().unwrap();
+        // A clean shutdown saves the filter, a few kilobytes.
+    }
+    let saved: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("idem-prefilter-"))
+        })
+        .collect();
+    assert_eq!(saved.len(), 1);
+    // Sparse: 256 MiB long, nothing on disk. Before, the open read all of it.
+    std::fs::File::options()
+        .write(true)
+        .open(&saved[0])
+        .unwrap()
+        .set_len(LEN)
+        .unwrap();
+    let (engine, grew) = peak_growth(|| open(&dir, &clock));
+    assert!(
+        grew < (LEN / 8) as isize,
+        "the open held {grew} bytes at its peak"
+    );
+    let s = engine.stats();
+    assert_eq!((s.prefilter_loads, s.prefilter_rebuilds), (0, 1), "{s:?}");
+    assert!(engine
+        .namespace("ns")
+        .unwrap()
+        .claim(b"k")
+        .unwrap()
+        .is_duplicate());
+}

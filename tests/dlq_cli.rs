@@ -267,6 +267,26 @@ fn bad_arguments_are_refused() {
     assert!(!missing.exists());
 }
 
+#[cfg(unix)]
+#[test]
+fn a_current_file_that_cannot_be_looked_at_is_said_as_it_is_not_as_no_database() {
+    let tmp = TempDir::new("current-loop");
+    // A link to itself: looking at it fails, and not as a missing file (as a
+    // directory that cannot be read does, where permissions bind).
+    std::os::unix::fs::symlink("CURRENT", tmp.0.join("CURRENT")).unwrap();
+    let dir = tmp.0.to_str().unwrap();
+    for args in [
+        ["dlq", "list", dir, "--namespace", "n", "--id", "1"].as_slice(),
+        &["dlq", "archive", dir, "-n", "n", "--id", "1", "--note", "x"],
+    ] {
+        let cmd = args[1];
+        let (_, code, _, err) = idem(args);
+        assert_eq!(code, Some(1), "{cmd}: {err}");
+        assert!(err.contains("symbolic links"), "{cmd}: {err}");
+        assert!(!err.contains("no idem database"), "{cmd}: {err}");
+    }
+}
+
 /// The application's engine on the database at `db`: `builder` with namespace
 /// "orders" configured as `cfg`, no maintenance thread.
 fn open_orders(db: &Path, builder: idem::EngineBuilder, cfg: NamespaceConfig) -> Engine {

@@ -221,8 +221,21 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
 /// Checks that `dir` holds a database with namespace `name`: an engine creates the
 /// namespaces it is given, so a mistyped name must not reach one.
 fn check_namespace(dir: &Path, name: &str) -> Result<(), String> {
-    if !dir.join("CURRENT").is_file() {
-        return Err(format!("no idem database in {}", dir.display()));
+    // A `CURRENT` that cannot be looked at for another reason than its absence (a
+    // directory that cannot be read) is said as it is, not as no database; one that
+    // is not a file is for `namespaces` to report.
+    let current = dir.join("CURRENT");
+    match std::fs::metadata(&current) {
+        Ok(_) => {}
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
+            return Err(format!("no idem database in {}", dir.display()));
+        }
+        Err(e) => return Err(format!("{}: {e}", current.display())),
     }
     let known = idem::namespaces(dir).map_err(|e| e.to_string())?;
     if !known.iter().any(|n| n == name) {

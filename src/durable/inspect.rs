@@ -180,11 +180,7 @@ pub fn stored_config(
     super::check_path(path)?;
     super::check_rocksdb_files(path)?;
     if DB::list_cf(&Options::default(), path).is_err() {
-        return Err(Error::IncompatibleFormat {
-            path: path.to_path_buf(),
-            found: None,
-            supported: super::FORMAT_VERSION,
-        });
+        return Err(unlisted(path));
     }
     let ms = std::time::Duration::from_millis;
     Ok(super::stored_settings(path, namespace)?.map(|s| {
@@ -200,17 +196,42 @@ pub fn stored_config(
 /// families alone: no record is read, and the database may be open in an engine
 /// meanwhile. Use it to check a name before opening an engine on it (an engine
 /// creates the namespaces it is given). [`Error::IncompatibleFormat`] if `path`
-/// holds no RocksDB database.
+/// holds no RocksDB database; [`Error::Store`] with the I/O error if its `CURRENT`
+/// file cannot be opened for another reason than its absence (a directory that
+/// cannot be read).
 pub fn namespaces(path: impl AsRef<Path>) -> Result<Vec<String>, Error> {
     let path = path.as_ref();
     super::check_path(path)?;
     super::check_rocksdb_files(path)?;
-    let cfs = DB::list_cf(&Options::default(), path).map_err(|_| Error::IncompatibleFormat {
-        path: path.to_path_buf(),
-        found: None,
-        supported: super::FORMAT_VERSION,
-    })?;
+    let cfs = DB::list_cf(&Options::default(), path).map_err(|_| unlisted(path))?;
     Ok(namespace_names(&cfs))
+}
+
+/// Why the column families of `path` could not be listed: no database there
+/// ([`Error::IncompatibleFormat`]) if it has no `CURRENT` file (or is no directory),
+/// otherwise the error opening that file, as it is (a directory that cannot be read
+/// is not "no database"). A `CURRENT` that opens leaves RocksDB's refusal as it was:
+/// no database this build can read.
+fn unlisted(path: &Path) -> Error {
+    unlisted_for(path, super::open_regular(&path.join("CURRENT")).err())
+}
+
+/// [`unlisted`], given the error opening `path`'s `CURRENT` file, if any.
+fn unlisted_for(path: &Path, current: Option<std::io::Error>) -> Error {
+    use std::io::ErrorKind;
+    match current {
+        Some(e) if !matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
+            Error::Store(StoreError::new(
+                "open read-only",
+                format!("{}: {e}", path.join("CURRENT").display()),
+            ))
+        }
+        _ => Error::IncompatibleFormat {
+            path: path.to_path_buf(),
+            found: None,
+            supported: super::FORMAT_VERSION,
+        },
+    }
 }
 
 /// The namespaces among a database's column families (each has a `done:` family),
@@ -318,7 +339,7 @@ impl ReadOnlyDb {
             |attempt| std::thread::sleep(std::time::Duration::from_millis(1 << attempt)),
         );
         let (db, families) = opened.map_err(|e| match e {
-            Unopened::NoFamilies(_) => incompatible(None),
+            Unopened::NoFamilies(_) => unlisted(path),
             Unopened::Failed(e) => store_err("open read-only", e),
         })?;
         let format = db.get(b"idem/format").map_err(|e| store_err("read", e))?;
@@ -645,6 +666,52 @@ mod tests {
         std::fs::write(dir.join("CURRENT"), "MANIFEST-000001\n").unwrap();
         assert_eq!(open_attempts(&dir), OPEN_ATTEMPTS);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_current_file_that_cannot_be_opened_is_said_as_it_is_not_as_no_database() {
+        use std::io::{Error as IoError, ErrorKind};
+        let path = Path::new("/db");
+        let store = |kind: ErrorKind| {
+            let e = unlisted_for(path, Some(IoError::from(kind)));
+            matches!(e, Error::Store(s) if s.to_string().contains("/db/CURRENT"))
+        };
+        // A directory that cannot be read (tests run as root, where permissions do
+        // not bind: the decision alone).
+        assert!(store(ErrorKind::PermissionDenied));
+        assert!(store(ErrorKind::Other));
+        let none = |current: Option<IoError>| {
+            matches!(
+                unlisted_for(path, current),
+                Error::IncompatibleFormat { found: None, .. }
+            )
+        };
+        assert!(none(Some(IoError::from(ErrorKind::NotFound))));
+        assert!(none(Some(IoError::from(ErrorKind::NotADirectory))));
+        assert!(none(None));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_current_file_that_cannot_be_opened_is_an_io_error_everywhere() {
+        // A link to itself: opening it fails, and not as a missing file.
+        let dir = crate::durable::test_dir::tempdir("inspect-current-loop");
+        std::os::unix::fs::symlink("CURRENT", dir.path().join("CURRENT")).unwrap();
+        let io = |r: Result<(), Error>| {
+            assert!(
+                matches!(&r, Err(Error::Store(s)) if s.to_string().contains("symbolic links")),
+                "{r:?}"
+            )
+        };
+        io(ReadOnlyDb::open(dir.path()).map(|_| ()));
+        io(namespaces(dir.path()).map(|_| ()));
+        io(stored_config(dir.path(), "ns").map(|_| ()));
+        // Without it, no database.
+        std::fs::remove_file(dir.path().join("CURRENT")).unwrap();
+        assert!(matches!(
+            namespaces(dir.path()),
+            Err(Error::IncompatibleFormat { .. })
+        ));
     }
 
     #[test]

@@ -312,7 +312,9 @@ impl NamespaceConfig {
         self
     }
 
-    /// The longest key accepted, in bytes (default 4096).
+    /// The longest key accepted, in bytes (default 4096): from 1 to `u32::MAX` (a dead
+    /// letter stores its key's length in 32 bits); a longer limit is refused with
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig).
     pub fn max_key_len(mut self, max_key_len: usize) -> Self {
         self.max_key_len = max_key_len;
         self
@@ -472,6 +474,10 @@ impl NamespaceConfig {
         }
         if self.max_key_len == 0 {
             return bad("max_key_len must be at least 1");
+        }
+        if u32::try_from(self.max_key_len).is_err() {
+            // A dead letter stores its key's length in 32 bits.
+            return bad("max_key_len is at most 2^32 - 1 bytes");
         }
         if self.get_retention() < self.ttl {
             return bad("retention must be at least the ttl");

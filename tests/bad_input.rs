@@ -74,6 +74,26 @@ fn oversized_result_is_refused_and_the_claim_stays_held() {
 }
 
 #[test]
+fn a_key_limit_past_what_a_dead_letter_stores_is_refused() {
+    let build = |max: usize| {
+        Engine::builder()
+            .namespace("n", small().max_key_len(max))
+            .build()
+            .map(|_| ())
+    };
+    // A dead letter stores its key's length in 32 bits.
+    for max in [u32::MAX as usize + 1, usize::MAX] {
+        match build(max) {
+            Err(Error::InvalidConfig { reason, .. }) => {
+                assert!(reason.contains("max_key_len"), "{reason}")
+            }
+            other => panic!("{max}: {other:?}"),
+        }
+    }
+    build(u32::MAX as usize).unwrap();
+}
+
+#[test]
 fn invalid_configurations_are_refused() {
     let bad = [
         NamespaceConfig::new().ttl(ms(0)),

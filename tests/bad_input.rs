@@ -285,3 +285,26 @@ fn an_empty_durable_path_or_one_with_a_nul_byte_is_a_configuration_error() {
     // Nothing was made where a relative path would have put it.
     assert!(!std::path::Path::new("idem-db").exists());
 }
+
+/// A durable path that is a file, or lies under one, is an `Error::Store` saying the
+/// path is not a directory, and the file is left as it was. Before, the error blamed
+/// the journal ("open journal ... Not a directory").
+#[cfg(feature = "durable")]
+#[test]
+fn a_durable_path_that_is_a_file_or_under_one_is_refused_as_such() {
+    let tmp = util::TempDir::new();
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, b"not a database").unwrap();
+    for path in [file.clone(), file.join("db")] {
+        let r = Engine::builder()
+            .durable(&path)
+            .namespace("n", NamespaceConfig::new())
+            .build();
+        assert!(
+            matches!(&r, Err(Error::Store(e)) if e.operation() == "open"
+                && e.to_string().contains("database path")),
+            "{path:?}: {r:?}"
+        );
+    }
+    assert_eq!(std::fs::read(&file).unwrap(), b"not a database");
+}

@@ -345,11 +345,30 @@ struct DirClaim(Option<DirId>);
 impl DirClaim {
     /// Claims `path` for this process, creating it if missing (as the open would),
     /// or [`Error::AlreadyOpen`] if a store of this process has it open.
+    /// A path that is not a directory (a file there, or under it) is an
+    /// [`Error::Store`] saying so, before anything is opened or made.
     fn take(path: &Path) -> Result<DirClaim, Error> {
-        if std::fs::metadata(path).is_err() {
-            // With its parents, as RocksDB's open would make them. (Failing here
-            // leaves the error to that open, which reports it.)
-            let _ = std::fs::create_dir_all(path);
+        let not_a_dir = |why: String| {
+            Error::Store(StoreError::new(
+                "open",
+                format!("the database path {} {why}", path.display()),
+            ))
+        };
+        match std::fs::metadata(path) {
+            Ok(m) if !m.is_dir() => return Err(not_a_dir("is not a directory".to_owned())),
+            Ok(_) => {}
+            Err(_) => {
+                // With its parents, as RocksDB's open would make them. (Failing here
+                // leaves the error to that open, which reports it; but for a file in
+                // the way, which this says.)
+                if let Err(e) = std::fs::create_dir_all(path) {
+                    if e.kind() == std::io::ErrorKind::NotADirectory
+                        || e.kind() == std::io::ErrorKind::AlreadyExists
+                    {
+                        return Err(not_a_dir(format!("cannot be made: {e}")));
+                    }
+                }
+            }
         }
         let Some(id) = dir_id(path) else {
             return Ok(DirClaim(None));

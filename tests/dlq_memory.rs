@@ -13,44 +13,19 @@
 
 mod util;
 
-use std::cell::Cell;
-
 use idem::{
     Dlq, Engine, ManualClock, ReplayMode, SchemaVerdict, Selection, MAX_DEAD_LETTER_PAYLOAD,
 };
+use util::per_thread::peak_growth;
 use util::*;
 
-thread_local! {
-    static LIVE: Cell<isize> = const { Cell::new(0) };
-    static PEAK: Cell<isize> = const { Cell::new(0) };
-}
-
-/// Counts each thread's live bytes and their peak (the allocator's hook).
-fn count(delta: isize) {
-    // (`try_with`: a thread being torn down has no counters left; nothing to count.)
-    let _ = LIVE.try_with(|live| {
-        let now = live.get() + delta;
-        live.set(now);
-        let _ = PEAK.try_with(|peak| peak.set(peak.get().max(now)));
-    });
-}
-
 #[global_allocator]
-static ALLOCATOR: util::Counting = util::Counting(count);
+static ALLOCATOR: util::Counting = util::Counting(util::per_thread::count);
 
 const MIB: isize = 1 << 20;
 /// Letters of the largest payload: before, opening their store held every payload
 /// (and a copy of each stored letter), well over `LETTERS` MiB.
 const LETTERS: usize = 24;
-
-/// `f()`, and how far this thread's live memory rose above where it started while
-/// `f` ran (what it returns included).
-fn peak_growth<T>(f: impl FnOnce() -> T) -> (T, isize) {
-    let start = LIVE.with(Cell::get);
-    PEAK.with(|p| p.set(start));
-    let out = f();
-    (out, PEAK.with(Cell::get) - start)
-}
 
 fn open(dir: &TempDir, clock: &ManualClock) -> Engine {
     Engine::builder()

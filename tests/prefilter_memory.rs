@@ -10,37 +10,12 @@
 
 mod util;
 
-use std::cell::Cell;
-
 use idem::{Engine, ManualClock};
+use util::per_thread::peak_growth;
 use util::*;
 
-thread_local! {
-    static LIVE: Cell<isize> = const { Cell::new(0) };
-    static PEAK: Cell<isize> = const { Cell::new(0) };
-}
-
-/// Counts each thread's live bytes and their peak (the allocator's hook).
-fn count(delta: isize) {
-    // (`try_with`: a thread being torn down has no counters left; nothing to count.)
-    let _ = LIVE.try_with(|live| {
-        let now = live.get() + delta;
-        live.set(now);
-        let _ = PEAK.try_with(|peak| peak.set(peak.get().max(now)));
-    });
-}
-
 #[global_allocator]
-static ALLOCATOR: util::Counting = util::Counting(count);
-
-/// `f()`, and how far this thread's live memory rose above where it started while
-/// `f` ran (what it returns included).
-fn peak_growth<T>(f: impl FnOnce() -> T) -> (T, isize) {
-    let start = LIVE.with(Cell::get);
-    PEAK.with(|p| p.set(start));
-    let out = f();
-    (out, PEAK.with(Cell::get) - start)
-}
+static ALLOCATOR: util::Counting = util::Counting(util::per_thread::count);
 
 fn open(dir: &TempDir, clock: &ManualClock) -> Engine {
     Engine::builder()

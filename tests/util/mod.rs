@@ -198,3 +198,35 @@ unsafe impl std::alloc::GlobalAlloc for Counting {
         p
     }
 }
+
+/// Per-thread counts for [`Counting`]: each thread's live bytes and their peak, so
+/// that tests running beside one another do not disturb each other's figures. A test
+/// binary installs `util::Counting(util::per_thread::count)` and measures with
+/// [`per_thread::peak_growth`].
+pub mod per_thread {
+    use std::cell::Cell;
+
+    thread_local! {
+        static LIVE: Cell<isize> = const { Cell::new(0) };
+        static PEAK: Cell<isize> = const { Cell::new(0) };
+    }
+
+    /// Counts this thread's live bytes and their peak (the allocator's hook).
+    pub fn count(delta: isize) {
+        // (`try_with`: a thread being torn down has no counters left; nothing to count.)
+        let _ = LIVE.try_with(|live| {
+            let now = live.get() + delta;
+            live.set(now);
+            let _ = PEAK.try_with(|peak| peak.set(peak.get().max(now)));
+        });
+    }
+
+    /// `f()`, and how far this thread's live memory rose above where it started
+    /// while `f` ran (what it returns included).
+    pub fn peak_growth<T>(f: impl FnOnce() -> T) -> (T, isize) {
+        let start = LIVE.with(Cell::get);
+        PEAK.with(|p| p.set(start));
+        let out = f();
+        (out, PEAK.with(Cell::get) - start)
+    }
+}

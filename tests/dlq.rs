@@ -43,8 +43,14 @@ fn durable_with_a_letter(key: &[u8]) -> (TempDir, ManualClock, Engine, Namespace
 #[cfg(feature = "durable")]
 /// A durable engine with namespace "ns" in `dir` on `clock`.
 fn open(dir: &TempDir, clock: &ManualClock) -> (Engine, Namespace, Dlq) {
+    open_with(dir, clock, config())
+}
+
+#[cfg(feature = "durable")]
+/// A durable engine with namespace "ns" of `cfg` in `dir` on `clock`.
+fn open_with(dir: &TempDir, clock: &ManualClock, cfg: NamespaceConfig) -> (Engine, Namespace, Dlq) {
     let engine = Engine::builder()
-        .namespace("ns", config())
+        .namespace("ns", cfg)
         .clock(clock.clone())
         .maintenance_interval(None)
         .durable(dir.path())
@@ -1846,21 +1852,10 @@ fn open_failing_open(
     clock: &ManualClock,
     max_keys: usize,
 ) -> (Engine, Namespace, Dlq) {
-    let engine = Engine::builder()
-        .namespace(
-            "ns",
-            small()
-                .max_keys(max_keys)
-                .on_store_error(idem::FailurePolicy::FailOpen),
-        )
-        .clock(clock.clone())
-        .maintenance_interval(None)
-        .durable(dir.path())
-        .build()
-        .unwrap();
-    let ns = engine.namespace("ns").unwrap();
-    let dlq = engine.dlq("ns").unwrap();
-    (engine, ns, dlq)
+    let cfg = small()
+        .max_keys(max_keys)
+        .on_store_error(idem::FailurePolicy::FailOpen);
+    open_with(dir, clock, cfg)
 }
 
 /// A replay whose handler outlived its lease claims the key again to record the

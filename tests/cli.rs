@@ -321,6 +321,48 @@ fn durable_demo_survives_sigkill_and_verifies_the_ledger() {
 
 #[cfg(feature = "durable")]
 #[test]
+fn a_durable_demo_too_short_to_be_killed_mid_stream_says_no_crash_was_shown() {
+    // One message: the consumer acknowledges it and runs out of messages before any
+    // claim is in flight, so there is nothing to kill mid-stream.
+    let tmp = util::TempDir::new();
+    let dir = tmp.path().to_str().unwrap();
+    let out = idem_within(
+        &["demo", "--dir", dir, "--messages", "1", "--sync", "never"],
+        Duration::from_secs(120),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("no crash was tested"), "{stdout}");
+    assert!(stdout.contains("not shown:"), "{stdout}");
+    assert!(!stdout.contains("verified"), "{stdout}");
+}
+
+#[cfg(feature = "durable")]
+#[test]
+fn a_short_durable_demo_is_still_killed_with_a_claim_in_flight() {
+    // Ten messages, killed at 40%: four acknowledged, then a claim held until the
+    // kill, found orphaned by the restart.
+    let tmp = util::TempDir::new();
+    let dir = tmp.path().to_str().unwrap();
+    let out = idem_within(
+        &["demo", "--dir", dir, "--messages", "10", "--sync", "never"],
+        Duration::from_secs(120),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("then was killed with SIGKILL"), "{stdout}");
+    assert!(
+        !stdout.contains("run 2:      restarted; 0 orphan"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("verified:   every one of 10 messages took effect exactly once"),
+        "{stdout}"
+    );
+}
+
+#[cfg(feature = "durable")]
+#[test]
 fn durable_demo_refuses_a_directory_that_holds_a_database_and_keeps_it() {
     let tmp = util::TempDir::new();
     let dir = tmp.path().to_str().unwrap();
@@ -396,8 +438,9 @@ fn a_failing_consumer_worker_stops_the_others_and_the_process_fails() {
 }
 
 /// `--freeze-after n`: once n messages are acknowledged, a worker holds its next
-/// claim until it is killed, so the stream cannot end first (the durable demo kills
-/// it after n acknowledgements, and the crash is always mid-stream).
+/// claim until it is killed, so the stream cannot end first while messages remain
+/// (the durable demo kills it after n acknowledgements and a `frozen` line, and the
+/// crash is always mid-stream).
 #[cfg(feature = "durable")]
 #[test]
 fn a_frozen_consumer_holds_its_claim_until_it_is_killed() {

@@ -35,7 +35,8 @@ fn run_and_kill_with(dir: &Path, sync: &str, more: &[&str], kill_after: usize) -
     for line in BufReader::new(out).lines() {
         let line = line.unwrap();
         if let Some(id) = line.strip_prefix("ack ") {
-            acked.push(id.parse().unwrap());
+            // `ack <id> <worker> <seq>`
+            acked.push(id.split_whitespace().next().unwrap().parse().unwrap());
             if acked.len() >= kill_after {
                 break;
             }

@@ -8,9 +8,11 @@
 //! message's id. Two applications of one message therefore leave two entries,
 //! whatever the claims did: the entries count applications without relying on the
 //! exclusivity they check. Each worker numbers its applications from 0 and stops at
-//! its first failure, so its entries have no gaps.
+//! its first failure.
 //!
-//! After a completion returns `Ok` the process prints `ack <id>`; a duplicate prints
+//! After a completion returns `Ok` the process prints `ack <id> <worker> <seq>` (the
+//! application's ledger entry is that of `application_key(run, worker, seq)`, so a
+//! reader knows which entries must exist); a duplicate prints
 //! `dup <id>`. At start it prints `orphans <n>`, at the end `done`. With `--hold <n>`
 //! it first claims the keys `held-<i>` for i < n, prints `held <n>` and keeps those
 //! claims in flight until it exits; with `--extend-held-ms <ms>` as well, it then
@@ -18,8 +20,10 @@
 //! prints `extended <n>`. A parent may kill it with SIGKILL at any moment.
 //! With `--freeze-after <n>`, a worker that acquires a claim once n messages were
 //! acknowledged prints `frozen <id>` and holds that claim, in flight, until the
-//! process is killed: the stream cannot end before a parent that kills it after n
-//! acknowledgements does so (the durable demo's crash is always mid-stream).
+//! process is killed: while messages remain after n acknowledgements, the stream
+//! cannot end before a parent that kills it on a `frozen` line does so (the durable
+//! demo's crash is always mid-stream; a stream too short to freeze a claim ends on
+//! its own, and the demo says no crash was shown).
 //!
 //! A failure of any worker stops all of them: the process reports it on stderr and
 //! exits with status 1. `--fail-worker-after <n>` makes worker 0 fail on purpose
@@ -347,8 +351,8 @@ fn consume(o: &Options) -> Result<(), String> {
                                 .complete_with(None, changes)
                                 .map_err(|e| e.to_string())?;
                             completions.record(t.elapsed().as_nanos() as u64);
+                            say(format!("ack {id} {w} {seq}"));
                             seq += 1;
-                            say(format!("ack {id}"));
                             acks.fetch_add(1, Ordering::AcqRel);
                             if fail_after.is_some_and(|n| seq >= n) {
                                 return Err(format!(

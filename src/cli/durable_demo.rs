@@ -9,14 +9,19 @@
 //! other or at the same time. A completion that was in flight at the kill and never
 //! reached the database took its entry with it, so the restarted consumer applying
 //! that message again leaves one entry, as it should. Beside the ledger, the demo
-//! counts the `ack <id>` lines of both runs per message: a completion that returned
-//! `Ok` twice for one message is a violation too.
+//! counts the `ack <id> <worker> <seq>` lines of both runs per message: a completion
+//! that returned `Ok` twice for one message is a violation too. The same lines say
+//! which ledger entries must exist: the checker reads every worker's entries up to its
+//! highest acknowledged sequence number and a margin past it (and past the last entry
+//! it found), so an entry missing in the middle is reported as acknowledged but not
+//! recorded, and the entries after it are still read and counted.
 //!
 //! With `--dir`, the directory must be new or empty: the demo never deletes anything
 //! in a directory it did not make, so a directory that holds anything (a database
 //! of an earlier run included) is refused. Without `--dir` it makes a temporary
 //! directory and removes it at the end.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
@@ -92,6 +97,12 @@ struct Run {
     orphans: u64,
     /// `ack` lines, all of them: the pipe is read to its end, after a kill too.
     acks: u64,
+    /// The sequence numbers of the acknowledged applications, per worker: the
+    /// ledger entries that must exist.
+    seqs: Acked,
+    /// `frozen` lines: claims the consumer acquired and held in flight until the
+    /// kill.
+    frozen: u64,
     dups: u64,
     finished: bool,
     /// The demo sent SIGKILL and the signal is what ended the process. `false` if
@@ -106,11 +117,12 @@ struct Run {
 }
 
 impl Run {
-    /// Killed before it had consumed its whole stream: a crash in the middle of it.
-    /// (A consumer that had printed `done` may still be killed while it closes its
-    /// engine, when the pipe's reader falls behind: that tests no crash mid-stream.)
+    /// Killed before it had consumed its whole stream, with a claim in flight: a
+    /// crash in the middle of it. (A consumer that had printed `done` may still be
+    /// killed while it closes its engine, when the pipe's reader falls behind: that
+    /// tests no crash mid-stream.)
     fn crashed_mid_stream(&self) -> bool {
-        self.killed && !self.finished
+        self.killed && !self.finished && self.frozen > 0
     }
 }
 
@@ -128,11 +140,17 @@ fn ended_by_sigkill(status: &ExitStatus) -> bool {
     !status.success()
 }
 
-/// Reads the consumer's lines from `out` to their end, counting each `ack <id>` in
-/// `acked[id]`, and sends `child` SIGKILL once `kill_after` acknowledgements were
-/// read. Then reaps the child: the run counts as killed only if the signal is what
-/// ended it (a child that had already exited is not killed by it, though
-/// `Child::kill` succeeds on it until it is reaped).
+/// The acknowledged sequence numbers of one run's applications, per worker.
+type Acked = BTreeMap<usize, BTreeSet<u64>>;
+
+/// Reads the consumer's lines from `out` to their end, counting each
+/// `ack <id> <worker> <seq>` in `acked[id]`, and sends `child` SIGKILL once
+/// `kill_after` acknowledgements and a `frozen` line were read: a claim is in flight
+/// when the kill is sent. (The consumer started with `--freeze-after kill_after`
+/// freezes its next acquired claim; a consumer that runs out of messages first exits
+/// on its own and is not killed.) Then reaps the child: the run counts as killed only
+/// if the signal is what ended it (a child that had already exited is not killed by
+/// it, though `Child::kill` succeeds on it until it is reaped).
 fn watch(
     out: impl BufRead,
     child: &mut Child,
@@ -155,18 +173,23 @@ fn watch(
         match (words.next(), words.next()) {
             (Some("orphans"), Some(n)) => run.orphans = n.parse().unwrap_or(0),
             (Some("ack"), Some(id)) => {
-                match id.parse::<usize>().ok().filter(|&i| i < acked.len()) {
-                    Some(i) => {
+                let id = id.parse::<usize>().ok().filter(|&i| i < acked.len());
+                let worker = words.next().and_then(|w| w.parse::<usize>().ok());
+                let seq = words.next().and_then(|q| q.parse::<u64>().ok());
+                match (id, worker, seq) {
+                    (Some(i), Some(w), Some(q)) => {
                         acked[i] = acked[i].saturating_add(1);
                         run.acks += 1;
+                        run.seqs.entry(w).or_default().insert(q);
                     }
-                    None => {
+                    _ => {
                         result = Err(format!("the consumer printed {line:?}"));
                         break;
                     }
                 }
             }
             (Some("dup"), _) => run.dups += 1,
+            (Some("frozen"), _) => run.frozen += 1,
             (Some("done"), _) => run.finished = true,
             (Some("latency"), Some(what)) => {
                 let figures: Vec<u64> = words.filter_map(|w| w.parse().ok()).collect();
@@ -188,7 +211,7 @@ fn watch(
         if let Some((bar, before)) = progress.as_mut() {
             bar.tick(*before + run.acks);
         }
-        if !kill_sent && kill_after.is_some_and(|k| run.acks >= k) {
+        if !kill_sent && run.frozen > 0 && kill_after.is_some_and(|k| run.acks >= k) {
             // SIGKILL: no destructor, no flush, no goodbye. The lines it wrote
             // before are still in the pipe and are read on.
             if let Err(e) = child.kill() {
@@ -279,6 +302,8 @@ struct Verdict {
     once: u64,
     /// Never applied.
     lost: u64,
+    /// Acknowledged applications whose ledger entry is missing.
+    unrecorded: u64,
     /// Applied more than once.
     doubled: u64,
     /// Applied once but acknowledged more than once (two completions returned `Ok`).
@@ -289,22 +314,47 @@ struct Verdict {
     entries: u64,
 }
 
-/// Counts the application entries of runs `runs` and workers `0..workers` per
-/// message, and judges every message of `acked` (its acknowledgements over all runs).
-/// A worker's entries are numbered from 0 without gaps, so each is read up to its
-/// first missing number.
-fn verify(engine: &Engine, runs: &[u32], workers: usize, acked: &[u8]) -> Result<Verdict, String> {
+/// How far past a worker's highest acknowledged sequence number, and past its last
+/// entry found, the check reads: a completion committed and not acknowledged at the
+/// kill leaves an entry past the last acknowledged one.
+const SEQ_MARGIN: u64 = 64;
+
+/// Counts the application entries of `runs` (each a run number and its acknowledged
+/// sequence numbers per worker) and workers `0..workers` per message, and judges every
+/// message of `acked` (its acknowledgements over all runs). Each worker's entries are
+/// read from 0 up to [`SEQ_MARGIN`] past both its highest acknowledged sequence number
+/// and the last entry found: an entry missing on the way does not stop the count, and
+/// one missing for an acknowledged application is counted as unrecorded.
+fn verify(
+    engine: &Engine,
+    runs: &[(u32, &Acked)],
+    workers: usize,
+    acked: &[u8],
+) -> Result<Verdict, String> {
     let mut applied = vec![0u8; acked.len()];
     let mut v = Verdict::default();
-    for &run in runs {
+    let none = BTreeSet::new();
+    for &(run, seqs) in runs {
         for worker in 0..workers {
-            for seq in 0.. {
-                let Some(entry) = engine
+            let acknowledged = seqs.get(&worker).unwrap_or(&none);
+            let mut end = acknowledged
+                .last()
+                .map_or(0, |&q| q.saturating_add(1))
+                .saturating_add(SEQ_MARGIN);
+            let mut seq = 0;
+            while seq < end {
+                let entry = engine
                     .read_state("ledger", &consumer::application_key(run, worker, seq))
-                    .map_err(|e| e.to_string())?
-                else {
-                    break;
+                    .map_err(|e| e.to_string())?;
+                let Some(entry) = entry else {
+                    if acknowledged.contains(&seq) {
+                        v.unrecorded += 1;
+                    }
+                    seq += 1;
+                    continue;
                 };
+                end = end.max(seq.saturating_add(1).saturating_add(SEQ_MARGIN));
+                seq += 1;
                 v.entries += 1;
                 let id = <[u8; 8]>::try_from(entry.as_slice())
                     .ok()
@@ -429,7 +479,8 @@ fn demo(o: &Options, dir: &Path) -> Result<ExitCode, String> {
         o.sync
     );
     let started = Instant::now();
-    let kill_after = o.messages * o.kill_at_pct / 100;
+    // At least one acknowledgement before the kill, whatever the stream's length.
+    let kill_after = (o.messages * o.kill_at_pct / 100).max(1);
     let messages = usize::try_from(o.messages).map_err(|e| e.to_string())?;
     let mut acked = vec![0u8; messages];
     let mut bar = Throttled {
@@ -438,6 +489,7 @@ fn demo(o: &Options, dir: &Path) -> Result<ExitCode, String> {
     };
     let first = consume(o, dir, 1, Some(kill_after), &mut acked, &mut bar, 0)?;
     if first.crashed_mid_stream() {
+        // (Its frozen claims were in flight at the kill.)
         outln!(
             "run 1:      the consumer acknowledged {} messages, then was killed with SIGKILL",
             grouped(first.acks)
@@ -472,7 +524,12 @@ fn demo(o: &Options, dir: &Path) -> Result<ExitCode, String> {
     // Verify from the ledger, whose entries every completion co-committed atomically.
     let engine = consumer::open(dir, consumer::parse_sync(Some(&o.sync))?, 1000)
         .map_err(|e| e.to_string())?;
-    let v = verify(&engine, &[1, 2], o.workers, &acked)?;
+    let v = verify(
+        &engine,
+        &[(1, &first.seqs), (2, &second.seqs)],
+        o.workers,
+        &acked,
+    )?;
     drop(engine);
     outln!(
         "throughput: {} messages in {:.2} s over both runs ({} per second)",
@@ -506,7 +563,7 @@ fn demo(o: &Options, dir: &Path) -> Result<ExitCode, String> {
         grouped(v.entries),
         grouped(first.acks + second.acks)
     );
-    let exactly_once = v.once == o.messages && v.stray == 0;
+    let exactly_once = v.once == o.messages && v.stray == 0 && v.unrecorded == 0;
     if exactly_once && first.crashed_mid_stream() {
         outln!(
             "verified:   every one of {} messages took effect exactly once, across a SIGKILL and a restart",
@@ -522,11 +579,12 @@ fn demo(o: &Options, dir: &Path) -> Result<ExitCode, String> {
         Ok(ExitCode::FAILURE)
     } else {
         outln!(
-            "FAILED:     {} exactly once, {} never applied, {} applied more than once, {} acknowledged more than once, {} stray ledger entries",
+            "FAILED:     {} exactly once, {} never applied, {} applied more than once, {} acknowledged more than once, {} acknowledged but not recorded, {} stray ledger entries",
             grouped(v.once),
             grouped(v.lost),
             grouped(v.doubled),
             grouped(v.acked_twice),
+            grouped(v.unrecorded),
             grouped(v.stray)
         );
         Ok(ExitCode::FAILURE)
@@ -569,7 +627,12 @@ mod tests {
     }
 
     #[cfg(unix)]
-    const LINES: &str = "orphans 0\nack 0\nack 1\nack 2\ndone\n";
+    const LINES: &str = "orphans 0\nack 0 0 0\nack 1 0 1\nack 2 1 0\ndone\n";
+
+    /// A consumer that froze a claim after its first acknowledgement, whose later
+    /// lines were in the pipe when the kill came.
+    #[cfg(unix)]
+    const FROZEN: &str = "orphans 0\nack 0 0 0\nfrozen 1\nack 1 0 1\nack 2 1 0\n";
 
     #[test]
     fn an_empty_directory_name_is_a_usage_error() {
@@ -596,18 +659,32 @@ mod tests {
     fn a_killed_consumer_is_counted_as_killed_and_its_pipe_read_to_the_end() {
         let mut child = blocked_child();
         let mut acked = vec![0u8; 3];
-        let run = watch(Cursor::new(LINES), &mut child, Some(1), &mut acked, None).unwrap();
+        let run = watch(Cursor::new(FROZEN), &mut child, Some(1), &mut acked, None).unwrap();
         assert!(run.killed, "{run:?}");
         // Every ack written before the kill counts, not only those before the limit.
         assert_eq!(run.acks, 3);
         assert_eq!(acked, [1, 1, 1]);
+        assert_eq!(run.seqs[&0], BTreeSet::from([0, 1]));
+        assert_eq!(run.seqs[&1], BTreeSet::from([0]));
+        assert!(run.crashed_mid_stream(), "{run:?}");
         // It had printed `done`: killed while closing, which is no crash mid-stream.
-        assert!(!run.crashed_mid_stream(), "{run:?}");
         let mut child = blocked_child();
         let mut acked = vec![0u8; 3];
-        let lines = "orphans 0\nack 0\nack 1\n";
+        let lines = format!("{FROZEN}done\n");
         let run = watch(Cursor::new(lines), &mut child, Some(1), &mut acked, None).unwrap();
-        assert!(run.crashed_mid_stream(), "{run:?}");
+        assert!(run.killed, "{run:?}");
+        assert!(!run.crashed_mid_stream(), "{run:?}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn no_kill_is_sent_before_a_claim_is_in_flight() {
+        // Enough acknowledgements, but no `frozen` line: the consumer ran out of
+        // messages and exited on its own, and no crash was shown.
+        let mut child = exited_child();
+        let mut acked = vec![0u8; 3];
+        let run = watch(Cursor::new(LINES), &mut child, Some(1), &mut acked, None).unwrap();
+        assert!(!run.killed && !run.crashed_mid_stream(), "{run:?}");
     }
 
     #[cfg(unix)]
@@ -615,7 +692,7 @@ mod tests {
     fn a_finished_consumers_figures_are_read() {
         let mut child = exited_child();
         let mut acked = vec![0u8; 3];
-        let lines = "orphans 0\nack 0\nlatency claim 3 400 900 1200\n\
+        let lines = "orphans 0\nack 0 0 0\nlatency claim 3 400 900 1200\n\
                      latency complete 1 5000 7000 8000\nmemory 3500 100\ndone\n";
         let run = watch(Cursor::new(lines), &mut child, None, &mut acked, None).unwrap();
         assert_eq!(run.claim_latency, Some([3, 400, 900, 1200]));
@@ -648,9 +725,20 @@ mod tests {
     fn an_ack_of_no_message_of_the_stream_is_refused() {
         let mut child = blocked_child();
         let mut acked = vec![0u8; 3];
-        let err = watch(Cursor::new("ack 7\n"), &mut child, None, &mut acked, None)
-            .expect_err("an id out of the stream");
+        let err = watch(
+            Cursor::new("ack 7 0 0\n"),
+            &mut child,
+            None,
+            &mut acked,
+            None,
+        )
+        .expect_err("an id out of the stream");
         assert!(err.contains("ack 7"), "{err}");
+        // An ack without its worker and sequence number says no entry to look for.
+        let mut child = blocked_child();
+        let err = watch(Cursor::new("ack 1\n"), &mut child, None, &mut acked, None)
+            .expect_err("an ack without its entry");
+        assert!(err.contains("ack 1"), "{err}");
     }
 
     /// A fresh directory under the temporary directory, removed when dropped.
@@ -680,6 +768,37 @@ mod tests {
 
     fn open(dir: &Path) -> Engine {
         consumer::open(dir, idem::SyncPolicy::Never, 1000).unwrap()
+    }
+
+    /// Runs 1 and 2 with no acknowledged sequence numbers: every worker's entries
+    /// are read up to the margin past its last one found.
+    fn unacked() -> [(u32, &'static Acked); 2] {
+        static NONE: Acked = Acked::new();
+        [(1, &NONE), (2, &NONE)]
+    }
+
+    #[test]
+    fn the_check_reads_past_a_missing_entry_and_catches_a_doubled_one_after_it() {
+        let dir = scratch("verify-gap");
+        let engine = open(&dir.0);
+        // Worker 0 acknowledged seqs 0 to 3; the entry of seq 1 (message 1) is
+        // missing, and seq 3 applied message 0 a second time.
+        write_entries(&engine, &[(1, 0, 0, 0), (1, 0, 2, 2), (1, 0, 3, 0)]);
+        let seqs = Acked::from([(0, BTreeSet::from([0, 1, 2, 3]))]);
+        let none = Acked::new();
+        let v = verify(&engine, &[(1, &seqs), (2, &none)], 1, &[2, 1, 1]).unwrap();
+        assert_eq!(
+            (v.once, v.lost, v.doubled, v.unrecorded, v.entries),
+            (1, 1, 1, 1, 3),
+            "{v:?}"
+        );
+        // An entry committed but not acknowledged (the kill came between) is read.
+        let dir = scratch("verify-unacked");
+        let engine = open(&dir.0);
+        write_entries(&engine, &[(1, 0, 0, 0), (1, 0, 1, 1)]);
+        let seqs = Acked::from([(0, BTreeSet::from([0]))]);
+        let v = verify(&engine, &[(1, &seqs), (2, &none)], 1, &[1, 0]).unwrap();
+        assert_eq!((v.once, v.unrecorded, v.entries), (2, 0, 2), "{v:?}");
     }
 
     #[test]
@@ -712,7 +831,7 @@ mod tests {
             &engine,
             &[(1, 0, 0, 0), (1, 0, 1, 1), (1, 1, 0, 1), (1, 1, 1, 2)],
         );
-        let v = verify(&engine, &[1, 2], 2, &[1, 1, 1]).unwrap();
+        let v = verify(&engine, &unacked(), 2, &[1, 1, 1]).unwrap();
         assert_eq!(
             (v.once, v.lost, v.doubled, v.entries),
             (2, 0, 1, 4),
@@ -725,7 +844,7 @@ mod tests {
         let dir = scratch("verify-again");
         let engine = open(&dir.0);
         write_entries(&engine, &[(1, 0, 0, 0), (1, 0, 1, 1), (2, 0, 0, 1)]);
-        let v = verify(&engine, &[1, 2], 1, &[1, 1]).unwrap();
+        let v = verify(&engine, &unacked(), 1, &[1, 1]).unwrap();
         assert_eq!((v.once, v.doubled), (1, 1), "{v:?}");
     }
 
@@ -736,7 +855,7 @@ mod tests {
         // Run 1 applied 0 and had 1 in flight at the kill: its completion and its
         // entry were lost together, and run 2 applied it.
         write_entries(&engine, &[(1, 0, 0, 0), (2, 0, 0, 1)]);
-        let v = verify(&engine, &[1, 2], 1, &[1, 1]).unwrap();
+        let v = verify(&engine, &unacked(), 1, &[1, 1]).unwrap();
         assert_eq!(
             (v.once, v.lost, v.doubled, v.acked_twice),
             (2, 0, 0, 0),
@@ -749,7 +868,7 @@ mod tests {
         let dir = scratch("verify-acks");
         let engine = open(&dir.0);
         write_entries(&engine, &[(1, 0, 0, 0), (1, 0, 1, 1), (1, 0, 2, 9)]);
-        let v = verify(&engine, &[1, 2], 1, &[1, 2, 0]).unwrap();
+        let v = verify(&engine, &unacked(), 1, &[1, 2, 0]).unwrap();
         assert_eq!(
             (v.once, v.lost, v.acked_twice, v.stray),
             (1, 1, 1, 1),

@@ -138,6 +138,36 @@ impl Drop for StopOnExit {
     }
 }
 
+/// The messages by how many times their side effect took place.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct Effects {
+    once: u64,
+    /// Never.
+    lost: u64,
+    /// More than once.
+    doubled: u64,
+}
+
+impl Effects {
+    /// Counts the messages by their side-effect counters, one per message.
+    fn count(counters: impl IntoIterator<Item = u32>) -> Effects {
+        let mut e = Effects::default();
+        for n in counters {
+            match n {
+                0 => e.lost += 1,
+                1 => e.once += 1,
+                _ => e.doubled += 1,
+            }
+        }
+        e
+    }
+
+    /// Every one of `messages` messages took effect exactly once.
+    fn verified(&self, messages: u64) -> bool {
+        self.lost == 0 && self.doubled == 0 && self.once == messages
+    }
+}
+
 /// Runs the demo: status 0 if every message took effect exactly once, 1 if not or if
 /// the demo itself failed (the reason on stderr).
 pub(crate) fn run(o: Options) -> Result<ExitCode, String> {
@@ -294,16 +324,7 @@ fn demo(o: &Options) -> Result<ExitCode, String> {
     let ended = tally.finished.lock().ok().and_then(|end| *end);
     let elapsed = ended.map_or_else(|| started.elapsed(), |end| end - started);
 
-    let mut once = 0u64;
-    let mut lost = 0u64;
-    let mut doubled = 0u64;
-    for e in effects.iter() {
-        match e.load(Ordering::Relaxed) {
-            0 => lost += 1,
-            1 => once += 1,
-            _ => doubled += 1,
-        }
-    }
+    let effects = Effects::count(effects.iter().map(|e| e.load(Ordering::Relaxed)));
     let stats = engine.stats();
     let claims = hist.count();
     outln!(
@@ -331,7 +352,7 @@ fn demo(o: &Options) -> Result<ExitCode, String> {
         grouped(stats.resident_keys),
         stats.bytes_per_key()
     );
-    if lost == 0 && doubled == 0 && once == o.messages {
+    if effects.verified(o.messages) {
         outln!(
             "verified:   every one of {} messages took effect exactly once",
             grouped(o.messages)
@@ -340,9 +361,9 @@ fn demo(o: &Options) -> Result<ExitCode, String> {
     } else {
         outln!(
             "FAILED:     {} exactly once, {} never applied, {} applied more than once",
-            grouped(once),
-            grouped(lost),
-            grouped(doubled)
+            grouped(effects.once),
+            grouped(effects.lost),
+            grouped(effects.doubled)
         );
         Ok(ExitCode::FAILURE)
     }
@@ -448,6 +469,25 @@ mod tests {
         rx.recv_timeout(limit)
             .expect("the demo ends instead of waiting for the failed worker")
             .expect("a failure of the demo is a status, not a usage error")
+    }
+
+    #[test]
+    fn a_lost_or_doubled_effect_fails_the_verdict() {
+        let e = Effects::count([1, 0, 1, 2, 1]);
+        assert_eq!(
+            e,
+            Effects {
+                once: 3,
+                lost: 1,
+                doubled: 1
+            }
+        );
+        assert!(!e.verified(5));
+        assert!(!Effects::count([1, 1, 0]).verified(3));
+        assert!(!Effects::count([1, 3, 1]).verified(3));
+        assert!(Effects::count([1, 1, 1]).verified(3));
+        // A counter per message: fewer counters than messages is no verdict.
+        assert!(!Effects::count([1, 1]).verified(3));
     }
 
     #[test]

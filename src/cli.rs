@@ -69,7 +69,7 @@ USAGE:
         consumer fails, or the consumer finished before it could be killed (no
         crash tested).
     idem demo --memory [--messages N] [--workers N] [--redeliver PCT] [--fail PCT] [--quick]
-        The in-memory demo: redeliveries, concurrent duplicates and failing workers
+        The in-memory demo: redeliveries, back-to-back duplicates and failing workers
         against the hot tier alone; prints throughput, claim latency percentiles
         and bytes per key.
     idem inspect DIR [--namespace N (--key K | --key-hex H)]

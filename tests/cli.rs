@@ -239,7 +239,7 @@ fn demo_verifies_every_message_took_effect_once() {
     );
     assert!(stdout.contains("p99.9"), "{stdout}");
     assert!(stdout.contains("bytes per key"), "{stdout}");
-    // Failed workers and concurrent duplicates really happened in the run.
+    // Failed workers really happened in the run.
     let answers = stdout
         .lines()
         .find(|l| l.starts_with("answers:"))

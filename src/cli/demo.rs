@@ -1,7 +1,8 @@
 //! `idem demo`: a simulated at-least-once consumer.
 //!
 //! A producer publishes a stream of messages in which some are redelivered later and
-//! some are delivered twice at once (so two workers race for the same key). Worker
+//! some are delivered twice back to back (two workers may then take the two
+//! deliveries at the same time and race for the same key, or one after the other). Worker
 //! threads claim each message's key before applying it; some workers "fail" after
 //! claiming (they drop the guard, which releases the claim) and the broker redelivers.
 //! At the end every message's side-effect counter must be exactly 1.
@@ -194,7 +195,8 @@ fn demo(o: &Options) -> Result<ExitCode, String> {
     let orders = engine.namespace("orders").map_err(|e| e.to_string())?;
 
     // The stream: every message once, in a scrambled order, plus redeliveries. A
-    // redelivery is either immediate (a concurrent duplicate: two workers race) or
+    // redelivery is either immediate (a back-to-back duplicate: the next delivery, which
+    // another worker may take while the first is in flight) or
     // later in the stream.
     let mut rng = Rng(0x1de3_5eed_0000_0001);
     let mut stream: Vec<u64> =
@@ -225,7 +227,7 @@ fn demo(o: &Options) -> Result<ExitCode, String> {
     let deliveries = stream.len() as u64;
 
     outln!(
-        "idem demo: {} messages, {} deliveries ({} redeliveries, {} of them concurrent duplicates), {} workers; {}% of acquired claims fail before applying (released, delivered again)",
+        "idem demo: {} messages, {} deliveries ({} redeliveries, {} of them back-to-back duplicates), {} workers; {}% of acquired claims fail before applying (released, delivered again)",
         grouped(o.messages),
         grouped(deliveries),
         grouped(deliveries - o.messages),
@@ -328,7 +330,7 @@ fn demo(o: &Options) -> Result<ExitCode, String> {
     let stats = engine.stats();
     let claims = hist.count();
     outln!(
-        "answers:    {} acquired ({} by workers that then failed), {} duplicate, {} in progress (nacked, redelivered)",
+        "answers:    {} acquired ({} by workers that then failed), {} duplicate, {} in progress (another worker held the claim: nacked, redelivered)",
         grouped(tally.acquired.load(Ordering::Relaxed)),
         grouped(tally.failed.load(Ordering::Relaxed)),
         grouped(tally.duplicates.load(Ordering::Relaxed)),

@@ -283,6 +283,10 @@ fn durable_demo_survives_sigkill_and_verifies_the_ledger() {
     assert!(stdout.contains("was killed with SIGKILL"), "{stdout}");
     // The restarted consumer's figures, and the progress on stderr.
     assert!(stdout.contains("latency:    run 2, claim p50"), "{stdout}");
+    // Each run's own pace, and where the wall time went.
+    assert!(stdout.contains("throughput: run 1 "), "{stdout}");
+    assert!(stdout.contains("the orphans' leases"), "{stdout}");
+    assert!(stdout.contains("never fsynced"), "sync never: {stdout}");
     assert!(stdout.contains("p99.9"), "{stdout}");
     assert!(stdout.contains("hot-tier bytes per key"), "{stdout}");
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -103,6 +103,11 @@ struct Run {
     /// `frozen` lines: claims the consumer acquired and held in flight until the
     /// kill.
     frozen: u64,
+    /// When the process was started and when it was reaped.
+    spawned: Option<Instant>,
+    reaped: Option<Instant>,
+    /// When each `ack` line was read, in order.
+    ack_times: Vec<Instant>,
     dups: u64,
     finished: bool,
     /// The demo sent SIGKILL and the signal is what ended the process. `false` if
@@ -181,6 +186,7 @@ fn watch(
                         acked[i] = acked[i].saturating_add(1);
                         run.acks += 1;
                         run.seqs.entry(w).or_default().insert(q);
+                        run.ack_times.push(Instant::now());
                     }
                     _ => {
                         result = Err(format!("the consumer printed {line:?}"));
@@ -264,6 +270,7 @@ fn consume(
     before: u64,
 ) -> Result<Run, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let spawned = Instant::now();
     let mut child = Command::new(exe)
         .args(["__consumer", "--dir"])
         .arg(dir)
@@ -286,13 +293,72 @@ fn consume(
         let _ = child.wait();
         return Err("no consumer output".into());
     };
-    watch(
+    let mut run = watch(
         BufReader::new(out),
         &mut child,
         kill_after,
         acked,
         Some((progress, before)),
-    )
+    )?;
+    run.spawned = Some(spawned);
+    run.reaped = Some(Instant::now());
+    Ok(run)
+}
+
+/// Where the time of one run went: from its start to its first acknowledgement
+/// (process start, open, recovery), `head` acknowledgements from the first to the
+/// `head`-th (the run's own pace), the rest to the last acknowledgement, and from
+/// there to its end (the kill, or closing). All in seconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Split {
+    head: u64,
+    start: f64,
+    consuming: f64,
+    rest: f64,
+    end: f64,
+}
+
+impl Run {
+    /// The run's time split at its `head`-th acknowledgement (all of them if fewer).
+    fn split(&self, head: u64) -> Split {
+        let secs = |a: Instant, b: Instant| b.saturating_duration_since(a).as_secs_f64();
+        let (Some(spawned), Some(reaped)) = (self.spawned, self.reaped) else {
+            return Split {
+                head: 0,
+                start: 0.0,
+                consuming: 0.0,
+                rest: 0.0,
+                end: 0.0,
+            };
+        };
+        let head = head.min(self.ack_times.len() as u64);
+        let (Some(&first), Some(&last)) = (self.ack_times.first(), self.ack_times.last()) else {
+            return Split {
+                head: 0,
+                start: secs(spawned, reaped),
+                consuming: 0.0,
+                rest: 0.0,
+                end: 0.0,
+            };
+        };
+        let at_head = self.ack_times[head.max(1) as usize - 1];
+        Split {
+            head,
+            start: secs(spawned, first),
+            consuming: secs(first, at_head),
+            rest: secs(at_head, last),
+            end: secs(last, reaped),
+        }
+    }
+}
+
+/// `n` over `secs` per second, or `-` over no measurable time.
+fn per_second(n: u64, secs: f64) -> String {
+    if n > 1 && secs > 0.0 {
+        grouped((n.saturating_sub(1) as f64 / secs) as u64)
+    } else {
+        "-".into()
+    }
 }
 
 /// What the ledger entries and the acknowledgements say about each message.
@@ -520,6 +586,7 @@ fn demo(o: &Options, dir: &Path) -> Result<ExitCode, String> {
         grouped(second.dups)
     );
     let elapsed = started.elapsed();
+    let checked = Instant::now();
 
     // Verify from the ledger, whose entries every completion co-committed atomically.
     let engine = consumer::open(dir, consumer::parse_sync(Some(&o.sync))?, 1000)
@@ -531,11 +598,41 @@ fn demo(o: &Options, dir: &Path) -> Result<ExitCode, String> {
         &acked,
     )?;
     drop(engine);
+    // The consumers' own pace: acknowledgements from each run's first to its last
+    // (run 1) or to the last one that did not wait for an orphan's lease (run 2: each
+    // orphan claim is acquired again only once its lease ran out).
+    let one = first.split(first.acks);
+    let fresh = second.acks.saturating_sub(second.orphans);
+    let two = second.split(fresh);
     outln!(
-        "throughput: {} messages in {:.2} s over both runs ({} per second)",
-        grouped(o.messages),
-        elapsed.as_secs_f64(),
-        grouped((o.messages as f64 / elapsed.as_secs_f64()) as u64)
+        "throughput: run 1 {} acknowledged in {:.2} s ({} per second) before the kill; \
+         run 2 {} in {:.2} s ({} per second), its last {} (one per orphan claim, acquired again once its \
+         lease ran out) {:.2} s after those",
+        grouped(first.acks),
+        one.consuming,
+        per_second(one.head, one.consuming),
+        grouped(two.head),
+        two.consuming,
+        per_second(two.head, two.consuming),
+        grouped(second.acks - two.head),
+        two.rest
+    );
+    outln!(
+        "time:       {:.2} s in all: run 1 {:.2} s (start and open {:.2} s, consuming {:.2} s, \
+         to the kill {:.2} s); run 2 {:.2} s (start, open and recovery {:.2} s, consuming {:.2} s, \
+         last {} acknowledgements (the orphans' leases) {:.2} s, closing {:.2} s); check {:.2} s",
+        (elapsed + checked.elapsed()).as_secs_f64(),
+        one.start + one.consuming + one.rest + one.end,
+        one.start,
+        one.consuming + one.rest,
+        one.end,
+        two.start + two.consuming + two.rest + two.end,
+        two.start,
+        two.consuming,
+        grouped(second.acks - two.head),
+        two.rest,
+        two.end,
+        checked.elapsed().as_secs_f64()
     );
     // What a completion's write costs depends on the sync policy: only `always`
     // fsyncs it before `complete` returns.

@@ -2500,6 +2500,49 @@ mod tests {
         }
     }
 
+    /// A sliding window whose rewrite the store refused (fail open, the window kept
+    /// in the hot tier alone) is rewritten by the next sighting once the store takes
+    /// writes again, so that the record lasts until the expiry that sighting
+    /// answers: after a restart the key is still a duplicate. (Before, the hot
+    /// deadline counted as what the record held: the sighting wrote nothing, and
+    /// the restarted engine acquired the key before that expiry.)
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_sighting_after_a_refused_window_rewrite_writes_the_record() {
+        use std::time::Duration;
+        let dir = Scratch::new("hot-only-window");
+        let cfg = || sliding_fail_open(crate::ClaimMarkers::Journal);
+        let clock = crate::ManualClock::new(1_000_000);
+        let answered = {
+            let engine = durable_engine(&dir, cfg(), &clock);
+            let ns = engine.namespace("n").unwrap();
+            first_claim(&ns).complete().unwrap();
+            clock.advance(Duration::from_secs(30));
+            engine.debug_fail_store_writes(true);
+            assert!(ns.claim(b"k").unwrap().is_duplicate(), "fail open");
+            engine.debug_fail_store_writes(false);
+            clock.advance(Duration::from_secs(10));
+            let writes = engine.stats().durable_writes;
+            let crate::Claim::Duplicate(done) = ns.claim(b"k").unwrap() else {
+                panic!("a duplicate")
+            };
+            assert!(engine.stats().durable_writes > writes, "the rewrite");
+            // Written now: the next sighting within it writes nothing.
+            let writes = engine.stats().durable_writes;
+            assert!(ns.claim(b"k").unwrap().is_duplicate());
+            assert_eq!(engine.stats().durable_writes, writes, "covered");
+            engine.close().unwrap();
+            done.expires_at_ms()
+        };
+        // The window's end, 100 s on, rounded up to a whole retention.
+        assert_eq!(answered, 1_000_000 + 120_000);
+        clock.advance(Duration::from_secs(79)); // a second before that expiry
+        let engine = durable_engine(&dir, cfg(), &clock);
+        let ns = engine.namespace("n").unwrap();
+        let c = ns.claim(b"k").unwrap();
+        assert!(c.is_duplicate(), "answered until {answered}: {c:?}");
+    }
+
     /// A sliding window read back from the durable tier rewrites its record without
     /// settling the marker of a claim in flight: here claim X, acquired over the
     /// live record of an earlier run when the read failed under `FailOpen` (with the

@@ -2187,9 +2187,16 @@ impl Shard {
                 let old = widen(now.tick, e.deadline);
                 let when = p.deadline(now, p.ttl_ms).max(old);
                 let covered = self.completed_at(idx).and_then(|c| {
+                    if !self.unstored.is_empty() && self.unstored.contains(&idx) {
+                        // The store refused this window (fail open): the record may
+                        // end before the hot deadline, so this sighting rewrites it
+                        // (the rewrite reads the record first, and never shortens it).
+                        return Some(false);
+                    }
                     // What the record holds, at least: every record of a window is
                     // written to `record_until` its deadline, and the hot tier never
-                    // holds a deadline its record does not cover.
+                    // holds a deadline its record does not cover (unless it is
+                    // unstored).
                     let have = p.record_until(c, p.tick_to_ms(old))?;
                     Some(p.record_until(c, p.tick_to_ms(when))? <= have)
                 });
@@ -2438,8 +2445,10 @@ impl Shard {
         self.slab.update_meta(x.idx, |m| m & !COMPLETING_BIT);
         match stored {
             // The store holds the record now: the entry may be evicted as any other.
+            // (An entry read back from the durable tier settles no marker, yet may
+            // have been left unstored by an earlier rewrite: it is stored now too.)
             Stored::Yes => {
-                if x.settles {
+                if !self.unstored.is_empty() {
                     self.unstored.remove(&x.idx);
                 }
             }

@@ -594,11 +594,15 @@ impl Model {
                             // The record must be rewritten first, and cannot be.
                             return (Answer::Failed(store_refusal()), None);
                         }
-                        if extended > *until && !self.failing {
+                        // A window the hot tier holds alone (the store refused its
+                        // record, fail open) is rewritten by the next sighting the
+                        // store takes, whether or not this one moves it.
+                        let unstored = *disk_until != Some(*until);
+                        if (extended > *until || unstored) && !self.failing {
                             // Rewritten; the first record of a completion decided
                             // in the hot tier alone settles its claim's markers.
                             settles = disk_until.is_none();
-                            *disk_until = Some(extended);
+                            *disk_until = Some(extended.max(*until));
                         } else if extended > *until {
                             self.hot_only[1] += 1;
                         }
@@ -1332,10 +1336,14 @@ impl Harness {
         // not the hot tier held the key, and whether the rewrite is then made or
         // refused (a failing disk, `FailClosed`: the one refusal of a done key by the
         // store, which answers nothing and leaves the hot window as it was): such a
-        // read is not classified.
+        // read is not classified. So does every sighting of a window the hot tier
+        // holds alone (fail open), which tries the rewrite again.
         let extended = matches!(
             (&before, self.model.keys.get(&key)),
-            (Some(State::Done { until: a, .. }), Some(State::Done { until: b, .. })) if b > a
+            (
+                Some(State::Done { until: a, disk_until: da, .. }),
+                Some(State::Done { until: b, disk_until: db, .. }),
+            ) if b > a || db != da || *da != Some(*a)
         );
         let rewrite_refused = expected == Answer::Failed(store_refusal());
         let (answer, guard) = observed(got);

@@ -2308,6 +2308,64 @@ mod tests {
         assert_eq!(g.complete(), Err(crate::Error::LeaseLost));
     }
 
+    /// A sighting made while another sighting's rewrite of the record is in flight
+    /// answers no later expiry than the record held before that rewrite, and does
+    /// not move the window: if the write fails (`FailClosed`), the window goes back
+    /// there and the key is still a duplicate until the expiry it was told; if it
+    /// succeeds, the rewrite's window holds. (Before, the sighting counted as covered
+    /// by the rewrite's target and answered its expiry, a minute past the record's,
+    /// which the failed write then undid.)
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_sighting_during_a_window_rewrite_answers_what_the_record_held() {
+        use std::cell::RefCell;
+        use std::rc::Rc;
+        use std::time::Duration;
+        for fails in [true, false] {
+            let dir = Scratch::new("sighting-during-rewrite");
+            let (engine, ns, clock) = durable_namespace_with(
+                &dir,
+                crate::NamespaceConfig::new()
+                    .ttl(Duration::from_secs(60))
+                    .retention(Duration::from_secs(60))
+                    .extend_on_duplicate(true)
+                    .sync(crate::SyncPolicy::Never),
+            );
+            let engine = Rc::new(engine);
+            first_claim(&ns).complete().unwrap();
+            clock.advance(Duration::from_secs(30));
+            let during = Rc::new(RefCell::new(None));
+            {
+                let (engine, clock, ns, during) =
+                    (engine.clone(), clock.clone(), ns.clone(), during.clone());
+                crate::durable::set_before_rewrite(move || {
+                    clock.advance(Duration::from_secs(1));
+                    *during.borrow_mut() = Some(ns.claim(b"k").unwrap());
+                    engine.debug_fail_store_writes(fails);
+                });
+            }
+            let first = ns.claim(b"k");
+            engine.debug_fail_store_writes(false);
+            assert_eq!(first.is_err(), fails, "{first:?}");
+            let Some(crate::Claim::Duplicate(done)) = during.borrow_mut().take() else {
+                panic!("the sighting during the rewrite is a duplicate")
+            };
+            assert_eq!(
+                done.expires_at_ms(),
+                1_000_000 + 60_000,
+                "fails: {fails}: the record's window before the rewrite"
+            );
+            let Some(crate::KeyState::Done { expires_at_ms, .. }) = ns.check(b"k").unwrap() else {
+                panic!("fails: {fails}: still done")
+            };
+            let window = if fails { 60_000 } else { 120_000 };
+            assert_eq!(expires_at_ms, 1_000_000 + window, "fails: {fails}");
+            clock.advance(Duration::from_secs(28)); // a second before that expiry
+            let c = ns.claim(b"k").unwrap();
+            assert!(c.is_duplicate(), "fails: {fails}: {c:?}");
+        }
+    }
+
     /// A sliding window's rewrite that the store refuses (`FailClosed`) after the
     /// window's old end has passed leaves the key expired and its room given back at
     /// once, counted as an expiration. (Before, the old end went back into the

@@ -1552,6 +1552,12 @@ pub(crate) struct Shard {
     /// refused under fail-open ([`Stored::HotOnly`]): eviction passes them by.
     /// Empty unless the store has failed.
     unstored: HashSet<u32>,
+    /// For each done entry whose sliding window's record is being rewritten (marked
+    /// completing by [`Shard::begin_extension`]), the expiry the record held before
+    /// the rewrite, in milliseconds: what a sighting during the write is judged
+    /// against and answered at most, since a failed write puts the window back there.
+    /// Empty unless a rewrite is in flight.
+    rewriting: HashMap<u32, u64>,
     /// A note for each `forget` of this shard's keys that is deleting their durable
     /// records (empty almost always): its id, its key's fingerprint, the entry and
     /// token of a claim whose completion was refused meanwhile, its count of claims
@@ -1679,6 +1685,7 @@ impl Shard {
             payloads: HashMap::new(),
             extras: HashMap::new(),
             unstored: HashSet::new(),
+            rewriting: HashMap::new(),
             forgetting: Vec::new(),
             forget_ids: 0,
             next_token: 0,
@@ -1839,6 +1846,7 @@ impl Shard {
             + table_bytes(self.payloads.capacity(), std::mem::size_of::<(u32, u64)>())
             + table_bytes(self.extras.capacity(), std::mem::size_of::<(u32, Extra)>())
             + table_bytes(self.unstored.capacity(), std::mem::size_of::<u32>())
+            + table_bytes(self.rewriting.capacity(), std::mem::size_of::<(u32, u64)>())
             + self.forgetting.capacity() * std::mem::size_of::<ForgetNote>()
             + results
     }
@@ -1892,6 +1900,16 @@ impl Shard {
             expires_at_ms,
             extra.and_then(|s| s.result.clone()),
         )
+    }
+
+    /// [`Shard::done_view`] of an entry whose record another sighting is rewriting
+    /// (marked completing when this look-up began): its expiry no later than the
+    /// record holds now, since the rewrite may fail and put the window back there.
+    #[cold]
+    fn done_view_rewriting(&self, p: &Params, now: Now, idx: u32) -> DoneView {
+        let (completed_at_ms, expires_at_ms, result) = self.done_view(p, now, idx);
+        let held = self.rewriting.get(&idx).copied().unwrap_or(u64::MAX);
+        (completed_at_ms, expires_at_ms.min(held), result)
     }
 
     /// Adds slab entry `idx` (fingerprint `fp`) to the index. A new bucket array's
@@ -2186,6 +2204,11 @@ impl Shard {
                 // clock before a later sighting took the lock must not shorten it.
                 let old = widen(now.tick, e.deadline);
                 let when = p.deadline(now, p.ttl_ms).max(old);
+                // What the record holds, at least: every record of a window is
+                // written to `record_until` its deadline, and the hot tier never holds
+                // a deadline its record does not cover (unless it is unstored, or a
+                // rewrite is in flight).
+                let have = |c| p.record_until(c, p.tick_to_ms(old));
                 let covered = self.completed_at(idx).and_then(|c| {
                     if !self.unstored.is_empty() && self.unstored.contains(&idx) {
                         // The store refused this window (fail open): the record may
@@ -2193,30 +2216,44 @@ impl Shard {
                         // (the rewrite reads the record first, and never shortens it).
                         return Some(false);
                     }
-                    // What the record holds, at least: every record of a window is
-                    // written to `record_until` its deadline, and the hot tier never
-                    // holds a deadline its record does not cover (unless it is
-                    // unstored).
-                    let have = p.record_until(c, p.tick_to_ms(old))?;
+                    let have = if e.meta & COMPLETING_BIT != 0 {
+                        // The deadline is the rewrite's, which may yet fail: judged
+                        // against the record as it was before.
+                        self.rewriting.get(&idx).copied().or_else(|| have(c))?
+                    } else {
+                        have(c)?
+                    };
                     Some(p.record_until(c, p.tick_to_ms(when))? <= have)
                 });
                 if covered == Some(false)
                     && (e.meta & COMPLETING_BIT != 0 || self.being_forgotten(fp))
                 {
                     // The record is being rewritten (or deleted by a forget) and this
-                    // sighting would need a later rewrite still: the window is not
-                    // moved, so the hot tier never promises more than the durable tier
-                    // will hold. Rare: it takes a sighting a whole retention later
-                    // during one write, or during a forget.
+                    // sighting would need more than it held before: the window is not
+                    // moved, and the expiry answered is at most the record's before
+                    // the rewrite (`done_view_rewriting`), so that a failed write
+                    // undoes no answer and the hot tier never promises more than the
+                    // durable tier will hold. Every sighting during a rewrite comes
+                    // here (the rewrite's target is already past the record); rare,
+                    // as it takes a sighting during one write, or during a forget.
                 } else {
                     self.reschedule(idx, when);
                     if covered == Some(false) {
-                        extend = self.begin_extension(p, fp, idx, when, Some(old));
+                        // (`have` is what the record holds: a completing entry is
+                        // never here not covered.)
+                        let held = self.completed_at(idx).and_then(have);
+                        extend = self.begin_extension(p, fp, idx, when, Some(old), held);
                     }
                 }
             }
             self.counters.duplicates += 1;
-            let (completed_at_ms, expires_at_ms, result) = self.done_view(p, now, idx);
+            // (`e` is the entry before this sighting: completing, another's rewrite is
+            // in flight.)
+            let (completed_at_ms, expires_at_ms, result) = if e.meta & COMPLETING_BIT != 0 {
+                self.done_view_rewriting(p, now, idx)
+            } else {
+                self.done_view(p, now, idx)
+            };
             return ShardClaim::Duplicate {
                 completed_at_ms,
                 expires_at_ms,
@@ -2385,7 +2422,8 @@ impl Shard {
     /// Marks done entry `idx` completing and describes the rewrite of its durable
     /// record that covers hot deadline `when`; `fallback` is the deadline to restore if
     /// the rewrite fails, or `None` to drop the entry then (it was just read from the
-    /// durable tier).
+    /// durable tier); `held` is the expiry the record holds until then (see
+    /// `rewriting`).
     fn begin_extension(
         &mut self,
         p: &Params,
@@ -2393,6 +2431,7 @@ impl Shard {
         idx: u32,
         when: u64,
         fallback: Option<u64>,
+        held: Option<u64>,
     ) -> Option<Extension> {
         if self.being_forgotten(fp) {
             // Its record is being deleted: a rewrite could land after the delete.
@@ -2401,6 +2440,9 @@ impl Shard {
         let completed_at_ms = self.completed_at(idx)?;
         let expires_ms = p.record_until(completed_at_ms, p.tick_to_ms(when))?;
         self.slab.update_meta(idx, |m| m | COMPLETING_BIT);
+        if let Some(held) = held {
+            self.rewriting.insert(idx, held);
+        }
         let e = self.slab.get(idx);
         let (token, has_payload) = (e.token(), e.has_payload());
         Some(Extension {
@@ -2436,6 +2478,10 @@ impl Shard {
             // The sighting's claim returns the store's error (or its panic), not the
             // `Duplicate` it was counted as when it began the rewrite.
             self.counters.duplicates -= 1;
+        }
+        // (No entry marked completing is removed, so the note is this rewrite's.)
+        if !self.rewriting.is_empty() {
+            self.rewriting.remove(&x.idx);
         }
         let e = *self.slab.get(x.idx);
         if !(e.is(fp) && e.state() == STATE_DONE && e.meta & COMPLETING_BIT != 0) {
@@ -2501,7 +2547,7 @@ impl Shard {
                 // record, the record is rewritten.
                 let when = found_deadline(p, now, &d, !self.being_forgotten(fp));
                 let extend = if p.sliding && needs_rewrite(p, &d, when) {
-                    self.begin_extension(p, fp, idx, when, None)
+                    self.begin_extension(p, fp, idx, when, None, Some(d.expires_at_ms))
                 } else {
                     None
                 };
@@ -2770,7 +2816,11 @@ impl Shard {
                 lease_expires_at_ms: deadline_ms(p, now, e.deadline).max(now.ms),
             }
         } else {
-            let (completed_at_ms, expires_at_ms, result) = self.done_view(p, now, idx);
+            let (completed_at_ms, expires_at_ms, result) = if e.meta & COMPLETING_BIT != 0 {
+                self.done_view_rewriting(p, now, idx)
+            } else {
+                self.done_view(p, now, idx)
+            };
             ShardState::Done {
                 completed_at_ms,
                 expires_at_ms,

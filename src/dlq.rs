@@ -1022,14 +1022,7 @@ impl Inner {
     /// read-only, as an engine opened now would find it.
     fn check(&self, key: &[u8], payload: &[u8]) -> Result<Option<KeyState>> {
         match &self.home {
-            Home::Engine { ns, .. } => {
-                let checked = || ns.check_with_payload(key, payload);
-                #[cfg(feature = "durable")]
-                let checked = crate::durable::failing_closed(checked);
-                #[cfg(not(feature = "durable"))]
-                let checked = checked();
-                checked
-            }
+            Home::Engine { ns, .. } => failing_closed(|| ns.check_with_payload(key, payload)),
             #[cfg(feature = "durable")]
             Home::ReadOnly { name, db } => {
                 // The limit an engine opened now would apply: the application's, as
@@ -1187,14 +1180,10 @@ impl Inner {
         // The handler has applied the message: whatever the claim answers, the letter
         // is recorded as replayed, so that no later replay applies it again. The key
         // is claimed as the replay's own claim was: with the letter's payload.
-        let claimed = || {
+        let claimed = failing_closed(|| {
             self.namespace()
                 .and_then(|ns| ns.claim_with_payload(key, &done.payload))
-        };
-        #[cfg(feature = "durable")]
-        let claimed = crate::durable::failing_closed(claimed);
-        #[cfg(not(feature = "durable"))]
-        let claimed = claimed();
+        });
         let taken = match claimed {
             Err(Error::PayloadMismatch) => "taken meanwhile by a claim of another payload \
                  (held or completed with another payload's fingerprint), so it is not \
@@ -1434,6 +1423,16 @@ impl Inner {
         letter.state = to;
         self.write_letter(&mut st, id, &letter, None).map(Some)
     }
+}
+
+/// Runs `f` (a replay's claim or a dry run's look-up) with the durable tier read
+/// failing closed (`crate::durable::failing_closed`); without a durable tier there
+/// is nothing to read, and `f` runs as it is.
+fn failing_closed<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(feature = "durable")]
+    return crate::durable::failing_closed(f);
+    #[cfg(not(feature = "durable"))]
+    f()
 }
 
 /// How a write that landed ended: a replayed message's completion, or a letter's.
@@ -2131,11 +2130,7 @@ impl Dlq {
         // restart the hot tier does not know it) and apply it again, so its claim
         // reads failing closed.
         let ns = inner.namespace()?;
-        let claimed = || ns.claim_with_payload(&letter.key, &letter.payload);
-        #[cfg(feature = "durable")]
-        let claimed = crate::durable::failing_closed(claimed);
-        #[cfg(not(feature = "durable"))]
-        let claimed = claimed();
+        let claimed = failing_closed(|| ns.claim_with_payload(&letter.key, &letter.payload));
         let claim = match claimed {
             Err(Error::InvalidKey(e)) => {
                 refuse_key(mid, &e, report);

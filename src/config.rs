@@ -301,7 +301,9 @@ impl NamespaceConfig {
 
     /// An exact bound on resident keys (in progress or done and unexpired): the namespace
     /// accepts this many and refuses the next with [`Error::CapacityExceeded`].
-    /// Size it as peak rate x TTL.
+    /// Size it as peak rate x TTL; with an [`EngineBuilder::tick`] coarser than 1 ms,
+    /// peak rate x (TTL + tick): a done key keeps its room until the tick its
+    /// deadline falls on, up to a tick less a millisecond past its TTL.
     ///
     /// [`Stats::resident_keys`](crate::Stats::resident_keys) also counts expired keys
     /// that no maintenance pass has reclaimed yet, so it can read `max_keys` while

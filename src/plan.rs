@@ -408,7 +408,9 @@ pub enum SizingWarning {
         keys: u64,
     },
     /// The TTL is longer than the default 1 ms tick allows (2^30 ticks); the engine
-    /// needs a coarser `EngineBuilder::tick`.
+    /// needs a coarser `EngineBuilder::tick`, and `max_keys` rate x tick more than
+    /// [`Plan::resident_keys`]: a done key keeps its room until the tick its deadline
+    /// falls on, up to a tick past its TTL.
     TtlNeedsCoarserTick {
         /// The smallest whole-millisecond tick that allows the TTL.
         min_tick_ms: u64,
@@ -455,7 +457,7 @@ impl fmt::Display for SizingWarning {
             ),
             SizingWarning::TtlNeedsCoarserTick { min_tick_ms } => write!(
                 f,
-                "the TTL is longer than 2^30 ticks of the default 1 ms: build the engine with `.tick(Duration::from_millis({min_tick_ms}))` or coarser"
+                "the TTL is longer than 2^30 ticks of the default 1 ms: build the engine with `.tick(Duration::from_millis({min_tick_ms}))` or coarser, and give max_keys rate x tick more (a done key keeps its room until the tick its deadline falls on, up to a tick past its TTL)"
             ),
             SizingWarning::SmallNamespace { keys } => write!(
                 f,

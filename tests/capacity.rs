@@ -139,3 +139,51 @@ fn a_namespace_never_full_never_refuses_under_concurrent_churn() {
     ));
     drop(guards);
 }
+
+/// Steady traffic at `every_ms` a key (claimed and completed at once) for `for_ms`,
+/// on an engine ticking every `tick_ms`: how many claims were refused.
+fn refusals_at_a_steady_rate(tick_ms: u64, ttl_ms: u64, every_ms: u64, max_keys: usize) -> u64 {
+    let clock = idem::ManualClock::new(T0 + 1);
+    let engine = idem::Engine::builder()
+        .namespace("ns", small().ttl(ms(ttl_ms)).max_keys(max_keys))
+        .clock(clock.clone())
+        .tick(ms(tick_ms))
+        .maintenance_interval(None)
+        .build()
+        .expect("valid configuration");
+    let ns = engine.namespace("ns").expect("configured namespace");
+    let mut refused = 0;
+    for i in 0..(4 * ttl_ms / every_ms) {
+        match ns.claim(key(i).as_bytes()) {
+            Ok(Claim::Acquired(g)) => g.complete().unwrap(),
+            Err(Error::CapacityExceeded { .. }) => refused += 1,
+            other => panic!("key {i}: {other:?}"),
+        }
+        clock.advance(ms(every_ms));
+    }
+    refused
+}
+
+/// A done key keeps its room until the tick its deadline falls on: with a tick
+/// coarser than 1 ms, up to a tick less a millisecond past its TTL. Steady traffic
+/// at the peak rate then needs rate x (TTL + tick - 1 ms) of `max_keys`, not rate x
+/// TTL, as `NamespaceConfig::max_keys` and `idem plan`'s advice on the tick say.
+#[test]
+fn with_a_coarse_tick_a_done_key_keeps_its_room_up_to_a_tick_past_its_ttl() {
+    // One key every 10 ms, a TTL of 2 s: 200 keys within any TTL.
+    assert_eq!(refusals_at_a_steady_rate(1, 2_000, 10, 200), 0);
+    // A 1 s tick: 200 keys of room refuse some, 300 (rate x 2.999 s) none.
+    assert!(refusals_at_a_steady_rate(1_000, 2_000, 10, 200) > 0);
+    assert_eq!(refusals_at_a_steady_rate(1_000, 2_000, 10, 300), 0);
+    // The plan that advises a coarser tick says what it costs in room.
+    let plan = idem::Sizing::new(1.0, ms((1 << 30) + 1)).plan().unwrap();
+    let advice: Vec<String> = plan.warnings(None).iter().map(|w| w.to_string()).collect();
+    assert!(
+        advice
+            .iter()
+            .any(|w| w.contains(".tick(Duration::from_millis(2))")
+                && w.contains("max_keys")
+                && w.contains("rate x tick")),
+        "{advice:?}"
+    );
+}

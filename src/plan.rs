@@ -28,6 +28,21 @@ const HOT_BYTES_PER_KEY: f64 = 34.6;
 /// (166.7 - 34.7 - 64 at 1 M; 166.3 - 34.4 - 64 at 10 M).
 const RESULT_OVERHEAD_PER_KEY: f64 = 68.0;
 
+/// Hot-tier heap bytes a sliding window (`NamespaceConfig::extend_on_duplicate`) adds
+/// to a done key: its completion time's row in its shard's side table.
+///
+/// Measured: `Stats::bytes_per_key` of full memory-only namespaces with and without
+/// sliding windows, release build (87.3 - 35.4 at 1 M keys, 86.6 - 34.7 at 4 M);
+/// `tests/sizing.rs` holds it against a live engine.
+const SLIDING_BYTES_PER_KEY: f64 = 51.9;
+
+/// Hot-tier heap bytes a payload fingerprint (`Namespace::claim_with_payload`) adds to
+/// a key: its row in its shard's payload table.
+///
+/// Measured as [`SLIDING_BYTES_PER_KEY`], keys claimed with a payload (62.1 - 35.4
+/// at 1 M keys, 61.5 - 34.7 at 4 M).
+const PAYLOAD_BYTES_PER_KEY: f64 = 26.8;
+
 /// The hot-tier heap bytes of a stored result of `len` bytes, besides the
 /// [`RESULT_OVERHEAD_PER_KEY`] measured with 64-byte results: its allocation holds
 /// two counts (16 bytes) and the bytes, padded to 8 (as `Stats::hot_bytes` counts
@@ -314,6 +329,8 @@ impl Sizing {
             retained_keys,
             hot_bytes_per_key,
             hot_bytes,
+            sliding_bytes_per_key: SLIDING_BYTES_PER_KEY,
+            payload_bytes_per_key: PAYLOAD_BYTES_PER_KEY,
             prefilter_bits_per_key,
             prefilter_bytes,
             durable_bytes_per_key,
@@ -347,10 +364,21 @@ pub struct Plan {
     pub resident_keys: u64,
     /// Keys the durable tier holds at peak: rate x retention.
     pub retained_keys: u64,
-    /// Hot-tier heap bytes per resident key (compare with `Stats::bytes_per_key()`).
+    /// Hot-tier heap bytes per resident key (compare with `Stats::bytes_per_key()`):
+    /// a fixed window's, keys claimed without a payload (see
+    /// [`Plan::sliding_bytes_per_key`] and [`Plan::payload_bytes_per_key`]).
     pub hot_bytes_per_key: f64,
     /// Hot-tier heap bytes at peak.
     pub hot_bytes: u64,
+    /// Hot-tier heap bytes a sliding window (`extend_on_duplicate`) adds to each
+    /// resident key, beyond [`Plan::hot_bytes_per_key`] (a fixed window's) and not in
+    /// [`Plan::hot_bytes`].
+    pub sliding_bytes_per_key: f64,
+    /// Hot-tier heap bytes a payload fingerprint (keys claimed with
+    /// `claim_with_payload`) adds to each resident key, beyond
+    /// [`Plan::hot_bytes_per_key`] (keys claimed without one) and not in
+    /// [`Plan::hot_bytes`].
+    pub payload_bytes_per_key: f64,
     /// Bloom-filter bits per retained key for the false-positive rate, from the
     /// prefilter's own sizing (five generational filters of a quarter of the keys each,
     /// each at p / 5), held against live filters by a test.

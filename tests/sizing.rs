@@ -215,3 +215,54 @@ fn a_small_namespace_costs_more_a_key_and_its_plan_says_so() {
         .unwrap();
     assert!(plan.warnings(None).is_empty(), "1,000,000 keys");
 }
+
+/// What a sliding window (`extend_on_duplicate`) and a payload fingerprint
+/// (`claim_with_payload`) add to a key in the hot tier, as the plan states them
+/// beside its fixed-window, payload-free figure: each within 10 % of a live
+/// engine's difference. Before, the plan gave the fixed window's figure alone,
+/// though a sliding window's key took 2.5 times as much.
+#[test]
+fn the_plan_states_what_a_sliding_window_and_a_payload_add_a_key() {
+    let _serial = one_at_a_time();
+    const KEYS: u64 = 200_000;
+    let live = |sliding: bool, payload: bool| {
+        let (engine, ns, _clock) = engine_with(
+            NamespaceConfig::new()
+                .max_keys(KEYS as usize)
+                .extend_on_duplicate(sliding),
+        );
+        for i in 0..KEYS {
+            let claim = if payload {
+                ns.claim_with_payload(&key(i), b"payload")
+            } else {
+                ns.claim(&key(i))
+            };
+            match claim.expect("claim") {
+                Claim::Acquired(g) => g.complete().expect("complete"),
+                _ => panic!("key {i} was not fresh"),
+            }
+        }
+        engine.stats().bytes_per_key()
+    };
+    let plain = live(false, false);
+    let plan = Sizing::new(2_000.0, Duration::from_secs(100))
+        .plan()
+        .unwrap();
+    for (what, sliding, payload, planned) in [
+        ("a sliding window", true, false, plan.sliding_bytes_per_key),
+        ("a payload", false, true, plan.payload_bytes_per_key),
+        (
+            "both",
+            true,
+            true,
+            plan.sliding_bytes_per_key + plan.payload_bytes_per_key,
+        ),
+    ] {
+        let added = live(sliding, payload) - plain;
+        let off = (added - planned).abs() / planned;
+        assert!(
+            off <= 0.10,
+            "{what}: {added:.1} B a key more live, {planned:.1} B planned"
+        );
+    }
+}

@@ -402,6 +402,10 @@ pub(crate) fn render(o: &Options, plan: &Plan, memory: Option<Memory>) -> String
     out += "\nnotes:\n";
     out += "- per-key figures were measured by the benchmark harness (BENCHMARKS.md); Stats::bytes_per_key() reports the live hot-tier figure\n";
     out += "- the prefilter figure is its generational sizing: 5 Bloom filters of 1/4 of the keys, each at fpr/5 (the textbook single filter would take -ln(fpr)/ln(2)^2 bits per key but could never drop expired keys)\n";
+    out += &format!(
+        "- the hot-tier figure is a fixed window's, keys claimed without a payload: a sliding window (extend_on_duplicate) adds {:.1} B a key, claim_with_payload {:.1} B\n",
+        plan.sliding_bytes_per_key, plan.payload_bytes_per_key
+    );
     out += "- the durable figure counts compacted SST files, not the write-ahead log or unflushed memtables\n";
     out += "- max_keys is the completed keys at peak (rate x TTL): a memory-only namespace also holds its claims in flight, so give it rate x the longest handling time more (a durable one makes room by evicting completed keys its store answers for)\n";
     if plan.result_bytes > 0 {
@@ -733,6 +737,11 @@ mod tests {
         assert!(text.contains(&bytes(p.journal_bytes)), "{text}");
         assert!(text.contains(&bytes(p.redis_bytes)), "{text}");
         assert!(text.contains(".max_keys(43_200_000)"), "{text}");
+        // The hot tier's figure says what it leaves out.
+        assert!(
+            text.contains("a sliding window (extend_on_duplicate) adds 51.9 B a key"),
+            "{text}"
+        );
         assert!(
             text.contains(".retention(Duration::from_secs(604800))"),
             "{text}"

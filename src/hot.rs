@@ -10,9 +10,12 @@
 //!   hash).
 //! * `wheel`: the TTL/lease timing wheel; its bucket lists are linked through the
 //!   entries' `prev`/`next` fields, so scheduling allocates nothing.
-//! * `payloads` and `extras`: what only some entries have (a payload fingerprint; a
-//!   stored result or the completion time of a sliding-window key), in side tables so
-//!   that entries without them pay nothing.
+//! * `payloads` and `completed`: a payload fingerprint, and a sliding-window key's
+//!   completion time, in columns beside the slab (8 bytes an entry, in blocks made
+//!   on first use: a namespace that uses neither pays nothing).
+//! * `extras`: what only a few entries have (a stored result; a completion time a
+//!   fixed-window entry read back from the durable tier cannot derive), in a side
+//!   table.
 //!
 //! The table is the truth and the wheel a hint: a read checks the entry's deadline
 //! itself, and the wheel only makes sure expired entries are reclaimed without traffic.
@@ -689,9 +692,9 @@ impl Links for Slab {
 #[derive(Debug, Clone)]
 pub(crate) struct Extra {
     pub(crate) result: Option<std::sync::Arc<[u8]>>,
-    /// Completion time, kept for sliding windows and for fixed-window keys read back
-    /// from the durable tier whose time their deadline does not give back (see
-    /// `found_needs_extra`; other fixed-window keys derive it);
+    /// Completion time, kept for fixed-window keys read back from the durable tier
+    /// whose time their deadline does not give back (see `found_needs_extra`; other
+    /// fixed-window keys derive it; a sliding window's are in `Shard::completed`);
     /// [`Extra::NO_TIME`] when not kept (an `Option` would cost 8 bytes more a row).
     completed_at_ms: u64,
 }
@@ -714,6 +717,54 @@ impl Extra {
 }
 
 const _: () = assert!(std::mem::size_of::<(u32, Extra)>() == 32);
+
+/// A `u64` beside every slab entry of a shard, in blocks of [`CHUNK`] made on the
+/// first write into their range: payload fingerprints, and a sliding window's
+/// completion times (every done entry of such a namespace has one). 8 bytes a key
+/// where a side-table row took 16 or 32 at up to 7/8 load (27 and 52 bytes a key
+/// measured at 1 M keys), and at most 8 bytes a key where few entries have a value
+/// (a block is made for the first of its range). A slot keeps what its last entry
+/// stored: a payload is read only where the entry's `PAYLOAD_BIT` says it has one,
+/// and a sliding window's done entry has its completion time stored as it becomes
+/// done (its completion, or its read-back from the durable tier), before any read.
+#[derive(Debug, Default)]
+pub(crate) struct Column {
+    blocks: Vec<Option<Box<[u64; CHUNK]>>>,
+}
+
+impl Column {
+    /// What a slot holding no value reads.
+    const NONE: u64 = u64::MAX;
+
+    /// Slot `idx`'s value, if it holds one other than [`Column::NONE`].
+    fn get(&self, idx: u32) -> Option<u64> {
+        self.value(idx).filter(|&v| v != Column::NONE)
+    }
+
+    /// Slot `idx` as stored (any `u64`: for a slot its entry's flag says is set), or
+    /// `None` if its block was never made.
+    fn value(&self, idx: u32) -> Option<u64> {
+        let block = self.blocks.get(idx as usize >> CHUNK_BITS)?.as_ref()?;
+        Some(block[idx as usize & (CHUNK - 1)])
+    }
+
+    /// Stores `v` in slot `idx`, making its block if needed.
+    fn set(&mut self, idx: u32, v: u64) {
+        let b = idx as usize >> CHUNK_BITS;
+        if self.blocks.len() <= b {
+            self.blocks.resize_with(b + 1, || None);
+        }
+        let block = self.blocks[b].get_or_insert_with(|| Box::new([Column::NONE; CHUNK]));
+        block[idx as usize & (CHUNK - 1)] = v;
+    }
+
+    /// Heap bytes: the blocks and the table of them.
+    fn bytes(&self) -> usize {
+        let made = self.blocks.iter().filter(|b| b.is_some()).count();
+        made * std::mem::size_of::<[u64; CHUNK]>()
+            + self.blocks.capacity() * std::mem::size_of::<Option<Box<[u64; CHUNK]>>>()
+    }
+}
 
 /// Counters of one shard, updated under its lock and summed by `stats()`. The three
 /// every claim and completion write come first (see [`Shard`]).
@@ -900,14 +951,13 @@ fn found_deadline(p: &Params, now: Now, d: &DurableDone, restart: bool) -> u64 {
 }
 
 /// Whether an entry made at `now` for a key found done in the durable tier, with hot
-/// deadline `deadline`, needs a side-table row: for a stored result, for a sliding
-/// window's completion time, or where the completion time that [`done_times`] would
-/// derive from the deadline is not the record's (a window past its TTL; a tick
-/// coarser than a millisecond that the completion time does not fall on).
+/// deadline `deadline`, needs a side-table row, in a namespace with fixed windows: for
+/// a stored result, or where the completion time that [`done_times`] would derive
+/// from the deadline is not the record's (a window past its TTL; a tick coarser than a
+/// millisecond that the completion time does not fall on). (A sliding window keeps
+/// every completion time in its column, and a row only for a result.)
 fn found_needs_extra(p: &Params, now: Now, d: &DurableDone, deadline: u64) -> bool {
-    d.result.is_some()
-        || p.sliding
-        || derived_completion(p, now, p.tick_to_ms(deadline)) != d.completed_at_ms
+    d.result.is_some() || derived_completion(p, now, p.tick_to_ms(deadline)) != d.completed_at_ms
 }
 
 /// Whether a sliding window read back from the durable tier, restarted to hot
@@ -1546,8 +1596,13 @@ pub(crate) struct Shard {
     hand: u32,
     pub(crate) counters: Counters,
     wheel: Wheel,
-    payloads: HashMap<u32, u64>,
+    /// Payload fingerprints, of the entries with `PAYLOAD_BIT` set.
+    payloads: Column,
     extras: HashMap<u32, Extra>,
+    /// A sliding window's done entries' completion times (empty in a namespace with
+    /// fixed windows, which keeps a read-back entry's in its `extras` row when its
+    /// deadline does not give it back).
+    completed: Column,
     /// Done entries whose completion (or window's extension) the durable store
     /// refused under fail-open ([`Stored::HotOnly`]): eviction passes them by.
     /// Empty unless the store has failed.
@@ -1622,13 +1677,11 @@ fn deadline_ms(p: &Params, now: Now, deadline: u32) -> u64 {
 }
 
 /// A done entry's completion time and expiry (wall-clock milliseconds) from its
-/// stored `deadline` and, if it has one, its side-table record.
+/// stored `deadline` and, if one is kept for it, its completion time.
 #[inline(always)]
-fn done_times(p: &Params, now: Now, deadline: u32, extra: Option<&Extra>) -> (u64, u64) {
+fn done_times(p: &Params, now: Now, deadline: u32, kept: Option<u64>) -> (u64, u64) {
     let expires_at_ms = deadline_ms(p, now, deadline);
-    let completed_at_ms = extra
-        .and_then(Extra::completed_at_ms)
-        .unwrap_or_else(|| derived_completion(p, now, expires_at_ms));
+    let completed_at_ms = kept.unwrap_or_else(|| derived_completion(p, now, expires_at_ms));
     // With a durable tier the key stays a duplicate until its record expires: what
     // `Params::record_until` gives for the deadline, which takes the window's end as
     // up to a tick before the rounded deadline (else, with retention equal to the TTL,
@@ -1647,13 +1700,12 @@ fn derived_completion(p: &Params, now: Now, deadline_ms: u64) -> u64 {
     deadline_ms.saturating_sub(p.ttl_ms).min(now.ms)
 }
 
-/// Removes entry `idx` (already unlinked from the wheel) from index, side tables and slab.
+/// Removes entry `idx` (already unlinked from the wheel) from index, side table and slab.
 #[allow(clippy::too_many_arguments)]
 fn remove_unlinked(
     index: &mut Index,
     index_spare: &mut Option<index::Spare>,
     slab: &mut Slab,
-    payloads: &mut HashMap<u32, u64>,
     extras: &mut HashMap<u32, Extra>,
     unstored: &mut HashSet<u32>,
     live: &mut usize,
@@ -1664,9 +1716,6 @@ fn remove_unlinked(
     }
     let e = *slab.get(idx);
     index.remove_using(e.lo(), idx, index_spare);
-    if e.has_payload() {
-        payloads.remove(&idx);
-    }
     if e.has_extra() {
         extras.remove(&idx);
     }
@@ -1682,8 +1731,9 @@ impl Shard {
             index: Index::try_with_room(room)?,
             slab: Slab::default(),
             wheel: Wheel::new(now_tick),
-            payloads: HashMap::new(),
+            payloads: Column::default(),
             extras: HashMap::new(),
+            completed: Column::default(),
             unstored: HashSet::new(),
             rewriting: HashMap::new(),
             forgetting: Vec::new(),
@@ -1843,8 +1893,9 @@ impl Shard {
         self.slab.bytes()
             + self.index.bytes()
             + self.index_spare.as_ref().map_or(0, index::Spare::bytes)
-            + table_bytes(self.payloads.capacity(), std::mem::size_of::<(u32, u64)>())
+            + self.payloads.bytes()
             + table_bytes(self.extras.capacity(), std::mem::size_of::<(u32, Extra)>())
+            + self.completed.bytes()
             + table_bytes(self.unstored.capacity(), std::mem::size_of::<u32>())
             + table_bytes(self.rewriting.capacity(), std::mem::size_of::<(u32, u64)>())
             + self.forgetting.capacity() * std::mem::size_of::<ForgetNote>()
@@ -1894,7 +1945,11 @@ impl Shard {
         } else {
             None
         };
-        let (completed_at_ms, expires_at_ms) = done_times(p, now, e.deadline, extra);
+        let kept = match p.sliding {
+            true => self.completed.get(idx),
+            false => extra.and_then(Extra::completed_at_ms),
+        };
+        let (completed_at_ms, expires_at_ms) = done_times(p, now, e.deadline, kept);
         (
             completed_at_ms,
             expires_at_ms,
@@ -1929,7 +1984,7 @@ impl Shard {
 
     fn set_payload(&mut self, idx: u32, payload: u64) {
         self.slab.update_meta(idx, |m| m | PAYLOAD_BIT);
-        self.payloads.insert(idx, payload);
+        self.payloads.set(idx, payload);
     }
 
     fn extra_mut(&mut self, idx: u32) -> &mut Extra {
@@ -2184,7 +2239,7 @@ impl Shard {
         if live {
             if let Some(pl) = payload {
                 if e.has_payload() {
-                    if let Some(&stored) = self.payloads.get(&idx) {
+                    if let Some(stored) = self.payloads.value(idx) {
                         if stored != pl {
                             self.counters.payload_mismatches += 1;
                             return ShardClaim::PayloadMismatch;
@@ -2283,9 +2338,6 @@ impl Shard {
         }
         // Reuse the slot in place.
         self.counters.expirations += 1;
-        if e.has_payload() {
-            self.payloads.remove(&idx);
-        }
         if e.has_extra() {
             self.extras.remove(&idx);
         }
@@ -2416,7 +2468,7 @@ impl Shard {
 
     /// The completion time kept for a sliding window's done entry.
     fn completed_at(&self, idx: u32) -> Option<u64> {
-        self.extras.get(&idx).and_then(Extra::completed_at_ms)
+        self.completed.get(idx)
     }
 
     /// Marks done entry `idx` completing and describes the rewrite of its durable
@@ -2451,7 +2503,7 @@ impl Shard {
             completed_at_ms,
             expires_ms,
             payload: if has_payload {
-                self.payloads.get(&idx).copied()
+                self.payloads.value(idx)
             } else {
                 None
             },
@@ -2537,7 +2589,12 @@ impl Shard {
                     self.set_payload(idx, pl);
                 }
                 let deadline = widen(now.tick, self.slab.get(idx).deadline);
-                if found_needs_extra(p, now, &d, deadline) {
+                if p.sliding {
+                    self.completed.set(idx, d.completed_at_ms);
+                    if let Some(r) = &d.result {
+                        self.extra_mut(idx).result = Some(r.clone());
+                    }
+                } else if found_needs_extra(p, now, &d, deadline) {
                     let x = self.extra_mut(idx);
                     x.completed_at_ms = d.completed_at_ms;
                     x.result = d.result.clone();
@@ -2626,7 +2683,7 @@ impl Shard {
         self.slab.update_meta(lease.idx, |m| m | COMPLETING_BIT);
         let has = self.slab.get(lease.idx).has_payload();
         Ok(if has {
-            self.payloads.get(&lease.idx).copied()
+            self.payloads.value(lease.idx)
         } else {
             None
         })
@@ -2679,7 +2736,7 @@ impl Shard {
             self.extra_mut(idx).result = Some(std::sync::Arc::from(r));
         }
         if p.sliding {
-            self.extra_mut(idx).completed_at_ms = now.ms;
+            self.completed.set(idx, now.ms);
         }
         self.counters.completions += 1;
     }
@@ -2781,7 +2838,6 @@ impl Shard {
             &mut self.index,
             &mut self.index_spare,
             &mut self.slab,
-            &mut self.payloads,
             &mut self.extras,
             &mut self.unstored,
             &mut self.live,
@@ -2806,7 +2862,7 @@ impl Shard {
             return None;
         }
         let payload = match e.has_payload() {
-            true => self.payloads.get(&idx).copied(),
+            true => self.payloads.value(idx),
             false => None,
         };
         let state = if e.state() == STATE_IN_PROGRESS {
@@ -2965,7 +3021,7 @@ impl Shard {
             self.hold_for_marker(lease.idx);
         }
         Ok(if self.slab.get(lease.idx).has_payload() {
-            self.payloads.get(&lease.idx).copied()
+            self.payloads.value(lease.idx)
         } else {
             None
         })
@@ -3053,7 +3109,6 @@ impl Shard {
             index_spare,
             slab,
             wheel,
-            payloads,
             extras,
             unstored,
             live,
@@ -3072,22 +3127,45 @@ impl Shard {
                 slab.set_deadline(idx, when as u32);
                 return Some(when);
             }
-            remove_unlinked(
-                index,
-                index_spare,
-                slab,
-                payloads,
-                extras,
-                unstored,
-                live,
-                idx,
-            );
+            remove_unlinked(index, index_spare, slab, extras, unstored, live, idx);
             reclaimed += 1;
             None
         });
         counters.expirations += reclaimed as u64;
         self.give_units(reclaimed, cap);
         (reclaimed, done)
+    }
+}
+
+#[cfg(all(test, not(idem_loom)))]
+mod column {
+    use super::{Column, CHUNK};
+
+    /// A column makes a block only for a range that a value was stored in, reads
+    /// nothing from ranges it never made, and keeps every value, `u64::MAX` included
+    /// (a payload fingerprint may be any `u64`; only `get` reads it as none).
+    #[test]
+    fn a_column_makes_blocks_as_values_come_and_keeps_each_value() {
+        let mut c = Column::default();
+        assert_eq!((c.value(0), c.get(0), c.bytes()), (None, None, 0));
+        let far = 3 * CHUNK as u32 + 7;
+        c.set(far, 42);
+        assert_eq!((c.value(far), c.get(far)), (Some(42), Some(42)));
+        // One block made, of the four ranges up to it.
+        let block = std::mem::size_of::<[u64; CHUNK]>();
+        assert!(c.bytes() >= block && c.bytes() < 2 * block, "{}", c.bytes());
+        assert_eq!(c.value(0), None, "a range never written has no block");
+        assert_eq!(c.get(far + 1), None, "a slot of a made block not written");
+        c.set(far + 1, u64::MAX);
+        assert_eq!((c.value(far + 1), c.get(far + 1)), (Some(u64::MAX), None));
+        c.set(far, 7);
+        assert_eq!(c.value(far), Some(7));
+        c.set(0, 1);
+        assert!(
+            c.bytes() >= 2 * block && c.bytes() < 3 * block,
+            "{}",
+            c.bytes()
+        );
     }
 }
 

@@ -29,19 +29,20 @@ const HOT_BYTES_PER_KEY: f64 = 34.6;
 const RESULT_OVERHEAD_PER_KEY: f64 = 68.0;
 
 /// Hot-tier heap bytes a sliding window (`NamespaceConfig::extend_on_duplicate`) adds
-/// to a done key: its completion time's row in its shard's side table.
+/// to a done key: its completion time, 8 bytes in its shard's column of them.
 ///
 /// Measured: `Stats::bytes_per_key` of full memory-only namespaces with and without
-/// sliding windows, release build (87.3 - 35.4 at 1 M keys, 86.6 - 34.7 at 4 M);
-/// `tests/sizing.rs` holds it against a live engine.
-const SLIDING_BYTES_PER_KEY: f64 = 51.9;
+/// sliding windows, release build (43.20 - 35.10 at 1 M keys, 42.57 - 34.53 at 4 M:
+/// `cargo test --release --no-default-features --test sizing -- --ignored
+/// --nocapture`); `tests/sizing.rs` holds it against a live engine.
+const SLIDING_BYTES_PER_KEY: f64 = 8.1;
 
 /// Hot-tier heap bytes a payload fingerprint (`Namespace::claim_with_payload`) adds to
-/// a key: its row in its shard's payload table.
+/// a key: 8 bytes in its shard's column of them.
 ///
-/// Measured as [`SLIDING_BYTES_PER_KEY`], keys claimed with a payload (62.1 - 35.4
-/// at 1 M keys, 61.5 - 34.7 at 4 M).
-const PAYLOAD_BYTES_PER_KEY: f64 = 26.8;
+/// Measured as [`SLIDING_BYTES_PER_KEY`], keys claimed with a payload (43.20 - 35.10
+/// at 1 M keys, 42.58 - 34.53 at 4 M).
+const PAYLOAD_BYTES_PER_KEY: f64 = 8.1;
 
 /// The hot-tier heap bytes of a stored result of `len` bytes, besides the
 /// [`RESULT_OVERHEAD_PER_KEY`] measured with 64-byte results: its allocation holds

@@ -739,7 +739,7 @@ mod tests {
         assert!(text.contains(".max_keys(43_200_000)"), "{text}");
         // The hot tier's figure says what it leaves out.
         assert!(
-            text.contains("a sliding window (extend_on_duplicate) adds 51.9 B a key"),
+            text.contains("a sliding window (extend_on_duplicate) adds 8.1 B a key"),
             "{text}"
         );
         assert!(

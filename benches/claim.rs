@@ -13,6 +13,11 @@
 //! * `check`: read-only look-ups, of resident keys and of absent ones.
 //! * `fingerprint`: the seeded xxh3-128 of one 20-byte key, alone, and
 //!   `Router::worker` of one (the routing a consumer adds before its claim).
+//! * `claim_options`: `claim_fresh` and `claim_duplicate`'s single claims with a
+//!   payload (`claim_with_payload`, every key with one: its fingerprint is kept and
+//!   compared) and in a sliding window (`extend_on_duplicate`: each key's completion
+//!   time is kept, and a duplicate moves its deadline), each on a namespace of 1 M
+//!   such keys.
 //!
 //! `claim_fresh` and `claim_duplicate` also run `DashMap<u128, u32>` insert-if-absent
 //! on the same keys, for a side-by-side figure; `claim_duplicate/idem_batch_64` claims
@@ -67,16 +72,18 @@ fn namespace(max_keys: usize) -> (Engine, Namespace) {
 
 /// [`namespace`], with its index sized for `max_keys` at build if `preallocate`.
 fn namespace_with(max_keys: usize, preallocate: bool) -> (Engine, Namespace) {
+    namespace_of(
+        NamespaceConfig::new()
+            .max_keys(max_keys)
+            .preallocate(preallocate),
+    )
+}
+
+/// An engine with one namespace, "b", of `config` with this file's TTL, lease and
+/// shard count.
+fn namespace_of(config: NamespaceConfig) -> (Engine, Namespace) {
     let engine = Engine::builder()
-        .namespace(
-            "b",
-            NamespaceConfig::new()
-                .ttl(HOUR)
-                .lease(HOUR)
-                .max_keys(max_keys)
-                .shards(SHARDS)
-                .preallocate(preallocate),
-        )
+        .namespace("b", config.ttl(HOUR).lease(HOUR).shards(SHARDS))
         .seed(SEED)
         .build()
         .expect("engine");
@@ -86,8 +93,23 @@ fn namespace_with(max_keys: usize, preallocate: bool) -> (Engine, Namespace) {
 
 /// Claims and completes keys `0..RESIDENT`.
 fn fill_done(ns: &Namespace) {
+    fill_done_by(ns, Namespace::claim)
+}
+
+/// The payload of key `k` in `claim_options` (any bytes: its fingerprint is kept).
+fn payload_of(k: &[u8]) -> &[u8] {
+    &k[4..]
+}
+
+/// Claims a key with its payload ([`payload_of`]).
+fn claim_paid(ns: &Namespace, k: &[u8]) -> idem::Result<Claim> {
+    ns.claim_with_payload(k, payload_of(k))
+}
+
+/// Claims (by `claim`) and completes keys `0..RESIDENT`.
+fn fill_done_by(ns: &Namespace, claim: fn(&Namespace, &[u8]) -> idem::Result<Claim>) {
     for i in 0..RESIDENT {
-        match ns.claim(&key(i)).expect("claim") {
+        match claim(ns, &key(i)).expect("claim") {
             Claim::Acquired(g) => g.complete().expect("complete"),
             other => panic!("key {i} not new: {other:?}"),
         }
@@ -131,31 +153,64 @@ fn configure<'a>(c: &'a mut Criterion, name: &str) -> BenchmarkGroup<'a, WallTim
     g
 }
 
+/// Times `claim` and completion of keys never seen before on `ns` (which holds keys
+/// `0..RESIDENT` and has room for the largest timed batch more), forgetting each
+/// timed batch's keys after it.
+fn bench_fresh(
+    g: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    ns: &Namespace,
+    claim: fn(&Namespace, &[u8]) -> idem::Result<Claim>,
+) {
+    let mut next = RESIDENT;
+    g.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            let batch: Vec<Key> = (next..next + iters).map(key).collect();
+            next += iters;
+            let t0 = Instant::now();
+            for k in &batch {
+                match claim(ns, black_box(k)) {
+                    Ok(Claim::Acquired(guard)) => guard.complete().expect("complete"),
+                    _ => panic!("a fresh key was not acquired"),
+                }
+            }
+            let spent = t0.elapsed();
+            for k in &batch {
+                ns.forget(k).expect("forget");
+            }
+            spent
+        });
+    });
+}
+
+/// Times `claim` of keys drawn from `probe`, every one a duplicate on `ns`.
+fn bench_duplicate(
+    g: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    ns: &Namespace,
+    probe: &[Key],
+    claim: fn(&Namespace, &[u8]) -> idem::Result<Claim>,
+) {
+    assert!(probe
+        .iter()
+        .all(|k| claim(ns, k).expect("claim").is_duplicate()));
+    let mut j = 0;
+    g.bench_function(name, |b| {
+        b.iter(|| {
+            let k = &probe[j & (PROBES - 1)];
+            j += 1;
+            claim(ns, black_box(k))
+        });
+    });
+}
+
 fn claim_fresh(c: &mut Criterion) {
     let mut g = configure(c, "claim_fresh");
     {
         // Room for the resident keys plus the largest timed batch.
         let (_engine, ns) = namespace(8_000_000);
         fill_done(&ns);
-        let mut next = RESIDENT;
-        g.bench_function("idem_claim_complete", |b| {
-            b.iter_custom(|iters| {
-                let batch: Vec<Key> = (next..next + iters).map(key).collect();
-                next += iters;
-                let t0 = Instant::now();
-                for k in &batch {
-                    match ns.claim(black_box(k)) {
-                        Ok(Claim::Acquired(guard)) => guard.complete().expect("complete"),
-                        _ => panic!("a fresh key was not acquired"),
-                    }
-                }
-                let spent = t0.elapsed();
-                for k in &batch {
-                    ns.forget(k).expect("forget");
-                }
-                spent
-            });
-        });
+        bench_fresh(&mut g, "idem_claim_complete", &ns, Namespace::claim);
     }
     {
         let map = dash_filled();
@@ -185,17 +240,7 @@ fn claim_duplicate(c: &mut Criterion) {
     {
         let (_engine, ns) = namespace(RESIDENT as usize);
         fill_done(&ns);
-        assert!(probe
-            .iter()
-            .all(|k| ns.claim(k).expect("claim").is_duplicate()));
-        let mut j = 0;
-        g.bench_function("idem", |b| {
-            b.iter(|| {
-                let k = &probe[j & (PROBES - 1)];
-                j += 1;
-                ns.claim(black_box(k))
-            });
-        });
+        bench_duplicate(&mut g, "idem", &ns, &probe, Namespace::claim);
     }
     {
         let (_engine, ns) = namespace(RESIDENT as usize);
@@ -222,6 +267,26 @@ fn claim_duplicate(c: &mut Criterion) {
                 dash_insert_if_absent(&map, black_box(k))
             });
         });
+    }
+    g.finish();
+}
+
+fn claim_options(c: &mut Criterion) {
+    let mut g = configure(c, "claim_options");
+    let probe = probes(1, 0);
+    for (what, sliding, claim) in [
+        ("payload", false, claim_paid as fn(&Namespace, &[u8]) -> _),
+        ("sliding", true, Namespace::claim),
+    ] {
+        let config = NamespaceConfig::new().extend_on_duplicate(sliding);
+        {
+            let (_engine, ns) = namespace_of(config.clone().max_keys(8_000_000));
+            fill_done_by(&ns, claim);
+            bench_fresh(&mut g, &format!("{what}_fresh"), &ns, claim);
+        }
+        let (_engine, ns) = namespace_of(config.max_keys(RESIDENT as usize));
+        fill_done_by(&ns, claim);
+        bench_duplicate(&mut g, &format!("{what}_duplicate"), &ns, &probe, claim);
     }
     g.finish();
 }
@@ -430,6 +495,7 @@ criterion_group!(
     benches,
     claim_fresh,
     claim_duplicate,
+    claim_options,
     claim_in_progress,
     check,
     fingerprint

@@ -1045,3 +1045,62 @@ fn an_archive_whose_output_cannot_be_written_still_archives_every_id() {
         assert_eq!(cols[1], "archived", "#{id}: {list}");
     }
 }
+
+/// `archive` and `replay --exec` refused for the ids they name (one that is not
+/// there, named twice, or that cannot be archived or replayed) leave the database
+/// as it was: before, each opened an engine first, whose open took over the claims
+/// left in flight, rewrote the journal and dropped the application's saved
+/// prefilter, and only then found the ids bad.
+#[test]
+fn archive_and_replay_refused_for_their_ids_leave_the_database_as_it_was() {
+    let (tmp, dbs) = populated("bad-ids");
+    let db = tmp.0.join("db");
+    let (ok, _, _, err) = orders("archive", &dbs, &["--id", "4", "--note", "old"]);
+    assert!(ok, "{err}");
+    // The application opens and closes it, saving its prefilter.
+    drop(open_orders(&db, Engine::builder(), NamespaceConfig::new()));
+    assert!(
+        std::fs::read_dir(&db).unwrap().any(|e| e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .starts_with("idem-prefilter")),
+        "a saved prefilter"
+    );
+    let before = snapshot(&db);
+    for (cmd, args, says) in [
+        ("archive", &["--id", "99", "--note", "x"][..], "#99"),
+        (
+            "archive",
+            &["--id", "1", "--id", "1", "--note", "x"],
+            "named twice",
+        ),
+        ("archive", &["--id", "4", "--note", "x"], "archived"),
+        ("replay", &["--exec", "true", "--id", "99"], "#99"),
+        (
+            "replay",
+            &["--exec", "true", "--id", "1", "--id", "4"],
+            "#4",
+        ),
+    ] {
+        let (ok, code, out, err) = orders(cmd, &dbs, args);
+        assert!(
+            !ok && code == Some(1),
+            "{cmd} {args:?}: {code:?} {out}{err}"
+        );
+        assert!(err.contains(says), "{cmd} {args:?}: {err}");
+        assert!(!err.contains("took over"), "{cmd} {args:?}: {err}");
+        let after = snapshot(&db);
+        assert_eq!(
+            after.keys().collect::<Vec<_>>(),
+            before.keys().collect::<Vec<_>>(),
+            "{cmd} {args:?}: no file appeared or vanished"
+        );
+        for (name, bytes) in &before {
+            assert!(after[name] == *bytes, "{cmd} {args:?}: {name} changed");
+        }
+    }
+    let (ok, _, out, err) = orders("list", &dbs, &[]);
+    assert!(ok, "{err}");
+    assert!(out.contains("4 message(s)"), "{out}");
+}

@@ -187,6 +187,23 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
     let name = o.namespace.clone().unwrap_or_default();
     // Only a replay that runs and an archive change the store: everything else reads
     // the database read-only, without a lock, while an application may serve from it.
+    // The ids those two name are checked on a read-only look first: an engine's open
+    // changes the database (it takes over the claims left in flight, and drops the
+    // application's saved prefilter), which a command refused for its ids must not.
+    if cmd == "archive" || (cmd == "replay" && !o.dry_run && !o.ids.is_empty()) {
+        let checked = match open_read_only(&dir, &name) {
+            Ok(dlq) if cmd == "archive" => check_archivable(&dlq, &o.ids),
+            Ok(dlq) => check_replayable(&dlq, &o),
+            Err(e) => {
+                errln!("idem dlq: {e}");
+                return Ok(ExitCode::FAILURE);
+            }
+        };
+        if let Err(e) = checked {
+            errln!("idem dlq {cmd}: {e}");
+            return Ok(ExitCode::FAILURE);
+        }
+    }
     let opened = match cmd {
         "archive" => open_engine(&dir, &name, o.actor.as_deref()),
         "replay" if !o.dry_run => open_engine(&dir, &name, o.actor.as_deref()),
@@ -446,12 +463,10 @@ fn show(dlq: &Dlq, id: MessageId) -> Result<(), String> {
     Ok(())
 }
 
-fn archive(dlq: &Dlq, o: &Options) -> Result<(), String> {
-    let note = o.note.as_deref().unwrap_or_default();
-    // Archived is final: every id is checked before the first is archived, so that a
-    // refused command archives none.
+/// Checks that every id of `ids` names, once, a message that can be archived.
+fn check_archivable(dlq: &Dlq, ids: &[MessageId]) -> Result<(), String> {
     let mut seen = std::collections::HashSet::new();
-    for id in &o.ids {
+    for id in ids {
         if !seen.insert(*id) {
             return Err(format!("message {id} is named twice; nothing was archived"));
         }
@@ -466,6 +481,30 @@ fn archive(dlq: &Dlq, o: &Options) -> Result<(), String> {
             ));
         }
     }
+    Ok(())
+}
+
+/// Checks that the ids a replay names are there and can be replayed (none replayed
+/// or archived), as the replay itself checks them before it does anything.
+fn check_replayable(dlq: &Dlq, o: &Options) -> Result<(), String> {
+    let selected = dlq
+        .list_headers(&o.unlimited_selection())
+        .map_err(|e| format!("{e}; nothing was replayed"))?;
+    match selected.iter().find(|m| m.state().is_terminal()) {
+        Some(m) => Err(format!(
+            "message {} is {}, and cannot be replayed; nothing was replayed",
+            m.id(),
+            m.state().as_str()
+        )),
+        None => Ok(()),
+    }
+}
+
+fn archive(dlq: &Dlq, o: &Options) -> Result<(), String> {
+    let note = o.note.as_deref().unwrap_or_default();
+    // Archived is final: every id is checked before the first is archived, so that a
+    // refused command archives none.
+    check_archivable(dlq, &o.ids)?;
     // Every id is archived before anything is printed: output that cannot be written
     // (a closed pipe ends the process) must not stop the command half way.
     for (i, id) in o.ids.iter().enumerate() {

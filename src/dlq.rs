@@ -1587,8 +1587,9 @@ impl Dlq {
     /// [`Error::Store`], and nothing is written.
     ///
     /// [`Error::UnknownNamespace`] for a namespace the database does not hold,
-    /// [`Error::IncompatibleFormat`] if `path` holds no idem database of this
-    /// build's format.
+    /// [`Error::Store`] if `path` is not there, cannot be read or is no directory,
+    /// [`Error::IncompatibleFormat`] if it holds no idem database of this build's
+    /// format.
     #[cfg(feature = "durable")]
     pub fn open_read_only(
         path: impl AsRef<std::path::Path>,

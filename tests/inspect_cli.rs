@@ -279,3 +279,28 @@ fn a_directory_named_like_an_option_is_inspected_after_a_double_dash() {
     assert_ne!(code, Some(0));
     assert!(stderr.contains("unexpected argument \"other\""), "{stderr}");
 }
+
+/// A path that is a file is said not to be a directory (before, "the directory ...
+/// holds no idem database"), and the file is left as it was.
+#[test]
+fn a_file_is_said_not_to_be_a_directory() {
+    let tmp =
+        TempDir(std::env::temp_dir().join(format!("idem-inspect-cli-file-{}", std::process::id())));
+    std::fs::create_dir_all(&tmp.0).unwrap();
+    let file = tmp.0.join("notes.txt");
+    std::fs::write(&file, b"not a database").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .arg("inspect")
+        .arg(&file)
+        .output()
+        .expect("the idem binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("is not a directory"), "{stderr}");
+    assert!(!stderr.contains("the directory"), "{stderr}");
+    assert_eq!(std::fs::read(&file).unwrap(), b"not a database");
+    assert!(matches!(
+        idem::inspect(&file, 0),
+        Err(idem::Error::Store(_))
+    ));
+}

@@ -247,7 +247,9 @@ fn namespace_names(cfs: &[String]) -> Vec<String> {
 
 /// Opens the database in `path` read-only and summarises it as of `now_ms` (a time
 /// past [`LATEST_MS`](crate::LATEST_MS) read as `LATEST_MS`, as the engine reads its
-/// clock).
+/// clock). [`Error::Store`] with the reason if `path` is not there, cannot be read or
+/// is no directory; [`Error::IncompatibleFormat`] if it holds no idem database of
+/// this build's format.
 pub fn inspect(path: impl AsRef<Path>, now_ms: u64) -> Result<Inspection, Error> {
     let now_ms = now_ms.min(crate::clock::LATEST_MS);
     let path = path.as_ref();
@@ -308,8 +310,9 @@ pub fn inspect(path: impl AsRef<Path>, now_ms: u64) -> Result<Inspection, Error>
 
 impl ReadOnlyDb {
     /// Opens the database in `path` read-only, checking its format version and
-    /// reading its fingerprint seed. [`Error::IncompatibleFormat`] if `path` holds no
-    /// idem database of this build's format.
+    /// reading its fingerprint seed. [`Error::Store`] if `path` is not there, cannot be
+    /// read or is no directory; [`Error::IncompatibleFormat`] if it holds no idem
+    /// database of this build's format.
     pub(crate) fn open(path: &Path) -> Result<ReadOnlyDb, Error> {
         super::check_path(path)?;
         let incompatible = |found| Error::IncompatibleFormat {
@@ -317,13 +320,18 @@ impl ReadOnlyDb {
             found,
             supported: super::FORMAT_VERSION,
         };
-        if let Err(e) = std::fs::metadata(path) {
-            // Said as it is: "holds no idem database" would mislead about a path
-            // that is not there, or cannot be read.
-            return Err(Error::Store(StoreError::new(
-                "open read-only",
-                format!("{}: {e}", path.display()),
-            )));
+        // Said as it is: "holds no idem database" would mislead about a path that is
+        // not there, cannot be read, or is a file.
+        let why = match std::fs::metadata(path) {
+            Err(e) => Some(format!("{}: {e}", path.display())),
+            Ok(m) if !m.is_dir() => Some(format!(
+                "the database path {} is not a directory",
+                path.display()
+            )),
+            Ok(_) => None,
+        };
+        if let Some(why) = why {
+            return Err(Error::Store(StoreError::new("open read-only", why)));
         }
         super::check_rocksdb_files(path)?;
         let opened = open_racing_writer(

@@ -150,6 +150,9 @@ impl Options {
                 other => return Err(format!("bench: unknown option {other:?}")),
             }
         }
+        if !o.workloads && o.no_durable {
+            return Err("bench: --durable-only and --no-durable exclude each other".into());
+        }
         if !o.workloads && !o.durable {
             return Err("bench: --durable-only needs a build with the durable tier".into());
         }
@@ -341,6 +344,20 @@ mod tests {
         assert_eq!(o.durable_skip_notice(true), None, "they run");
         let o = Options::parse(&args(&["--no-durable"])).unwrap();
         assert_eq!(o.durable_skip_notice(false), None, "left out on purpose");
+    }
+
+    #[test]
+    fn durable_only_and_no_durable_together_are_said_to_exclude_each_other() {
+        // Before, the error said `--durable-only` needs a build with the durable
+        // tier, in a build that has it.
+        for pair in [
+            ["--durable-only", "--no-durable"],
+            ["--no-durable", "--durable-only"],
+        ] {
+            let err = Options::parse(&args(&pair)).unwrap_err();
+            assert!(err.contains("exclude each other"), "{pair:?}: {err}");
+            assert!(!err.contains("needs a build"), "{pair:?}: {err}");
+        }
     }
 
     #[test]

@@ -123,8 +123,13 @@ impl Options {
         };
         let mut it = args.iter();
         let mut given = crate::cli::Given::default();
+        // The first option given that only W1/W2 use (the harness's, `--source`).
+        let mut w1_w2_only = None;
         while let Some(a) = it.next() {
             given.once("bench", a)?;
+            if !matches!(a.as_str(), "--quick" | "--no-durable" | "--durable-only") {
+                w1_w2_only.get_or_insert_with(|| a.clone());
+            }
             match a.as_str() {
                 "--quick" => {
                     o.quick = true;
@@ -155,6 +160,12 @@ impl Options {
         }
         if !o.workloads && !o.durable {
             return Err("bench: --durable-only needs a build with the durable tier".into());
+        }
+        // Dropped without a word, it would leave the run other than asked.
+        if let (false, Some(flag)) = (o.workloads, w1_w2_only) {
+            return Err(format!(
+                "bench: {flag} applies to W1/W2, which --durable-only leaves out"
+            ));
         }
         Ok(o)
     }
@@ -358,6 +369,36 @@ mod tests {
             assert!(err.contains("exclude each other"), "{pair:?}: {err}");
             assert!(!err.contains("needs a build"), "{pair:?}: {err}");
         }
+    }
+
+    #[test]
+    fn options_of_w1_w2_with_durable_only_are_refused() {
+        // Before, each was dropped without a word: `--durable-only` runs no W1/W2.
+        for opt in [
+            &["--n", "1000"][..],
+            &["--runs", "2"],
+            &["--peers", "idem"],
+            &["--w2-shuffled"],
+            &["--w2-one-order"],
+            &["--source", "/tmp"],
+        ] {
+            for durable_first in [true, false] {
+                let mut v = opt.to_vec();
+                if durable_first {
+                    v.insert(0, "--durable-only");
+                } else {
+                    v.push("--durable-only");
+                }
+                let err = Options::parse(&args(&v)).unwrap_err();
+                assert!(
+                    err.contains(opt[0]) && err.contains("--durable-only"),
+                    "{v:?}: {err}"
+                );
+            }
+        }
+        // `--quick` applies to W3-W5 too.
+        let o = Options::parse(&args(&["--durable-only", "--quick"])).unwrap();
+        assert!(o.quick && !o.workloads);
     }
 
     #[test]

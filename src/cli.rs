@@ -214,6 +214,11 @@ impl Given {
             Err(format!("{cmd}: {flag} is given twice"))
         }
     }
+
+    /// Whether option `flag` was given (as its long name).
+    pub(crate) fn has(&self, flag: &str) -> bool {
+        self.0.contains(flag)
+    }
 }
 
 /// Reads the value after a flag as a number.

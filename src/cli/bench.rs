@@ -161,6 +161,20 @@ impl Options {
         if !o.workloads && !o.durable {
             return Err("bench: --durable-only needs a build with the durable tier".into());
         }
+        // W2's orders: the harness runs shuffled only when given both, and bounds
+        // the second order alone with `--w2-shuffled-max-n`.
+        let has = |flag: &str| given.has(flag);
+        if has("--w2-shuffled") && has("--w2-one-order") {
+            return Err("bench: --w2-shuffled and --w2-one-order exclude each other".into());
+        }
+        if let Some(order) = ["--w2-shuffled", "--w2-one-order"]
+            .into_iter()
+            .find(|f| has(f) && has("--w2-shuffled-max-n"))
+        {
+            return Err(format!(
+                "bench: --w2-shuffled-max-n bounds W2's second order, which {order} leaves out"
+            ));
+        }
         // Dropped without a word, it would leave the run other than asked.
         if let (false, Some(flag)) = (o.workloads, w1_w2_only) {
             return Err(format!(
@@ -399,6 +413,31 @@ mod tests {
         // `--quick` applies to W3-W5 too.
         let o = Options::parse(&args(&["--durable-only", "--quick"])).unwrap();
         assert!(o.quick && !o.workloads);
+    }
+
+    #[test]
+    fn w2_order_options_that_exclude_each_other_are_refused() {
+        // Before, the harness ran W2 shuffled only and dropped `--w2-one-order`, and
+        // dropped `--w2-shuffled-max-n` beside either (it bounds the second order).
+        for pair in [
+            ["--w2-shuffled", "--w2-one-order"],
+            ["--w2-one-order", "--w2-shuffled"],
+        ] {
+            let err = Options::parse(&args(&pair)).unwrap_err();
+            assert!(err.contains("exclude each other"), "{pair:?}: {err}");
+        }
+        for order in ["--w2-shuffled", "--w2-one-order"] {
+            for v in [
+                [order, "--w2-shuffled-max-n", "1000"],
+                ["--w2-shuffled-max-n", "1000", order],
+            ] {
+                let err = Options::parse(&args(&v)).unwrap_err();
+                assert!(
+                    err.contains("--w2-shuffled-max-n") && err.contains(order),
+                    "{v:?}: {err}"
+                );
+            }
+        }
     }
 
     #[test]

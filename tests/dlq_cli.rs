@@ -1104,3 +1104,30 @@ fn archive_and_replay_refused_for_their_ids_leave_the_database_as_it_was() {
     assert!(ok, "{err}");
     assert!(out.contains("4 message(s)"), "{out}");
 }
+
+/// A `--class` that no stored reason can have (empty, or holding whitespace: a class
+/// is a reason's first word) is a usage error: before, it selected nothing, and
+/// `list` said "0 message(s)" and a replay replayed none, as if there were none.
+#[test]
+fn a_class_no_message_can_have_is_a_usage_error() {
+    let (_tmp, dbs) = populated("bad-class");
+    for class in ["", " ", "downstream-unavailable:payments-api 503"] {
+        for (cmd, args) in [
+            ("list", &["--class", class][..]),
+            ("replay", &["--dry-run", "--class", class]),
+        ] {
+            let (_, code, out, err) = orders(cmd, &dbs, args);
+            assert_eq!(code, Some(2), "{cmd} --class {class:?}: {out}{err}");
+            assert!(err.contains("--class"), "{cmd} --class {class:?}: {err}");
+        }
+    }
+    // A class and its sub-classes still select.
+    for class in [
+        "downstream-unavailable",
+        "downstream-unavailable:payments-api",
+    ] {
+        let (ok, _, out, err) = orders("list", &dbs, &["--class", class]);
+        assert!(ok, "{err}");
+        assert!(out.contains("5 message(s)"), "{class}: {out}");
+    }
+}

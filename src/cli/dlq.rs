@@ -117,6 +117,18 @@ impl Options {
         if o.all && !o.states.is_empty() {
             return Err(format!("dlq {cmd}: --all and --state exclude each other"));
         }
+        // A class is a reason's first word: one empty or holding whitespace selects
+        // nothing, whatever the store holds.
+        if let Some(c) = o
+            .class
+            .as_deref()
+            .filter(|c| c.is_empty() || c.contains(char::is_whitespace))
+        {
+            return Err(format!(
+                "dlq {cmd}: --class {c:?} is no reason class (a reason's first word, e.g. \
+                 \"downstream-unavailable\"): it would select nothing"
+            ));
+        }
         // Checked before the database is opened: a bad value is a usage error.
         if let Some(a) = &o.actor {
             Dlq::validate_actor(a).map_err(|e| format!("dlq {cmd}: --actor {a:?}: {e}"))?;

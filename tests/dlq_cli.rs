@@ -1131,3 +1131,29 @@ fn a_class_no_message_can_have_is_a_usage_error() {
         assert!(out.contains("5 message(s)"), "{class}: {out}");
     }
 }
+
+/// A replay takes quarantined and under-review messages only: `--state replayed` or
+/// `--state archived` on a replay is a usage error. Before, the replay passed over
+/// every message it selected and reported "replay (0 messages)", status 0.
+#[test]
+fn a_replay_of_a_state_it_cannot_take_is_a_usage_error() {
+    let (_tmp, dbs) = populated("terminal-state");
+    let (ok, _, _, err) = orders("archive", &dbs, &["--id", "4", "--note", "old"]);
+    assert!(ok, "{err}");
+    for state in ["replayed", "archived"] {
+        for mode in [&["--dry-run"][..], &["--exec", "true"]] {
+            let mut args = mode.to_vec();
+            args.extend(["--state", state]);
+            let (_, code, out, err) = orders("replay", &dbs, &args);
+            assert_eq!(code, Some(2), "{args:?}: {out}{err}");
+            assert!(err.contains(state), "{args:?}: {err}");
+        }
+    }
+    // `list` still selects them.
+    let (ok, _, out, err) = orders("list", &dbs, &["--state", "archived"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("1 message(s)"), "{out}");
+    let (ok, _, out, err) = orders("replay", &dbs, &["--dry-run", "--state", "quarantined"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("dry run (4 messages)"), "{out}");
+}

@@ -117,6 +117,16 @@ impl Options {
         if o.all && !o.states.is_empty() {
             return Err(format!("dlq {cmd}: --all and --state exclude each other"));
         }
+        // A replay takes quarantined and under-review messages only: it would pass
+        // over every message of these states.
+        let terminal = o.states.iter().find(|st| st.is_terminal());
+        if let (Some(st), "replay") = (terminal, cmd) {
+            return Err(format!(
+                "dlq replay: --state {}: a replay takes quarantined and under-review \
+                 messages only",
+                st.as_str()
+            ));
+        }
         // A class is a reason's first word: one empty or holding whitespace selects
         // nothing, whatever the store holds.
         if let Some(c) = o

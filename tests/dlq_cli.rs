@@ -1157,3 +1157,14 @@ fn a_replay_of_a_state_it_cannot_take_is_a_usage_error() {
     assert!(ok, "{err}");
     assert!(out.contains("dry run (4 messages)"), "{out}");
 }
+
+/// An `--id` that is no number is quoted as given (before, `--id #` was quoted as
+/// `""`, the value without the `#` the tool prints before ids).
+#[test]
+fn a_bad_id_is_quoted_as_given() {
+    for (bad, quoted) in [("#", "\"#\""), ("#x", "\"#x\""), ("one", "\"one\"")] {
+        let (_, code, _, err) = idem(&["dlq", "list", "x", "-n", "n", "--id", bad]);
+        assert_eq!(code, Some(2), "{bad}: {err}");
+        assert!(err.contains(&format!("--id: {quoted}")), "{bad}: {err}");
+    }
+}

@@ -74,10 +74,11 @@ impl Options {
                 "--namespace" | "-n" => o.namespace = Some(value(a, it.next())?),
                 // As the tool prints it (`#12`), or the bare number.
                 "--id" => {
-                    let v = it
-                        .next()
-                        .map(|v| v.strip_prefix('#').unwrap_or(v).to_owned());
-                    o.ids.push(MessageId::new(number(a, v.as_ref())?));
+                    let v = value(a, it.next())?;
+                    // (A bad value is quoted as given, `#` included.)
+                    let n = number(a, Some(&v.strip_prefix('#').unwrap_or(&v).to_owned()))
+                        .map_err(|_| format!("--id: {v:?} is not a valid number"))?;
+                    o.ids.push(MessageId::new(n));
                 }
                 "--state" => {
                     let v = value(a, it.next())?;

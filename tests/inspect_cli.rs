@@ -304,3 +304,50 @@ fn a_file_is_said_not_to_be_a_directory() {
         Err(idem::Error::Store(_))
     ));
 }
+
+/// A stored result is shown on its line, whatever its bytes: text quoted with its
+/// control characters escaped, other bytes in hexadecimal. Before, its bytes went to
+/// the terminal as they were: a newline made a line that read as another field, an
+/// escape sequence reached the terminal, and bytes that are not UTF-8 were lost.
+#[test]
+fn a_result_of_any_bytes_is_shown_on_its_line() {
+    let tmp = TempDir(
+        std::env::temp_dir().join(format!("idem-inspect-cli-result-{}", std::process::id())),
+    );
+    let dir = tmp.0.join("db");
+    {
+        let engine = Engine::builder()
+            .namespace("orders", NamespaceConfig::new())
+            .durable(&dir)
+            .maintenance_interval(None)
+            .build()
+            .unwrap();
+        let ns = engine.namespace("orders").unwrap();
+        for (key, result) in [
+            (&b"text"[..], &b"ok\n  payload checked  yes\x1b[2J"[..]),
+            (b"binary", &[0xff, 0x00, 0x41]),
+        ] {
+            let idem::Claim::Acquired(g) = ns.claim(key).unwrap() else {
+                panic!("a new key")
+            };
+            g.complete_with_result(result).unwrap();
+        }
+    }
+    let inspect = |key: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_idem"))
+            .args(["inspect", dir.to_str().unwrap(), "-n", "orders", "-k", key])
+            .output()
+            .expect("the idem binary runs");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).expect("the output is text")
+    };
+    let out = inspect("text");
+    assert_eq!(out.matches("payload checked").count(), 2, "{out}");
+    assert!(!out.contains('\x1b'), "{out}");
+    assert!(
+        out.contains(r#"result           29 bytes: "ok\n  payload checked  yes\u{1b}[2J""#),
+        "{out}"
+    );
+    let out = inspect("binary");
+    assert!(out.contains("result           3 bytes: 0xff0041"), "{out}");
+}

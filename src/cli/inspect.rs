@@ -121,11 +121,7 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
                     if s.has_payload { "yes" } else { "no" }
                 );
                 match &s.result {
-                    Some(r) => outln!(
-                        "  result           {} bytes: {}",
-                        r.len(),
-                        String::from_utf8_lossy(r)
-                    ),
+                    Some(r) => outln!("  result           {} bytes: {}", r.len(), shown(r)),
                     None => outln!("  result           none"),
                 }
             }
@@ -136,6 +132,18 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Stored bytes as one line shows them, as a key is shown: UTF-8 text quoted, its
+/// control characters escaped; other bytes in hexadecimal.
+fn shown(b: &[u8]) -> String {
+    match std::str::from_utf8(b) {
+        Ok(text) => format!("{text:?}"),
+        Err(_) => format!(
+            "0x{}",
+            b.iter().map(|x| format!("{x:02x}")).collect::<String>()
+        ),
+    }
 }
 
 /// The bytes of `h`, pairs of hexadecimal digits (either case); `None` for an odd

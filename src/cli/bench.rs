@@ -385,6 +385,8 @@ mod tests {
         }
     }
 
+    // (Without the durable tier, `--durable-only` is refused for that first.)
+    #[cfg(feature = "durable")]
     #[test]
     fn options_of_w1_w2_with_durable_only_are_refused() {
         // Before, each was dropped without a word: `--durable-only` runs no W1/W2.

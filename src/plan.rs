@@ -22,11 +22,12 @@ use crate::durable::codec::MAX_RESULT;
 const HOT_BYTES_PER_KEY: f64 = 34.6;
 
 /// Hot-tier heap bytes per key that a stored result adds besides its own bytes: the
-/// key's row in its shard's side table and the result's allocation header.
+/// key's slot in its shard's column of results (16 bytes) and the result's
+/// allocation header.
 ///
 /// Measured by the same command: idem-r64's "heap B/key" minus idem's, minus 64
-/// (166.7 - 34.7 - 64 at 1 M; 166.3 - 34.4 - 64 at 10 M).
-const RESULT_OVERHEAD_PER_KEY: f64 = 68.0;
+/// (131.55 - 35.42 - 64 at 1 M; 130.54 - 34.47 - 64 at 10 M; 2026-12-06, 23:38 UTC).
+const RESULT_OVERHEAD_PER_KEY: f64 = 32.1;
 
 /// Hot-tier heap bytes a sliding window (`NamespaceConfig::extend_on_duplicate`) adds
 /// to a done key: its completion time, 8 bytes in its shard's column of them.

@@ -2090,6 +2090,135 @@ mod tests {
         }
     }
 
+    /// The child's side of
+    /// [`a_damaged_journal_is_reported_once_after_a_crash_while_it_was_marked_reported`]
+    /// names the directory it works in with this variable.
+    #[cfg(all(feature = "durable", target_os = "linux"))]
+    const REPORTED_CRASH_DIR: &str = "IDEM_TEST_REPORTED_CRASH_DIR";
+
+    /// A process killed with SIGKILL while its open marked a damaged journal kept
+    /// aside as reported (the file linked under its reported name, its unreported
+    /// name not yet removed) leaves the file under both names. The next open reports
+    /// its damaged slot again and finishes the move; the open after it reports
+    /// nothing. Before, the move found its new name taken and gave up, so every later
+    /// open reported the damaged slot again, for good. The test binary runs itself as
+    /// the child, which makes the damaged journal, opens, and waits to be killed at
+    /// that point.
+    #[cfg(all(feature = "durable", target_os = "linux"))]
+    #[test]
+    fn a_damaged_journal_is_reported_once_after_a_crash_while_it_was_marked_reported() {
+        use std::io::{BufRead, Write};
+        use std::os::unix::process::ExitStatusExt;
+        let cfg = || crate::NamespaceConfig::new().claim_markers(crate::ClaimMarkers::Journal);
+        let corrupt = |engine: &super::Engine| -> Vec<u128> {
+            engine
+                .orphans()
+                .iter()
+                .filter(|o| o.corrupt.is_some())
+                .map(|o| o.fingerprint)
+                .collect()
+        };
+        if let Ok(base) = std::env::var(REPORTED_CRASH_DIR) {
+            let dir = Scratch(std::path::PathBuf::from(base));
+            {
+                // "k" in flight at a crash: its journal slot stays.
+                let (engine, ns, _clock) = durable_namespace_with(&dir, cfg());
+                let g = claim_k(&ns, false);
+                engine.debug_keep_journal_markers(true);
+                drop(g);
+            }
+            // Damaged at rest: a word of the first slot flipped.
+            let file = crate::durable::journal::path(&dir.0, "n");
+            let mut bytes = std::fs::read(&file).unwrap();
+            bytes[64 + 16] ^= 0x10;
+            std::fs::write(&file, &bytes).unwrap();
+            crate::durable::set_after_reported_link(|| {
+                // (On a line of its own: the harness has begun one with the test's name.)
+                println!("\nready");
+                std::io::stdout().flush().unwrap();
+                loop {
+                    std::thread::park();
+                }
+            });
+            let engine = durable_engine(&dir, cfg(), &crate::ManualClock::new(1_000_000));
+            panic!("the open went past the hook: {:?}", engine.orphans());
+        }
+        let dir = Scratch::new("reported-crash");
+        std::fs::create_dir_all(&dir.0).unwrap();
+        let name = "engine::tests::a_damaged_journal_is_reported_once_after_a_crash_while_it_was_marked_reported";
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([name, "--exact", "--nocapture", "--test-threads=1"])
+            .env(REPORTED_CRASH_DIR, &dir.0)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("the child starts");
+        // A child that never gets ready is killed, and the test fails below.
+        let (disarm, armed) = std::sync::mpsc::channel::<()>();
+        let pid = child.id();
+        let watchdog = std::thread::spawn(move || {
+            let limit = std::time::Duration::from_secs(120);
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = armed.recv_timeout(limit) {
+                let _ = std::process::Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .status();
+            }
+        });
+        let out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let ready = out.lines().map_while(Result::ok).any(|l| l == "ready");
+        drop(disarm);
+        watchdog.join().unwrap();
+        child.kill().expect("SIGKILL delivered");
+        let status = child.wait().unwrap();
+        assert!(ready, "the child reached the hook: {status:?}");
+        assert_eq!(status.signal(), Some(9), "ended by SIGKILL: {status:?}");
+        let kept = |suffix: &str| -> usize {
+            std::fs::read_dir(&dir.0)
+                .unwrap()
+                .filter(|e| {
+                    let n = e
+                        .as_ref()
+                        .unwrap()
+                        .file_name()
+                        .to_string_lossy()
+                        .into_owned();
+                    n.contains(".damaged-") && n.ends_with(suffix)
+                })
+                .count()
+        };
+        assert_eq!(
+            kept(".unreported"),
+            1,
+            "killed before it was marked reported"
+        );
+        let clock = crate::ManualClock::new(1_000_000);
+        let k = {
+            let engine = durable_engine(&dir, cfg(), &clock);
+            let k = engine
+                .namespace("n")
+                .unwrap()
+                .inner
+                .key_fp(b"k")
+                .unwrap()
+                .to_u128();
+            assert_eq!(
+                corrupt(&engine),
+                [k],
+                "reported again: the open did not finish"
+            );
+            k
+        };
+        for _ in 0..2 {
+            let engine = durable_engine(&dir, cfg(), &clock);
+            assert!(
+                corrupt(&engine).is_empty(),
+                "the damaged slot of {k:x} was reported by an open that finished: {:?}",
+                engine.orphans()
+            );
+        }
+        assert_eq!(kept(".unreported"), 0, "marked reported");
+        assert_eq!(kept(""), 1, "kept, under one name");
+    }
+
     /// A sliding window (TTL and retention 60 s) in `dir` whose "k" was completed at
     /// the clock's start, 30 s ago: a sighting now (the hot entry live) moves the
     /// window past the record's retention, a rewrite.

@@ -1339,10 +1339,37 @@ fn keep_aside(from: &Path, suffix: &str) -> std::io::Result<std::ffi::OsString> 
 /// Moves file `from` to `to`, failing with `AlreadyExists` if `to` is there: a
 /// link under the new name (which never replaces a file), then the old name
 /// removed. A crash between the two leaves the file under both names: seen again,
-/// never lost.
+/// never lost, and the next move of it finishes (`to` is then that very file, so
+/// the old name is removed).
 fn move_no_replace(from: &Path, to: &Path) -> std::io::Result<()> {
-    std::fs::hard_link(from, to)?;
+    move_no_replace_then(from, to, || {})
+}
+
+/// [`move_no_replace`], running `after_link` between its two steps (a test's hook).
+fn move_no_replace_then(from: &Path, to: &Path, after_link: impl FnOnce()) -> std::io::Result<()> {
+    match std::fs::hard_link(from, to) {
+        Ok(()) => after_link(),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && same_file(from, to) => {}
+        Err(e) => return Err(e),
+    }
     std::fs::remove_file(from)
+}
+
+/// Whether `a` and `b` name the same file (one linked under both names).
+fn same_file(a: &Path, b: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        match (std::fs::symlink_metadata(a), std::fs::symlink_metadata(b)) {
+            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+            _ => false,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (a, b);
+        false
+    }
 }
 
 /// A namespace's view of the durable tier: its policies and counters.
@@ -1903,7 +1930,11 @@ impl DurableNs {
             let Some(kept) = name.strip_suffix(UNREPORTED) else {
                 continue;
             };
-            if let Err(e) = move_no_replace(file, Path::new(kept)) {
+            let moved = move_no_replace_then(file, Path::new(kept), || {
+                #[cfg(test)]
+                run_test_hook(&AFTER_REPORTED_LINK);
+            });
+            if let Err(e) = moved {
                 tracing::warn!(
                     namespace = %self.name,
                     file = %file.display(),
@@ -2753,6 +2784,10 @@ std::thread_local! {
     /// Where a dead letter has just been written (`Store::dlq_put`).
     static AFTER_DLQ_PUT: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
         const { std::cell::RefCell::new(None) };
+    /// Where a damaged journal kept aside has just been linked under its reported
+    /// name ([`DurableNs::mark_reported`]).
+    static AFTER_REPORTED_LINK: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        const { std::cell::RefCell::new(None) };
     /// The next [`DurableNs::move_markers`] with markers to move fails.
     static FAIL_NEXT_MARKER_MOVE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
@@ -2788,6 +2823,13 @@ pub(crate) fn set_before_rewrite(f: impl FnOnce() + 'static) {
 #[cfg(test)]
 pub(crate) fn set_before_released_delete(f: impl FnOnce() + 'static) {
     BEFORE_RELEASED_DELETE.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+}
+
+/// Sets the hook [`DurableNs::mark_reported`] runs once it has linked a damaged
+/// journal under its reported name, before it removes the unreported one.
+#[cfg(test)]
+pub(crate) fn set_after_reported_link(f: impl FnOnce() + 'static) {
+    AFTER_REPORTED_LINK.with(|h| *h.borrow_mut() = Some(Box::new(f)));
 }
 
 /// Sets the hook run right after a dead letter's write.

@@ -133,6 +133,152 @@ fn a_durable_bench_whose_directory_cannot_be_written_fails_with_status_1() {
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
+/// Runs `idem bench durable ARGS` with no input (a fill child waits for its input
+/// to end): its status and stderr.
+#[cfg(feature = "durable")]
+fn bench_child(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(["bench", "durable"])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("the idem binary runs");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// W5's child modes (`idem bench durable --child-fill|--child-open|--child-restart N
+/// DIR`, which the bench runs on its own executable) check their directory before
+/// anything is opened or made: a fill takes a new or empty directory in one that
+/// exists, an open or restart a database holding W5's namespace. Before, a missing
+/// directory was made (with its parents, and a database in it), and the open and
+/// restart then panicked (status 101).
+#[cfg(feature = "durable")]
+#[test]
+fn a_bench_child_mode_refuses_a_bad_directory_and_makes_nothing() {
+    use idem::{Engine, NamespaceConfig};
+    let tmp = util::TempDir::new();
+    let missing = tmp.path().join("missing");
+    let under_missing = missing.join("db");
+    let full = tmp.path().join("full");
+    std::fs::create_dir(&full).unwrap();
+    std::fs::write(full.join("data"), "kept").unwrap();
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let other = tmp.path().join("other");
+    Engine::builder()
+        .namespace("other", NamespaceConfig::new())
+        .durable(&other)
+        .build()
+        .unwrap();
+    for (flag, dir) in [
+        ("--child-fill", &under_missing),
+        ("--child-fill", &full),
+        ("--child-open", &missing),
+        ("--child-open", &empty),
+        ("--child-open", &other),
+        ("--child-restart", &missing),
+        ("--child-restart", &empty),
+        ("--child-restart", &other),
+    ] {
+        let shown = dir.to_str().unwrap();
+        let (code, stderr) = bench_child(&[flag, "10", shown]);
+        assert_eq!(code, Some(2), "{flag} {shown}: {stderr}");
+        assert!(
+            stderr.contains(flag) && stderr.contains(shown),
+            "{flag} {shown}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{flag} {shown}: {stderr}");
+    }
+    assert!(!missing.exists(), "{} was made", missing.display());
+    assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0);
+    let kept: Vec<_> = std::fs::read_dir(&full)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(kept, ["data"]);
+    assert_eq!(idem::namespaces(&other).unwrap(), ["other"]);
+}
+
+/// The child modes are taken only where the bench passes them: first, with a key
+/// count and a directory and nothing else. Before, one anywhere in the arguments
+/// ran the child (here on a missing directory, which it made).
+#[cfg(feature = "durable")]
+#[test]
+fn a_bench_child_mode_is_taken_only_as_the_bench_passes_it() {
+    let tmp = util::TempDir::new();
+    let missing = tmp.path().join("missing");
+    let dir = missing.to_str().unwrap();
+    for (args, says) in [
+        (
+            &["--quick", "--child-open", "10", dir][..],
+            "unknown option",
+        ),
+        (&["--w5", "--child-restart", "10", dir], "unknown option"),
+        (&["--child-fill", "--w5", "10", dir], "needs a key count"),
+        (&["--child-open", "10", dir, "--quick"], "needs a key count"),
+    ] {
+        let (code, stderr) = bench_child(args);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+    assert!(!missing.exists(), "{} was made", missing.display());
+}
+
+/// The child modes in the order W5 runs them, on the directory it gives them (its
+/// cell's, removed beforehand), with ten keys: the fill (which exits when its input
+/// ends, as when the bench goes away), then an open and a restart that find every
+/// key a duplicate.
+#[cfg(feature = "durable")]
+#[test]
+fn the_bench_child_modes_run_on_the_directory_w5_gives_them() {
+    let tmp = util::TempDir::new();
+    let db = tmp.path().join("w5");
+    let dir = db.to_str().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(["bench", "durable", "--child-fill", "10", dir])
+        .stdin(Stdio::null())
+        .output()
+        .expect("the idem binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "FILLED\n");
+    let out = idem(&["bench", "durable", "--child-open", "10", dir]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.starts_with("OPEN "), "{stdout}");
+    let out = idem(&["bench", "durable", "--child-restart", "10", dir]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    // RESULT ready rss duplicates ...: all ten keys answered Duplicate.
+    let fields: Vec<&str> = stdout.split_whitespace().collect();
+    assert_eq!((fields[0], fields[3]), ("RESULT", "10"), "{stdout}");
+}
+
+/// A database with W5's namespace but not the keys the child was told of: the open
+/// finds key 0 new, and says so with status 1. Before, it panicked.
+#[cfg(feature = "durable")]
+#[test]
+fn a_bench_child_on_a_database_without_its_keys_fails_with_status_1() {
+    use idem::{Engine, NamespaceConfig};
+    let tmp = util::TempDir::new();
+    let db = tmp.path().join("w5");
+    Engine::builder()
+        .namespace("w5", NamespaceConfig::new().ttl(Duration::from_secs(3600)))
+        .durable(&db)
+        .build()
+        .unwrap();
+    for flag in ["--child-open", "--child-restart"] {
+        let (code, stderr) = bench_child(&[flag, "10", db.to_str().unwrap()]);
+        assert_eq!(code, Some(1), "{flag}: {stderr}");
+        assert!(stderr.contains("not a duplicate"), "{flag}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{flag}: {stderr}");
+    }
+}
+
 #[test]
 fn quick_and_messages_together_are_a_usage_error_in_either_demo_and_order() {
     for args in [

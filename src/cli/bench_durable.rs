@@ -772,7 +772,7 @@ fn peak_rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-fn w5_engine(dir: &Path, keys: u64) -> Engine {
+fn w5_engine(dir: &Path, keys: u64) -> Result<Engine, idem::Error> {
     Engine::builder()
         .namespace(
             "w5",
@@ -784,47 +784,51 @@ fn w5_engine(dir: &Path, keys: u64) -> Engine {
         )
         .durable(dir)
         .build()
-        .unwrap()
 }
 
 /// Completes `keys` fresh keys in batches of 1,024 claims: one `complete_batch` per
 /// batch, or with `result` stored, one `complete_with_result` per key.
-fn fill(ns: &idem::Namespace, keys: u64, result: &[u8]) {
+fn fill(ns: &idem::Namespace, keys: u64, result: &[u8]) -> Result<(), String> {
     let mut i = 0;
     while i < keys {
         let end = (i + 1024).min(keys);
         let ks: Vec<[u8; 20]> = (i..end).map(key).collect();
         let refs: Vec<&[u8]> = ks.iter().map(|k| &k[..]).collect();
-        let guards: Vec<_> = ns
+        let guards = ns
             .claim_batch(&refs)
-            .unwrap()
+            .map_err(|e| format!("claim: {e}"))?
             .into_iter()
             .map(|c| match c {
-                Claim::Acquired(g) => g,
-                _ => panic!("fresh key not acquired"),
+                Claim::Acquired(g) => Ok(g),
+                _ => Err("a fresh key was not acquired".to_owned()),
             })
-            .collect();
+            .collect::<Result<Vec<_>, _>>()?;
         if result.is_empty() {
-            for r in ns.complete_batch(guards).unwrap() {
-                r.unwrap();
+            for r in ns
+                .complete_batch(guards)
+                .map_err(|e| format!("complete: {e}"))?
+            {
+                r.map_err(|e| format!("complete: {e}"))?;
             }
         } else {
             for g in guards {
-                g.complete_with_result(result).unwrap();
+                g.complete_with_result(result)
+                    .map_err(|e| format!("complete: {e}"))?;
             }
         }
         i = end;
     }
+    Ok(())
 }
 
 /// Child: fill the database with `keys` completed keys, say so on stdout, and wait
 /// to be killed (SIGKILL: the engine is never dropped, so nothing is flushed or
 /// saved). If the parent goes away first (stdin ends), it exits without shutting
 /// down either.
-fn w5_fill(dir: &Path, keys: u64) -> ! {
+fn w5_fill(dir: &Path, keys: u64) -> Result<(), String> {
     use std::io::{Read as _, Write as _};
-    let engine = w5_engine(dir, keys);
-    fill(&engine.namespace("w5").unwrap(), keys, &[]);
+    let engine = w5_engine(dir, keys).map_err(|e| format!("open: {e}"))?;
+    fill(&w5_namespace(&engine)?, keys, &[])?;
     println!("FILLED");
     let _ = std::io::stdout().flush();
     let _ = std::io::stdin().read_to_end(&mut Vec::new());
@@ -869,9 +873,9 @@ fn w5_fill_and_kill(exe: &Path, dir: &Path, keys: u64) -> Duration {
 /// Sizes do not depend on the build profile, so any build measures them.
 fn disk(keys: u64, result_bytes: usize) {
     let dir = Dir::new("disk");
-    let engine = w5_engine(&dir.0, keys);
+    let engine = w5_engine(&dir.0, keys).unwrap();
     let ns = engine.namespace("w5").unwrap();
-    fill(&ns, keys, &vec![0xA5u8; result_bytes]);
+    fill(&ns, keys, &vec![0xA5u8; result_bytes]).unwrap();
     engine.compact_store().unwrap();
     let (mut sst, mut total) = (0u64, 0u64);
     for e in std::fs::read_dir(&dir.0).unwrap().filter_map(|e| e.ok()) {
@@ -912,14 +916,33 @@ fn disk(keys: u64, result_bytes: usize) {
     outln!();
 }
 
-/// Child: reopen and time the first claim only; prints how the prefilter came.
-fn w5_open(dir: &Path, keys: u64) {
+/// W5's namespace of a child's engine.
+fn w5_namespace(engine: &Engine) -> Result<idem::Namespace, String> {
+    engine
+        .namespace("w5")
+        .map_err(|e| format!("namespace w5: {e}"))
+}
+
+/// A child's engine on the filled database and the time to its first claim, of key
+/// 0, which must be a duplicate.
+fn w5_reopen(dir: &Path, keys: u64) -> Result<(Engine, idem::Namespace, Duration), String> {
     let t = Instant::now();
-    let engine = w5_engine(dir, keys);
-    let ns = engine.namespace("w5").unwrap();
-    let first = ns.claim(&key(0)).unwrap();
+    let engine = w5_engine(dir, keys).map_err(|e| format!("open: {e}"))?;
+    let ns = w5_namespace(&engine)?;
+    let first = ns.claim(&key(0)).map_err(|e| format!("claim: {e}"))?;
     let ready = t.elapsed();
-    assert!(first.is_duplicate());
+    if !first.is_duplicate() {
+        return Err(format!(
+            "the first key is not a duplicate after the restart: {} does not hold the {keys} keys of a fill",
+            dir.display()
+        ));
+    }
+    Ok((engine, ns, ready))
+}
+
+/// Child: reopen and time the first claim only; prints how the prefilter came.
+fn w5_open(dir: &Path, keys: u64) -> Result<(), String> {
+    let (engine, _ns, ready) = w5_reopen(dir, keys)?;
     let s = engine.stats();
     outln!(
         "OPEN {} {} {} {}",
@@ -928,44 +951,46 @@ fn w5_open(dir: &Path, keys: u64) {
         s.prefilter_loads,
         s.prefilter_rebuilds
     );
+    Ok(())
 }
 
 /// Child: reopen, time the first claim, then claim every key again.
-fn w5_restart(dir: &Path, keys: u64) {
-    let t = Instant::now();
-    let engine = w5_engine(dir, keys);
-    let ns = engine.namespace("w5").unwrap();
-    let first = ns.claim(&key(0)).unwrap();
-    let ready = t.elapsed();
-    assert!(
-        first.is_duplicate(),
-        "a completed key must be a duplicate after restart"
-    );
+fn w5_restart(dir: &Path, keys: u64) -> Result<(), String> {
+    let (engine, ns, ready) = w5_reopen(dir, keys)?;
     let rss_ready = peak_rss_kib();
     let pf = engine.stats();
     // Two threads (this machine's cores), each over a contiguous half of the keys.
     let t = Instant::now();
-    let dups: u64 = std::thread::scope(|s| {
+    let dups = std::thread::scope(|s| {
         let half = keys.div_ceil(W5_W2_THREADS);
         let workers: Vec<_> = (0..W5_W2_THREADS)
             .map(|w| {
                 let ns = &ns;
                 s.spawn(move || {
-                    (w * half..((w + 1) * half).min(keys))
-                        .filter(|&i| ns.claim(&key(i)).unwrap().is_duplicate())
-                        .count() as u64
+                    let mut dups = 0u64;
+                    for i in w * half..((w + 1) * half).min(keys) {
+                        dups += u64::from(ns.claim(&key(i))?.is_duplicate());
+                    }
+                    Ok::<u64, idem::Error>(dups)
                 })
             })
             .collect();
-        workers.into_iter().map(|h| h.join().unwrap()).sum()
-    });
+        workers
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .sum::<Result<u64, _>>()
+    })
+    .map_err(|e| format!("claim: {e}"))?;
     let w2 = t.elapsed();
     // New keys after the restart: how many the rebuilt prefilter answers alone.
     let loads = engine.stats().prefilter_loads;
     let before = engine.stats();
     let fresh = (keys / 10).max(1);
     for i in 0..fresh {
-        drop(ns.claim(&key(keys + i)).unwrap());
+        drop(
+            ns.claim(&key(keys + i))
+                .map_err(|e| format!("claim: {e}"))?,
+        );
     }
     let after = engine.stats();
     outln!(
@@ -982,6 +1007,7 @@ fn w5_restart(dir: &Path, keys: u64) {
         fresh,
         loads
     );
+    Ok(())
 }
 
 /// Threads of W5's W2 over all keys after the restart.
@@ -1125,36 +1151,83 @@ fn w5(keys: u64) {
     outln!();
 }
 
-/// The key count and directory after W5's child flag `flag` (`--child-fill N DIR`
-/// ...), if `args` has that flag. The count is bounded as `--keys` is: the child's
-/// namespace takes it and some room as its `max_keys`.
-fn child_args<'a>(args: &'a [String], flag: &str) -> Option<Result<(u64, &'a Path), String>> {
-    let pos = args.iter().position(|a| a == flag)?;
+/// W5's child modes, as [`w5`] runs this executable with them: `bench durable
+/// --child-fill N DIR` (and so on), the mode first and nothing after the directory.
+const CHILD_MODES: [&str; 3] = ["--child-fill", "--child-open", "--child-restart"];
+
+/// The child mode `args` starts with, its key count and its directory, if it starts
+/// with one. The count is bounded as `--keys` is: the child's namespace takes it and
+/// some room as its `max_keys`.
+fn child_args(args: &[String]) -> Option<Result<(&str, u64, &Path), String>> {
+    let flag = args
+        .first()
+        .map(String::as_str)
+        .filter(|a| CHILD_MODES.contains(a))?;
     let max = (idem::MAX_KEYS_LIMIT - 1024) as u64;
-    Some(
-        match (
-            args.get(pos + 1).map(|n| n.parse::<u64>()),
-            args.get(pos + 2),
-        ) {
-            (Some(Ok(n)), Some(_)) if !(10..=max).contains(&n) => Err(format!(
+    Some(match &args[1..] {
+        [n, dir] => match n.parse::<u64>() {
+            Ok(n) if !(10..=max).contains(&n) => Err(format!(
                 "{flag}: the key count is from 10 to {max}, not {n}"
             )),
-            (Some(Ok(n)), Some(dir)) => Ok((n, Path::new(dir))),
-            _ => Err(format!("{flag} needs a key count and a directory")),
+            Ok(n) => Ok((flag, n, Path::new(dir))),
+            Err(_) => Err(format!("{flag} needs a key count and a directory")),
         },
-    )
+        _ => Err(format!("{flag} needs a key count and a directory")),
+    })
+}
+
+/// Checks a child mode's directory before anything is opened or made there (an
+/// engine's open makes a missing directory, with its parents): the fill takes a new
+/// or empty directory in one that exists (the parent's cell directory, which it
+/// removed beforehand), the open and the restart a database holding W5's namespace
+/// (the fill's).
+fn check_child_dir(flag: &str, dir: &Path) -> Result<(), String> {
+    if flag == "--child-fill" {
+        let parent = dir
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let fresh = match std::fs::read_dir(dir) {
+            Ok(mut entries) => entries.next().is_none(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => parent.is_dir(),
+            Err(_) => false,
+        };
+        return if fresh {
+            Ok(())
+        } else {
+            Err(format!(
+                "{flag}: {} is not a new or empty directory in one that exists",
+                dir.display()
+            ))
+        };
+    }
+    match idem::namespaces(dir) {
+        Ok(names) if names.iter().any(|n| n == "w5") => Ok(()),
+        Ok(_) => Err(format!(
+            "{flag}: {} holds no W5 database (no namespace w5)",
+            dir.display()
+        )),
+        Err(e) => Err(format!(
+            "{flag}: {} holds no W5 database ({e})",
+            dir.display()
+        )),
+    }
 }
 
 pub(crate) fn run(args: &[String]) -> Result<std::process::ExitCode, String> {
-    if let Some(a) = child_args(args, "--child-fill") {
-        let (n, dir) = a?;
-        w5_fill(dir, n)
-    } else if let Some(a) = child_args(args, "--child-open") {
-        let (n, dir) = a?;
-        w5_open(dir, n);
-    } else if let Some(a) = child_args(args, "--child-restart") {
-        let (n, dir) = a?;
-        w5_restart(dir, n);
+    if let Some(a) = child_args(args) {
+        let (flag, n, dir) = a?;
+        check_child_dir(flag, dir)?;
+        let done = match flag {
+            "--child-fill" => w5_fill(dir, n),
+            "--child-open" => w5_open(dir, n),
+            _ => w5_restart(dir, n),
+        };
+        // A failure while it runs, not a usage error: status 1.
+        if let Err(why) = done {
+            errln!("idem bench durable {flag}: {why}");
+            return Ok(std::process::ExitCode::FAILURE);
+        }
     } else {
         let opts = Opts::parse(args)?;
         // The cells open their databases under it and stop on any failure: one that

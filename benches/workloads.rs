@@ -106,6 +106,8 @@ mod cas12m;
 mod child_result;
 #[path = "workloads/jetstream.rs"]
 mod jetstream;
+#[path = "workloads/peers.rs"]
+mod peers;
 #[path = "workloads/redis.rs"]
 mod redis;
 #[path = "workloads/remote.rs"]
@@ -113,6 +115,7 @@ mod remote;
 #[path = "workloads/report.rs"]
 mod report;
 
+use peers::PEERS;
 use report::{table, targets, Grid, Sample, Workload};
 
 // ---------------------------------------------------------------------------------
@@ -553,43 +556,13 @@ impl Peer for Moka {
     }
 }
 
-const PEERS: [&str; 11] = [
-    "idem",
-    "idem-aff",
-    "idem-b64",
-    "floor",
-    "dashmap",
-    "moka",
-    "redis",
-    "redis-p64",
-    "jetstream",
-    "jetstream-p64",
-    "machine",
-];
-
-/// Peers a child measures besides [`PEERS`] (only when asked for by name).
-const EXTRA_PEERS: [&str; 5] = ["idem-r64", "idem-pre", "cas", "cas12", "cas12m"];
-
-/// `--peers`: comma-separated names, trimmed. An unknown name stops the run here,
-/// before any child, with a usage error (a child would panic on it mid-run).
+/// `--peers`: an unknown name stops the run here, before any child, with a usage
+/// error (a child would panic on it mid-run).
 fn parse_peers(v: &str) -> Vec<String> {
-    let peers: Vec<String> = v.split(',').map(|p| p.trim().to_owned()).collect();
-    if let Some(bad) = peers
-        .iter()
-        .find(|p| !PEERS.contains(&p.as_str()) && !EXTRA_PEERS.contains(&p.as_str()))
-    {
-        eprintln!(
-            "--peers: unknown peer {bad:?}; the peers are {}",
-            PEERS
-                .iter()
-                .chain(&EXTRA_PEERS)
-                .copied()
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+    peers::parse(v).unwrap_or_else(|why| {
+        eprintln!("{why}");
         std::process::exit(2);
-    }
-    peers
+    })
 }
 
 fn is_redis(peer: &str) -> bool {

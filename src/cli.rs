@@ -114,7 +114,8 @@ USAGE:
         shuffled (--w2-one-order: W1's order only; --w2-shuffled: shuffled only),
         through cargo and the workloads harness of the source tree DIR (default:
         where this binary was built from), then W3, W4 and W5 (--durable-only:
-        those alone, without W1/W2's options). --quick runs in under a minute.
+        those alone, without W1/W2's options; not run if the harness fails).
+        --quick runs in under a minute.
     idem bench durable [--quick] [--w3] [--w4] [--w5] [--keys N] [--w3-rounds N]
                        [--prefilter-fpr F]
         Measures the mixed stream's claim latency per tier (W3; memory-only and

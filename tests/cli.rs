@@ -316,6 +316,47 @@ fn a_bench_that_cannot_run_cargo_fails_with_status_1_not_a_usage_error() {
     assert!(!stderr.contains("usage"), "{stderr}");
 }
 
+#[test]
+fn a_bench_with_an_unknown_peer_is_a_usage_error_before_cargo_runs() {
+    let out = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(["bench", "--quick", "--peers", "idem,bogus"])
+        .env("CARGO", "/nonexistent/cargo")
+        .output()
+        .expect("the idem binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Before, cargo ran (here: failed to), and only the harness it built refused
+    // the name.
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("unknown peer \"bogus\""), "{stderr}");
+    assert!(!stderr.contains("cargo"), "{stderr}");
+}
+
+/// A harness that fails (here a "cargo" that exits 1) ends `idem bench` there, with
+/// status 1: W3-W5 do not run. Before, they ran (here they would have stopped at
+/// once on a bench directory that cannot be written).
+#[cfg(all(unix, feature = "durable"))]
+#[test]
+fn a_bench_whose_harness_fails_stops_before_w3_to_w5() {
+    let src = util::TempDir::new();
+    std::fs::create_dir_all(src.path().join("benches")).unwrap();
+    std::fs::write(src.path().join("benches/workloads.rs"), "").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(["bench", "--quick", "--source"])
+        .arg(src.path())
+        .env("CARGO", "false")
+        .env("IDEM_BENCH_DIR", "/proc/idem-cannot-write-here")
+        .output()
+        .expect("the idem binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the workloads harness failed") && stderr.contains("W3-W5 not run"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("bench durable"), "{stderr}");
+    assert!(!stderr.contains("IDEM_BENCH_DIR"), "{stderr}");
+}
+
 #[cfg(unix)]
 #[test]
 fn an_argument_that_is_not_utf8_is_refused_with_a_message() {

@@ -6,11 +6,15 @@
 //! harness counts heap bytes with a global allocator that the `idem` binary itself
 //! should not carry. This command builds and runs it through
 //! cargo in the source tree (release profile, without the durable feature, which
-//! W1/W2 do not use), then runs W3, W4 and W5 in this binary (`idem bench durable`)
-//! when it has the durable tier.
+//! W1/W2 do not use), then, if the harness succeeded, runs W3, W4 and W5 in this
+//! binary (`idem bench durable`) when it has the durable tier.
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
+
+/// The harness's peer names, from the file it takes them from.
+#[path = "../../benches/workloads/peers.rs"]
+mod workload_peers;
 
 /// What `idem bench` was asked to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,21 +52,22 @@ const MAX_THREADS: usize = 1024;
 /// Checks a value for the workloads harness here, so that a bad one is a usage
 /// error before anything runs (the harness itself would stop with a panic, after
 /// cargo built it). `--n` and `--threads` take comma-separated lists; `--peers`
-/// names (the harness checks them against its peers before it measures anything,
-/// and exits 2 on an unknown one); every other option one number (`_` allowed as a
+/// the names of the harness's peers (which it checks the same way, from the same
+/// list); every other option one number (`_` allowed as a
 /// digit separator but in `--runs` and `--w2-passes`), at least 1 for `--runs`,
 /// `--threads` and `--w2-passes`; each `--n` from 1 to `MAX_KEYS_LIMIT` (a
 /// namespace's largest `max_keys`, which the harness sets to it); each `--threads`
 /// at most [`MAX_THREADS`].
 fn check_harness_value(flag: &str, v: &str) -> Result<(), String> {
     if flag == "--peers" {
-        return if v.split(',').all(|p| !p.trim().is_empty()) {
-            Ok(())
-        } else {
-            Err(format!(
+        if v.split(',').any(|p| p.trim().is_empty()) {
+            return Err(format!(
                 "bench: {flag} needs comma-separated peer names, not {v:?}"
-            ))
-        };
+            ));
+        }
+        return workload_peers::parse(v)
+            .map(drop)
+            .map_err(|why| format!("bench: {why}"));
     }
     let items: Vec<&str> = if matches!(flag, "--n" | "--threads") {
         v.split(',').map(str::trim).collect()
@@ -214,7 +219,6 @@ impl Options {
 pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
     let o = Options::parse(args)?;
     let start = std::time::Instant::now();
-    let mut ok = true;
     if o.workloads {
         if !o.source.join("benches/workloads.rs").is_file() {
             return Err(format!(
@@ -229,7 +233,13 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
             .current_dir(&o.source)
             .status()
         {
-            Ok(status) => ok &= status.success(),
+            Ok(status) if status.success() => {}
+            // Its report is cut short or marks a failure: the run ends there, with
+            // no W3-W5 after a W1/W2 that did not come out whole.
+            Ok(status) => {
+                errln!("idem bench: the workloads harness failed ({status}); W3-W5 not run");
+                return Ok(ExitCode::FAILURE);
+            }
             // A failure to run, not a usage error: status 1, no usage text.
             Err(e) => {
                 errln!("idem bench: cannot run cargo ({e}); W1/W2 need a Rust toolchain");
@@ -242,15 +252,17 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
         errln!("idem bench: {notice}");
         outln!("{notice}");
     }
+    // A correctness failure in W3-W5 (not a missed target) fails the run.
     #[cfg(feature = "durable")]
-    if o.durable {
+    let ok = !o.durable || {
         let mut d = Vec::new();
         if o.quick {
             d.push("--quick".to_owned());
         }
-        // A correctness failure there (not a missed target) fails the run too.
-        ok &= super::bench_durable::run(&d)? == ExitCode::SUCCESS;
-    }
+        super::bench_durable::run(&d)? == ExitCode::SUCCESS
+    };
+    #[cfg(not(feature = "durable"))]
+    let ok = true;
     // The full run is to stay within 15 minutes on 2 cores (the harness's build
     // included: it is part of what a user waits for).
     let secs = start.elapsed().as_secs();
@@ -304,6 +316,29 @@ mod tests {
             .cargo_args()
             .join(" ")
             .ends_with("--n 1_000_000, 2000 --redis-max-n 0"));
+    }
+
+    #[test]
+    fn an_unknown_peer_is_a_usage_error_before_cargo_builds_the_harness() {
+        // Before, only the harness refused it, after cargo had built it.
+        for bad in ["bogus", "idem,redsi", "idem, floor ,Moka"] {
+            let err = Options::parse(&args(&["--peers", bad])).unwrap_err();
+            assert!(
+                err.contains("--peers") && err.contains("unknown peer"),
+                "{bad}: {err}"
+            );
+            // The names it takes, listed.
+            assert!(err.contains("dashmap") && err.contains("cas12m"), "{err}");
+        }
+        // Every name the harness takes, the default set's and those measured only
+        // when named, trimmed as the harness trims them.
+        let all = workload_peers::PEERS
+            .iter()
+            .chain(&workload_peers::EXTRA_PEERS)
+            .copied()
+            .collect::<Vec<_>>()
+            .join(" , ");
+        assert!(Options::parse(&args(&["--peers", &all])).is_ok(), "{all}");
     }
 
     #[test]

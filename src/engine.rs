@@ -1998,6 +1998,40 @@ mod tests {
         assert_forgotten(&ns, "refused");
     }
 
+    /// Runs test `name` of this binary as a child process, with `env` (its variable
+    /// and the directory it names) set, waits until the child prints a line "ready",
+    /// and kills it with SIGKILL: the test fails if it never gets ready (a watchdog
+    /// kills a child that is not ready within two minutes) or ends otherwise.
+    #[cfg(all(feature = "durable", unix))]
+    fn kill_when_ready(name: &str, env: (&str, &std::path::Path)) {
+        use std::io::BufRead;
+        use std::os::unix::process::ExitStatusExt;
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([name, "--exact", "--nocapture", "--test-threads=1"])
+            .env(env.0, env.1)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("the child starts");
+        let (disarm, armed) = std::sync::mpsc::channel::<()>();
+        let pid = child.id();
+        let watchdog = std::thread::spawn(move || {
+            let limit = std::time::Duration::from_secs(120);
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = armed.recv_timeout(limit) {
+                let _ = std::process::Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .status();
+            }
+        });
+        let out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let ready = out.lines().map_while(Result::ok).any(|l| l == "ready");
+        drop(disarm);
+        watchdog.join().unwrap();
+        child.kill().expect("SIGKILL delivered");
+        let status = child.wait().unwrap();
+        assert!(ready, "the child got ready: {status:?}");
+        assert_eq!(status.signal(), Some(9), "ended by SIGKILL: {status:?}");
+    }
+
     /// The child's side of
     /// [`a_crash_after_a_forget_reports_no_orphan_for_a_claim_acquired_while_it_ran`]
     /// names the directory it works in with this variable.
@@ -2015,8 +2049,7 @@ mod tests {
     #[cfg(all(feature = "durable", unix))]
     #[test]
     fn a_crash_after_a_forget_reports_no_orphan_for_a_claim_acquired_while_it_ran() {
-        use std::io::{BufRead, Write};
-        use std::os::unix::process::ExitStatusExt;
+        use std::io::Write;
         if let Ok(base) = std::env::var(FORGET_CRASH_DIR) {
             let mut kept = Vec::new();
             for (what, cfg, flush) in marker_places() {
@@ -2049,32 +2082,10 @@ mod tests {
         }
         let base = Scratch::new("forget-crash");
         std::fs::create_dir_all(&base.0).unwrap();
-        let name = "engine::tests::a_crash_after_a_forget_reports_no_orphan_for_a_claim_acquired_while_it_ran";
-        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([name, "--exact", "--nocapture", "--test-threads=1"])
-            .env(FORGET_CRASH_DIR, &base.0)
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("the child starts");
-        // A child that never gets ready is killed, and the test fails below.
-        let (disarm, armed) = std::sync::mpsc::channel::<()>();
-        let pid = child.id();
-        let watchdog = std::thread::spawn(move || {
-            let limit = std::time::Duration::from_secs(120);
-            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = armed.recv_timeout(limit) {
-                let _ = std::process::Command::new("kill")
-                    .args(["-KILL", &pid.to_string()])
-                    .status();
-            }
-        });
-        let out = std::io::BufReader::new(child.stdout.take().unwrap());
-        let ready = out.lines().map_while(Result::ok).any(|l| l == "ready");
-        drop(disarm);
-        watchdog.join().unwrap();
-        child.kill().expect("SIGKILL delivered");
-        let status = child.wait().unwrap();
-        assert!(ready, "the child set the race up: {status:?}");
-        assert_eq!(status.signal(), Some(9), "ended by SIGKILL: {status:?}");
+        kill_when_ready(
+            "engine::tests::a_crash_after_a_forget_reports_no_orphan_for_a_claim_acquired_while_it_ran",
+            (FORGET_CRASH_DIR, &base.0),
+        );
         for (what, cfg, _) in marker_places() {
             let dir = Scratch(base.0.join(what));
             let engine = durable_engine(&dir, cfg, &crate::ManualClock::new(1_000_000));
@@ -2107,8 +2118,7 @@ mod tests {
     #[cfg(all(feature = "durable", target_os = "linux"))]
     #[test]
     fn a_damaged_journal_is_reported_once_after_a_crash_while_it_was_marked_reported() {
-        use std::io::{BufRead, Write};
-        use std::os::unix::process::ExitStatusExt;
+        use std::io::Write;
         let cfg = || crate::NamespaceConfig::new().claim_markers(crate::ClaimMarkers::Journal);
         let corrupt = |engine: &super::Engine| -> Vec<u128> {
             engine
@@ -2145,32 +2155,10 @@ mod tests {
         }
         let dir = Scratch::new("reported-crash");
         std::fs::create_dir_all(&dir.0).unwrap();
-        let name = "engine::tests::a_damaged_journal_is_reported_once_after_a_crash_while_it_was_marked_reported";
-        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([name, "--exact", "--nocapture", "--test-threads=1"])
-            .env(REPORTED_CRASH_DIR, &dir.0)
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("the child starts");
-        // A child that never gets ready is killed, and the test fails below.
-        let (disarm, armed) = std::sync::mpsc::channel::<()>();
-        let pid = child.id();
-        let watchdog = std::thread::spawn(move || {
-            let limit = std::time::Duration::from_secs(120);
-            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = armed.recv_timeout(limit) {
-                let _ = std::process::Command::new("kill")
-                    .args(["-KILL", &pid.to_string()])
-                    .status();
-            }
-        });
-        let out = std::io::BufReader::new(child.stdout.take().unwrap());
-        let ready = out.lines().map_while(Result::ok).any(|l| l == "ready");
-        drop(disarm);
-        watchdog.join().unwrap();
-        child.kill().expect("SIGKILL delivered");
-        let status = child.wait().unwrap();
-        assert!(ready, "the child reached the hook: {status:?}");
-        assert_eq!(status.signal(), Some(9), "ended by SIGKILL: {status:?}");
+        kill_when_ready(
+            "engine::tests::a_damaged_journal_is_reported_once_after_a_crash_while_it_was_marked_reported",
+            (REPORTED_CRASH_DIR, &dir.0),
+        );
         let kept = |suffix: &str| -> usize {
             std::fs::read_dir(&dir.0)
                 .unwrap()

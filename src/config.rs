@@ -436,6 +436,43 @@ impl NamespaceConfig {
         self.max_keys
     }
 
+    /// The largest result stored with a completion, in bytes.
+    pub fn get_max_result_len(&self) -> usize {
+        self.max_result_len
+    }
+
+    /// Whether a duplicate restarts its key's window (a sliding window).
+    pub fn get_extend_on_duplicate(&self) -> bool {
+        self.extend_on_duplicate
+    }
+
+    /// The shard count set with [`NamespaceConfig::shards`], if one was: `None`
+    /// means the count follows `max_keys` (a built namespace tells its count:
+    /// [`Namespace::shard_count`](crate::Namespace::shard_count)).
+    pub fn get_shards(&self) -> Option<usize> {
+        self.shards
+    }
+
+    /// Whether the index is sized for `max_keys` at build.
+    pub fn get_preallocate(&self) -> bool {
+        self.preallocate
+    }
+
+    /// When a completion reaches the disk, with a durable tier.
+    pub fn get_sync(&self) -> SyncPolicy {
+        self.sync
+    }
+
+    /// What a claim or completion does when the durable tier fails.
+    pub fn get_on_store_error(&self) -> FailurePolicy {
+        self.on_store_error
+    }
+
+    /// Where claims in flight are recorded, with a durable tier.
+    pub fn get_claim_markers(&self) -> ClaimMarkers {
+        self.claim_markers
+    }
+
     pub(crate) fn validate(&self, name: &str, tick_ms: u64) -> Result<()> {
         let bad = |reason: &'static str| {
             Err(Error::InvalidConfig {
@@ -808,5 +845,67 @@ impl EngineBuilder {
             }
         }
         Engine::from_builder(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every getter gives the default on a new configuration, then what its setter
+    /// set.
+    #[test]
+    fn each_setting_reads_back_as_set() {
+        let d = NamespaceConfig::new();
+        assert_eq!(
+            (
+                d.get_max_result_len(),
+                d.get_extend_on_duplicate(),
+                d.get_shards(),
+                d.get_preallocate(),
+                d.get_sync(),
+                d.get_on_store_error(),
+                d.get_claim_markers(),
+            ),
+            (
+                DEFAULT_MAX_RESULT_LEN,
+                false,
+                None,
+                false,
+                SyncPolicy::default(),
+                FailurePolicy::default(),
+                ClaimMarkers::default(),
+            )
+        );
+        let c = NamespaceConfig::new()
+            .max_result_len(7)
+            .extend_on_duplicate(true)
+            .shards(12)
+            .preallocate(true)
+            .sync(SyncPolicy::Periodic(Duration::from_millis(250)))
+            .on_store_error(FailurePolicy::FailOpen)
+            .claim_markers(ClaimMarkers::Immediate);
+        assert_eq!(
+            (
+                c.get_max_result_len(),
+                c.get_extend_on_duplicate(),
+                c.get_shards(),
+                c.get_preallocate(),
+                c.get_sync(),
+                c.get_on_store_error(),
+                c.get_claim_markers(),
+            ),
+            (
+                7,
+                true,
+                Some(12),
+                true,
+                SyncPolicy::Periodic(Duration::from_millis(250)),
+                FailurePolicy::FailOpen,
+                ClaimMarkers::Immediate,
+            )
+        );
+        assert_ne!(FailurePolicy::default(), FailurePolicy::FailOpen);
+        assert_ne!(ClaimMarkers::default(), ClaimMarkers::Immediate);
     }
 }

@@ -40,9 +40,9 @@ pub(crate) use store::{
 };
 #[cfg(all(test, feature = "durable"))]
 pub(crate) use store::{
-    fail_next_marker_move, set_after_dlq_put, set_after_reported_link, set_before_defer,
-    set_before_lost_marker_read, set_before_released_delete, set_before_renew_put,
-    set_before_restore, set_before_rewrite,
+    fail_next_marker_move, set_after_dlq_put, set_after_reported_link, set_after_write,
+    set_before_defer, set_before_lost_marker_read, set_before_released_delete,
+    set_before_renew_put, set_before_restore, set_before_rewrite,
 };
 
 /// Refuses a database path that is not valid UTF-8: RocksDB takes its path as a

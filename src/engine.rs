@@ -1271,6 +1271,64 @@ mod tests {
             .unwrap()
     }
 
+    /// Under `Always`, a completion or a forget is acknowledged only if no fsync of
+    /// the log failed after its write: one that did (here the `Periodic` thread's,
+    /// between the write and the group commit's own fsync) may have dropped the
+    /// write's pages, and the group's fsync that then works does not bring them
+    /// back. `FailClosed` returns the error, `FailOpen` counts a fail-open decision;
+    /// the forget returns it under either. A write after the failure is acknowledged.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_write_that_a_failed_fsync_covered_is_not_acknowledged_by_a_later_fsync() {
+        use crate::FailurePolicy::{FailClosed, FailOpen};
+        for policy in [FailClosed, FailOpen] {
+            let dir = Scratch::new("failed-fsync-after-write");
+            let (engine, ns, _clock) = durable_namespace_with(
+                &dir,
+                crate::NamespaceConfig::new()
+                    .sync(crate::SyncPolicy::Always)
+                    .on_store_error(policy),
+            );
+            let store = engine.shared.store.clone().expect("a durable engine");
+            let fail_after_write = || {
+                let s = store.clone();
+                crate::durable::set_after_write(move || {
+                    s.set_fail_syncs(true);
+                    s.periodic_sync();
+                    s.set_fail_syncs(false);
+                });
+            };
+            fail_after_write();
+            let completed = first_claim(&ns).complete();
+            assert_eq!(engine.stats().periodic_sync_failures, 1, "the fsync failed");
+            match policy {
+                FailClosed => assert!(
+                    matches!(&completed, Err(crate::Error::Store(_))),
+                    "{completed:?}"
+                ),
+                FailOpen => {
+                    assert!(completed.is_ok(), "{completed:?}");
+                    assert_eq!(engine.stats().fail_open_decisions, 1, "counted");
+                }
+            }
+            // Applied all the same: the key reads as done.
+            assert!(matches!(
+                ns.check(b"k").unwrap(),
+                Some(crate::KeyState::Done { .. })
+            ));
+            // Nothing failed after this one's write.
+            match ns.claim(b"j").unwrap() {
+                crate::Claim::Acquired(g) => g.complete().unwrap(),
+                other => panic!("{other:?}"),
+            }
+            fail_after_write();
+            let forgot = ns.forget(b"j");
+            assert!(matches!(&forgot, Err(crate::Error::Store(_))), "{forgot:?}");
+            assert_eq!(ns.check(b"j").unwrap(), None, "forgotten all the same");
+            assert_eq!(engine.stats().periodic_sync_failures, 2);
+        }
+    }
+
     /// A look-up with a payload of a key the hot tier does not hold reads the
     /// durable tier, and that read is counted in `Stats` as `check`'s is (the
     /// prefilter's answer, or the durable read it let through), so the look-up does

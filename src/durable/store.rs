@@ -278,10 +278,11 @@ pub(crate) struct Store {
     fail_syncs: AtomicBool,
     /// Periodic syncs of the write-ahead log that failed (no caller hears of them).
     periodic_sync_failures: AtomicU64,
-    /// Whether any fsync of the write-ahead log failed since the open: sticky, since
+    /// Fsyncs of the write-ahead log that failed since the open. Any is sticky, since
     /// a later fsync that works does not bring back pages the system dropped (see
-    /// [`Store::sync_on_request`]).
-    wal_sync_failed: AtomicBool,
+    /// [`Store::sync_on_request`]); and a synced write during which the count moved
+    /// is not acknowledged as synced (see [`Store::write_batch`]).
+    wal_sync_failures: AtomicU64,
     /// Held across each fsync of the write-ahead log, so that one that fails has
     /// noted it before a later one can report its own success.
     wal_sync: parking_lot::Mutex<()>,
@@ -750,7 +751,7 @@ impl Store {
                 panic_completions: AtomicBool::new(false),
                 fail_syncs: AtomicBool::new(false),
                 periodic_sync_failures: AtomicU64::new(0),
-                wal_sync_failed: AtomicBool::new(false),
+                wal_sync_failures: AtomicU64::new(0),
                 wal_sync: parking_lot::Mutex::new(()),
                 closed: AtomicBool::new(false),
                 fail_reads: AtomicBool::new(false),
@@ -987,13 +988,15 @@ impl Store {
     /// Writes `batch`, fsynced before it returns if `sync` (through the group commit
     /// when it is on, so that concurrent writers share the fsync). `Ok(Some(e))`:
     /// applied, but the group commit's fsync failed with `e` (RocksDB's own synced
-    /// write applies nothing when its fsync fails: an error).
+    /// write applies nothing when its fsync fails: an error), or another fsync of the
+    /// log failed after the write began ([`Store::unsynced_since`]).
     fn write_batch(
         &self,
         batch: WriteBatch,
         sync: bool,
         what: &'static str,
     ) -> Result<Option<Error>, Error> {
+        let since = self.sync_failures();
         let own_sync = self.group.is_none() && sync;
         let written = if own_sync {
             // The testing hook fails RocksDB's own sync as RocksDB reports one: the
@@ -1008,18 +1011,50 @@ impl Store {
                 .write_opt(batch, &self.write_nosync)
                 .map_err(|e| store_err(what, e))
         };
+        #[cfg(test)]
+        if written.is_ok() {
+            run_test_hook(&AFTER_WRITE);
+        }
         if let Err(e) = written {
             if own_sync {
                 // Its fsync may have failed over writes of the log made before it
                 // (other namespaces', unsynced), as a group's would: every later
                 // sync asked for says so ([`Store::sync_on_request`]).
-                self.wal_sync_failed.store(true, Ordering::SeqCst);
+                self.note_sync_failure();
             }
             return Err(e);
         }
         Ok(match (&self.group, sync) {
             (Some(group), true) => group.commit(|| self.sync_wal()).err(),
             _ => None,
+        }
+        .or_else(|| sync.then(|| self.unsynced_since(since)).flatten()))
+    }
+
+    /// Fsyncs of the write-ahead log that failed since the open.
+    pub(crate) fn sync_failures(&self) -> u64 {
+        self.wal_sync_failures.load(Ordering::SeqCst)
+    }
+
+    /// Notes a failed fsync of the write-ahead log.
+    pub(crate) fn note_sync_failure(&self) {
+        self.wal_sync_failures.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// After a synced write that began when [`Store::sync_failures`] was `since`, and
+    /// whose own fsync worked: an error if an fsync of the log failed meanwhile (the
+    /// `Periodic` thread's, a sync asked for, a group's that began before the write's
+    /// ticket). That fsync may have covered the write and the system dropped its
+    /// pages, which the write's own fsync, finding nothing to write, does not bring
+    /// back.
+    fn unsynced_since(&self, since: u64) -> Option<Error> {
+        (self.sync_failures() != since).then(|| {
+            Error::Store(StoreError::new(
+                "sync",
+                "an fsync of the write-ahead log failed after this write: it may not be \
+                 on the disk, though a later fsync worked"
+                    .to_owned(),
+            ))
         })
     }
 
@@ -1047,12 +1082,15 @@ impl Store {
     }
 
     /// Fsyncs what this thread has written (through the group commit when it is on,
-    /// sharing the fsync with concurrent writers), as a synced write would have.
-    pub(crate) fn sync_written(&self) -> Result<(), Error> {
+    /// sharing the fsync with concurrent writers), as a synced write would have;
+    /// `since` is what [`Store::sync_failures`] said before the write, and an fsync
+    /// of the log that failed after it fails this too.
+    pub(crate) fn sync_written(&self, since: u64) -> Result<(), Error> {
         match &self.group {
             Some(group) => group.commit(|| self.sync_wal()),
             None => self.sync_wal(),
-        }
+        }?;
+        self.unsynced_since(since).map_or(Ok(()), Err)
     }
 
     /// Every claim marker of a namespace: the claims that were never completed or
@@ -1238,7 +1276,7 @@ impl Store {
             .check_syncable()
             .and_then(|()| self.db.flush_wal(true).map_err(|e| store_err("sync", e)));
         if synced.is_err() {
-            self.wal_sync_failed.store(true, Ordering::SeqCst);
+            self.note_sync_failure();
         }
         synced
     }
@@ -1269,7 +1307,7 @@ impl Store {
     /// syncs through. The engine's next open replays what the log holds on disk.
     pub(crate) fn sync_on_request(&self) -> Result<(), Error> {
         let synced = self.sync_wal();
-        if self.wal_sync_failed.load(Ordering::SeqCst) {
+        if self.sync_failures() > 0 {
             synced?;
             return Err(Error::Store(StoreError::new(
                 "sync",
@@ -2607,6 +2645,7 @@ impl DurableNs {
         // Never decided from the hot tier (as a claim may be under fail-open): a
         // delete the store refused did not happen, whatever the failure policy, and
         // the record it left would still answer for the key.
+        let since = self.store.sync_failures();
         let applied = self.store.forget(&self.fams, fp).inspect_err(|_| {
             self.errors.fetch_add(1, Ordering::Relaxed);
         });
@@ -2624,7 +2663,7 @@ impl DurableNs {
         }
         let synced = self.write_under_policy(|sync| {
             if sync {
-                self.store.sync_written()
+                self.store.sync_written(since)
             } else {
                 Ok(())
             }
@@ -2781,6 +2820,10 @@ std::thread_local! {
     /// Where a refused completion is about to delete its released claims' markers.
     static BEFORE_RELEASED_DELETE: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
         const { std::cell::RefCell::new(None) };
+    /// Where a completion's or a forget's write has just been applied, before any
+    /// group commit's fsync of it (`Store::write_batch`).
+    static AFTER_WRITE: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        const { std::cell::RefCell::new(None) };
     /// Where a dead letter has just been written (`Store::dlq_put`).
     static AFTER_DLQ_PUT: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
         const { std::cell::RefCell::new(None) };
@@ -2830,6 +2873,13 @@ pub(crate) fn set_before_released_delete(f: impl FnOnce() + 'static) {
 #[cfg(test)]
 pub(crate) fn set_after_reported_link(f: impl FnOnce() + 'static) {
     AFTER_REPORTED_LINK.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+}
+
+/// Sets the hook run right after a completion's or a forget's write was applied
+/// (on this thread), before the group commit syncs it.
+#[cfg(test)]
+pub(crate) fn set_after_write(f: impl FnOnce() + 'static) {
+    AFTER_WRITE.with(|h| *h.borrow_mut() = Some(Box::new(f)));
 }
 
 /// Sets the hook run right after a dead letter's write.

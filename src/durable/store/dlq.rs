@@ -118,8 +118,7 @@ impl Store {
                 // Its fsync may have failed over writes of the log made before it
                 // (other namespaces' completions, unsynced), as a group's would:
                 // every later sync asked for says so ([`Store::sync_on_request`]).
-                self.wal_sync_failed
-                    .store(true, std::sync::atomic::Ordering::SeqCst);
+                self.note_sync_failure();
             }
             return Err(e);
         }

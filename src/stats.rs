@@ -72,10 +72,11 @@ pub struct Stats {
     /// refused, and the reads a `forget` or a sliding window's rewrite makes first.
     /// (A `forget` whose delete fails is an error under either policy.)
     pub fail_open_decisions: u64,
-    /// Fsyncs of the write-ahead log issued by grouped completions (`SyncPolicy::Always`,
-    /// unless [`EngineBuilder::commit_delay`](crate::EngineBuilder::commit_delay) turned
-    /// group commit off); with
-    /// `completions`, how many completions shared each. Engine-wide: only
+    /// Fsyncs of the write-ahead log issued by the group commit: grouped completions
+    /// (`SyncPolicy::Always`, unless
+    /// [`EngineBuilder::commit_delay`](crate::EngineBuilder::commit_delay) turned group
+    /// commit off) and the forgets that share their fsyncs; with `completions`, about
+    /// how many completions shared each. Engine-wide: only
     /// [`Engine::stats`](crate::Engine::stats) reports it.
     pub wal_group_syncs: u64,
     /// Fsyncs of the write-ahead log by RocksDB's own count (with a sync policy's

@@ -949,6 +949,13 @@ fn hot_deadline(p: &Params, now: Now, expires_at_ms: u64) -> u64 {
     )
 }
 
+/// The last tick that ends no later than wall-clock `ms`: an entry whose deadline
+/// it is reads as expired from `ms` on (deadlines rounded up to a coarse tick would
+/// hold it up to a tick longer).
+fn last_tick_by(p: &Params, ms: u64) -> u64 {
+    ms.saturating_sub(p.epoch_ms) / p.tick_ms
+}
+
 /// The hot deadline of a key found done in the durable tier: a sighting of a sliding
 /// window restarts its TTL (the record is then extended if it would end first, see
 /// [`Extension`]); a fixed window keeps what is left of it, and so does a sliding
@@ -965,7 +972,7 @@ fn found_deadline(p: &Params, now: Now, d: &DurableDone, restart: bool) -> u64 {
     let window_end = d.completed_at_ms.saturating_add(p.ttl_ms);
     // (A completion later than now, a clock set back since, is held a TTL from now
     // at most, as before: never further ahead than a TTL.)
-    if !p.sliding
+    let deadline = if !p.sliding
         && d.completed_at_ms <= now.ms
         && window_end > now.ms
         && window_end <= d.expires_at_ms
@@ -973,7 +980,12 @@ fn found_deadline(p: &Params, now: Now, d: &DurableDone, restart: bool) -> u64 {
         p.tick_at(window_end)
     } else {
         hot_deadline(p, now, d.expires_at_ms)
-    }
+    };
+    // Never past the record: on a coarse tick, the rounded-up deadline could answer
+    // `Duplicate` after the record expired, where a restart (or the compaction
+    // filter) finds the key absent. In the record's last part of a tick the entry
+    // reads as expired at once, and each claim then reads the record.
+    deadline.min(last_tick_by(p, d.expires_at_ms))
 }
 
 /// Whether an entry made at `now` for a key found done in the durable tier, with hot

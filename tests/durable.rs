@@ -355,6 +355,33 @@ fn a_key_whose_retention_is_its_ttl_is_answered_with_its_records_expiry_on_coars
 }
 
 #[test]
+fn a_key_read_back_on_coarse_ticks_is_no_duplicate_past_its_record() {
+    // Ticks of 10 ms counted from the second run's open, which the first run's window
+    // end (T0 + 61,234) does not fall on: rounded up to a tick it is T0 + 61,243,
+    // past the record's expiry (T0 + 61,240). Past the record, the key answers as it
+    // does after a restart (and as it does once the compaction filter dropped it):
+    // new, not a duplicate from the hot tier.
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small().retention(secs(60));
+    let open = || open_ticked(&dir, &clock, 10, cfg.clone());
+    let expiry = T0 + 61_240;
+    {
+        let (_engine, ns) = open();
+        clock.advance(ms(1234));
+        acquire(&ns, b"k").complete().unwrap();
+    }
+    clock.advance(ms(10_009));
+    let (_engine, ns) = open();
+    assert_eq!(duplicate(&ns, b"k").expires_at_ms(), expiry, "read back");
+    clock.set(expiry - 1);
+    let last = duplicate(&ns, b"k");
+    assert!(last.expires_at_ms() <= expiry, "{last:?}");
+    clock.set(expiry);
+    acquire(&ns, b"k").release().unwrap();
+}
+
+#[test]
 fn a_sliding_window_seen_within_what_its_record_covers_reads_nothing_on_coarse_ticks() {
     // Ticks of 1 s, TTL and retention 10 s, completed at T0 + 1: the hot deadline is
     // T0 + 11,000, the record lasts as long. Sightings within that tick move nothing

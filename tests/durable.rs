@@ -325,6 +325,19 @@ fn a_key_read_back_on_a_clock_set_back_is_held_a_ttl_at_most() {
     assert_eq!(engine.stats().durable_reads, reads + 1);
 }
 
+/// In a run on ticks of 10 ms (an engine of `cfg` on `dir`, opened at `T0` on
+/// `clock`), completes key "k" at T0 + 1,234 and returns its hot deadline as a
+/// duplicate answers it: T0 + 1,234 + the TTL of 60 s, rounded up to 10 ms. The
+/// engine is closed on return.
+fn k_completed_on_10_ms_ticks(dir: &TempDir, clock: &ManualClock, cfg: &NamespaceConfig) -> u64 {
+    let expiry = T0 + 61_240;
+    let (_engine, ns) = open_ticked(dir, clock, 10, cfg.clone());
+    clock.advance(ms(1234));
+    acquire(&ns, b"k").complete().unwrap();
+    assert_eq!(duplicate(&ns, b"k").expires_at_ms(), expiry);
+    expiry
+}
+
 #[test]
 fn a_key_whose_retention_is_its_ttl_is_answered_with_its_records_expiry_on_coarse_ticks() {
     // Retention equal to the TTL, ticks of 10 ms that the TTL's end does not fall on:
@@ -334,14 +347,7 @@ fn a_key_whose_retention_is_its_ttl_is_answered_with_its_records_expiry_on_coars
     let clock = ManualClock::new(T0);
     let cfg = small().retention(secs(60));
     let open = || open_ticked(&dir, &clock, 10, cfg.clone());
-    // The first run's hot deadline: T0 + 1,234 + 60,000 rounded up to 10 ms.
-    let expiry = T0 + 61_240;
-    {
-        let (_engine, ns) = open();
-        clock.advance(ms(1234));
-        acquire(&ns, b"k").complete().unwrap();
-        assert_eq!(duplicate(&ns, b"k").expires_at_ms(), expiry);
-    }
+    let expiry = k_completed_on_10_ms_ticks(&dir, &clock, &cfg);
     clock.advance(ms(10_005));
     let (_engine, ns) = open();
     assert_eq!(duplicate(&ns, b"k").expires_at_ms(), expiry, "the record's");
@@ -365,12 +371,7 @@ fn a_key_read_back_on_coarse_ticks_is_no_duplicate_past_its_record() {
     let clock = ManualClock::new(T0);
     let cfg = small().retention(secs(60));
     let open = || open_ticked(&dir, &clock, 10, cfg.clone());
-    let expiry = T0 + 61_240;
-    {
-        let (_engine, ns) = open();
-        clock.advance(ms(1234));
-        acquire(&ns, b"k").complete().unwrap();
-    }
+    let expiry = k_completed_on_10_ms_ticks(&dir, &clock, &cfg);
     clock.advance(ms(10_009));
     let (_engine, ns) = open();
     assert_eq!(duplicate(&ns, b"k").expires_at_ms(), expiry, "read back");

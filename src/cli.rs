@@ -92,7 +92,8 @@ USAGE:
         unset for a key with a NUL byte) and IDEM_KEY_HEX: exit 0 applied it,
         126 or 127 (not found, not runnable) is no verdict (the message is left
         as it was and the replay stops, exit 1), anything else is a failure
-        (stderr is the reason). --schema-cmd gets the
+        (stderr is the reason; the message goes back to quarantine, the replay
+        goes on, and exits 3 at its end). --schema-cmd gets the
         payload on stdin: exit 0 and no output is compatible, exit 0 with output
         replaces the payload, any other exit is incompatible (stderr is the
         reason), except 126, 127, 129-192 (a signal in what the shell ran) or a

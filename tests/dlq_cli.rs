@@ -193,7 +193,7 @@ fn a_failing_command_sends_the_message_back_to_quarantine() {
     let db = tmp.0.join("db");
     populate(&db);
     let dbs = db.to_str().unwrap();
-    let (ok, _, run, err) = idem(&[
+    let (ok, code, run, err) = idem(&[
         "dlq",
         "replay",
         dbs,
@@ -202,9 +202,14 @@ fn a_failing_command_sends_the_message_back_to_quarantine() {
         "--id",
         "2",
         "--exec",
-        "echo 'downstream-unavailable:ledger-api timeout' >&2; exit 3",
+        "echo 'downstream-unavailable:ledger-api timeout' >&2; exit 5",
     ]);
-    assert!(ok, "{err}");
+    // The replay ran to its end, but a message went back: exit 3, said on stderr.
+    assert!(!ok && code == Some(3), "{code:?} {err}");
+    assert!(
+        err.contains("failed on 1 of the messages, which went back to quarantine"),
+        "{err}"
+    );
     assert_eq!(row(&run, "failed")[4], "1", "{run}");
     assert!(
         run.contains("downstream-unavailable:ledger-api timeout"),
@@ -466,11 +471,11 @@ fn an_exec_command_that_gives_no_verdict_changes_no_message() {
     // A command that runs and fails still sends the message back, as before; so
     // does one a signal ends (a message that crashes its handler), and the replay
     // goes on to the next.
-    let (ok, _, out, err) = orders("replay", &dbs, &["--exec", "exit 3", "--limit", "1"]);
-    assert!(ok, "{err}");
+    let (ok, code, out, err) = orders("replay", &dbs, &["--exec", "exit 3", "--limit", "1"]);
+    assert!(!ok && code == Some(3), "{err}");
     assert_eq!(row(&out, "failed: back in quarantine")[4], "1", "{out}");
-    let (ok, _, out, err) = orders("replay", &dbs, &["--exec", "kill -9 $$", "--limit", "2"]);
-    assert!(ok, "{err}");
+    let (ok, code, out, err) = orders("replay", &dbs, &["--exec", "kill -9 $$", "--limit", "2"]);
+    assert!(!ok && code == Some(3), "{err}");
     assert_eq!(row(&out, "failed: back in quarantine")[4], "2", "{out}");
 }
 

@@ -240,17 +240,17 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
         }
     };
     let outcome = match cmd {
-        "list" => list(&dlq, &o),
-        "show" => show(&dlq, o.ids[0]),
+        "list" => list(&dlq, &o).map(|()| ExitCode::SUCCESS),
+        "show" => show(&dlq, o.ids[0]).map(|()| ExitCode::SUCCESS),
         "replay" => replay(&dlq, &o),
-        "archive" => archive(&dlq, &o),
+        "archive" => archive(&dlq, &o).map(|()| ExitCode::SUCCESS),
         _ => {
             health(&dlq);
-            Ok(())
+            Ok(ExitCode::SUCCESS)
         }
     };
     match outcome {
-        Ok(()) => Ok(ExitCode::SUCCESS),
+        Ok(code) => Ok(code),
         Err(e) => {
             errln!("idem dlq {cmd}: {e}");
             Ok(ExitCode::FAILURE)
@@ -702,7 +702,14 @@ fn chunk_verdicts(
     Ok(verdicts)
 }
 
-fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
+/// The exit status of a replay that ran to its end but sent messages back to
+/// quarantine (their `--exec` command failed): a script can tell it from a replay
+/// that applied everything it could (0) and from one that stopped (1).
+const EXIT_SENT_BACK: u8 = 3;
+
+/// A replay (or a dry run): success, or [`EXIT_SENT_BACK`] if a handler failed on
+/// some message and it went back to quarantine; an error if the replay stopped.
+fn replay(dlq: &Dlq, o: &Options) -> Result<ExitCode, String> {
     let mode = if o.dry_run {
         ReplayMode::DryRun
     } else {
@@ -828,7 +835,15 @@ fn replay(dlq: &Dlq, o: &Options) -> Result<(), String> {
              messages after it were left as they were, the replay stopped there"
         ));
     }
-    Ok(())
+    if report.failed.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    errln!(
+        "idem dlq replay: the --exec command failed on {} of the messages, which went \
+         back to quarantine (exit {EXIT_SENT_BACK})",
+        grouped(report.failed.len() as u64)
+    );
+    Ok(ExitCode::from(EXIT_SENT_BACK))
 }
 
 /// Prints a replay's report: the outcomes of the messages it covers, of `total`

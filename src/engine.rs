@@ -2165,18 +2165,54 @@ mod tests {
     #[cfg(all(feature = "durable", target_os = "linux"))]
     const REPORTED_CRASH_DIR: &str = "IDEM_TEST_REPORTED_CRASH_DIR";
 
+    /// The child's side of
+    /// [`a_damaged_journal_is_reported_once_after_a_crash_while_it_was_kept_aside`]
+    /// names the directory it works in with this variable.
+    #[cfg(all(feature = "durable", target_os = "linux"))]
+    const ASIDE_CRASH_DIR: &str = "IDEM_TEST_ASIDE_CRASH_DIR";
+
     /// A process killed with SIGKILL while its open marked a damaged journal kept
     /// aside as reported (the file linked under its reported name, its unreported
     /// name not yet removed) leaves the file under both names. The next open reports
     /// its damaged slot again and finishes the move; the open after it reports
     /// nothing. Before, the move found its new name taken and gave up, so every later
-    /// open reported the damaged slot again, for good. The test binary runs itself as
-    /// the child, which makes the damaged journal, opens, and waits to be killed at
-    /// that point.
+    /// open reported the damaged slot again, for good.
     #[cfg(all(feature = "durable", target_os = "linux"))]
     #[test]
     fn a_damaged_journal_is_reported_once_after_a_crash_while_it_was_marked_reported() {
-        use std::io::Write;
+        a_damaged_journal_is_reported_once_after_a_crash_at(
+            "engine::tests::a_damaged_journal_is_reported_once_after_a_crash_while_it_was_marked_reported",
+            REPORTED_CRASH_DIR,
+            crate::durable::set_after_reported_link,
+        );
+    }
+
+    /// A process killed with SIGKILL while its open kept a damaged journal aside (the
+    /// journal in place linked under its kept-aside name, the old name not yet
+    /// removed) leaves the file under both names. The next open reports its damaged
+    /// slot once and finishes the move; the open after it reports nothing. Before,
+    /// that open read the file under both names and reported each damaged slot
+    /// twice, then kept it aside under a third name, so two kept files held it.
+    #[cfg(all(feature = "durable", target_os = "linux"))]
+    #[test]
+    fn a_damaged_journal_is_reported_once_after_a_crash_while_it_was_kept_aside() {
+        a_damaged_journal_is_reported_once_after_a_crash_at(
+            "engine::tests::a_damaged_journal_is_reported_once_after_a_crash_while_it_was_kept_aside",
+            ASIDE_CRASH_DIR,
+            crate::durable::set_after_aside_link,
+        );
+    }
+
+    /// The two tests above: the test binary runs itself (test `name`) as the child,
+    /// which makes a journal with a damaged slot, sets the hook of the step it is to
+    /// be killed at (with `set_hook`) and opens; it is killed there. Then one open
+    /// reports the slot once, and later ones never, and one kept file is left.
+    #[cfg(all(feature = "durable", target_os = "linux"))]
+    fn a_damaged_journal_is_reported_once_after_a_crash_at(
+        name: &str,
+        var: &str,
+        set_hook: fn(fn()),
+    ) {
         let cfg = || crate::NamespaceConfig::new().claim_markers(crate::ClaimMarkers::Journal);
         let corrupt = |engine: &super::Engine| -> Vec<u128> {
             engine
@@ -2186,7 +2222,7 @@ mod tests {
                 .map(|o| o.fingerprint)
                 .collect()
         };
-        if let Ok(base) = std::env::var(REPORTED_CRASH_DIR) {
+        if let Ok(base) = std::env::var(var) {
             let dir = Scratch(std::path::PathBuf::from(base));
             {
                 // "k" in flight at a crash: its journal slot stays.
@@ -2200,7 +2236,8 @@ mod tests {
             let mut bytes = std::fs::read(&file).unwrap();
             bytes[64 + 16] ^= 0x10;
             std::fs::write(&file, &bytes).unwrap();
-            crate::durable::set_after_reported_link(|| {
+            set_hook(|| {
+                use std::io::Write;
                 // (On a line of its own: the harness has begun one with the test's name.)
                 println!("\nready");
                 std::io::stdout().flush().unwrap();
@@ -2211,12 +2248,9 @@ mod tests {
             let engine = durable_engine(&dir, cfg(), &crate::ManualClock::new(1_000_000));
             panic!("the open went past the hook: {:?}", engine.orphans());
         }
-        let dir = Scratch::new("reported-crash");
+        let dir = Scratch::new(&var.to_lowercase());
         std::fs::create_dir_all(&dir.0).unwrap();
-        kill_when_ready(
-            "engine::tests::a_damaged_journal_is_reported_once_after_a_crash_while_it_was_marked_reported",
-            (REPORTED_CRASH_DIR, &dir.0),
-        );
+        kill_when_ready(name, (var, &dir.0));
         let kept = |suffix: &str| -> usize {
             std::fs::read_dir(&dir.0)
                 .unwrap()
@@ -2249,7 +2283,7 @@ mod tests {
             assert_eq!(
                 corrupt(&engine),
                 [k],
-                "reported again: the open did not finish"
+                "reported again, once: the open did not finish"
             );
             k
         };

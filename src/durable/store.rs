@@ -1339,6 +1339,10 @@ pub(crate) struct JournalTakeover {
     unreported: Vec<PathBuf>,
     /// Whether the journal in place has damaged slots (then it is kept aside).
     damaged_here: bool,
+    /// The journal in place, already linked under a kept-aside name by an earlier
+    /// open killed before it removed the old name: that name, whose move this open
+    /// finishes instead of keeping the file aside a second time.
+    half_kept: Option<PathBuf>,
     /// This run's journal, made but not yet in place.
     #[cfg(target_os = "linux")]
     next: Option<journal::Prepared>,
@@ -1366,7 +1370,11 @@ fn keep_aside(from: &Path, suffix: &str) -> std::io::Result<std::ffi::OsString> 
         if Path::new(&kept).exists() {
             continue;
         }
-        match move_no_replace(from, Path::new(&to)) {
+        let moved = move_no_replace_then(from, Path::new(&to), || {
+            #[cfg(test)]
+            run_test_hook(&AFTER_ASIDE_LINK);
+        });
+        match moved {
             Ok(()) => return Ok(to),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(e),
@@ -1375,15 +1383,10 @@ fn keep_aside(from: &Path, suffix: &str) -> std::io::Result<std::ffi::OsString> 
 }
 
 /// Moves file `from` to `to`, failing with `AlreadyExists` if `to` is there: a
-/// link under the new name (which never replaces a file), then the old name
-/// removed. A crash between the two leaves the file under both names: seen again,
-/// never lost, and the next move of it finishes (`to` is then that very file, so
-/// the old name is removed).
-fn move_no_replace(from: &Path, to: &Path) -> std::io::Result<()> {
-    move_no_replace_then(from, to, || {})
-}
-
-/// [`move_no_replace`], running `after_link` between its two steps (a test's hook).
+/// link under the new name (which never replaces a file), then `after_link` (a
+/// test's hook), then the old name removed. A crash between the two leaves the file
+/// under both names: seen again, never lost, and the next move of it finishes (`to`
+/// is then that very file, so the old name is removed).
 fn move_no_replace_then(from: &Path, to: &Path, after_link: impl FnOnce()) -> std::io::Result<()> {
     match std::fs::hard_link(from, to) {
         Ok(()) => after_link(),
@@ -1876,6 +1879,12 @@ impl DurableNs {
                 None => Err(journal::ParseError::NotAJournal),
             };
             match parsed {
+                // The journal in place under a second name (an open was killed as
+                // it kept the file aside): its damaged slots were read above.
+                Ok(_) if takeover.damaged_here && same_file(&file, &e.path()) => {
+                    takeover.half_kept = Some(e.path());
+                    takeover.unreported.push(e.path());
+                }
                 Ok(slots) => {
                     takeover
                         .damaged
@@ -1931,7 +1940,17 @@ impl DurableNs {
         let dir = self.store.path.as_path();
         let mut unreported = takeover.unreported;
         let from = journal::path(dir, &self.name);
-        if takeover.damaged_here {
+        if let Some(kept) = &takeover.half_kept {
+            // Kept aside already (and among `unreported`): the move is finished.
+            if same_file(&from, kept) {
+                std::fs::remove_file(&from).map_err(|e| {
+                    Error::Store(crate::error::StoreError::new(
+                        "keep damaged journal",
+                        e.to_string(),
+                    ))
+                })?;
+            }
+        } else if takeover.damaged_here {
             let stamp = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis());
@@ -2831,6 +2850,10 @@ std::thread_local! {
     /// name ([`DurableNs::mark_reported`]).
     static AFTER_REPORTED_LINK: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
         const { std::cell::RefCell::new(None) };
+    /// Where a damaged journal in place has just been linked under its kept-aside
+    /// name, before its old name is removed ([`DurableNs::finish_journal`]).
+    static AFTER_ASIDE_LINK: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        const { std::cell::RefCell::new(None) };
     /// The next [`DurableNs::move_markers`] with markers to move fails.
     static FAIL_NEXT_MARKER_MOVE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
@@ -2873,6 +2896,13 @@ pub(crate) fn set_before_released_delete(f: impl FnOnce() + 'static) {
 #[cfg(test)]
 pub(crate) fn set_after_reported_link(f: impl FnOnce() + 'static) {
     AFTER_REPORTED_LINK.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+}
+
+/// Sets the hook [`DurableNs::finish_journal`] runs once it has linked a damaged
+/// journal in place under its kept-aside name, before it removes the old name.
+#[cfg(test)]
+pub(crate) fn set_after_aside_link(f: impl FnOnce() + 'static) {
+    AFTER_ASIDE_LINK.with(|h| *h.borrow_mut() = Some(Box::new(f)));
 }
 
 /// Sets the hook run right after a completion's or a forget's write was applied

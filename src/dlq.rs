@@ -1134,10 +1134,15 @@ impl Inner {
                 // write that met the engine's drop included.
                 let policy = ns.config().sync;
                 let sync = s.syncs(policy);
-                s.dlq_put(ns.name(), id, &bytes, next, sync)?;
+                let since = s.sync_failures();
+                let unsynced = s.dlq_put(ns.name(), id, &bytes, next, sync)?;
                 // The counter is whole again once a letter's write has stored it.
                 st.counter_damaged &= next.is_none();
-                if let Err(e) = s.sync_if_closed_since(policy, sync) {
+                // (An fsync of the log that failed while a synced write was made may
+                // have covered it: that write is not known to be on the disk.)
+                let synced =
+                    unsynced.map_or_else(|| s.sync_if_closed_since(policy, sync, since), Err);
+                if let Err(e) = synced {
                     // Written, its sync failed: known to the index as the store
                     // holds it (its id taken), and the error says the write may
                     // not last.

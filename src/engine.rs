@@ -1329,6 +1329,84 @@ mod tests {
         }
     }
 
+    /// A dead letter's synced write, like a completion's, is not acknowledged when
+    /// another fsync of the log failed while it was made: that fsync may have covered
+    /// it and the system dropped its pages. `quarantine` returns the store's error
+    /// with the letter stored (as for its own fsync failing); before, it returned the
+    /// id as if the letter were on the disk.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_dead_letter_that_a_failed_fsync_covered_is_not_acknowledged() {
+        let dir = Scratch::new("failed-fsync-after-letter");
+        let (engine, ns, _clock) = durable_namespace_with(
+            &dir,
+            crate::NamespaceConfig::new().sync(crate::SyncPolicy::Always),
+        );
+        let store = engine.shared.store.clone().expect("a durable engine");
+        let dlq = engine.dlq("n").unwrap();
+        let first = dlq.quarantine(b"a", b"p", "test:first").unwrap();
+        let s = store.clone();
+        crate::durable::set_after_dlq_put(move || {
+            s.set_fail_syncs(true);
+            s.periodic_sync();
+            s.set_fail_syncs(false);
+        });
+        let r = dlq.quarantine(b"b", b"p", "test:second");
+        assert!(
+            matches!(&r, Err(crate::Error::Store(e)) if e.operation() == "sync"),
+            "{r:?}"
+        );
+        assert_eq!(engine.stats().periodic_sync_failures, 1, "the fsync failed");
+        // Stored all the same, under the id the call took.
+        let listed: Vec<_> = dlq
+            .list(&crate::dlq::Selection::default())
+            .unwrap()
+            .iter()
+            .map(|m| m.key().to_vec())
+            .collect();
+        assert_eq!(listed, [b"a".to_vec(), b"b".to_vec()]);
+        // Nothing failed after this one's write.
+        let third = dlq.quarantine(b"c", b"p", "test:third").unwrap();
+        assert_eq!(third.get(), first.get() + 2);
+        drop(ns);
+    }
+
+    /// Under `Periodic`, a completion whose write landed as the engine was dropped
+    /// syncs itself after it; if the engine's last fsync of the log failed after the
+    /// write (and may have dropped its pages), that later fsync, finding nothing to
+    /// write, does not make the completion known to be on the disk: it returns the
+    /// store's error. Before, it returned `Ok`.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_completion_made_as_the_engine_closed_is_not_acknowledged_over_a_failed_fsync() {
+        let dir = Scratch::new("failed-fsync-at-close");
+        let (engine, ns, _clock) = durable_namespace_with(
+            &dir,
+            crate::NamespaceConfig::new().sync(crate::SyncPolicy::Periodic(
+                std::time::Duration::from_secs(1),
+            )),
+        );
+        let store = engine.shared.store.clone().expect("a durable engine");
+        let g = first_claim(&ns);
+        let engine = std::cell::RefCell::new(Some(engine));
+        crate::durable::set_after_write(move || {
+            // The engine's drop: its last fsync of the log fails.
+            store.set_fail_syncs(true);
+            drop(engine.borrow_mut().take().expect("the engine"));
+            store.set_fail_syncs(false);
+        });
+        let completed = g.complete();
+        assert!(
+            matches!(&completed, Err(crate::Error::Store(e)) if e.operation() == "sync"),
+            "{completed:?}"
+        );
+        // Applied all the same: the key reads as done.
+        assert!(matches!(
+            ns.check(b"k").unwrap(),
+            Some(crate::KeyState::Done { .. })
+        ));
+    }
+
     /// A look-up with a payload of a key the hot tier does not hold reads the
     /// durable tier, and that read is counted in `Stats` as `check`'s is (the
     /// prefilter's answer, or the durable read it let through), so the look-up does

@@ -1047,7 +1047,7 @@ impl Store {
     /// ticket). That fsync may have covered the write and the system dropped its
     /// pages, which the write's own fsync, finding nothing to write, does not bring
     /// back.
-    fn unsynced_since(&self, since: u64) -> Option<Error> {
+    pub(crate) fn unsynced_since(&self, since: u64) -> Option<Error> {
         (self.sync_failures() != since).then(|| {
             Error::Store(StoreError::new(
                 "sync",
@@ -1251,14 +1251,18 @@ impl Store {
     /// After a write under `policy` that was made with `synced` (as [`Store::syncs`]
     /// said): under `Periodic`, a write made without a sync while the engine was being
     /// dropped is synced now. The engine's last flush may have run before the write
-    /// landed, and no periodic sync follows it.
+    /// landed, and no periodic sync follows it. `since` is what
+    /// [`Store::sync_failures`] said before the write: an fsync of the log that failed
+    /// after it fails this too, as it does a synced write ([`Store::unsynced_since`]).
     pub(crate) fn sync_if_closed_since(
         &self,
         policy: SyncPolicy,
         synced: bool,
+        since: u64,
     ) -> Result<(), Error> {
         if !synced && matches!(policy, SyncPolicy::Periodic(_)) && self.closed() {
-            return self.sync_wal();
+            self.sync_wal()?;
+            return self.unsynced_since(since).map_or(Ok(()), Err);
         }
         Ok(())
     }
@@ -2537,6 +2541,7 @@ impl DurableNs {
         };
         self.writes.fetch_add(1, Ordering::Relaxed);
         let sync = self.store.syncs(self.sync);
+        let since = self.store.sync_failures();
         // Applied (every reader sees the records, and the batch deleted the markers
         // on disk), and the fsync's failure if one came after: or refused.
         let written = self
@@ -2544,7 +2549,10 @@ impl DurableNs {
             .write_completions(&self.name, &self.fams, done, &unwritten, state, sync)
             .map(|unsynced| match unsynced {
                 Some(e) => Some(e),
-                None => self.store.sync_if_closed_since(self.sync, sync).err(),
+                None => self
+                    .store
+                    .sync_if_closed_since(self.sync, sync, since)
+                    .err(),
             });
         let applied = written.is_ok();
         let answer = match written {
@@ -2635,8 +2643,9 @@ impl DurableNs {
         write: impl FnOnce(bool) -> Result<(), Error>,
     ) -> Result<(), Error> {
         let sync = self.store.syncs(self.sync);
+        let since = self.store.sync_failures();
         write(sync)?;
-        self.store.sync_if_closed_since(self.sync, sync)
+        self.store.sync_if_closed_since(self.sync, sync, since)
     }
 
     /// Deletes a key's durable records, synced as the namespace's completions are (a

@@ -85,6 +85,8 @@ impl Store {
     }
 
     /// Stores dead letter `id`; with `next`, also the id counter, in the same write.
+    /// `Ok(Some(e))`: a synced write applied, but another fsync of the log failed
+    /// after it began ([`Store::unsynced_since`]), so it may not be on the disk.
     pub(crate) fn dlq_put(
         &self,
         ns: &str,
@@ -92,8 +94,9 @@ impl Store {
         bytes: &[u8],
         next: Option<u64>,
         sync: bool,
-    ) -> Result<(), Error> {
+    ) -> Result<Option<Error>, Error> {
         self.check_writable()?;
+        let since = self.sync_failures();
         let cf = self.cf(&cf_name(ns))?;
         let mut batch = WriteBatch::default();
         batch.put_cf(cf, message_key(id), bytes);
@@ -124,7 +127,7 @@ impl Store {
         }
         #[cfg(test)]
         super::after_dlq_put();
-        Ok(())
+        Ok(sync.then(|| self.unsynced_since(since)).flatten())
     }
 }
 

@@ -7053,7 +7053,9 @@ impl Namespace {
     /// in a batch is `Acquired`, then `InProgress`), all at one reading of the clock;
     /// except that a claim that finds the namespace full reads it again (it reclaims
     /// what has expired before it refuses), and the rest of the batch goes on from
-    /// that later reading.
+    /// that later reading; and a key whose shard another thread has already brought
+    /// to a later reading is claimed at that one, as [`Namespace::claim`] would (time
+    /// never goes back within a shard), and so are the keys after it.
     /// It is faster per key than [`Namespace::claim`]: the clock is read once, and
     /// every key's index bucket is requested from memory before the first claim, so
     /// the batch's cache misses overlap.
@@ -7350,8 +7352,11 @@ impl Namespace {
         finished(stored).map(|_| outcomes)
     }
 
-    /// Looks `key` up without changing anything: `None` if it is unknown or expired.
-    /// With a durable tier, a key the hot tier no longer holds is looked up there
+    /// Looks `key` up without changing any key's state: `None` if it is unknown or
+    /// expired. (One housekeeping step may run on the way: after the clock moved
+    /// about six days at 1 ms ticks past a shard with no maintenance pass between,
+    /// the look-up first drops what expired in that shard, as the pass would, which
+    /// `Stats::resident_keys` and `expirations` show.) With a durable tier, a key the hot tier no longer holds is looked up there
     /// (one durable read), so a key done within retention reads as `Done`.
     /// A dead-letter dry run uses [`check_with_payload`](Self::check_with_payload) to
     /// decide before claiming.

@@ -86,6 +86,27 @@ pub(crate) fn open_regular(path: &std::path::Path) -> std::io::Result<Option<std
     }
 }
 
+/// Creates the file at `tmp` anew, for reading and writing: the temporary name a
+/// file is written under before it is renamed into place (the stamp, a saved
+/// prefilter, a journal). Whatever has that name first goes (a file a write that
+/// did not finish left, a FIFO, a symbolic link), and the file is created
+/// exclusively, so the write neither waits for ever for a FIFO's reader nor goes
+/// through a link to a file elsewhere; a directory there, or anything put there
+/// meanwhile, is an error.
+#[cfg(feature = "durable")]
+pub(crate) fn create_fresh(tmp: &std::path::Path) -> std::io::Result<std::fs::File> {
+    match std::fs::remove_file(tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(tmp)
+}
+
 /// Refuses a database directory where one of the files RocksDB reads as it opens
 /// (`CURRENT`, `IDENTITY`, a manifest, an options file, a write-ahead log, a table
 /// or blob file) is not a regular file: RocksDB would read a FIFO there and wait for

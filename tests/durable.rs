@@ -1743,6 +1743,75 @@ fn a_fifo_directory_or_device_in_place_of_idems_files_is_never_read() {
     }
 }
 
+/// Closes `engine` on a thread: its outcome, or a failed test (not a hung one) if it
+/// has not returned within a minute.
+fn close_within_a_minute(engine: Engine) -> Result<(), Error> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(engine.close());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the close returned within a minute")
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_fifo_or_link_at_a_temporary_name_is_never_written_through() {
+    // The names the stamp (written at an open that finds none), the saved prefilter
+    // (at shutdown) and the journal (at every open) are made under before their
+    // rename into place.
+    let temporaries = |dir: &TempDir| {
+        let mut journal = journal_of(dir, "ns").into_os_string();
+        journal.push(".new");
+        [
+            dir.path().join("idem-format.tmp"),
+            dir.path()
+                .join(format!("idem-prefilter-{:02x}{:02x}.tmp", b'n', b's')),
+            PathBuf::from(journal),
+        ]
+    };
+    for link in [false, true] {
+        for at in 0..3 {
+            let dir = TempDir::new();
+            let clock = ManualClock::new(T0);
+            {
+                let (_engine, ns) = open(&dir, &clock, small());
+                acquire(&ns, b"k").complete().unwrap();
+            }
+            std::fs::remove_file(dir.path().join(STAMP)).unwrap();
+            let tmp = temporaries(&dir)[at].clone();
+            let outside = TempDir::new();
+            let target = outside.path().join("someone-elses");
+            std::fs::write(&target, b"not idem's").unwrap();
+            if link {
+                std::os::unix::fs::symlink(&target, &tmp).unwrap();
+            } else {
+                let made = std::process::Command::new("mkfifo")
+                    .arg(&tmp)
+                    .status()
+                    .unwrap();
+                assert!(made.success());
+            }
+            let what = format!(
+                "{} at {}",
+                if link { "a link" } else { "a FIFO" },
+                tmp.display()
+            );
+            // Before, the open waited for ever on a FIFO at the stamp's or wrote
+            // through a link there, and the shutdown on a saved prefilter's.
+            let engine =
+                open_within_a_minute(&dir, &clock).unwrap_or_else(|e| panic!("{what}: {e:?}"));
+            duplicate(&engine.namespace("ns").unwrap(), b"k");
+            close_within_a_minute(engine).unwrap_or_else(|e| panic!("{what}: {e:?}"));
+            assert_eq!(std::fs::read(&target).unwrap(), b"not idem's", "{what}");
+            assert!(dir.path().join(STAMP).exists(), "{what}");
+            let (engine, ns) = open(&dir, &clock, small());
+            duplicate(&ns, b"k");
+            assert_eq!(engine.stats().prefilter_loads, 1, "{what}");
+        }
+    }
+}
+
 #[cfg(unix)]
 #[test]
 fn a_fifo_directory_or_device_in_place_of_rocksdbs_files_is_refused_before_rocksdb_reads_it() {

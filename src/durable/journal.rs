@@ -40,8 +40,6 @@
 
 #[cfg(all(feature = "durable", target_os = "linux"))]
 use std::fs::File;
-#[cfg(all(feature = "durable", target_os = "linux"))]
-use std::fs::OpenOptions;
 #[cfg(feature = "durable")]
 use std::io::Read;
 #[cfg(all(feature = "durable", target_os = "linux"))]
@@ -505,13 +503,7 @@ impl Journal {
     fn create_at(dir: &Path, ns: &str, seed: u64, slots: u32, tmp: &Path) -> Result<Self, Error> {
         let file_path = path(dir, ns);
         let len = HEADER + slots as usize * SLOT;
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(tmp)
-            .map_err(|e| io_err("create journal", tmp, e))?;
+        let mut file = super::create_fresh(tmp).map_err(|e| io_err("create journal", tmp, e))?;
         file.write_all(&header(slots, seed, ns))
             .map_err(|e| io_err("create journal", &file_path, e))?;
         {

@@ -86,8 +86,9 @@ pub(crate) fn identity(dir: &Path) -> Option<u64> {
         .map(|b| xxh3_64(&b))
 }
 
-/// Writes the stamp of the database in `dir`: made whole under a temporary name,
-/// synced, renamed into place, the directory synced.
+/// Writes the stamp of the database in `dir`: made whole under a temporary name
+/// (created anew: [`super::create_fresh`]), synced, renamed into place, the
+/// directory synced.
 pub(crate) fn write(dir: &Path, stamp: Stamp) -> Result<(), Error> {
     let to = path(dir);
     let tmp = to.with_extension("tmp");
@@ -98,7 +99,7 @@ pub(crate) fn write(dir: &Path, stamp: Stamp) -> Result<(), Error> {
             format!("{}: {e}", to.display()),
         ))
     };
-    let mut f = std::fs::File::create(&tmp).map_err(io)?;
+    let mut f = super::create_fresh(&tmp).map_err(io)?;
     f.write_all(&stamp.encode()).map_err(io)?;
     f.sync_all().map_err(io)?;
     drop(f);

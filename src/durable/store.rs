@@ -2131,7 +2131,8 @@ impl DurableNs {
         // Synced before the rename, and the directory after it: a power cut then
         // leaves the old file or the whole new one (a torn one would only be
         // refused by its checksum and rebuilt, at the cost of a rebuild).
-        let written = std::fs::File::create(&tmp)
+        // Created anew: nothing at the temporary name is written through or waited on.
+        let written = super::create_fresh(&tmp)
             .and_then(|mut f| {
                 use std::io::Write;
                 f.write_all(&bytes)?;

@@ -580,7 +580,11 @@ impl Engine {
 
     /// Compacts the durable tier now, so that records past their retention are
     /// dropped (RocksDB otherwise compacts when it sees fit). A no-op without a
-    /// durable tier.
+    /// durable tier. [`Error::Store`] if the memtables cannot be flushed first; a
+    /// failure of the compaction itself is not returned (RocksDB's C interface, which
+    /// the `rocksdb` crate wraps, reports none): it leaves the expired records in
+    /// place, and a write error there stops RocksDB's writes, which later writes
+    /// report.
     pub fn compact_store(&self) -> Result<()> {
         #[cfg(feature = "durable")]
         if let Some(store) = &self.shared.store {

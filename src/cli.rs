@@ -63,8 +63,9 @@ USAGE:
         applying, each side effect co-committed with its completion) is killed with
         SIGKILL part way through its stream, restarted on the same database, and the
         ledger is checked: every message took effect exactly once. Reports the
-        orphan claims found at restart. DIR must be new or empty (the demo never
-        deletes anything in a directory it did not make); without --dir a
+        orphan claims found at restart, which must include every claim held in
+        flight at the kill. DIR must be new or empty (the demo never deletes
+        anything in a directory it did not make); without --dir a
         temporary directory is used and removed. Exits 1 if the check fails, the
         consumer fails, or the consumer finished before it could be killed (no
         crash tested).

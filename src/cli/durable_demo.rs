@@ -16,6 +16,11 @@
 //! it found), so an entry missing in the middle is reported as acknowledged but not
 //! recorded, and the entries after it are still read and counted.
 //!
+//! The ledger cannot show a claim lost in the crash: the restarted consumer would
+//! apply its message at once, once. The claims run 1 held in flight until the kill
+//! (its `frozen` lines) must therefore each be one of the orphan claims that run 2
+//! finds at its open; fewer orphans than that fails the demo.
+//!
 //! With `--dir`, the directory must be new or empty: the demo never deletes anything
 //! in a directory it did not make, so a directory that holds anything (a database
 //! of an earlier run included) is refused. Without `--dir` it makes a temporary
@@ -380,6 +385,14 @@ struct Verdict {
     entries: u64,
 }
 
+impl Verdict {
+    /// Every one of `messages` messages was applied once and acknowledged at most
+    /// once, every acknowledged application has its entry, and no entry is stray.
+    fn exactly_once(&self, messages: u64) -> bool {
+        self.once == messages && self.stray == 0 && self.unrecorded == 0
+    }
+}
+
 /// How far past a worker's highest acknowledged sequence number, and past its last
 /// entry found, the check reads: a completion committed and not acknowledged at the
 /// kill leaves an entry past the last acknowledged one.
@@ -671,31 +684,72 @@ fn demo(o: &Options, dir: &Path) -> Result<ExitCode, String> {
         grouped(v.entries),
         grouped(first.acks + second.acks)
     );
-    let exactly_once = v.once == o.messages && v.stray == 0 && v.unrecorded == 0;
-    if exactly_once && first.crashed_mid_stream() {
-        outln!(
-            "verified:   every one of {} messages took effect exactly once, across a SIGKILL and a restart",
-            grouped(o.messages)
-        );
-        Ok(ExitCode::SUCCESS)
-    } else if exactly_once {
-        outln!(
-            "not shown:  every one of {} messages took effect exactly once, but the consumer \
-             was not killed mid-stream; run again with a lower --kill-at or more --messages",
-            grouped(o.messages)
-        );
-        Ok(ExitCode::FAILURE)
+    match outcome(o.messages, &first, &second, &v) {
+        Outcome::Verified => {
+            outln!(
+                "verified:   every one of {} messages took effect exactly once, across a SIGKILL and a restart",
+                grouped(o.messages)
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Outcome::NotShown => {
+            outln!(
+                "not shown:  every one of {} messages took effect exactly once, but the consumer \
+                 was not killed mid-stream; run again with a lower --kill-at or more --messages",
+                grouped(o.messages)
+            );
+            Ok(ExitCode::FAILURE)
+        }
+        Outcome::Failed => {
+            if second.orphans < first.frozen {
+                outln!(
+                    "FAILED:     {} claims were held in flight at the kill, but the restart found {} orphan claims: \
+                     a claim in flight at the crash was lost",
+                    grouped(first.frozen),
+                    grouped(second.orphans)
+                );
+            }
+            if !v.exactly_once(o.messages) {
+                outln!(
+                    "FAILED:     {} exactly once, {} never applied, {} applied more than once, {} acknowledged more than once, {} acknowledged but not recorded, {} stray ledger entries",
+                    grouped(v.once),
+                    grouped(v.lost),
+                    grouped(v.doubled),
+                    grouped(v.acked_twice),
+                    grouped(v.unrecorded),
+                    grouped(v.stray)
+                );
+            }
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// What the demo concludes from its two runs and the check of the ledger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// Every message took effect exactly once across a crash mid-stream, and every
+    /// claim held at the kill was found as an orphan at the restart.
+    Verified,
+    /// Every message took effect exactly once, but run 1 was not killed mid-stream.
+    NotShown,
+    /// A message did not take effect exactly once, or a claim held in flight at the
+    /// kill was not found at the restart.
+    Failed,
+}
+
+/// Judges the demo. The claims run 1 froze were acquired and held, in flight, until
+/// the kill: each must be one of the orphan claims run 2 found at its open (more may
+/// be, such as a claim whose completion the kill interrupted). Fewer orphans than
+/// frozen claims means the database lost a claim in flight at a crash, which the
+/// ledger alone would not show: run 2 would then apply the message at once, once.
+fn outcome(messages: u64, first: &Run, second: &Run, v: &Verdict) -> Outcome {
+    if !v.exactly_once(messages) || second.orphans < first.frozen {
+        Outcome::Failed
+    } else if first.crashed_mid_stream() {
+        Outcome::Verified
     } else {
-        outln!(
-            "FAILED:     {} exactly once, {} never applied, {} applied more than once, {} acknowledged more than once, {} acknowledged but not recorded, {} stray ledger entries",
-            grouped(v.once),
-            grouped(v.lost),
-            grouped(v.doubled),
-            grouped(v.acked_twice),
-            grouped(v.unrecorded),
-            grouped(v.stray)
-        );
-        Ok(ExitCode::FAILURE)
+        Outcome::NotShown
     }
 }
 
@@ -782,6 +836,34 @@ mod tests {
         let run = watch(Cursor::new(lines), &mut child, Some(1), &mut acked, None).unwrap();
         assert!(run.killed, "{run:?}");
         assert!(!run.crashed_mid_stream(), "{run:?}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_claim_held_at_the_kill_and_not_found_at_the_restart_fails_the_demo() {
+        // Run 1 acknowledged message 0, then held message 1's claim until the kill.
+        let mut acked = vec![0u8; 2];
+        let mut child = blocked_child();
+        let lines = "orphans 0\nack 0 0 0\nfrozen 1\n";
+        let first = watch(Cursor::new(lines), &mut child, Some(1), &mut acked, None).unwrap();
+        assert!(first.crashed_mid_stream(), "{first:?}");
+        // Run 2 applied message 1 once: the ledger is right either way.
+        let once = Verdict {
+            once: 2,
+            entries: 2,
+            ..Verdict::default()
+        };
+        let second = |orphans: u64| {
+            let mut child = exited_child();
+            let lines = format!("orphans {orphans}\nack 1 0 0\ndone\n");
+            let mut acked = acked.clone();
+            watch(Cursor::new(lines), &mut child, None, &mut acked, None).unwrap()
+        };
+        // The restart found the claim held at the kill.
+        assert_eq!(outcome(2, &first, &second(1), &once), Outcome::Verified);
+        // It did not: the claim in flight at the crash was lost, and run 2 applied
+        // the message at once instead of waiting for its lease.
+        assert_eq!(outcome(2, &first, &second(0), &once), Outcome::Failed);
     }
 
     #[cfg(unix)]

@@ -12,7 +12,9 @@
 //!
 //! After a completion returns `Ok` the process prints `ack <id> <worker> <seq>` (the
 //! application's ledger entry is that of `application_key(run, worker, seq)`, so a
-//! reader knows which entries must exist); a duplicate prints
+//! reader knows which entries must exist), followed by ` waited` when a claim of
+//! that delivery had found the key in progress first (held by a claim that then
+//! never completed: after a crash, an orphan whose lease it waited for); a duplicate prints
 //! `dup <id>`. At start it prints `orphans <n>`, at the end `done`. With `--hold <n>`
 //! it first claims the keys `held-<i>` for i < n, prints `held <n>` and keeps those
 //! claims in flight until it exits; with `--extend-held-ms <ms>` as well, it then
@@ -294,11 +296,13 @@ fn consume(o: &Options) -> Result<(), String> {
         say(format!("extended {}", held.len()));
     }
 
-    let (tx, rx) = channel::unbounded::<u64>();
+    // Each delivery is a message id and whether its claim found the key in
+    // progress before (it was put back to wait for the holder).
+    let (tx, rx) = channel::unbounded::<(u64, bool)>();
     let all = stream(o.messages);
     let total = all.len();
     for id in all {
-        tx.send(id).map_err(|e| e.to_string())?;
+        tx.send((id, false)).map_err(|e| e.to_string())?;
     }
     let handled = AtomicUsize::new(0);
     // Acknowledgements printed, for `--freeze-after`.
@@ -319,7 +323,7 @@ fn consume(o: &Options) -> Result<(), String> {
                 // Claim and completion latencies, ns.
                 let (mut claims, mut completions) = (Histogram::new(), Histogram::new());
                 while handled.load(Ordering::Acquire) < total && !stop.load(Ordering::Acquire) {
-                    let Ok(id) = rx.recv_timeout(Duration::from_millis(20)) else {
+                    let Ok((id, waited)) = rx.recv_timeout(Duration::from_millis(20)) else {
                         continue;
                     };
                     let key = key_of(id);
@@ -351,7 +355,11 @@ fn consume(o: &Options) -> Result<(), String> {
                                 .complete_with(None, changes)
                                 .map_err(|e| e.to_string())?;
                             completions.record(t.elapsed().as_nanos() as u64);
-                            say(format!("ack {id} {w} {seq}"));
+                            say(if waited {
+                                format!("ack {id} {w} {seq} waited")
+                            } else {
+                                format!("ack {id} {w} {seq}")
+                            });
                             seq += 1;
                             acks.fetch_add(1, Ordering::AcqRel);
                             if fail_after.is_some_and(|n| seq >= n) {
@@ -364,7 +372,7 @@ fn consume(o: &Options) -> Result<(), String> {
                         Claim::InProgress(busy) => {
                             // An orphan of a killed run, or another worker: try later.
                             std::thread::sleep(busy.retry_after().min(Duration::from_millis(20)));
-                            tx.send(id).map_err(|e| e.to_string())?;
+                            tx.send((id, true)).map_err(|e| e.to_string())?;
                             continue;
                         }
                     }

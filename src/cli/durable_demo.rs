@@ -111,8 +111,15 @@ struct Run {
     /// When the process was started and when it was reaped.
     spawned: Option<Instant>,
     reaped: Option<Instant>,
+    /// When the `orphans` line, which the consumer prints once its engine is open,
+    /// was read.
+    opened: Option<Instant>,
     /// When each `ack` line was read, in order.
     ack_times: Vec<Instant>,
+    /// For each `ack` line, in order: whether it ends in `waited` (its claim had
+    /// found the key in progress first, held by a claim that never completed: an
+    /// orphan whose lease the message waited for).
+    waited: Vec<bool>,
     dups: u64,
     finished: bool,
     /// The demo sent SIGKILL and the signal is what ended the process. `false` if
@@ -181,17 +188,22 @@ fn watch(
         };
         let mut words = line.split_whitespace();
         match (words.next(), words.next()) {
-            (Some("orphans"), Some(n)) => run.orphans = n.parse().unwrap_or(0),
+            (Some("orphans"), Some(n)) => {
+                run.orphans = n.parse().unwrap_or(0);
+                run.opened.get_or_insert_with(Instant::now);
+            }
             (Some("ack"), Some(id)) => {
                 let id = id.parse::<usize>().ok().filter(|&i| i < acked.len());
                 let worker = words.next().and_then(|w| w.parse::<usize>().ok());
                 let seq = words.next().and_then(|q| q.parse::<u64>().ok());
+                let waited = words.next() == Some("waited");
                 match (id, worker, seq) {
                     (Some(i), Some(w), Some(q)) => {
                         acked[i] = acked[i].saturating_add(1);
                         run.acks += 1;
                         run.seqs.entry(w).or_default().insert(q);
                         run.ack_times.push(Instant::now());
+                        run.waited.push(waited);
                     }
                     _ => {
                         result = Err(format!("the consumer printed {line:?}"));
@@ -310,21 +322,25 @@ fn consume(
     Ok(run)
 }
 
-/// Where the time of one run went: from its start to its first acknowledgement
-/// (process start, open, recovery), `head` acknowledgements from the first to the
-/// `head`-th (the run's own pace), the rest to the last acknowledgement, and from
-/// there to its end (the kill, or closing). All in seconds.
+/// Where the time of one run went: from its start to its open (process start, open,
+/// recovery), from there to its `head`-th acknowledgement, the rest to the last
+/// acknowledgement, and from there to its end (the kill, or closing); and the run's
+/// own pace, `head` acknowledgements from the first to the `head`-th. All in
+/// seconds.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Split {
     head: u64,
     start: f64,
     consuming: f64,
+    /// From the first acknowledgement to the `head`-th.
+    pace: f64,
     rest: f64,
     end: f64,
 }
 
 impl Run {
-    /// The run's time split at its `head`-th acknowledgement (all of them if fewer).
+    /// The run's time split at its `head`-th acknowledgement (all of them if fewer;
+    /// with none, at its open).
     fn split(&self, head: u64) -> Split {
         let secs = |a: Instant, b: Instant| b.saturating_duration_since(a).as_secs_f64();
         let (Some(spawned), Some(reaped)) = (self.spawned, self.reaped) else {
@@ -332,28 +348,40 @@ impl Run {
                 head: 0,
                 start: 0.0,
                 consuming: 0.0,
+                pace: 0.0,
                 rest: 0.0,
                 end: 0.0,
             };
         };
         let head = head.min(self.ack_times.len() as u64);
-        let (Some(&first), Some(&last)) = (self.ack_times.first(), self.ack_times.last()) else {
-            return Split {
-                head: 0,
-                start: secs(spawned, reaped),
-                consuming: 0.0,
-                rest: 0.0,
-                end: 0.0,
-            };
+        let opened = self
+            .opened
+            .or(self.ack_times.first().copied())
+            .unwrap_or(reaped);
+        let last = self.ack_times.last().copied().unwrap_or(opened);
+        let (first, at_head) = match head {
+            0 => (opened, opened),
+            h => (self.ack_times[0], self.ack_times[h as usize - 1]),
         };
-        let at_head = self.ack_times[head.max(1) as usize - 1];
         Split {
             head,
-            start: secs(spawned, first),
-            consuming: secs(first, at_head),
+            start: secs(spawned, opened),
+            consuming: secs(opened, at_head),
+            pace: secs(first, at_head),
             rest: secs(at_head, last),
             end: secs(last, reaped),
         }
+    }
+
+    /// The acknowledgements up to the last one that did not wait for an orphan
+    /// claim's lease: those after it each waited, and came once a lease ran out
+    /// rather than at the run's own pace. (An orphan whose lease ran out before the
+    /// stream reached its message is acknowledged in the stream, at its pace.)
+    fn paced_acks(&self) -> u64 {
+        self.waited
+            .iter()
+            .rposition(|w| !w)
+            .map_or(0, |i| i as u64 + 1)
     }
 }
 
@@ -612,23 +640,31 @@ fn demo(o: &Options, dir: &Path) -> Result<ExitCode, String> {
     )?;
     drop(engine);
     // The consumers' own pace: acknowledgements from each run's first to its last
-    // (run 1) or to the last one that did not wait for an orphan's lease (run 2: each
-    // orphan claim is acquired again only once its lease ran out).
+    // (run 1) or to the last one that did not wait for an orphan's lease (run 2: an
+    // orphan claim is acquired again only once its lease ran out; the consumer marks
+    // the acknowledgements whose claim found their key in progress first).
     let one = first.split(first.acks);
-    let fresh = second.acks.saturating_sub(second.orphans);
-    let two = second.split(fresh);
+    let two = second.split(second.paced_acks());
+    let waited = second.acks - two.head;
+    let lease_wait = if waited > 0 {
+        format!(
+            "its last {} (orphan claims, acquired again once their lease ran out) {:.2} s after those",
+            grouped(waited),
+            two.rest
+        )
+    } else {
+        "and none waited past those for an orphan claim's lease".to_string()
+    };
     outln!(
         "throughput: run 1 {} acknowledged in {:.2} s ({} per second) before the kill; \
-         run 2 {} in {:.2} s ({} per second), its last {} (one per orphan claim, acquired again once its \
-         lease ran out) {:.2} s after those",
+         run 2 {} in {:.2} s ({} per second), {}",
         grouped(first.acks),
-        one.consuming,
-        per_second(one.head, one.consuming),
+        one.pace,
+        per_second(one.head, one.pace),
         grouped(two.head),
-        two.consuming,
-        per_second(two.head, two.consuming),
-        grouped(second.acks - two.head),
-        two.rest
+        two.pace,
+        per_second(two.head, two.pace),
+        lease_wait
     );
     outln!(
         "time:       {:.2} s in all: run 1 {:.2} s (start and open {:.2} s, consuming {:.2} s, \
@@ -642,7 +678,7 @@ fn demo(o: &Options, dir: &Path) -> Result<ExitCode, String> {
         two.start + two.consuming + two.rest + two.end,
         two.start,
         two.consuming,
-        grouped(second.acks - two.head),
+        grouped(waited),
         two.rest,
         two.end,
         checked.elapsed().as_secs_f64()
@@ -864,6 +900,36 @@ mod tests {
         // It did not: the claim in flight at the crash was lost, and run 2 applied
         // the message at once instead of waiting for its lease.
         assert_eq!(outcome(2, &first, &second(0), &once), Outcome::Failed);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn only_acknowledgements_that_waited_for_an_orphans_lease_are_set_apart() {
+        let paced = |lines: &str| {
+            let mut child = exited_child();
+            let mut acked = vec![0u8; 8];
+            let mut run = watch(Cursor::new(lines), &mut child, None, &mut acked, None).unwrap();
+            assert!(run.opened.is_some(), "{run:?}");
+            (run.spawned, run.reaped) = (run.opened, Some(Instant::now()));
+            (run.paced_acks(), run.split(run.paced_acks()).head)
+        };
+        // The orphans' leases outlasted the stream: their messages came last.
+        assert_eq!(
+            paced("orphans 2\nack 0 0 0\nack 1 0 1\nack 5 1 0 waited\nack 6 2 0 waited\ndone\n"),
+            (2, 2)
+        );
+        // One lease ran out in the middle of the stream (its message was reached
+        // before, and waited), the other before the stream reached its message: no
+        // acknowledgement at the end waited, whatever the orphan count says.
+        assert_eq!(
+            paced("orphans 2\nack 0 0 0\nack 5 1 0 waited\nack 1 0 1\nack 6 0 2\ndone\n"),
+            (4, 4)
+        );
+        // Every acknowledgement waited: none is at the run's own pace.
+        assert_eq!(
+            paced("orphans 2\nack 5 1 0 waited\nack 6 0 0 waited\ndone\n"),
+            (0, 0)
+        );
     }
 
     #[cfg(unix)]

@@ -499,7 +499,10 @@ fn durable_demo_survives_sigkill_and_verifies_the_ledger() {
         "{report}"
     );
     assert!(String::from_utf8_lossy(&unknown.stdout).contains(": unknown"));
-    assert!(stdout.contains("orphan claims found at open"), "{stdout}");
+    assert!(
+        stdout.contains(" found at open (in flight at the kill)"),
+        "{stdout}"
+    );
     assert!(
         stdout.contains("one per application"),
         "the check counts applications: {stdout}"

@@ -621,8 +621,9 @@ fn demo(o: &Options, dir: &Path) -> Result<ExitCode, String> {
         return Err("the restarted consumer did not finish its stream".into());
     }
     outln!(
-        "run 2:      restarted; {} orphan claims found at open (in flight at the kill); {} acknowledged, {} duplicates skipped",
+        "run 2:      restarted; {} orphan claim{} found at open (in flight at the kill); {} acknowledged, {} duplicates skipped",
         grouped(second.orphans),
+        if second.orphans == 1 { "" } else { "s" },
         grouped(second.acks),
         grouped(second.dups)
     );

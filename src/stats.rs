@@ -33,9 +33,14 @@ pub struct Stats {
     /// Successful completions.
     pub completions: u64,
     /// Claims given up: releases (explicit or by dropping a guard), and completions
-    /// whose durable write or fsync failed under `FailClosed` (the hot tier's claim is
-    /// released; a redelivery retries after a failed write, and answers `Duplicate`
-    /// from the durable tier after a failed fsync, whose write was applied).
+    /// whose durable write failed (or panicked) or whose fsync failed, the error
+    /// returned: under `FailClosed`, and for a co-commit with state changes
+    /// ([`ClaimGuard::complete_with`](crate::ClaimGuard::complete_with)) under
+    /// `FailOpen` too, since state is never applied from the hot tier alone (the hot
+    /// tier's claim is released; a redelivery retries after a failed write, and
+    /// answers `Duplicate` from the durable tier after a failed fsync, whose write was
+    /// applied). A completion decided from the hot tier under `FailOpen` is counted
+    /// in `completions`, not here.
     pub releases: u64,
     /// Completions and releases refused with `LeaseLost`, including the release of a
     /// guard dropped after its lease had run out.

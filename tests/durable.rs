@@ -2259,6 +2259,54 @@ fn a_co_commit_that_cannot_be_written_stores_nothing_whatever_the_policy() {
     }
 }
 
+/// `Stats::releases` counts a completion given up because its write or fsync failed
+/// and the error was returned: under `FailClosed`, and for a co-commit (state changes
+/// are never applied from the hot tier alone) under `FailOpen` too. A plain
+/// completion under `FailOpen` is decided from the hot tier instead: a completion,
+/// not a release.
+#[test]
+fn a_co_commit_refused_under_fail_open_is_counted_as_a_release() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small()
+        .sync(SyncPolicy::Always)
+        .on_store_error(FailurePolicy::FailOpen);
+    let (engine, ns) = open_ledger(&dir, &clock, cfg);
+    let ledger = || {
+        let mut changes = StateChanges::new();
+        changes.put("ledger", b"acct-1", b"10");
+        changes
+    };
+    let counts = |e: &Engine| {
+        let s = e.stats();
+        (s.releases, s.completions, s.fail_open_decisions)
+    };
+    let written = acquire(&ns, b"written");
+    let synced = acquire(&ns, b"synced");
+    let plain = acquire(&ns, b"plain");
+
+    engine.debug_fail_store_writes(true);
+    assert!(is_store_error(
+        &written.complete_with(None, ledger()).unwrap_err()
+    ));
+    engine.debug_fail_store_writes(false);
+    assert_eq!(counts(&engine), (1, 0, 0), "a refused write");
+
+    engine.debug_fail_syncs(true);
+    let err = synced.complete_with(None, ledger()).unwrap_err();
+    assert!(
+        matches!(&err, Error::Store(s) if s.operation() == "sync"),
+        "{err:?}"
+    );
+    assert_eq!(counts(&engine), (2, 0, 0), "a failed fsync");
+    plain.complete().unwrap();
+    engine.debug_fail_syncs(false);
+    assert_eq!(counts(&engine), (2, 1, 1), "a plain completion fails open");
+
+    acquire(&ns, b"written");
+    duplicate(&ns, b"synced");
+}
+
 #[test]
 fn a_co_commit_to_an_unknown_family_is_refused_and_the_claim_stays_held() {
     let dir = TempDir::new();

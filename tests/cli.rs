@@ -133,6 +133,38 @@ fn a_durable_bench_whose_directory_cannot_be_written_fails_with_status_1() {
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
+/// A storage failure under `--disk` is said, status 1. Here the database's files
+/// cannot be made: the directory for the cells takes a new directory (the bench's
+/// first check) but its paths are so long that RocksDB's file names in it pass the
+/// system's limit on a path. Before, the engine's open panicked (status 101).
+#[cfg(all(feature = "durable", target_os = "linux"))]
+#[test]
+fn a_disk_bench_whose_database_cannot_be_made_fails_with_status_1() {
+    let tmp = util::TempDir::new();
+    // A directory whose path is 4,069 bytes long: `idem-bench-probe-<pid>` fits
+    // under it (at most 4,094 with a 7-digit pid, the limit being 4,095), and so does
+    // the database's directory `idem-bench-disk-<pid>`, but not a file in that.
+    let mut base = tmp.path().to_path_buf();
+    while base.as_os_str().len() < 4069 {
+        let room = 4069 - base.as_os_str().len() - 1;
+        base.push("d".repeat(room.min(200)));
+    }
+    std::fs::create_dir_all(&base).unwrap();
+    assert_eq!(base.as_os_str().len(), 4069);
+    let out = Command::new(env!("CARGO_BIN_EXE_idem"))
+        .args(["bench", "durable", "--disk", "--keys", "1000"])
+        .env("IDEM_BENCH_DIR", &base)
+        .output()
+        .expect("the idem binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("idem bench durable --disk: open:"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
 /// Runs `idem bench durable ARGS` with no input (a fill child waits for its input
 /// to end): its status and stderr.
 #[cfg(feature = "durable")]

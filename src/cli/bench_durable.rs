@@ -871,14 +871,17 @@ fn w5_fill_and_kill(exe: &Path, dir: &Path, keys: u64) -> Duration {
 /// flushed and compacted (`Engine::compact_store`); the SST files over N, and the
 /// whole directory (write-ahead log, manifest, options files included) beside it.
 /// Sizes do not depend on the build profile, so any build measures them.
-fn disk(keys: u64, result_bytes: usize) {
+fn disk(keys: u64, result_bytes: usize) -> Result<(), String> {
     let dir = Dir::new("disk");
-    let engine = w5_engine(&dir.0, keys).unwrap();
-    let ns = engine.namespace("w5").unwrap();
-    fill(&ns, keys, &vec![0xA5u8; result_bytes]).unwrap();
-    engine.compact_store().unwrap();
+    let engine = w5_engine(&dir.0, keys).map_err(|e| format!("open: {e}"))?;
+    let ns = w5_namespace(&engine)?;
+    fill(&ns, keys, &vec![0xA5u8; result_bytes])?;
+    engine
+        .compact_store()
+        .map_err(|e| format!("compact: {e}"))?;
     let (mut sst, mut total) = (0u64, 0u64);
-    for e in std::fs::read_dir(&dir.0).unwrap().filter_map(|e| e.ok()) {
+    let listed = std::fs::read_dir(&dir.0).map_err(|e| format!("{}: {e}", dir.0.display()))?;
+    for e in listed.filter_map(|e| e.ok()) {
         let len = e.metadata().map_or(0, |m| m.len());
         total += len;
         if e.file_name().to_string_lossy().ends_with(".sst") {
@@ -890,10 +893,11 @@ fn disk(keys: u64, result_bytes: usize) {
     // The done records' own SST files (the claim markers' column family may have
     // flushed too, with markers and their deletions).
     let opts = rocksdb::Options::default();
-    let cfs = rocksdb::DB::list_cf(&opts, &dir.0).unwrap();
-    let db = rocksdb::DB::open_cf_for_read_only(&opts, &dir.0, &cfs, false).unwrap();
+    let read_only = |e: rocksdb::Error| format!("read the database's files: {e}");
+    let cfs = rocksdb::DB::list_cf(&opts, &dir.0).map_err(read_only)?;
+    let db = rocksdb::DB::open_cf_for_read_only(&opts, &dir.0, &cfs, false).map_err(read_only)?;
     let (mut done, mut done_entries) = (0u64, 0u64);
-    for f in db.live_files().unwrap() {
+    for f in db.live_files().map_err(read_only)? {
         if f.column_family_name.starts_with("done:") {
             done += f.size as u64;
             done_entries += f.num_entries;
@@ -914,6 +918,7 @@ fn disk(keys: u64, result_bytes: usize) {
         per(total)
     );
     outln!();
+    Ok(())
 }
 
 /// W5's namespace of a child's engine.
@@ -1236,7 +1241,11 @@ pub(crate) fn run(args: &[String]) -> Result<std::process::ExitCode, String> {
             errln!("idem bench durable: {why}");
             return Ok(std::process::ExitCode::FAILURE);
         }
-        run_benches(args, &opts);
+        // (A storage failure under `--disk` is said, status 1.)
+        if let Err(why) = run_benches(args, &opts) {
+            errln!("idem bench durable --disk: {why}");
+            return Ok(std::process::ExitCode::FAILURE);
+        }
         if !report_verdicts() {
             return Ok(std::process::ExitCode::FAILURE);
         }
@@ -1415,7 +1424,7 @@ fn report_verdicts() -> bool {
     v.failures.is_empty()
 }
 
-fn run_benches(args: &[String], o: &Opts) {
+fn run_benches(args: &[String], o: &Opts) -> Result<(), String> {
     let runs = |w: &str| o.picked.is_empty() || o.picked.contains(&w);
     let keys = o.keys.unwrap_or(if o.quick { 100_000 } else { 10_000_000 });
     outln!("command: idem bench durable {}\n", args.join(" "));
@@ -1460,6 +1469,7 @@ fn run_benches(args: &[String], o: &Opts) {
         start.elapsed().as_secs_f64(),
         times.join(", ")
     );
+    Ok(())
 }
 
 #[cfg(test)]

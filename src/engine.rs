@@ -7691,6 +7691,9 @@ impl Done {
     }
 
     /// When the key stops answering `Duplicate` (wall-clock ms), as of this answer.
+    /// With a durable tier and an [`EngineBuilder::tick`] coarser than 1 ms, an answer
+    /// from the hot tier may read up to one tick early (the done record may last up
+    /// to a tick longer), never late.
     pub fn expires_at_ms(&self) -> u64 {
         self.expires_at_ms
     }
@@ -8025,7 +8028,8 @@ impl ClaimGuard {
         let retention_ms = p.retention_ms.unwrap_or(0);
         // (A fixed window's entry keeps no completion time: once the clock has moved
         // on, the hot tier derives it from the deadline, up to a tick late on coarse
-        // ticks, and reports the expiry from there, up to a tick past this record's.)
+        // ticks, and reports the expiry from the earliest completion that deadline
+        // allows: never past this record's, up to a tick before it.)
         let expires_ms = p.record_until(now.ms, p.tick_to_ms(p.deadline(now, p.ttl_ms)));
         Record {
             state: RecordState::Done,

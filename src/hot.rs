@@ -1728,9 +1728,18 @@ fn done_times(p: &Params, now: Now, deadline: u32, kept: Option<u64>) -> (u64, u
     // `Params::record_until` gives for the deadline, which takes the window's end as
     // up to a tick before the rounded deadline (else, with retention equal to the TTL,
     // the answer would be a whole retention late). Records are written for exactly
-    // that.
+    // that, from the completion's own time. A completion time derived from the
+    // deadline may be up to a tick later than that (on coarse ticks), and the record's
+    // expiry counted from it up to a tick past the record's: the expiry is counted
+    // from the earliest completion the deadline allows instead, so that the answer
+    // never says the key stays a duplicate after its record has expired (it may say
+    // a tick less than the record holds).
+    let from_ms = match kept {
+        Some(c) => c,
+        None => completed_at_ms.min(expires_at_ms.saturating_sub(p.ttl_ms + (p.tick_ms - 1))),
+    };
     let expires_at_ms = p
-        .record_until(completed_at_ms, expires_at_ms)
+        .record_until(from_ms, expires_at_ms)
         .unwrap_or(expires_at_ms);
     (completed_at_ms, expires_at_ms)
 }

@@ -361,6 +361,34 @@ fn a_key_whose_retention_is_its_ttl_is_answered_with_its_records_expiry_on_coars
 }
 
 #[test]
+fn a_fixed_windows_expiry_answered_from_the_hot_tier_never_outlasts_its_record() {
+    // Ticks of 1 s, TTL 60 s, retention 120 s, completed 250 ms into a tick: the hot
+    // deadline is T0 + 61,000, and once the clock has passed T0 + 1,000 the hot tier
+    // derives the completion from it as T0 + 1,000. The record ends at T0 + 120,250.
+    // Before, the hot tier answered T0 + 121,000 (a retention from the derived
+    // completion), and from T0 + 120,250 the key was claimable all the same.
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (_engine, ns) = open_ticked(&dir, &clock, 1000, small().retention(secs(120)));
+    clock.advance(ms(250));
+    acquire(&ns, b"k").complete().unwrap();
+    clock.set(T0 + 30_000);
+    let expiry = duplicate(&ns, b"k").expires_at_ms();
+    let Some(KeyState::Done { expires_at_ms, .. }) = ns.check(b"k").unwrap() else {
+        panic!("done")
+    };
+    assert_eq!(expires_at_ms, expiry, "check answers as the claim does");
+    assert!(
+        (T0 + 120_250 - 999..=T0 + 120_250).contains(&expiry),
+        "within a tick of the record's expiry, never past it: {expiry}"
+    );
+    clock.set(expiry - 1);
+    duplicate(&ns, b"k");
+    clock.set(T0 + 120_250);
+    acquire(&ns, b"k").release().unwrap();
+}
+
+#[test]
 fn a_key_read_back_on_coarse_ticks_is_no_duplicate_past_its_record() {
     // Ticks of 10 ms counted from the second run's open, which the first run's window
     // end (T0 + 61,234) does not fall on: rounded up to a tick it is T0 + 61,243,

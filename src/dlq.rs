@@ -1657,8 +1657,10 @@ impl Dlq {
     /// `downstream-unavailable:payments-api`); free text may follow after a space.
     /// Refused without any change: an invalid key ([`Error::InvalidKey`], by the
     /// namespace's rules), a payload over [`MAX_DEAD_LETTER_PAYLOAD`]
-    /// ([`Error::PayloadTooLarge`]), an empty or oversized reason
-    /// ([`Error::InvalidReason`]), a store failure ([`Error::Store`]). One store
+    /// ([`Error::PayloadTooLarge`]), a reason that is empty, oversized or does not
+    /// start with its classification ([`Error::InvalidReason`]), a damaged id
+    /// counter already at the last id ([`Error::CorruptDeadLetter`] without an id), a
+    /// store failure ([`Error::Store`]). One store
     /// failure is not a refusal: a write that landed and whose fsync then failed
     /// (under `SyncPolicy::Always`, or under `Periodic` once the engine was dropped)
     /// returns [`Error::Store`] with the letter stored, under the id this call took

@@ -18,8 +18,11 @@
 //! clock set back), and the pinned generation beside them (ARCHITECTURE.md,
 //! "Generations").
 //!
-//! A query asks every live generation, so each filter is built for
-//! `fpr / (SPANS + 1)`: the union of the live filters then stays within `fpr`.
+//! The upkeep keeps a generation a minute past its end ([`Prefilter::expire_behind`]):
+//! with a span under a minute, more are kept, and cost memory. A query asks only the
+//! generations whose span has not ended at its time (the others' records have all
+//! expired), at most `SPANS + 1` in the steady state, so each filter is built for
+//! `fpr / (SPANS + 1)`: the union of the filters asked then stays within `fpr`.
 //! A generation is sized for `expected_keys / SPANS` keys (its share of the keys
 //! within retention). When more arrive it grows: a further filter is added to the
 //! generation (counted in [`PrefilterStats::grown`]) rather than letting the
@@ -420,13 +423,28 @@ impl Prefilter {
     }
 
     /// Whether the durable tier may hold a record for the key with Bloom hash
-    /// `hash`. False means definitely not (counted as a negative).
+    /// `hash`, whatever its expiry. False means definitely not (counted as a
+    /// negative).
     #[inline]
     pub(crate) fn may_contain(&self, hash: u64) -> bool {
+        self.may_contain_at(hash, 0)
+    }
+
+    /// Whether the durable tier may hold a record live at `now_ms` for the key with
+    /// Bloom hash `hash`. False means definitely not (counted as a negative).
+    ///
+    /// Only the generations whose span has not ended at `now_ms` are asked: every
+    /// record of an earlier one has expired by then. The upkeep keeps such
+    /// generations a while ([`Prefilter::expire_behind`]) for look-ups that read an
+    /// earlier time; asking them too would add their false positives to every
+    /// look-up, a dozen filters' worth when the span is a few seconds.
+    #[inline]
+    pub(crate) fn may_contain_at(&self, hash: u64, now_ms: u64) -> bool {
+        let live_from = self.epoch_of(now_ms);
         let gens = self.gens.read();
-        let hit = gens
-            .iter()
-            .any(|g| g.segments.iter().any(|s| s.bloom.contains_hash(hash)));
+        let hit = gens.iter().any(|g| {
+            g.epoch >= live_from && g.segments.iter().any(|s| s.bloom.contains_hash(hash))
+        });
         drop(gens);
         if hit {
             self.passes.fetch_add(1, Ordering::Relaxed);
@@ -767,7 +785,7 @@ pub(crate) fn model_check(data: &[u8]) {
         for (&k, &exp) in &store {
             if exp > now {
                 assert!(
-                    filter.may_contain(hash(k)),
+                    filter.may_contain_at(hash(k), now),
                     "key {k} expiring at {exp} declared new at {now}"
                 );
             }

@@ -2269,7 +2269,7 @@ impl DurableNs {
     /// fails.
     pub(crate) fn lookup(&self, fp: Fp, now_ms: u64, err: &mut Option<Error>) -> DurableLookup {
         if let Some(p) = &self.prefilter {
-            if !p.may_contain(bloom_hash(fp.to_u128())) {
+            if !p.may_contain_at(bloom_hash(fp.to_u128()), now_ms) {
                 return DurableLookup::Absent;
             }
         }

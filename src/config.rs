@@ -228,7 +228,9 @@ impl NamespaceConfig {
     /// it) to spare the difference. More keys than this make the prefilter grow.
     /// The prefilter takes about 16 bits a key in all at the default rate (about 13
     /// for each key its filters are planned for, and one generation more than
-    /// retention spans is live); [`EngineBuilder::build`] checks that one filter can
+    /// retention spans is live; with a retention under a few minutes more, as the
+    /// upkeep keeps generations a minute past their end: `idem plan` counts them);
+    /// [`EngineBuilder::build`] checks that one filter can
     /// be allocated, and returns
     /// [`Error::OutOfMemory`] (or [`Error::InvalidConfig`] for a size beyond any
     /// address space) otherwise, before the durable tier is opened.

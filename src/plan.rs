@@ -271,7 +271,8 @@ impl Sizing {
         if p < MIN_PREFILTER_FPR {
             return Err(SizingError::FalsePositiveRateTooSmall(p));
         }
-        let prefilter_bits_per_key = crate::prefilter::planned_bits_per_key(p);
+        let prefilter_bits_per_key =
+            crate::prefilter::planned_bits_per_key(p, retention.as_millis() as u64);
         if self.result_bytes > MAX_RESULT {
             return Err(SizingError::ResultTooLarge(self.result_bytes));
         }
@@ -383,7 +384,9 @@ pub struct Plan {
     pub payload_bytes_per_key: f64,
     /// Bloom-filter bits per retained key for the false-positive rate, from the
     /// prefilter's own sizing (five generational filters of a quarter of the keys each,
-    /// each at p / 5), held against live filters by a test.
+    /// each at p / 5, and those its upkeep keeps a minute past their end: on average
+    /// 60 s / (retention / 4) more, a dozen at a retention of 20 s), held against live
+    /// filters by tests.
     pub prefilter_bits_per_key: f64,
     /// Prefilter memory for the retained keys.
     pub prefilter_bytes: u64,
@@ -656,9 +659,19 @@ mod tests {
     #[test]
     fn prefilter_follows_the_generational_filter_sizing() {
         // Five filters of a quarter of the keys each, each at 0.2 %:
-        // -ln(0.002) / ln(2)^2 = 12.935 bits, times 5/4 = 16.17 bits per retained key.
+        // -ln(0.002) / ln(2)^2 = 12.935 bits, times 5/4 = 16.17 bits per retained key,
+        // with a retention of days.
+        let week = Sizing::new(100.0, DAY).plan().unwrap();
+        assert!((week.prefilter_bits_per_key - 16.170).abs() < 0.001);
+        // And the generations the upkeep keeps a minute past their end: for 60 s of
+        // each span of 175 s (retention 700 s), one more filter.
         let p = Sizing::new(100.0, Duration::from_secs(100)).plan().unwrap();
-        assert!((p.prefilter_bits_per_key - 16.169).abs() < 0.001);
+        let expected = 12.935 * (5.0 + 60.0 / 175.0) / 4.0;
+        assert!(
+            (p.prefilter_bits_per_key - expected).abs() < 0.01,
+            "{} against {expected}",
+            p.prefilter_bits_per_key
+        );
         assert_eq!(
             p.prefilter_bytes,
             (70_000.0 * p.prefilter_bits_per_key / 8.0_f64).ceil() as u64

@@ -145,14 +145,25 @@ pub(crate) struct PrefilterStats {
     pub(crate) bytes: u64,
 }
 
-/// Bits of prefilter per key within retention, at target rate `fpr`, when every live
-/// generation is full: `SPANS + 1` filters, each of `1 / SPANS` of the keys, each
-/// built for `fpr / (SPANS + 1)` (the textbook `-ln(p) / ln(2)^2` bits per key).
-/// The sizing planner uses it; a test holds it against live filters.
-pub(crate) fn planned_bits_per_key(fpr: f64) -> f64 {
+/// Bits of prefilter per key within retention, at target rate `fpr`, for a
+/// retention of `retention_ms`, when every live generation is full: the filters of
+/// [`planned_generations`], each of `1 / SPANS` of the keys, each built for
+/// `fpr / (SPANS + 1)` (the textbook `-ln(p) / ln(2)^2` bits per key). The sizing
+/// planner uses it; tests hold it against live filters.
+pub(crate) fn planned_bits_per_key(fpr: f64, retention_ms: u64) -> f64 {
     let ln2 = std::f64::consts::LN_2;
     let per_filter = -(fpr / (SPANS + 1) as f64).ln() / (ln2 * ln2);
-    per_filter * (SPANS + 1) as f64 / SPANS as f64
+    per_filter * planned_generations(retention_ms) / SPANS as f64
+}
+
+/// The generations of a prefilter for `retention_ms` live in the steady state, on
+/// average over a span: the `SPANS + 1` whose records can be live, and those the
+/// upkeep keeps past their end ([`Prefilter::expire_behind`]): for
+/// [`EXPIRY_GRACE_MS`] of each span one more, so `EXPIRY_GRACE_MS / span` on
+/// average (a twentieth of one at a retention of 20 minutes, twelve at 20 s).
+pub(crate) fn planned_generations(retention_ms: u64) -> f64 {
+    let span_ms = (retention_ms / SPANS).max(1);
+    (SPANS + 1) as f64 + EXPIRY_GRACE_MS as f64 / span_ms as f64
 }
 
 /// The Bloom hash of a fingerprint: its upper 64 bits (xxh3-128 output bits are
@@ -1196,13 +1207,17 @@ mod tests {
     fn the_planned_size_matches_live_filters_within_ten_percent() {
         for fpr in [0.01, 0.001] {
             let expected = 400_000;
-            let p = Prefilter::new(expected, 4_000, fpr);
+            // Spans of a day: the upkeep's minute past a generation's end adds
+            // little (a short retention's plan is held against an engine's filters
+            // in `tests/prefilter.rs`).
+            let (retention, span) = (4 * 86_400_000, 86_400_000);
+            let p = Prefilter::new(expected, retention, fpr);
             // Every live generation allocated: one key in each is enough.
             for e in 0..=SPANS {
-                p.insert(h(e), e * 1_000 + 1);
+                p.insert(h(e), e * span + 1);
             }
             let live = p.stats().bytes as f64 * 8.0 / expected as f64;
-            let planned = planned_bits_per_key(fpr);
+            let planned = planned_bits_per_key(fpr, retention);
             assert!(
                 (live / planned - 1.0).abs() < 0.10,
                 "fpr {fpr}: {live} bits live, {planned} planned"

@@ -5977,6 +5977,12 @@ fn make_way(slot: &SlotCell, #[cfg_attr(not(test), allow(unused_variables))] i: 
     let _ = slot;
 }
 
+/// How much room a claim that finds a durable namespace's hot tier full makes at
+/// once: the expired keys it reclaims, and done keys dropped from the hot tier (their
+/// durable records answer for them) up to this many in all, so that the claims after
+/// it find room without walking every shard again (see `NsInner::claim_one`).
+const EVICTION_GROUP: usize = 64;
+
 /// How many times one claim may find the pool empty and collect room from other
 /// shards' reserves before it takes the refusal path (see `NsInner::claim_one`).
 const MAX_COLLECTIONS: u32 = 4;
@@ -6430,12 +6436,15 @@ impl NsInner {
                 }
                 ShardClaim::Full | ShardClaim::FullForWindow(_) if !retried => {
                     // Expired keys elsewhere may still hold capacity: reclaim them;
-                    // with a durable tier, done keys may also leave the hot tier. Then
-                    // one last attempt with every shard's lock held (`claim_exclusive`).
+                    // with a durable tier, done keys may also leave the hot tier, so
+                    // that with the room reclaimed a group of `EVICTION_GROUP` is free
+                    // for this claim and the ones after it (no unexpired key leaves
+                    // when the expired ones made that room). Then one last attempt with
+                    // every shard's lock held (`claim_exclusive`).
                     retried = true;
-                    this.expire_all(*now);
-                    if this.durable.is_some() {
-                        this.evict(64);
+                    let reclaimed = this.expire_all(*now);
+                    if this.durable.is_some() && reclaimed < EVICTION_GROUP {
+                        this.evict(EVICTION_GROUP - reclaimed);
                     }
                     // (A batch goes on from this reading too.)
                     *now = this.now();

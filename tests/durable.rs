@@ -2553,6 +2553,46 @@ fn a_full_hot_tier_evicts_done_keys_but_never_held_ones() {
 }
 
 #[test]
+fn a_full_hot_tier_whose_expired_keys_make_room_drops_no_unexpired_key() {
+    // 200 keys of room: 100 completed at T0, 100 at T0 + 30 s. At T0 + 60 s the first
+    // hundred have expired (no maintenance pass has reclaimed them), and the next new
+    // key finds the hot tier full. Reclaiming them makes room for it and 99 more, so
+    // the keys completed at T0 + 30 s stay in the hot tier for their TTL.
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (engine, ns) = open(&dir, &clock, small().max_keys(200).shards(4));
+    for i in 0..100 {
+        acquire(&ns, key(i).as_bytes()).complete().unwrap();
+    }
+    clock.advance(secs(30));
+    for i in 100..200 {
+        acquire(&ns, key(i).as_bytes()).complete().unwrap();
+    }
+    clock.advance(secs(30));
+    acquire(&ns, b"new").complete().unwrap();
+    let s = engine.stats();
+    assert_eq!(
+        (s.expirations, s.evictions, s.resident_keys),
+        (100, 0, 101),
+        "{s:?}"
+    );
+    // Before, the claim dropped 64 of them as well, whose duplicates then read RocksDB.
+    let reads = engine.stats().durable_reads;
+    for i in 100..200 {
+        duplicate(&ns, key(i).as_bytes());
+    }
+    assert_eq!(engine.stats().durable_reads, reads);
+    // A hot tier full of unexpired done keys still drops a group of them for a new key.
+    for i in 200..299 {
+        acquire(&ns, key(i).as_bytes()).complete().unwrap();
+    }
+    assert_eq!(engine.stats().evictions, 0);
+    acquire(&ns, key(299).as_bytes()).complete().unwrap();
+    let s = engine.stats();
+    assert_eq!((s.evictions, s.resident_keys), (64, 137), "{s:?}");
+}
+
+#[test]
 fn a_claim_that_finds_room_in_another_shard_reads_the_durable_tier_once() {
     // Sixteen shards share sixteen units of capacity, so a claim often finds its own
     // shard's reserve and the pool empty and collects the other shards' reserves

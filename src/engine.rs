@@ -5983,6 +5983,10 @@ fn make_way(slot: &SlotCell, #[cfg_attr(not(test), allow(unused_variables))] i: 
 /// it find room without walking every shard again (see `NsInner::claim_one`).
 const EVICTION_GROUP: usize = 64;
 
+/// The fewest keys a shard gives to an eviction group when it has them (see
+/// `NsInner::evict`).
+const EVICTION_SHARE: usize = 8;
+
 /// How many times one claim may find the pool empty and collect room from other
 /// shards' reserves before it takes the refusal path (see `NsInner::claim_one`).
 const MAX_COLLECTIONS: u32 = 4;
@@ -6083,6 +6087,8 @@ pub(crate) struct NsInner {
     /// The latest time the namespace has read from its clock (ms): a clock stepped
     /// backwards reads as stopped here until it passes this again (see [`Clock`]).
     latest_ms: std::sync::atomic::AtomicU64,
+    /// The shard the next eviction group begins at (see `NsInner::evict`).
+    evict_from: AtomicUsize,
 }
 
 impl NsInner {
@@ -6139,6 +6145,7 @@ impl NsInner {
             lock_free_duplicates: Default::default(),
             index_spare_asked: std::sync::atomic::AtomicBool::new(false),
             latest_ms: std::sync::atomic::AtomicU64::new(start_ms),
+            evict_from: AtomicUsize::new(0),
         })
     }
 
@@ -6270,15 +6277,31 @@ impl NsInner {
 
     /// Drops up to `max` done entries (durable namespaces: they stay in the durable
     /// tier) to make room in a full hot tier.
+    ///
+    /// The shards take turns, each giving a share of the group (at least
+    /// [`EVICTION_SHARE`] keys, so that a group takes few locks when there are many
+    /// shards), and a group begins at the shard after the last one's: each shard's
+    /// own keys go oldest first (its hand), so the shares keep the dropped keys near
+    /// the oldest of the namespace, where one shard giving whole groups would drop its
+    /// new keys while older ones stayed in the others.
     fn evict(&self, max: usize) -> usize {
+        use std::sync::atomic::Ordering as O;
+        let n = self.slots.len();
+        let share = max.div_ceil(n).max(EVICTION_SHARE);
+        let mut si = self.evict_from.load(O::Relaxed) % n;
         let mut dropped = 0;
-        for i in 0..self.slots.len() {
-            if dropped >= max {
-                break;
-            }
+        // Until the group is whole, or a round of every shard found nothing to drop.
+        let mut idle = 0;
+        while dropped < max && idle < n {
             let cap = self.capacity();
-            dropped += self.slots[i].lock().evict_done(max - dropped, &cap);
+            let got = self.slots[si]
+                .lock()
+                .evict_done(share.min(max - dropped), &cap);
+            dropped += got;
+            idle = if got == 0 { idle + 1 } else { 0 };
+            si = (si + 1) % n;
         }
+        self.evict_from.store(si, O::Relaxed);
         dropped
     }
 

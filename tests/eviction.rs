@@ -1,0 +1,51 @@
+//! A durable namespace whose hot tier is full drops done keys (they stay in the
+//! durable tier) to make room for new ones: which keys it drops.
+
+#![cfg(all(feature = "durable", not(idem_loom)))]
+
+mod util;
+
+use idem::{Engine, KeyState, ManualClock};
+use util::*;
+
+#[test]
+fn a_full_hot_tier_takes_its_eviction_groups_from_the_shards_in_turn() {
+    // 256 keys of room over 4 shards, filled with done keys; then 192 new keys, so
+    // that the hot tier drops three groups of done keys to make room. Taken from the
+    // shards in turn, the groups are the first keys' (each shard's own are dropped
+    // oldest first), and every key completed after them stays in memory. Before,
+    // every group began at the first shard, and the second and third groups dropped
+    // that shard's new keys while older keys stayed in the others.
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let engine = Engine::builder()
+        .clock(clock.clone())
+        .maintenance_interval(None)
+        .durable(dir.path())
+        .namespace("ns", small().ttl(secs(3600)).max_keys(256).shards(4))
+        .build()
+        .expect("opening the durable engine");
+    let ns = engine.namespace("ns").unwrap();
+    for i in 0..448 {
+        acquire(&ns, key(i).as_bytes()).complete().unwrap();
+        clock.advance(ms(1));
+    }
+    let s = engine.stats();
+    assert_eq!((s.evictions, s.resident_keys), (192, 256), "{s:?}");
+    let reads = s.durable_reads;
+    // `check` reads without bringing a key back into memory, so the look-ups drop
+    // nothing more.
+    for i in 256..448 {
+        match ns.check(key(i).as_bytes()) {
+            Ok(Some(KeyState::Done { .. })) => {}
+            other => panic!("{i}: expected a done key, got {other:?}"),
+        }
+    }
+    assert_eq!(engine.stats().evictions, 192);
+    assert_eq!(
+        engine.stats().durable_reads - reads,
+        0,
+        "keys completed after the first eviction were dropped: {:?}",
+        engine.stats()
+    );
+}

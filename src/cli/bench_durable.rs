@@ -91,8 +91,13 @@ struct Run {
 }
 
 /// Runs `per_thread` operations on each of `threads` threads; `op(thread, i)` returns
-/// the nanoseconds of the part whose latency is reported.
-fn drive(threads: usize, per_thread: u64, op: &(dyn Fn(usize, u64) -> u64 + Sync)) -> Run {
+/// the nanoseconds of the part whose latency is reported. A thread stops at its
+/// first failed operation, and the first failure (in thread order) is the cell's.
+fn drive(
+    threads: usize,
+    per_thread: u64,
+    op: &(dyn Fn(usize, u64) -> Result<u64, String> + Sync),
+) -> Result<Run, String> {
     let barrier = Barrier::new(threads);
     let mut lat: Vec<u64> = Vec::new();
     let started = Instant::now();
@@ -102,25 +107,42 @@ fn drive(threads: usize, per_thread: u64, op: &(dyn Fn(usize, u64) -> u64 + Sync
                 let barrier = &barrier;
                 s.spawn(move || {
                     barrier.wait();
-                    (0..per_thread).map(|i| op(t, i)).collect::<Vec<u64>>()
+                    // Allocated once, as a collect of the range would.
+                    let mut lat = Vec::with_capacity(per_thread as usize);
+                    for i in 0..per_thread {
+                        lat.push(op(t, i)?);
+                    }
+                    Ok::<_, String>(lat)
                 })
             })
             .collect();
+        // Every thread is joined before the first failure is returned.
+        let mut first = Ok(());
         for h in hs {
-            lat.extend(h.join().unwrap());
+            match h.join() {
+                Ok(Ok(l)) => lat.extend(l),
+                Ok(Err(e)) => first = first.and(Err(e)),
+                Err(_) => first = first.and(Err("a thread of the cell panicked".to_owned())),
+            }
         }
-    });
+        first
+    })?;
     let elapsed = started.elapsed();
     lat.sort_unstable();
-    Run {
+    Ok(Run {
         ops_per_s: (threads as u64 * per_thread) as f64 / elapsed.as_secs_f64(),
         p50_ns: percentile(&lat, 0.5),
         p99_ns: percentile(&lat, 0.99),
-    }
+    })
 }
 
-fn w4_idem(policy: SyncPolicy, markers: ClaimMarkers, threads: usize, per_thread: u64) -> Run {
-    w4_grouped(policy, markers, threads, per_thread, None).0
+fn w4_idem(
+    policy: SyncPolicy,
+    markers: ClaimMarkers,
+    threads: usize,
+    per_thread: u64,
+) -> Result<Run, String> {
+    Ok(w4_grouped(policy, markers, threads, per_thread, None)?.0)
 }
 
 /// W4 on idem with a commit delay (`None`: the default); also returns the WAL fsyncs
@@ -131,7 +153,7 @@ fn w4_grouped(
     threads: usize,
     per_thread: u64,
     commit_delay: Option<Duration>,
-) -> (Run, u64) {
+) -> Result<(Run, u64), String> {
     let dir = Dir::new("w4");
     let mut builder = Engine::builder();
     if let Some(d) = commit_delay {
@@ -148,24 +170,26 @@ fn w4_grouped(
         )
         .durable(&dir.0)
         .build()
-        .unwrap();
-    let ns = engine.namespace("w4").unwrap();
+        .map_err(|e| format!("open: {e}"))?;
+    let ns = engine
+        .namespace("w4")
+        .map_err(|e| format!("namespace w4: {e}"))?;
     let run = drive(threads, per_thread, &|t, i| {
         let k = key(t as u64 * 1_000_000_000 + i);
-        let Claim::Acquired(g) = ns.claim(&k).unwrap() else {
-            panic!("fresh key not acquired")
+        let Claim::Acquired(g) = ns.claim(&k).map_err(|e| format!("claim: {e}"))? else {
+            return Err("a fresh key was not acquired".to_owned());
         };
         let c = Instant::now();
-        g.complete().unwrap();
-        c.elapsed().as_nanos() as u64
-    });
-    (run, engine.stats().wal_group_syncs)
+        g.complete().map_err(|e| format!("complete: {e}"))?;
+        Ok(c.elapsed().as_nanos() as u64)
+    })?;
+    Ok((run, engine.stats().wal_group_syncs))
 }
 
 /// W4 under `Always` with group commit: claim+complete per second on 1 and 2 threads
 /// with the default (adaptive) wait, group commit off (RocksDB's own sync), and two
 /// fixed commit delays (journal markers, so the completion's write is the only one).
-fn w4_group_commit(quick: bool) {
+fn w4_group_commit(quick: bool) -> Result<(), String> {
     let per = if quick { 200 } else { 2_000 };
     outln!(
         "W4 under Always, group commit (`EngineBuilder::commit_delay`; journal markers, the default):\n"
@@ -189,7 +213,13 @@ fn w4_group_commit(quick: bool) {
                 threads,
                 per,
                 delay,
-            );
+            )
+            .map_err(|e| {
+                format!(
+                    "W4 group commit (Always, commit delay {label}, {}), idem: {e}",
+                    threads_name(threads)
+                )
+            })?;
             if threads == 1 {
                 one = r.ops_per_s;
                 if off {
@@ -212,45 +242,70 @@ fn w4_group_commit(quick: bool) {
         }
     }
     outln!();
+    Ok(())
+}
+
+/// "1 thread", "2 threads": how the failure of a cell names its threads.
+fn threads_name(threads: usize) -> String {
+    format!("{threads} thread{}", if threads == 1 { "" } else { "s" })
 }
 
 /// RocksDB used directly for W4: a `put` of each fresh key with the policy's write
 /// options, after a `get` of it when `with_get` (what a consumer deduplicating with
 /// RocksDB alone would do; the targets are read against the put alone).
-fn w4_rocksdb(policy: SyncPolicy, threads: usize, per_thread: u64, with_get: bool) -> Run {
+///
+/// A failed open, get, put or periodic sync (`flush_wal`) fails the cell.
+fn w4_rocksdb(
+    policy: SyncPolicy,
+    threads: usize,
+    per_thread: u64,
+    with_get: bool,
+) -> Result<Run, String> {
     let dir = Dir::new("w4raw");
     let mut opts = rocksdb::Options::default();
     opts.create_if_missing(true);
-    let db = rocksdb::DB::open(&opts, &dir.0).unwrap();
+    let db = rocksdb::DB::open(&opts, &dir.0).map_err(|e| format!("open: {e}"))?;
     let mut wo = rocksdb::WriteOptions::default();
     wo.set_sync(matches!(policy, SyncPolicy::Always));
     let stop = std::sync::atomic::AtomicBool::new(false);
     let value = [7u8; 24];
     std::thread::scope(|s| {
-        if let SyncPolicy::Periodic(d) = policy {
+        let syncer = if let SyncPolicy::Periodic(d) = policy {
             let (db, stop) = (&db, &stop);
-            s.spawn(move || {
+            Some(s.spawn(move || {
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     std::thread::sleep(d);
-                    let _ = db.flush_wal(true);
+                    db.flush_wal(true)
+                        .map_err(|e| format!("sync (flush_wal): {e}"))?;
                 }
-            });
-        }
+                Ok::<(), String>(())
+            }))
+        } else {
+            None
+        };
         let r = drive(threads, per_thread, &|t, i| {
             let k = key(t as u64 * 1_000_000_000 + i);
-            if with_get {
-                assert!(db.get(k).unwrap().is_none());
+            if with_get && db.get(k).map_err(|e| format!("get: {e}"))?.is_some() {
+                return Err("a fresh key was found in the new database".to_owned());
             }
             let c = Instant::now();
-            db.put_opt(k, value, &wo).unwrap();
-            c.elapsed().as_nanos() as u64
+            db.put_opt(k, value, &wo).map_err(|e| format!("put: {e}"))?;
+            Ok(c.elapsed().as_nanos() as u64)
         });
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        r
+        // The cell's own failure first; then the sync thread's.
+        let synced = syncer.map_or(Ok(()), |h| {
+            h.join()
+                .unwrap_or_else(|_| Err("the sync thread panicked".to_owned()))
+        });
+        let r = r?;
+        synced?;
+        Ok(r)
     })
 }
 
-fn w4(quick: bool) {
+/// W4's tables. A cell whose storage fails stops it: the error names the cell.
+fn w4(quick: bool) -> Result<(), String> {
     outln!("### W4: durable completion (claim + complete of fresh keys)\n");
     outln!("RocksDB's figures are the means of one run before idem's cells and one after them (the disk drifts): `put` alone (the target's reference: idem's overhead at most 25 % over it, so idem / put >= 0.8), and `get` then `put` (deduplicating with RocksDB alone). `Always` cells run 6,000 completions a thread; the others 500,000 a cell, split between its threads, and idem's immediate-marker cells (a RocksDB write a claim, about 2.5 times slower) 200,000 (about two seconds or more a cell, so that `Periodic 1 s` cells span its syncs).\n");
     outln!("| sync | threads | RocksDB put /s | RocksDB get+put /s | idem claim+complete /s, journal markers (default) | idem / put | idem / get+put | idem, immediate markers | idem / put | idem, deferred markers | idem / put | idem complete p50 / p99 (journal) | RocksDB put p50 / p99 |");
@@ -275,13 +330,28 @@ fn w4(quick: bool) {
             };
             // The raw put runs before and after idem's cells, and counts as the mean
             // of the two, so that the disk's drift in between hits both sides alike.
-            let put_before = w4_rocksdb(policy, threads, per, false);
-            let before = w4_rocksdb(policy, threads, per, true);
-            let idem = w4_idem(policy, ClaimMarkers::Journal, threads, per);
-            let immediate = w4_idem(policy, ClaimMarkers::Immediate, threads, per_immediate);
-            let deferred = w4_idem(policy, ClaimMarkers::Deferred, threads, per);
-            let after = w4_rocksdb(policy, threads, per, true);
-            let put_after = w4_rocksdb(policy, threads, per, false);
+            let cell = |what: &str| {
+                let at = format!(
+                    "W4 ({}, {}), {what}",
+                    policy_name(policy),
+                    threads_name(threads)
+                );
+                move |e: String| format!("{at}: {e}")
+            };
+            let put_before =
+                w4_rocksdb(policy, threads, per, false).map_err(cell("RocksDB put, before"))?;
+            let before =
+                w4_rocksdb(policy, threads, per, true).map_err(cell("RocksDB get+put, before"))?;
+            let idem = w4_idem(policy, ClaimMarkers::Journal, threads, per)
+                .map_err(cell("idem, journal markers"))?;
+            let immediate = w4_idem(policy, ClaimMarkers::Immediate, threads, per_immediate)
+                .map_err(cell("idem, immediate markers"))?;
+            let deferred = w4_idem(policy, ClaimMarkers::Deferred, threads, per)
+                .map_err(cell("idem, deferred markers"))?;
+            let after =
+                w4_rocksdb(policy, threads, per, true).map_err(cell("RocksDB get+put, after"))?;
+            let put_after =
+                w4_rocksdb(policy, threads, per, false).map_err(cell("RocksDB put, after"))?;
             let mean = |a: &Run, b: &Run| Run {
                 ops_per_s: (a.ops_per_s + b.ops_per_s) / 2.0,
                 p50_ns: (a.p50_ns + b.p50_ns) / 2,
@@ -330,28 +400,38 @@ fn w4(quick: bool) {
         }
     }
     outln!();
-    w4_scaling(quick);
-    w4_group_commit(quick);
+    w4_scaling(quick)?;
+    w4_group_commit(quick)
 }
 
 /// Group commit's scaling under `Always`, judged on rounds that alternate one thread
 /// and two: a single pair of cells a few seconds apart (the table above) measures the
 /// disk's drift between them as much as the scaling.
-fn w4_scaling(quick: bool) {
+fn w4_scaling(quick: bool) -> Result<(), String> {
     let (rounds, per) = if quick { (1, 200) } else { (5, 1_500) };
-    let run = |threads| w4_idem(SyncPolicy::Always, ClaimMarkers::Journal, threads, per).ops_per_s;
+    let run = |round: usize, threads: usize| {
+        w4_idem(SyncPolicy::Always, ClaimMarkers::Journal, threads, per)
+            .map(|r| r.ops_per_s)
+            .map_err(|e| {
+                format!(
+                    "W4 scaling (Always, round {} of {rounds}, {}), idem: {e}",
+                    round + 1,
+                    threads_name(threads)
+                )
+            })
+    };
     // Each round runs one thread, two, two, one (ABBA): whichever cell runs first in a
     // pair was faster here (ratios 1.25-1.60x in rounds that ran one thread first,
     // 1.48-1.92x in rounds that ran two first, in the same runs), and in this order
     // a position effect, like a steady drift of the disk, falls on both sides alike.
     let cells: Vec<[f64; 4]> = (0..rounds)
-        .map(|_| {
-            let a = run(1);
-            let b = run(2);
-            let c = run(2);
-            [a, b, c, run(1)]
+        .map(|round| {
+            let a = run(round, 1)?;
+            let b = run(round, 2)?;
+            let c = run(round, 2)?;
+            Ok([a, b, c, run(round, 1)?])
         })
-        .collect();
+        .collect::<Result<_, String>>()?;
     let mut ratios: Vec<f64> = cells
         .iter()
         .map(|c| (c[1] + c[2]) / (c[0] + c[3]))
@@ -378,6 +458,7 @@ fn w4_scaling(quick: bool) {
         format!("{median:.3}x"),
         median >= 1.6,
     );
+    Ok(())
 }
 
 /// The W3 stream: `messages` claims in which 10% redeliver a key first seen at most
@@ -457,12 +538,12 @@ struct W3Run {
 
 /// One W3 run: memory-only (`durable` `None`), or with a durable tier (with or without
 /// the prefilter, with these claim markers), the prefilter at `fpr` (`None`: the
-/// default `prefilter_fpr`).
+/// default `prefilter_fpr`). A failed open, claim or completion ends it.
 fn w3_run(
     stream: &[(u64, u64, Kind)],
     durable: Option<(bool, ClaimMarkers)>,
     fpr: Option<f64>,
-) -> W3Run {
+) -> Result<W3Run, String> {
     let ttl = Duration::from_secs(3600);
     let distinct = stream.iter().map(|&(id, _, _)| id).max().unwrap_or(0) as usize + 1;
     let clock = idem::ManualClock::new(1_700_000_000_000);
@@ -485,8 +566,13 @@ fn w3_run(
         }
         b = b.durable(&dir.0);
     }
-    let engine = b.namespace("w3", cfg).build().unwrap();
-    let ns = engine.namespace("w3").unwrap();
+    let engine = b
+        .namespace("w3", cfg)
+        .build()
+        .map_err(|e| format!("open: {e}"))?;
+    let ns = engine
+        .namespace("w3")
+        .map_err(|e| format!("namespace w3: {e}"))?;
     // The harness's own bookkeeping is allocated, and its pages touched, before the
     // stream: growing it inside the loop (a vector's copy to a larger one, a hash
     // set's rehash, first touches of fresh pages) would evict the engine's lines
@@ -516,8 +602,9 @@ fn w3_run(
         let k = key(id);
         let reads = idem::__bench::durable_reads(&ns);
         let t = Instant::now();
-        let c = ns.claim(&k).unwrap();
+        let c = ns.claim(&k);
         let ns_taken = t.elapsed().as_nanos() as u64;
+        let c = c.map_err(|e| format!("claim: {e}"))?;
         if idem::__bench::durable_reads(&ns) != reads {
             read_lat.push(ns_taken);
         } else {
@@ -530,7 +617,7 @@ fn w3_run(
                 if std::mem::replace(&mut seen[id as usize], true) {
                     missed_old += 1;
                 }
-                g.complete().unwrap();
+                g.complete().map_err(|e| format!("complete: {e}"))?;
             }
             Claim::Duplicate(_) | Claim::InProgress(_) => {}
         }
@@ -543,7 +630,7 @@ fn w3_run(
         v.sort_unstable();
         (percentile(&v, 0.5), percentile(&v, 0.99))
     });
-    W3Run {
+    Ok(W3Run {
         claims_per_s: stream.len() as f64 / elapsed.as_secs_f64(),
         by_kind,
         p50_ns: percentile(&lat, 0.5),
@@ -562,7 +649,7 @@ fn w3_run(
         ),
         stats: engine.stats(),
         missed_old,
-    }
+    })
 }
 
 /// The run of median p99 among `runs` (the lower middle one of an even count), with
@@ -614,8 +701,8 @@ fn w3_verdicts(mem_p99_ns: u64, dur_p99_ns: u64, fpr: Option<f64>) -> Vec<(Strin
 /// W3 on `n` keys. The two tiers the targets compare (memory-only, and the default
 /// durable tier with its prefilter) run `rounds` times, alternately; each is shown by
 /// its run of median p99, with every run's p99 after the table. The other tiers run
-/// once.
-fn w3(n: u64, rounds: usize, fpr: Option<f64>) {
+/// once. A run whose storage fails stops W3: the error names the run.
+fn w3(n: u64, rounds: usize, fpr: Option<f64>) -> Result<(), String> {
     let messages = 10 * n;
     let stream = w3_stream(messages, 3_600_000);
     outln!(
@@ -630,27 +717,42 @@ fn w3(n: u64, rounds: usize, fpr: Option<f64>) {
     }
     outln!("| tier | claims/s | p50 | p99 | p99.9 | durable reads per claim | claims answered by the prefilter alone | prefilter false-positive rate | prefilter memory | redeliveries past the hot TTL acquired again |");
     outln!("|---|---|---|---|---|---|---|---|---|---|");
+    const MEMORY: &str = "memory-only";
+    const DEFAULT: &str = "durable + prefilter (journal markers, the default)";
+    const IMMEDIATE: &str = "durable + prefilter, immediate markers";
+    const DEFERRED: &str = "durable + prefilter, deferred markers";
+    const NO_PREFILTER: &str = "durable, no prefilter (journal markers)";
+    let run = |name: &str, durable, round: Option<usize>| {
+        w3_run(&stream, durable, fpr).map_err(|e| match round {
+            Some(r) => format!("W3, {name}, round {} of {}: {e}", r + 1, rounds.max(1)),
+            None => format!("W3, {name}: {e}"),
+        })
+    };
     let (mut mems, mut durs) = (Vec::new(), Vec::new());
-    for _ in 0..rounds.max(1) {
-        mems.push(w3_run(&stream, None, fpr));
-        durs.push(w3_run(&stream, Some((true, ClaimMarkers::Journal)), fpr));
+    for round in 0..rounds.max(1) {
+        mems.push(run(MEMORY, None, Some(round))?);
+        durs.push(run(
+            DEFAULT,
+            Some((true, ClaimMarkers::Journal)),
+            Some(round),
+        )?);
     }
     let (mem, mem_p99s) = median_by_p99(mems);
     let (dur, dur_p99s) = median_by_p99(durs);
     let runs = [
-        ("memory-only", mem),
-        ("durable + prefilter (journal markers, the default)", dur),
+        (MEMORY, mem),
+        (DEFAULT, dur),
         (
-            "durable + prefilter, immediate markers",
-            w3_run(&stream, Some((true, ClaimMarkers::Immediate)), fpr),
+            IMMEDIATE,
+            run(IMMEDIATE, Some((true, ClaimMarkers::Immediate)), None)?,
         ),
         (
-            "durable + prefilter, deferred markers",
-            w3_run(&stream, Some((true, ClaimMarkers::Deferred)), fpr),
+            DEFERRED,
+            run(DEFERRED, Some((true, ClaimMarkers::Deferred)), None)?,
         ),
         (
-            "durable, no prefilter (journal markers)",
-            w3_run(&stream, Some((false, ClaimMarkers::Journal)), fpr),
+            NO_PREFILTER,
+            run(NO_PREFILTER, Some((false, ClaimMarkers::Journal)), None)?,
         ),
     ];
     let mem = &runs[0].1;
@@ -679,7 +781,7 @@ fn w3(n: u64, rounds: usize, fpr: Option<f64>) {
             s.prefilter_bytes as f64 / 1e6,
             r.missed_old,
         );
-        if *name != "memory-only" {
+        if *name != MEMORY {
             outln!(
                 "|  | p99 vs memory-only: {:.2}x |  |  |  |  |  |  |  |  |",
                 r.p99_ns as f64 / mem.p99_ns as f64
@@ -752,6 +854,7 @@ fn w3(n: u64, rounds: usize, fpr: Option<f64>) {
         );
     }
     outln!();
+    Ok(())
 }
 
 /// Kibibytes (as `/proc` counts them) in megabytes, the unit of the tables' other
@@ -836,8 +939,9 @@ fn w5_fill(dir: &Path, keys: u64) -> Result<(), String> {
 }
 
 /// Runs the fill child on `dir` and kills it with SIGKILL once it has filled: the
-/// time to the fill's end.
-fn w5_fill_and_kill(exe: &Path, dir: &Path, keys: u64) -> Duration {
+/// time to the fill's end. A child that ends before it filled (its own error is on
+/// the inherited stderr, before) is an error.
+fn w5_fill_and_kill(exe: &Path, dir: &Path, keys: u64) -> Result<Duration, String> {
     use std::io::BufRead as _;
     use std::process::Stdio;
     let t = Instant::now();
@@ -847,24 +951,35 @@ fn w5_fill_and_kill(exe: &Path, dir: &Path, keys: u64) -> Duration {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
-        .unwrap();
-    let out = c.stdout.take().unwrap();
-    let filled = std::io::BufReader::new(out)
-        .lines()
-        .map_while(Result::ok)
-        .any(|l| l == "FILLED");
+        .map_err(|e| format!("cannot start the fill child {}: {e}", exe.display()))?;
+    let filled = c.stdout.take().is_some_and(|out| {
+        std::io::BufReader::new(out)
+            .lines()
+            .map_while(Result::ok)
+            .any(|l| l == "FILLED")
+    });
     let took = t.elapsed();
-    assert!(filled, "the fill child ended before it filled");
-    c.kill().unwrap();
-    let st = c.wait().unwrap();
+    // Killed either way: one that closed its output without filling may still run.
+    let killed = c.kill();
+    let st = c
+        .wait()
+        .map_err(|e| format!("cannot wait for the fill child: {e}"))?;
+    if !filled {
+        return Err(format!("the fill child ended before it filled ({st})"));
+    }
+    killed.map_err(|e| format!("cannot kill the fill child: {e}"))?;
     #[cfg(unix)]
     {
         use std::os::unix::process::ExitStatusExt as _;
-        assert_eq!(st.signal(), Some(9), "the fill child was not killed: {st}");
+        if st.signal() != Some(9) {
+            return Err(format!("the fill child was not killed: {st}"));
+        }
     }
     #[cfg(not(unix))]
-    assert!(!st.success(), "the fill child was not killed: {st}");
-    took
+    if st.success() {
+        return Err(format!("the fill child was not killed: {st}"));
+    }
+    Ok(took)
 }
 
 /// Disk bytes per completed key: N keys completed (sync Never), then the done records
@@ -982,10 +1097,13 @@ fn w5_restart(dir: &Path, keys: u64) -> Result<(), String> {
             .collect();
         workers
             .into_iter()
-            .map(|h| h.join().unwrap())
-            .sum::<Result<u64, _>>()
-    })
-    .map_err(|e| format!("claim: {e}"))?;
+            .map(|h| {
+                h.join()
+                    .map_err(|_| "a claiming thread panicked".to_owned())?
+                    .map_err(|e| format!("claim: {e}"))
+            })
+            .sum::<Result<u64, String>>()
+    })?;
     let w2 = t.elapsed();
     // New keys after the restart: how many the rebuilt prefilter answers alone.
     let loads = engine.stats().prefilter_loads;
@@ -1018,51 +1136,68 @@ fn w5_restart(dir: &Path, keys: u64) -> Result<(), String> {
 /// Threads of W5's W2 over all keys after the restart.
 const W5_W2_THREADS: u64 = 2;
 
-fn w5(keys: u64) {
+/// W5's table. A child that fails, or a file of the database that cannot be listed
+/// or removed, stops it: the error names the step.
+fn w5(keys: u64) -> Result<(), String> {
     let dir = Dir::new("w5");
-    let exe = std::env::current_exe().unwrap();
-    let fill = w5_fill_and_kill(&exe, &dir.0, keys);
-    // Runs a child mode on the database and returns the numbers of its `tag` line.
-    let child = |mode: &str, tag: &str| -> Vec<u64> {
+    let exe = std::env::current_exe().map_err(|e| format!("W5: cannot find this program: {e}"))?;
+    let fill = w5_fill_and_kill(&exe, &dir.0, keys).map_err(|e| format!("W5, the fill: {e}"))?;
+    // Runs a child mode on the database and returns the `fields` numbers of its `tag`
+    // line; `step` names it in an error.
+    let child = |step: &str, mode: &str, tag: &str, fields: usize| -> Result<Vec<u64>, String> {
+        let failed = |why: String| format!("W5, {step} ({mode}): {why}");
         let out = Command::new(&exe)
             .args(["bench", "durable", mode, &keys.to_string()])
             .arg(&dir.0)
             .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+            .map_err(|e| failed(format!("cannot run the child: {e}")))?;
+        if !out.status.success() {
+            return Err(failed(format!(
+                "the child failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim_end()
+            )));
+        }
         let text = String::from_utf8_lossy(&out.stdout);
-        let line = text.lines().find(|l| l.starts_with(tag)).unwrap();
-        line.split_whitespace()
-            .skip(1)
-            .map(|v| v.parse().unwrap())
-            .collect()
+        let numbers: Option<Vec<u64>> = text
+            .lines()
+            .find_map(|l| l.strip_prefix(tag)?.strip_prefix(' '))
+            .and_then(|rest| rest.split_whitespace().map(|v| v.parse().ok()).collect());
+        numbers.filter(|n| n.len() == fields).ok_or_else(|| {
+            failed(format!(
+                "no line `{tag}` of {fields} numbers in its output: {text:?}"
+            ))
+        })
     };
-    let open_child = || child("--child-open", "OPEN");
+    let open_child = |step: &str| child(step, "--child-open", "OPEN", 4);
     // The crash: the fill was killed, so its write-ahead log is replayed and the
     // filter rebuilt from the done records. This open shuts down cleanly.
-    let crashed = open_child();
+    let crashed = open_child("the open after the fill's SIGKILL")?;
     // Then a clean restart (the filter saved at that shutdown loaded), every key
     // claimed again (so a key the crash lost is counted).
-    let f = child("--child-restart", "RESULT");
+    let f = child("the restart", "--child-restart", "RESULT", 11)?;
     // The filter's rebuild alone: its saved file removed, with no log to replay;
     // and a second clean open, which loads the saved one.
-    for entry in std::fs::read_dir(&dir.0).unwrap().flatten() {
+    let listed = |dir: &Path| {
+        std::fs::read_dir(dir).map_err(|e| format!("W5: cannot list {}: {e}", dir.display()))
+    };
+    for entry in listed(&dir.0)?.flatten() {
         if entry
             .file_name()
             .to_string_lossy()
             .starts_with("idem-prefilter-")
         {
-            std::fs::remove_file(entry.path()).unwrap();
+            std::fs::remove_file(entry.path()).map_err(|e| {
+                format!(
+                    "W5: cannot remove the saved prefilter {}: {e}",
+                    entry.path().display()
+                )
+            })?;
         }
     }
-    let rebuilt = open_child();
-    let loaded = open_child();
-    let disk: u64 = std::fs::read_dir(&dir.0)
-        .unwrap()
+    let rebuilt = open_child("the open with the saved prefilter removed")?;
+    let loaded = open_child("the open after a clean shutdown")?;
+    let disk: u64 = listed(&dir.0)?
         .filter_map(|e| e.ok()?.metadata().ok())
         .map(|m| m.len())
         .sum();
@@ -1154,6 +1289,7 @@ fn w5(keys: u64) {
         f[9]
     );
     outln!();
+    Ok(())
 }
 
 /// W5's child modes, as [`w5`] runs this executable with them: `bench durable
@@ -1241,9 +1377,11 @@ pub(crate) fn run(args: &[String]) -> Result<std::process::ExitCode, String> {
             errln!("idem bench durable: {why}");
             return Ok(std::process::ExitCode::FAILURE);
         }
-        // (A storage failure under `--disk` is said, status 1.)
+        // A storage failure is said, naming the cell that met it (W3-W5), with
+        // status 1; the tables before it may have been printed.
         if let Err(why) = run_benches(args, &opts) {
-            errln!("idem bench durable --disk: {why}");
+            let what = if opts.disk { " --disk" } else { "" };
+            errln!("idem bench durable{what}: {why}");
             return Ok(std::process::ExitCode::FAILURE);
         }
         if !report_verdicts() {
@@ -1435,15 +1573,17 @@ fn run_benches(args: &[String], o: &Opts) -> Result<(), String> {
     // the full `idem bench` is to stay within 15 minutes.
     let start = Instant::now();
     let mut times = Vec::new();
-    let mut timed = |name: &'static str, f: &mut dyn FnMut()| {
+    // A workload that fails ends the run there (its tables may be partly printed).
+    let mut timed = |name: &'static str, f: &mut dyn FnMut() -> Result<(), String>| {
         let t = Instant::now();
-        f();
+        f()?;
         let secs = t.elapsed().as_secs_f64();
         errln!(
             "[{:7.1} s] bench durable: {name} done in {secs:.1} s",
             start.elapsed().as_secs_f64()
         );
         times.push(format!("{name} {secs:.0} s"));
+        Ok::<(), String>(())
     };
     if runs("--w3") {
         timed("W3", &mut || {
@@ -1456,13 +1596,13 @@ fn run_benches(args: &[String], o: &Opts) -> Result<(), String> {
                 o.w3_rounds.unwrap_or(if o.quick { 1 } else { 3 }),
                 o.fpr,
             )
-        });
+        })?;
     }
     if runs("--w4") {
-        timed("W4", &mut || w4(o.quick));
+        timed("W4", &mut || w4(o.quick))?;
     }
     if runs("--w5") {
-        timed("W5", &mut || w5(keys));
+        timed("W5", &mut || w5(keys))?;
     }
     outln!(
         "Wall time of W3-W5: {:.0} s ({}).\n",
@@ -1503,7 +1643,7 @@ mod tests {
         let stream = w3_stream(20_000, 3_600_000);
         // One thread claims, and the maintenance thread reads nothing: every read
         // the engine counts happened inside one claim.
-        let durable = w3_run(&stream, Some((true, ClaimMarkers::Journal)), None);
+        let durable = w3_run(&stream, Some((true, ClaimMarkers::Journal)), None).unwrap();
         assert!(durable.read.0 > 0);
         assert_eq!(durable.read.0 as u64, durable.stats.durable_reads);
         // Redeliveries past the hot TTL all read, so they are among the reads.
@@ -1513,7 +1653,7 @@ mod tests {
             "{} < {old}",
             durable.read.0
         );
-        let memory = w3_run(&stream, None, None);
+        let memory = w3_run(&stream, None, None).unwrap();
         assert_eq!(memory.read.0, 0);
         assert_eq!(memory.stats.durable_reads, 0);
     }

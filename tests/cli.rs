@@ -165,6 +165,199 @@ fn a_disk_bench_whose_database_cannot_be_made_fails_with_status_1() {
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
+/// A directory under `tmp` whose path is `len` bytes long, made.
+#[cfg(all(feature = "durable", target_os = "linux"))]
+fn long_dir(tmp: &std::path::Path, len: usize) -> std::path::PathBuf {
+    let mut base = tmp.to_path_buf();
+    while base.as_os_str().len() < len {
+        let room = len - base.as_os_str().len() - 1;
+        base.push("d".repeat(room.min(200)));
+    }
+    std::fs::create_dir_all(&base).unwrap();
+    assert_eq!(base.as_os_str().len(), len);
+    base
+}
+
+/// Runs `idem bench durable ARGS` with its cells' databases under `dir`: its status
+/// and stderr, which must not tell of a panic.
+#[cfg(all(feature = "durable", target_os = "linux"))]
+fn bench_durable_in(
+    dir: &std::path::Path,
+    args: &[&str],
+    cmd: &mut Command,
+) -> (Option<i32>, String) {
+    let out = cmd
+        .args(["bench", "durable"])
+        .args(args)
+        .env("IDEM_BENCH_DIR", dir)
+        .stdin(Stdio::null())
+        .output()
+        .expect("the idem binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    (out.status.code(), stderr)
+}
+
+/// Each workload's databases cannot be made (the directory for the cells takes a
+/// new directory, but a file in a cell's database passes the system's limit on a
+/// path, as in the test above): the first cell that opens one stops the run, named,
+/// with status 1. Before, W3's durable open, W4's RocksDB open and W5's parent (its
+/// fill child said the failure, status 1, and the parent asserted) panicked (status
+/// 101).
+#[cfg(all(feature = "durable", target_os = "linux"))]
+#[test]
+fn a_durable_bench_whose_cell_databases_cannot_be_made_stops_there_with_status_1() {
+    let tmp = util::TempDir::new();
+    let base = long_dir(tmp.path(), 4069);
+    for (args, says) in [
+        (
+            &["--w3", "--keys", "10", "--w3-rounds", "1"][..],
+            &["idem bench durable: W3, durable + prefilter (journal markers, the default), round 1 of 1: open:"][..],
+        ),
+        (
+            &["--quick", "--w4"],
+            &["idem bench durable: W4 (Always, 1 thread), RocksDB put, before: open:"],
+        ),
+        (
+            &["--w5", "--keys", "10"],
+            // The fill child says its own failure first.
+            &[
+                "idem bench durable --child-fill: open:",
+                "idem bench durable: W5, the fill: the fill child ended before it filled (exit status: 1)",
+            ],
+        ),
+    ] {
+        let (code, stderr) = bench_durable_in(
+            &base,
+            args,
+            &mut Command::new(env!("CARGO_BIN_EXE_idem")),
+        );
+        assert_eq!(code, Some(1), "{args:?}: {stderr}");
+        for s in says {
+            assert!(stderr.contains(s), "{args:?}: {stderr}");
+        }
+    }
+}
+
+/// W4's RocksDB cells can make their databases but idem's cannot: a path 22 bytes
+/// shorter than above leaves room under `idem-bench-w4raw-<pid>` for RocksDB's file
+/// names (`OPTIONS-000007.dbtmp`, 20 bytes, the longest at a first open) whatever
+/// the pid's digits, but not under `idem-bench-w4-<pid>` for the claim-marker
+/// journal's (`idem-journal-<16 hex>.bin`, 34 bytes). Before, idem's open panicked.
+#[cfg(all(feature = "durable", target_os = "linux"))]
+#[test]
+fn a_durable_bench_whose_idem_cell_cannot_open_stops_there_with_status_1() {
+    let tmp = util::TempDir::new();
+    let base = long_dir(tmp.path(), 4047);
+    let (code, stderr) = bench_durable_in(
+        &base,
+        &["--quick", "--w4"],
+        &mut Command::new(env!("CARGO_BIN_EXE_idem")),
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("idem bench durable: W4 (Always, 1 thread), idem, journal markers: open:"),
+        "{stderr}"
+    );
+}
+
+/// `idem` with the largest file it may write `bytes` long (RLIMIT_FSIZE), and
+/// SIGXFSZ ignored: a write past the limit fails (EFBIG) instead of killing it.
+#[cfg(all(feature = "durable", target_os = "linux"))]
+fn idem_with_file_size_limit(bytes: u64) -> Command {
+    use std::os::unix::process::CommandExt as _;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_idem"));
+    // SAFETY: between fork and exec the closure calls only setrlimit and signal,
+    // both async-signal-safe, and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            let limit = libc::rlimit {
+                rlim_cur: bytes,
+                rlim_max: bytes,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0
+                || libc::signal(libc::SIGXFSZ, libc::SIG_IGN) == libc::SIG_ERR
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd
+}
+
+/// A put of W4's RocksDB cell fails mid-cell: its files may be at most 10,000 bytes,
+/// which its OPTIONS file (7-8 KB) takes but its write-ahead log does not for the
+/// 200 synced puts of the first quick cell (12-14 KB). Before, the put's unwrap
+/// panicked in a cell's thread.
+#[cfg(all(feature = "durable", target_os = "linux"))]
+#[test]
+fn a_durable_bench_whose_rocksdb_put_fails_stops_there_with_status_1() {
+    let tmp = util::TempDir::new();
+    let (code, stderr) = bench_durable_in(
+        tmp.path(),
+        &["--quick", "--w4"],
+        &mut idem_with_file_size_limit(10_000),
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("idem bench durable: W4 (Always, 1 thread), RocksDB put, before: put:")
+            && stderr.contains("File too large"),
+        "{stderr}"
+    );
+    let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// A completion of W3's durable run fails mid-stream: its files may be at most
+/// 2,200,000 bytes, which the claim-marker journal (2,097,216) takes but the
+/// write-ahead log of 60,000 claims (about 54,000 completions, over 3 MB) does not.
+/// Before, the completion's unwrap panicked.
+#[cfg(all(feature = "durable", target_os = "linux"))]
+#[test]
+fn a_durable_bench_whose_w3_completion_fails_stops_there_with_status_1() {
+    let tmp = util::TempDir::new();
+    let (code, stderr) = bench_durable_in(
+        tmp.path(),
+        &["--w3", "--keys", "60000", "--w3-rounds", "1"],
+        &mut idem_with_file_size_limit(2_200_000),
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "idem bench durable: W3, durable + prefilter (journal markers, the default), round 1 of 1: complete:"
+        ) && stderr.contains("File too large"),
+        "{stderr}"
+    );
+    let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// W5's first open after the fill's SIGKILL fails: with 60,000 keys the fill's
+/// write-ahead log holds 2.64 MB and the open's recovery flushes it to a table of
+/// 3.10 MB, and files may be at most 2,870,000 bytes (past the 2,097,216 of the
+/// journal). The open child says so, status 1, and so does the bench. Before, the
+/// bench asserted the child's success and panicked.
+#[cfg(all(feature = "durable", target_os = "linux"))]
+#[test]
+fn a_durable_bench_whose_w5_open_fails_stops_there_with_status_1() {
+    let tmp = util::TempDir::new();
+    let (code, stderr) = bench_durable_in(
+        tmp.path(),
+        &["--w5", "--keys", "60000"],
+        &mut idem_with_file_size_limit(2_870_000),
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "idem bench durable: W5, the open after the fill's SIGKILL (--child-open): the child failed (exit status: 1): idem bench durable --child-open: open:"
+        ) && stderr.contains("File too large"),
+        "{stderr}"
+    );
+    let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
 /// Runs `idem bench durable ARGS` with no input (a fill child waits for its input
 /// to end): its status and stderr.
 #[cfg(feature = "durable")]

@@ -19,6 +19,11 @@
 //! rebuilt alone): time from open to the first claim served, peak memory of the
 //! process (a child process per measurement); every key is claimed again and must be
 //! a duplicate.
+//!
+//! A storage failure in a cell (an open, a claim, a completion, a RocksDB get, put or
+//! sync, a W5 child that fails) stops the run there, never with a panic: the error,
+//! naming the workload and the cell, goes to stderr and the status is 1; the tables
+//! printed before it stay as they were.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -45,10 +45,24 @@ impl fmt::Display for ArgError {
                 f,
                 "plan: --rate {v:?} is not a rate: write a number of keys per second, minute or hour, like 500/s, 30000/m or 1.8e6/h"
             ),
-            ArgError::Duration(flag, v) => write!(
-                f,
-                "plan: {flag} {v:?} is not a duration: write a whole number with a unit s, m, h or d, like 90s, 30m, 24h or 7d"
-            ),
+            ArgError::Duration(flag, v) => match duration_fault(v) {
+                DurationFault::Zero => write!(
+                    f,
+                    "plan: {flag} {v:?} is no time at all: give at least 1s"
+                ),
+                DurationFault::TooLong if *flag == "--ttl" => write!(
+                    f,
+                    "plan: --ttl {v:?} is longer than a namespace takes: a TTL is at most 2^30 ticks of the coarsest tick, 60 s ({MAX_TTL_SECS} s)"
+                ),
+                DurationFault::TooLong => write!(
+                    f,
+                    "plan: {flag} {v:?} is longer than a namespace takes: a retention is at most 2^50 ms (about 35,700 years)"
+                ),
+                DurationFault::Malformed => write!(
+                    f,
+                    "plan: {flag} {v:?} is not a duration: write a whole number with a unit s, m, h or d, like 90s, 30m, 24h or 7d"
+                ),
+            },
             ArgError::Number(flag, v) => write!(f, "plan: {flag} {v:?} is not a valid number"),
             ArgError::Fpr(v) => write!(
                 f,
@@ -75,6 +89,40 @@ pub(crate) fn parse_rate(v: &str) -> Result<f64, ArgError> {
         return Err(bad());
     }
     Ok(n / per_sec)
+}
+
+/// The longest TTL a namespace takes, in seconds: 2^30 ticks of the coarsest tick,
+/// 60 s (what [`SizingError::TtlTooLong`] says).
+const MAX_TTL_SECS: u64 = 60 << 30;
+
+/// Why a value [`parse_duration`] refused is not a duration a namespace takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DurationFault {
+    /// Written as a duration, but zero (`0s`, `0_0d`).
+    Zero,
+    /// Written as a duration, but too many seconds to count in 64 bits, far past the
+    /// longest TTL or retention.
+    TooLong,
+    /// Not written as a whole number and a unit.
+    Malformed,
+}
+
+/// Why [`parse_duration`] refused `v`: a well-formed duration of zero or of more
+/// seconds than 64 bits count is said as such, not as something that is no duration.
+fn duration_fault(v: &str) -> DurationFault {
+    let t = v.trim();
+    let Some(split) = t.find(|c: char| !c.is_ascii_digit() && c != '_') else {
+        return DurationFault::Malformed;
+    };
+    let (num, unit) = t.split_at(split);
+    let digits = num.replace('_', "");
+    if digits.is_empty() || !["s", "m", "h", "d"].contains(&unit) {
+        DurationFault::Malformed
+    } else if digits.bytes().all(|b| b == b'0') {
+        DurationFault::Zero
+    } else {
+        DurationFault::TooLong
+    }
 }
 
 /// Parses `90s`, `30m`, `24h`, `7d` (a whole number of seconds, minutes, hours or days).
@@ -535,6 +583,38 @@ mod tests {
             Options::parse(&args(&["--rate", "1/s", "--ttl", "213503982334601d"])),
             Err(ArgError::Sizing(SizingError::TtlTooLong(max)))
         );
+    }
+
+    #[test]
+    fn a_well_formed_duration_of_zero_or_too_many_seconds_is_said_so() {
+        let msg = |flag, v: &str| parse_duration(flag, v).unwrap_err().to_string();
+        for zero in ["0s", "0d", "0_0h", " 0m "] {
+            let m = msg("--ttl", zero);
+            assert!(m.contains("is no time at all"), "{m}");
+        }
+        assert!(msg("--retention", "0s").contains("--retention \"0s\" is no time at all"));
+        for long in [
+            "99999999999999999999d",
+            "213503982334602d",
+            "18446744073709551616s",
+        ] {
+            let m = msg("--ttl", long);
+            assert!(m.contains("is longer than a namespace takes"), "{m}");
+            assert!(m.contains(&format!("({MAX_TTL_SECS} s)")), "{m}");
+            let m = msg("--retention", long);
+            assert!(m.contains("a retention is at most 2^50 ms"), "{m}");
+        }
+        for bad in ["24", "h", "1.5h", "-1h", "24 h", "3w", "_s", "1e309", ""] {
+            let m = msg("--ttl", bad);
+            assert!(m.contains("is not a duration"), "{bad}: {m}");
+        }
+        // The limit the message gives is the one the sizing holds.
+        let ttl = |secs| Sizing::new(1.0, Duration::from_secs(secs)).plan();
+        assert!(ttl(MAX_TTL_SECS).is_ok());
+        assert!(matches!(
+            ttl(MAX_TTL_SECS + 1),
+            Err(SizingError::TtlTooLong(_))
+        ));
     }
 
     #[test]

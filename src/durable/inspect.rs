@@ -148,6 +148,20 @@ fn file_gone(text: &str) -> bool {
     text.contains("No such file or directory")
 }
 
+/// An empty path names no directory: said as such ([`Error::Store`], as a path that
+/// is not there is), not as "`: No such file or directory`", and never handed to
+/// RocksDB, which would read `/CURRENT` for it, nor joined to a file name, which
+/// would name a file in the working directory.
+fn check_not_empty(path: &Path) -> Result<(), Error> {
+    if path.as_os_str().is_empty() {
+        return Err(Error::Store(StoreError::new(
+            "open read-only",
+            "the database path is empty".to_owned(),
+        )));
+    }
+    Ok(())
+}
+
 fn store_err(op: &'static str, e: rocksdb::Error) -> Error {
     Error::Store(StoreError::new(op, e.into_string()))
 }
@@ -177,6 +191,7 @@ pub fn stored_config(
     namespace: &str,
 ) -> Result<Option<crate::NamespaceConfig>, Error> {
     let path = path.as_ref();
+    check_not_empty(path)?;
     super::check_path(path)?;
     super::check_rocksdb_files(path)?;
     if DB::list_cf(&Options::default(), path).is_err() {
@@ -196,11 +211,12 @@ pub fn stored_config(
 /// families alone: no record is read, and the database may be open in an engine
 /// meanwhile. Use it to check a name before opening an engine on it (an engine
 /// creates the namespaces it is given). [`Error::IncompatibleFormat`] if `path`
-/// holds no RocksDB database; [`Error::Store`] with the I/O error if its `CURRENT`
-/// file cannot be opened for another reason than its absence (a directory that
-/// cannot be read).
+/// holds no RocksDB database; [`Error::Store`] if `path` is empty, or with the I/O
+/// error if its `CURRENT` file cannot be opened for another reason than its absence
+/// (a directory that cannot be read).
 pub fn namespaces(path: impl AsRef<Path>) -> Result<Vec<String>, Error> {
     let path = path.as_ref();
+    check_not_empty(path)?;
     super::check_path(path)?;
     super::check_rocksdb_files(path)?;
     let cfs = DB::list_cf(&Options::default(), path).map_err(|_| unlisted(path))?;
@@ -314,6 +330,7 @@ impl ReadOnlyDb {
     /// read or is no directory; [`Error::IncompatibleFormat`] if it holds no idem
     /// database of this build's format.
     pub(crate) fn open(path: &Path) -> Result<ReadOnlyDb, Error> {
+        check_not_empty(path)?;
         super::check_path(path)?;
         let incompatible = |found| Error::IncompatibleFormat {
             path: path.to_path_buf(),
@@ -365,7 +382,10 @@ impl ReadOnlyDb {
             .as_deref()
             .and_then(|b| <[u8; 8]>::try_from(b).ok())
             .map(u64::from_le_bytes)
-            .ok_or_else(|| incompatible(Some(format_version)))?;
+            // Without a whole seed no key can be looked up: no database this build
+            // can read (its version, the supported one, is not the reason, and "has
+            // format version 1; this build reads version 1" would contradict itself).
+            .ok_or_else(|| incompatible(None))?;
         Ok(ReadOnlyDb {
             path: path.to_path_buf(),
             db,
@@ -720,6 +740,42 @@ mod tests {
             namespaces(dir.path()),
             Err(Error::IncompatibleFormat { .. })
         ));
+    }
+
+    #[test]
+    fn an_empty_path_is_said_to_be_empty_everywhere() {
+        let empty = |r: Result<(), Error>| {
+            assert!(
+                matches!(&r, Err(Error::Store(s)) if s.to_string().contains("the database path is empty")),
+                "{r:?}"
+            )
+        };
+        empty(ReadOnlyDb::open(Path::new("")).map(|_| ()));
+        empty(inspect("", 0).map(|_| ()));
+        empty(namespaces("").map(|_| ()));
+        empty(stored_config("", "ns").map(|_| ()));
+    }
+
+    #[test]
+    fn a_database_whose_seed_is_damaged_is_no_database_this_build_reads() {
+        let dir = crate::durable::test_dir::tempdir("inspect-seed");
+        let db = dir.path().join("db");
+        crate::Engine::builder()
+            .namespace("ns", crate::NamespaceConfig::new())
+            .durable(&db)
+            .maintenance_interval(None)
+            .build()
+            .unwrap();
+        {
+            let cfs = DB::list_cf(&Options::default(), &db).unwrap();
+            let raw = DB::open_cf(&Options::default(), &db, &cfs).unwrap();
+            raw.put(b"idem/seed", b"abc").unwrap();
+        }
+        let r = ReadOnlyDb::open(&db).map(|_| ());
+        assert!(
+            matches!(r, Err(Error::IncompatibleFormat { found: None, .. })),
+            "{r:?}"
+        );
     }
 
     #[test]

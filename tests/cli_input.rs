@@ -349,7 +349,6 @@ mod durable {
     /// are: a newline breaks the table's row in two, an escape sequence reaches the
     /// terminal. (Reported: the table and the `state:` line in src/cli/inspect.rs.)
     #[test]
-    #[ignore = "fault reported, not fixed here: src/cli/inspect.rs prints names raw"]
     fn inspect_shows_each_name_on_its_own_line_with_control_characters_escaped() {
         let tmp = TempDir::new("names");
         let dir = tmp.0.join("db");

@@ -73,7 +73,8 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
     outln!("format:     version {}", db.format_version);
     outln!("on disk:    {} bytes", grouped(db.size_on_disk));
     if !db.state_families.is_empty() {
-        outln!("state:      {}", db.state_families.join(", "));
+        let families: Vec<String> = db.state_families.iter().map(|f| shown_name(f)).collect();
+        outln!("state:      {}", families.join(", "));
     }
     outln!();
     outln!(
@@ -87,7 +88,7 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
     for ns in &db.namespaces {
         outln!(
             "{:<24} {:>14} {:>14} {:>12} {:>9}",
-            ns.name,
+            shown_name(&ns.name),
             grouped(ns.done),
             grouped(ns.expired),
             grouped(ns.in_flight),
@@ -158,4 +159,15 @@ fn from_hex(h: &str) -> Option<Vec<u8>> {
         .chunks(2)
         .map(|p| Some(nibble(p[0])? << 4 | nibble(p[1])?))
         .collect()
+}
+
+/// A namespace or state family name as printed: control characters (a newline, a
+/// terminal escape) escaped, so that a name can neither break a line of the table
+/// nor reach the terminal as a command. Other characters print as they are.
+fn shown_name(name: &str) -> String {
+    if name.chars().any(char::is_control) {
+        name.escape_debug().to_string()
+    } else {
+        name.to_owned()
+    }
 }

@@ -325,6 +325,38 @@ fn a_key_read_back_on_a_clock_set_back_is_held_a_ttl_at_most() {
     assert_eq!(engine.stats().durable_reads, reads + 1);
 }
 
+#[test]
+#[ignore = "fault: a clock stepped back while the engine is built puts the namespace's time \
+            before the engine's epoch (NsInner::new reads the clock again, src/engine.rs)"]
+fn a_clock_stepped_back_during_the_open_answers_no_expiry_past_the_record() {
+    // The engine's epoch is the clock's first reading (T0 + 10 s), the namespace
+    // starts at a later one (T0). The key completed at T0 has its record expire at
+    // T0 + 420 s (7 x the 60 s TTL), but the hot tier, deriving the completion from
+    // its deadline, answered T0 + 430 s, and the key was acquired before that.
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let engine = Engine::builder()
+        .clock(BackAfterFirstRead::new(T0 + 10_000, clock.clone()))
+        .maintenance_interval(None)
+        .durable(dir.path())
+        .namespace("ns", small())
+        .build()
+        .unwrap();
+    let ns = engine.namespace("ns").unwrap();
+    acquire(&ns, b"k").complete().unwrap();
+    let mut answered = 0;
+    for at in [0, 30_000, 60_000, 65_000, 75_000] {
+        clock.set(T0 + at);
+        answered = answered.max(duplicate(&ns, b"k").expires_at_ms());
+    }
+    clock.set(answered - 1);
+    assert!(
+        ns.claim(b"k").unwrap().is_duplicate(),
+        "a duplicate until the expiry answered, T0 + {} ms",
+        answered - T0
+    );
+}
+
 /// In a run on ticks of 10 ms (an engine of `cfg` on `dir`, opened at `T0` on
 /// `clock`), completes key "k" at T0 + 1,234 and returns its hot deadline as a
 /// duplicate answers it: T0 + 1,234 + the TTL of 60 s, rounded up to 10 ms. The

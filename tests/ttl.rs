@@ -415,6 +415,44 @@ fn a_clock_stepped_back_further_than_a_deadline_reaches_reads_as_stopped() {
 }
 
 #[test]
+#[ignore = "fault: a clock stepped back while the engine is built puts the namespace's time \
+            before the engine's epoch (NsInner::new reads the clock again, src/engine.rs)"]
+fn a_clock_stepped_back_during_the_build_keeps_completion_times_whole() {
+    // The engine takes its epoch from the clock's first reading, the namespace its
+    // starting time from a later one, 10 s earlier: ticks then count from a time the
+    // namespace reads as still to come. A key completed at the namespace's T0 answered
+    // `completed_at_ms` T0 with `expires_at_ms` T0 + 70 s (a 70 s window for a 60 s
+    // TTL), and later the same key answered `completed_at_ms` T0 + 10 s.
+    let clock = ManualClock::new(T0);
+    let (_e, ns) = engine_on(small(), BackAfterFirstRead::new(T0 + 10_000, clock.clone()));
+    done(&ns, b"k");
+    let mut answers = Vec::new();
+    for at in [0, 30_000, 60_000, 65_000] {
+        clock.set(T0 + at);
+        if let Some(KeyState::Done {
+            completed_at_ms,
+            expires_at_ms,
+            ..
+        }) = ns.check(b"k").unwrap()
+        {
+            answers.push((at, completed_at_ms, expires_at_ms));
+        }
+    }
+    assert!(!answers.is_empty());
+    for &(at, completed, expires) in &answers {
+        assert_eq!(
+            expires - completed,
+            60_000,
+            "a fixed 60 s window, at +{at} ms: {answers:?}"
+        );
+        assert_eq!(
+            completed, answers[0].1,
+            "one completion time, at +{at} ms: {answers:?}"
+        );
+    }
+}
+
+#[test]
 fn coarse_tick_rounds_expiry_up_never_down() {
     let clock = ManualClock::new(T0);
     let engine = Engine::builder()

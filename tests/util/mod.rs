@@ -230,3 +230,32 @@ pub mod per_thread {
         (out, PEAK.with(Cell::get) - start)
     }
 }
+
+/// A clock whose first reading is `first_ms` and every later one `then`'s: a wall
+/// clock stepped back by `first_ms - then` between its first two readings (for an
+/// engine, while it is being built).
+pub struct BackAfterFirstRead {
+    pub first_ms: u64,
+    pub read: std::sync::atomic::AtomicBool,
+    pub then: ManualClock,
+}
+
+impl BackAfterFirstRead {
+    pub fn new(first_ms: u64, then: ManualClock) -> Self {
+        BackAfterFirstRead {
+            first_ms,
+            read: std::sync::atomic::AtomicBool::new(false),
+            then,
+        }
+    }
+}
+
+impl idem::Clock for BackAfterFirstRead {
+    fn now_ms(&self) -> u64 {
+        if self.read.swap(true, Ordering::SeqCst) {
+            idem::Clock::now_ms(&self.then)
+        } else {
+            self.first_ms
+        }
+    }
+}

@@ -6113,8 +6113,12 @@ impl NsInner {
                 .map(|_| cfg.get_retention().as_millis() as u64),
         };
         // The wheels start at this reading, so the namespace's time never goes below
-        // it (see `NsInner::now_ms`).
-        let start_ms = crate::clock::read_capped(&*clock);
+        // it (see `NsInner::now_ms`); nor below the engine's epoch, read before it: a
+        // clock stepped back in between (the durable tier's open runs there) reads as
+        // stopped at the epoch, as a step back reads within a run. Ticks count from
+        // the epoch, so a time before it would place deadlines as if made at the
+        // epoch, and completion times derived from them would read late.
+        let start_ms = crate::clock::read_capped(&*clock).max(epoch_ms);
         let now_tick = params.now(start_ms).tick;
         let slots = new_slots(shards, now_tick, room)
             .ok_or_else(|| index_refused(&name, cfg.preallocate))?;

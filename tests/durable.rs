@@ -326,8 +326,6 @@ fn a_key_read_back_on_a_clock_set_back_is_held_a_ttl_at_most() {
 }
 
 #[test]
-#[ignore = "fault: a clock stepped back while the engine is built puts the namespace's time \
-            before the engine's epoch (NsInner::new reads the clock again, src/engine.rs)"]
 fn a_clock_stepped_back_during_the_open_answers_no_expiry_past_the_record() {
     // The engine's epoch is the clock's first reading (T0 + 10 s), the namespace
     // starts at a later one (T0). The key completed at T0 has its record expire at

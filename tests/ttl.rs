@@ -415,8 +415,6 @@ fn a_clock_stepped_back_further_than_a_deadline_reaches_reads_as_stopped() {
 }
 
 #[test]
-#[ignore = "fault: a clock stepped back while the engine is built puts the namespace's time \
-            before the engine's epoch (NsInner::new reads the clock again, src/engine.rs)"]
 fn a_clock_stepped_back_during_the_build_keeps_completion_times_whole() {
     // The engine takes its epoch from the clock's first reading, the namespace its
     // starting time from a later one, 10 s earlier: ticks then count from a time the

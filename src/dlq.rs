@@ -1178,10 +1178,9 @@ impl Inner {
         &self,
         id: u64,
         key: &[u8],
-        mut done: Letter,
+        done: Letter,
         report: &mut ReplayReport,
     ) -> Result<()> {
-        let mid = MessageId(id);
         // The handler has applied the message: whatever the claim answers, the letter
         // is recorded as replayed, so that no later replay applies it again. The key
         // is claimed as the replay's own claim was: with the letter's payload.
@@ -1189,6 +1188,21 @@ impl Inner {
             self.namespace()
                 .and_then(|ns| ns.claim_with_payload(key, &done.payload))
         });
+        self.record_after_lease_lost(id, claimed, done, report)
+    }
+
+    /// [`Inner::replayed_after_lease_lost`] once its key's claim again answered
+    /// `claimed`. Every note it stores or reports is cut to [`MAX_REASON_LEN`]: it
+    /// quotes an error's text, which can be of any length (a store's own message,
+    /// with its paths).
+    fn record_after_lease_lost(
+        &self,
+        id: u64,
+        claimed: Result<Claim>,
+        mut done: Letter,
+        report: &mut ReplayReport,
+    ) -> Result<()> {
+        let mid = MessageId(id);
         let taken = match claimed {
             Err(Error::PayloadMismatch) => "taken meanwhile by a claim of another payload \
                  (held or completed with another payload's fingerprint), so it is not \
@@ -1213,16 +1227,16 @@ impl Inner {
                 // failed. Nothing is left to store (storing the letter again would
                 // write over the one the completion wrote); the note says what holds.
                 Ok(Completed::Unsynced(e)) => {
-                    report.notes.insert(
-                        mid,
-                        format!(
-                            "applied; the replay's claim ran out first and the key was \
-                             claimed again and completed: the key is recorded as done \
-                             and the message as replayed, in one write, but the fsync \
-                             after that write failed ({e}), so a power loss before the \
-                             next sync could still lose both"
-                        ),
+                    let why = format!(
+                        "applied; the replay's claim ran out first and the key was \
+                         claimed again and completed: the key is recorded as done and \
+                         the message as replayed, in one write, but the fsync after \
+                         that write failed ({e}), so a power loss before the next sync \
+                         could still lose both"
                     );
+                    report
+                        .notes
+                        .insert(mid, truncate(&why, MAX_REASON_LEN).to_owned());
                     report.replayed.push(mid);
                     return Ok(());
                 }
@@ -1239,6 +1253,7 @@ impl Inner {
             Ok(Claim::Duplicate(_)) => "completed by another claim meanwhile".to_owned(),
         };
         let why = format!("applied; the replay's claim ran out first and the key was {taken}");
+        let why = truncate(&why, MAX_REASON_LEN).to_owned();
         if let Some(last) = done.history.last_mut() {
             last.reason = why.clone();
         }
@@ -2477,6 +2492,57 @@ mod tests {
             );
         }
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A handler that outlived its claim's lease, whose key's claim again failed
+    /// with an error of a long text (a store's own message can quote paths of any
+    /// length): the message is recorded as replayed with a note cut to
+    /// [`MAX_REASON_LEN`] bytes at a character boundary, stored and reported alike.
+    /// (Before, the note quoted the whole error: a stored reason over the limit.)
+    #[test]
+    fn a_note_after_a_lost_lease_is_cut_to_the_longest_reason() {
+        let engine = Engine::builder()
+            .namespace("ns", NamespaceConfig::new())
+            .maintenance_interval(None)
+            .build()
+            .unwrap();
+        let dlq = engine.dlq("ns").unwrap();
+        let id = dlq.quarantine(b"k", b"p", "outage:db").unwrap();
+        let mut done = dlq.inner.load(&dlq.inner.state.lock(), id.0).unwrap();
+        done.history.push(Transition {
+            at_ms: 0,
+            actor: "operator".to_owned(),
+            from: Some(MessageState::IdempotencyCheck),
+            to: MessageState::Replayed,
+            reason: "applied".to_owned(),
+        });
+        done.state = MessageState::Replayed;
+        // Three-byte characters: a cut at the limit may fall inside one.
+        let detail = "\u{20ac}".repeat(MAX_REASON_LEN);
+        let claimed = Err(Error::Store(crate::error::StoreError::new("read", detail)));
+        let mut report = ReplayReport::default();
+        dlq.inner
+            .record_after_lease_lost(id.0, claimed, done, &mut report)
+            .unwrap();
+        assert_eq!(report.replayed, vec![id]);
+        let stored = dlq.get(id).unwrap();
+        assert_eq!(stored.state(), MessageState::Replayed);
+        let reason = &stored.history().last().unwrap().reason;
+        assert!(reason.len() <= MAX_REASON_LEN, "{} bytes", reason.len());
+        // The longest cut at a character boundary: less than a character short.
+        assert!(reason.len() > MAX_REASON_LEN - 3, "{} bytes", reason.len());
+        assert!(reason.ends_with('\u{20ac}'));
+        assert!(reason.starts_with("applied; the replay's claim ran out first"));
+        assert!(reason.contains("not recorded as done: claiming it again failed"));
+        assert_eq!(&report.notes[&id], reason);
+        // Every note stored is one `validate_note` accepts, and the message reads,
+        // lists and refuses a second archive as any replayed message does.
+        assert_eq!(validate_reason(reason), Ok(()));
+        assert_eq!(dlq.list(&Selection::all()).unwrap(), vec![stored]);
+        assert!(matches!(
+            dlq.archive(id, "x: y"),
+            Err(Error::InvalidTransition { .. })
+        ));
     }
 
     /// The auto-archive's transition acts only on a message still quarantined and

@@ -19,6 +19,11 @@
 //!             8 at_ms, 1 from (0 = none), 1 to, 2 actor length, actor (UTF-8),
 //!             2 reason length, reason (UTF-8)
 //! ```
+//!
+//! Reasons and notes are accepted at most `MAX_REASON_LEN` bytes long, but the decoder
+//! reads any text up to its 65,535-byte field: a letter that an earlier build stored
+//! with a longer note (the note of a handler that outlived its lease quoted its
+//! error whole) is read, listed and shown as any other, not refused as corrupt.
 
 use std::fmt;
 

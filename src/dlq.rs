@@ -636,13 +636,16 @@ pub struct DlqHealth {
     pub replay_successes: u64,
     /// Replays that landed back in quarantine (the handler failed).
     pub replay_failures: u64,
-    /// The recent window of the arrival rate.
+    /// The recent window of the arrival rate, in whole milliseconds (as counted).
     pub recent_window: Duration,
-    /// The baseline window, just before the recent one.
+    /// The baseline window, just before the recent one, in whole milliseconds.
     pub baseline_window: Duration,
-    /// Messages quarantined within the recent window.
+    /// Messages first quarantined within the recent window: the last
+    /// `recent_window` up to now, now included (at most `recent_window` ago,
+    /// excluded).
     pub arrivals_recent: u64,
-    /// Messages quarantined within the baseline window.
+    /// Messages first quarantined within the baseline window: the `baseline_window`
+    /// just before the recent one, which ends where the recent window starts.
     pub arrivals_baseline: u64,
 }
 
@@ -2383,16 +2386,39 @@ impl Dlq {
     /// Depth, age of the oldest waiting message, replay success rate and arrival
     /// rate over the last hour against the 24 hours before it.
     pub fn health(&self) -> DlqHealth {
-        self.health_over(DEFAULT_RECENT_WINDOW, DEFAULT_BASELINE_WINDOW)
+        // Both windows are hours long: nothing to refuse.
+        self.health_of(
+            DEFAULT_RECENT_WINDOW.as_millis() as u64,
+            DEFAULT_BASELINE_WINDOW.as_millis() as u64,
+        )
     }
 
     /// [`health`](Self::health) with the arrival rate over the last `recent`
     /// against the `baseline` before it.
-    pub fn health_over(&self, recent: Duration, baseline: Duration) -> DlqHealth {
-        let now = crate::clock::read_capped(&*self.inner.clock);
+    ///
+    /// Windows are counted in whole milliseconds, the clock's unit (a fraction of one
+    /// is dropped), and each holds exactly that many: a message quarantined `age`
+    /// before now is a recent arrival if `age < recent`, a baseline one if
+    /// `recent <= age < recent + baseline`. A window shorter than 1 ms holds no
+    /// instant, and a rate over it means nothing: it is refused with
+    /// [`Error::InvalidConfig`] (a zero window is a caller's mistake, not a quiet
+    /// rate of 0 that would hide a spike).
+    pub fn health_over(&self, recent: Duration, baseline: Duration) -> Result<DlqHealth> {
         let ms = |d: Duration| d.as_millis().min(u64::MAX as u128) as u64;
-        let recent_from = now.saturating_sub(ms(recent));
-        let baseline_from = recent_from.saturating_sub(ms(baseline));
+        let (recent_ms, baseline_ms) = (ms(recent), ms(baseline));
+        if recent_ms == 0 || baseline_ms == 0 {
+            return Err(Error::InvalidConfig {
+                namespace: self.namespace().to_owned(),
+                reason: "a dead-letter health window is at least 1 ms",
+            });
+        }
+        Ok(self.health_of(recent_ms, baseline_ms))
+    }
+
+    /// [`health_over`](Self::health_over) with windows of `recent_ms` and
+    /// `baseline_ms` milliseconds, neither zero.
+    fn health_of(&self, recent_ms: u64, baseline_ms: u64) -> DlqHealth {
+        let now = crate::clock::read_capped(&*self.inner.clock);
         let st = self.inner.state.lock();
         let mut h = DlqHealth {
             depth: 0,
@@ -2404,8 +2430,8 @@ impl Dlq {
             oldest_age: None,
             replay_successes: 0,
             replay_failures: 0,
-            recent_window: recent,
-            baseline_window: baseline,
+            recent_window: Duration::from_millis(recent_ms),
+            baseline_window: Duration::from_millis(baseline_ms),
             arrivals_recent: 0,
             arrivals_baseline: 0,
         };
@@ -2426,10 +2452,14 @@ impl Dlq {
             }
             h.replay_successes += u64::from(s.successes);
             h.replay_failures += u64::from(s.failures);
-            if s.quarantined_at_ms >= recent_from && s.quarantined_at_ms < now.saturating_add(1) {
-                h.arrivals_recent += 1;
-            } else if s.quarantined_at_ms >= baseline_from && s.quarantined_at_ms < recent_from {
-                h.arrivals_baseline += 1;
+            // A message quarantined after now (the clock went back since) is in
+            // neither window.
+            if let Some(age) = now.checked_sub(s.quarantined_at_ms) {
+                if age < recent_ms {
+                    h.arrivals_recent += 1;
+                } else if age - recent_ms < baseline_ms {
+                    h.arrivals_baseline += 1;
+                }
             }
         }
         h.depth = h.quarantined + h.under_review;

@@ -1125,11 +1125,11 @@ fn health_reports_depth_age_success_rate_and_arrival_rates() {
     }
     let now = clock_now(&clock);
     assert_eq!(now, T0 + 25 * 3_600_000 + 12 * 60_000);
-    let h = dlq.health_over(secs(3600), secs(24 * 3600));
+    let h = dlq.health_over(secs(3600), secs(24 * 3600)).unwrap();
     assert_eq!(h.depth, 16);
     assert_eq!(h.oldest_age, Some(ms(now - T0)));
     assert_eq!(h.arrivals_recent, 12);
-    // The baseline window is [now - 25 h, now - 1 h): it holds the arrivals at
+    // The baseline window is (now - 25 h, now - 1 h]: it holds the arrivals at
     // T0 + 6 h, 12 h and 18 h, not the one at T0 (12 minutes before its start).
     assert_eq!(h.arrivals_baseline, 3);
     assert_eq!(h.arrival_rate_recent(), 12.0);

@@ -227,9 +227,18 @@ impl DeadLetter {
         self.header.attempts()
     }
 
-    /// When it was quarantined (wall-clock ms).
+    /// When it was first quarantined (wall-clock ms): a replay that sends it back
+    /// does not change it. Selections by quarantine window, the arrival rates and the
+    /// age of the oldest waiting message go by it.
     pub fn quarantined_at_ms(&self) -> u64 {
         self.header.quarantined_at_ms()
+    }
+
+    /// When it last entered quarantine (wall-clock ms): its quarantine, or the
+    /// latest replay whose handler failed and sent it back. The auto-archive's
+    /// retention ([`DlqPolicy::archive_after`]) counts from here.
+    pub fn waiting_since_ms(&self) -> u64 {
+        self.header.waiting_since_ms()
     }
 
     /// Every transition, oldest first; the first is the quarantine.
@@ -297,9 +306,16 @@ impl DeadLetterHeader {
         self.letter.attempts
     }
 
-    /// When it was quarantined (wall-clock ms).
+    /// When it was first quarantined (wall-clock ms), as
+    /// [`DeadLetter::quarantined_at_ms`] says.
     pub fn quarantined_at_ms(&self) -> u64 {
         self.letter.quarantined_at_ms
+    }
+
+    /// When it last entered quarantine (wall-clock ms), as
+    /// [`DeadLetter::waiting_since_ms`] says.
+    pub fn waiting_since_ms(&self) -> u64 {
+        waiting_since(&self.letter)
     }
 
     /// Every transition, oldest first; the first is the quarantine.
@@ -315,6 +331,17 @@ impl DeadLetterHeader {
             _ => None,
         }
     }
+}
+
+/// When `l` last entered quarantine: the latest transition into `Quarantined` in its
+/// history (its quarantine, or a replay that sent it back), never before its first
+/// quarantine (a clock set back since reads as that).
+fn waiting_since(l: &Letter) -> u64 {
+    l.history
+        .iter()
+        .rev()
+        .find(|t| t.to == MessageState::Quarantined)
+        .map_or(l.quarantined_at_ms, |t| t.at_ms.max(l.quarantined_at_ms))
 }
 
 /// The classification of a reason: everything before its first whitespace.
@@ -709,8 +736,11 @@ impl DlqPolicy {
         Self::default()
     }
 
-    /// Archives quarantined messages once they have waited `retention` (messages
-    /// under review are left to their reviewer).
+    /// Archives quarantined messages once they have waited `retention` since they
+    /// last entered quarantine ([`DeadLetter::waiting_since_ms`]): since their
+    /// quarantine, or since the latest replay whose handler failed and sent them
+    /// back, so that a message someone replayed lately is not archived for the age
+    /// of its first failure. Messages under review are left to their reviewer.
     pub fn archive_after(mut self, retention: Duration) -> Self {
         self.archive_after = Some(retention);
         self
@@ -845,7 +875,10 @@ impl Registry {
 #[derive(Debug, Clone, Copy)]
 struct Summary {
     state: MessageState,
+    /// When it was first quarantined.
     quarantined_at_ms: u64,
+    /// When it last entered quarantine ([`waiting_since`]).
+    waiting_since_ms: u64,
     successes: u32,
     failures: u32,
 }
@@ -855,6 +888,7 @@ impl Summary {
         let mut s = Summary {
             state: l.state,
             quarantined_at_ms: l.quarantined_at_ms,
+            waiting_since_ms: waiting_since(l),
             successes: 0,
             failures: 0,
         };
@@ -2262,7 +2296,8 @@ impl Dlq {
     }
 
     /// Runs the policies once, as of the engine's clock: first the auto-archive of
-    /// quarantined messages past the retention (actor `policy:auto-archive`, the
+    /// quarantined messages past the retention, counted from when each last entered
+    /// quarantine ([`DlqPolicy::archive_after`]; actor `policy:auto-archive`, the
     /// retention recorded as the reason), then each pre-approved replay (actor
     /// `policy:auto-replay`) through both checks, with `schema` and `handler`.
     /// Everything else is left for an explicit call.
@@ -2328,7 +2363,7 @@ impl Dlq {
                     .iter()
                     .filter(|(id, s)| {
                         s.state == MessageState::Quarantined
-                            && cutoff.is_some_and(|c| s.quarantined_at_ms <= c)
+                            && cutoff.is_some_and(|c| s.waiting_since_ms <= c)
                             && !st.busy.contains_key(id)
                     })
                     .map(|(id, _)| *id)

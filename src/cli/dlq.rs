@@ -395,6 +395,23 @@ fn age(ms: u64) -> String {
     }
 }
 
+/// `s` on one line of a terminal: every control character (a newline, an escape
+/// sequence's ESC) written as its Rust escape (`\n`, `\u{1b}`), the rest as it is.
+/// Reasons, notes and actors come from the application and from `--exec`
+/// commands' stderr: printed raw, a newline would break a table's row, and an escape
+/// sequence would reach the operator's terminal.
+fn text(s: &str) -> String {
+    if !s.chars().any(char::is_control) {
+        return s.to_owned();
+    }
+    s.chars()
+        .map(|c| match c.is_control() {
+            true => c.escape_debug().to_string(),
+            false => c.to_string(),
+        })
+        .collect()
+}
+
 fn printable(b: &[u8], max: usize) -> String {
     let s = String::from_utf8_lossy(b);
     let s: String = s
@@ -462,7 +479,7 @@ fn show(dlq: &Dlq, id: MessageId) -> Result<(), String> {
         m.payload().len(),
         printable(m.payload(), 200)
     );
-    outln!("reason      {}", m.reason());
+    outln!("reason      {}", text(m.reason()));
     outln!("attempts    {}", m.attempts());
     outln!("quarantined {} ms", m.quarantined_at_ms());
     outln!();
@@ -479,8 +496,8 @@ fn show(dlq: &Dlq, id: MessageId) -> Result<(), String> {
             t.at_ms,
             t.from.map_or("-", MessageState::as_str),
             t.to.as_str(),
-            t.actor,
-            t.reason
+            text(&t.actor),
+            text(&t.reason)
         );
     }
     Ok(())
@@ -830,6 +847,7 @@ fn replay(dlq: &Dlq, o: &Options) -> Result<ExitCode, String> {
     }
     print_report(o, total, &report);
     if let Some((id, why)) = &report.stopped {
+        let why = text(why);
         return Err(format!(
             "the --exec command gave no verdict on message {id} ({why}); it and the \
              messages after it were left as they were, the replay stopped there"
@@ -886,7 +904,7 @@ fn print_report(o: &Options, total: u64, report: &ReplayReport) {
     if !report.notes.is_empty() {
         outln!();
         for (id, note) in &report.notes {
-            outln!("{:>8}  {note}", id.to_string());
+            outln!("{:>8}  {}", id.to_string(), text(note));
         }
     }
 }

@@ -1429,7 +1429,7 @@ impl Inner {
         actor: &str,
         note: &str,
     ) -> Result<bool> {
-        match self.transition_written(id, expected, to, actor, note)? {
+        match self.transition_written(id, expected, None, to, actor, note)? {
             None => Ok(false),
             Some(written) => written.into_result().map(|()| true),
         }
@@ -1437,11 +1437,14 @@ impl Inner {
 
     /// [`Inner::transition_from`], telling a write that landed and whose sync then
     /// failed (`Some(Completed::Unsynced)`) from one that wrote nothing (an error);
-    /// `None` for a message passed over.
+    /// `None` for a message passed over. With `waited_by` (the auto-archive's cutoff),
+    /// also only a message that entered quarantine last at or before it: one that a
+    /// replay sent back since the policy picked it has not waited its retention.
     fn transition_written(
         &self,
         id: u64,
         expected: Option<MessageState>,
+        waited_by: Option<u64>,
         to: MessageState,
         actor: &str,
         note: &str,
@@ -1450,7 +1453,10 @@ impl Inner {
         validate_reason(note)?;
         let mut st = self.state.lock();
         if expected.is_some() {
-            let moved = st.busy.contains_key(&id) || st.index.get(&id).map(|s| s.state) != expected;
+            let summary = st.index.get(&id);
+            let moved = st.busy.contains_key(&id)
+                || summary.map(|s| s.state) != expected
+                || waited_by.is_some_and(|c| summary.is_some_and(|s| s.waiting_since_ms > c));
             if moved {
                 return Ok(None);
             }
@@ -2373,12 +2379,14 @@ impl Dlq {
                 "retention: quarantined for {} s or more",
                 retention.as_secs()
             );
-            // Each only if still quarantined and not being replayed: an operator may
-            // have taken it up for review since, or a replay finished it.
+            // Each only if still quarantined, not being replayed, and not sent back
+            // since: an operator may have taken it up for review since, or a replay
+            // finished it, or failed and sent it back to wait its retention again.
             for id in due {
                 let written = self.inner.transition_written(
                     id,
                     Some(MessageState::Quarantined),
+                    cutoff,
                     MessageState::Archived,
                     ACTOR_AUTO_ARCHIVE,
                     &note,
@@ -2608,6 +2616,56 @@ mod tests {
             dlq.archive(id, "x: y"),
             Err(Error::InvalidTransition { .. })
         ));
+    }
+
+    /// A message the auto-archive picked as due, which a replay then sent back to
+    /// quarantine (its handler failed) before the archive reached it, is passed over:
+    /// it waits its retention again from that failure. (Before, the transition
+    /// checked only that the message was still quarantined, and archived it.)
+    #[test]
+    fn the_auto_archive_passes_over_a_message_sent_back_since_it_was_picked() {
+        let clock = crate::ManualClock::new(1_000_000);
+        let engine = Engine::builder()
+            .namespace("ns", NamespaceConfig::new())
+            .clock(clock.clone())
+            .maintenance_interval(None)
+            .build()
+            .unwrap();
+        let dlq = engine.dlq("ns").unwrap();
+        let sent_back = dlq.quarantine(b"s", b"p", "test:reason").unwrap();
+        let waiting = dlq.quarantine(b"w", b"p", "test:reason").unwrap();
+        clock.advance(Duration::from_secs(60));
+        // The policy's cutoff, as it picks both: quarantined a minute ago or more.
+        let cutoff = crate::clock::read_capped(&*dlq.inner.clock) - 60_000;
+        clock.advance(Duration::from_secs(1));
+        let r = dlq
+            .replay(
+                &Selection::default().ids([sent_back]),
+                &|_: &[u8]| SchemaVerdict::Compatible,
+                |_: &[u8], _: &[u8]| Err("boom: down".to_owned()),
+                ReplayMode::Execute,
+            )
+            .unwrap();
+        assert_eq!(r.failed, vec![sent_back]);
+        let archive = |id: MessageId| {
+            dlq.inner
+                .transition_written(
+                    id.0,
+                    Some(MessageState::Quarantined),
+                    Some(cutoff),
+                    MessageState::Archived,
+                    ACTOR_AUTO_ARCHIVE,
+                    "retention: test",
+                )
+                .map(|w| w.is_some())
+        };
+        assert_eq!(archive(sent_back), Ok(false));
+        assert_eq!(archive(waiting), Ok(true));
+        assert_eq!(
+            dlq.get(sent_back).unwrap().state(),
+            MessageState::Quarantined
+        );
+        assert_eq!(dlq.get(waiting).unwrap().state(), MessageState::Archived);
     }
 
     /// The auto-archive's transition acts only on a message still quarantined and

@@ -279,12 +279,24 @@ fn bad_arguments_are_refused() {
     let (ok, _, out, err) = orders("list", &dbs, &["--id", "1", "--id", "2"]);
     assert!(ok, "{err}");
     assert!(out.contains("2 message(s)"), "{out}");
-    // A directory without a database is not created.
+    // A directory without a database is not created, and a path that is not there,
+    // a file or an empty path is said as such (before, each as "no idem database").
     let missing = tmp.0.join("nothing-here");
     let (_, code, _, err) = idem(&["dlq", "list", missing.to_str().unwrap(), "--namespace", "n"]);
     assert_eq!(code, Some(1));
-    assert!(err.contains("no idem database"), "{err}");
+    assert!(err.contains("No such file or directory"), "{err}");
     assert!(!missing.exists());
+    let file = tmp.0.join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let (_, code, _, err) = idem(&["dlq", "list", file.to_str().unwrap(), "-n", "n"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("is not a directory"), "{err}");
+    let (_, code, _, err) = idem(&["dlq", "list", "", "-n", "n"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("the database path is empty"), "{err}");
+    let (_, code, _, err) = idem(&["dlq", "list", tmp.0.to_str().unwrap(), "-n", "n"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("no idem database"), "{err}");
 }
 
 #[cfg(unix)]

@@ -537,7 +537,7 @@ impl Engine {
         // Nothing can refuse the open now.
         #[cfg(feature = "durable")]
         if let Some(store) = &shared.store {
-            store.keep_added_families();
+            store.keep_what_the_open_made();
             settle_takeover(store, &shared.namespaces, settle);
         }
         Ok(Engine {
@@ -989,6 +989,156 @@ mod tests {
         assert_eq!(stored_ttl(), Duration::from_secs(60));
         drop(build(120).unwrap());
         assert_eq!(stored_ttl(), Duration::from_secs(120));
+    }
+
+    /// The files directly in `dir` and their bytes, a directory's name ending in `/`
+    /// (`None` if `dir` is not there).
+    #[cfg(feature = "durable")]
+    fn files_in(dir: &std::path::Path) -> Option<std::collections::BTreeMap<String, Vec<u8>>> {
+        let listed = std::fs::read_dir(dir).ok()?;
+        Some(
+            listed
+                .map(|e| {
+                    let e = e.unwrap();
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    if e.file_type().unwrap().is_dir() {
+                        return (format!("{name}/"), Vec::new());
+                    }
+                    (name, std::fs::read(e.path()).unwrap())
+                })
+                .collect(),
+        )
+    }
+
+    /// Checks that an open which `arm` makes fail (on this thread; `disarm` undoes
+    /// it) with an error `refused` accepts, after it created a new database, leaves
+    /// no trace of it: a directory the open made is gone (its missing parent too),
+    /// an empty one stays empty, and one holding files of the user's (a `LOG`
+    /// among them, which RocksDB renames as it opens) holds those files alone, byte
+    /// for byte. A build with a fixed seed then opens the
+    /// directory as a new database: the refused open's random seed was not kept.
+    #[cfg(feature = "durable")]
+    fn assert_refused_creation_leaves_nothing(
+        tag: &str,
+        arm: impl Fn(),
+        disarm: impl Fn(),
+        refused: impl Fn(&crate::Error) -> bool,
+    ) {
+        use crate::{ManualClock, NamespaceConfig, SyncPolicy};
+        use std::time::Duration;
+        let clock = ManualClock::new(1_700_000_000_000);
+        let build = |path: &std::path::Path, seed: Option<u64>| {
+            let mut b = crate::Engine::builder()
+                .clock(clock.clone())
+                .durable(path)
+                .namespace(
+                    "n",
+                    NamespaceConfig::new().sync(SyncPolicy::Periodic(Duration::from_millis(100))),
+                );
+            if let Some(seed) = seed {
+                b = b.seed(seed);
+            }
+            b.build()
+        };
+        // A file of the user's, and a LOG, which RocksDB moves aside as it opens.
+        let user_files = std::collections::BTreeMap::from([
+            ("notes.txt".to_owned(), b"the user's own".to_vec()),
+            ("LOG".to_owned(), b"a log of something else".to_vec()),
+        ]);
+        for before in [
+            None,
+            Some(std::collections::BTreeMap::new()),
+            Some(user_files),
+        ] {
+            let scratch = Scratch::new(&format!(
+                "{tag}-{}",
+                before.as_ref().map_or(0, |b| 1 + b.len())
+            ));
+            // A directory missing, with its parent: both are made by the open.
+            let path = match &before {
+                None => scratch.0.join("db"),
+                Some(files) => {
+                    std::fs::create_dir_all(&scratch.0).unwrap();
+                    for (name, bytes) in files {
+                        std::fs::write(scratch.0.join(name), bytes).unwrap();
+                    }
+                    scratch.0.clone()
+                }
+            };
+            arm();
+            let built = build(&path, None);
+            disarm();
+            match built {
+                Err(e) if refused(&e) => {}
+                other => panic!("{tag}: {other:?}"),
+            }
+            assert_eq!(
+                files_in(&scratch.0),
+                before,
+                "{tag}: the directory as it was"
+            );
+            // A fixed seed opens it: no database, no seed of the refused open's.
+            let engine = build(&path, Some(7)).expect("a new database");
+            let ns = engine.namespace("n").unwrap();
+            assert!(matches!(ns.claim(b"k").unwrap(), crate::Claim::Acquired(_)));
+        }
+    }
+
+    /// An open that created its database and then was refused for a background
+    /// thread the system would not start removes the database it made. Before, the
+    /// database stayed, with the refused open's random seed: a later build with a
+    /// fixed seed was refused (`InvalidConfig`), and the directory held a database
+    /// no engine had used.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn an_open_refused_for_a_thread_removes_the_database_it_created() {
+        for thread in ["idem-maintenance", "idem-wal-sync"] {
+            assert_refused_creation_leaves_nothing(
+                &format!("created-{thread}"),
+                || super::spawn_hook::refuse(Some(thread)),
+                || super::spawn_hook::refuse(None),
+                |e| matches!(e, crate::Error::ThreadRefused { thread: t, .. } if *t == thread),
+            );
+        }
+    }
+
+    /// An open that created its database and then could not store the namespaces'
+    /// settings (its last step that can refuse it) removes the database it made.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn an_open_refused_at_its_settings_write_removes_the_database_it_created() {
+        assert_refused_creation_leaves_nothing(
+            "created-settings",
+            crate::durable::fail_next_settings_write,
+            || {},
+            |e| matches!(e, crate::Error::Store(_)),
+        );
+    }
+
+    /// An open that created its database and then could not write the new
+    /// database's metadata (inside the store's own open) removes what it made.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn an_open_refused_at_its_metadata_write_removes_the_database_it_created() {
+        assert_refused_creation_leaves_nothing(
+            "created-metadata",
+            crate::durable::fail_next_metadata_write,
+            || {},
+            |e| matches!(e, crate::Error::Store(_)),
+        );
+    }
+
+    /// An open that created its database and then could not make a namespace's
+    /// claim-marker journal (a disk out of space) removes what it made.
+    #[cfg(all(feature = "durable", target_os = "linux"))]
+    #[test]
+    fn an_open_refused_for_its_journal_removes_the_database_it_created() {
+        assert_refused_creation_leaves_nothing(
+            "created-journal",
+            crate::durable::fail_next_prepare,
+            || {},
+            |e| matches!(e, crate::Error::Store(_)),
+        );
     }
 
     /// A durable engine in `dir` on `clock` with namespace "n" of `cfg`, no

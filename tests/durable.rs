@@ -1272,13 +1272,18 @@ fn an_open_refused_after_the_database_opened_leaves_the_stored_settings_as_they_
 /// journal cannot be made) leaves no column family of that namespace: later opens
 /// do not find it as a namespace the database holds unconfigured. (Before, the
 /// refused open's `done:`, `claims:` and `dlq:` families stayed, and every later
-/// open listed and warned about the namespace.)
+/// open listed and warned about the namespace.) Nor does it write the stamp the
+/// database lacked: only an open that succeeds does. (Before, the store's open
+/// wrote it, whatever refused the engine's open later.)
 #[test]
 fn an_open_refused_after_the_database_opened_adds_no_namespace() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);
     drop(open(&dir, &clock, small()));
     let before = column_families(&dir);
+    // Without a stamp (a database of a build before stamps): a refused open writes
+    // none either.
+    std::fs::remove_file(dir.path().join(STAMP)).unwrap();
     let blocked = dir.path().join(format!(
         "idem-journal-{:016x}.bin.new",
         xxhash_rust::xxh3::xxh3_64(b"fresh")
@@ -1292,6 +1297,7 @@ fn an_open_refused_after_the_database_opened_adds_no_namespace() {
     assert!(matches!(refused, Error::Store(_)), "{refused:?}");
     std::fs::remove_dir(&blocked).unwrap();
     assert_eq!(column_families(&dir), before);
+    assert_eq!(read_stamp(&dir), None, "the refused open wrote no stamp");
     assert_eq!(idem::namespaces(dir.path()).unwrap(), ["ns"]);
     let (engine, ns) = open(&dir, &clock, small());
     assert!(
@@ -1301,6 +1307,10 @@ fn an_open_refused_after_the_database_opened_adds_no_namespace() {
     );
     acquire(&ns, b"k").complete().unwrap();
     drop((ns, engine));
+    assert!(
+        read_stamp(&dir).is_some(),
+        "the open that succeeded stamped it"
+    );
     // Opened as it was meant to, the namespace is made as any new one.
     let engine = builder(&dir, &clock)
         .namespace("ns", small())
@@ -1309,6 +1319,82 @@ fn an_open_refused_after_the_database_opened_adds_no_namespace() {
         .unwrap();
     duplicate(&engine.namespace("ns").unwrap(), b"k");
     acquire(&engine.namespace("fresh").unwrap(), b"k");
+}
+
+/// The files of the database in `dir` that hold its data, with their length and a
+/// hash of their bytes: every file but RocksDB's own bookkeeping, which any
+/// read-write open rewrites (its `CURRENT`, manifests, options files, write-ahead
+/// logs, `LOCK` and `LOG`s).
+fn data_files(dir: &TempDir) -> Vec<(String, usize, u128)> {
+    let mut files: Vec<(String, usize, u128)> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let bookkeeping = ["CURRENT", "LOCK", "LOG"].contains(&name.as_str())
+                || ["MANIFEST-", "OPTIONS-", "LOG.old."]
+                    .iter()
+                    .any(|p| name.starts_with(p))
+                || name.ends_with(".log");
+            if bookkeeping {
+                return None;
+            }
+            let bytes = std::fs::read(e.path()).unwrap();
+            Some((name, bytes.len(), xxhash_rust::xxh3::xxh3_128(&bytes)))
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// An open refused inside the store's own open, after RocksDB opened the database
+/// read-write, adds no column family to it: here the stamp vouches for the fixed
+/// seed asked for, so the database is opened, and its own metadata, which holds
+/// another seed, refuses it. The families of the new namespace and state family
+/// are made only once nothing there can refuse the open. Before, RocksDB's open
+/// made them, and that refusal left them in the database: every later open listed
+/// the namespace as one it holds unconfigured.
+#[test]
+fn an_open_refused_by_the_metadata_after_the_database_opened_adds_no_column_family() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    {
+        let (_engine, ns) = open_seeded(&dir, &clock, small());
+        acquire(&ns, b"k").complete().unwrap();
+    }
+    // Opened once more, so that the metadata and settings the first open wrote are
+    // flushed from the log (the shutdown's flush leaves out the default family), and
+    // the refused open's recovery has nothing to write into a table file.
+    drop(open_seeded(&dir, &clock, small()));
+    // The journals (empty after a clean close) say the seed too: without them, a
+    // stamp of seed 4 is all there is to believe before the read-write open.
+    for e in std::fs::read_dir(dir.path()).unwrap() {
+        let path = e.unwrap().path();
+        if path.to_string_lossy().contains("idem-journal-") {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    write_stamp(&dir, FORMAT, 4);
+    let families = column_families(&dir);
+    let data = data_files(&dir);
+    let refused = builder(&dir, &clock)
+        .seed(4)
+        .namespace("ns", small())
+        .namespace("fresh", small())
+        .state_family("ledger")
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(refused, Error::InvalidConfig { .. }),
+        "{refused:?}"
+    );
+    assert_eq!(column_families(&dir), families);
+    assert_eq!(data_files(&dir), data, "the data files, byte for byte");
+    assert_eq!(idem::namespaces(dir.path()).unwrap(), ["ns"]);
+    // Opened with its own seed, it is as it was.
+    let (engine, ns) = open_seeded(&dir, &clock, small());
+    assert!(engine.unconfigured_namespaces().is_empty());
+    duplicate(&ns, b"k");
 }
 
 #[test]

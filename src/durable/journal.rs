@@ -486,6 +486,14 @@ impl Journal {
     /// old journal as it was.
     pub(crate) fn prepare(dir: &Path, ns: &str, seed: u64, slots: u32) -> Result<Prepared, Error> {
         let tmp = tmp_path(dir, ns);
+        #[cfg(test)]
+        if FAIL_NEXT_PREPARE.with(|f| f.replace(false)) {
+            return Err(io_err(
+                "create journal",
+                &tmp,
+                std::io::Error::other("injected failure"),
+            ));
+        }
         let made = Self::create_at(dir, ns, seed, slots, &tmp);
         match made {
             Ok(journal) => Ok(Prepared {
@@ -689,6 +697,19 @@ pub(crate) fn latest_markers(found: Vec<ReadSlot>) -> Vec<ReadSlot> {
         }
     }
     out
+}
+
+#[cfg(all(test, feature = "durable", target_os = "linux"))]
+std::thread_local! {
+    /// The next [`Journal::prepare`] on this thread fails.
+    static FAIL_NEXT_PREPARE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Makes the next journal made at an open (on this thread) fail, as a disk out of
+/// space would.
+#[cfg(all(test, feature = "durable", target_os = "linux"))]
+pub(crate) fn fail_next_prepare() {
+    FAIL_NEXT_PREPARE.with(|f| f.set(true));
 }
 
 #[cfg(all(feature = "durable", target_os = "linux"))]

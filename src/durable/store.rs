@@ -212,11 +212,16 @@ const MAX_TOTAL_WAL_BYTES: u64 = if cfg!(test) { 1 << 20 } else { 64 << 20 };
 const MEMTABLE_BLOOM_RATIO: f64 = 0.02;
 
 impl Drop for Store {
-    /// Drops the column families of an open that was refused after RocksDB opened
+    /// Drops the column families of an open that was refused after it added them
     /// (nothing but that open wrote them), best effort: a family left behind only
-    /// lists its namespace as unconfigured at later opens.
+    /// lists its namespace as unconfigured at later opens. (A database the refused
+    /// open created goes as a whole, once it has closed: see [`NewDatabase`].)
     fn drop(&mut self) {
-        for name in std::mem::take(self.added_families.get_mut()) {
+        let added = std::mem::take(self.added_families.get_mut());
+        if self.created.0.get_mut().is_some() {
+            return;
+        }
+        for name in added {
             if let Err(e) = self.db.drop_cf(&name) {
                 tracing::warn!(
                     family = %name,
@@ -256,7 +261,7 @@ pub(crate) struct Store {
     seed: u64,
     /// The column families this open added (a new namespace's, a new state
     /// family), until the engine's open can no longer be refused
-    /// ([`Store::keep_added_families`]): a store dropped before then drops them
+    /// ([`Store::keep_what_the_open_made`]): a store dropped before then drops them
     /// again, so that a refused open leaves no namespace behind.
     added_families: parking_lot::Mutex<Vec<String>>,
     /// The done column families opened (configured namespaces' and others').
@@ -309,8 +314,16 @@ pub(crate) struct Store {
     /// The options the database was opened with, kept for RocksDB's counters when
     /// they were asked for (`EngineBuilder::store_statistics`).
     statistics: Option<Options>,
-    /// This process's hold on the directory, given up after `db` has closed (fields
-    /// drop in order).
+    /// The stamp to write once the engine's open can no longer be refused
+    /// ([`Store::keep_what_the_open_made`]): a refused open leaves the stamp file
+    /// as it was.
+    stamp_due: parking_lot::Mutex<Option<super::stamp::Stamp>>,
+    /// A database this open created, removed again when the store is dropped
+    /// before the engine's open can no longer be refused. After `db`, so that it
+    /// drops once the database has closed (fields drop in order).
+    created: UndoCreation,
+    /// This process's hold on the directory, given up after `db` has closed and a
+    /// refused open's new database is gone (fields drop in order).
     _dir: DirClaim,
 }
 
@@ -347,32 +360,46 @@ impl DirClaim {
     /// Claims `path` for this process, creating it if missing (as the open would),
     /// or [`Error::AlreadyOpen`] if a store of this process has it open.
     /// A path that is not a directory (a file there, or under it) is an
-    /// [`Error::Store`] saying so, before anything is opened or made.
-    fn take(path: &Path) -> Result<DirClaim, Error> {
+    /// [`Error::Store`] saying so, before anything is opened or made. Also returns
+    /// the directories it made (`path` and any missing parents, deepest first), for
+    /// a refused open to remove again.
+    fn take(path: &Path) -> Result<(DirClaim, Vec<PathBuf>), Error> {
         let not_a_dir = |why: String| {
             Error::Store(StoreError::new(
                 "open",
                 format!("the database path {} {why}", path.display()),
             ))
         };
+        let mut made = Vec::new();
         match std::fs::metadata(path) {
             Ok(m) if !m.is_dir() => return Err(not_a_dir("is not a directory".to_owned())),
             Ok(_) => {}
             Err(_) => {
+                // The directories missing, deepest first: those this makes.
+                let missing: Vec<PathBuf> = path
+                    .ancestors()
+                    .take_while(|d| {
+                        !d.as_os_str().is_empty() && std::fs::symlink_metadata(d).is_err()
+                    })
+                    .map(Path::to_path_buf)
+                    .collect();
                 // With its parents, as RocksDB's open would make them. (Failing here
                 // leaves the error to that open, which reports it; but for a file in
                 // the way, which this says.)
-                if let Err(e) = std::fs::create_dir_all(path) {
-                    if e.kind() == std::io::ErrorKind::NotADirectory
-                        || e.kind() == std::io::ErrorKind::AlreadyExists
+                match std::fs::create_dir_all(path) {
+                    Ok(()) => made = missing,
+                    Err(e)
+                        if e.kind() == std::io::ErrorKind::NotADirectory
+                            || e.kind() == std::io::ErrorKind::AlreadyExists =>
                     {
                         return Err(not_a_dir(format!("cannot be made: {e}")));
                     }
+                    Err(_) => {}
                 }
             }
         }
         let Some(id) = dir_id(path) else {
-            return Ok(DirClaim(None));
+            return Ok((DirClaim(None), made));
         };
         let mut open = OPEN_DIRS.lock();
         if open.contains(&id) {
@@ -382,7 +409,7 @@ impl DirClaim {
         }
         open.push(id);
         // (A copy on Unix, a clone of the path elsewhere.)
-        Ok(DirClaim(open.last().cloned()))
+        Ok((DirClaim(open.last().cloned()), made))
     }
 }
 
@@ -393,6 +420,114 @@ impl Drop for DirClaim {
             if let Some(i) = open.iter().position(|d| *d == id) {
                 open.swap_remove(i);
             }
+        }
+    }
+}
+
+/// A database this open created, and what was there before it: until the engine's
+/// open can no longer be refused ([`Store::keep_what_the_open_made`]), a store
+/// dropped removes, once its database has closed ([`UndoCreation`]), every file the
+/// open made, as if it had never run, so that a later open does not find a database (and its random seed)
+/// that no engine ever used. Only what the open made goes: the entries the directory
+/// held before (files of the user's, say) are left as they were, a `LOG` RocksDB
+/// moved aside is put back, and the directories made for the database go only if
+/// they are empty.
+struct NewDatabase {
+    path: PathBuf,
+    /// The names the directory held before the database was created.
+    before: BTreeSet<std::ffi::OsString>,
+    /// The directories the open made (the database's and missing parents), deepest
+    /// first.
+    made_dirs: Vec<PathBuf>,
+}
+
+impl NewDatabase {
+    /// Notes what `path` holds before a database is created there; `None` if it
+    /// cannot be listed (then nothing would be removed: the open fails anyway, or
+    /// nothing could tell what it made).
+    fn note(path: &Path, made_dirs: Vec<PathBuf>) -> Option<NewDatabase> {
+        let before = std::fs::read_dir(path)
+            .ok()?
+            .map(|e| e.map(|e| e.file_name()))
+            .collect::<std::io::Result<_>>()
+            .ok()?;
+        Some(NewDatabase {
+            path: path.to_path_buf(),
+            before,
+            made_dirs,
+        })
+    }
+
+    /// Removes what the open made, best effort (a file that cannot be removed is
+    /// logged and left).
+    fn undo(&self) {
+        let Ok(listed) = std::fs::read_dir(&self.path) else {
+            return;
+        };
+        let mut made: Vec<std::ffi::OsString> = listed
+            .flatten()
+            .map(|e| e.file_name())
+            .filter(|n| !self.before.contains(n))
+            .collect();
+        // CURRENT first: without it no later open sees a database here, even one
+        // that looks while the other files go (it finds files and refuses instead).
+        made.sort_by_key(|n| n != "CURRENT");
+        // A LOG that was there before was moved aside by RocksDB (to LOG.old.<time>),
+        // and the LOG there now is the open's own: the old one goes back.
+        let log_moved: Vec<&std::ffi::OsString> = made
+            .iter()
+            .filter(|n| n.to_string_lossy().starts_with("LOG.old."))
+            .collect();
+        let put_back = match log_moved[..] {
+            [moved] if self.before.contains(std::ffi::OsStr::new("LOG")) => Some(moved.clone()),
+            _ => None,
+        };
+        for name in &made {
+            if Some(name) == put_back.as_ref() {
+                continue;
+            }
+            let file = self.path.join(name);
+            // Only files: RocksDB makes no directory here, and one made meanwhile
+            // is not the open's to remove.
+            let is_dir = std::fs::symlink_metadata(&file).is_ok_and(|m| m.is_dir());
+            if is_dir {
+                continue;
+            }
+            if let Err(e) = std::fs::remove_file(&file) {
+                tracing::warn!(
+                    file = %file.display(),
+                    error = %e,
+                    "a refused open could not remove a file of the database it created"
+                );
+            }
+        }
+        if let Some(moved) = put_back {
+            let log = self.path.join("LOG");
+            if let Err(e) = std::fs::rename(self.path.join(&moved), &log) {
+                tracing::warn!(
+                    file = %log.display(),
+                    error = %e,
+                    "a refused open could not put back the LOG it moved aside"
+                );
+            }
+        }
+        for dir in &self.made_dirs {
+            // Empty, or it is not only the open's: then it stays.
+            if std::fs::remove_dir(dir).is_err() {
+                break;
+            }
+        }
+    }
+}
+
+/// The [`NewDatabase`] a store removes when it drops (once its database has closed),
+/// if its open is refused.
+struct UndoCreation(parking_lot::Mutex<Option<NewDatabase>>);
+
+impl Drop for UndoCreation {
+    fn drop(&mut self) {
+        if let Some(new) = self.0.get_mut().take() {
+            new.undo();
         }
     }
 }
@@ -480,12 +615,14 @@ impl Store {
         commit_delay: Option<std::time::Duration>,
         statistics: bool,
     ) -> Result<(Store, OpenReport), Error> {
-        let dir = DirClaim::take(path)?;
+        let (dir, made_dirs) = DirClaim::take(path)?;
         super::check_rocksdb_files(path)?;
         let mut report = OpenReport::default();
         let mut db_opts = Options::default();
         db_opts.create_if_missing(true);
-        db_opts.create_missing_column_families(true);
+        // The open adds no column family: the ones this configuration adds are made
+        // last, once nothing in this function can refuse the open (below).
+        db_opts.create_missing_column_families(false);
         db_opts.set_max_background_jobs(2);
         // The done column families use a hash memtable (below), which takes its writes
         // one at a time: RocksDB's write group leader inserts for the whole group.
@@ -618,8 +755,10 @@ impl Store {
             }
         }
 
-        let added_families: Vec<String> = wanted.difference(&existing).cloned().collect();
         let mut descriptors = Vec::new();
+        // The families this open adds, with their options, made once nothing else
+        // here can refuse the open.
+        let mut to_add = Vec::new();
         let mut seen_ms = HashMap::new();
         for name in existing.union(&wanted) {
             if name == "default" {
@@ -650,7 +789,11 @@ impl Store {
                     });
                 }
             }
-            descriptors.push(ColumnFamilyDescriptor::new(name.clone(), cf_opts));
+            if existing.contains(name) {
+                descriptors.push(ColumnFamilyDescriptor::new(name.clone(), cf_opts));
+            } else {
+                to_add.push((name.clone(), cf_opts));
+            }
         }
 
         let done_families: Vec<String> = existing
@@ -668,7 +811,18 @@ impl Store {
         db_opts.set_max_total_wal_size(
             MAX_TOTAL_WAL_BYTES.saturating_mul(done_families.len().max(1) as u64),
         );
-        let db = DB::open_cf_descriptors(&db_opts, path, descriptors).map_err(|e| {
+        // What the directory held before a new database is made in it, so that an
+        // open refused from here on removes what it made. Declared before `db`, so
+        // that on a refusal here it drops after the database has closed; set only
+        // once the database is open (a refusal of the open itself, another process
+        // holding the directory, must remove nothing).
+        let noted = if report.created {
+            NewDatabase::note(path, made_dirs)
+        } else {
+            None
+        };
+        let created;
+        let mut db = DB::open_cf_descriptors(&db_opts, path, descriptors).map_err(|e| {
             let msg = e.into_string();
             if lock_held_elsewhere(&msg) {
                 Error::AlreadyOpen {
@@ -678,6 +832,7 @@ impl Store {
                 Error::Store(StoreError::new("open", msg))
             }
         })?;
+        created = UndoCreation(parking_lot::Mutex::new(noted));
 
         let format = db.get(FORMAT_KEY).map_err(|e| store_err("open", e))?;
         let stored_seed = db.get(SEED_KEY).map_err(|e| store_err("open", e))?;
@@ -691,6 +846,10 @@ impl Store {
                 batch.put(SEED_KEY, seed.to_le_bytes());
                 let mut wo = WriteOptions::default();
                 wo.set_sync(true);
+                #[cfg(test)]
+                if FAIL_NEXT_METADATA_WRITE.with(|f| f.replace(false)) {
+                    return Err(injected_open_failure("open"));
+                }
                 db.write_opt(batch, &wo).map_err(|e| store_err("open", e))?;
                 seed
             }
@@ -709,18 +868,14 @@ impl Store {
             }
         };
         // (A new or adopted database's journals were checked against `seed` above.)
+        // The stamp, if missing or stale, is written once the engine's open can no
+        // longer be refused ([`Store::keep_what_the_open_made`]).
         let ours = super::stamp::identity(path).map(|identity| super::stamp::Stamp {
             format: FORMAT_VERSION,
             seed,
             identity,
         });
-        if let Some(ours) = ours.filter(|o| stamp != Some(*o)) {
-            // Without it the next open is checked the slow way, so a failure here
-            // costs time, not safety.
-            if let Err(e) = super::stamp::write(path, ours) {
-                tracing::warn!(error = %e, "could not write the database's stamp");
-            }
-        }
+        let stamp_due = ours.filter(|o| stamp != Some(*o));
         // Each namespace's settings, to be written only when they changed (an
         // unchanged open writes nothing: a saved prefilter is good only at an
         // unchanged sequence number), and only once nothing else can refuse the open
@@ -733,6 +888,28 @@ impl Store {
             if db.get(&key).map_err(|e| store_err("open", e))?.as_deref() != Some(&bytes[..]) {
                 settings_changed.push((key, bytes.to_vec()));
             }
+        }
+        // Last, the column families this configuration adds (a new namespace's, a
+        // new state family): nothing above can refuse the open with them made. Made
+        // here rather than by RocksDB's open, so that a refusal above (another seed
+        // or version in the metadata than the stamp said, a failed read) leaves an
+        // existing database without them; one that cannot be made drops those made
+        // before it. Later refusals, the engine's, drop them in `Store`'s drop.
+        let mut added_families: Vec<String> = Vec::with_capacity(to_add.len());
+        for (name, cf_opts) in &to_add {
+            if let Err(e) = db.create_cf(name, cf_opts) {
+                for made in added_families.iter().rev() {
+                    if let Err(e) = db.drop_cf(made) {
+                        tracing::warn!(
+                            family = %made,
+                            error = %e,
+                            "a refused open could not remove the column family it added"
+                        );
+                    }
+                }
+                return Err(store_err("open", e));
+            }
+            added_families.push(name.clone());
         }
         Ok((
             Store {
@@ -768,16 +945,27 @@ impl Store {
                 seen_ms,
                 state_families: state_families.to_vec(),
                 statistics: statistics.then_some(db_opts),
+                stamp_due: parking_lot::Mutex::new(stamp_due),
+                created,
                 _dir: dir,
             },
             report,
         ))
     }
 
-    /// Keeps the column families this open added: the engine's open can no longer
-    /// be refused.
-    pub(crate) fn keep_added_families(&self) {
+    /// Keeps what this open made, the engine's open being past every step that
+    /// could refuse it: the database, if it created it, and the column families it
+    /// added; and writes the database's stamp if it was missing or stale (without
+    /// it the next open is checked the slow way, so a failure to write it costs
+    /// time, not safety). Until then a store dropped removes them again.
+    pub(crate) fn keep_what_the_open_made(&self) {
         self.added_families.lock().clear();
+        *self.created.0.lock() = None;
+        if let Some(ours) = self.stamp_due.lock().take() {
+            if let Err(e) = super::stamp::write(&self.path, ours) {
+                tracing::warn!(error = %e, "could not write the database's stamp");
+            }
+        }
     }
 
     /// Stores the configured namespaces' settings that changed (TTL, lease,
@@ -791,6 +979,10 @@ impl Store {
         let mut batch = WriteBatch::default();
         for (key, bytes) in changed.iter() {
             batch.put(key, bytes);
+        }
+        #[cfg(test)]
+        if FAIL_NEXT_SETTINGS_WRITE.with(|f| f.replace(false)) {
+            return Err(injected_open_failure("open"));
         }
         // Synced: the open's other writes are synced before this one, and the
         // dead-letter tools may read the settings before anything else syncs.
@@ -2866,6 +3058,30 @@ std::thread_local! {
         const { std::cell::RefCell::new(None) };
     /// The next [`DurableNs::move_markers`] with markers to move fails.
     static FAIL_NEXT_MARKER_MOVE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The next [`Store::write_settings`] with settings to write fails.
+    static FAIL_NEXT_SETTINGS_WRITE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The next write of a new database's metadata ([`Store::open`]) fails.
+    static FAIL_NEXT_METADATA_WRITE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Makes the next write of the namespaces' settings at an open (on this thread)
+/// fail, as a failing disk would.
+#[cfg(test)]
+pub(crate) fn fail_next_settings_write() {
+    FAIL_NEXT_SETTINGS_WRITE.with(|f| f.set(true));
+}
+
+/// Makes the next write of a new database's metadata at an open (on this thread)
+/// fail, as a failing disk would.
+#[cfg(test)]
+pub(crate) fn fail_next_metadata_write() {
+    FAIL_NEXT_METADATA_WRITE.with(|f| f.set(true));
+}
+
+/// The error of a write a test hook fails.
+#[cfg(test)]
+fn injected_open_failure(operation: &'static str) -> Error {
+    Error::Store(StoreError::new(operation, "injected failure".to_owned()))
 }
 
 /// Makes the next move of a journal's markers at an open (on this thread) fail, as a
@@ -3023,7 +3239,7 @@ mod tests {
         )
         .unwrap()
         .0;
-        store.keep_added_families();
+        store.keep_what_the_open_made();
         store
     }
 

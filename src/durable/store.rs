@@ -604,6 +604,13 @@ impl Store {
     /// (name and settings, stored if they changed) and consumer state families.
     /// `seed` is used only when the database is new; an existing database keeps its
     /// own.
+    ///
+    /// The column families the configuration adds are made last, so that no
+    /// refusal here leaves one in an existing database; a refusal here of an open
+    /// that created the database removes it (once it has closed). Until the
+    /// engine's open calls [`Store::keep_what_the_open_made`], dropping the store
+    /// undoes the same: the added families are dropped, a created database is
+    /// removed, and the stamp is not written.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn open(
         path: &Path,

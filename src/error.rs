@@ -245,11 +245,13 @@ pub enum Error {
     /// The system would not start one of the engine's background threads
     /// (`idem-maintenance`, or `idem-wal-sync` for a periodic sync). Nothing is left
     /// running: a thread already started is stopped, and the durable directory, if
-    /// one was opened, is closed again. The open may have moved claim markers from
-    /// the journals into the store and stored the namespaces' settings, as any open
-    /// does; what it deletes once it has reported it (the markers of expired
-    /// orphans, damaged journals) stays, so the next open reports every orphan this
-    /// one would have.
+    /// one was opened, is closed again. A database the open created is removed
+    /// again (the directory is left as it was found). In a database that was there
+    /// before, the open may have moved claim markers from the journals into the
+    /// store, as any open does (the namespaces' settings are written only after the
+    /// threads start); what it deletes once it has reported it (the markers of
+    /// expired orphans, damaged journals) stays, so the next open reports every
+    /// orphan this one would have.
     ThreadRefused {
         /// The thread's name.
         thread: &'static str,

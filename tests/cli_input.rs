@@ -223,6 +223,24 @@ mod durable {
             .filter(|n| n != "." && n != "LOG" && !n.starts_with("LOG.old."))
             .collect();
         assert_eq!(touched, Vec::<String>::new());
+        // The engine's own open says it as they do (before: "has format version 1;
+        // this build reads version 1").
+        let refused = Engine::builder()
+            .namespace("orders", NamespaceConfig::new())
+            .durable(&dir)
+            .maintenance_interval(None)
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(refused, idem::Error::IncompatibleFormat { found: None, .. }),
+            "{refused:?}"
+        );
+        assert!(
+            refused
+                .to_string()
+                .contains("holds no idem database this build can read"),
+            "{refused}"
+        );
     }
 
     /// `idem inspect` writes nothing and ends with a message, whatever the directory

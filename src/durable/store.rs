@@ -2943,11 +2943,13 @@ fn check_format(path: &Path, stored: &[u8]) -> Result<Option<u32>, Error> {
 /// The fingerprint seed stored in the database: eight bytes, or the database is not
 /// one this build reads.
 fn seed_of(path: &Path, stored: &[u8]) -> Result<u64, Error> {
+    // Not "found: this format": the message would then read "has format version 1;
+    // this build reads version 1". A damaged seed is no database this build reads.
     <[u8; 8]>::try_from(stored)
         .map(u64::from_le_bytes)
         .map_err(|_| Error::IncompatibleFormat {
             path: path.to_path_buf(),
-            found: Some(FORMAT_VERSION),
+            found: None,
             supported: FORMAT_VERSION,
         })
 }

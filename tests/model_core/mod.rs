@@ -9,6 +9,20 @@
 //! a model clock. Every answer is compared exactly, and after every step so are the
 //! engine's counters, its resident-key gauge, `check` of every key and the lease of
 //! every guard still held. Any difference panics with the step and the operation.
+//!
+//! On a tick coarser than 1 ms ([`ModelConfig::tick_ms`]) the engine may place a
+//! deadline anywhere its documentation allows: a lease or TTL of `d` from `now`
+//! ends at a tick boundary at or after `now + d`, up to a tick less a millisecond
+//! later ("never early and at most one tick late"), and a fixed window's completion
+//! time, which the hot tier derives from its deadline, may read up to a tick less a
+//! millisecond late, never later than the reading's own time. The model takes each
+//! new deadline as the engine reports it (in the answer that sets it, or the next
+//! `check`) once it lies within that allowance ([`Model::fit`]), and from then on
+//! holds the engine to it exactly: the key answers as before until that deadline
+//! and is claimable from it on, every report of it agrees, and the counters and the
+//! resident gauge follow. A memory-only expiry reads neither early nor late (the
+//! durable tier's allowance does not apply). At the default 1 ms tick every
+//! allowance is empty and the comparison is exact.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -153,9 +167,13 @@ pub struct ModelConfig {
     pub shards: Option<usize>,
     /// The engine's fingerprint seed (it decides which keys share a shard).
     pub seed: u64,
-    /// The sequence starts [`WRAP_LEAD_MS`] after the engine's start, just before its
-    /// 1 ms ticks pass 2^32, where deadlines stored as 32 bits wrap.
+    /// The sequence starts [`WRAP_LEAD_MS`] after the engine's start (times the
+    /// tick), just before its ticks pass 2^32, where deadlines stored as 32 bits
+    /// wrap.
     pub near_wrap: bool,
+    /// The engine's tick (`EngineBuilder::tick`), in milliseconds: 1 unless
+    /// [`ModelConfig::with_tick`] says otherwise.
+    pub tick_ms: u64,
 }
 
 /// How far after the engine's start a [`ModelConfig::near_wrap`] sequence begins:
@@ -171,7 +189,18 @@ impl ModelConfig {
             shards: [None, Some(1), Some(2), Some(5)][(b >> 3) as usize & 3],
             seed,
             near_wrap: b & 0x20 != 0,
+            tick_ms: 1,
         }
+    }
+
+    /// The same namespace on an engine ticking every `tick_ms` milliseconds.
+    pub fn with_tick(self, tick_ms: u64) -> Self {
+        ModelConfig { tick_ms, ..self }
+    }
+
+    /// How far after the engine's start a [`ModelConfig::near_wrap`] sequence begins.
+    pub fn wrap_lead_ms(&self) -> u64 {
+        ((1 << 32) * self.tick_ms) - ((1 << 32) - WRAP_LEAD_MS)
     }
 
     /// The engine's namespace configuration for this model.
@@ -207,6 +236,7 @@ pub fn run(cfg: ModelConfig, ops: &[Op], label: &str) -> Tally {
     for &op in ops {
         h.apply(op);
     }
+    h.tally.late_deadlines = h.model.late.get();
     h.tally
 }
 
@@ -231,6 +261,10 @@ struct Entry {
     state: State,
     /// Index into `PAYLOADS` of the payload the acquiring claim carried.
     payload: Option<usize>,
+    /// Whether the deadline is still the model's nominal one, the engine's not yet
+    /// seen (a completion's, or a window a refused batch moved): the next `check`
+    /// shows it, and [`Model::fit`] takes it (a no-op at 1 ms ticks).
+    unsettled: bool,
 }
 
 impl Entry {
@@ -294,6 +328,16 @@ pub enum Answer {
     Failed(Error),
 }
 
+/// [`Model::fit_completion`] of a model of `cfg` at `now`.
+fn fit_completion(cfg: &ModelConfig, now: u64, completed_at: u64, seen: u64) -> u64 {
+    let late = seen.wrapping_sub(completed_at);
+    if !cfg.sliding && late < cfg.tick_ms && seen <= now {
+        seen
+    } else {
+        completed_at
+    }
+}
+
 /// The reference: resident entries by key index, a clock, and counters.
 #[derive(Debug)]
 pub struct Model {
@@ -302,6 +346,9 @@ pub struct Model {
     entries: HashMap<usize, Entry>,
     next_id: u64,
     counts: Counts,
+    /// Deadlines taken from the engine later than the model's nominal ones (a
+    /// coarse tick's rounding up), for the tally.
+    late: std::cell::Cell<u64>,
 }
 
 impl Model {
@@ -312,6 +359,7 @@ impl Model {
             entries: HashMap::new(),
             next_id: 0,
             counts: Counts::default(),
+            late: std::cell::Cell::new(0),
         }
     }
 
@@ -320,6 +368,28 @@ impl Model {
             namespace: NAMESPACE.to_owned(),
             max_keys: self.cfg.max_keys,
         }
+    }
+
+    /// A deadline the engine reports (`seen`) where the model's nominal one is
+    /// `nominal` (a span from now): taken if it is not early and less than a tick
+    /// late, as the engine's tick allows. Otherwise the nominal one, and the
+    /// comparison that follows reports the difference. At 1 ms ticks always the
+    /// nominal one.
+    fn fit(&self, nominal: u64, seen: Option<u64>) -> u64 {
+        match seen {
+            Some(s) if s >= nominal && s - nominal < self.cfg.tick_ms => {
+                self.late.set(self.late.get() + u64::from(s > nominal));
+                s
+            }
+            _ => nominal,
+        }
+    }
+
+    /// A completion time at `completed_at` as a fixed window's hot entry may give it
+    /// back on a coarse tick (`seen`): up to a tick less a millisecond late, never
+    /// past now. Sliding windows keep the exact time.
+    fn fit_completion(&self, completed_at: u64, seen: u64) -> u64 {
+        fit_completion(&self.cfg, self.now, completed_at, seen)
     }
 
     /// The entry for `key` if it has not expired (expiry is at `now >= deadline`).
@@ -338,8 +408,30 @@ impl Model {
     }
 
     /// Claims `key`; on `Acquired`, also returns the claim's id and lease deadline.
-    fn claim(&mut self, key: usize, payload: Option<usize>) -> (Answer, Option<(u64, u64)>) {
+    /// `seen` is the engine's answer, if there is one, from which the model takes
+    /// what a coarse tick leaves to the engine (see [`Model::fit`]).
+    fn claim(
+        &mut self,
+        key: usize,
+        payload: Option<usize>,
+        seen: Option<&Answer>,
+    ) -> (Answer, Option<(u64, u64)>) {
         let now = self.now;
+        let (seen_deadline, seen_completion) = match seen {
+            Some(Answer::Acquired {
+                lease_expires_at_ms,
+            }) => (Some(*lease_expires_at_ms), None),
+            Some(Answer::Duplicate {
+                completed_at_ms,
+                expires_at_ms,
+                ..
+            }) => (Some(*expires_at_ms), Some(*completed_at_ms)),
+            _ => (None, None),
+        };
+        let window_end = self.fit(now + TTL_MS, seen_deadline);
+        let lease_end = self.fit(now + LEASE_MS, seen_deadline);
+        let cfg = self.cfg;
+        let completion = |c: u64| seen_completion.map_or(c, |s| fit_completion(&cfg, now, c, s));
         if let Some(e) = self.entries.get_mut(&key) {
             if now < e.deadline() {
                 if let (Some(new), Some(stored)) = (payload, e.payload) {
@@ -363,11 +455,13 @@ impl Model {
                         result,
                     } => {
                         if self.cfg.sliding {
-                            *expires_at = now + TTL_MS;
+                            *expires_at = window_end;
+                            // Moved unseen (a refused batch) or as the answer says.
+                            e.unsettled = seen.is_none();
                         }
                         self.counts.duplicates += 1;
                         let answer = Answer::Duplicate {
-                            completed_at_ms: *completed_at,
+                            completed_at_ms: completion(*completed_at),
                             expires_at_ms: *expires_at,
                             result: result.clone(),
                         };
@@ -386,12 +480,13 @@ impl Model {
         }
         self.next_id += 1;
         let id = self.next_id;
-        let deadline = now + LEASE_MS;
+        let deadline = lease_end;
         self.entries.insert(
             key,
             Entry {
                 state: State::InProgress { deadline, id },
                 payload,
+                unsettled: seen.is_none(),
             },
         );
         self.counts.acquired += 1;
@@ -421,17 +516,26 @@ impl Model {
             completed_at: now,
             result,
         };
+        // The engine's deadline shows at the next `check` (see `Model::settle`).
+        e.unsettled = true;
         self.counts.completions += 1;
         Ok(())
     }
 
-    /// `extend_lease`: the claim's lease now ends `lease_ms` from now; nothing is
-    /// counted either way.
-    fn extend(&mut self, key: usize, id: u64, lease_ms: u64) -> Result<u64, Error> {
+    /// `extend_lease`: the claim's lease now ends `lease_ms` from now (where the
+    /// guard says, `seen`, within a coarse tick's allowance); nothing is counted
+    /// either way.
+    fn extend(
+        &mut self,
+        key: usize,
+        id: u64,
+        lease_ms: u64,
+        seen: Option<u64>,
+    ) -> Result<u64, Error> {
         if !self.holds(key, id) {
             return Err(Error::LeaseLost);
         }
-        let until = self.now + lease_ms;
+        let until = self.fit(self.now + lease_ms, seen);
         let e = self.entries.get_mut(&key).expect("a held key is resident");
         e.state = State::InProgress {
             deadline: until,
@@ -462,7 +566,42 @@ impl Model {
         live
     }
 
-    fn check(&self, key: usize) -> Option<Answer> {
+    /// Takes the deadline the engine reports for `key` (`seen`, a `check`), where
+    /// the model has not seen it yet, within a coarse tick's allowance.
+    fn settle(&mut self, key: usize, seen: Option<&Answer>) {
+        let seen = match seen {
+            Some(
+                Answer::InProgress {
+                    lease_expires_at_ms: d,
+                    ..
+                }
+                | Answer::Duplicate {
+                    expires_at_ms: d, ..
+                },
+            ) => Some(*d),
+            _ => None,
+        };
+        let Some(e) = self.entries.get(&key).filter(|e| e.unsettled) else {
+            return;
+        };
+        let fitted = self.fit(e.deadline(), seen);
+        let e = self.entries.get_mut(&key).expect("present");
+        e.unsettled = false;
+        match &mut e.state {
+            State::InProgress { deadline, .. } => *deadline = fitted,
+            State::Done { expires_at, .. } => *expires_at = fitted,
+        }
+    }
+
+    /// What `check` of `key` must answer; `seen` is the engine's answer, from which
+    /// a fixed window's completion time is taken within a coarse tick's allowance.
+    fn check(&self, key: usize, seen: Option<&Answer>) -> Option<Answer> {
+        let completion = |c: u64| match seen {
+            Some(Answer::Duplicate {
+                completed_at_ms, ..
+            }) => self.fit_completion(c, *completed_at_ms),
+            _ => c,
+        };
         self.live(key).map(|e| match &e.state {
             State::InProgress { deadline, .. } => Answer::InProgress {
                 lease_expires_at_ms: *deadline,
@@ -473,7 +612,7 @@ impl Model {
                 completed_at,
                 result,
             } => Answer::Duplicate {
-                completed_at_ms: *completed_at,
+                completed_at_ms: completion(*completed_at),
                 expires_at_ms: *expires_at,
                 result: result.clone(),
             },
@@ -534,6 +673,9 @@ pub struct Tally {
     /// `extend_lease` calls that extended, and those refused (the lease lost).
     pub extensions: u64,
     pub extensions_refused: u64,
+    /// Deadlines (leases, windows) the engine placed later than the span asked for,
+    /// rounded up to its coarse tick, and taken by the model.
+    pub late_deadlines: u64,
     pub steps: u64,
 }
 
@@ -565,6 +707,7 @@ impl std::ops::AddAssign for Tally {
         self.batch_results_too_large += o.batch_results_too_large;
         self.extensions += o.extensions;
         self.extensions_refused += o.extensions_refused;
+        self.late_deadlines += o.late_deadlines;
         self.steps += o.steps;
     }
 }
@@ -677,10 +820,22 @@ impl Harness {
     /// The model of `cfg` against an engine whose namespace is configured by `ns_cfg`
     /// instead: a way to check that the comparison notices a difference.
     pub fn with_namespace(cfg: ModelConfig, ns_cfg: NamespaceConfig, label: &str) -> Self {
+        Self::with_engine(cfg, ns_cfg, cfg.tick_ms, label)
+    }
+
+    /// As [`Harness::with_namespace`], the engine ticking every `tick_ms`
+    /// milliseconds whatever the model's tick.
+    pub fn with_engine(
+        cfg: ModelConfig,
+        ns_cfg: NamespaceConfig,
+        tick_ms: u64,
+        label: &str,
+    ) -> Self {
         let clock = ManualClock::new(T0);
         let engine = Engine::builder()
             .namespace(NAMESPACE, ns_cfg)
             .clock(clock.clone())
+            .tick(Duration::from_millis(tick_ms))
             .maintenance_interval(None)
             .seed(cfg.seed)
             .build()
@@ -700,7 +855,7 @@ impl Harness {
         };
         if cfg.near_wrap {
             // Nothing is resident yet: only the clock moves.
-            h.advance(WRAP_LEAD_MS);
+            h.advance(cfg.wrap_lead_ms());
             h.tally.near_wrap += 1;
         }
         h
@@ -763,7 +918,9 @@ impl Harness {
                 if !self.leapt {
                     self.leapt = true;
                     self.tally.leaps += 1;
-                    self.advance(LEAP_MIN_MS + (u64::from(arg) << 20));
+                    // As many ticks as at 1 ms: the wheel lags 2^29 of them.
+                    let ticks = LEAP_MIN_MS + (u64::from(arg) << 20);
+                    self.advance(ticks * self.model.cfg.tick_ms);
                     for key in 0..KEYS {
                         self.check_key(key);
                     }
@@ -819,8 +976,8 @@ impl Harness {
         let now = self.model.now;
         let previous_deadline = self.model.entries.get(&key).map(Entry::deadline);
         let was_full = self.model.entries.len() >= self.model.cfg.max_keys;
-        let (expected, acquired) = self.model.claim(key, payload);
         let (answer, guard) = observed(got);
+        let (expected, acquired) = self.model.claim(key, payload, Some(&answer));
         assert_eq!(answer, expected, "claim of key-{key:02}: {}", self.at());
         match (&expected, guard, acquired) {
             (Answer::Acquired { .. }, Some(guard), Some((id, deadline))) => {
@@ -868,11 +1025,19 @@ impl Harness {
             return;
         }
         let keys: Vec<usize> = resolved.iter().map(|(_, k)| *k.as_ref().unwrap()).collect();
+        // The engine's answers (the model takes what a coarse tick leaves to the
+        // engine from them), with their guards.
+        let got: Result<Vec<(Answer, Option<ClaimGuard>)>, Error> =
+            got.map(|claims| claims.into_iter().map(|c| observed(Ok(c))).collect());
+        let seen: Vec<Answer> = match &got {
+            Ok(answers) => answers.iter().map(|(a, _)| a.clone()).collect(),
+            Err(_) => Vec::new(),
+        };
         let mut expected = Vec::new();
         let mut acquired = Vec::new();
         let mut refused = None;
-        for &key in &keys {
-            let (answer, acq) = self.model.claim(key, None);
+        for (i, &key) in keys.iter().enumerate() {
+            let (answer, acq) = self.model.claim(key, None, seen.get(i));
             if let Answer::Failed(e) = answer {
                 refused = Some(e);
                 break;
@@ -890,6 +1055,7 @@ impl Harness {
                 self.model.entries.remove(key);
                 self.model.counts.acquired -= 1;
             }
+            // A window the refused batch moved is settled by the next `check`.
             assert_eq!(got.err(), Some(e), "refused batch {keys:?}: {}", self.at());
             self.tally.batches_refused += 1;
             return;
@@ -903,8 +1069,7 @@ impl Harness {
         };
         assert_eq!(claims.len(), keys.len(), "one answer a key: {}", self.at());
         let mut acquired = acquired.into_iter();
-        for (i, (claim, want)) in claims.into_iter().zip(expected).enumerate() {
-            let (answer, guard) = observed(Ok(claim));
+        for (i, ((answer, guard), want)) in claims.into_iter().zip(expected).enumerate() {
             assert_eq!(answer, want, "batch {keys:?}, answer {i}: {}", self.at());
             if let Some(guard) = guard {
                 let (key, id, deadline) = acquired.next().expect("the model acquired it too");
@@ -995,7 +1160,8 @@ impl Harness {
         let h = &mut self.held[i];
         let got = h.guard.extend_lease(Duration::from_millis(ms));
         let (key, id) = (h.key, h.id);
-        let expected = self.model.extend(key, id, ms);
+        let seen = got.is_ok().then(|| h.guard.lease_expires_at_ms());
+        let expected = self.model.extend(key, id, ms, seen);
         assert_eq!(
             got,
             expected.clone().map(|_| ()),
@@ -1112,14 +1278,22 @@ impl Harness {
         let got = checked(self.ns.check(&bytes), &self.at());
         assert_eq!(
             got,
-            self.model.check(key),
+            self.model.check(key, got.as_ref()),
             "check of key-{key:02}: {}",
             self.at()
         );
     }
 
-    /// The state-wide comparison run after every step.
-    fn check_everything(&self) {
+    /// The state-wide comparison run after every step; first the model takes the
+    /// deadlines it has not seen yet from `check` (see [`Model::settle`]).
+    fn check_everything(&mut self) {
+        for key in 0..KEYS {
+            if self.model.entries.get(&key).is_some_and(|e| e.unsettled) {
+                let bytes = key_bytes(key as u8);
+                let seen = checked(self.ns.check(&bytes), &self.at());
+                self.model.settle(key, seen.as_ref());
+            }
+        }
         let mut expected = self.model.counts;
         expected.resident_keys = self.model.entries.len() as u64;
         let stats = self.engine.stats();

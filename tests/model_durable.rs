@@ -74,6 +74,28 @@
 //! restart, it answers as its record does (or is new without one); a later window
 //! rewrite writes a hot-only completion's first record and settles its markers.
 //!
+//! Coarse ticks (7 ms, 250 ms, 1 s; the clock moves by any number of milliseconds,
+//! and each open counts ticks from its own reading): the engine may place each
+//! deadline anywhere its documentation allows, and the model allows exactly that.
+//! A lease or an extension of `d` ends at or after `now + d` and less than a tick
+//! later ("never early and at most one tick late"): the model takes the end the
+//! engine reports in the answer that sets it and holds the engine to it exactly
+//! from then on (in-progress answers, retry times, completions and releases
+//! refused once it has passed, the guards' leases). A done record expires at
+//! `Params::record_until` of the hot deadline rounded up to the tick (documented
+//! in ARCHITECTURE.md): the model keeps the earliest and latest that can be, the
+//! key is a duplicate before the one and new from the other, and in between the
+//! engine's answers decide (the `check` of every key after a step), once and for
+//! good. Every `Duplicate` and `check` reports an expiry at most a tick less a
+//! millisecond before the record's, never after it (`Done::expires_at_ms`), which
+//! narrows what the model keeps; a fixed window's completion time reads up to a
+//! tick less a millisecond late and never past the answer's own time
+//! (`Done::completed_at_ms`), a sliding window's exactly. Some of these sequences
+//! have a retention equal to the TTL or less than a tick longer, where the record
+//! lasts to the rounded hot deadline. They run on a disk that never fails (the
+//! failing-disk paths are checked at 1 ms only). At 1 ms every allowance is empty
+//! and every comparison exact.
+//!
 //! Left out: stored results over `max_result_len` (such a claim stays held with its
 //! marker, an orphan at the next open unless claimed again; the hot-tier model check
 //! covers the refusal), crashes (`tests/crash.rs`), failing syncs, failing reads
@@ -118,9 +140,17 @@ fn key_bytes(key: usize) -> Vec<u8> {
 /// The expiry of a done record completed at `completed_at` whose window ends at
 /// `window_end`: the first `completed_at + k x retention`, k >= 1, at or after it
 /// (`Params::record_until` at a 1 ms tick).
-fn record_until(completed_at: u64, window_end: u64) -> u64 {
-    let first = completed_at + RETENTION_MS;
-    first + window_end.saturating_sub(first).div_ceil(RETENTION_MS) * RETENTION_MS
+fn record_until(completed_at: u64, window_end: u64, retention: u64) -> u64 {
+    let first = completed_at + retention;
+    first + window_end.saturating_sub(first).div_ceil(retention) * retention
+}
+
+/// The expiry of a done record whose hot deadline, rounded up to a tick of
+/// `tick_ms`, is `hot_end` (`Params::record_until`, as ARCHITECTURE.md gives it: the
+/// whole retentions the window needs, its end taken a tick before the rounded
+/// deadline, and never before that deadline). [`record_until`] at 1 ms.
+fn record_until_on_tick(completed_at: u64, hot_end: u64, retention: u64, tick_ms: u64) -> u64 {
+    record_until(completed_at, hot_end.saturating_sub(tick_ms - 1), retention).max(hot_end)
 }
 
 /// One sequence's namespace and engine.
@@ -138,9 +168,26 @@ struct Config {
     /// closed.
     fail_open: bool,
     seed: u64,
+    /// The engine's tick (`EngineBuilder::tick`), in milliseconds.
+    tick_ms: u64,
+    /// The namespace's retention: [`RETENTION_MS`], except in some coarse-tick
+    /// sequences, where it is the TTL or less than a tick longer (a record then
+    /// lasts to the hot deadline rounded up to a tick, past its retention).
+    retention_ms: u64,
 }
 
 impl Config {
+    /// The earliest and latest expiry of a done record completed at
+    /// `completed_at` whose window ends at `window_end` before the tick rounds it
+    /// up (by up to a tick less a millisecond): one figure at 1 ms.
+    fn record_range(&self, completed_at: u64, window_end: u64) -> (u64, u64) {
+        let (r, tick) = (self.retention_ms, self.tick_ms);
+        (
+            record_until_on_tick(completed_at, window_end, r, tick),
+            record_until_on_tick(completed_at, window_end + tick - 1, r, tick),
+        )
+    }
+
     fn random(sliding: bool, rng: &mut XorShift) -> Self {
         Config {
             sliding,
@@ -157,6 +204,20 @@ impl Config {
             failures: rng.below(2) == 0,
             fail_open: rng.below(3) == 0,
             seed: rng.next(),
+            tick_ms: 1,
+            retention_ms: RETENTION_MS,
+        }
+    }
+
+    /// The same, on an engine ticking every `tick_ms` milliseconds. The model
+    /// follows a coarse tick on a disk that never fails only.
+    fn on_tick(self, tick_ms: u64) -> Self {
+        let coarse = tick_ms > 1;
+        Config {
+            tick_ms,
+            failures: self.failures && !coarse,
+            fail_open: self.fail_open && !coarse,
+            ..self
         }
     }
 
@@ -166,7 +227,7 @@ impl Config {
         let cfg = NamespaceConfig::new()
             .ttl(Duration::from_millis(TTL_MS))
             .lease(Duration::from_millis(LEASE_MS))
-            .retention(Duration::from_millis(RETENTION_MS))
+            .retention(Duration::from_millis(self.retention_ms))
             .max_keys(self.max_keys)
             .extend_on_duplicate(self.sliding)
             .sync(SyncPolicy::Never)
@@ -381,8 +442,15 @@ enum State {
     },
     Done {
         completed_at: u64,
-        /// When the durable record expires: the key is a duplicate until then.
+        /// When the durable record expires: the key is a duplicate until then. On a
+        /// coarse tick the earliest it may expire (see `until_hi`).
         until: u64,
+        /// On a coarse tick, the latest the record may expire: the key answers
+        /// `Duplicate` before `until` and is new from `until_hi` on; in between the
+        /// engine's answers decide (`Model::resolve`), each `Duplicate` narrowing the
+        /// two to its reported expiry and up to a tick less a millisecond past it
+        /// (`Model::fit_expiry`). Equal to `until` at 1 ms.
+        until_hi: u64,
         result: Option<Vec<u8>>,
         payload: Option<usize>,
         /// Until when the hot tier holds the key if nothing evicted it (`None`
@@ -474,6 +542,11 @@ struct Model {
     /// Events under `FailOpen` for the tally: completions done in the hot tier
     /// alone, windows moved there alone, and first records of such completions.
     hot_only: [u64; 3],
+    /// On a coarse tick, for the tally: deadlines the engine placed later than the
+    /// span asked for (see [`Model::fit`]), and keys whose record's expiry the
+    /// engine's answers decided (see [`Model::resolve`]).
+    late: std::cell::Cell<u64>,
+    resolved: u64,
 }
 
 /// A claim marker in the model.
@@ -511,6 +584,17 @@ fn normalized_result<T>(r: Result<T, Error>) -> Result<T, Error> {
 
 impl Model {
     fn live(&self, key: usize) -> Option<&State> {
+        if let Some(State::Done {
+            until, until_hi, ..
+        }) = self.keys.get(&key)
+        {
+            // Every `check` after a step resolves what the clock's move left open.
+            assert!(
+                self.now < *until || self.now >= *until_hi,
+                "key-{key} unresolved at {}: [{until}, {until_hi})",
+                self.now
+            );
+        }
         self.keys.get(&key).filter(|s| self.now < s.end())
     }
 
@@ -541,6 +625,7 @@ impl Model {
         self.keys.retain(|_, s| match s {
             State::Done {
                 until,
+                until_hi,
                 disk_until,
                 hot_until,
                 ..
@@ -548,6 +633,7 @@ impl Model {
                 match *disk_until {
                     Some(d) => {
                         *until = d;
+                        *until_hi = d;
                         true
                     }
                     None => false,
@@ -557,9 +643,128 @@ impl Model {
         });
     }
 
+    /// A deadline the engine reports (`seen`) where the model's nominal one is
+    /// `nominal`: taken if it is not early and less than a tick late, as the
+    /// engine's tick allows. Otherwise the nominal one, and the comparison that
+    /// follows reports the difference. At 1 ms always the nominal one.
+    fn fit(&self, nominal: u64, seen: Option<u64>) -> u64 {
+        match seen {
+            Some(s) if s >= nominal && s - nominal < self.cfg.tick_ms => {
+                self.late.set(self.late.get() + u64::from(s > nominal));
+                s
+            }
+            _ => nominal,
+        }
+    }
+
+    /// A done key's completion time as an answer reports it (`seen`): a fixed
+    /// window's, which the hot tier derives from its deadline, may read up to a tick
+    /// less a millisecond late, never past now; otherwise exact.
+    fn fit_completion(&self, completed_at: u64, seen: u64) -> u64 {
+        let late = seen.wrapping_sub(completed_at);
+        if !self.cfg.sliding && late < self.cfg.tick_ms && seen <= self.now {
+            seen
+        } else {
+            completed_at
+        }
+    }
+
+    /// The expiry a `Duplicate` of `key` reports (`seen`), against the record's
+    /// expiry as the model knows it, between `until` and `until_hi`: the report may
+    /// be up to a tick less a millisecond early, never late. If it fits, the two are
+    /// narrowed to what it says and it is the model's answer; otherwise `until` is.
+    fn fit_expiry(&mut self, key: usize, seen: u64) -> u64 {
+        let tol = self.cfg.tick_ms - 1;
+        let Some(State::Done {
+            until,
+            until_hi,
+            disk_until,
+            ..
+        }) = self.keys.get_mut(&key)
+        else {
+            return seen;
+        };
+        if seen > *until_hi || seen + tol < *until {
+            return *until;
+        }
+        if *disk_until == Some(*until) {
+            *disk_until = Some((*until).max(seen));
+        }
+        *until = (*until).max(seen);
+        *until_hi = (*until_hi).min(seen + tol);
+        seen
+    }
+
+    /// A done key whose record may or may not have expired at `now` (on a coarse
+    /// tick, `until <= now < until_hi`) takes the engine's word for it: `duplicate`
+    /// or not.
+    fn resolve(&mut self, key: usize, duplicate: bool) {
+        let now = self.now;
+        if let Some(State::Done {
+            until,
+            until_hi,
+            disk_until,
+            ..
+        }) = self.keys.get_mut(&key)
+        {
+            if *until <= now && now < *until_hi {
+                self.resolved += 1;
+                if duplicate {
+                    if *disk_until == Some(*until) {
+                        *disk_until = Some(now + 1);
+                    }
+                    *until = now + 1;
+                } else {
+                    *until_hi = now;
+                }
+            }
+        }
+    }
+
+    /// The model's `answer` with what a coarse tick leaves to the engine taken from
+    /// its answer `seen` where it fits (see [`Model::fit_expiry`] and
+    /// [`Model::fit_completion`]); at 1 ms `answer` itself.
+    fn fitted(&mut self, key: usize, answer: Answer, seen: Option<&Answer>) -> Answer {
+        match (answer, seen) {
+            (
+                Answer::Duplicate {
+                    completed_at_ms,
+                    expires_at_ms: _,
+                    result,
+                },
+                Some(Answer::Duplicate {
+                    completed_at_ms: c,
+                    expires_at_ms: x,
+                    ..
+                }),
+            ) => Answer::Duplicate {
+                completed_at_ms: self.fit_completion(completed_at_ms, *c),
+                expires_at_ms: self.fit_expiry(key, *x),
+                result,
+            },
+            (answer, _) => answer,
+        }
+    }
+
     /// The model's answer to a claim of `key` at `now`; on `Acquired` also the
-    /// claim's id and lease deadline.
-    fn claim(&mut self, key: usize, payload: Option<usize>) -> (Answer, Option<(u64, u64)>) {
+    /// claim's id and lease deadline. `seen` is the engine's answer, if there is
+    /// one, from which the model takes what a coarse tick leaves to the engine.
+    fn claim(
+        &mut self,
+        key: usize,
+        payload: Option<usize>,
+        seen: Option<&Answer>,
+    ) -> (Answer, Option<(u64, u64)>) {
+        let (answer, acquired) = self.claim_nominal(key, payload, seen);
+        (self.fitted(key, answer, seen), acquired)
+    }
+
+    fn claim_nominal(
+        &mut self,
+        key: usize,
+        payload: Option<usize>,
+        seen: Option<&Answer>,
+    ) -> (Answer, Option<(u64, u64)>) {
         let now = self.now;
         let room = self.claims_except(key) < self.cfg.max_keys;
         let sliding = self.cfg.sliding;
@@ -583,13 +788,15 @@ impl Model {
                 State::Done {
                     completed_at,
                     until,
+                    until_hi,
                     result,
                     disk_until,
                     ..
                 } => {
                     let mut settles = false;
                     if sliding && room {
-                        let extended = record_until(*completed_at, now + TTL_MS);
+                        let (extended, extended_hi) =
+                            self.cfg.record_range(*completed_at, now + TTL_MS);
                         if extended > *until && self.failing && !self.cfg.fail_open {
                             // The record must be rewritten first, and cannot be.
                             return (Answer::Failed(store_refusal()), None);
@@ -607,6 +814,7 @@ impl Model {
                             self.hot_only[1] += 1;
                         }
                         *until = (*until).max(extended);
+                        *until_hi = (*until_hi).max(extended_hi);
                     }
                     self.counts.duplicates += 1;
                     let answer = Answer::Duplicate {
@@ -637,7 +845,13 @@ impl Model {
             return (Answer::Failed(store_refusal()), None);
         }
         self.next_id += 1;
-        let (id, deadline) = (self.next_id, now + LEASE_MS);
+        let seen_lease = match seen {
+            Some(Answer::Acquired {
+                lease_expires_at_ms,
+            }) => Some(*lease_expires_at_ms),
+            _ => None,
+        };
+        let (id, deadline) = (self.next_id, self.fit(now + LEASE_MS, seen_lease));
         self.keys.insert(
             key,
             State::InProgress {
@@ -734,12 +948,13 @@ impl Model {
         }
         let (now, payload) = (self.now, self.keys[&key].payload());
         // Either window: the first window ends within the first retention.
-        let until = record_until(now, now + TTL_MS);
+        let (until, until_hi) = self.cfg.record_range(now, now + TTL_MS);
         self.keys.insert(
             key,
             State::Done {
                 completed_at: now,
                 until,
+                until_hi,
                 result,
                 payload,
                 hot_until: Some(now + TTL_MS),
@@ -755,11 +970,11 @@ impl Model {
 
     /// `extend_lease`: claim `id` on `key` now ends `ms` from now, and so does its
     /// marker (written at this time). A lost lease changes and counts nothing.
-    fn extend(&mut self, key: usize, id: u64, ms: u64) -> Result<u64, Error> {
+    fn extend(&mut self, key: usize, id: u64, ms: u64, seen: Option<u64>) -> Result<u64, Error> {
         if !self.holds(key, id) {
             return Err(Error::LeaseLost);
         }
-        let (now, until) = (self.now, self.now + ms);
+        let (now, until) = (self.now, self.fit(self.now + ms, seen));
         let own = |m: &&mut Marker| m.id == id;
         let marker = match self.pending.get_mut(&key).filter(own) {
             Some(m) => Some(m),
@@ -816,7 +1031,16 @@ impl Model {
         Ok(())
     }
 
-    fn check(&self, key: usize) -> Option<Answer> {
+    /// What `check` of `key` must answer, `seen` what it did answer: a record that
+    /// may or may not have expired takes its word (see [`Model::resolve`]), and
+    /// what a coarse tick leaves to the engine is taken from it where it fits.
+    fn check(&mut self, key: usize, seen: Option<&Answer>) -> Option<Answer> {
+        self.resolve(key, matches!(seen, Some(Answer::Duplicate { .. })));
+        let answer = self.check_nominal(key)?;
+        Some(self.fitted(key, answer, seen))
+    }
+
+    fn check_nominal(&self, key: usize) -> Option<Answer> {
         self.live(key).map(|s| match s {
             State::InProgress { deadline, .. } => Answer::InProgress {
                 lease_expires_at_ms: *deadline,
@@ -841,10 +1065,13 @@ impl Model {
             .keys
             .values()
             .flat_map(|s| match s {
-                State::InProgress { deadline, .. } => [Some(*deadline), None],
+                State::InProgress { deadline, .. } => [Some(*deadline), None, None],
                 State::Done {
-                    until, hot_until, ..
-                } => [Some(*until), *hot_until],
+                    until,
+                    until_hi,
+                    hot_until,
+                    ..
+                } => [Some(*until), Some(*until_hi), *hot_until],
             })
             .flatten()
             .filter(|&d| d > self.now)
@@ -937,6 +1164,10 @@ struct Tally {
     /// still held.
     orphans: u64,
     orphans_held: u64,
+    /// On a coarse tick: deadlines the engine placed later than the span asked
+    /// for, and records whose expiry the engine's answers decided.
+    late_deadlines: u64,
+    resolved: u64,
 }
 
 impl std::ops::AddAssign for Tally {
@@ -987,6 +1218,8 @@ impl std::ops::AddAssign for Tally {
         self.forgets_refused += o.forgets_refused;
         self.orphans += o.orphans;
         self.orphans_held += o.orphans_held;
+        self.late_deadlines += o.late_deadlines;
+        self.resolved += o.resolved;
     }
 }
 
@@ -1013,6 +1246,9 @@ struct Harness {
     /// The engine's namespace configuration (the model's, except in the test that
     /// checks that a difference is noticed).
     ns_cfg: NamespaceConfig,
+    /// The engine's tick (the model's, except in the test that checks that a
+    /// difference is noticed).
+    engine_tick_ms: u64,
     clock: ManualClock,
     engine: Option<Engine>,
     ns: Option<Namespace>,
@@ -1033,10 +1269,17 @@ impl Harness {
     /// The model of `cfg` against an engine whose namespace is configured by
     /// `ns_cfg` instead: a way to check that the comparison notices a difference.
     fn with_namespace(cfg: Config, ns_cfg: NamespaceConfig, label: String) -> Self {
+        Self::with_engine(cfg, ns_cfg, cfg.tick_ms, label)
+    }
+
+    /// As [`Harness::with_namespace`], the engine ticking every `tick_ms`
+    /// milliseconds whatever the model's tick.
+    fn with_engine(cfg: Config, ns_cfg: NamespaceConfig, tick_ms: u64, label: String) -> Self {
         let clock = ManualClock::new(T0);
         let mut h = Harness {
             label,
             cfg,
+            engine_tick_ms: tick_ms,
             ns_cfg,
             clock,
             engine: None,
@@ -1055,6 +1298,8 @@ impl Harness {
                 failing_reads: false,
                 hot_only: [0; 3],
                 in_batch: false,
+                late: std::cell::Cell::new(0),
+                resolved: 0,
             },
             step: 0,
             op: None,
@@ -1070,6 +1315,7 @@ impl Harness {
         let engine = Engine::builder()
             .namespace(NAMESPACE, self.ns_cfg.clone())
             .clock(self.clock.clone())
+            .tick(Duration::from_millis(self.engine_tick_ms))
             .maintenance_interval(None)
             .seed(self.cfg.seed)
             .durable(self.dir.path())
@@ -1314,7 +1560,9 @@ impl Harness {
             } else if *completed_at + TTL_MS > now {
                 Some(*completed_at + TTL_MS)
             } else {
-                Some((now + TTL_MS).min(*until))
+                // Held no later than the last tick that ends by the record's
+                // expiry: up to a tick less a millisecond before it.
+                Some((now + TTL_MS).min(*until - (self.cfg.tick_ms - 1)))
             };
         }
     }
@@ -1327,10 +1575,12 @@ impl Harness {
             Some(p) => self.ns().claim_with_payload(&bytes, PAYLOADS[p]),
         };
         let reads = self.durable_reads() - reads;
+        let (answer, guard) = observed(got);
+        let answer = normalized(answer);
         let model_before = self.model.clone();
         let before = self.model.keys.get(&key).cloned();
         let room = self.model.claims_except(key) < self.cfg.max_keys;
-        let (expected, acquired) = self.model.claim(key, payload);
+        let (expected, acquired) = self.model.claim(key, payload, Some(&answer));
         // A sliding window's sighting whose window outlasts the record reads the
         // record first (the rewrite never shortens it), a durable read whether or
         // not the hot tier held the key, and whether the rewrite is then made or
@@ -1346,8 +1596,6 @@ impl Harness {
             ) if b > a || db != da || *da != Some(*a)
         );
         let rewrite_refused = expected == Answer::Failed(store_refusal());
-        let (answer, guard) = observed(got);
-        let answer = normalized(answer);
         if self.refused_by_read(&answer, &expected, model_before) {
             return;
         }
@@ -1408,6 +1656,14 @@ impl Harness {
         let bytes: Vec<Vec<u8>> = keys.iter().map(|&k| key_bytes(k)).collect();
         let refs: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
         let got = normalized_result(self.ns().claim_batch(&refs));
+        // The engine's answers (the model takes what a coarse tick leaves to the
+        // engine from them), with their guards.
+        let got: Result<Vec<(Answer, Option<ClaimGuard>)>, Error> =
+            got.map(|claims| claims.into_iter().map(|c| observed(Ok(c))).collect());
+        let seen: Vec<Answer> = match &got {
+            Ok(answers) => answers.iter().map(|(a, _)| a.clone()).collect(),
+            Err(_) => Vec::new(),
+        };
         if self.model.failing_reads && matches!(&got, Err(e) if *e == store_refusal()) {
             // A read failed at one of the keys (which, the model cannot tell): the
             // batch's claims were given up, and the answers made before it stay
@@ -1422,10 +1678,10 @@ impl Harness {
         let mut refused = None;
         let markers_before = (self.model.markers.clone(), self.model.pending.clone());
         self.model.in_batch = true;
-        for &key in keys {
+        for (i, &key) in keys.iter().enumerate() {
             let before = self.model.keys.get(&key).cloned();
             let room = self.model.claims_except(key) < self.cfg.max_keys;
-            let (answer, acq) = self.model.claim(key, None);
+            let (answer, acq) = self.model.claim(key, None, seen.get(i));
             if let Answer::Failed(e) = answer {
                 refused = Some(e);
                 break;
@@ -1481,8 +1737,7 @@ impl Harness {
         });
         assert_eq!(claims.len(), keys.len(), "one answer a key: {}", self.at());
         let mut acquired = acquired.into_iter();
-        for (i, (claim, want)) in claims.into_iter().zip(expected).enumerate() {
-            let (answer, guard) = observed(Ok(claim));
+        for (i, ((answer, guard), want)) in claims.into_iter().zip(expected).enumerate() {
             assert_eq!(answer, want, "batch {keys:?}, answer {i}: {}", self.at());
             match guard {
                 Some(guard) => {
@@ -1520,7 +1775,10 @@ impl Harness {
         let i = self.pick(sel);
         let got = self.held[i].guard.extend_lease(Duration::from_millis(ms));
         let (key, id) = (self.held[i].key, self.held[i].id);
-        let expected = self.model.extend(key, id, ms);
+        let seen = got
+            .is_ok()
+            .then(|| self.held[i].guard.lease_expires_at_ms());
+        let expected = self.model.extend(key, id, ms, seen);
         assert_eq!(
             normalized_result(got),
             expected.clone().map(|_| ()),
@@ -1692,18 +1950,14 @@ impl Harness {
         self.note_read_back(key, reads);
     }
 
-    fn check_key(&self, key: usize) {
+    fn check_key(&mut self, key: usize) {
         let got = checked(self.ns().check(&key_bytes(key)), &self.at()).map(normalized);
         if self.model.failing_reads && got == Some(Answer::Failed(store_refusal())) {
             // A read of the durable tier failed (see `Model::failing_reads`).
             return;
         }
-        assert_eq!(
-            got,
-            self.model.check(key),
-            "check of key-{key}: {}",
-            self.at()
-        );
+        let expected = self.model.check(key, got.as_ref());
+        assert_eq!(got, expected, "check of key-{key}: {}", self.at());
     }
 
     /// `compact_store`, then a read-only look at the database: exactly the model's
@@ -1757,12 +2011,17 @@ impl Harness {
             State::Done {
                 hot_until,
                 until,
+                until_hi,
                 disk_until,
                 ..
             } => {
                 *hot_until = None;
                 match *disk_until {
                     Some(d) => {
+                        if d != *until {
+                            // A window the hot tier held alone: the record's own.
+                            *until_hi = d;
+                        }
                         *until = d;
                         true
                     }
@@ -1776,7 +2035,7 @@ impl Harness {
     }
 
     /// The comparison run after every step.
-    fn check_everything(&self) {
+    fn check_everything(&mut self) {
         let stats = self.ns().stats();
         assert_eq!(
             Counts::of(&stats),
@@ -1821,6 +2080,8 @@ impl Harness {
         self.tally.completions_hot_only += completions;
         self.tally.windows_hot_only += windows;
         self.tally.hot_only_records_written += records;
+        self.tally.late_deadlines += self.model.late.get();
+        self.tally.resolved += self.model.resolved;
         self.ns = None;
         self.engine = None;
         self.tally
@@ -1836,11 +2097,31 @@ fn run_many(sliding: bool, seed: u64) -> Tally {
 /// `failing_disk`, every sequence makes writes fail now and then, with more of the
 /// operations that meet such failures (see [`Op::random`]).
 fn run_sequences(sliding: bool, seed: u64, sequences: usize, failing_disk: bool) -> Tally {
+    run_sequences_on_tick(sliding, seed, sequences, failing_disk, 1)
+}
+
+/// As [`run_sequences`], on an engine ticking every `tick_ms` milliseconds (see
+/// [`Config::on_tick`]).
+fn run_sequences_on_tick(
+    sliding: bool,
+    seed: u64,
+    sequences: usize,
+    failing_disk: bool,
+    tick_ms: u64,
+) -> Tally {
     let mut rng = XorShift::new(seed);
     let mut total = Tally::default();
     for seq in 0..sequences {
         let mut cfg = Config::random(sliding, &mut rng);
         cfg.failures |= failing_disk;
+        let mut cfg = cfg.on_tick(tick_ms);
+        if tick_ms > 1 {
+            cfg.retention_ms = match rng.below(4) {
+                0 => TTL_MS,
+                1 => TTL_MS + rng.below(tick_ms),
+                _ => RETENTION_MS,
+            };
+        }
         let mut h = Harness::new(cfg, format!("seed {seed:#x}, sequence {seq}, {cfg:?}"));
         for _ in 0..STEPS {
             let op = Op::random(&mut rng, failing_disk);
@@ -1958,6 +2239,72 @@ fn sliding_window_durable_engine_matches_the_model() {
     assert_covers_every_path(&t, true);
 }
 
+/// Ticks coarser than 1 ms: one that divides neither the TTL, the lease nor the
+/// retention, one that divides all three, and one as long as the TTL. The clock
+/// moves by any number of milliseconds, mostly not whole ticks, and each restart
+/// counts the ticks from its own open.
+const COARSE_TICKS_MS: [u64; 3] = [7, 250, 1000];
+
+/// Sequences per window mode and coarse tick.
+const COARSE_SEQUENCES: usize = 4;
+
+/// The coarse-tick sequences of one window mode, and their tally.
+fn run_coarse(sliding: bool, seed: u64) -> Tally {
+    let mut total = Tally::default();
+    for (i, tick) in COARSE_TICKS_MS.into_iter().enumerate() {
+        let t = run_sequences_on_tick(sliding, seed + i as u64, COARSE_SEQUENCES, false, tick);
+        println!("tick {tick} ms: {t:#?}");
+        total += t;
+    }
+    total
+}
+
+/// Coarse-tick sequences must meet what the tick leaves to the engine, and the
+/// durable tier's paths.
+fn assert_covers_coarse_ticks(t: &Tally) {
+    let reached = [
+        ("acquired", t.acquired),
+        ("duplicates", t.duplicates),
+        ("in progress", t.in_progress),
+        ("read-backs after the hot window", t.read_back_after_ttl),
+        ("read-backs after a restart", t.read_back_after_restart),
+        ("acquired after retention", t.acquired_after_retention),
+        (
+            "lease lost with nobody else claiming",
+            t.lease_lost_unclaimed,
+        ),
+        ("lease extensions", t.extensions),
+        ("forgotten keys held only durably", t.forgotten_durable),
+        (
+            "compactions with expired records",
+            t.compactions_with_expired,
+        ),
+        ("restarts", t.restarts),
+        ("deadlines rounded up", t.late_deadlines),
+        ("expiries the engine's answers decided", t.resolved),
+    ];
+    for (what, n) in reached {
+        assert!(n >= 5, "only {n} {what} in {t:#?}");
+    }
+    let sequences = COARSE_TICKS_MS.len() * COARSE_SEQUENCES;
+    assert_eq!(t.steps, (sequences * STEPS) as u64);
+}
+
+#[test]
+fn fixed_window_durable_engine_on_coarse_ticks_matches_the_model() {
+    let t = run_coarse(false, 0xD0_5EED_0101);
+    assert_covers_coarse_ticks(&t);
+    assert_eq!(t.records_extended, 0, "a fixed window never extends");
+}
+
+#[test]
+fn sliding_window_durable_engine_on_coarse_ticks_matches_the_model() {
+    let t = run_coarse(true, 0xD0_5EED_0201);
+    assert_covers_coarse_ticks(&t);
+    let n = t.records_extended;
+    assert!(n >= 10, "only {n} records extended in {t:#?}");
+}
+
 /// Sequences per window mode on a disk that fails now and then (the sequences above
 /// have such spells in half their sequences, with fewer of the operations that meet
 /// them).
@@ -2010,6 +2357,8 @@ fn probe_config() -> Config {
         failures: false,
         fail_open: false,
         seed: 7,
+        tick_ms: 1,
+        retention_ms: RETENTION_MS,
     }
 }
 
@@ -2153,6 +2502,49 @@ fn the_comparison_notices_an_engine_that_differs_from_the_model() {
     for (what, ns_cfg) in differing {
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let mut h = Harness::with_namespace(cfg, ns_cfg, what.to_owned());
+            for op in probe() {
+                h.apply(op);
+            }
+        }));
+        assert!(outcome.is_err(), "an engine with {what} went unnoticed");
+    }
+}
+
+/// On a coarse tick the comparison allows what the tick allows and no more: an
+/// engine whose retention is a tick longer than the model's, or whose window
+/// slides where the model's is fixed, is noticed on a 7 ms tick; and the model of a
+/// 1 ms tick notices an engine that ticks every 7 ms.
+#[test]
+fn the_comparison_on_a_coarse_tick_notices_an_engine_that_differs_from_the_model() {
+    const TICK: u64 = 7;
+    let cfg = probe_config().on_tick(TICK);
+    let mut h = Harness::new(cfg, "probe on a coarse tick".to_owned());
+    for op in probe() {
+        h.apply(op);
+    }
+    let t = h.end();
+    assert_eq!((t.acquired, t.duplicates, t.completions), (2, 2, 1));
+    let differing = [
+        (
+            "retention one tick longer",
+            cfg,
+            cfg.namespace_config()
+                .retention(Duration::from_millis(RETENTION_MS + TICK)),
+        ),
+        (
+            "sliding instead of fixed window",
+            cfg,
+            cfg.namespace_config().extend_on_duplicate(true),
+        ),
+        (
+            "a 7 ms tick against a 1 ms model",
+            probe_config(),
+            cfg.namespace_config(),
+        ),
+    ];
+    for (what, model_cfg, ns_cfg) in differing {
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut h = Harness::with_engine(model_cfg, ns_cfg, TICK, what.to_owned());
             for op in probe() {
                 h.apply(op);
             }

@@ -2245,7 +2245,12 @@ fn sliding_window_durable_engine_matches_the_model() {
 /// counts the ticks from its own open.
 const COARSE_TICKS_MS: [u64; 3] = [7, 250, 1000];
 
-/// Sequences per window mode and coarse tick.
+/// Sequences per window mode and coarse tick. (The generator meets the engine's
+/// known fault of `a_sliding_window_read_back_after_a_restart_reports_its_records_expiry`,
+/// in `tests/coarse_ticks.rs` and ignored, in longer runs: sliding seed
+/// `0xD0_5EED_1202` at 250 ms, sequence 30 of 40, reports an expiry a retention
+/// short of the record after a restart. These seeds do not meet it, and nothing is
+/// skipped for it.)
 const COARSE_SEQUENCES: usize = 4;
 
 /// The coarse-tick sequences of one window mode, and their tally.

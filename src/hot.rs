@@ -15,7 +15,8 @@
 //!   16 bytes an entry, in blocks made on first use: a namespace that uses none of
 //!   them pays nothing).
 //! * `read_back_times`: the completion time of a fixed-window entry read back from
-//!   the durable tier that its deadline does not give back (few), in a side table.
+//!   the durable tier that its deadline does not give back, or the record's expiry
+//!   of a sliding one that its deadline falls short of (few), in a side table.
 //!
 //! The table is the truth and the wheel a hint: a read checks the entry's deadline
 //! itself, and the wheel only makes sure expired entries are reclaimed without traffic.
@@ -1640,7 +1641,11 @@ pub(crate) struct Shard {
     results: Results,
     /// The completion times of fixed-window entries read back from the durable tier
     /// that their deadline does not give back (see `found_needs_extra`; `EXTRA_BIT`
-    /// set): few, and only with a durable tier.
+    /// set): few, and only with a durable tier. In a namespace of sliding windows,
+    /// the record's expiry of entries read back where the hot tier's reckoning from
+    /// their deadline falls short of it (`EXTRA_BIT` set): a record extended on
+    /// another run's ticks may have been rounded past a retention boundary that this
+    /// run's ticks do not pass.
     read_back_times: HashMap<u32, u64>,
     /// A sliding window's done entries' completion times (empty in a namespace with
     /// fixed windows, whose completion times follow from their deadlines).
@@ -2004,6 +2009,15 @@ impl Shard {
             (false, false) => (None, None),
         };
         let (completed_at_ms, expires_at_ms) = done_times(p, now, e.deadline, kept);
+        // A sliding window read back keeps its record's expiry, if this run's
+        // reckoning falls short of it (records are never shortened, so it still holds).
+        let expires_at_ms = match (p.sliding && e.has_extra())
+            .then(|| self.read_back_times.get(&idx))
+            .flatten()
+        {
+            Some(&record_ms) => expires_at_ms.max(record_ms),
+            None => expires_at_ms,
+        };
         (completed_at_ms, expires_at_ms, result)
     }
 
@@ -2646,6 +2660,14 @@ impl Shard {
                 }
                 if p.sliding {
                     self.completed.set(idx, d.completed_at_ms);
+                    // The record's expiry as read, where this run's reckoning from the
+                    // deadline falls short of it (see `read_back_times`).
+                    let (_, reckoned) =
+                        done_times(p, now, self.slab.get(idx).deadline, Some(d.completed_at_ms));
+                    if reckoned < d.expires_at_ms {
+                        self.slab.update_meta(idx, |m| m | EXTRA_BIT);
+                        self.read_back_times.insert(idx, d.expires_at_ms);
+                    }
                 } else if found_needs_extra(p, now, &d, deadline) {
                     self.slab.update_meta(idx, |m| m | EXTRA_BIT);
                     self.read_back_times.insert(idx, d.completed_at_ms);

@@ -45,7 +45,6 @@ fn open(dir: &TempDir, clock: &ManualClock) -> (Engine, idem::Namespace) {
 /// answering `Duplicate` until its own expiry. `Done::expires_at_ms` promises an
 /// expiry at most a tick early.
 #[test]
-#[ignore = "fault: a sliding window read back after a restart reports an expiry up to a retention before its record's (src/hot.rs done_times, record_until of the new hot deadline)"]
 fn a_sliding_window_read_back_after_a_restart_reports_its_records_expiry() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);

@@ -1141,6 +1141,41 @@ mod tests {
         );
     }
 
+    /// A refused open that created its database removes the directories it made, and
+    /// only those: a path through a missing directory and `..` names an existing
+    /// (empty) directory of the user's on its way, which stays. Before, every
+    /// directory on the path after the first missing one was taken as made by the
+    /// open, and the existing one was removed with the database's.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_refused_open_through_dot_dot_removes_only_the_directories_it_made() {
+        use crate::NamespaceConfig;
+        let scratch = Scratch::new("refused-dot-dot");
+        let kept = scratch.0.join("kept");
+        std::fs::create_dir_all(&kept).unwrap();
+        let path = scratch.0.join("made").join("..").join("kept").join("db");
+        super::spawn_hook::refuse(Some("idem-maintenance"));
+        let built = crate::Engine::builder()
+            .durable(&path)
+            .namespace("n", NamespaceConfig::new())
+            .build();
+        super::spawn_hook::refuse(None);
+        assert!(
+            matches!(built, Err(crate::Error::ThreadRefused { .. })),
+            "{built:?}"
+        );
+        assert!(kept.is_dir(), "the user's directory stays");
+        assert_eq!(
+            files_in(&scratch.0),
+            Some(std::collections::BTreeMap::from([(
+                "kept/".to_owned(),
+                Vec::new()
+            )])),
+            "the directory the open made ('made') is gone, the database too"
+        );
+        assert_eq!(files_in(&kept), Some(Default::default()));
+    }
+
     /// A durable engine in `dir` on `clock` with namespace "n" of `cfg`, no
     /// maintenance thread.
     #[cfg(feature = "durable")]

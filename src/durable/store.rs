@@ -361,8 +361,8 @@ impl DirClaim {
     /// or [`Error::AlreadyOpen`] if a store of this process has it open.
     /// A path that is not a directory (a file there, or under it) is an
     /// [`Error::Store`] saying so, before anything is opened or made. Also returns
-    /// the directories it made (`path` and any missing parents, deepest first), for
-    /// a refused open to remove again.
+    /// the directories it made itself (`path` and missing parents, deepest first),
+    /// for a refused open to remove again.
     fn take(path: &Path) -> Result<(DirClaim, Vec<PathBuf>), Error> {
         let not_a_dir = |why: String| {
             Error::Store(StoreError::new(
@@ -375,27 +375,35 @@ impl DirClaim {
             Ok(m) if !m.is_dir() => return Err(not_a_dir("is not a directory".to_owned())),
             Ok(_) => {}
             Err(_) => {
-                // The directories missing, deepest first: those this makes.
-                let missing: Vec<PathBuf> = path
+                // With its parents, as RocksDB's open would make them, one at a time:
+                // the directories this makes are those whose own creation succeeded.
+                // A name found already there is not this open's, even where the path
+                // reached it through a directory this made (`made/../kept`), or
+                // another open made it meanwhile. (Failing here leaves the error to
+                // that open, which reports it; but for a file in the way, which this
+                // says.)
+                let missing: Vec<&Path> = path
                     .ancestors()
                     .take_while(|d| {
                         !d.as_os_str().is_empty() && std::fs::symlink_metadata(d).is_err()
                     })
-                    .map(Path::to_path_buf)
                     .collect();
-                // With its parents, as RocksDB's open would make them. (Failing here
-                // leaves the error to that open, which reports it; but for a file in
-                // the way, which this says.)
-                match std::fs::create_dir_all(path) {
-                    Ok(()) => made = missing,
-                    Err(e)
-                        if e.kind() == std::io::ErrorKind::NotADirectory
-                            || e.kind() == std::io::ErrorKind::AlreadyExists =>
-                    {
-                        return Err(not_a_dir(format!("cannot be made: {e}")));
+                for dir in missing.iter().rev() {
+                    match std::fs::create_dir(dir) {
+                        Ok(()) => made.push(dir.to_path_buf()),
+                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => {
+                        }
+                        Err(e)
+                            if e.kind() == std::io::ErrorKind::NotADirectory
+                                || e.kind() == std::io::ErrorKind::AlreadyExists =>
+                        {
+                            return Err(not_a_dir(format!("cannot be made: {e}")));
+                        }
+                        Err(_) => break,
                     }
-                    Err(_) => {}
                 }
+                // Deepest first, the order they are removed in.
+                made.reverse();
             }
         }
         let Some(id) = dir_id(path) else {

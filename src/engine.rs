@@ -1141,6 +1141,84 @@ mod tests {
         );
     }
 
+    /// Between a refused open's close of the database it created and its removal,
+    /// another process that opens the directory either is refused or keeps what it
+    /// wrote: the removal never takes a database another process used.
+    #[cfg(all(feature = "durable", unix))]
+    #[test]
+    fn a_refused_open_never_removes_a_database_another_process_opened_meanwhile() {
+        use crate::{Claim, NamespaceConfig};
+        const CHILD: &str = "IDEM_UNIT_UNDO_RACE_CHILD";
+        let open = |path: &std::path::Path| {
+            crate::Engine::builder()
+                .maintenance_interval(None)
+                .durable(path)
+                .namespace("n", NamespaceConfig::new())
+                .build()
+        };
+        if let Some(dir) = std::env::var_os(CHILD) {
+            match open(std::path::Path::new(&dir)) {
+                Ok(engine) => {
+                    let ns = engine.namespace("n").unwrap();
+                    match ns.claim(b"k").unwrap() {
+                        Claim::Acquired(g) => g.complete().unwrap(),
+                        other => panic!("{other:?}"),
+                    }
+                    drop(ns);
+                    engine.close().unwrap();
+                    println!("child: completed");
+                }
+                Err(e) => println!("child: refused: {e}"),
+            }
+            return;
+        }
+        let scratch = Scratch::new("undo-race");
+        let path = scratch.0.join("db");
+        let out = std::sync::Arc::new(parking_lot::Mutex::new(String::new()));
+        let seen = out.clone();
+        let child_path = path.clone();
+        crate::durable::set_before_undo(move || {
+            let run = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "engine::tests::a_refused_open_never_removes_a_database_another_process_opened_meanwhile",
+                    "--exact",
+                    "--nocapture",
+                    "--test-threads",
+                    "2",
+                ])
+                .env(CHILD, &child_path)
+                .output()
+                .unwrap();
+            *seen.lock() = String::from_utf8_lossy(&run.stdout).into_owned();
+        });
+        super::spawn_hook::refuse(Some("idem-wal-sync"));
+        let built = crate::Engine::builder()
+            .maintenance_interval(None)
+            .durable(&path)
+            .namespace(
+                "n",
+                NamespaceConfig::new().sync(crate::SyncPolicy::Periodic(
+                    std::time::Duration::from_millis(100),
+                )),
+            )
+            .build();
+        super::spawn_hook::refuse(None);
+        assert!(
+            matches!(built, Err(crate::Error::ThreadRefused { .. })),
+            "{built:?}"
+        );
+        let child = out.lock().clone();
+        assert!(child.contains("child: "), "the child ran: {child}");
+        if child.contains("child: completed") {
+            let engine = open(&path).expect("the child's database opens");
+            let ns = engine.namespace("n").unwrap();
+            assert!(
+                ns.claim(b"k").unwrap().is_duplicate(),
+                "the child's completion was kept"
+            );
+        }
+    }
+
     /// A refused open that created its database removes the directories it made, and
     /// only those: a path through a missing directory and `..` names an existing
     /// (empty) directory of the user's on its way, which stays. Before, every

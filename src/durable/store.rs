@@ -353,8 +353,12 @@ fn dir_id(path: &Path) -> Option<DirId> {
 /// and delete the first one's logs, and its close would drop the first one's lock.
 static OPEN_DIRS: parking_lot::Mutex<Vec<DirId>> = parking_lot::Mutex::new(Vec::new());
 
-/// One entry of [`OPEN_DIRS`], removed when dropped.
-struct DirClaim(Option<DirId>);
+/// One entry of [`OPEN_DIRS`], removed when dropped; and, on Unix, an exclusive
+/// `flock` on the directory that other processes' opens of this build respect. The
+/// lock outlives the database's own (its LOCK file, given up as the database
+/// closes), so that a refused open's removal of a database it created ([`NewDatabase`])
+/// runs while no other process can open the directory.
+struct DirClaim(Option<DirId>, #[allow(dead_code)] Option<std::fs::File>);
 
 impl DirClaim {
     /// Claims `path` for this process, creating it if missing (as the open would),
@@ -407,7 +411,7 @@ impl DirClaim {
             }
         }
         let Some(id) = dir_id(path) else {
-            return Ok((DirClaim(None), made));
+            return Ok((DirClaim(None, None), made));
         };
         let mut open = OPEN_DIRS.lock();
         if open.contains(&id) {
@@ -415,10 +419,39 @@ impl DirClaim {
                 path: path.to_path_buf(),
             });
         }
+        let locked = lock_dir(path)?;
         open.push(id);
         // (A copy on Unix, a clone of the path elsewhere.)
-        Ok((DirClaim(open.last().cloned()), made))
+        Ok((DirClaim(open.last().cloned(), locked), made))
     }
+}
+
+/// An exclusive `flock` on the directory `path`, held while the handle is open, or
+/// [`Error::AlreadyOpen`] if another process holds it. Best effort otherwise: a
+/// directory that cannot be opened, or a file system without `flock`, leaves the
+/// refusal to RocksDB's own lock.
+#[cfg(unix)]
+#[allow(unsafe_code)]
+fn lock_dir(path: &Path) -> Result<Option<std::fs::File>, Error> {
+    use std::os::unix::io::AsRawFd;
+    let Ok(dir) = std::fs::File::open(path) else {
+        return Ok(None);
+    };
+    // SAFETY: `flock` on a descriptor this function owns; it touches no memory.
+    if unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(Some(dir));
+    }
+    match std::io::Error::last_os_error().raw_os_error() {
+        Some(libc::EWOULDBLOCK) => Err(Error::AlreadyOpen {
+            path: path.to_path_buf(),
+        }),
+        _ => Ok(None),
+    }
+}
+
+#[cfg(not(unix))]
+fn lock_dir(_path: &Path) -> Result<Option<std::fs::File>, Error> {
+    Ok(None)
 }
 
 impl Drop for DirClaim {
@@ -535,6 +568,8 @@ struct UndoCreation(parking_lot::Mutex<Option<NewDatabase>>);
 impl Drop for UndoCreation {
     fn drop(&mut self) {
         if let Some(new) = self.0.get_mut().take() {
+            #[cfg(test)]
+            run_test_hook(&BEFORE_UNDO);
             new.undo();
         }
     }
@@ -3045,6 +3080,9 @@ std::thread_local! {
     /// Where a marker taken out of memory goes back (a write that failed).
     static BEFORE_RESTORE: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
         const { std::cell::RefCell::new(None) };
+    /// Where a refused open's new database, closed, is about to be removed.
+    static BEFORE_UNDO: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        const { std::cell::RefCell::new(None) };
     /// Where a claim that lost its lease is about to read its marker in RocksDB.
     static BEFORE_LOST_MARKER_READ: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
         const { std::cell::RefCell::new(None) };
@@ -3177,6 +3215,13 @@ pub(crate) fn set_before_defer(f: impl FnOnce() + 'static) {
 #[cfg(test)]
 pub(crate) fn set_before_restore(f: impl FnOnce() + 'static) {
     BEFORE_RESTORE.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+}
+
+/// Runs `f` where a refused open's new database, closed, is about to be removed
+/// (on this thread).
+#[cfg(test)]
+pub(crate) fn set_before_undo(f: impl FnOnce() + 'static) {
+    BEFORE_UNDO.with(|h| *h.borrow_mut() = Some(Box::new(f)));
 }
 
 #[cfg(test)]

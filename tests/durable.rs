@@ -1398,45 +1398,6 @@ fn an_open_refused_by_the_metadata_after_the_database_opened_adds_no_column_fami
 }
 
 #[test]
-fn a_full_journal_takes_back_the_slots_of_claims_given_up_whose_leases_ended() {
-    // Four slots, four claims given up without an end (their completions refused
-    // for their results, so they stay held until their leases run out). Before, their
-    // slots stayed taken for the rest of the run: every later marker found the
-    // journal full and went to RocksDB.
-    let dir = TempDir::new();
-    let clock = ManualClock::new(T0);
-    let cfg = || small().journal_slots(4).max_result_len(4);
-    {
-        let (engine, ns) = open(&dir, &clock, cfg());
-        for i in 0..4 {
-            let refused = acquire(&ns, key(i).as_bytes()).complete_with_result(b"far too long");
-            assert!(
-                matches!(refused, Err(Error::ResultTooLarge { .. })),
-                "{refused:?}"
-            );
-        }
-        assert_eq!(engine.stats().journal_markers, 4);
-        // Within their leases the slots stay theirs: the next marker goes to RocksDB.
-        clock.advance(ms(4_999));
-        let early = acquire(&ns, b"early");
-        assert_eq!(engine.stats().journal_overflows, 1);
-        early.complete().unwrap();
-        // Their leases over, the next claims find their slots.
-        clock.advance(ms(1));
-        let guards: Vec<ClaimGuard> = (10..14).map(|i| acquire(&ns, key(i).as_bytes())).collect();
-        let s = engine.stats();
-        assert_eq!((s.journal_overflows, s.journal_markers), (1, 4), "{s:?}");
-        for g in guards {
-            g.complete().unwrap();
-        }
-        assert_eq!(engine.stats().journal_markers, 0);
-    }
-    // Nothing is left for the next open to report.
-    let (engine, _ns) = open(&dir, &clock, cfg());
-    assert!(engine.orphans().is_empty(), "{:?}", engine.orphans());
-}
-
-#[test]
 fn a_leaked_claim_guard_keeps_the_database_open() {
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);

@@ -463,10 +463,6 @@ struct Slots {
     of: super::store::FpMap<(u32, u32)>,
     /// Free slots, most recently freed last (reused first: their pages are warm).
     free: Vec<u32>,
-    /// No marker here has a lease that ends before this (ms): the earliest end seen
-    /// at the last sweep, or since in a marker written (see [`Journal::sweep`]).
-    /// `u64::MAX` (the default) until a marker is written.
-    earliest_end_ms: u64,
 }
 
 #[cfg(all(feature = "durable", target_os = "linux"))]
@@ -541,7 +537,6 @@ impl Journal {
             state: parking_lot::Mutex::new(Slots {
                 of: Default::default(),
                 free: (0..slots).rev().collect(),
-                earliest_end_ms: u64::MAX,
             }),
         })
     }
@@ -567,21 +562,12 @@ impl Journal {
     /// Writes the markers that find a free slot; returns those that do not (the
     /// journal is full), for the caller to store elsewhere. A key that already has a
     /// marker here (a claim whose lease ran out before it finished, the key since
-    /// acquired again) has it replaced, as a put replaces a stored marker. A full
-    /// journal first frees the slots of markers whose lease has ended by the time of
-    /// these claims (see [`Journal::sweep`]).
+    /// acquired again) has it replaced, as a put replaces a stored marker.
     pub(crate) fn put(&self, markers: &[(u128, Record)]) -> Vec<(u128, Record)> {
         let mut st = self.state.lock();
         let mut left = Vec::new();
-        // The claims' time: the latest at which one of them was made.
-        let now_ms = markers.iter().map(|(_, r)| r.at_ms).max().unwrap_or(0);
-        let mut swept = false;
         for (fp, rec) in markers {
             let old = st.of.get(fp).map(|&(s, _)| s);
-            if old.is_none() && st.free.is_empty() && !swept {
-                swept = true;
-                self.sweep(&mut st, now_ms);
-            }
             match old.or_else(|| st.free.pop()) {
                 Some(s) => {
                     if old.is_some() {
@@ -592,48 +578,11 @@ impl Journal {
                     }
                     self.fill(s, *fp, rec);
                     st.of.insert(*fp, (s, rec.token));
-                    st.earliest_end_ms = st.earliest_end_ms.min(rec.expires_ms);
                 }
                 None => left.push((*fp, rec.clone())),
             }
         }
         left
-    }
-
-    /// Frees the slot of every marker whose lease has ended at `now_ms` (the
-    /// namespace's time), if one may have: a claim given up without an end (a
-    /// completion refused for its input, a guard leaked with `mem::forget`) would
-    /// otherwise keep its slot for the rest of the run, and enough of them would send
-    /// every later marker to RocksDB. A claim whose lease has ended can complete,
-    /// release or extend no more (each answers `LeaseLost`, and a lost claim's end
-    /// clears only a marker of its own token), and a key acquired again has its
-    /// marker replaced, so such a marker only told the next open of a claim whose
-    /// lease it would find over: it reported it and deleted it. Swept, it is not
-    /// reported. Only a full journal sweeps, and only once the earliest lease end it
-    /// knows has come: a sweep that frees nothing raises that bound to the earliest
-    /// end there is, so a journal full of live claims is swept at most once a
-    /// millisecond of its time while any lease ends.
-    fn sweep(&self, st: &mut Slots, now_ms: u64) {
-        if now_ms < st.earliest_end_ms {
-            return;
-        }
-        let mut earliest = u64::MAX;
-        let mut ended = Vec::new();
-        for (&fp, &(slot, _)) in st.of.iter() {
-            // Word 3: the lease's end (ms), written by `fill` under this lock.
-            let end = u64::from_le(self.slot_words(slot)[3].load(Ordering::Relaxed));
-            if end <= now_ms {
-                ended.push((fp, slot));
-            } else {
-                earliest = earliest.min(end);
-            }
-        }
-        for (fp, slot) in ended {
-            st.of.remove(&fp);
-            self.clear(slot);
-            st.free.push(slot);
-        }
-        st.earliest_end_ms = earliest;
     }
 
     /// Rewrites the marker of claim `marker.token` of `fp` (its lease extended), if
@@ -660,7 +609,6 @@ impl Journal {
         self.clear(old);
         st.of.insert(fp, (s, token));
         st.free.push(old);
-        st.earliest_end_ms = st.earliest_end_ms.min(marker.expires_ms);
         Renewal::Done
     }
 
@@ -943,49 +891,6 @@ mod tests {
         got.sort_by_key(|(fp, _)| *fp);
         assert_eq!(got, vec![(2, Ok(rec(2, Some(99)))), (3, Ok(rec(3, None)))]);
         assert_eq!(j.len(), 2);
-    }
-
-    #[test]
-    fn a_full_journal_frees_the_slots_of_markers_whose_lease_has_ended() {
-        let dir = tempdir();
-        let j = Journal::create(dir.path(), "n", 1, 2).unwrap();
-        let marker = |token, at_ms, expires_ms| Record {
-            state: RecordState::InProgress,
-            token,
-            at_ms,
-            expires_ms,
-            payload: None,
-            result: None,
-        };
-        assert!(j
-            .put(&[(1, marker(1, 0, 100)), (2, marker(2, 0, 200))])
-            .is_empty());
-        // Full, and no lease has ended at 99: handed back.
-        assert_eq!(j.put(&[(3, marker(3, 99, 300))]).len(), 1);
-        // At 100 the first has: its slot takes the new marker.
-        assert!(j.put(&[(3, marker(3, 100, 300))]).is_empty());
-        assert!(!j.holds(1, None));
-        assert!(
-            !j.remove(1, Some(1)),
-            "the ended claim has nothing left to clear"
-        );
-        assert!(j.holds(2, Some(2)) && j.holds(3, Some(3)));
-        let mut got = parse(&file_bytes(dir.path(), "n"), 1, "n").unwrap();
-        got.sort_by_key(|(fp, _)| *fp);
-        assert_eq!(
-            got,
-            vec![(2, Ok(marker(2, 0, 200))), (3, Ok(marker(3, 100, 300)))]
-        );
-        // The next lease to end does at 200: nothing is freed before.
-        assert_eq!(j.put(&[(4, marker(4, 199, 400))]).len(), 1);
-        assert_eq!(j.len(), 2);
-        // A renewal moves the end it knows of: 2's lease, now to 500, is not over at
-        // 300, when 3's is.
-        assert!(j.remove(3, Some(3)));
-        assert_eq!(j.renew(2, &marker(2, 150, 500)), Renewal::Done);
-        assert!(j.put(&[(5, marker(5, 300, 600))]).is_empty());
-        assert_eq!(j.put(&[(6, marker(6, 300, 600))]).len(), 1);
-        assert!(j.holds(2, Some(2)) && j.holds(5, Some(5)));
     }
 
     #[test]

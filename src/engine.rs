@@ -6557,15 +6557,22 @@ impl NsInner {
         let share = max.div_ceil(n).max(EVICTION_SHARE);
         let mut si = self.evict_from.load(O::Relaxed) % n;
         let mut dropped = 0;
-        // Until the group is whole, or a round of every shard found nothing to drop.
-        let mut idle = 0;
-        while dropped < max && idle < n {
-            let cap = self.capacity();
-            let got = self.slots[si]
-                .lock()
-                .evict_done(share.min(max - dropped), &cap);
-            dropped += got;
-            idle = if got == 0 { idle + 1 } else { 0 };
+        // A shard that gave less than it was asked has looked at every entry it
+        // holds: it is not asked again in this group (else each round would walk
+        // every shard without done keys once more).
+        let mut dry = vec![false; n];
+        let mut left = n;
+        while dropped < max && left > 0 {
+            if !dry[si] {
+                let cap = self.capacity();
+                let want = share.min(max - dropped);
+                let got = self.slots[si].lock().evict_done(want, &cap);
+                dropped += got;
+                if got < want {
+                    dry[si] = true;
+                    left -= 1;
+                }
+            }
             si = (si + 1) % n;
         }
         self.evict_from.store(si, O::Relaxed);

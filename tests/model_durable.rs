@@ -648,25 +648,20 @@ impl Model {
     /// engine's tick allows. Otherwise the nominal one, and the comparison that
     /// follows reports the difference. At 1 ms always the nominal one.
     fn fit(&self, nominal: u64, seen: Option<u64>) -> u64 {
-        match seen {
-            Some(s) if s >= nominal && s - nominal < self.cfg.tick_ms => {
-                self.late.set(self.late.get() + u64::from(s > nominal));
-                s
-            }
-            _ => nominal,
-        }
+        model_core::fit_deadline(self.cfg.tick_ms, &self.late, nominal, seen)
     }
 
     /// A done key's completion time as an answer reports it (`seen`): a fixed
     /// window's, which the hot tier derives from its deadline, may read up to a tick
     /// less a millisecond late, never past now; otherwise exact.
     fn fit_completion(&self, completed_at: u64, seen: u64) -> u64 {
-        let late = seen.wrapping_sub(completed_at);
-        if !self.cfg.sliding && late < self.cfg.tick_ms && seen <= self.now {
-            seen
-        } else {
-            completed_at
-        }
+        model_core::fit_completion(
+            self.cfg.sliding,
+            self.cfg.tick_ms,
+            self.now,
+            completed_at,
+            seen,
+        )
     }
 
     /// The expiry a `Duplicate` of `key` reports (`seen`), against the record's

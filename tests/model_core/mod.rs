@@ -329,12 +329,32 @@ pub enum Answer {
 }
 
 /// [`Model::fit_completion`] of a model of `cfg` at `now`.
-fn fit_completion(cfg: &ModelConfig, now: u64, completed_at: u64, seen: u64) -> u64 {
+pub fn fit_completion(sliding: bool, tick_ms: u64, now: u64, completed_at: u64, seen: u64) -> u64 {
     let late = seen.wrapping_sub(completed_at);
-    if !cfg.sliding && late < cfg.tick_ms && seen <= now {
+    if !sliding && late < tick_ms && seen <= now {
         seen
     } else {
         completed_at
+    }
+}
+
+/// A deadline the engine reports (`seen`) where the model's nominal one is
+/// `nominal`: taken if it is not early and less than a tick (`tick_ms`) late, as
+/// the engine's tick allows, counting in `late` the ones taken late. Otherwise the
+/// nominal one, and the comparison that follows reports the difference. At 1 ms
+/// always the nominal one.
+pub fn fit_deadline(
+    tick_ms: u64,
+    late: &std::cell::Cell<u64>,
+    nominal: u64,
+    seen: Option<u64>,
+) -> u64 {
+    match seen {
+        Some(s) if s >= nominal && s - nominal < tick_ms => {
+            late.set(late.get() + u64::from(s > nominal));
+            s
+        }
+        _ => nominal,
     }
 }
 
@@ -376,20 +396,20 @@ impl Model {
     /// comparison that follows reports the difference. At 1 ms ticks always the
     /// nominal one.
     fn fit(&self, nominal: u64, seen: Option<u64>) -> u64 {
-        match seen {
-            Some(s) if s >= nominal && s - nominal < self.cfg.tick_ms => {
-                self.late.set(self.late.get() + u64::from(s > nominal));
-                s
-            }
-            _ => nominal,
-        }
+        fit_deadline(self.cfg.tick_ms, &self.late, nominal, seen)
     }
 
     /// A completion time at `completed_at` as a fixed window's hot entry may give it
     /// back on a coarse tick (`seen`): up to a tick less a millisecond late, never
     /// past now. Sliding windows keep the exact time.
     fn fit_completion(&self, completed_at: u64, seen: u64) -> u64 {
-        fit_completion(&self.cfg, self.now, completed_at, seen)
+        fit_completion(
+            self.cfg.sliding,
+            self.cfg.tick_ms,
+            self.now,
+            completed_at,
+            seen,
+        )
     }
 
     /// The entry for `key` if it has not expired (expiry is at `now >= deadline`).
@@ -431,7 +451,9 @@ impl Model {
         let window_end = self.fit(now + TTL_MS, seen_deadline);
         let lease_end = self.fit(now + LEASE_MS, seen_deadline);
         let cfg = self.cfg;
-        let completion = |c: u64| seen_completion.map_or(c, |s| fit_completion(&cfg, now, c, s));
+        let completion = |c: u64| {
+            seen_completion.map_or(c, |s| fit_completion(cfg.sliding, cfg.tick_ms, now, c, s))
+        };
         if let Some(e) = self.entries.get_mut(&key) {
             if now < e.deadline() {
                 if let (Some(new), Some(stored)) = (payload, e.payload) {

@@ -1596,6 +1596,50 @@ mod tests {
         }
     }
 
+    /// With group commit off (`commit_delay(ZERO)`), a co-commit whose own synced
+    /// write worked, but over which another fsync of the log failed (here the
+    /// `Periodic` thread's, right after the write), returns that error with the
+    /// record and its state changes applied together and readable, as a grouped
+    /// one whose fsync failed does: not left out as one whose own fsync RocksDB
+    /// failed. The redelivery answers `Duplicate`.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn an_ungrouped_co_commit_a_failed_fsync_covered_is_applied_and_not_acknowledged() {
+        let dir = Scratch::new("ungrouped-co-commit-failed-fsync");
+        let clock = crate::ManualClock::new(1_000_000);
+        let engine = super::Engine::builder()
+            .durable(&dir.0)
+            .clock(clock.clone())
+            .maintenance_interval(None)
+            .commit_delay(std::time::Duration::ZERO)
+            .namespace(
+                "n",
+                crate::NamespaceConfig::new().sync(crate::SyncPolicy::Always),
+            )
+            .state_family("ledger")
+            .build()
+            .unwrap();
+        let ns = engine.namespace("n").unwrap();
+        let store = engine.shared.store.clone().expect("a durable engine");
+        crate::durable::set_after_write(move || {
+            store.set_fail_syncs(true);
+            store.periodic_sync();
+            store.set_fail_syncs(false);
+        });
+        let mut changes = super::StateChanges::new();
+        changes.put("ledger", b"acct-1", b"10");
+        let completed = first_claim(&ns).complete_with(None, changes);
+        assert!(
+            matches!(&completed, Err(crate::Error::Store(e)) if e.operation() == "sync"),
+            "{completed:?}"
+        );
+        assert_eq!(
+            engine.read_state("ledger", b"acct-1").unwrap(),
+            Some(b"10".to_vec())
+        );
+        assert!(ns.claim(b"k").unwrap().is_duplicate());
+    }
+
     /// A dead letter's synced write, like a completion's, is not acknowledged when
     /// another fsync of the log failed while it was made: that fsync may have covered
     /// it and the system dropped its pages. `quarantine` returns the store's error
@@ -8272,9 +8316,10 @@ impl ClaimGuard {
     /// any changes, a store failure is returned, whatever the namespace's failure
     /// policy (state changes are never applied from the hot tier alone; with none,
     /// `FailOpen` completes in the hot tier as [`ClaimGuard::complete`] does): a write that failed
-    /// releases the claim (so a redelivery retries), while a failed fsync under
-    /// group commit ([`EngineBuilder::commit_delay`]) comes after the write, so the
-    /// completion and its changes are applied together and readable (a redelivery
+    /// releases the claim (so a redelivery retries), while a failed fsync after the
+    /// write (the group commit's, [`EngineBuilder::commit_delay`], or, with group
+    /// commit on or off, another fsync of the log that failed after the write) leaves
+    /// the completion and its changes applied together and readable (a redelivery
     /// answers `Duplicate`, [`Engine::read_state`] shows the changes), not known to
     /// survive a power loss.
     pub fn complete_with(mut self, result: Option<&[u8]>, changes: StateChanges) -> Result<()> {

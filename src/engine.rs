@@ -8321,7 +8321,11 @@ impl ClaimGuard {
     /// commit on or off, another fsync of the log that failed after the write) leaves
     /// the completion and its changes applied together and readable (a redelivery
     /// answers `Duplicate`, [`Engine::read_state`] shows the changes), not known to
-    /// survive a power loss.
+    /// survive a power loss. Under `FailOpen` a claim whose read failed was decided
+    /// from the hot tier alone and may have acquired a key done on disk: the key's
+    /// record is read again first (failing closed; not for a key the prefilter has
+    /// never seen), and a live one, or a read that fails, refuses the co-commit as a
+    /// refused write does, so the changes are never applied twice.
     pub fn complete_with(mut self, result: Option<&[u8]>, changes: StateChanges) -> Result<()> {
         let Some(d) = &self.ns().durable else {
             self.armed = false;

@@ -2451,6 +2451,63 @@ fn a_co_commit_refused_under_fail_open_is_counted_as_a_release() {
     duplicate(&ns, b"synced");
 }
 
+/// Under `FailOpen`, a claim whose read of the key's record fails is decided from
+/// the hot tier alone, and can acquire a key done on disk (past its hot TTL). Its
+/// co-commit is not applied over that record: the record is read again, failing
+/// closed, and the co-commit refused with a store error, nothing applied and the
+/// claim released; the redelivery answers `Duplicate`. Before, the state changes
+/// were applied a second time (the message's side effect twice). A co-commit of a
+/// new key still goes through.
+#[test]
+fn a_co_commit_is_not_applied_over_a_record_a_failed_open_read_hid() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small()
+        .retention(secs(600))
+        .on_store_error(FailurePolicy::FailOpen);
+    let ledger = |entry: &[u8]| {
+        let mut changes = StateChanges::new();
+        changes.put("ledger", entry, b"pay-1");
+        changes
+    };
+    {
+        let (engine, ns) = open_ledger(&dir, &clock, cfg.clone());
+        acquire(&ns, b"pay-1")
+            .complete_with(None, ledger(b"app-1"))
+            .unwrap();
+        for (reads_back, at) in [(false, 100_000), (true, 200_000)] {
+            clock.set(T0 + at); // past the hot TTL, within the retention
+            engine.run_maintenance();
+            assert_eq!(engine.stats().resident_keys, 0);
+            engine.debug_fail_store_reads(true);
+            let g = acquire(&ns, b"pay-1");
+            engine.debug_fail_store_reads(!reads_back);
+            let err = g.complete_with(None, ledger(b"app-2")).unwrap_err();
+            engine.debug_fail_store_reads(false);
+            assert!(matches!(err, Error::Store(_)), "{reads_back}: {err:?}");
+            assert_eq!(engine.read_state("ledger", b"app-2").unwrap(), None);
+            assert_eq!(
+                engine.read_state("ledger", b"app-1").unwrap(),
+                Some(b"pay-1".to_vec())
+            );
+            assert_eq!(duplicate(&ns, b"pay-1").completed_at_ms(), T0);
+        }
+        // A new key's co-commit under the same policy is applied.
+        acquire(&ns, b"pay-2")
+            .complete_with(None, ledger(b"app-3"))
+            .unwrap();
+    }
+    let (engine, ns) = open_ledger(&dir, &clock, cfg);
+    assert!(engine.orphans().is_empty(), "{:?}", engine.orphans());
+    assert_eq!(engine.read_state("ledger", b"app-2").unwrap(), None);
+    assert_eq!(duplicate(&ns, b"pay-1").completed_at_ms(), T0);
+    duplicate(&ns, b"pay-2");
+    assert_eq!(
+        engine.read_state("ledger", b"app-3").unwrap(),
+        Some(b"pay-1".to_vec())
+    );
+}
+
 #[test]
 fn a_co_commit_to_an_unknown_family_is_refused_and_the_claim_stays_held() {
     let dir = TempDir::new();

@@ -2733,6 +2733,18 @@ impl DurableNs {
         state: &[(String, StateOp)],
         settle: bool,
     ) -> Result<(Stored, Option<Error>), Error> {
+        // A co-commit is never applied over a completion its claim could not see.
+        // Under `FailOpen` a claim whose read of the key's record failed was decided
+        // from the hot tier alone, and can have acquired a key done on disk: its
+        // state changes would be applied a second time. So the record is read again
+        // (before the prefilter takes the keys below), failing closed whatever the
+        // policy, as the write itself does: a live one, or a read that fails,
+        // refuses the co-commit as a refused write would.
+        let hidden = if settle && !state.is_empty() && self.failure == FailurePolicy::FailOpen {
+            self.done_unseen(done)
+        } else {
+            Ok(())
+        };
         // Into the prefilter first: from the moment a record can be on disk, the
         // filter admits its key. (A write that then fails leaves a harmless false
         // positive.)
@@ -2787,16 +2799,17 @@ impl DurableNs {
         let since = self.store.sync_failures();
         // Applied (every reader sees the records, and the batch deleted the markers
         // on disk), and the fsync's failure if one came after: or refused.
-        let written = self
-            .store
-            .write_completions(&self.name, &self.fams, done, &unwritten, state, sync)
-            .map(|unsynced| match unsynced {
-                Some(e) => Some(e),
-                None => self
-                    .store
-                    .sync_if_closed_since(self.sync, sync, since)
-                    .err(),
-            });
+        let written = hidden.and_then(|()| {
+            self.store
+                .write_completions(&self.name, &self.fams, done, &unwritten, state, sync)
+                .map(|unsynced| match unsynced {
+                    Some(e) => Some(e),
+                    None => self
+                        .store
+                        .sync_if_closed_since(self.sync, sync, since)
+                        .err(),
+                })
+        });
         let applied = written.is_ok();
         let answer = match written {
             Ok(None) => Ok((Stored::Yes, None)),
@@ -2875,6 +2888,34 @@ impl DurableNs {
             }
         }
         answer
+    }
+
+    /// For a co-commit under `FailOpen` ([`DurableNs::write_done`]): an error if a
+    /// key of `done` already has a live done record (a completion its claim, decided
+    /// from the hot tier alone when its read failed, could not see), or if its
+    /// record cannot be read. Keys the prefilter has never seen need no read.
+    fn done_unseen(&self, done: &[(u128, Record)]) -> Result<(), Error> {
+        for (fp, rec) in done {
+            if let Some(p) = &self.prefilter {
+                if !p.may_contain_at(bloom_hash(*fp), rec.at_ms) {
+                    continue;
+                }
+            }
+            self.reads.fetch_add(1, Ordering::Relaxed);
+            match self.store.get_done(&self.name, &self.fams, *fp) {
+                Ok(Some(r)) if live_done(&r, rec.at_ms) => {
+                    return Err(Error::Store(StoreError::new(
+                        "complete",
+                        "the key is already done on disk (its claim was decided from the hot \
+                         tier alone when its read failed): the state changes were not applied"
+                            .to_owned(),
+                    )));
+                }
+                Ok(_) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     /// Runs `write`, told whether to fsync before it returns, under the namespace's

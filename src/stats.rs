@@ -80,8 +80,10 @@ pub struct Stats {
     /// Fsyncs of the write-ahead log issued by the group commit: grouped completions
     /// (`SyncPolicy::Always`, unless
     /// [`EngineBuilder::commit_delay`](crate::EngineBuilder::commit_delay) turned group
-    /// commit off) and the forgets that share their fsyncs; with `completions`, about
-    /// how many completions shared each. Engine-wide: only
+    /// commit off) and the forgets that share their fsyncs, and, once the engine is
+    /// closed, the writes of `SyncPolicy::Periodic` namespaces made through handles
+    /// or guards that outlived it (each syncs as `Always` then); with `completions`,
+    /// about how many completions shared each. Engine-wide: only
     /// [`Engine::stats`](crate::Engine::stats) reports it.
     pub wal_group_syncs: u64,
     /// Fsyncs of the write-ahead log by RocksDB's own count (with a sync policy's

@@ -261,37 +261,8 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
 /// Checks that `dir` holds a database with namespace `name`: an engine creates the
 /// namespaces it is given, so a mistyped name must not reach one.
 fn check_namespace(dir: &Path, name: &str) -> Result<(), String> {
-    // As `idem inspect` says them: a path that is empty, not there or a file holds no
-    // database, but "no idem database in" would hide which.
-    if dir.as_os_str().is_empty() {
-        return Err("the database path is empty".to_owned());
-    }
-    match std::fs::metadata(dir) {
-        Err(e) => return Err(format!("{}: {e}", dir.display())),
-        Ok(m) if !m.is_dir() => {
-            return Err(format!(
-                "the database path {} is not a directory",
-                dir.display()
-            ))
-        }
-        Ok(_) => {}
-    }
-    // A `CURRENT` that cannot be looked at for another reason than its absence (a
-    // directory that cannot be read) is said as it is, not as no database; one that
-    // is not a file is for `namespaces` to report.
-    let current = dir.join("CURRENT");
-    match std::fs::metadata(&current) {
-        Ok(_) => {}
-        Err(e)
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
-            ) =>
-        {
-            return Err(format!("no idem database in {}", dir.display()));
-        }
-        Err(e) => return Err(format!("{}: {e}", current.display())),
-    }
+    // A path that is empty, not there or a file, a `CURRENT` that cannot be looked
+    // at, and a directory without a database are each said as they are.
     let known = idem::namespaces(dir).map_err(|e| e.to_string())?;
     if !known.iter().any(|n| n == name) {
         return Err(format!(

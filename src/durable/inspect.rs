@@ -162,6 +162,20 @@ fn check_not_empty(path: &Path) -> Result<(), Error> {
     Ok(())
 }
 
+/// Checks that `path` names a directory a read-only open can look into, each failure
+/// said as it is ([`Error::Store`]): "holds no idem database" would mislead about a
+/// path that is empty, not there, cannot be read, or is a file.
+fn check_dir(path: &Path) -> Result<(), Error> {
+    check_not_empty(path)?;
+    super::check_path(path)?;
+    let why = match std::fs::metadata(path) {
+        Err(e) => format!("{}: {e}", path.display()),
+        Ok(m) if !m.is_dir() => format!("the database path {} is not a directory", path.display()),
+        Ok(_) => return Ok(()),
+    };
+    Err(Error::Store(StoreError::new("open read-only", why)))
+}
+
 fn store_err(op: &'static str, e: rocksdb::Error) -> Error {
     Error::Store(StoreError::new(op, e.into_string()))
 }
@@ -191,8 +205,7 @@ pub fn stored_config(
     namespace: &str,
 ) -> Result<Option<crate::NamespaceConfig>, Error> {
     let path = path.as_ref();
-    check_not_empty(path)?;
-    super::check_path(path)?;
+    check_dir(path)?;
     super::check_rocksdb_files(path)?;
     if DB::list_cf(&Options::default(), path).is_err() {
         return Err(unlisted(path));
@@ -210,14 +223,13 @@ pub fn stored_config(
 /// The names of the namespaces a database holds, sorted, read from its column
 /// families alone: no record is read, and the database may be open in an engine
 /// meanwhile. Use it to check a name before opening an engine on it (an engine
-/// creates the namespaces it is given). [`Error::IncompatibleFormat`] if `path`
-/// holds no RocksDB database; [`Error::Store`] if `path` is empty, or with the I/O
-/// error if its `CURRENT` file cannot be opened for another reason than its absence
-/// (a directory that cannot be read).
+/// creates the namespaces it is given). [`Error::IncompatibleFormat`] if the
+/// directory `path` holds no RocksDB database; [`Error::Store`] if `path` is empty,
+/// not there or not a directory, or with the I/O error if its `CURRENT` file cannot
+/// be opened for another reason than its absence (a directory that cannot be read).
 pub fn namespaces(path: impl AsRef<Path>) -> Result<Vec<String>, Error> {
     let path = path.as_ref();
-    check_not_empty(path)?;
-    super::check_path(path)?;
+    check_dir(path)?;
     super::check_rocksdb_files(path)?;
     let cfs = DB::list_cf(&Options::default(), path).map_err(|_| unlisted(path))?;
     Ok(namespace_names(&cfs))
@@ -330,26 +342,12 @@ impl ReadOnlyDb {
     /// read or is no directory; [`Error::IncompatibleFormat`] if it holds no idem
     /// database of this build's format.
     pub(crate) fn open(path: &Path) -> Result<ReadOnlyDb, Error> {
-        check_not_empty(path)?;
-        super::check_path(path)?;
+        check_dir(path)?;
         let incompatible = |found| Error::IncompatibleFormat {
             path: path.to_path_buf(),
             found,
             supported: super::FORMAT_VERSION,
         };
-        // Said as it is: "holds no idem database" would mislead about a path that is
-        // not there, cannot be read, or is a file.
-        let why = match std::fs::metadata(path) {
-            Err(e) => Some(format!("{}: {e}", path.display())),
-            Ok(m) if !m.is_dir() => Some(format!(
-                "the database path {} is not a directory",
-                path.display()
-            )),
-            Ok(_) => None,
-        };
-        if let Some(why) = why {
-            return Err(Error::Store(StoreError::new("open read-only", why)));
-        }
         super::check_rocksdb_files(path)?;
         let opened = open_racing_writer(
             open_attempts(path),

@@ -1102,6 +1102,56 @@ fn an_option_given_twice_is_a_usage_error() {
     }
 }
 
+/// Every option of `idem bench` and `idem bench durable` given twice is said to be
+/// given twice, whatever its first value: before, a first value out of range was
+/// reported instead (`--keys 5 --keys 6` said "--keys is at least 10").
+#[test]
+fn every_bench_option_given_twice_is_said_so_whatever_its_first_value() {
+    let mut cases: Vec<Vec<&str>> = Vec::new();
+    for flag in ["--quick", "--w2-shuffled", "--w2-one-order", "--no-durable"] {
+        cases.push(vec!["bench", flag, flag]);
+    }
+    cases.push(vec!["bench", "--durable-only", "--durable-only"]);
+    cases.push(vec!["bench", "--source", "/nonexistent", "--source", "/x"]);
+    for flag in [
+        "--n",
+        "--threads",
+        "--runs",
+        "--moka-max-n",
+        "--redis-max-n",
+        "--redis-sample",
+        "--jetstream-max-n",
+        "--jetstream-sample",
+        "--w2-passes",
+        "--w2-shuffled-max-n",
+    ] {
+        cases.push(vec!["bench", flag, "0", flag, "5"]);
+        cases.push(vec!["bench", flag, "x", flag, "5"]);
+    }
+    cases.push(vec!["bench", "--peers", ",", "--peers", "moka"]);
+    #[cfg(feature = "durable")]
+    {
+        for flag in ["--quick", "--disk", "--w3", "--w4", "--w5"] {
+            cases.push(vec!["bench", "durable", flag, flag]);
+        }
+        for (flag, bad, good) in [
+            ("--keys", "5", "6"),
+            ("--keys", "x", "100"),
+            ("--result-bytes", "70000", "64"),
+            ("--w3-rounds", "0", "2"),
+            ("--prefilter-fpr", "1", "0.1"),
+        ] {
+            cases.push(vec!["bench", "durable", flag, bad, flag, good]);
+        }
+    }
+    for args in cases {
+        let out = idem(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("given twice"), "{args:?}: {stderr}");
+    }
+}
+
 #[test]
 fn help_and_version() {
     let out = idem(&["help"]);

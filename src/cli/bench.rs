@@ -130,6 +130,9 @@ impl Options {
         let mut given = crate::cli::Given::default();
         // The first option given that only W1/W2 use (the harness's, `--source`).
         let mut w1_w2_only = None;
+        // The values, checked once every option is known: an option given twice is
+        // said so whatever its first value (`--n 0 --n 5`).
+        let mut values = Vec::new();
         while let Some(a) = it.next() {
             given.once("bench", a)?;
             if !matches!(a.as_str(), "--quick" | "--no-durable" | "--durable-only") {
@@ -153,12 +156,15 @@ impl Options {
                 }
                 flag if HARNESS_VALUED.contains(&flag) => {
                     let v = it.next().ok_or(format!("bench: {flag} needs a value"))?;
-                    check_harness_value(flag, v)?;
+                    values.push((flag, v));
                     o.harness_args.push(a.clone());
                     o.harness_args.push(v.clone());
                 }
                 other => return Err(format!("bench: unknown option {other:?}")),
             }
+        }
+        for (flag, v) in values {
+            check_harness_value(flag, v)?;
         }
         if !o.workloads && o.no_durable {
             return Err("bench: --durable-only and --no-durable exclude each other".into());

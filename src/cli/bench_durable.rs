@@ -1427,15 +1427,11 @@ impl Opts {
             fpr: None,
         };
         let mut given: Vec<&str> = Vec::new();
+        // The values, read once every option is known: an option given twice is
+        // said so whatever its first value (`--keys 5 --keys 6`).
+        let mut values: Vec<(&str, Option<&String>)> = Vec::new();
         let mut it = args.iter();
         while let Some(a) = it.next() {
-            let mut value = |name: &str| -> Result<u64, String> {
-                // `_` separators allowed, as in every other count the CLI takes.
-                it.next()
-                    .and_then(|v| v.replace('_', "").parse::<u64>().ok())
-                    .filter(|&v| v > 0 || name == "--result-bytes")
-                    .ok_or_else(|| format!("{name} needs a positive whole number\n{USAGE}"))
-            };
             // Of an option's two values one would be dropped without a word.
             if given.contains(&a.as_str()) {
                 return Err(format!("{a} is given twice\n{USAGE}"));
@@ -1446,9 +1442,24 @@ impl Opts {
                 "--w3" => o.picked.push("--w3"),
                 "--w4" => o.picked.push("--w4"),
                 "--w5" => o.picked.push("--w5"),
+                "--keys" | "--result-bytes" | "--w3-rounds" | "--prefilter-fpr" => {
+                    values.push((a.as_str(), it.next()))
+                }
+                other => return Err(format!("unknown option {other}\n{USAGE}")),
+            }
+            given.push(a.as_str());
+        }
+        for (name, v) in values {
+            let value = || -> Result<u64, String> {
+                // `_` separators allowed, as in every other count the CLI takes.
+                v.and_then(|v| v.replace('_', "").parse::<u64>().ok())
+                    .filter(|&v| v > 0 || name == "--result-bytes")
+                    .ok_or_else(|| format!("{name} needs a positive whole number\n{USAGE}"))
+            };
+            match name {
                 "--keys" => {
                     // The namespaces take the keys and some room (`+ 1024`).
-                    let keys = value("--keys")?;
+                    let keys = value()?;
                     if keys > (idem::MAX_KEYS_LIMIT - 1024) as u64 {
                         return Err(format!(
                             "--keys is at most {}\n{USAGE}",
@@ -1463,7 +1474,7 @@ impl Opts {
                     o.keys = Some(keys);
                 }
                 "--result-bytes" => {
-                    let bytes = value("--result-bytes")?;
+                    let bytes = value()?;
                     if bytes > idem::DEFAULT_MAX_RESULT_LEN as u64 {
                         return Err(format!(
                             "--result-bytes is at most {} (the default max_result_len)\n{USAGE}",
@@ -1472,11 +1483,10 @@ impl Opts {
                     }
                     o.result_bytes = bytes as usize;
                 }
-                "--w3-rounds" => o.w3_rounds = Some(value("--w3-rounds")? as usize),
-                "--prefilter-fpr" => {
-                    // As `NamespaceConfig::prefilter_fpr` accepts it.
-                    let f = it
-                        .next()
+                "--w3-rounds" => o.w3_rounds = Some(value()? as usize),
+                _ => {
+                    // `--prefilter-fpr`, as `NamespaceConfig::prefilter_fpr` accepts it.
+                    let f = v
                         .and_then(|v| v.parse::<f64>().ok())
                         .filter(|f| (idem::MIN_PREFILTER_FPR..=idem::MAX_PREFILTER_FPR).contains(f))
                         .ok_or_else(|| {
@@ -1484,9 +1494,7 @@ impl Opts {
                         })?;
                     o.fpr = Some(f);
                 }
-                other => return Err(format!("unknown option {other}\n{USAGE}")),
             }
-            given.push(a.as_str());
         }
         // An option the run would not use is refused, not silently dropped.
         let runs = |w: &str| o.picked.is_empty() || o.picked.contains(&w);

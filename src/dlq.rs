@@ -653,9 +653,10 @@ pub struct DlqHealth {
     pub replayed: u64,
     /// Messages archived.
     pub archived: u64,
-    /// Stored messages that could not be decoded, and keys in the store's range of
-    /// messages that are not a message's (a damaged key, from which no id can be
-    /// read). Neither is ever dropped, and neither keeps the store from opening.
+    /// Stored messages that could not be decoded, and keys of the store that are
+    /// neither a message's nor its id counter's (a damaged key, from which no id can
+    /// be read), a damaged id counter included. None is ever dropped, and none keeps
+    /// the store from opening.
     pub corrupt: u64,
     /// How long the oldest waiting message has waited; `None` when none waits.
     pub oldest_age: Option<Duration>,
@@ -911,8 +912,9 @@ struct State {
     index: BTreeMap<u64, Summary>,
     /// Ids whose stored bytes could not be decoded when the store was opened.
     corrupt: BTreeSet<u64>,
-    /// Keys found in the letters' range at open that are not a letter's (damaged:
-    /// no id can be read from them); left in place, counted as corrupt.
+    /// Keys found in the store at open that are neither a letter's nor the id
+    /// counter (damaged: no id can be read from them); left in place, counted as
+    /// corrupt.
     damaged_keys: u64,
     /// The id counter was damaged at open (counted as corrupt, apart from
     /// `damaged_keys`) and no quarantine has written it again since.
@@ -952,8 +954,8 @@ impl Home {
 
     /// Calls `letter` with every stored message (id, encoded letter), by ascending id,
     /// one at a time (the memory-only store starts empty); returns the id counter, how
-    /// many damaged keys lie among the letters (the counter's own damage not
-    /// included), and whether the counter is damaged.
+    /// many damaged keys the store holds (the counter's own damage not included),
+    /// and whether the counter is damaged.
     fn scan(&self, letter: &mut dyn FnMut(u64, &[u8])) -> Result<(u64, u64, bool)> {
         match self {
             Home::Engine { store: None, .. } => {

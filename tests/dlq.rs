@@ -1637,6 +1637,61 @@ fn a_damaged_dead_letter_key_is_counted_and_the_letters_are_served() {
     });
 }
 
+/// Every key of the dead-letter store that is neither a letter's nor the id counter
+/// is damaged and counted, wherever it sorts: before the letters (a letter whose tag
+/// byte was damaged, the empty key), between them and the counter, or after it.
+/// Before, only the letters' prefix was scanned, and a key sorting between the
+/// letters and the counter also hid a damaged counter from the count.
+#[cfg(feature = "durable")]
+#[test]
+fn a_damaged_key_outside_the_letters_prefix_is_counted_too() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let a = {
+        let (_engine, _ns, dlq) = open(&dir, &clock);
+        dlq.quarantine(b"a", b"p", OUTAGE).unwrap()
+    };
+    let damaged: [&[u8]; 6] = [
+        b"",
+        b"l\x00\x00\x00\x00\x00\x00\x00\x05",
+        b"n",
+        b"nexs",
+        b"nextt",
+        b"\xff",
+    ];
+    let raw = |f: &dyn Fn(&rocksdb::DB, &rocksdb::ColumnFamily)| raw_dlq(&dir, f);
+    raw(&|db, cf| {
+        for k in damaged {
+            db.put_cf(cf, k, b"junk").unwrap();
+        }
+        db.put_cf(cf, b"next", b"xyz").unwrap();
+    });
+    // The six keys and the damaged counter.
+    {
+        let ro = Dlq::open_read_only(dir.path(), "ns", clock.clone()).unwrap();
+        assert_eq!(ids(&everything(&ro)), vec![a]);
+        assert_eq!(ro.health().corrupt, 7);
+    }
+    {
+        let (_engine, _ns, dlq) = open(&dir, &clock);
+        assert_eq!(ids(&everything(&dlq)), vec![a]);
+        assert_eq!(dlq.health().corrupt, 7);
+        let b = dlq.quarantine(b"b", b"p", OUTAGE).unwrap();
+        assert_eq!(b.get(), a.get() + 1);
+        assert_eq!(dlq.health().corrupt, 6, "the counter was written again");
+    }
+    {
+        let (_engine, _ns, dlq) = open(&dir, &clock);
+        assert_eq!(dlq.health().corrupt, 6);
+    }
+    // Never dropped.
+    raw(&|db, cf| {
+        for k in damaged {
+            assert_eq!(db.get_cf(cf, k).unwrap().as_deref(), Some(&b"junk"[..]));
+        }
+    });
+}
+
 /// A damaged id counter does not close the dead-letter store: it is counted as a
 /// damaged key, ids go on after the letters' own, and the next quarantine writes the
 /// counter again.

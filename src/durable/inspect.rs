@@ -500,7 +500,8 @@ impl ReadOnlyDb {
     /// laid out as `src/durable/store/dlq.rs` describes), by ascending id, one at a
     /// time, its bytes read in place and never copied; none if the family is not
     /// there (a database from before the dead-letter store). Returns how many keys of
-    /// the letters' range are damaged (not a letter's: left, and counted).
+    /// the family are damaged (neither a letter's nor a sound id counter: left, and
+    /// counted).
     pub(crate) fn dead_letters(
         &self,
         ns: &str,

@@ -22,10 +22,6 @@ pub(super) fn cf_name(ns: &str) -> String {
     format!("dlq:{ns}")
 }
 
-/// Where the letters' range starts: every key from here on is a letter's, or a
-/// damaged one counted as such (by the engine and by a read-only open alike).
-const LETTERS_FROM: [u8; 1] = [MESSAGE_TAG];
-
 /// The store key of dead letter `id`.
 pub(crate) fn message_key(id: u64) -> [u8; 9] {
     let mut k = [0u8; 9];
@@ -71,10 +67,10 @@ impl Store {
     }
 
     /// Calls `letter` with every dead letter of `ns` (id, stored bytes), by ascending
-    /// id, and returns how many keys among them are not a letter's (damaged: no id can
-    /// be read from them). Those are left where they are and counted, so that one
-    /// damaged key does not hide every letter. One letter's bytes at a time, read in
-    /// place and never copied: the scan holds no payload.
+    /// id, and returns how many of the family's keys are damaged ([`scan_letters`]).
+    /// Those are left where they are and counted, so that one damaged key does not
+    /// hide every letter. One letter's bytes at a time, read in place and never
+    /// copied: the scan holds no payload.
     pub(crate) fn dlq_scan(
         &self,
         ns: &str,
@@ -141,33 +137,44 @@ pub(crate) fn scan_options() -> ReadOptions {
 
 /// Calls `letter` with each dead letter of namespace `ns` (id, stored bytes, read in
 /// place) from a raw iterator over its family, by ascending id, and returns the count
-/// of keys of the letters' range that are not 9 bytes long (each logged), the id
-/// counter's if damaged included.
+/// of the family's damaged keys (each logged): those of the letters' prefix that are
+/// not 9 bytes long, the id counter if its value is not 8 bytes, and every other key.
+/// The family holds nothing else, so any other key is damage too: a letter's key
+/// whose tag byte was damaged sorts outside the letters (before them or past the
+/// counter), and counted, the loss of that letter is reported rather than silent.
 pub(crate) fn scan_letters(
     ns: &str,
     mut it: DBRawIterator<'_>,
     letter: &mut dyn FnMut(u64, &[u8]),
 ) -> Result<u64, Error> {
     let mut damaged = 0;
-    it.seek(LETTERS_FROM);
+    it.seek_to_first();
     while let (Some(k), Some(v)) = (it.key(), it.value()) {
-        if k.first() != Some(&MESSAGE_TAG) {
-            // Past the letters: the id counter comes next, and a damaged one is
-            // counted here too (for the engine, which reads it as 1, and for a
-            // read-only open alike).
-            if k == NEXT_KEY && v.len() != 8 {
-                tracing::warn!(namespace = %ns, "the dead-letter id counter is damaged");
-                damaged += 1;
+        match k.split_first() {
+            Some((&MESSAGE_TAG, id)) => match <[u8; 8]>::try_from(id) {
+                Ok(id) => letter(u64::from_be_bytes(id), v),
+                Err(_) => {
+                    tracing::warn!(
+                        namespace = %ns,
+                        key_len = k.len(),
+                        "a dead-letter key of the wrong length is left in place and counted as corrupt"
+                    );
+                    damaged += 1;
+                }
+            },
+            // A damaged counter is counted here too (for the engine, which reads it
+            // as 1, and for a read-only open alike).
+            _ if k == NEXT_KEY => {
+                if v.len() != 8 {
+                    tracing::warn!(namespace = %ns, "the dead-letter id counter is damaged");
+                    damaged += 1;
+                }
             }
-            break;
-        }
-        match <[u8; 8]>::try_from(&k[1..]) {
-            Ok(id) => letter(u64::from_be_bytes(id), v),
-            Err(_) => {
+            _ => {
                 tracing::warn!(
                     namespace = %ns,
                     key_len = k.len(),
-                    "a dead-letter key of the wrong length is left in place and counted as corrupt"
+                    "a key of the dead-letter store that is neither a letter's nor the id counter is left in place and counted as corrupt"
                 );
                 damaged += 1;
             }

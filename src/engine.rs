@@ -1141,6 +1141,21 @@ mod tests {
         );
     }
 
+    /// An open whose RocksDB open itself failed in a directory it created (or found
+    /// empty) removes what RocksDB made there (its LOCK and LOG, a new database's
+    /// first files) and the directories the open made. Before, only a refusal after
+    /// RocksDB's open succeeded was undone: the directory was left holding them.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn an_open_whose_rocksdb_open_fails_removes_what_it_made() {
+        assert_refused_creation_leaves_nothing(
+            "created-rocksdb-open",
+            crate::durable::fail_next_rocksdb_open,
+            || {},
+            |e| matches!(e, crate::Error::Store(s) if s.to_string().contains("idem-test:missing")),
+        );
+    }
+
     /// Between a refused open's close of the database it created and its removal,
     /// another process that opens the directory either is refused or keeps what it
     /// wrote: the removal never takes a database another process used.

@@ -286,6 +286,29 @@ fn idem_with_file_size_limit(bytes: u64) -> Command {
     cmd
 }
 
+/// RocksDB's own open fails in a directory the open made (no file may hold a byte):
+/// what RocksDB made there (its LOCK and LOG) goes, and so do the directories the
+/// open made. Before, only a refusal after RocksDB's open succeeded was undone.
+#[cfg(all(feature = "durable", target_os = "linux"))]
+#[test]
+fn a_demo_whose_rocksdb_open_fails_leaves_nothing_behind() {
+    let tmp = util::TempDir::new();
+    let dir = tmp.path().join("new").join("db");
+    let out = idem_with_file_size_limit(0)
+        .args(["demo", "--quick", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("durable store failed during open") && stderr.contains("File too large"),
+        "{stderr}"
+    );
+    let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
 /// A put of W4's RocksDB cell fails mid-cell: its files may be at most 10,000 bytes,
 /// which its OPTIONS file (7-8 KB) takes but its write-ahead log does not for the
 /// 200 synced puts of the first quick cell (12-14 KB). Before, the put's unwrap

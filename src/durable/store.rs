@@ -864,24 +864,48 @@ impl Store {
         // What the directory held before a new database is made in it, so that an
         // open refused from here on removes what it made. Declared before `db`, so
         // that on a refusal here it drops after the database has closed; set only
-        // once the database is open (a refusal of the open itself, another process
-        // holding the directory, must remove nothing).
+        // once the database is open (a refusal of the open itself is undone below,
+        // but for another process holding the directory, which must lose nothing).
         let noted = if report.created {
             NewDatabase::note(path, made_dirs)
         } else {
             None
         };
         let created;
-        let mut db = DB::open_cf_descriptors(&db_opts, path, descriptors).map_err(|e| {
-            let msg = e.into_string();
-            if lock_held_elsewhere(&msg) {
-                Error::AlreadyOpen {
-                    path: path.to_path_buf(),
-                }
-            } else {
-                Error::Store(StoreError::new("open", msg))
+        #[cfg(test)]
+        let descriptors = {
+            let mut descriptors = descriptors;
+            if FAIL_NEXT_ROCKSDB_OPEN.with(|f| f.replace(false)) {
+                // A family the database does not hold: RocksDB's own open refuses it
+                // once it has made its files.
+                descriptors.push(ColumnFamilyDescriptor::new(
+                    "idem-test:missing",
+                    Options::default(),
+                ));
             }
-        })?;
+            descriptors
+        };
+        let mut db = match DB::open_cf_descriptors(&db_opts, path, descriptors) {
+            Ok(db) => db,
+            Err(e) => {
+                let msg = e.into_string();
+                if lock_held_elsewhere(&msg) {
+                    return Err(Error::AlreadyOpen {
+                        path: path.to_path_buf(),
+                    });
+                }
+                // RocksDB's own open failed (it could not write a file, say), and may
+                // have left what it made (its LOCK and LOG, a new database's first
+                // files) in the directory: those go, as a refused open's would. Only
+                // while this process holds the directory's `flock`, so that no other
+                // open of this build can have made anything there meanwhile; and not
+                // when another holds RocksDB's lock (above), whose files they are.
+                if let (Some(new), Some(_)) = (noted, &dir.1) {
+                    new.undo();
+                }
+                return Err(Error::Store(StoreError::new("open", msg)));
+            }
+        };
         created = UndoCreation(parking_lot::Mutex::new(noted));
 
         let format = db.get(FORMAT_KEY).map_err(|e| store_err("open", e))?;
@@ -3158,6 +3182,15 @@ std::thread_local! {
     static FAIL_NEXT_SETTINGS_WRITE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// The next write of a new database's metadata ([`Store::open`]) fails.
     static FAIL_NEXT_METADATA_WRITE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The next RocksDB open of a store ([`Store::open`]) fails.
+    static FAIL_NEXT_ROCKSDB_OPEN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Makes RocksDB's own open of the next store opened (on this thread) fail, once it
+/// has made its files: it is asked for a column family the database does not hold.
+#[cfg(test)]
+pub(crate) fn fail_next_rocksdb_open() {
+    FAIL_NEXT_ROCKSDB_OPEN.with(|f| f.set(true));
 }
 
 /// Makes the next write of the namespaces' settings at an open (on this thread)

@@ -6305,8 +6305,8 @@ fn make_way(slot: &SlotCell, #[cfg_attr(not(test), allow(unused_variables))] i: 
 /// it find room without walking every shard again (see `NsInner::claim_one`).
 const EVICTION_GROUP: usize = 64;
 
-/// The fewest keys a shard gives to an eviction group when it has them (see
-/// `NsInner::evict`).
+/// The fewest keys a shard gives to an eviction group at its turn when it holds
+/// twice as many (never more than half its keys at one turn; see `NsInner::evict`).
 const EVICTION_SHARE: usize = 8;
 
 /// How many times one claim may find the pool empty and collect room from other
@@ -6609,7 +6609,11 @@ impl NsInner {
     /// shards), and a group begins at the shard after the last one's: each shard's
     /// own keys go oldest first (its hand), so the shares keep the dropped keys near
     /// the oldest of the namespace, where one shard giving whole groups would drop its
-    /// new keys while older ones stayed in the others.
+    /// new keys while older ones stayed in the others. A turn takes at most half the
+    /// keys its shard holds: a shard of fewer keys than a share would otherwise give
+    /// its newest too, while the shards after it kept all theirs. A shard gives more
+    /// than its older half only in a later round, once every other shard has given
+    /// its own or has no done key left.
     fn evict(&self, max: usize) -> usize {
         use std::sync::atomic::Ordering as O;
         let n = self.slots.len();
@@ -6624,10 +6628,13 @@ impl NsInner {
         while dropped < max && left > 0 {
             if !dry[si] {
                 let cap = self.capacity();
-                let want = share.min(max - dropped);
-                let got = self.slots[si].lock().evict_done(want, &cap);
+                let mut shard = self.slots[si].lock();
+                let want = share.min(max - dropped).min(shard.len().div_ceil(2));
+                let got = shard.evict_done(want, &cap);
+                drop(shard);
                 dropped += got;
-                if got < want {
+                // (An empty shard is asked for nothing, and gives it.)
+                if got < want || got == 0 {
                     dry[si] = true;
                     left -= 1;
                 }

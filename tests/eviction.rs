@@ -49,3 +49,56 @@ fn a_full_hot_tier_takes_its_eviction_groups_from_the_shards_in_turn() {
         engine.stats()
     );
 }
+
+#[test]
+fn an_eviction_turn_takes_at_most_half_of_a_small_shards_keys() {
+    // 128 keys of room over 16 shards, about 8 keys a shard: fewer than a share (8),
+    // so a turn that took a whole share took a shard's newest keys too, while the
+    // shards after it kept all theirs, the oldest included. One group of 64 now
+    // takes the older half of each shard in turn, and every shard keeps its newer
+    // half.
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let engine = Engine::builder()
+        .clock(clock.clone())
+        .maintenance_interval(None)
+        .seed(7)
+        .durable(dir.path())
+        .namespace("ns", small().ttl(secs(3600)).max_keys(128).shards(16))
+        .build()
+        .expect("opening the durable engine");
+    let ns = engine.namespace("ns").unwrap();
+    for i in 0..129 {
+        acquire(&ns, key(i).as_bytes()).complete().unwrap();
+        clock.advance(ms(1));
+    }
+    let s = engine.stats();
+    assert_eq!(s.evictions, 64, "{s:?}");
+    // Each shard's first 128 keys, oldest first.
+    let mut shards = vec![Vec::new(); ns.shard_count()];
+    for i in 0..128 {
+        shards[idem::__bench::shard_of(&ns, key(i).as_bytes()).unwrap()].push(i);
+    }
+    // Whether `i` is in memory: `check` reads the durable tier for a key that is
+    // not, and brings nothing back.
+    let resident = |i: u64| {
+        let reads = engine.stats().durable_reads;
+        match ns.check(key(i).as_bytes()) {
+            Ok(Some(KeyState::Done { .. })) => {}
+            other => panic!("{i}: expected a done key, got {other:?}"),
+        }
+        engine.stats().durable_reads == reads
+    };
+    for (si, keys) in shards.iter().enumerate() {
+        let newer_half = &keys[keys.len().div_ceil(2)..];
+        let dropped: Vec<u64> = newer_half
+            .iter()
+            .copied()
+            .filter(|&i| !resident(i))
+            .collect();
+        assert!(
+            dropped.is_empty(),
+            "shard {si} of keys {keys:?} lost newer keys {dropped:?}"
+        );
+    }
+}

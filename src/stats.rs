@@ -66,8 +66,11 @@ pub struct Stats {
     /// read of its claim marker by a claim that lost its lease, where the marker may
     /// be in RocksDB).
     pub durable_reads: u64,
-    /// Writes to the durable tier (claim markers, completions, releases, forgets;
-    /// a batch counts once).
+    /// Writes to the durable tier (claim markers and their renewals, completions,
+    /// releases, forgets, a sliding window's rewritten records, and the delete of a
+    /// marker left in RocksDB by a claim that lost its lease; a batch's own write
+    /// counts once, and each guard of a batch completion that lost its lease adds
+    /// that delete of its own).
     pub durable_writes: u64,
     /// Durable-tier operations that failed.
     pub store_errors: u64,

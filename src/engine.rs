@@ -868,6 +868,9 @@ mod tests {
         /// Just before a claim's last attempt (the one with every shard's lock:
         /// `NsInner::claim_exclusive`).
         static BEFORE_EXCLUSIVE: Hook = const { std::cell::RefCell::new(None) };
+        /// In a single claim, once it has read the clock, before it takes its
+        /// shard's lock.
+        static AFTER_CLAIM_CLOCK: Hook = const { std::cell::RefCell::new(None) };
         /// In a durable forget, between the delete of the key's records and the
         /// removal of its hot entry.
         static AFTER_FORGET_DELETE: Hook = const { std::cell::RefCell::new(None) };
@@ -1418,6 +1421,59 @@ mod tests {
 
     pub(super) fn before_exclusive_claim() {
         run_hook(&BEFORE_EXCLUSIVE);
+    }
+
+    pub(super) fn after_claim_clock() {
+        run_hook(&AFTER_CLAIM_CLOCK);
+    }
+
+    /// A claim that read the clock before another thread acquired and completed
+    /// its key (it waited for the shard's lock meanwhile) answers `Duplicate` with
+    /// the completion's own time, and the window counted from it, in memory and
+    /// with a durable tier. Before, a fixed window's completion time was taken as
+    /// the claim's earlier reading, and with a durable tier the expiry too: the
+    /// answer put the completion before it happened and the key's end early.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_duplicate_claim_that_waited_reports_the_completion_time() {
+        use crate::{Claim, ManualClock, NamespaceConfig};
+        for durable in [false, true] {
+            let dir = Scratch::new("stale-claim-clock");
+            let clock = ManualClock::new(1_700_000_000_000);
+            let cfg = NamespaceConfig::new()
+                .ttl(std::time::Duration::from_millis(100))
+                .retention(std::time::Duration::from_millis(1_000));
+            let engine = if durable {
+                durable_on(&dir, &clock, cfg).unwrap()
+            } else {
+                crate::Engine::builder()
+                    .clock(clock.clone())
+                    .maintenance_interval(None)
+                    .namespace("n", cfg)
+                    .build()
+                    .unwrap()
+            };
+            let ns = engine.namespace("n").unwrap();
+            let (other, later) = (ns.clone(), clock.clone());
+            set_hook(&AFTER_CLAIM_CLOCK, move || {
+                later.advance(std::time::Duration::from_millis(7));
+                let Claim::Acquired(g) = other.claim(b"k").unwrap() else {
+                    panic!("the key is new");
+                };
+                g.complete_with_result(b"r").unwrap();
+            });
+            let Claim::Duplicate(d) = ns.claim(b"k").unwrap() else {
+                panic!("completed meanwhile");
+            };
+            let done_at = 1_700_000_000_007;
+            assert_eq!(d.completed_at_ms(), done_at, "durable {durable}: {d:?}");
+            let window = if durable { 1_000 } else { 100 };
+            assert_eq!(
+                d.expires_at_ms(),
+                done_at + window,
+                "durable {durable}: {d:?}"
+            );
+        }
     }
 
     pub(super) fn after_forget_delete() {
@@ -7349,6 +7405,8 @@ impl Namespace {
         // holds them) overlaps the clock read and the lock.
         let slot = ns.prefetch_to_lock(fp);
         let now = ns.now();
+        #[cfg(test)]
+        tests::after_claim_clock();
         self.claim_locked_at(fp, payload, slot, now)
     }
 
@@ -8057,7 +8115,9 @@ impl Done {
     /// With a coarser [`EngineBuilder::tick`], a fixed window's completion answered
     /// from the hot tier is worked out from its deadline, which keeps whole ticks:
     /// it may read up to one tick later than the completion (never later than the
-    /// claim's own time), while one read back from the durable tier is exact.
+    /// claim's own time), or, for a claim that read the clock before the completion
+    /// (it waited for the key meanwhile), up to one tick earlier, while one read back
+    /// from the durable tier is exact.
     pub fn completed_at_ms(&self) -> u64 {
         self.completed_at_ms
     }

@@ -1750,10 +1750,15 @@ fn done_times(p: &Params, now: Now, deadline: u32, kept: Option<u64>) -> (u64, u
 }
 
 /// A fixed-window done entry's completion time as its deadline (`deadline_ms`, its
-/// TTL's end) gives it back, never later than now.
+/// TTL's end) gives it back: the deadline keeps whole ticks, so the completion was
+/// up to a tick before the TTL's start, and not after now. But `now` is the
+/// look-up's reading, which may have been taken before the completion (the claim
+/// waited for the shard's lock meanwhile): never more than a tick before the TTL's
+/// start, exact on 1 ms ticks.
 #[inline(always)]
 fn derived_completion(p: &Params, now: Now, deadline_ms: u64) -> u64 {
-    deadline_ms.saturating_sub(p.ttl_ms).min(now.ms)
+    let start = deadline_ms.saturating_sub(p.ttl_ms);
+    start.min(now.ms.max(start.saturating_sub(p.tick_ms - 1)))
 }
 
 /// Removes entry `idx` (already unlinked from the wheel) from index, side table and slab.

@@ -80,7 +80,7 @@ USAGE:
         serving from the database. A DIR that starts with `-` goes after `--`.
     idem dlq list DIR --namespace N [--state S]... [--class C] [--id ID]... [--all] [--limit N]
     idem dlq show DIR --namespace N --id ID
-    idem dlq replay DIR --namespace N --dry-run [selection]
+    idem dlq replay DIR --namespace N --dry-run [--schema-cmd CMD] [selection]
     idem dlq replay DIR --namespace N --exec CMD [--schema-cmd CMD] [--actor A] [selection]
     idem dlq archive DIR --namespace N --id ID... --note TEXT [--actor A]
     idem dlq health DIR --namespace N
@@ -126,7 +126,7 @@ USAGE:
         durable completion per sync policy beside RocksDB
         used directly (W4), and restart with N completed keys (W5), printing
         markdown tables.
-    idem bench durable --disk [--keys N] [--result-bytes N]
+    idem bench durable --disk [--quick] [--keys N] [--result-bytes N]
         Disk bytes per completed key after flush and compaction.
     idem plan --rate RATE --ttl DURATION [--retention DURATION] [--fpr P]
               [--result-bytes N]

@@ -1,8 +1,8 @@
 //! `idem bench durable`: W4 (durable completion) and W5 (restart) of the benchmark
 //! workloads, with RocksDB used directly as the peer in the same run.
 //!
-//! `idem bench durable [--quick] [--w3] [--w4] [--w5] [--keys N]`
-//! `idem bench durable --disk [--keys N] [--result-bytes N]`
+//! `idem bench durable [--quick] [--w3] [--w4] [--w5] [--keys N] [--w3-rounds N] [--prefilter-fpr F]`
+//! `idem bench durable --disk [--quick] [--keys N] [--result-bytes N]`
 //!
 //! It lives in the binary (not under `benches/`) so that it runs on the same release
 //! build as `idem demo`: RocksDB's C++ is compiled once.
@@ -1396,7 +1396,7 @@ pub(crate) fn run(args: &[String]) -> Result<std::process::ExitCode, String> {
     Ok(std::process::ExitCode::SUCCESS)
 }
 
-const USAGE: &str = "usage: idem bench durable [--quick] [--w3] [--w4] [--w5] [--keys N] [--w3-rounds N] [--prefilter-fpr F]\n       idem bench durable --disk [--keys N] [--result-bytes N]";
+const USAGE: &str = "usage: idem bench durable [--quick] [--w3] [--w4] [--w5] [--keys N] [--w3-rounds N] [--prefilter-fpr F]\n       idem bench durable --disk [--quick] [--keys N] [--result-bytes N]";
 
 /// The options of `idem bench durable`; anything else is a usage error.
 #[derive(Debug, PartialEq)]

@@ -116,9 +116,9 @@ impl std::error::Error for StoreError {}
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Error {
-    /// `complete` or `release` was called on a claim whose lease had run out, or whose
-    /// key was re-claimed or forgotten since: the caller no longer holds the key and its
-    /// result was not recorded.
+    /// `complete`, `release` or `extend_lease` was called on a claim whose lease had
+    /// run out, or whose key was re-claimed or forgotten since: the caller no longer
+    /// holds the key, and its result (or extension) was not recorded.
     LeaseLost,
     /// The key was seen before with a different payload fingerprint (key reuse).
     PayloadMismatch,

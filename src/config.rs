@@ -209,7 +209,10 @@ impl NamespaceConfig {
     /// With a durable tier and [`ClaimMarkers::Journal`]: how many claims may be in
     /// flight with their marker in the journal (default 32,768, between 1 and
     /// 16,777,216). Each slot takes 64 bytes of the journal file, allocated when the
-    /// engine opens; further claims in flight write their markers to RocksDB.
+    /// engine opens; further claims in flight write their markers to RocksDB. A
+    /// claim given up without an end (a completion refused for its input, a guard
+    /// leaked with `mem::forget`) keeps its slot for the rest of the run, unless its
+    /// key is claimed again.
     pub fn journal_slots(mut self, slots: usize) -> Self {
         self.journal_slots = slots;
         self

@@ -388,7 +388,11 @@ pub struct Plan {
     /// 60 s / (retention / 4) more, a dozen at a retention of 20 s), held against live
     /// filters by tests.
     pub prefilter_bits_per_key: f64,
-    /// Prefilter memory for the retained keys.
+    /// Prefilter memory for the retained keys: the average over a span, from
+    /// [`Plan::prefilter_bits_per_key`]. For the minute after each span (a quarter of
+    /// the retention) ends, the generation that ended is still kept beside the one
+    /// begun, so the prefilter then holds up to one filter more, a quarter of the
+    /// retained keys' (a fifth more than this figure at a retention of hours).
     pub prefilter_bytes: u64,
     /// Durable-tier disk bytes per retained key (the done records' SST files after
     /// compaction; a result is stored uncompressed).

@@ -449,7 +449,7 @@ pub(crate) fn render(o: &Options, plan: &Plan, memory: Option<Memory>) -> String
     }
     out += "\nnotes:\n";
     out += "- per-key figures were measured by the benchmark harness (BENCHMARKS.md); Stats::bytes_per_key() reports the live hot-tier figure\n";
-    out += "- the prefilter figure is its generational sizing: 5 Bloom filters of 1/4 of the keys, each at fpr/5, and the ones kept a minute past their end, on average 60 s / (retention / 4) more (the textbook single filter would take -ln(fpr)/ln(2)^2 bits per key but could never drop expired keys)\n";
+    out += "- the prefilter figure is its generational sizing: 5 Bloom filters of 1/4 of the keys, each at fpr/5, and the ones kept a minute past their end, on average 60 s / (retention / 4) more; for the minute after each quarter of the retention ends, up to one filter more than that average (a fifth more at a retention of hours or days): the memory to provide (the textbook single filter would take -ln(fpr)/ln(2)^2 bits per key but could never drop expired keys)\n";
     out += &format!(
         "- the hot-tier figure is a fixed window's, keys claimed without a payload: a sliding window (extend_on_duplicate) adds {:.1} B a key, claim_with_payload {:.1} B\n",
         plan.sliding_bytes_per_key, plan.payload_bytes_per_key

@@ -135,8 +135,9 @@ pub struct Stats {
     /// Claim markers held in the memory-mapped journal now
     /// ([`ClaimMarkers::Journal`](crate::ClaimMarkers::Journal)): the claims in flight,
     /// and claims given up without an end this run (a completion refused for its
-    /// input, a guard leaked with `mem::forget`), whose markers stay until the next
-    /// open settles them.
+    /// input, a guard leaked with `mem::forget`) or decided from the hot tier alone
+    /// (fail open, the store refusing the completion's write), whose markers stay
+    /// until the next open settles them or their key is claimed again.
     pub journal_markers: u64,
     /// Claim markers that found the journal full and went to RocksDB instead (more
     /// claims in flight than `NamespaceConfig::journal_slots`), a lease extension's

@@ -16,7 +16,8 @@
 //!   them pays nothing).
 //! * `read_back_times`: the completion time of a fixed-window entry read back from
 //!   the durable tier that its deadline does not give back, or the record's expiry
-//!   of a sliding one that its deadline falls short of (few), in a side table.
+//!   of a sliding one that its deadline falls short of, or of a fixed one written
+//!   under another retention (few), in side tables.
 //!
 //! The table is the truth and the wheel a hint: a read checks the entry's deadline
 //! itself, and the wheel only makes sure expired entries are reclaimed without traffic.
@@ -999,6 +1000,40 @@ fn found_needs_extra(p: &Params, now: Now, d: &DurableDone, deadline: u64) -> bo
     derived_completion(p, now, p.tick_to_ms(deadline)) != d.completed_at_ms
 }
 
+/// What done entries read back from the durable tier keep beside them where their
+/// deadline does not give it back (`EXTRA_BIT` set; few, and only with a durable
+/// tier): `Shard::read_back_times`.
+#[derive(Debug, Default)]
+struct ReadBacks {
+    /// In a namespace of fixed windows, the completion times that the deadline does
+    /// not give back (see `found_needs_extra`). In a namespace of sliding windows, the
+    /// record's expiry where the hot tier's reckoning from the deadline falls short of
+    /// it: a record extended on another run's ticks may have been rounded past a
+    /// retention boundary that this run's ticks do not pass.
+    times: HashMap<u32, u64>,
+    /// In a namespace of fixed windows, the record's expiry where this run's
+    /// retention, counted from the completion, does not give it back within the tick
+    /// an answer may read early: a record written under another retention (the
+    /// configuration changed between runs). A longer one would have the hot tier
+    /// answer an expiry the record does not reach, and the key would be claimable
+    /// before it; a shorter one an expiry whole retentions early.
+    expiries: HashMap<u32, u64>,
+}
+
+impl ReadBacks {
+    fn remove(&mut self, idx: u32) {
+        self.times.remove(&idx);
+        if !self.expiries.is_empty() {
+            self.expiries.remove(&idx);
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        table_bytes(self.times.capacity(), std::mem::size_of::<(u32, u64)>())
+            + table_bytes(self.expiries.capacity(), std::mem::size_of::<(u32, u64)>())
+    }
+}
+
 /// Whether a sliding window read back from the durable tier, restarted to hot
 /// deadline `when`, outlasts its record.
 fn needs_rewrite(p: &Params, d: &DurableDone, when: u64) -> bool {
@@ -1639,14 +1674,9 @@ pub(crate) struct Shard {
     payloads: Column<u64>,
     /// Stored results, of entries with `EXTRA_BIT` set.
     results: Results,
-    /// The completion times of fixed-window entries read back from the durable tier
-    /// that their deadline does not give back (see `found_needs_extra`; `EXTRA_BIT`
-    /// set): few, and only with a durable tier. In a namespace of sliding windows,
-    /// the record's expiry of entries read back where the hot tier's reckoning from
-    /// their deadline falls short of it (`EXTRA_BIT` set): a record extended on
-    /// another run's ticks may have been rounded past a retention boundary that this
-    /// run's ticks do not pass.
-    read_back_times: HashMap<u32, u64>,
+    /// What entries read back from the durable tier keep of their record where
+    /// their deadline does not give it back (see [`ReadBacks`]).
+    read_back_times: ReadBacks,
     /// A sliding window's done entries' completion times (empty in a namespace with
     /// fixed windows, whose completion times follow from their deadlines).
     completed: Column<u64>,
@@ -1768,7 +1798,7 @@ fn remove_unlinked(
     index_spare: &mut Option<index::Spare>,
     slab: &mut Slab,
     results: &mut Results,
-    read_back_times: &mut HashMap<u32, u64>,
+    read_back_times: &mut ReadBacks,
     unstored: &mut HashSet<u32>,
     live: &mut usize,
     idx: u32,
@@ -1780,7 +1810,7 @@ fn remove_unlinked(
     index.remove_using(e.lo(), idx, index_spare);
     if e.has_extra() {
         results.take(idx);
-        read_back_times.remove(&idx);
+        read_back_times.remove(idx);
     }
     slab.release(idx);
     *live -= 1;
@@ -1796,7 +1826,7 @@ impl Shard {
             wheel: Wheel::new(now_tick),
             payloads: Column::default(),
             results: Results::default(),
-            read_back_times: HashMap::new(),
+            read_back_times: ReadBacks::default(),
             completed: Column::default(),
             unstored: HashSet::new(),
             rewriting: HashMap::new(),
@@ -1954,10 +1984,7 @@ impl Shard {
             + self.index_spare.as_ref().map_or(0, index::Spare::bytes)
             + self.payloads.bytes()
             + self.results.bytes()
-            + table_bytes(
-                self.read_back_times.capacity(),
-                std::mem::size_of::<(u32, u64)>(),
-            )
+            + self.read_back_times.bytes()
             + self.completed.bytes()
             + table_bytes(self.unstored.capacity(), std::mem::size_of::<u32>())
             + table_bytes(self.rewriting.capacity(), std::mem::size_of::<(u32, u64)>())
@@ -2008,20 +2035,29 @@ impl Shard {
                 extra.then(|| self.results.get(idx)).flatten(),
             ),
             (false, true) => (
-                self.read_back_times.get(&idx).copied(),
+                self.read_back_times.times.get(&idx).copied(),
                 self.results.get(idx),
             ),
             (false, false) => (None, None),
         };
         let (completed_at_ms, expires_at_ms) = done_times(p, now, e.deadline, kept);
-        // A sliding window read back keeps its record's expiry, if this run's
-        // reckoning falls short of it (records are never shortened, so it still holds).
-        let expires_at_ms = match (p.sliding && e.has_extra())
-            .then(|| self.read_back_times.get(&idx))
-            .flatten()
-        {
-            Some(&record_ms) => expires_at_ms.max(record_ms),
-            None => expires_at_ms,
+        let expires_at_ms = match (p.sliding, e.has_extra()) {
+            // A sliding window read back keeps its record's expiry, if this run's
+            // reckoning falls short of it (records are never shortened, so it still
+            // holds).
+            (true, true) => match self.read_back_times.times.get(&idx) {
+                Some(&record_ms) => expires_at_ms.max(record_ms),
+                None => expires_at_ms,
+            },
+            // A fixed window's record written under another retention: its own
+            // expiry (a fixed window's record is never rewritten).
+            (false, true) => self
+                .read_back_times
+                .expiries
+                .get(&idx)
+                .copied()
+                .unwrap_or(expires_at_ms),
+            (_, false) => expires_at_ms,
         };
         (completed_at_ms, expires_at_ms, result)
     }
@@ -2410,7 +2446,7 @@ impl Shard {
         self.counters.expirations += 1;
         if e.has_extra() {
             self.results.take(idx);
-            self.read_back_times.remove(&idx);
+            self.read_back_times.remove(idx);
         }
         if !self.unstored.is_empty() {
             self.unstored.remove(&idx);
@@ -2671,11 +2707,29 @@ impl Shard {
                         done_times(p, now, self.slab.get(idx).deadline, Some(d.completed_at_ms));
                     if reckoned < d.expires_at_ms {
                         self.slab.update_meta(idx, |m| m | EXTRA_BIT);
-                        self.read_back_times.insert(idx, d.expires_at_ms);
+                        self.read_back_times.times.insert(idx, d.expires_at_ms);
                     }
-                } else if found_needs_extra(p, now, &d, deadline) {
-                    self.slab.update_meta(idx, |m| m | EXTRA_BIT);
-                    self.read_back_times.insert(idx, d.completed_at_ms);
+                } else {
+                    let kept = found_needs_extra(p, now, &d, deadline);
+                    let (_, reckoned) = done_times(
+                        p,
+                        now,
+                        self.slab.get(idx).deadline,
+                        kept.then_some(d.completed_at_ms),
+                    );
+                    // Within the tick an answer may read early, this run's reckoning
+                    // stands; otherwise the record was written under another
+                    // retention, and its expiry is kept.
+                    let off = reckoned > d.expires_at_ms || d.expires_at_ms - reckoned >= p.tick_ms;
+                    if kept || off {
+                        self.slab.update_meta(idx, |m| m | EXTRA_BIT);
+                    }
+                    if kept {
+                        self.read_back_times.times.insert(idx, d.completed_at_ms);
+                    }
+                    if off {
+                        self.read_back_times.expiries.insert(idx, d.expires_at_ms);
+                    }
                 }
                 self.counters.duplicates += 1;
                 // A sliding window restarts at this sighting; if that outlasts the

@@ -555,6 +555,56 @@ fn past_retention_a_key_is_claimable_again_after_a_restart() {
     assert_eq!(duplicate(&ns, b"k").completed_at_ms(), T0 + 120_000);
 }
 
+/// A fixed window read back from a record written under another retention (the
+/// configuration changed between runs) answers the record's expiry from the hot tier
+/// too, not one counted with this run's retention: later than the record (a
+/// retention lengthened), the key would be claimable before the answered expiry;
+/// earlier (a retention shortened), the answer would be whole minutes early. Within
+/// the TTL (the entry's completion follows from its deadline) and past it (the
+/// completion is kept beside the entry), and through `check` as well.
+#[test]
+fn a_fixed_window_read_back_answers_its_records_expiry_after_the_retention_changed() {
+    for (first, then) in [(120, 600), (600, 120)] {
+        for read_at in [10_000, 90_000] {
+            let dir = TempDir::new();
+            let clock = ManualClock::new(T0);
+            {
+                let (_engine, ns) = open(&dir, &clock, small().retention(secs(first)));
+                acquire(&ns, b"k").complete().unwrap();
+            }
+            let expiry = T0 + first * 1000;
+            clock.set(T0 + read_at);
+            let (_engine, ns) = open(&dir, &clock, small().retention(secs(then)));
+            let what = format!("retention {first} s then {then} s, read at {read_at} ms");
+            assert_eq!(duplicate(&ns, b"k").expires_at_ms(), expiry, "{what}: read");
+            let from_hot = duplicate(&ns, b"k");
+            assert_eq!(from_hot.completed_at_ms(), T0, "{what}");
+            assert_eq!(
+                from_hot.expires_at_ms(),
+                expiry,
+                "{what}: from the hot tier"
+            );
+            let Some(KeyState::Done { expires_at_ms, .. }) = ns.check(b"k").unwrap() else {
+                panic!("{what}: done")
+            };
+            assert_eq!(expires_at_ms, expiry, "{what}: checked");
+            // A third duplicate in a row on this thread is read without the lock first.
+            assert_eq!(
+                duplicate(&ns, b"k").expires_at_ms(),
+                expiry,
+                "{what}: third"
+            );
+            match &ns.claim_batch(&[b"k"]).unwrap()[..] {
+                [Claim::Duplicate(d)] => assert_eq!(d.expires_at_ms(), expiry, "{what}: batch"),
+                other => panic!("{what}: {other:?}"),
+            }
+            clock.set(expiry - 1);
+            duplicate(&ns, b"k");
+            clock.set(expiry);
+            acquire(&ns, b"k").release().unwrap();
+        }
+    }
+}
 /// The sliding window of these tests: TTL 60 s, retention 120 s.
 fn sliding() -> NamespaceConfig {
     small().retention(secs(120)).extend_on_duplicate(true)

@@ -344,7 +344,11 @@ impl NamespaceConfig {
     /// rewritten to last another retention, so the window survives a restart. That
     /// sighting's claim then writes (with the namespace's sync policy), about once
     /// per retention for a key seen steadily, and returns the store's error if the
-    /// write fails under [`FailurePolicy::FailClosed`].
+    /// write fails under [`FailurePolicy::FailClosed`]. The record's end is counted in
+    /// this run's retentions from the completion: a record written under a shorter
+    /// retention (the configuration changed between runs) is rewritten at its key's
+    /// first sighting, to last the longer one, whether or not the window reached its
+    /// end.
     pub fn extend_on_duplicate(mut self, extend: bool) -> Self {
         self.extend_on_duplicate = extend;
         self

@@ -723,6 +723,42 @@ fn a_sliding_window_kept_only_on_disk_is_extended_when_read_back() {
     assert_eq!(duplicate(&ns, b"k").completed_at_ms(), T0);
 }
 
+/// A sliding window's record counts its end in this run's retentions: written under a
+/// retention of 120 s, read back by a run whose retention is 600 s, its first
+/// sighting (whose window ends well within the record) rewrites it to last 600 s from
+/// the completion, and the answer says so; a shortened retention leaves it as it is.
+#[test]
+fn a_sliding_window_read_back_under_a_changed_retention_lasts_the_longer_one() {
+    for (then, expiry) in [(600, T0 + 600_000), (60, T0 + 120_000)] {
+        let dir = TempDir::new();
+        let clock = ManualClock::new(T0);
+        {
+            let (_engine, ns) = open(&dir, &clock, sliding());
+            acquire(&ns, b"k").complete().unwrap();
+        }
+        clock.set(T0 + 10_000);
+        let (engine, ns) = open(&dir, &clock, sliding().retention(secs(then)));
+        let writes = engine.stats().durable_writes;
+        assert_eq!(duplicate(&ns, b"k").expires_at_ms(), expiry, "{then} s");
+        assert_eq!(
+            duplicate(&ns, b"k").expires_at_ms(),
+            expiry,
+            "{then} s, hot"
+        );
+        assert_eq!(
+            engine.stats().durable_writes - writes,
+            u64::from(then == 600),
+            "{then} s"
+        );
+        drop((engine, ns));
+        clock.set(expiry - 1);
+        let (_engine, ns) = open(&dir, &clock, small().retention(secs(then)));
+        duplicate(&ns, b"k");
+        clock.set(expiry);
+        acquire(&ns, b"k").release().unwrap();
+    }
+}
+
 #[test]
 fn a_failed_window_extension_fails_the_claim_and_is_retried() {
     let dir = TempDir::new();

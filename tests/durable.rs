@@ -2878,6 +2878,97 @@ fn a_claim_that_finds_room_in_another_shard_reads_the_durable_tier_once() {
     assert_eq!(engine.stats().capacity_refusals, 0);
 }
 
+/// `check` and `check_with_payload` write nothing: in every marker mode, with and
+/// without the prefilter, fixed and sliding windows, over keys in every state (an
+/// orphan whose lease ran out, done and read back from the durable tier only, done in
+/// the hot tier, forgotten, in progress, a lease extended, never seen), the
+/// database's files are byte for byte as they were, a second round answers the
+/// same, and no counter moves but the reads'.
+#[test]
+fn checks_write_nothing_to_the_database_and_move_no_counter_but_reads() {
+    fn files(dir: &Path) -> Vec<(String, u128)> {
+        let mut v: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .filter(|e| e.file_type().unwrap().is_file())
+            .map(|e| {
+                let bytes = std::fs::read(e.path()).unwrap();
+                let name = e.file_name().to_string_lossy().into_owned();
+                (name, xxhash_rust::xxh3::xxh3_128(&bytes))
+            })
+            .collect();
+        v.sort();
+        v
+    }
+    for markers in MARKER_MODES {
+        for (sliding, prefilter) in [(false, false), (false, true), (true, false), (true, true)] {
+            let cfg = small()
+                .retention(secs(600))
+                .max_keys(4)
+                .claim_markers(markers)
+                .prefilter(prefilter)
+                .extend_on_duplicate(sliding);
+            let what = format!("{markers:?}, sliding {sliding}, prefilter {prefilter}");
+            let dir = TempDir::new();
+            let clock = ManualClock::new(T0);
+            {
+                let (engine, ns) = open(&dir, &clock, cfg.clone());
+                let g = acquired(ns.claim_with_payload(b"orphan", b"p").unwrap());
+                engine.debug_fail_store_writes(true);
+                drop(g); // its marker stays in RocksDB (Immediate)
+            }
+            let (engine, ns) = open(&dir, &clock, cfg);
+            let claim = |k: &str| acquired(ns.claim_with_payload(k.as_bytes(), b"p").unwrap());
+            claim("old").complete_with_result(b"r-old").unwrap();
+            clock.advance(secs(61)); // past the TTL: "old" is on disk only
+            for i in 0..6 {
+                // More than `max_keys`: some leave the hot tier.
+                claim(&format!("d{i}")).complete_with_result(b"r").unwrap();
+            }
+            claim("gone").complete().unwrap();
+            assert!(ns.forget(b"gone").unwrap());
+            let _held = claim("held");
+            let mut extended = claim("extended");
+            extended.extend_lease(secs(1)).unwrap();
+            clock.advance(secs(2));
+            engine.run_maintenance();
+            engine.sync().unwrap();
+            let keys = [
+                "orphan", "old", "d0", "d1", "d2", "d3", "d4", "d5", "gone", "held", "extended",
+                "never",
+            ];
+            let (before, stats) = (files(dir.path()), ns.stats());
+            let answers = || {
+                keys.map(|k| {
+                    let k = k.as_bytes();
+                    let p = (
+                        ns.check_with_payload(k, b"p"),
+                        ns.check_with_payload(k, b"q"),
+                    );
+                    (ns.check(k), p)
+                })
+            };
+            let first = answers();
+            assert_eq!(answers(), first, "{what}");
+            assert!(
+                matches!(first[1].0, Ok(Some(KeyState::Done { .. }))),
+                "{what}: {first:?}"
+            );
+            assert_eq!(files(dir.path()), before, "{what}");
+            let after = ns.stats();
+            assert!(after.durable_reads > stats.durable_reads, "{what}");
+            let reads_aside = |mut s: idem::Stats| {
+                s.durable_reads = 0;
+                s.prefilter_negatives = 0;
+                s.prefilter_passes = 0;
+                s.prefilter_false_positives = 0;
+                s
+            };
+            assert_eq!(reads_aside(after), reads_aside(stats), "{what}");
+        }
+    }
+}
+
 // 11. Orphans.
 
 #[test]

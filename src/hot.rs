@@ -78,8 +78,9 @@ const STATE_IN_PROGRESS: u32 = 1;
 const STATE_DONE: u32 = 2;
 /// The entry has a payload fingerprint (in `Shard::payloads`).
 const PAYLOAD_BIT: u32 = 0b100;
-/// The entry has a stored result (in `Shard::results`) or a kept completion time (in
-/// `Shard::read_back_times`): a duplicate's answer needs more than the entry.
+/// The entry has a stored result (in `Shard::results`) or a kept completion time or
+/// record expiry (in `Shard::read_back_times`): a duplicate's answer needs more than
+/// the entry.
 const EXTRA_BIT: u32 = 0b1000;
 /// A durable completion is being written: the entry stays held whatever its lease.
 const COMPLETING_BIT: u32 = 0b1_0000;
@@ -1382,8 +1383,8 @@ impl ShardSlot {
 
     /// The answer to a claim of `fp` (with no payload) if the hot tier holds it done
     /// and live, read without the shard's lock; `None` when it does not, or when the
-    /// read cannot tell (a writer was inside, the entry has a stored result or is
-    /// being completed, the window slides): the claim
+    /// read cannot tell (a writer was inside, the entry has a stored result or a kept
+    /// time or is being completed, the window slides): the claim
     /// then takes the lock. `claim_batch` asks it first for every key.
     ///
     /// Nothing is written: two threads answering duplicates of one shard share its

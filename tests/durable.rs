@@ -605,6 +605,71 @@ fn a_fixed_window_read_back_answers_its_records_expiry_after_the_retention_chang
         }
     }
 }
+/// A key read back under another retention and past its TTL keeps both its
+/// completion time and its record's expiry beside its entry; whichever way the entry
+/// goes (forgotten, expired, evicted, or taken again in place once the record ran
+/// out), the key that takes its slot next, completed with a result (which marks its
+/// entry as keeping more), answers its own times, not the rows of the key before.
+#[test]
+fn a_slot_freed_by_a_key_read_back_under_another_retention_keeps_none_of_its_times() {
+    for how in ["forget", "expire", "evict", "reuse"] {
+        let dir = TempDir::new();
+        let clock = ManualClock::new(T0);
+        let cfg = |retention| small().retention(secs(retention)).max_keys(1).shards(1);
+        {
+            let (_engine, ns) = open(&dir, &clock, cfg(600));
+            acquire(&ns, b"a").complete().unwrap();
+        }
+        clock.set(T0 + 90_000);
+        let (engine, ns) = open(&dir, &clock, cfg(120));
+        let read = duplicate(&ns, b"a");
+        assert_eq!(
+            (read.completed_at_ms(), read.expires_at_ms()),
+            (T0, T0 + 600_000)
+        );
+        let (key, at): (&[u8], u64) = match how {
+            "forget" => {
+                assert!(ns.forget(b"a").unwrap());
+                (b"b", T0 + 90_000)
+            }
+            "expire" => {
+                clock.set(T0 + 150_000);
+                engine.run_maintenance();
+                (b"b", T0 + 150_000)
+            }
+            // The only slot is taken from the done key.
+            "evict" => (b"b", T0 + 90_000),
+            _ => {
+                clock.set(T0 + 600_000);
+                (b"a", T0 + 600_000)
+            }
+        };
+        acquire(&ns, key).complete_with_result(b"r").unwrap();
+        let Some(KeyState::Done {
+            completed_at_ms,
+            expires_at_ms,
+            ..
+        }) = ns.check(key).unwrap()
+        else {
+            panic!("{how}: done");
+        };
+        assert_eq!(
+            (completed_at_ms, expires_at_ms),
+            (at, at + 120_000),
+            "{how}"
+        );
+        let d = duplicate(&ns, key);
+        assert_eq!(
+            (d.completed_at_ms(), d.expires_at_ms()),
+            (at, at + 120_000),
+            "{how}"
+        );
+        if how == "evict" {
+            assert_eq!(engine.stats().evictions, 1);
+        }
+    }
+}
+
 /// The sliding window of these tests: TTL 60 s, retention 120 s.
 fn sliding() -> NamespaceConfig {
     small().retention(secs(120)).extend_on_duplicate(true)

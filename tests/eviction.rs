@@ -16,16 +16,28 @@ fn a_full_hot_tier_takes_its_eviction_groups_from_the_shards_in_turn() {
     // oldest first), and every key completed after them stays in memory. Before,
     // every group began at the first shard, and the second and third groups dropped
     // that shard's new keys while older keys stayed in the others.
+    //
+    // Each shard gives the same share, so this holds where every shard holds at
+    // least three shares of the first 256 keys (48 of them): with a random seed,
+    // about one run in 35 (by the keys' binomial spread) put fewer in some shard,
+    // which then gave a few of its new keys, and the test failed. The fixed seed
+    // spreads them 55, 65, 65 and 71 over the shards (checked below).
     let dir = TempDir::new();
     let clock = ManualClock::new(T0);
     let engine = Engine::builder()
         .clock(clock.clone())
         .maintenance_interval(None)
+        .seed(7)
         .durable(dir.path())
         .namespace("ns", small().ttl(secs(3600)).max_keys(256).shards(4))
         .build()
         .expect("opening the durable engine");
     let ns = engine.namespace("ns").unwrap();
+    let mut first = [0; 4];
+    for i in 0..256 {
+        first[idem::__bench::shard_of(&ns, key(i).as_bytes()).unwrap()] += 1;
+    }
+    assert!(first.iter().all(|&n| n >= 48), "{first:?}");
     for i in 0..448 {
         acquire(&ns, key(i).as_bytes()).complete().unwrap();
         clock.advance(ms(1));

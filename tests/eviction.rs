@@ -5,8 +5,29 @@
 
 mod util;
 
-use idem::{Engine, KeyState, ManualClock};
+use idem::{Engine, KeyState, ManualClock, Namespace};
 use util::*;
+
+/// A durable namespace "ns" (seed 7, TTL 1 h) whose hot tier holds `room` keys over
+/// `shards` shards, in which keys 0 to `n` - 1 were claimed and completed one
+/// millisecond apart.
+fn completed_over_room(dir: &TempDir, room: usize, shards: usize, n: u64) -> (Engine, Namespace) {
+    let clock = ManualClock::new(T0);
+    let engine = Engine::builder()
+        .clock(clock.clone())
+        .maintenance_interval(None)
+        .seed(7)
+        .durable(dir.path())
+        .namespace("ns", small().ttl(secs(3600)).max_keys(room).shards(shards))
+        .build()
+        .expect("opening the durable engine");
+    let ns = engine.namespace("ns").unwrap();
+    for i in 0..n {
+        acquire(&ns, key(i).as_bytes()).complete().unwrap();
+        clock.advance(ms(1));
+    }
+    (engine, ns)
+}
 
 #[test]
 fn a_full_hot_tier_takes_its_eviction_groups_from_the_shards_in_turn() {
@@ -23,25 +44,12 @@ fn a_full_hot_tier_takes_its_eviction_groups_from_the_shards_in_turn() {
     // which then gave a few of its new keys, and the test failed. The fixed seed
     // spreads them 55, 65, 65 and 71 over the shards (checked below).
     let dir = TempDir::new();
-    let clock = ManualClock::new(T0);
-    let engine = Engine::builder()
-        .clock(clock.clone())
-        .maintenance_interval(None)
-        .seed(7)
-        .durable(dir.path())
-        .namespace("ns", small().ttl(secs(3600)).max_keys(256).shards(4))
-        .build()
-        .expect("opening the durable engine");
-    let ns = engine.namespace("ns").unwrap();
+    let (engine, ns) = completed_over_room(&dir, 256, 4, 448);
     let mut first = [0; 4];
     for i in 0..256 {
         first[idem::__bench::shard_of(&ns, key(i).as_bytes()).unwrap()] += 1;
     }
     assert!(first.iter().all(|&n| n >= 48), "{first:?}");
-    for i in 0..448 {
-        acquire(&ns, key(i).as_bytes()).complete().unwrap();
-        clock.advance(ms(1));
-    }
     let s = engine.stats();
     assert_eq!((s.evictions, s.resident_keys), (192, 256), "{s:?}");
     let reads = s.durable_reads;
@@ -70,20 +78,7 @@ fn an_eviction_turn_takes_at_most_half_of_a_small_shards_keys() {
     // takes the older half of each shard in turn, and every shard keeps its newer
     // half.
     let dir = TempDir::new();
-    let clock = ManualClock::new(T0);
-    let engine = Engine::builder()
-        .clock(clock.clone())
-        .maintenance_interval(None)
-        .seed(7)
-        .durable(dir.path())
-        .namespace("ns", small().ttl(secs(3600)).max_keys(128).shards(16))
-        .build()
-        .expect("opening the durable engine");
-    let ns = engine.namespace("ns").unwrap();
-    for i in 0..129 {
-        acquire(&ns, key(i).as_bytes()).complete().unwrap();
-        clock.advance(ms(1));
-    }
+    let (engine, ns) = completed_over_room(&dir, 128, 16, 129);
     let s = engine.stats();
     assert_eq!(s.evictions, 64, "{s:?}");
     // Each shard's first 128 keys, oldest first.

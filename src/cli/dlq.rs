@@ -304,7 +304,8 @@ fn open_engine(
         .ok_or_else(|| {
             format!(
                 "the database holds no settings for namespace {name:?} (it was last opened by \
-                 an older idem), so a replay's done records would not last the application's \
+                 an older idem, or the open that added it was stopped before it stored \
+                 them), so a replay's done records would not last the application's \
                  retention; open the database once with the application, which stores its \
                  settings, then run this again (nothing was changed)"
             )

@@ -198,8 +198,11 @@ fn dir_size(path: &Path) -> u64 {
 /// [`NamespaceConfig::new`](crate::NamespaceConfig::new) (the other settings are the application's own business).
 /// Tools that open the database without the application's configuration (`idem
 /// dlq`) use it, so that the records they write last as the application's do.
-/// `None` if the database holds none for it (a namespace it does not hold, or a
-/// database last opened by an older idem). Read-only, like [`inspect`].
+/// `None` if the database holds none for it (a namespace it does not hold, a
+/// database last opened by an older idem, or a namespace whose first open was
+/// stopped, by a crash, after it made the namespace's column families and before
+/// it stored its settings; the application's next open stores them). Read-only,
+/// like [`inspect`].
 pub fn stored_config(
     path: impl AsRef<Path>,
     namespace: &str,

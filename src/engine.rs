@@ -580,11 +580,13 @@ impl Engine {
 
     /// Compacts the durable tier now, so that records past their retention are
     /// dropped (RocksDB otherwise compacts when it sees fit). A no-op without a
-    /// durable tier. [`Error::Store`] if the memtables cannot be flushed first; a
-    /// failure of the compaction itself is not returned (RocksDB's C interface, which
-    /// the `rocksdb` crate wraps, reports none): it leaves the expired records in
-    /// place, and a write error there stops RocksDB's writes, which later writes
-    /// report.
+    /// durable tier. [`Error::Store`] if the memtables cannot be flushed first, or if
+    /// one of RocksDB's background jobs failed during the compaction (its
+    /// operation `compact`: RocksDB's C interface, which the `rocksdb` crate wraps,
+    /// drops the compaction's own status, but counts a failed job before the
+    /// compaction returns). A failed compaction leaves the expired records in place,
+    /// and one that the disk refused can stop RocksDB's writes until the next open,
+    /// as a refused write to its log does (README, "The durable tier").
     pub fn compact_store(&self) -> Result<()> {
         #[cfg(feature = "durable")]
         if let Some(store) = &self.shared.store {

@@ -1466,11 +1466,35 @@ impl Store {
                 // record that this call left in place (ARCHITECTURE.md).
                 let mut opts = rocksdb::CompactOptions::default();
                 opts.set_bottommost_level_compaction(rocksdb::BottommostLevelCompaction::Force);
+                // RocksDB's C interface drops the compaction's status; a failed
+                // background job is counted, and the count is raised before the
+                // compaction it failed hands back.
+                let failed_before = self.background_errors();
                 self.db
                     .compact_range_cf_opt(cf, None::<&[u8]>, None::<&[u8]>, &opts);
+                if self.background_errors() > failed_before {
+                    return Err(Error::Store(StoreError::new(
+                        "compact",
+                        format!(
+                            "a background job of RocksDB (a flush or a compaction) failed \
+                             while {name} was compacted: the LOG file in the database \
+                             directory says why"
+                        ),
+                    )));
+                }
             }
         }
         Ok(())
+    }
+
+    /// How many of RocksDB's background jobs (flushes, compactions) failed since the
+    /// open (its `rocksdb.background-errors` count; 0 if it cannot be read).
+    fn background_errors(&self) -> u64 {
+        self.db
+            .property_int_value("rocksdb.background-errors")
+            .ok()
+            .flatten()
+            .unwrap_or(0)
     }
 
     /// Flushes every column family's memtable to SST files, so that the next open

@@ -13,13 +13,16 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use idem::{Claim, Engine, Error, FailurePolicy, KeyState, ManualClock, NamespaceConfig};
+use idem::{
+    Claim, ClaimMarkers, Engine, Error, FailurePolicy, KeyState, ManualClock, NamespaceConfig,
+};
 use util::{acquire, assert_killed, TempDir, Watchdog, CHILD_LIMIT, T0};
 
 /// The child's scenario (the name of the test that runs it) and its directory.
 const SCENARIO: &str = "IDEM_TEST_DISK_FULL_SCENARIO";
 const DIR: &str = "IDEM_TEST_DISK_FULL_DIR";
-/// The child's failure policy: `open` or `closed`.
+/// The child's failure policy and claim markers: `closed`, `open` (journal markers)
+/// or `open-immediate`.
 const POLICY: &str = "IDEM_TEST_DISK_FULL_POLICY";
 
 /// Sets this process's largest file to `bytes` (RLIMIT_FSIZE's soft limit; the
@@ -44,17 +47,22 @@ fn lift_file_limit() {
     limit_files_to(u64::MAX);
 }
 
-fn config(policy: FailurePolicy) -> NamespaceConfig {
+fn config(policy: FailurePolicy, markers: ClaimMarkers) -> NamespaceConfig {
     NamespaceConfig::new()
         .ttl(Duration::from_secs(60))
         .lease(Duration::from_secs(600))
         .max_keys(10_000)
         .on_store_error(policy)
+        .claim_markers(markers)
 }
 
 fn open(dir: &Path, policy: FailurePolicy) -> Engine {
+    open_with(dir, policy, ClaimMarkers::Journal)
+}
+
+fn open_with(dir: &Path, policy: FailurePolicy, markers: ClaimMarkers) -> Engine {
     Engine::builder()
-        .namespace("ns", config(policy))
+        .namespace("ns", config(policy, markers))
         .state_family("st")
         .clock(ManualClock::new(T0))
         .maintenance_interval(None)
@@ -75,17 +83,18 @@ fn spawn(scenario: &str, dir: &Path, policy: &str) -> std::process::Child {
         .expect("the test binary runs again")
 }
 
-/// The child's role, if this process is the child of `scenario`: its directory and
-/// failure policy.
-fn child_of(scenario: &str) -> Option<(std::path::PathBuf, FailurePolicy)> {
+/// The child's role, if this process is the child of `scenario`: its directory,
+/// failure policy and claim markers.
+fn child_of(scenario: &str) -> Option<(std::path::PathBuf, FailurePolicy, ClaimMarkers)> {
     if std::env::var(SCENARIO).ok()? != scenario {
         return None;
     }
-    let policy = match std::env::var(POLICY).unwrap().as_str() {
-        "open" => FailurePolicy::FailOpen,
-        _ => FailurePolicy::FailClosed,
+    let (policy, markers) = match std::env::var(POLICY).unwrap().as_str() {
+        "open" => (FailurePolicy::FailOpen, ClaimMarkers::Journal),
+        "open-immediate" => (FailurePolicy::FailOpen, ClaimMarkers::Immediate),
+        _ => (FailurePolicy::FailClosed, ClaimMarkers::Journal),
     };
-    Some((std::env::var_os(DIR).unwrap().into(), policy))
+    Some((std::env::var_os(DIR).unwrap().into(), policy, markers))
 }
 
 /// Prints a line for the parent at once.
@@ -101,8 +110,8 @@ fn is_store_error(r: &idem::Result<()>) -> bool {
 }
 
 /// The child of [`a_write_the_disk_refused_stops_the_stores_writes_until_it_is_reopened`].
-fn refused_write_child(dir: &Path, policy: FailurePolicy) {
-    let engine = open(dir, policy);
+fn refused_write_child(dir: &Path, policy: FailurePolicy, markers: ClaimMarkers) {
+    let engine = open_with(dir, policy, markers);
     let ns = engine.namespace("ns").unwrap();
     acquire(&ns, b"before").complete().unwrap();
     let failing = acquire(&ns, b"failing");
@@ -131,9 +140,15 @@ fn refused_write_child(dir: &Path, policy: FailurePolicy) {
             assert_eq!(fail_open, 0);
         }
         FailurePolicy::FailOpen => {
-            // Decided from the hot tier alone, and counted.
+            // Decided from the hot tier alone, and counted (with immediate markers,
+            // the claim of "after" too, and the co-commit's claim).
             assert_eq!((&first, &after), (&Ok(()), &Ok(())));
-            assert_eq!(fail_open, 2);
+            let claims = if markers == ClaimMarkers::Immediate {
+                2
+            } else {
+                0
+            };
+            assert_eq!(fail_open, 2 + claims);
             assert!(ns.claim(b"after").unwrap().is_duplicate());
         }
     }
@@ -184,8 +199,11 @@ fn refused_write_then_kill(policy: &str) {
             // A completion decided from the hot tier alone kept its claim's
             // marker: the claim is an orphan, held until its lease runs out.
             ("open", Some(KeyState::InProgress { .. })) if key != b"co" => {}
-            ("open", None) if key == b"co" => {}
-            (_, other) => panic!("{}: {other:?}", String::from_utf8_lossy(key)),
+            ("open-immediate", Some(KeyState::InProgress { .. })) if key == b"failing" => {}
+            // A claim acquired without its marker (the store refused it) is
+            // forgotten by the crash.
+            ("open" | "open-immediate", None) if key != b"failing" => {}
+            (_, other) => panic!("{policy} {}: {other:?}", String::from_utf8_lossy(key)),
         }
     }
     assert_eq!(engine.read_state("st", b"co").unwrap(), None);
@@ -193,7 +211,11 @@ fn refused_write_then_kill(policy: &str) {
         ns.check(b"held").unwrap(),
         Some(KeyState::InProgress { .. })
     ));
-    let expected_orphans = if policy == "open" { 3 } else { 1 };
+    let expected_orphans = match policy {
+        "open" => 3,
+        "open-immediate" => 2,
+        _ => 1,
+    };
     assert_eq!(
         engine.orphans().len(),
         expected_orphans,
@@ -220,11 +242,12 @@ fn refused_write_then_kill(policy: &str) {
 #[test]
 fn a_write_the_disk_refused_stops_the_stores_writes_until_it_is_reopened() {
     let scenario = "a_write_the_disk_refused_stops_the_stores_writes_until_it_is_reopened";
-    if let Some((dir, policy)) = child_of(scenario) {
-        return refused_write_child(&dir, policy);
+    if let Some((dir, policy, markers)) = child_of(scenario) {
+        return refused_write_child(&dir, policy, markers);
     }
     refused_write_then_kill("closed");
     refused_write_then_kill("open");
+    refused_write_then_kill("open-immediate");
 }
 
 /// The child of [`compact_store_reports_a_compaction_the_disk_refused`].
@@ -267,7 +290,7 @@ fn refused_compaction_child(dir: &Path) {
 #[test]
 fn compact_store_reports_a_compaction_the_disk_refused() {
     let scenario = "compact_store_reports_a_compaction_the_disk_refused";
-    if let Some((dir, _)) = child_of(scenario) {
+    if let Some((dir, _, _)) = child_of(scenario) {
         return refused_compaction_child(&dir);
     }
     let dir = TempDir::new();

@@ -114,9 +114,10 @@ pub enum ClaimMarkers {
     /// SIGBUS at writeback: use `Immediate` there); a failing disk is reported at
     /// completion. Linux only: elsewhere markers are written as `Immediate` ones. A
     /// completion clears its marker after its own write; a release clears it at
-    /// once. When more claims are in flight than the journal has slots
-    /// ([`NamespaceConfig::journal_slots`]), the extra markers are written as
-    /// `Immediate` ones (counted in `Stats::journal_overflows`).
+    /// once; the maintenance pass frees the slots of claims given up without an
+    /// end once their lease has ended. When more claims are in flight than the
+    /// journal has slots ([`NamespaceConfig::journal_slots`]), the extra markers are
+    /// written as `Immediate` ones (counted in `Stats::journal_overflows`).
     #[default]
     Journal,
     /// Kept in memory and written by the maintenance pass (every
@@ -211,8 +212,11 @@ impl NamespaceConfig {
     /// 16,777,216). Each slot takes 64 bytes of the journal file, allocated when the
     /// engine opens; further claims in flight write their markers to RocksDB. A
     /// claim given up without an end (a completion refused for its input, a guard
-    /// leaked with `mem::forget`) keeps its slot for the rest of the run, unless its
-    /// key is claimed again.
+    /// leaked with `mem::forget`) keeps its slot until its lease has ended: then the
+    /// maintenance pass, or a marker that finds the journal full, frees it (the
+    /// claim is taken as lost: a completion after that is refused with
+    /// `LeaseLost`). A completion decided from the hot tier alone (fail open, the
+    /// store refusing its write) keeps its slot while the hot tier holds the key.
     pub fn journal_slots(mut self, slots: usize) -> Self {
         self.journal_slots = slots;
         self

@@ -306,7 +306,23 @@ impl DurableNs {
         match *self {}
     }
 
-    pub(crate) fn write_claims(&self, _c: &[(u128, Record)]) -> Result<(), crate::error::Error> {
+    pub(crate) fn write_claims(
+        &self,
+        _c: &[(u128, Record)],
+        _sweep: &dyn Fn() -> usize,
+    ) -> Result<(), crate::error::Error> {
+        match *self {}
+    }
+
+    pub(crate) fn ended_markers(&self, _now_ms: u64) -> Vec<(u128, u32)> {
+        match *self {}
+    }
+
+    pub(crate) fn sweep_marker(&self, _fp: u128, _token: u32) -> bool {
+        match *self {}
+    }
+
+    pub(crate) fn look_again_at(&self, _ms: u64) {
         match *self {}
     }
 

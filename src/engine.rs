@@ -186,7 +186,11 @@ impl Shared {
                 }
                 ns.chunks.top_up();
                 ns.make_index_spares(true);
-                ns.expire_all(now)
+                let expired = ns.expire_all(now);
+                if let Some(d) = &ns.durable {
+                    ns.sweep_markers(d, now);
+                }
+                expired
             })
             .sum();
         crate::hot::collect_retired();
@@ -873,6 +877,8 @@ mod tests {
         /// In a single claim, once it has read the clock, before it takes its
         /// shard's lock.
         static AFTER_CLAIM_CLOCK: Hook = const { std::cell::RefCell::new(None) };
+        /// In a completion, once it has read the clock, before its first lock round.
+        static AFTER_COMPLETION_CLOCK: Hook = const { std::cell::RefCell::new(None) };
         /// In a durable forget, between the delete of the key's records and the
         /// removal of its hot entry.
         static AFTER_FORGET_DELETE: Hook = const { std::cell::RefCell::new(None) };
@@ -1427,6 +1433,10 @@ mod tests {
 
     pub(super) fn after_claim_clock() {
         run_hook(&AFTER_CLAIM_CLOCK);
+    }
+
+    pub(super) fn after_completion_clock() {
+        run_hook(&AFTER_COMPLETION_CLOCK);
     }
 
     /// A claim that read the clock before another thread acquired and completed
@@ -3764,6 +3774,147 @@ mod tests {
                 engine.orphans().is_empty(),
                 "{markers:?} {flushed}: {:?}",
                 engine.orphans()
+            );
+        }
+    }
+
+    /// The child's side of
+    /// [`a_crash_after_sweeps_reports_exactly_the_claims_that_held_their_keys`]
+    /// names the directory it works in with this variable.
+    #[cfg(all(feature = "durable", target_os = "linux"))]
+    const SWEEP_CRASH_DIR: &str = "IDEM_TEST_SWEEP_CRASH_DIR";
+
+    /// The namespace of [`a_crash_after_sweeps_reports_exactly_the_claims_that_held_their_keys`]:
+    /// six journal slots, a 1 s lease.
+    #[cfg(all(feature = "durable", target_os = "linux"))]
+    fn sweep_crash_config() -> crate::NamespaceConfig {
+        crate::NamespaceConfig::new()
+            .lease(std::time::Duration::from_secs(1))
+            .journal_slots(6)
+            .max_result_len(4)
+            .sync(crate::SyncPolicy::Never)
+    }
+
+    /// A process killed with SIGKILL after sweeps of the journal reports, at the
+    /// next open, exactly the claims that still held their keys: "extended" (its
+    /// lease renewed), "completing" (its completion began within its lease and was
+    /// still writing, past the lease's end, when the sweep ran: its marker stays,
+    /// since no record of it has landed) and "fresh" (acquired by the sweep's own
+    /// claim); and none of the claims given up without an end ("leaked",
+    /// "leaked-late", "too-large"), whose slots the sweep freed. "raced" read its
+    /// time for its completion within its lease, and reached its lock only after a
+    /// claim that found the journal full swept its marker: the sweep had taken it
+    /// as lost, so its completion is refused with `LeaseLost` and writes nothing,
+    /// and after the crash the key is neither done nor held. (A sweep from the
+    /// journal alone would have cleared "completing"'s marker and let "raced"
+    /// complete with its marker gone: either, killed before the record landed, is
+    /// a claim in flight that the open does not report.) The test binary runs itself
+    /// as the child, which sets the claims up and waits to be killed.
+    #[cfg(all(feature = "durable", target_os = "linux"))]
+    #[test]
+    fn a_crash_after_sweeps_reports_exactly_the_claims_that_held_their_keys() {
+        use std::io::Write;
+        use std::time::Duration;
+        fn acquire(ns: &super::Namespace, key: &[u8]) -> super::ClaimGuard {
+            match ns.claim(key).unwrap() {
+                crate::Claim::Acquired(g) => g,
+                other => panic!("{}: {other:?}", String::from_utf8_lossy(key)),
+            }
+        }
+        if let Ok(base) = std::env::var(SWEEP_CRASH_DIR) {
+            let dir = Scratch(std::path::Path::new(&base).join("db"));
+            let (engine, ns, clock) = durable_namespace_with(&dir, sweep_crash_config());
+            std::mem::forget(acquire(&ns, b"leaked"));
+            let too_large = acquire(&ns, b"too-large").complete_with_result(b"12345");
+            assert!(matches!(
+                too_large,
+                Err(crate::Error::ResultTooLarge { .. })
+            ));
+            let mut extended = acquire(&ns, b"extended");
+            let raced = acquire(&ns, b"raced");
+            clock.advance(Duration::from_millis(500));
+            extended.extend_lease(Duration::from_secs(10)).unwrap();
+            std::mem::forget(acquire(&ns, b"leaked-late"));
+            let completing = acquire(&ns, b"completing");
+            assert_eq!(engine.stats().journal_markers, 6, "full");
+            // Within every lease: "completing" begins its completion and waits
+            // inside its write.
+            clock.advance(Duration::from_millis(400));
+            engine.debug_hold_completions(true);
+            let writing = std::thread::spawn(move || completing.complete());
+            while engine.debug_held_completions() == 0 {
+                std::thread::yield_now();
+            }
+            // A failed check below ends the child at once (the engine's drop would
+            // wait for the held completion): the parent then finds it never ready.
+            struct ExitOnPanic;
+            impl Drop for ExitOnPanic {
+                fn drop(&mut self) {
+                    if std::thread::panicking() {
+                        std::process::exit(101);
+                    }
+                }
+            }
+            let _exit_on_panic = ExitOnPanic;
+            // "raced" reads the clock within its lease; before its first lock
+            // round, every lease but "extended"'s ends, and a claim finds the
+            // journal full.
+            let fresh = std::rc::Rc::new(std::cell::RefCell::new(None));
+            {
+                let (ns, clock, fresh) = (ns.clone(), clock.clone(), fresh.clone());
+                set_hook(&AFTER_COMPLETION_CLOCK, move || {
+                    clock.advance(Duration::from_millis(1_100));
+                    *fresh.borrow_mut() = Some(acquire(&ns, b"fresh"));
+                });
+            }
+            assert_eq!(raced.complete(), Err(crate::Error::LeaseLost));
+            assert!(fresh.borrow().is_some(), "claimed during the completion");
+            let s = engine.stats();
+            assert_eq!(
+                (s.journal_markers, s.journal_overflows),
+                (3, 0),
+                "extended, completing, fresh: {s:?}"
+            );
+            engine.run_maintenance();
+            assert_eq!(engine.stats().journal_markers, 3, "still held");
+            // (On a line of its own: the harness has begun one with the test's name.)
+            println!("\nready");
+            std::io::stdout().flush().unwrap();
+            let _kept = (engine, ns, extended, fresh, writing);
+            loop {
+                std::thread::park();
+            }
+        }
+        let base = Scratch::new("sweep-crash");
+        std::fs::create_dir_all(&base.0).unwrap();
+        kill_when_ready(
+            "engine::tests::a_crash_after_sweeps_reports_exactly_the_claims_that_held_their_keys",
+            (SWEEP_CRASH_DIR, &base.0),
+        );
+        let dir = Scratch(base.0.join("db"));
+        let clock = crate::ManualClock::new(1_000_000);
+        let engine = durable_engine(&dir, sweep_crash_config(), &clock);
+        let ns = engine.namespace("n").unwrap();
+        let fp = |k: &[u8]| ns.inner.key_fp(k).unwrap().to_u128();
+        let mut orphans: Vec<u128> = engine.orphans().iter().map(|o| o.fingerprint).collect();
+        orphans.sort_unstable();
+        let mut held: Vec<u128> = [&b"extended"[..], b"completing", b"fresh"]
+            .into_iter()
+            .map(fp)
+            .collect();
+        held.sort_unstable();
+        assert_eq!(orphans, held, "{:?}", engine.orphans());
+        assert!(engine
+            .orphans()
+            .iter()
+            .all(|o| o.held && o.corrupt.is_none()));
+        assert!(ns.check(b"completing").unwrap().is_some(), "held");
+        for k in [&b"raced"[..], b"leaked", b"leaked-late", b"too-large"] {
+            assert_eq!(
+                ns.check(k).unwrap(),
+                None,
+                "{}: neither done nor held",
+                String::from_utf8_lossy(k)
             );
         }
     }
@@ -6963,11 +7114,45 @@ impl NsInner {
                 if d.defer_markers(markers) {
                     Ok(())
                 } else {
-                    d.write_claims(markers)
+                    d.write_claims(markers, &|| self.sweep_markers(d, self.now()))
                 }
             }
             _ => Ok(()),
         }
+    }
+
+    /// The sweep of claims given up without an end (a guard leaked, a completion
+    /// refused for its input, a fail-open completion kept in the hot tier alone
+    /// that has since left it): frees the journal slots of their markers, which no
+    /// completion or release would ever clear. Each journal marker whose lease has
+    /// ended by `now` is judged under its key's shard lock (`Shard::sweep_claim`):
+    /// if its claim still holds the key (its lease extended, a completion or marker
+    /// write in flight, a fail-open completion still answering from the hot tier)
+    /// the marker stays, to be looked at again; otherwise the claim is over (its
+    /// entry, still in progress past its deadline and not completing, is reclaimed
+    /// there, so that a completion after it is refused with `LeaseLost` and writes
+    /// nothing), and its marker is cleared, by token, before the lock goes. So a
+    /// marker is never cleared while its claim could still write its done record:
+    /// after a crash the claims held then are still exactly those reported.
+    /// Returns how many markers were cleared. Cheap when no marker's lease has
+    /// ended: one atomic load.
+    fn sweep_markers(&self, d: &DurableNs, now: Now) -> usize {
+        let ended = d.ended_markers(now.ms);
+        if ended.is_empty() {
+            return 0;
+        }
+        let cap = self.capacity();
+        let mut cleared = 0;
+        for (fp, token) in ended {
+            let key = Fp::from_u128(fp);
+            let mut shard = self.slots[key.shard(self.slots.len())].lock();
+            let now = shard.not_behind(&self.params, now);
+            match shard.sweep_claim(key, token, now, &cap) {
+                None => cleared += usize::from(d.sweep_marker(fp, token)),
+                Some(tick) => d.look_again_at(self.params.tick_to_ms(tick).max(now.ms + 1)),
+            }
+        }
+        cleared
     }
 
     /// Starts loading the index bucket of `fp` into the cache, ahead of its claim;
@@ -8373,8 +8558,10 @@ impl ClaimGuard {
     /// A result over the namespace's `max_result_len` is refused with
     /// [`Error::ResultTooLarge`] and changes nothing: the claim stays held until its
     /// lease runs out, as one never completed (with a durable tier its marker stays,
-    /// and the next open reports it among [`Engine::orphans`] unless its key was
-    /// claimed again).
+    /// and a crash before its lease's end has the next open report it among
+    /// [`Engine::orphans`]; after that end, with journal markers, the maintenance
+    /// pass frees its journal slot, and otherwise the marker stays until its key is
+    /// claimed again or the next open reports it).
     pub fn complete_with_result(mut self, result: &[u8]) -> Result<()> {
         let max = self.ns().cfg.max_result_len;
         if result.len() > max {
@@ -8395,8 +8582,8 @@ impl ClaimGuard {
     /// [`Error::NotDurable`] on a memory-only engine, [`Error::StateTooLarge`] for a
     /// change over [`MAX_STATE_LEN`], [`Error::UnknownStateFamily`]
     /// for a family this engine did not declare, [`Error::ResultTooLarge`]. (Such a
-    /// claim is one never completed: its claim marker stays, and the next open
-    /// reports it among [`Engine::orphans`] unless its key was claimed again.) With
+    /// claim is one never completed: its claim marker stays, as
+    /// [`ClaimGuard::complete_with_result`] says of a result too large.) With
     /// any changes, a store failure is returned, whatever the namespace's failure
     /// policy (state changes are never applied from the hot tier alone; with none,
     /// `FailOpen` completes in the hot tier as [`ClaimGuard::complete`] does): a write that failed
@@ -8486,6 +8673,8 @@ impl ClaimGuard {
 
     fn finish_with(&mut self, result: Option<&[u8]>, state: &[(String, StateOp)]) -> Result<()> {
         let now = self.ns().now();
+        #[cfg(test)]
+        tests::after_completion_clock();
         self.finish_at(result, state, now)
     }
 

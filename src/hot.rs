@@ -3225,6 +3225,41 @@ impl Shard {
         }
     }
 
+    /// The sweep of claim markers whose lease has ended (see `NsInner::sweep_markers`
+    /// in the engine): decides, under this lock, whether claim `token` of `fp` is
+    /// over, so that its marker may go. `None`: it is, and nothing it does later can
+    /// write its done record: its entry is gone, or the key's entry is another
+    /// claim's (or a record read back), or its entry was still in progress past its
+    /// deadline, not being completed, and is reclaimed here as the expiry pass would
+    /// (a completion after this is refused with `LeaseLost`). `Some(tick)`: the
+    /// claim still holds its key (its lease was extended, its completion or marker
+    /// write is in flight, or it completed and its entry, kept in the hot tier
+    /// alone, still answers for the key): its marker stays, to be looked at again
+    /// from `tick` on.
+    pub(crate) fn sweep_claim(
+        &mut self,
+        fp: Fp,
+        token: u32,
+        now: Now,
+        cap: &Capacity<'_>,
+    ) -> Option<u64> {
+        self.catch_up(now, cap);
+        let idx = self.find(fp)?;
+        let e = *self.slab.get(idx);
+        if e.token() != token {
+            return None;
+        }
+        if e.meta & COMPLETING_BIT != 0 {
+            return Some(now.tick + 1);
+        }
+        if e.state() == STATE_IN_PROGRESS && expired(e.deadline, now.tick) {
+            self.remove(idx, cap);
+            self.counters.expirations += 1;
+            return None;
+        }
+        Some(widen(now.tick, e.deadline).max(now.tick + 1))
+    }
+
     /// Whether `fp`'s completion is being written (begun, not finished).
     pub(crate) fn is_completing(&self, fp: Fp) -> bool {
         self.find(fp)

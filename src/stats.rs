@@ -135,9 +135,11 @@ pub struct Stats {
     /// Claim markers held in the memory-mapped journal now
     /// ([`ClaimMarkers::Journal`](crate::ClaimMarkers::Journal)): the claims in flight,
     /// and claims given up without an end this run (a completion refused for its
-    /// input, a guard leaked with `mem::forget`) or decided from the hot tier alone
-    /// (fail open, the store refusing the completion's write), whose markers stay
-    /// until the next open settles them or their key is claimed again.
+    /// input, a guard leaked with `mem::forget`) whose lease has not ended or which
+    /// no sweep has looked at since it did: the maintenance pass (or a marker that
+    /// finds the journal full) frees those, as it does the marker of a completion
+    /// decided from the hot tier alone (fail open, the store refusing its write)
+    /// once its key has left the hot tier.
     pub journal_markers: u64,
     /// Claim markers that found the journal full and went to RocksDB instead (more
     /// claims in flight than `NamespaceConfig::journal_slots`), a lease extension's
@@ -149,8 +151,11 @@ pub struct Stats {
     /// otherwise write no RocksDB marker: orphans of the last run, damaged markers,
     /// flushed deferred markers, journal overflows). While any is left, completions
     /// take one more lock to ask about their key. Each is remembered in memory (about
-    /// 20 to 40 bytes): those of claims given up without an end stay until the next
-    /// open, unless their key is claimed again.
+    /// 20 to 40 bytes): those of claims given up without an end (with `Deferred`
+    /// markers, and with `Journal` ones a marker that overflowed the journal) stay
+    /// until the next open, unless their key is claimed again. With `Journal`
+    /// markers the journal's slots of such claims are freed once their lease has
+    /// ended, so markers overflow only while more claims than it has slots hold their keys.
     ///
     /// [`ClaimMarkers::Journal`]: crate::ClaimMarkers::Journal
     pub markers_on_disk: u64,

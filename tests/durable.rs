@@ -5814,3 +5814,114 @@ fn inspection_reads_two_markers_of_one_claim_as_an_engine_does() {
         "inspect: {row:?}, {k:?}"
     );
 }
+
+/// Claims given up without an end (guards leaked with `mem::forget`, a completion
+/// refused for its input) keep their journal slots only until their lease has
+/// ended: the maintenance pass then frees them, the journal holds the live claims
+/// alone, new markers go into it again rather than into RocksDB, the given-up keys
+/// are claimable, and a completion of a claim swept is refused. Before, they held their slots for the rest of the run, and every later marker
+/// was a RocksDB write.
+#[cfg(target_os = "linux")]
+#[test]
+fn claims_given_up_without_an_end_free_their_journal_slots_once_their_lease_ends() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small().journal_slots(4).max_result_len(4);
+    // (The leaked guards keep the database open: no restart here.)
+    let (engine, ns) = open(&dir, &clock, cfg);
+    std::mem::forget(acquire(&ns, b"leaked-1"));
+    std::mem::forget(acquire(&ns, b"leaked-2"));
+    let too_large = acquire(&ns, b"too-large");
+    assert!(matches!(
+        too_large.complete_with_result(b"12345"),
+        Err(Error::ResultTooLarge { .. })
+    ));
+    let live = acquire(&ns, b"live");
+    assert_eq!(engine.stats().journal_markers, 4);
+    clock.advance(secs(4));
+    let mut extended = acquire(&ns, b"extended");
+    assert_eq!(engine.stats().journal_overflows, 1, "the journal is full");
+    extended.extend_lease(secs(60)).unwrap();
+    clock.advance(secs(2));
+    // "live" and the three given up are past their lease; "extended" is not.
+    assert!(live.lease_expires_at_ms() <= T0 + 6_000);
+    engine.run_maintenance();
+    let s = engine.stats();
+    assert_eq!(s.journal_markers, 0, "{s:?}");
+    for k in [&b"a"[..], b"b", b"c", b"d"] {
+        std::mem::forget(acquire(&ns, k));
+    }
+    let s = engine.stats();
+    assert_eq!((s.journal_markers, s.journal_overflows), (4, 1), "{s:?}");
+    for k in [&b"leaked-1"[..], b"leaked-2", b"too-large"] {
+        acquire(&ns, k).complete().unwrap();
+    }
+    assert_eq!(live.complete(), Err(Error::LeaseLost));
+    extended.complete().unwrap();
+}
+
+/// A journal full of markers of claims given up without an end frees their slots
+/// when a new marker finds it full, without a maintenance pass: the new marker goes
+/// into the journal, and the key given up is claimable.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_marker_that_finds_the_journal_full_of_ended_leases_frees_their_slots() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (engine, ns) = open(&dir, &clock, small().journal_slots(1));
+    std::mem::forget(acquire(&ns, b"leaked"));
+    clock.advance(secs(5));
+    let g = acquire(&ns, b"next");
+    let s = engine.stats();
+    assert_eq!((s.journal_markers, s.journal_overflows), (1, 0), "{s:?}");
+    assert_eq!(s.markers_on_disk, 0, "{s:?}");
+    g.complete().unwrap();
+    acquire(&ns, b"leaked").complete().unwrap();
+    assert_eq!(engine.stats().journal_markers, 0);
+}
+
+/// The sweep keeps the marker of every claim that still holds its key: one whose
+/// lease was extended though the store refused the renewed marker (fail open: the
+/// journal keeps the old end), which completes after that old end; and a fail-open
+/// completion that the hot tier alone holds, whose marker stays while the hot tier
+/// answers for the key, and goes once its entry has left at the end of its TTL.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_sweep_keeps_the_markers_of_claims_that_still_hold_their_key() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small()
+        .journal_slots(1)
+        .on_store_error(FailurePolicy::FailOpen);
+    let (engine, ns) = open(&dir, &clock, cfg);
+    // The one slot is full: the renewal goes to RocksDB, which refuses it.
+    let mut g = acquire(&ns, b"extended");
+    engine.debug_fail_store_writes(true);
+    g.extend_lease(secs(30)).expect("fail open");
+    engine.debug_fail_store_writes(false);
+    assert_eq!(engine.stats().fail_open_decisions, 1);
+    clock.advance(secs(10));
+    engine.run_maintenance();
+    assert_eq!(engine.stats().journal_markers, 1, "the claim is alive");
+    in_progress(&ns, b"extended");
+    g.complete().unwrap();
+    assert_eq!(engine.stats().journal_markers, 0);
+
+    let g = acquire(&ns, b"hot-only");
+    engine.debug_fail_store_writes(true);
+    g.complete().expect("fail open");
+    engine.debug_fail_store_writes(false);
+    assert_eq!(engine.stats().fail_open_decisions, 2);
+    clock.advance(secs(30));
+    engine.run_maintenance();
+    assert_eq!(
+        engine.stats().journal_markers,
+        1,
+        "its lease has ended, and the hot tier still answers for the key"
+    );
+    duplicate(&ns, b"hot-only");
+    clock.advance(secs(31));
+    engine.run_maintenance();
+    assert_eq!(engine.stats().journal_markers, 0, "its entry has left");
+    acquire(&ns, b"hot-only").complete().unwrap();
+}

@@ -899,6 +899,27 @@ impl Model {
         Error::LeaseLost
     }
 
+    /// The maintenance pass's sweep of the journal (`NsInner::sweep_markers`): a
+    /// marker whose lease has ended goes unless its claim still holds the key (in
+    /// progress within its deadline, or completed in the hot tier alone, fail
+    /// open, and still held there).
+    fn sweep_journal(&mut self) {
+        let now = self.now;
+        let keys = &self.keys;
+        self.pending.retain(|key, m| {
+            m.deadline > now
+                || match keys.get(key) {
+                    Some(State::InProgress { id, deadline, .. }) => *id == m.id && *deadline > now,
+                    Some(State::Done {
+                        hot_until: Some(t),
+                        disk_until: None,
+                        ..
+                    }) => *t > now,
+                    _ => false,
+                }
+        });
+    }
+
     /// A claim of `key` that held its lease ends without a completion (a release,
     /// or a completion the store refused): its own marker goes from the journal or
     /// memory, and RocksDB's marker of the key too, unless the disk fails (then it
@@ -1441,6 +1462,9 @@ impl Harness {
             Op::Maintenance => {
                 // What it reclaims depends on what the hot tier holds: not compared.
                 let _ = self.engine().run_maintenance();
+                if matches!(self.cfg.markers, ClaimMarkers::Journal) {
+                    self.model.sweep_journal();
+                }
                 // Deferred markers are written, unless writes fail (then they wait).
                 if !self.model.failing && matches!(self.cfg.markers, ClaimMarkers::Deferred) {
                     let written = std::mem::take(&mut self.model.pending);

@@ -444,6 +444,11 @@ pub(crate) struct Journal {
     map: Mapping,
     slots: u32,
     state: parking_lot::Mutex<Slots>,
+    /// No marker here has a lease that ended before this time (ms), as far as the
+    /// sweep knows ([`Journal::ended`]): the earliest lease end of the markers put
+    /// since the last sweep and of those it left; `u64::MAX` for none. Lowered under
+    /// `state`'s lock by every fill, and by [`Journal::look_again_at`].
+    min_end: AtomicU64,
 }
 
 #[cfg(all(feature = "durable", target_os = "linux"))]
@@ -538,6 +543,7 @@ impl Journal {
                 of: Default::default(),
                 free: (0..slots).rev().collect(),
             }),
+            min_end: AtomicU64::new(u64::MAX),
         })
     }
 
@@ -553,6 +559,7 @@ impl Journal {
             word.store(v.to_le(), Ordering::Relaxed);
         }
         w[WORDS - 1].store(check(&body).to_le(), Ordering::Release);
+        self.min_end.fetch_min(rec.expires_ms, Ordering::Relaxed);
     }
 
     fn clear(&self, slot: u32) {
@@ -654,6 +661,40 @@ impl Journal {
     /// Markers held here now.
     pub(crate) fn len(&self) -> usize {
         self.state.lock().of.len()
+    }
+
+    /// Whether a marker here may have a lease that ended by `now_ms` (one atomic
+    /// load: no lock).
+    pub(crate) fn may_have_ended(&self, now_ms: u64) -> bool {
+        self.min_end.load(Ordering::Relaxed) <= now_ms
+    }
+
+    /// The markers here whose lease ended by `now_ms` (the end they carry), as
+    /// (fingerprint, fencing token): those of claims given up without an end are
+    /// among them, for the engine's sweep to judge one by one and clear with
+    /// [`Journal::remove`]. The earliest end of the others is kept, so that
+    /// [`Journal::may_have_ended`] says when to look again; the caller reports the
+    /// markers it keeps with [`Journal::look_again_at`].
+    pub(crate) fn ended(&self, now_ms: u64) -> Vec<(u128, u32)> {
+        let st = self.state.lock();
+        let mut next = u64::MAX;
+        let mut out = Vec::new();
+        for (&fp, &(slot, token)) in st.of.iter() {
+            let end = u64::from_le(self.slot_words(slot)[3].load(Ordering::Relaxed));
+            if end <= now_ms {
+                out.push((fp, token));
+            } else {
+                next = next.min(end);
+            }
+        }
+        self.min_end.store(next, Ordering::Relaxed);
+        out
+    }
+
+    /// Has [`Journal::may_have_ended`] say yes again from `ms` on: a marker whose
+    /// lease ended was kept by the sweep (its claim still holds its key).
+    pub(crate) fn look_again_at(&self, ms: u64) {
+        self.min_end.fetch_min(ms, Ordering::Relaxed);
     }
 }
 

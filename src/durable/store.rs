@@ -2620,11 +2620,26 @@ impl DurableNs {
     }
 
     /// Writes claim markers for keys just acquired.
-    pub(crate) fn write_claims(&self, claims: &[(u128, Record)]) -> Result<(), Error> {
-        let overflow;
+    ///
+    /// Markers that find the journal full, when a marker there may have a lease
+    /// that ended, have `sweep` run first (the engine's sweep of the claims given up
+    /// without an end, `NsInner::sweep_markers`), and try the journal again if it
+    /// freed any slot.
+    pub(crate) fn write_claims(
+        &self,
+        claims: &[(u128, Record)],
+        sweep: &dyn Fn() -> usize,
+    ) -> Result<(), Error> {
+        let mut overflow;
         let to_store = match self.journal.get() {
             Some(j) => {
                 overflow = j.put(claims);
+                if !overflow.is_empty()
+                    && claims.iter().any(|(_, r)| j.may_have_ended(r.at_ms))
+                    && sweep() > 0
+                {
+                    overflow = j.put(&overflow);
+                }
                 if overflow.is_empty() {
                     return Ok(());
                 }
@@ -2664,6 +2679,34 @@ impl DurableNs {
                 }
                 r
             }
+        }
+    }
+
+    /// The journal markers whose lease ended by `now_ms`, as (fingerprint, fencing
+    /// token), if any may have ([`Journal::ended`]); none without a journal. The
+    /// engine's sweep judges each against the hot tier, then clears it
+    /// ([`DurableNs::sweep_marker`]) or keeps it ([`DurableNs::look_again_at`]).
+    pub(crate) fn ended_markers(&self, now_ms: u64) -> Vec<(u128, u32)> {
+        match self.journal.get() {
+            Some(j) if j.may_have_ended(now_ms) => j.ended(now_ms),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Clears the journal marker of claim `token` of `fp`, which the engine's sweep
+    /// found over (given up without an end: its lease ended and it can no longer
+    /// complete). True if it was there.
+    pub(crate) fn sweep_marker(&self, fp: u128, token: u32) -> bool {
+        self.journal
+            .get()
+            .is_some_and(|j| self.clear_journal(j, fp, Some(token)))
+    }
+
+    /// A journal marker whose lease ended was kept by the sweep (its claim still
+    /// holds its key): the sweep looks again from `ms` on.
+    pub(crate) fn look_again_at(&self, ms: u64) {
+        if let Some(j) = self.journal.get() {
+            j.look_again_at(ms);
         }
     }
 

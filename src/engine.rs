@@ -4784,10 +4784,11 @@ mod tests {
         {
             let (ns, held) = (ns.clone(), held.clone());
             set_hook(&BEFORE_EXCLUSIVE, move || {
-                // Other claims take the room the eviction just made (64 keys), and
-                // hold it (claims in flight are never evicted).
+                // Other claims take the room the eviction just made (a group of 25
+                // keys, an eighth of 200), and hold it (claims in flight are never
+                // evicted).
                 let evicted = ns.inner.stats().evictions;
-                assert_eq!(evicted, 64);
+                assert_eq!(evicted, 25);
                 for i in 0..evicted {
                     match ns.claim(format!("other-{i}").as_bytes()) {
                         Ok(Claim::Acquired(g)) => held.borrow_mut().push(g),
@@ -6509,14 +6510,24 @@ fn make_way(slot: &SlotCell, #[cfg_attr(not(test), allow(unused_variables))] i: 
 }
 
 /// How much room a claim that finds a durable namespace's hot tier full makes at
-/// once: the expired keys it reclaims, and done keys dropped from the hot tier (their
-/// durable records answer for them) up to this many in all, so that the claims after
-/// it find room without walking every shard again (see `NsInner::claim_one`).
+/// once, at most: the expired keys it reclaims, and done keys dropped from the hot
+/// tier (their durable records answer for them) up to this many in all, so that the
+/// claims after it find room without walking every shard again (see
+/// `NsInner::claim_one`). A namespace of fewer than `8 * EVICTION_GROUP` keys makes
+/// an eighth of its `max_keys` (see [`eviction_group`]).
 const EVICTION_GROUP: usize = 64;
 
-/// The fewest keys a shard gives to an eviction group at its turn when it holds
-/// twice as many (never more than half its keys at one turn; see `NsInner::evict`).
+/// The fewest keys a shard gives to a full eviction group (of `EVICTION_GROUP`) at
+/// its turn when it holds twice as many (never more than half its keys at one turn;
+/// see `NsInner::evict`); a smaller group asks for as much less.
 const EVICTION_SHARE: usize = 8;
+
+/// The eviction group of a namespace of `max_keys` keys: an eighth of them, at least
+/// one and at most [`EVICTION_GROUP`], so that a full small namespace keeps most of
+/// its done keys in memory, where a whole group would drop every one of them.
+pub(crate) fn eviction_group(max_keys: usize) -> usize {
+    (max_keys / 8).clamp(1, EVICTION_GROUP)
+}
 
 /// How many times one claim may find the pool empty and collect room from other
 /// shards' reserves before it takes the refusal path (see `NsInner::claim_one`).
@@ -6620,6 +6631,9 @@ pub(crate) struct NsInner {
     latest_ms: std::sync::atomic::AtomicU64,
     /// The shard the next eviction group begins at (see `NsInner::evict`).
     evict_from: AtomicUsize,
+    /// How much room a claim that finds the hot tier full makes at once (see
+    /// [`eviction_group`]).
+    eviction_group: usize,
 }
 
 impl NsInner {
@@ -6681,6 +6695,7 @@ impl NsInner {
             index_spare_asked: std::sync::atomic::AtomicBool::new(false),
             latest_ms: std::sync::atomic::AtomicU64::new(start_ms),
             evict_from: AtomicUsize::new(0),
+            eviction_group: eviction_group(cfg_max_keys),
         })
     }
 
@@ -6814,8 +6829,8 @@ impl NsInner {
     /// tier) to make room in a full hot tier.
     ///
     /// The shards take turns, each giving a share of the group (at least
-    /// [`EVICTION_SHARE`] keys, so that a group takes few locks when there are many
-    /// shards), and a group begins at the shard after the last one's: each shard's
+    /// [`EVICTION_SHARE`] keys of a full group, an eighth of a smaller one, so that a
+    /// group takes few locks when there are many shards), and a group begins at the shard after the last one's: each shard's
     /// own keys go oldest first (its hand), so the shares keep the dropped keys near
     /// the oldest of the namespace, where one shard giving whole groups would drop its
     /// new keys while older ones stayed in the others. A turn takes at most half the
@@ -6826,7 +6841,8 @@ impl NsInner {
     fn evict(&self, max: usize) -> usize {
         use std::sync::atomic::Ordering as O;
         let n = self.slots.len();
-        let share = max.div_ceil(n).max(EVICTION_SHARE);
+        let least = (EVICTION_SHARE * self.eviction_group / EVICTION_GROUP).max(1);
+        let share = max.div_ceil(n).max(least);
         let mut si = self.evict_from.load(O::Relaxed) % n;
         let mut dropped = 0;
         // A shard that gave less than it was asked has looked at every entry it
@@ -7009,14 +7025,15 @@ impl NsInner {
                 ShardClaim::Full | ShardClaim::FullForWindow(_) if !retried => {
                     // Expired keys elsewhere may still hold capacity: reclaim them;
                     // with a durable tier, done keys may also leave the hot tier, so
-                    // that with the room reclaimed a group of `EVICTION_GROUP` is free
-                    // for this claim and the ones after it (no unexpired key leaves
-                    // when the expired ones made that room). Then one last attempt with
-                    // every shard's lock held (`claim_exclusive`).
+                    // that with the room reclaimed an eviction group (`eviction_group`)
+                    // is free for this claim and the ones after it (no unexpired key
+                    // leaves when the expired ones made that room). Then one last
+                    // attempt with every shard's lock held (`claim_exclusive`).
                     retried = true;
                     let reclaimed = this.expire_all(*now);
-                    if this.durable.is_some() && reclaimed < EVICTION_GROUP {
-                        this.evict(EVICTION_GROUP - reclaimed);
+                    let group = this.eviction_group;
+                    if this.durable.is_some() && reclaimed < group {
+                        this.evict(group - reclaimed);
                     }
                     // (A batch goes on from this reading too.)
                     *now = this.now();

@@ -72,18 +72,18 @@ fn a_full_hot_tier_takes_its_eviction_groups_from_the_shards_in_turn() {
 
 #[test]
 fn an_eviction_turn_takes_at_most_half_of_a_small_shards_keys() {
-    // 128 keys of room over 16 shards, about 8 keys a shard: fewer than a share (8),
-    // so a turn that took a whole share took a shard's newest keys too, while the
-    // shards after it kept all theirs, the oldest included. One group of 64 now
+    // 512 keys of room over 128 shards, about 4 keys a shard: fewer than a share
+    // (8), so a turn that took a whole share took a shard's newest keys too, while
+    // the shards after it kept all theirs, the oldest included. One group of 64 now
     // takes the older half of each shard in turn, and every shard keeps its newer
     // half.
     let dir = TempDir::new();
-    let (engine, ns) = completed_over_room(&dir, 128, 16, 129);
+    let (engine, ns) = completed_over_room(&dir, 512, 128, 513);
     let s = engine.stats();
     assert_eq!(s.evictions, 64, "{s:?}");
-    // Each shard's first 128 keys, oldest first.
+    // Each shard's first 512 keys, oldest first.
     let mut shards = vec![Vec::new(); ns.shard_count()];
-    for i in 0..128 {
+    for i in 0..512 {
         shards[idem::__bench::shard_of(&ns, key(i).as_bytes()).unwrap()].push(i);
     }
     // Whether `i` is in memory: `check` reads the durable tier for a key that is
@@ -107,5 +107,67 @@ fn an_eviction_turn_takes_at_most_half_of_a_small_shards_keys() {
             dropped.is_empty(),
             "shard {si} of keys {keys:?} lost newer keys {dropped:?}"
         );
+    }
+}
+
+#[test]
+fn a_full_small_namespace_evicts_an_eighth_of_its_keys_and_keeps_the_rest() {
+    // A group of 64 emptied a namespace of 64 keys or fewer: each shard gave half its
+    // keys at every turn until none was left, and every key's next sighting read the
+    // durable tier. The group is now an eighth of `max_keys` (at least one key), taken
+    // from each shard's oldest.
+    for (room, shards) in [
+        (16, 1),
+        (16, 4),
+        (32, 1),
+        (32, 8),
+        (64, 1),
+        (64, 4),
+        (100, 1),
+        (100, 16),
+    ] {
+        let dir = TempDir::new();
+        let (engine, ns) = completed_over_room(&dir, room, shards, room as u64 + 1);
+        let group = (room as u64 / 8).max(1);
+        let s = engine.stats();
+        assert_eq!(
+            (s.evictions, s.resident_keys),
+            (group, room as u64 + 1 - group),
+            "{room} keys over {shards} shards: {s:?}"
+        );
+        let resident = |i: u64| {
+            let reads = engine.stats().durable_reads;
+            match ns.check(key(i).as_bytes()) {
+                Ok(Some(KeyState::Done { .. })) => {}
+                other => panic!("{i}: expected a done key, got {other:?}"),
+            }
+            engine.stats().durable_reads == reads
+        };
+        // Each shard's keys, oldest first: the ones dropped are its oldest.
+        let mut by_shard = vec![Vec::new(); ns.shard_count()];
+        for i in 0..=room as u64 {
+            by_shard[idem::__bench::shard_of(&ns, key(i).as_bytes()).unwrap()].push(i);
+        }
+        let mut dropped = 0;
+        for keys in &by_shard {
+            let kept: Vec<bool> = keys.iter().map(|&i| resident(i)).collect();
+            let gone = kept.iter().take_while(|&&k| !k).count();
+            assert!(
+                kept[gone..].iter().all(|&k| k),
+                "{room}/{shards}: a shard of keys {keys:?} dropped other than its oldest: {kept:?}"
+            );
+            dropped += gone as u64;
+        }
+        assert_eq!(dropped, group, "{room}/{shards}");
+        // The room made serves the next new keys without another eviction; the one
+        // after them drops another group.
+        for i in room as u64 + 1..room as u64 + group {
+            acquire(&ns, key(i).as_bytes()).complete().unwrap();
+        }
+        assert_eq!(engine.stats().evictions, group, "{room}/{shards}");
+        acquire(&ns, key(room as u64 + group).as_bytes())
+            .complete()
+            .unwrap();
+        assert_eq!(engine.stats().evictions, 2 * group, "{room}/{shards}");
     }
 }

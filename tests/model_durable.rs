@@ -174,6 +174,9 @@ struct Config {
     /// sequences, where it is the TTL or less than a tick longer (a record then
     /// lasts to the hot deadline rounded up to a tick, past its retention).
     retention_ms: u64,
+    /// Distinct keys the operations name: [`KEYS`], except in the sequences of
+    /// namespaces of odd sizes.
+    keys: usize,
 }
 
 impl Config {
@@ -206,6 +209,7 @@ impl Config {
             seed: rng.next(),
             tick_ms: 1,
             retention_ms: RETENTION_MS,
+            keys: KEYS,
         }
     }
 
@@ -325,9 +329,9 @@ impl Op {
     /// and a claim whose marker could not be deleted is still held at a restart);
     /// and a quarter of single completions are made as batches of one, so that
     /// more batch completions meet a failing disk.
-    fn random(rng: &mut XorShift, failing_disk: bool) -> Op {
+    fn random(rng: &mut XorShift, failing_disk: bool, keys: usize) -> Op {
         if !failing_disk {
-            return Op::any(rng);
+            return Op::any(rng, keys);
         }
         match rng.below(21) {
             0..=3 => Op::Extend {
@@ -342,7 +346,7 @@ impl Op {
             6 => Op::Advance {
                 by: 1 + rng.below(50),
             },
-            _ => match Op::any(rng) {
+            _ => match Op::any(rng, keys) {
                 Op::Advance { by } if by > 100 && rng.below(4) != 0 => Op::Advance {
                     by: 1 + rng.below(50),
                 },
@@ -360,8 +364,8 @@ impl Op {
     }
 
     /// Any operation, in the mix of the ordinary sequences.
-    fn any(rng: &mut XorShift) -> Op {
-        let key = |rng: &mut XorShift| rng.below(KEYS as u64) as usize;
+    fn any(rng: &mut XorShift, keys: usize) -> Op {
+        let key = |rng: &mut XorShift| rng.below(keys as u64) as usize;
         // Restarts and compactions (with the look at the database after them) take
         // most of the run's time, some 100 ms and 50 ms each: 2.5 % and 1.5 %.
         match rng.below(214) {
@@ -2071,7 +2075,7 @@ impl Harness {
             stats.resident_keys,
             self.at()
         );
-        if self.cfg.max_keys >= KEYS {
+        if self.cfg.max_keys >= self.cfg.keys {
             assert_eq!(
                 stats.evictions,
                 0,
@@ -2079,7 +2083,7 @@ impl Harness {
                 self.at()
             );
         }
-        for key in 0..KEYS {
+        for key in 0..self.cfg.keys {
             self.check_key(key);
         }
         for h in &self.held {
@@ -2146,7 +2150,7 @@ fn run_sequences_on_tick(
         }
         let mut h = Harness::new(cfg, format!("seed {seed:#x}, sequence {seq}, {cfg:?}"));
         for _ in 0..STEPS {
-            let op = Op::random(&mut rng, failing_disk);
+            let op = Op::random(&mut rng, failing_disk, cfg.keys);
             h.apply(op);
         }
         total += h.end();
@@ -2386,6 +2390,7 @@ fn probe_config() -> Config {
         seed: 7,
         tick_ms: 1,
         retention_ms: RETENTION_MS,
+        keys: KEYS,
     }
 }
 
@@ -2578,4 +2583,90 @@ fn the_comparison_on_a_coarse_tick_notices_an_engine_that_differs_from_the_model
         }));
         assert!(outcome.is_err(), "an engine with {what} went unnoticed");
     }
+}
+
+/// Namespaces of odd and small sizes, with one shard or many (up to 64, more than
+/// keys in some): `max_keys` 1, 2, 3, 7, 63, 65 and 127, each namespace naming a few
+/// more keys than it holds, so that a full hot tier evicts done keys, refuses new
+/// ones when every resident key is a claim in flight, and reads evicted keys back
+/// (and evicts them again). The larger ones are filled nearly full by a run of
+/// claims (most completed, some left in flight) at first, and full again now and
+/// then (a restart empties the hot tier), so that their random operations meet a
+/// full namespace.
+#[test]
+fn namespaces_of_small_and_odd_sizes_match_the_model() {
+    let seed = 0xD0_5EED_0501;
+    let mut rng = XorShift::new(seed);
+    let mut total = Tally::default();
+    let mut sequences = 0;
+    // Evictions in the namespaces over `KEYS` keys.
+    let mut evicted_in_large = 0;
+    for max_keys in [1, 2, 3, 7, 63, 65, 127] {
+        for shards in [1, 2, 3, 7, 16, 64] {
+            let sliding = rng.below(2) == 0;
+            let tick = [1, 1, 1, 7, 250][rng.below(5) as usize];
+            let mut cfg = Config::random(sliding, &mut rng).on_tick(tick);
+            cfg.max_keys = max_keys;
+            cfg.shards = Some(shards);
+            cfg.keys = max_keys + 2 + rng.below(max_keys.min(12) as u64 + 1) as usize;
+            let label = format!("seed {seed:#x}, sequence {sequences}, {cfg:?}");
+            let mut h = Harness::new(cfg, label);
+            // A run of claims of `n` keys from `first` on (wrapping), most completed.
+            let fill = |h: &mut Harness, rng: &mut XorShift, first: usize, n: usize| {
+                for i in 0..n {
+                    h.apply(Op::Claim {
+                        key: (first + i) % cfg.keys,
+                    });
+                    if rng.below(8) != 0 {
+                        h.apply(Op::Complete { guard: 0 });
+                    }
+                    h.apply(Op::Advance { by: 1 });
+                }
+            };
+            if max_keys > KEYS {
+                let n = max_keys - 1 - rng.below(4) as usize;
+                fill(&mut h, &mut rng, 0, n);
+            }
+            for _ in 0..STEPS {
+                if max_keys > KEYS && rng.below(60) == 0 {
+                    // Filled again now and then: a restart empties the hot tier, and
+                    // keys expire.
+                    let first = rng.below(cfg.keys as u64) as usize;
+                    fill(&mut h, &mut rng, first, max_keys + 4);
+                }
+                // Mostly short advances, so that keys stay within their hot window and
+                // a full hot tier must evict them.
+                let op = match Op::random(&mut rng, false, cfg.keys) {
+                    Op::Advance { by } if by > 100 && rng.below(4) != 0 => Op::Advance {
+                        by: 1 + rng.below(20),
+                    },
+                    op => op,
+                };
+                h.apply(op);
+            }
+            let t = h.end();
+            if max_keys > KEYS {
+                evicted_in_large += t.evictions;
+            }
+            total += t;
+            sequences += 1;
+        }
+    }
+    println!("{total:#?}");
+    let reached = [
+        ("evictions", total.evictions),
+        ("read-backs of evicted keys", total.read_back_evicted),
+        ("capacity refusals", total.capacity_refusals),
+        ("duplicates", total.duplicates),
+        ("batches", total.batches),
+        ("forgets", total.forgotten),
+        ("restarts", total.restarts),
+    ];
+    for (what, n) in reached {
+        assert!(n >= 10, "only {n} {what} in {total:#?}");
+    }
+    assert!(
+        evicted_in_large >= 100,
+        "only {evicted_in_large} evictions in the larger namespaces"
+    );
 }

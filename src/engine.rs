@@ -13,7 +13,7 @@ use crate::durable::{DurableNs, StateOp};
 use crate::error::{Error, KeyError, Result};
 use crate::hot::{
     Anchor, Capacity, DurableLookup, Extension, Fp, Lease, Now, Params, Refused, Reservoir, Shard,
-    ShardClaim, ShardSlot, ShardState, SlotCell, Stored,
+    ShardClaim, ShardSlot, ShardState, ShardWrite, SlotCell, Stored,
 };
 use crate::stats::Stats;
 use crate::sync::{Arc, AtomicU64, AtomicUsize, Ordering};
@@ -4804,6 +4804,83 @@ mod tests {
         drop((claim, held, ns, engine));
     }
 
+    /// Repeated last attempts of a full durable namespace take their keys from the
+    /// shards in turn, as eviction groups do: each took its key from the first shard
+    /// holding a done key, so under contention shard 0 lost its newest keys while the
+    /// others kept older ones.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn the_last_attempts_of_a_full_durable_namespace_evict_from_the_shards_in_turn() {
+        use crate::{Claim, ManualClock, NamespaceConfig};
+        let dir = Scratch::new("evict-turn");
+        let engine = super::Engine::builder()
+            .durable(&dir.0)
+            .clock(ManualClock::new(1_000_000))
+            .maintenance_interval(None)
+            .namespace(
+                "n",
+                NamespaceConfig::new()
+                    .max_keys(64)
+                    .shards(4)
+                    .sync(crate::SyncPolicy::Never),
+            )
+            .build()
+            .unwrap();
+        let ns = engine.namespace("n").unwrap();
+        for i in 0..64 {
+            let Claim::Acquired(g) = ns.claim(format!("done-{i}").as_bytes()).unwrap() else {
+                panic!("room for 64 keys");
+            };
+            g.complete().unwrap();
+        }
+        let by_shard = |ns: &crate::Namespace| -> Vec<u64> {
+            let slots = &ns.inner.slots;
+            slots.iter().map(|s| s.lock().counters.evictions).collect()
+        };
+        let mut taken = Vec::new();
+        for round in 0..8 {
+            let before: u64 = by_shard(&ns).iter().sum();
+            let mid = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+            {
+                let (ns, mid) = (ns.clone(), mid.clone());
+                set_hook(&BEFORE_EXCLUSIVE, move || {
+                    // Other claims take the room the group (8 keys, an eighth of 64)
+                    // made, and complete.
+                    let made = by_shard(&ns).iter().sum::<u64>() - before;
+                    assert_eq!(made, 8, "round {round}");
+                    for i in 0..made {
+                        match ns.claim(format!("other-{round}-{i}").as_bytes()) {
+                            Ok(Claim::Acquired(g)) => g.complete().unwrap(),
+                            other => panic!("{other:?}"),
+                        }
+                    }
+                    *mid.borrow_mut() = by_shard(&ns);
+                });
+            }
+            let Claim::Acquired(g) = ns.claim(format!("new-{round}").as_bytes()).unwrap() else {
+                panic!("round {round}: the last attempt makes room");
+            };
+            g.complete().unwrap();
+            let mid = mid.borrow().clone();
+            assert!(!mid.is_empty(), "round {round}: the last attempt ran");
+            let after = by_shard(&ns);
+            let gave: Vec<usize> = (0..4).filter(|&si| after[si] > mid[si]).collect();
+            assert_eq!(gave.len(), 1, "round {round}: {mid:?} then {after:?}");
+            assert_eq!(after[gave[0]], mid[gave[0]] + 1, "round {round}");
+            taken.push(gave[0]);
+        }
+        // Eight last attempts over four shards: two keys from each.
+        let mut per_shard = [0; 4];
+        for &si in &taken {
+            per_shard[si] += 1;
+        }
+        assert_eq!(
+            per_shard, [2; 4],
+            "shards the last attempts took from: {taken:?}"
+        );
+        drop((ns, engine));
+    }
+
     /// A claim whose thread stops between its shard lock and its marker's write
     /// must not have its lease run out meanwhile: a later claim of the key would
     /// write its own marker, which the first claim's late write would then
@@ -7277,9 +7354,13 @@ impl NsInner {
         }
         // With a durable tier, a done key may leave the hot tier to make room. The
         // eviction before this attempt may have made room that other claims took
-        // since: evict again, now that no claim can come in between.
-        let evicted = shards.iter_mut().any(|shard| shard.evict_done(1, cap) > 0);
-        if !evicted {
+        // since: evict again, now that no claim can come in between. The key is taken
+        // as a group's are (`evict`): from the shard whose turn is next, its oldest
+        // by its hand, the turn then passing on, so that repeated last attempts do
+        // not drop one shard's newest keys while the others keep older ones. (One key
+        // is within the half of any shard that holds a key: a shard without a done
+        // key gives nothing, and the next is asked, so a done key anywhere is found.)
+        if !self.evict_one_in_turn(&mut shards, cap) {
             return answer;
         }
         for shard in shards.iter_mut() {
@@ -7288,6 +7369,24 @@ impl NsInner {
         let shard = &mut shards[si];
         let found = shard.look_up(fp, now, cap);
         self.claim_found(shard, found, fp, payload, now, cap, store_error, true)
+    }
+
+    /// Drops one done entry, with every shard's lock held (`shards`, in index order):
+    /// from the first shard, beginning at the one whose eviction turn is next
+    /// (`evict_from`), that has one, then passes the turn to the shard after it.
+    /// Returns whether an entry was dropped.
+    fn evict_one_in_turn(&self, shards: &mut [ShardWrite<'_>], cap: &Capacity<'_>) -> bool {
+        use std::sync::atomic::Ordering as O;
+        let n = shards.len();
+        let from = self.evict_from.load(O::Relaxed) % n;
+        for k in 0..n {
+            let si = (from + k) % n;
+            if shards[si].evict_done(1, cap) > 0 {
+                self.evict_from.store((si + 1) % n, O::Relaxed);
+                return true;
+            }
+        }
+        false
     }
 
     /// [`Shard::claim_found`](crate::hot::Shard) on `shard` (locked), asking this

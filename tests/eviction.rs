@@ -29,6 +29,17 @@ fn completed_over_room(dir: &TempDir, room: usize, shards: usize, n: u64) -> (En
     (engine, ns)
 }
 
+/// Whether done key `i` is in memory: `check` reads the durable tier for a key that
+/// is not, and brings nothing back.
+fn resident(engine: &Engine, ns: &Namespace, i: u64) -> bool {
+    let reads = engine.stats().durable_reads;
+    match ns.check(key(i).as_bytes()) {
+        Ok(Some(KeyState::Done { .. })) => {}
+        other => panic!("{i}: expected a done key, got {other:?}"),
+    }
+    engine.stats().durable_reads == reads
+}
+
 #[test]
 fn a_full_hot_tier_takes_its_eviction_groups_from_the_shards_in_turn() {
     // 256 keys of room over 4 shards, filled with done keys; then 192 new keys, so
@@ -86,16 +97,7 @@ fn an_eviction_turn_takes_at_most_half_of_a_small_shards_keys() {
     for i in 0..512 {
         shards[idem::__bench::shard_of(&ns, key(i).as_bytes()).unwrap()].push(i);
     }
-    // Whether `i` is in memory: `check` reads the durable tier for a key that is
-    // not, and brings nothing back.
-    let resident = |i: u64| {
-        let reads = engine.stats().durable_reads;
-        match ns.check(key(i).as_bytes()) {
-            Ok(Some(KeyState::Done { .. })) => {}
-            other => panic!("{i}: expected a done key, got {other:?}"),
-        }
-        engine.stats().durable_reads == reads
-    };
+    let resident = |i: u64| resident(&engine, &ns, i);
     for (si, keys) in shards.iter().enumerate() {
         let newer_half = &keys[keys.len().div_ceil(2)..];
         let dropped: Vec<u64> = newer_half
@@ -135,14 +137,7 @@ fn a_full_small_namespace_evicts_an_eighth_of_its_keys_and_keeps_the_rest() {
             (group, room as u64 + 1 - group),
             "{room} keys over {shards} shards: {s:?}"
         );
-        let resident = |i: u64| {
-            let reads = engine.stats().durable_reads;
-            match ns.check(key(i).as_bytes()) {
-                Ok(Some(KeyState::Done { .. })) => {}
-                other => panic!("{i}: expected a done key, got {other:?}"),
-            }
-            engine.stats().durable_reads == reads
-        };
+        let resident = |i: u64| resident(&engine, &ns, i);
         // Each shard's keys, oldest first: the ones dropped are its oldest.
         let mut by_shard = vec![Vec::new(); ns.shard_count()];
         for i in 0..=room as u64 {

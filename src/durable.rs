@@ -393,7 +393,12 @@ impl DurableNs {
         match *self {}
     }
 
-    pub(crate) fn renew_marker(&self, _fp: u128, _m: Record) -> Result<bool, crate::error::Error> {
+    pub(crate) fn renew_marker(
+        &self,
+        _fp: u128,
+        _m: Record,
+        _sweep: &dyn Fn() -> usize,
+    ) -> Result<bool, crate::error::Error> {
         match *self {}
     }
 

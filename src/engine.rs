@@ -8564,15 +8564,17 @@ impl ClaimGuard {
     ///
     /// [`Error::LeaseLost`] if the lease has already run out (or the key was claimed
     /// again, or forgotten): nothing changes, and `complete` or `release` will say
-    /// the same. [`Error::InvalidLease`] for a zero lease or one past the 2^30 ticks
-    /// a deadline can lie ahead; nothing changes. (Durations are rounded up to whole
-    /// milliseconds, as the namespace's are.) With a durable tier the
-    /// claim's marker is rewritten with the new end (a write to RocksDB unless the
-    /// marker is in the journal or still in memory); if the store refuses it, under
-    /// `FailClosed` the lease goes back to its old end and the error is returned,
-    /// under `FailOpen` the lease is extended in memory, the marker keeps the old
-    /// end (counted in `fail_open_decisions`). The rewritten marker's time is the
-    /// extension's: an orphan's `claimed_at_ms` is when it was last renewed.
+    /// the same. [`Error::InvalidLease`] for a zero lease or one past the 2^30 ticks a deadline
+    /// can lie ahead; nothing changes. (Durations are rounded up to whole
+    /// milliseconds, as the namespace's are.) With a durable tier the claim's marker
+    /// is rewritten with the new end (a write to RocksDB unless the marker is in the
+    /// journal or still in memory; a journal with no slot free is first swept of
+    /// markers whose lease has ended, as for a new claim's marker); if the store
+    /// refuses it, under `FailClosed` the lease goes back to its old end and the
+    /// error is returned, under `FailOpen` the lease is extended in memory, the
+    /// marker keeps the old end (counted in `fail_open_decisions`). The rewritten
+    /// marker's time is the extension's: an orphan's `claimed_at_ms` is when it was
+    /// last renewed.
     ///
     /// ```
     /// use std::time::Duration;
@@ -8631,7 +8633,12 @@ impl ClaimGuard {
             result: None,
         };
         let old_marker_ms = self.marker_end_ms();
-        let renewed = write_unwinding(|| d.renew_marker(self.fp.to_u128(), marker));
+        // No shard lock is held here: a renewal that finds the journal full may sweep
+        // it (`NsInner::sweep_markers`), which takes them; the claim's own entry,
+        // held, keeps its marker.
+        let renewed = write_unwinding(|| {
+            d.renew_marker(self.fp.to_u128(), marker, &|| ns.sweep_markers(d, ns.now()))
+        });
         let mut shard = ns.slots[si].lock();
         let (lease, marker_ms) = match renewed {
             Ok(Ok(true)) => (extended, 0),

@@ -5926,3 +5926,32 @@ fn the_sweep_keeps_the_markers_of_claims_that_still_hold_their_key() {
     assert_eq!(engine.stats().journal_markers, 0, "its entry has left");
     acquire(&ns, b"hot-only").complete().unwrap();
 }
+
+/// A renewal whose marker finds the journal full of markers whose lease has ended
+/// (a guard leaked) sweeps it first, as a new claim's marker does: the renewed
+/// marker goes into the slot freed, not into RocksDB, and the key given up is
+/// claimable. Before, such a renewal was a RocksDB write.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_renewal_that_finds_the_journal_full_of_ended_leases_frees_their_slots() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (engine, ns) = open(&dir, &clock, small().journal_slots(2));
+    std::mem::forget(acquire(&ns, b"leaked"));
+    clock.advance(secs(3));
+    let mut live = acquire(&ns, b"live");
+    clock.advance(secs(3));
+    // "leaked" is past its lease; "live" is not, and its renewal needs a free slot.
+    live.extend_lease(secs(60)).unwrap();
+    let s = engine.stats();
+    assert_eq!(
+        (s.journal_markers, s.journal_overflows, s.markers_on_disk),
+        (1, 0, 0),
+        "the renewed marker in the journal: {s:?}"
+    );
+    clock.advance(secs(10));
+    in_progress(&ns, b"live");
+    acquire(&ns, b"leaked").complete().unwrap();
+    live.complete().unwrap();
+    assert_eq!(engine.stats().journal_markers, 0);
+}

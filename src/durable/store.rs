@@ -2716,7 +2716,18 @@ impl DurableNs {
     /// claim's entry (`Shard::hold_for_marker`), so no later claim of the key writes
     /// a marker meanwhile. True once rewritten; a store failure follows the failure
     /// policy: the error, or under `FailOpen` false, the marker keeping its old end.
-    pub(crate) fn renew_marker(&self, fp: u128, marker: Record) -> Result<bool, Error> {
+    ///
+    /// A renewal that finds no journal slot free, when a marker there may have a
+    /// lease that ended, has `sweep` run first (the engine's sweep of the claims
+    /// given up without an end, as in [`DurableNs::write_claims`]; the claim's own
+    /// entry, held, keeps its marker) and tries the journal again if it freed any
+    /// slot. The caller holds no shard lock: the sweep takes them.
+    pub(crate) fn renew_marker(
+        &self,
+        fp: u128,
+        marker: Record,
+        sweep: &dyn Fn() -> usize,
+    ) -> Result<bool, Error> {
         // With no journal slot free, the renewed marker goes to RocksDB, and the old
         // slot is cleared once it is there. A crash in between leaves both, and the
         // open moves the journal's over RocksDB's, as it does any journal marker: the
@@ -2725,7 +2736,14 @@ impl DurableNs {
         // times cannot do when the clock was set back across a restart.)
         let mut leaving = None;
         if let Some(j) = self.journal.get() {
-            match j.renew(fp, &marker) {
+            let mut renewal = j.renew(fp, &marker);
+            if matches!(renewal, journal::Renewal::Full)
+                && j.may_have_ended(marker.at_ms)
+                && sweep() > 0
+            {
+                renewal = j.renew(fp, &marker);
+            }
+            match renewal {
                 journal::Renewal::Done => return Ok(true),
                 journal::Renewal::Full => {
                     self.journal_overflows.fetch_add(1, Ordering::Relaxed);

@@ -8564,7 +8564,9 @@ impl ClaimGuard {
     ///
     /// [`Error::LeaseLost`] if the lease has already run out (or the key was claimed
     /// again, or forgotten): nothing changes, and `complete` or `release` will say
-    /// the same. [`Error::InvalidLease`] for a zero lease or one past the 2^30 ticks a deadline
+    /// the same (with a durable tier the claim's marker is removed then, if still
+    /// its own, as a refused completion removes it: the claim is over).
+    /// [`Error::InvalidLease`] for a zero lease or one past the 2^30 ticks a deadline
     /// can lie ahead; nothing changes. (Durations are rounded up to whole
     /// milliseconds, as the namespace's are.) With a durable tier the claim's marker
     /// is rewritten with the new end (a write to RocksDB unless the marker is in the
@@ -8608,16 +8610,31 @@ impl ClaimGuard {
         let cap = ns.capacity();
         let durable = ns.durable.as_ref();
         let old = self.lease;
-        let (payload, now, deadline) = {
+        let (granted, now, deadline) = {
             let mut shard = ns.slots[si].lock();
             // Never behind the shard's wheel (see `Shard::not_behind`): a lease set
             // from an earlier reading could end before it was granted.
             let now = shard.not_behind(p, now);
             let deadline = p.deadline(now, lease_ms as u64);
-            let payload = shard
+            let granted = shard
                 .extend_lease(self.fp, &old, now, deadline, &cap, durable.is_some())
-                .map_err(|Refused::LeaseLost| Error::LeaseLost)?;
-            (payload, now, deadline)
+                // Whether the claim's entry is held for a write (never so for a
+                // live guard's: see `Shard::extend_lease`), which keeps its marker.
+                .map_err(|Refused::LeaseLost| shard.held_for_write(self.fp, &old));
+            (granted, now, deadline)
+        };
+        let payload = match granted {
+            Ok(payload) => payload,
+            Err(held) => {
+                // The claim is over (its lease ran out, the key was claimed again, or
+                // a forget took it): its marker goes now, if still its own, as a
+                // refused completion's does, rather than when the guard ends or a
+                // sweep finds it.
+                if let (Some(d), false) = (durable, held) {
+                    d.lease_lost(self.fp.to_u128(), old.token, self.marker_end_ms());
+                }
+                return Err(Error::LeaseLost);
+            }
         };
         let extended = Lease { deadline, ..old };
         let Some(d) = durable else {

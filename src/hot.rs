@@ -3260,6 +3260,17 @@ impl Shard {
         Some(widen(now.tick, e.deadline).max(now.tick + 1))
     }
 
+    /// Whether claim `lease` of `fp` still has its entry, held for a write
+    /// ([`Shard::hold_for_marker`], or a completion's): such a claim holds its key,
+    /// whatever its lease, and keeps its marker.
+    pub(crate) fn held_for_write(&self, fp: Fp, lease: &Lease) -> bool {
+        let e = self.slab.get(lease.idx);
+        e.state() == STATE_IN_PROGRESS
+            && e.is(fp)
+            && e.token() == lease.token
+            && e.meta & COMPLETING_BIT != 0
+    }
+
     /// Whether `fp`'s completion is being written (begun, not finished).
     pub(crate) fn is_completing(&self, fp: Fp) -> bool {
         self.find(fp)

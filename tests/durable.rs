@@ -5955,3 +5955,41 @@ fn a_renewal_that_finds_the_journal_full_of_ended_leases_frees_their_slots() {
     live.complete().unwrap();
     assert_eq!(engine.stats().journal_markers, 0);
 }
+
+/// A renewal refused with `LeaseLost` removes its claim's marker at once, wherever
+/// it is (a journal slot, RocksDB after an overflow), as a refused completion does,
+/// rather than leaving it until the guard ends or a sweep finds it; a later claim
+/// of the key keeps its own.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_renewal_refused_for_a_lost_lease_removes_its_marker() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (engine, ns) = open(&dir, &clock, small().journal_slots(2));
+    let mut in_journal = acquire(&ns, b"in-journal");
+    let mut again = acquire(&ns, b"again");
+    let mut on_disk = acquire(&ns, b"on-disk");
+    let s = engine.stats();
+    assert_eq!(
+        (s.journal_markers, s.journal_overflows, s.markers_on_disk),
+        (2, 1, 1),
+        "{s:?}"
+    );
+    clock.advance(secs(6));
+    let later = acquire(&ns, b"again");
+    assert_eq!(in_journal.extend_lease(secs(60)), Err(Error::LeaseLost));
+    assert_eq!(on_disk.extend_lease(secs(60)), Err(Error::LeaseLost));
+    assert_eq!(again.extend_lease(secs(60)), Err(Error::LeaseLost));
+    let s = engine.stats();
+    assert_eq!(
+        (s.journal_markers, s.markers_on_disk),
+        (1, 0),
+        "only the later claim's marker is left, the guards still alive: {s:?}"
+    );
+    for g in [in_journal, again, on_disk] {
+        assert_eq!(g.complete(), Err(Error::LeaseLost));
+    }
+    assert_eq!(engine.stats().journal_markers, 1, "the later claim's");
+    later.complete().unwrap();
+    assert_eq!(engine.stats().journal_markers, 0);
+}

@@ -39,7 +39,7 @@
 //! expired one (`idem::inspect`). Each sequence's claim markers are journaled,
 //! immediate or deferred: after a restart (no claim in flight) no orphan is
 //! reported, whatever the mode: a claim that lost its lease removed its own marker
-//! (see `Model::lease_lost`), and every other claim was completed or released.
+//! (see `Model::remove_lost_marker`), and every other claim was completed or released.
 //!
 //! A failing disk: some sequences have spells in which every RocksDB write fails
 //! (`Engine::debug_fail_store_writes`; the namespace fails closed), and two tests
@@ -881,10 +881,17 @@ impl Model {
     }
 
     /// A completion or release of claim `id` on `key` that lost its lease. Its
-    /// marker is removed, wherever it is kept, if no later claim of the key wrote
-    /// over it (`DurableNs::lease_lost`).
+    /// marker is removed ([`Model::remove_lost_marker`]).
     fn lease_lost(&mut self, key: usize, id: u64) -> Error {
         self.counts.lease_lost += 1;
+        self.remove_lost_marker(key, id);
+        Error::LeaseLost
+    }
+
+    /// Claim `id` on `key` lost its lease (a completion, release or extension of it
+    /// was refused): its marker is removed, wherever it is kept, if no later claim
+    /// of the key wrote over it (`DurableNs::lease_lost`).
+    fn remove_lost_marker(&mut self, key: usize, id: u64) {
         let mut removed = false;
         if self.pending.get(&key).is_some_and(|m| m.id == id) {
             self.pending.remove(&key);
@@ -900,7 +907,6 @@ impl Model {
             removed = true;
         }
         self.lost_markers_removed += u64::from(removed);
-        Error::LeaseLost
     }
 
     /// The maintenance pass's sweep of the journal (`NsInner::sweep_markers`): a
@@ -989,9 +995,11 @@ impl Model {
     }
 
     /// `extend_lease`: claim `id` on `key` now ends `ms` from now, and so does its
-    /// marker (written at this time). A lost lease changes and counts nothing.
+    /// marker (written at this time). A lost lease counts nothing, and removes the
+    /// claim's marker as a refused completion does.
     fn extend(&mut self, key: usize, id: u64, ms: u64, seen: Option<u64>) -> Result<u64, Error> {
         if !self.holds(key, id) {
+            self.remove_lost_marker(key, id);
             return Err(Error::LeaseLost);
         }
         let (now, until) = (self.now, self.fit(self.now + ms, seen));

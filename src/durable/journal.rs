@@ -825,6 +825,18 @@ impl Journal {
     pub(crate) fn len(&self) -> usize {
         match *self {}
     }
+
+    pub(crate) fn may_have_ended(&self, _now_ms: u64) -> bool {
+        match *self {}
+    }
+
+    pub(crate) fn ended(&self, _now_ms: u64) -> Vec<(u128, u32)> {
+        match *self {}
+    }
+
+    pub(crate) fn look_again_at(&self, _ms: u64) {
+        match *self {}
+    }
 }
 
 /// The fuzz target's property: any bytes parse to markers or an error, never a

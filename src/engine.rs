@@ -4754,32 +4754,46 @@ mod tests {
         assert!(!slot.wanted());
     }
 
+    /// A durable namespace "n" of `max_keys` keys (over `shards` shards, if given)
+    /// on a manual clock, no maintenance thread, filled with done keys "done-0"...
+    #[cfg(feature = "durable")]
+    fn full_of_done_keys(
+        dir: &Scratch,
+        max_keys: usize,
+        shards: Option<usize>,
+    ) -> (super::Engine, super::Namespace) {
+        use crate::{Claim, ManualClock, NamespaceConfig};
+        let mut cfg = NamespaceConfig::new()
+            .max_keys(max_keys)
+            .sync(crate::SyncPolicy::Never);
+        if let Some(n) = shards {
+            cfg = cfg.shards(n);
+        }
+        let engine = super::Engine::builder()
+            .durable(&dir.0)
+            .clock(ManualClock::new(1_000_000))
+            .maintenance_interval(None)
+            .namespace("n", cfg)
+            .build()
+            .unwrap();
+        let ns = engine.namespace("n").unwrap();
+        for i in 0..max_keys {
+            let Claim::Acquired(g) = ns.claim(format!("done-{i}").as_bytes()).unwrap() else {
+                panic!("room for {max_keys} keys");
+            };
+            g.complete().unwrap();
+        }
+        (engine, ns)
+    }
+
     /// A full durable namespace's last attempt evicts a done key itself: the
     /// eviction before it may have made room that other claims took in between.
     #[cfg(feature = "durable")]
     #[test]
     fn the_last_attempt_of_a_full_durable_namespace_evicts_a_done_key() {
-        use crate::{Claim, ManualClock, NamespaceConfig};
+        use crate::Claim;
         let dir = Scratch::new("evict");
-        let engine = super::Engine::builder()
-            .durable(&dir.0)
-            .clock(ManualClock::new(1_000_000))
-            .maintenance_interval(None)
-            .namespace(
-                "n",
-                NamespaceConfig::new()
-                    .max_keys(200)
-                    .sync(crate::SyncPolicy::Never),
-            )
-            .build()
-            .unwrap();
-        let ns = engine.namespace("n").unwrap();
-        for i in 0..200 {
-            let Claim::Acquired(g) = ns.claim(format!("done-{i}").as_bytes()).unwrap() else {
-                panic!("room for 200 keys");
-            };
-            g.complete().unwrap();
-        }
+        let (engine, ns) = full_of_done_keys(&dir, 200, None);
         let held = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
         {
             let (ns, held) = (ns.clone(), held.clone());
@@ -4811,28 +4825,9 @@ mod tests {
     #[cfg(feature = "durable")]
     #[test]
     fn the_last_attempts_of_a_full_durable_namespace_evict_from_the_shards_in_turn() {
-        use crate::{Claim, ManualClock, NamespaceConfig};
+        use crate::Claim;
         let dir = Scratch::new("evict-turn");
-        let engine = super::Engine::builder()
-            .durable(&dir.0)
-            .clock(ManualClock::new(1_000_000))
-            .maintenance_interval(None)
-            .namespace(
-                "n",
-                NamespaceConfig::new()
-                    .max_keys(64)
-                    .shards(4)
-                    .sync(crate::SyncPolicy::Never),
-            )
-            .build()
-            .unwrap();
-        let ns = engine.namespace("n").unwrap();
-        for i in 0..64 {
-            let Claim::Acquired(g) = ns.claim(format!("done-{i}").as_bytes()).unwrap() else {
-                panic!("room for 64 keys");
-            };
-            g.complete().unwrap();
-        }
+        let (engine, ns) = full_of_done_keys(&dir, 64, Some(4));
         let by_shard = |ns: &crate::Namespace| -> Vec<u64> {
             let slots = &ns.inner.slots;
             slots.iter().map(|s| s.lock().counters.evictions).collect()

@@ -314,17 +314,16 @@ mod durable {
     use super::*;
     use idem::{ClaimMarkers, Engine, SyncPolicy};
 
+    /// Every claim-marker mode.
+    const MARKER_MODES: [ClaimMarkers; 3] = [
+        ClaimMarkers::Journal,
+        ClaimMarkers::Immediate,
+        ClaimMarkers::Deferred,
+    ];
+
     /// A durable engine on `dir` with namespace "ns" of `cfg`.
     fn open(dir: &TempDir, clock: &ManualClock, cfg: NamespaceConfig) -> (Engine, Namespace) {
-        let engine = Engine::builder()
-            .namespace("ns", cfg.sync(SyncPolicy::Never))
-            .clock(clock.clone())
-            .maintenance_interval(None)
-            .durable(dir.path())
-            .build()
-            .expect("opening the durable engine");
-        let ns = engine.namespace("ns").unwrap();
-        (engine, ns)
+        durable_on(dir.path(), cfg.sync(SyncPolicy::Never), clock)
     }
 
     /// 100 cycles of 5 s (8 TTLs, 4 retentions) of churn of every kind through a hot
@@ -336,11 +335,7 @@ mod durable {
     #[test]
     fn durable_churn_settles_with_evictions_and_read_backs() {
         let _serial = one_at_a_time();
-        for markers in [
-            ClaimMarkers::Journal,
-            ClaimMarkers::Immediate,
-            ClaimMarkers::Deferred,
-        ] {
+        for markers in MARKER_MODES {
             for sliding in [false, true] {
                 let what = format!("{markers:?}, sliding {sliding}");
                 let dir = TempDir::new();
@@ -417,11 +412,7 @@ mod durable {
     #[test]
     fn claims_given_up_keep_their_markers_as_documented() {
         let _serial = one_at_a_time();
-        for markers in [
-            ClaimMarkers::Journal,
-            ClaimMarkers::Immediate,
-            ClaimMarkers::Deferred,
-        ] {
+        for markers in MARKER_MODES {
             for refused in [true, false] {
                 let what = format!("{markers:?}, refused {refused}");
                 let dir = TempDir::new();

@@ -49,14 +49,7 @@ fn open(dir: &TempDir, clock: &ManualClock) -> (Engine, Namespace, Dlq) {
 #[cfg(feature = "durable")]
 /// A durable engine with namespace "ns" of `cfg` in `dir` on `clock`.
 fn open_with(dir: &TempDir, clock: &ManualClock, cfg: NamespaceConfig) -> (Engine, Namespace, Dlq) {
-    let engine = Engine::builder()
-        .namespace("ns", cfg)
-        .clock(clock.clone())
-        .maintenance_interval(None)
-        .durable(dir.path())
-        .build()
-        .expect("opening the durable engine");
-    let ns = engine.namespace("ns").unwrap();
+    let (engine, ns) = durable_on(dir.path(), cfg, clock);
     let dlq = engine.dlq("ns").unwrap();
     (engine, ns, dlq)
 }

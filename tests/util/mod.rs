@@ -30,6 +30,21 @@ pub fn engine_on(cfg: NamespaceConfig, clock: impl idem::Clock) -> (Engine, Name
     (engine, ns)
 }
 
+/// A durable engine on the database in `dir` with one namespace "ns" of `cfg`, on
+/// `clock`, with no maintenance thread.
+#[cfg(feature = "durable")]
+pub fn durable_on(dir: &Path, cfg: NamespaceConfig, clock: &ManualClock) -> (Engine, Namespace) {
+    let engine = Engine::builder()
+        .namespace("ns", cfg)
+        .clock(clock.clone())
+        .maintenance_interval(None)
+        .durable(dir)
+        .build()
+        .expect("opening the durable engine");
+    let ns = engine.namespace("ns").expect("configured namespace");
+    (engine, ns)
+}
+
 /// Claims `key`, which must be acquired.
 pub fn acquire(ns: &Namespace, key: &[u8]) -> ClaimGuard {
     match ns.claim(key) {

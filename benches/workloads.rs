@@ -21,7 +21,9 @@
 //! cores, beside `idem`'s, whose threads share every shard), `idem-b64` (idem through `claim_batch` / `complete_batch`, 64 keys a
 //! call: the counterpart of Redis's 64-deep pipeline), `idem-r64` (idem completing
 //! every key with a 64-byte result: the memory a stored result costs; not in the
-//! default set), `floor`, `dashmap`, `moka`,
+//! default set), `idem-claim` (not in the default set: idem's claims alone, each
+//! guard kept, neither completed nor released; W2's claims answered in progress),
+//! `floor`, `dashmap`, `moka`,
 //! `redis` (one request at a time), `redis-p64` (pipelined 64 deep), `jetstream` and
 //! `jetstream-p64` (NATS JetStream's deduplication window, one publish at a time and
 //! pipelined 64 deep) and `machine` (no
@@ -367,6 +369,34 @@ impl Peer for Idem {
 
     fn own_bytes(&self) -> Option<u64> {
         Some(self.ns.stats().hot_bytes)
+    }
+}
+
+/// idem's claims alone (`idem-claim`, a reference): W1 claims each key and keeps its
+/// guard (forgotten, so neither completed nor released: no second lock round), W2
+/// claims the keys again, each answered in progress. Beside `idem`'s, it shows what a
+/// fresh key's completion costs, and how claims alone scale over two threads.
+struct IdemClaims(Idem);
+
+impl Peer for IdemClaims {
+    #[inline]
+    fn fresh(&self, key: &Key) -> bool {
+        match self.0.ns.claim(key) {
+            Ok(Claim::Acquired(g)) => {
+                std::mem::forget(g);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    #[inline]
+    fn duplicate(&self, key: &Key) -> bool {
+        matches!(self.0.ns.claim(key), Ok(Claim::InProgress(_)))
+    }
+
+    fn own_bytes(&self) -> Option<u64> {
+        Some(self.0.ns.stats().hot_bytes)
     }
 }
 
@@ -791,6 +821,7 @@ fn child(args: &[String]) -> ExitCode {
         "idem" => measure(|| Idem::new(n, 0), &keys, w2, threads, repeat),
         "idem-r64" => measure(|| Idem::new(n, 64), &keys, w2, threads, repeat),
         "idem-pre" => measure(|| Idem::with(n, 0, true), &keys, w2, threads, repeat),
+        "idem-claim" => measure(|| IdemClaims(Idem::new(n, 0)), &keys, w2, threads, repeat),
         "idem-b64" => measure(|| IdemBatch(Idem::new(n, 0)), &keys, w2, threads, repeat),
         "idem-aff" => {
             let probe = affine_probe(n);

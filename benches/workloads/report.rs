@@ -23,6 +23,8 @@ pub fn peer_label(peer: &str, w: Workload) -> &'static str {
         "idem-r64" => "idem (keys with a 64-byte result)",
         "idem-pre" if w == Workload::W1 => "idem, preallocated (claim + complete)",
         "idem-pre" => "idem, preallocated",
+        "idem-claim" if w == Workload::W1 => "idem, claims alone (guards kept, not completed)",
+        "idem-claim" => "idem, claims alone (answered in progress)",
         "idem-aff" if w == Workload::W1 => {
             "idem, keys routed to the threads by `Namespace::router` (claim + complete; reference)"
         }

@@ -326,15 +326,23 @@ impl DurableNs {
         match *self {}
     }
 
+    pub(crate) fn ended_on_disk(&self, _now_ms: u64) -> Vec<(u128, u32)> {
+        match *self {}
+    }
+
+    pub(crate) fn look_again_on_disk(&self, _ms: u64) {
+        match *self {}
+    }
+
+    pub(crate) fn sweep_on_disk(&self, _over: &[(u128, u32)], _now_ms: u64) -> usize {
+        match *self {}
+    }
+
     pub(crate) fn needs_extension(
         &self,
         _fp: crate::hot::Fp,
         _expires_ms: u64,
     ) -> Result<Option<bool>, crate::error::Error> {
-        match *self {}
-    }
-
-    pub(crate) fn delete_claims(&self, _fps: &[u128]) {
         match *self {}
     }
 
@@ -389,7 +397,7 @@ impl DurableNs {
         match *self {}
     }
 
-    pub(crate) fn settle_marker(&self, _fp: u128, _token: u32) -> bool {
+    pub(crate) fn release_marker(&self, _fp: u128, _token: u32) {
         match *self {}
     }
 

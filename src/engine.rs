@@ -189,6 +189,7 @@ impl Shared {
                 let expired = ns.expire_all(now);
                 if let Some(d) = &ns.durable {
                     ns.sweep_markers(d, now);
+                    ns.sweep_markers_on_disk(d, now);
                 }
                 expired
             })
@@ -3919,6 +3920,183 @@ mod tests {
         }
     }
 
+    /// The child's side of
+    /// [`a_crash_after_sweeps_of_rocksdb_markers_reports_exactly_the_claims_that_held_their_keys`]
+    /// names the directory it works in with this variable.
+    #[cfg(all(feature = "durable", target_os = "linux"))]
+    const DISK_SWEEP_CRASH_DIR: &str = "IDEM_TEST_DISK_SWEEP_CRASH_DIR";
+
+    /// The namespaces of
+    /// [`a_crash_after_sweeps_of_rocksdb_markers_reports_exactly_the_claims_that_held_their_keys`]:
+    /// deferred markers, and a one-slot journal whose markers overflow into RocksDB.
+    #[cfg(all(feature = "durable", target_os = "linux"))]
+    fn disk_sweep_crash_configs() -> [(&'static str, crate::NamespaceConfig); 2] {
+        let cfg = |markers| {
+            crate::NamespaceConfig::new()
+                .lease(std::time::Duration::from_secs(1))
+                .claim_markers(markers)
+                .max_result_len(4)
+                .on_store_error(crate::FailurePolicy::FailOpen)
+                .sync(crate::SyncPolicy::Never)
+        };
+        [
+            ("deferred", cfg(crate::ClaimMarkers::Deferred)),
+            (
+                "overflow",
+                cfg(crate::ClaimMarkers::Journal).journal_slots(1),
+            ),
+        ]
+    }
+
+    /// A process killed with SIGKILL after a sweep of this run's claim markers in
+    /// RocksDB (`Deferred` markers flushed, a journal's overflows) reports, at the
+    /// next open, exactly the claims that still held their keys: "extended" (its
+    /// lease renewed, the renewed marker in RocksDB), "hot-only" (a completion the
+    /// store refused, decided from the hot tier alone, which still answers for the
+    /// key) and "completing" (its completion began within its lease and was still
+    /// writing, past the lease's end, when the sweep ran); and none of the claims
+    /// given up without an end ("leaked", "too-large"), whose markers the sweep
+    /// deleted. Before, those stayed in RocksDB and were reported. The test binary
+    /// runs itself as the child, which sets the claims up and waits to be killed.
+    #[cfg(all(feature = "durable", target_os = "linux"))]
+    #[test]
+    fn a_crash_after_sweeps_of_rocksdb_markers_reports_exactly_the_claims_that_held_their_keys() {
+        use std::io::Write;
+        use std::time::Duration;
+        fn acquire(ns: &super::Namespace, key: &[u8]) -> super::ClaimGuard {
+            match ns.claim(key).unwrap() {
+                crate::Claim::Acquired(g) => g,
+                other => panic!("{}: {other:?}", String::from_utf8_lossy(key)),
+            }
+        }
+        if let Ok(base) = std::env::var(DISK_SWEEP_CRASH_DIR) {
+            // A failed check below ends the child at once (the engine's drop would
+            // wait for the held completion): the parent then finds it never ready.
+            struct ExitOnPanic;
+            impl Drop for ExitOnPanic {
+                fn drop(&mut self) {
+                    if std::thread::panicking() {
+                        std::process::exit(101);
+                    }
+                }
+            }
+            let _exit_on_panic = ExitOnPanic;
+            let mut kept = Vec::new();
+            for (what, cfg) in disk_sweep_crash_configs() {
+                let dir = Scratch(std::path::Path::new(&base).join(what));
+                let (engine, ns, clock) = durable_namespace_with(&dir, cfg);
+                // The first claim takes the one journal slot; its renewal, with no
+                // slot free, goes to RocksDB, and so do the others' markers.
+                let mut extended = acquire(&ns, b"extended");
+                std::mem::forget(acquire(&ns, b"leaked"));
+                let too_large = acquire(&ns, b"too-large").complete_with_result(b"12345");
+                assert!(matches!(
+                    too_large,
+                    Err(crate::Error::ResultTooLarge { .. })
+                ));
+                let hot_only = acquire(&ns, b"hot-only");
+                let completing = acquire(&ns, b"completing");
+                engine.run_maintenance(); // flushes deferred markers
+                engine.debug_fail_store_writes(true);
+                hot_only.complete().expect("fail open");
+                engine.debug_fail_store_writes(false);
+                clock.advance(Duration::from_millis(500));
+                extended.extend_lease(Duration::from_secs(10)).unwrap();
+                let s = engine.stats();
+                assert_eq!(
+                    (s.journal_markers, s.markers_on_disk),
+                    (0, 5),
+                    "{what}: {s:?}"
+                );
+                // Within its lease, "completing" begins its completion and waits
+                // inside its write; then every lease but "extended"'s ends.
+                clock.advance(Duration::from_millis(400));
+                engine.debug_hold_completions(true);
+                let writing = std::thread::spawn(move || completing.complete());
+                while engine.debug_held_completions() == 0 {
+                    std::thread::yield_now();
+                }
+                clock.advance(Duration::from_millis(1_100));
+                engine.run_maintenance();
+                let s = engine.stats();
+                assert_eq!(
+                    (s.journal_markers, s.markers_on_disk),
+                    (0, 3),
+                    "{what}: extended, hot-only, completing: {s:?}"
+                );
+                kept.push((engine, ns, extended, writing, dir));
+            }
+            // (On a line of its own: the harness has begun one with the test's name.)
+            println!("\nready");
+            std::io::stdout().flush().unwrap();
+            let _kept = kept;
+            loop {
+                std::thread::park();
+            }
+        }
+        let base = Scratch::new("disk-sweep-crash");
+        std::fs::create_dir_all(&base.0).unwrap();
+        kill_when_ready(
+            "engine::tests::a_crash_after_sweeps_of_rocksdb_markers_reports_exactly_the_claims_that_held_their_keys",
+            (DISK_SWEEP_CRASH_DIR, &base.0),
+        );
+        for (what, cfg) in disk_sweep_crash_configs() {
+            let dir = Scratch(base.0.join(what));
+            let clock = crate::ManualClock::new(1_000_000);
+            let engine = durable_engine(&dir, cfg, &clock);
+            let ns = engine.namespace("n").unwrap();
+            let fp = |k: &[u8]| ns.inner.key_fp(k).unwrap().to_u128();
+            let mut orphans: Vec<u128> = engine.orphans().iter().map(|o| o.fingerprint).collect();
+            orphans.sort_unstable();
+            let mut held: Vec<u128> = [&b"extended"[..], b"hot-only", b"completing"]
+                .into_iter()
+                .map(fp)
+                .collect();
+            held.sort_unstable();
+            assert_eq!(orphans, held, "{what}: {:?}", engine.orphans());
+            for k in [&b"leaked"[..], b"too-large"] {
+                assert_eq!(
+                    ns.check(k).unwrap(),
+                    None,
+                    "{what}, {}: neither done nor held",
+                    String::from_utf8_lossy(k)
+                );
+            }
+        }
+    }
+
+    /// The sweep of RocksDB markers deletes a marker only if it is still the one of
+    /// the claim it found over: a marker read back with another token (here written
+    /// over the claim's behind its note, as a later claim's could be between the
+    /// judgment and the delete) stays, and is left to the next open.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn the_rocksdb_sweep_deletes_a_marker_only_if_it_is_still_the_claims() {
+        use crate::durable::codec::{Record, RecordState};
+        let dir = Scratch::new("disk-sweep-token");
+        let (engine, ns, clock) = durable_namespace(&dir, crate::ClaimMarkers::Deferred);
+        let d = ns.inner.durable.as_ref().unwrap();
+        let g = first_claim(&ns);
+        let (fp, token) = (g.fp.to_u128(), g.lease.token);
+        engine.run_maintenance();
+        assert_eq!(d.marker_token_on_disk(fp), Some(token), "flushed");
+        let other = Record {
+            state: RecordState::InProgress,
+            token: token + 1,
+            at_ms: 1_000_000,
+            expires_ms: 1_001_000,
+            payload: None,
+            result: None,
+        };
+        d.put_marker_on_disk(fp, other);
+        clock.advance(std::time::Duration::from_secs(2));
+        engine.run_maintenance();
+        assert_eq!(d.marker_token_on_disk(fp), Some(token + 1));
+        assert_eq!(engine.stats().markers_on_disk, 1);
+        assert!(matches!(g.complete(), Err(crate::Error::LeaseLost)));
+        assert_eq!(d.marker_token_on_disk(fp), Some(token + 1));
+    }
+
     /// A claim that lost its lease deletes a marker in RocksDB only if it is still
     /// its own: a later claim of the key, acquired once the lease ran out, wrote its
     /// marker over it, and keeps it.
@@ -7244,6 +7422,37 @@ impl NsInner {
         cleared
     }
 
+    /// The sweep of this run's claim markers in RocksDB (a `Deferred` namespace's
+    /// flushed markers, a journal's overflows) whose claims were given up without an
+    /// end, as [`NsInner::sweep_markers`] sweeps the journal's: each marker whose
+    /// lease has ended by `now` is judged under its key's shard lock by the same
+    /// `Shard::sweep_claim` (an entry still in progress past its deadline and not
+    /// completing is reclaimed there, so nothing of the claim is written after),
+    /// and those of claims that are over are deleted afterwards, with no shard lock
+    /// held, in one write, each only if still that claim's
+    /// ([`DurableNs::sweep_on_disk`]): a claim over stays over, so the delete may
+    /// come after the lock. From the maintenance pass only: deleting a marker in
+    /// RocksDB frees no journal slot. Returns how many were deleted. Cheap when no
+    /// such marker's lease has ended: one atomic load.
+    fn sweep_markers_on_disk(&self, d: &DurableNs, now: Now) -> usize {
+        let ended = d.ended_on_disk(now.ms);
+        if ended.is_empty() {
+            return 0;
+        }
+        let cap = self.capacity();
+        let mut over = Vec::new();
+        for (fp, token) in ended {
+            let key = Fp::from_u128(fp);
+            let mut shard = self.slots[key.shard(self.slots.len())].lock();
+            let now = shard.not_behind(&self.params, now);
+            match shard.sweep_claim(key, token, now, &cap) {
+                None => over.push((fp, token)),
+                Some(tick) => d.look_again_on_disk(self.params.tick_to_ms(tick).max(now.ms + 1)),
+            }
+        }
+        d.sweep_on_disk(&over, now.ms)
+    }
+
     /// Starts loading the index bucket of `fp` into the cache, ahead of its claim;
     /// returns the key's shard slot.
     #[inline]
@@ -9122,11 +9331,9 @@ fn settle_unwound(d: &DurableNs, claims: impl IntoIterator<Item = (Fp, u32)>) {
 
 /// Removes the marker of claim `token` of `fp`, released: settled where it was kept
 /// off disk (the journal's slot, a deferred marker in memory), else deleted from
-/// RocksDB.
+/// RocksDB ([`DurableNs::release_marker`]).
 fn release_marker(d: &DurableNs, fp: Fp, token: u32) {
-    if !d.settle_marker(fp.to_u128(), token) {
-        d.delete_claims(&[fp.to_u128()]);
-    }
+    d.release_marker(fp.to_u128(), token);
 }
 
 /// Waits until `fp`'s entry in `slot` is no longer held for a write outside the lock

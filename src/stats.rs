@@ -151,11 +151,12 @@ pub struct Stats {
     /// otherwise write no RocksDB marker: orphans of the last run, damaged markers,
     /// flushed deferred markers, journal overflows). While any is left, completions
     /// take one more lock to ask about their key. Each is remembered in memory (about
-    /// 20 to 40 bytes): those of claims given up without an end (with `Deferred`
-    /// markers, and with `Journal` ones a marker that overflowed the journal) stay
-    /// until the next open, unless their key is claimed again. With `Journal`
-    /// markers the journal's slots of such claims are freed once their lease has
-    /// ended, so markers overflow only while more claims than it has slots hold their keys.
+    /// 35 to 75 bytes). Those this run wrote (flushed deferred markers, journal
+    /// overflows) of claims given up without an end are deleted by the maintenance
+    /// pass once their lease has ended, as the journal's slots of such claims are
+    /// freed, so markers overflow only while more claims than it has slots hold
+    /// their keys; the last run's stay until the next open, unless their key is
+    /// claimed again.
     ///
     /// [`ClaimMarkers::Journal`]: crate::ClaimMarkers::Journal
     pub markers_on_disk: u64,

@@ -5927,6 +5927,184 @@ fn the_sweep_keeps_the_markers_of_claims_that_still_hold_their_key() {
     acquire(&ns, b"hot-only").complete().unwrap();
 }
 
+/// Claims given up without an end in a `Deferred` namespace (a guard leaked with
+/// `mem::forget`, a completion refused with `ResultTooLarge`) keep their markers in
+/// RocksDB, once flushed, only until their lease has ended: the maintenance pass
+/// then deletes them (`markers_on_disk` counts the claims still holding their keys
+/// alone), the given-up keys are claimable, and a completion of a claim swept is
+/// refused. Before, they stayed on disk, and noted in memory, for the rest of the
+/// run.
+#[test]
+fn given_up_claims_have_their_flushed_deferred_markers_deleted_once_their_lease_ends() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small()
+        .claim_markers(ClaimMarkers::Deferred)
+        .max_result_len(4);
+    // (The leaked guard keeps the database open: no restart here.)
+    let (engine, ns) = open(&dir, &clock, cfg);
+    std::mem::forget(acquire(&ns, b"leaked"));
+    let too_large = acquire(&ns, b"too-large");
+    assert!(matches!(
+        too_large.complete_with_result(b"12345"),
+        Err(Error::ResultTooLarge { .. })
+    ));
+    let live = acquire(&ns, b"live");
+    engine.run_maintenance(); // flushes the three markers
+    assert_eq!(engine.stats().markers_on_disk, 3);
+    clock.advance(secs(4));
+    let mut extended = acquire(&ns, b"extended");
+    engine.run_maintenance();
+    extended.extend_lease(secs(60)).unwrap();
+    assert_eq!(engine.stats().markers_on_disk, 4);
+    clock.advance(secs(2));
+    // "live" and the two given up are past their lease; "extended" is not.
+    engine.run_maintenance();
+    let s = engine.stats();
+    assert_eq!(s.markers_on_disk, 1, "{s:?}");
+    engine.run_maintenance();
+    assert_eq!(engine.stats().markers_on_disk, 1, "nothing more to sweep");
+    for k in [&b"leaked"[..], b"too-large"] {
+        acquire(&ns, k).complete().unwrap();
+    }
+    assert_eq!(live.complete(), Err(Error::LeaseLost));
+    extended.complete().unwrap();
+    assert_eq!(engine.stats().markers_on_disk, 0);
+}
+
+/// A claim given up without an end whose flushed marker the sweep deleted is not
+/// reported at the next open; one that still held its key when the engine was
+/// dropped (a completion decided from the hot tier alone, the store refusing it,
+/// within its TTL) keeps its marker, and is.
+#[test]
+fn a_reopen_reports_no_given_up_claim_whose_rocksdb_marker_was_swept() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small()
+        .claim_markers(ClaimMarkers::Deferred)
+        .max_result_len(4)
+        .on_store_error(FailurePolicy::FailOpen);
+    {
+        let (engine, ns) = open(&dir, &clock, cfg.clone());
+        let too_large = acquire(&ns, b"too-large");
+        assert!(matches!(
+            too_large.complete_with_result(b"12345"),
+            Err(Error::ResultTooLarge { .. })
+        ));
+        let hot_only = acquire(&ns, b"hot-only");
+        engine.run_maintenance();
+        engine.debug_fail_store_writes(true);
+        hot_only.complete().expect("fail open");
+        engine.debug_fail_store_writes(false);
+        assert_eq!(engine.stats().markers_on_disk, 2);
+        clock.advance(secs(6));
+        engine.run_maintenance();
+        assert_eq!(engine.stats().markers_on_disk, 1, "hot-only's stays");
+        duplicate(&ns, b"hot-only");
+    }
+    let (engine, ns) = open(&dir, &clock, cfg);
+    let o = engine.orphans();
+    assert_eq!(o.len(), 1, "{o:?}");
+    assert_eq!(o[0].claimed_at_ms, T0, "{o:?}");
+    acquire(&ns, b"too-large").complete().unwrap();
+}
+
+/// A journal's overflows into RocksDB of claims given up without an end (a leaked
+/// guard, `ResultTooLarge`) are deleted by the maintenance pass once their lease
+/// has ended; a claim whose renewed marker went to RocksDB (no journal slot free)
+/// keeps it while its lease lasts.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_journals_overflow_markers_of_given_up_claims_are_deleted_once_their_lease_ends() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small().journal_slots(1).max_result_len(4);
+    let (engine, ns) = open(&dir, &clock, cfg);
+    let mut held = acquire(&ns, b"held");
+    std::mem::forget(acquire(&ns, b"leaked"));
+    let too_large = acquire(&ns, b"too-large");
+    assert!(matches!(
+        too_large.complete_with_result(b"12345"),
+        Err(Error::ResultTooLarge { .. })
+    ));
+    // The one slot is "held"'s: its renewal goes to RocksDB too.
+    held.extend_lease(secs(60)).unwrap();
+    let s = engine.stats();
+    assert_eq!(
+        (s.journal_markers, s.journal_overflows, s.markers_on_disk),
+        (0, 3, 3),
+        "{s:?}"
+    );
+    clock.advance(secs(6));
+    engine.run_maintenance();
+    let s = engine.stats();
+    assert_eq!((s.journal_markers, s.markers_on_disk), (0, 1), "{s:?}");
+    in_progress(&ns, b"held");
+    for k in [&b"leaked"[..], b"too-large"] {
+        acquire(&ns, k).complete().unwrap();
+    }
+    held.complete().unwrap();
+    assert_eq!(engine.stats().markers_on_disk, 0);
+}
+
+/// The sweep of RocksDB markers keeps the marker of every claim that still holds
+/// its key (`Deferred` markers, flushed): one whose lease was extended though the
+/// store refused the renewed marker (fail open: RocksDB keeps the old end), which
+/// completes after that old end; and a fail-open completion that the hot tier alone
+/// holds, whose marker stays while the hot tier answers for the key, and goes once
+/// its entry has left at the end of its TTL. A sweep whose delete the store refuses
+/// keeps the marker, and the next pass deletes it.
+#[test]
+fn the_rocksdb_sweep_keeps_the_markers_of_claims_that_still_hold_their_key() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let cfg = small()
+        .claim_markers(ClaimMarkers::Deferred)
+        .on_store_error(FailurePolicy::FailOpen);
+    let (engine, ns) = open(&dir, &clock, cfg);
+    let mut g = acquire(&ns, b"extended");
+    engine.run_maintenance();
+    engine.debug_fail_store_writes(true);
+    g.extend_lease(secs(30)).expect("fail open");
+    engine.debug_fail_store_writes(false);
+    assert_eq!(engine.stats().fail_open_decisions, 1);
+    clock.advance(secs(10));
+    engine.run_maintenance();
+    assert_eq!(engine.stats().markers_on_disk, 1, "the claim is alive");
+    in_progress(&ns, b"extended");
+    g.complete().unwrap();
+    assert_eq!(engine.stats().markers_on_disk, 0);
+
+    let g = acquire(&ns, b"hot-only");
+    engine.run_maintenance();
+    engine.debug_fail_store_writes(true);
+    g.complete().expect("fail open");
+    engine.debug_fail_store_writes(false);
+    assert_eq!(engine.stats().fail_open_decisions, 2);
+    clock.advance(secs(30));
+    engine.run_maintenance();
+    assert_eq!(
+        engine.stats().markers_on_disk,
+        1,
+        "its lease has ended, and the hot tier still answers for the key"
+    );
+    duplicate(&ns, b"hot-only");
+    clock.advance(secs(31));
+    let errors = engine.stats().store_errors;
+    engine.debug_fail_store_writes(true);
+    engine.run_maintenance();
+    engine.debug_fail_store_writes(false);
+    let s = engine.stats();
+    assert_eq!(
+        (s.markers_on_disk, s.store_errors),
+        (1, errors + 1),
+        "the delete was refused: {s:?}"
+    );
+    engine.run_maintenance();
+    assert_eq!(engine.stats().markers_on_disk, 0, "its entry has left");
+    acquire(&ns, b"hot-only").complete().unwrap();
+}
+
 /// A renewal whose marker finds the journal full of markers whose lease has ended
 /// (a guard leaked) sweeps it first, as a new claim's marker does: the renewed
 /// marker goes into the slot freed, not into RocksDB, and the key given up is

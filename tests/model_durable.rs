@@ -74,6 +74,11 @@
 //! restart, it answers as its record does (or is new without one); a later window
 //! rewrite writes a hot-only completion's first record and settles its markers.
 //!
+//! The maintenance pass sweeps the markers of this run's claims whose lease has
+//! ended and that no longer hold their keys (`Model::sweep_journal`, and for
+//! deferred markers it wrote into RocksDB `Model::sweep_disk`; not the last run's
+//! orphans, nor immediate markers); a failing disk leaves RocksDB's.
+//!
 //! Coarse ticks (7 ms, 250 ms, 1 s; the clock moves by any number of milliseconds,
 //! and each open counts ticks from its own reading): the engine may place each
 //! deadline anywhere its documentation allows, and the model allows exactly that.
@@ -562,6 +567,10 @@ struct Marker {
     at: u64,
     deadline: u64,
     payload: Option<usize>,
+    /// Whether the maintenance pass wrote it into RocksDB (a deferred marker), for
+    /// its sweep to judge (`Model::sweep_disk`): not an immediate marker, nor an
+    /// orphan of the last run.
+    flushed: bool,
 }
 
 /// Stands for any `Error::Store` in the model's answers: the harness reads every
@@ -865,6 +874,7 @@ impl Model {
             at: now,
             deadline,
             payload,
+            flushed: false,
         };
         if in_store && self.failing {
             // Fail open: acquired without a marker (any earlier claim's stays).
@@ -918,6 +928,32 @@ impl Model {
         let keys = &self.keys;
         self.pending.retain(|key, m| {
             m.deadline > now
+                || match keys.get(key) {
+                    Some(State::InProgress { id, deadline, .. }) => *id == m.id && *deadline > now,
+                    Some(State::Done {
+                        hot_until: Some(t),
+                        disk_until: None,
+                        ..
+                    }) => *t > now,
+                    _ => false,
+                }
+        });
+    }
+
+    /// The maintenance pass's sweep of this run's markers in RocksDB
+    /// (`NsInner::sweep_markers_on_disk`): a flushed deferred marker whose lease has
+    /// ended goes as a journal marker does ([`Model::sweep_journal`]), unless the
+    /// store fails: the sweep reads each marker back before its delete, so failing
+    /// reads leave them as failing writes do.
+    fn sweep_disk(&mut self) {
+        if self.failing || self.failing_reads {
+            return;
+        }
+        let now = self.now;
+        let keys = &self.keys;
+        self.markers.retain(|key, m| {
+            !m.flushed
+                || m.deadline > now
                 || match keys.get(key) {
                     Some(State::InProgress { id, deadline, .. }) => *id == m.id && *deadline > now,
                     Some(State::Done {
@@ -1040,6 +1076,7 @@ impl Model {
                 at: now,
                 deadline: until,
                 payload,
+                flushed: false,
             };
             self.markers.insert(key, marker);
         }
@@ -1382,7 +1419,14 @@ impl Harness {
                         payload: m.payload,
                     },
                 );
-                self.model.markers.insert(key, Marker { id, ..m });
+                self.model.markers.insert(
+                    key,
+                    Marker {
+                        id,
+                        flushed: false,
+                        ..m
+                    },
+                );
             }
         }
         expected.sort_unstable();
@@ -1480,8 +1524,13 @@ impl Harness {
                 // Deferred markers are written, unless writes fail (then they wait).
                 if !self.model.failing && matches!(self.cfg.markers, ClaimMarkers::Deferred) {
                     let written = std::mem::take(&mut self.model.pending);
-                    self.model.markers.extend(written);
+                    let flushed = written.into_iter().map(|(key, m)| {
+                        let m = Marker { flushed: true, ..m };
+                        (key, m)
+                    });
+                    self.model.markers.extend(flushed);
                 }
+                self.model.sweep_disk();
                 self.tally.maintenance += 1;
             }
             Op::Compact => self.compact(),

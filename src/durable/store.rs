@@ -1730,15 +1730,25 @@ pub(crate) struct DurableNs {
     journal_slots: Option<u32>,
     /// Markers that found the journal full and went to RocksDB instead.
     journal_overflows: AtomicU64,
-    /// Markers of the previous run still on disk (live orphans).
-    on_disk: parking_lot::Mutex<FpSet>,
+    /// The claim markers known to be in RocksDB (with `Journal` and `Deferred`
+    /// markers): the last run's still there (live orphans, damaged records), and
+    /// this run's (flushed deferred markers, a journal's overflows), each of which
+    /// the sweep of RocksDB markers deletes once its claim is over
+    /// ([`DurableNs::ended_on_disk`], [`DurableNs::sweep_on_disk`]).
+    on_disk: parking_lot::Mutex<FpMap<OnDisk>>,
+    /// No marker of this run in `on_disk` has a lease that ended before this time
+    /// (ms), as far as the sweep knows: the earliest lease end of those noted since
+    /// the last sweep and of those it left; `u64::MAX` for none. Lowered under
+    /// `on_disk`'s lock by every note, and by [`DurableNs::look_again_on_disk`].
+    disk_min_end: AtomicU64,
     /// Writers of claim markers into RocksDB hold it shared around the write; a
     /// claim that lost its lease holds it alone while it reads its marker and
     /// deletes it if still its own ([`DurableNs::lease_lost`]), so that no later
     /// claim's marker is written between the read and the delete.
     marker_gate: parking_lot::RwLock<()>,
-    /// Whether `on_disk` ever held one (set at open, before the namespace serves), so
-    /// that a run without orphans never takes its lock.
+    /// Whether `on_disk` may hold one (set with each note, cleared under its lock
+    /// when the last goes), so that completions in a run without markers in RocksDB
+    /// never take its lock.
     any_on_disk: AtomicBool,
     prefilter_loads: AtomicU64,
     prefilter_rebuilds: AtomicU64,
@@ -1773,6 +1783,19 @@ impl std::hash::Hasher for FpHasher {
 pub(crate) type FpMap<V> =
     std::collections::HashMap<u128, V, std::hash::BuildHasherDefault<FpHasher>>;
 pub(crate) type FpSet = std::collections::HashSet<u128, std::hash::BuildHasherDefault<FpHasher>>;
+
+/// A claim marker in RocksDB that a namespace knows of (`DurableNs::on_disk`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnDisk {
+    /// The last run's (an orphan found at open, a damaged record): its token is of
+    /// another run, so no sweep judges it; the next completion, release or forget of
+    /// its key deletes it, or the next open reports it again.
+    Earlier,
+    /// One this run wrote (a flushed deferred marker, a journal's overflow or a
+    /// renewal that found no slot free, a deferred marker written once the engine
+    /// was dropped): its claim's fencing token and the lease end it carries.
+    Ours { token: u32, end_ms: u64 },
+}
 
 /// Claim markers kept in memory until the maintenance pass writes them.
 #[derive(Debug, Default)]
@@ -1809,7 +1832,8 @@ impl DurableNs {
             journal: std::sync::OnceLock::new(),
             journal_slots: (markers == ClaimMarkers::Journal).then_some(journal_slots),
             journal_overflows: AtomicU64::new(0),
-            on_disk: parking_lot::Mutex::new(FpSet::default()),
+            on_disk: parking_lot::Mutex::new(FpMap::default()),
+            disk_min_end: AtomicU64::new(u64::MAX),
             marker_gate: parking_lot::RwLock::new(()),
             any_on_disk: AtomicBool::new(false),
             prefilter_loads: AtomicU64::new(0),
@@ -1873,28 +1897,36 @@ impl DurableNs {
         true
     }
 
-    /// Called before a claim's completion or release is written. True if its marker
-    /// was still in memory (it is dropped there and never written); otherwise the
-    /// marker may be on disk, and any write of it in progress has finished, so the
-    /// caller's delete lands after it.
-    ///
-    /// With a journal, a release's marker (`token`: the claim's fencing token, so
-    /// that a later claim's marker is never the one cleared) is cleared from it
-    /// here: the claim is no longer in flight. A completion and a forget clear it
+    /// Removes the marker of claim `token` of `fp` (its fencing token, so that a
+    /// later claim's marker is never the one cleared), released: settled where it
+    /// was kept off disk (cleared from the journal, or dropped from memory before a
+    /// flush writes it), else deleted from RocksDB, after any write of it in
+    /// progress has finished. A marker of the key noted in RocksDB (an earlier
+    /// claim's) is deleted too. A completion and a forget clear a journal marker
     /// only after their write ([`DurableNs::write_completions`], [`DurableNs::forget`]).
-    pub(crate) fn settle_marker(&self, fp: u128, token: u32) -> bool {
-        if let Some(j) = self.journal.get() {
-            return self.clear_journal(j, fp, Some(token)) && !self.take_marker_on_disk(fp);
-        }
-        self.take_deferred(fp, token)
-            .is_some_and(|(_, was_on_disk)| !was_on_disk)
+    pub(crate) fn release_marker(&self, fp: u128, token: u32) {
+        let took = match self.journal.get() {
+            Some(j) if self.clear_journal(j, fp, Some(token)) => {
+                match self.take_marker_on_disk(fp) {
+                    None => return,
+                    taken => taken,
+                }
+            }
+            Some(_) => None,
+            None => match self.take_deferred(fp, token) {
+                Some((_, None)) => return,
+                Some((_, taken)) => taken,
+                None => None,
+            },
+        };
+        self.delete_claims(&[(fp, took)]);
     }
 
-    /// [`DurableNs::settle_marker`] without a journal: the deferred marker of claim
-    /// `token` of `fp` taken out of memory (so no flush writes it), and whether an
-    /// earlier claim's marker was noted on disk (noted no more). `None` if it was not
-    /// in memory; any write of it in progress has then finished.
-    fn take_deferred(&self, fp: u128, token: u32) -> Option<(Record, bool)> {
+    /// Without a journal: the deferred marker of claim `token` of `fp` taken out of
+    /// memory (so no flush writes it), and the note of an earlier claim's marker on
+    /// disk, taken too (a marker kept off disk then needs the delete after all).
+    /// `None` if it was not in memory; any write of it in progress has then finished.
+    fn take_deferred(&self, fp: u128, token: u32) -> Option<(Record, Option<OnDisk>)> {
         let marker = self.take_pending(fp, token)?;
         Some((marker, self.take_marker_on_disk(fp)))
     }
@@ -1921,9 +1953,9 @@ impl DurableNs {
 
     /// Undoes what a write that failed took of `fp`'s markers: its deferred `marker`
     /// goes back into memory (unless a newer claim of the key has deferred its own
-    /// meanwhile), and a marker of an earlier claim that `was_on_disk` is noted
-    /// there again.
-    fn restore_marker(&self, fp: u128, marker: Option<Record>, was_on_disk: bool) {
+    /// meanwhile), and the note of an earlier claim's marker on disk that was taken
+    /// (`was_on_disk`) is put back, unless a newer one was noted meanwhile.
+    fn restore_marker(&self, fp: u128, marker: Option<Record>, was_on_disk: Option<OnDisk>) {
         #[cfg(test)]
         run_test_hook(&BEFORE_RESTORE);
         if let (Some(d), Some(m)) = (&self.deferred, marker) {
@@ -1937,7 +1969,7 @@ impl DurableNs {
                 drop(pending);
                 let _writing = self.marker_gate.read();
                 match self.store.put_claims(&self.fams, &[(fp, m.clone())]) {
-                    Ok(()) => self.note_marker_on_disk(fp),
+                    Ok(()) => self.note_ours(fp, &m),
                     Err(e) => {
                         tracing::warn!(
                             namespace = %self.name,
@@ -1949,8 +1981,8 @@ impl DurableNs {
                 }
             }
         }
-        if was_on_disk {
-            self.note_marker_on_disk(fp);
+        if let Some(was) = was_on_disk {
+            self.restore_note(fp, was);
         }
     }
 
@@ -2041,7 +2073,7 @@ impl DurableNs {
             // Tokens start again with each run: the lease's end tells this claim's
             // marker from an orphan of the last run that had the same token.
             Ok(Some(m)) if m.token == token && m.expires_ms == expires_ms => {
-                self.delete_claims(&[fp])
+                self.delete_claims(&[(fp, None)])
             }
             Ok(_) => {}
             Err(e) => {
@@ -2055,18 +2087,18 @@ impl DurableNs {
         }
     }
 
-    /// Whether a marker of an earlier claim of `fp` (an orphan of the last run) is
-    /// still on disk, without forgetting it.
+    /// Whether a marker of an earlier claim of `fp` (an orphan of the last run, or
+    /// one of this run written to RocksDB) is still on disk, without forgetting it.
     fn has_marker_on_disk(&self, fp: u128) -> bool {
-        self.any_on_disk.load(Ordering::Acquire) && self.on_disk.lock().contains(&fp)
+        self.any_on_disk.load(Ordering::Acquire) && self.on_disk.lock().contains_key(&fp)
     }
 
-    /// Whether a marker of an earlier claim of `fp` (an orphan of the last run) is
-    /// still on disk, forgetting it: a marker kept off disk then needs the delete
-    /// after all.
-    fn take_marker_on_disk(&self, fp: u128) -> bool {
+    /// Whether a marker of an earlier claim of `fp` is still on disk, forgetting it
+    /// (what was noted of it is returned): a marker kept off disk then needs the
+    /// delete after all.
+    fn take_marker_on_disk(&self, fp: u128) -> Option<OnDisk> {
         if !self.any_on_disk.load(Ordering::Acquire) {
-            return false;
+            return None;
         }
         let mut on_disk = self.on_disk.lock();
         let had = on_disk.remove(&fp);
@@ -2078,11 +2110,37 @@ impl DurableNs {
     }
 
     /// Notes a claim marker found on disk at open and kept (a live orphan), so that
-    /// the completion of a later claim of its key deletes it.
+    /// the completion of a later claim of its key deletes it. (A note of this run's
+    /// marker of the key is newer, and kept.)
     pub(crate) fn note_marker_on_disk(&self, fp: u128) {
+        self.restore_note(fp, OnDisk::Earlier);
+    }
+
+    /// Notes `marker`, of this run's claim of `fp`, just written to RocksDB (under
+    /// `marker_gate`, shared): over the key's marker there, so over its note. If a
+    /// later claim of the key keeps its marker elsewhere, that claim's completion or
+    /// release deletes this one too; and once this claim is over (given up without
+    /// an end, its lease ended), the sweep deletes it ([`DurableNs::sweep_on_disk`]).
+    fn note_ours(&self, fp: u128, marker: &Record) {
+        if self.deferred.is_some() || self.journal_slots.is_some() {
+            let (token, end_ms) = (marker.token, marker.expires_ms);
+            let mut on_disk = self.on_disk.lock();
+            on_disk.insert(fp, OnDisk::Ours { token, end_ms });
+            self.disk_min_end.fetch_min(end_ms, Ordering::Relaxed);
+            self.any_on_disk.store(true, Ordering::Release);
+        }
+    }
+
+    /// Puts back a note that was taken of `fp`'s marker on disk (a delete or a write
+    /// that would have taken the marker with it failed), unless one was noted
+    /// meanwhile (a later claim's marker, written over it).
+    fn restore_note(&self, fp: u128, was: OnDisk) {
         if self.deferred.is_some() || self.journal_slots.is_some() {
             let mut on_disk = self.on_disk.lock();
-            on_disk.insert(fp);
+            on_disk.entry(fp).or_insert(was);
+            if let OnDisk::Ours { end_ms, .. } = was {
+                self.disk_min_end.fetch_min(end_ms, Ordering::Relaxed);
+            }
             self.any_on_disk.store(true, Ordering::Release);
         }
     }
@@ -2326,8 +2384,8 @@ impl DurableNs {
             // for): if a claim loses its lease and a later claim of the key completes
             // with its own marker still in memory, that completion deletes this one.
             Ok(()) => {
-                for (fp, _) in &batch {
-                    self.note_marker_on_disk(*fp);
+                for (fp, marker) in &batch {
+                    self.note_ours(*fp, marker);
                 }
                 Ok(())
             }
@@ -2660,10 +2718,11 @@ impl DurableNs {
                 // once (the engine was dropped), is on disk like an orphan's: if its
                 // claim loses the lease, `lease_lost` looks for it there, and if a
                 // later claim of the key keeps its marker elsewhere, that claim's
-                // completion deletes this one too. (Immediate markers are not
-                // noted: every claim of theirs writes over the key's.)
-                for (fp, _) in to_store {
-                    self.note_marker_on_disk(*fp);
+                // completion deletes this one too; once its claim is over, the
+                // sweep does. (Immediate markers are not noted: every claim of
+                // theirs writes over the key's.)
+                for (fp, marker) in to_store {
+                    self.note_ours(*fp, marker);
                 }
                 Ok(())
             }
@@ -2708,6 +2767,142 @@ impl DurableNs {
         if let Some(j) = self.journal.get() {
             j.look_again_at(ms);
         }
+    }
+
+    /// This run's claim markers in RocksDB (noted in `on_disk`: flushed deferred
+    /// markers, a journal's overflows) whose lease ended by `now_ms`, as
+    /// (fingerprint, fencing token), if any may have (one atomic load when none
+    /// has). The engine's sweep judges each against the hot tier, then deletes those
+    /// of claims that are over ([`DurableNs::sweep_on_disk`]) and reports those it
+    /// keeps ([`DurableNs::look_again_on_disk`]). The last run's markers are never
+    /// among them: their tokens are of another run. The earliest end of the others
+    /// is kept, for the next sweep to know when to look again.
+    pub(crate) fn ended_on_disk(&self, now_ms: u64) -> Vec<(u128, u32)> {
+        if self.disk_min_end.load(Ordering::Relaxed) > now_ms {
+            return Vec::new();
+        }
+        let on_disk = self.on_disk.lock();
+        let mut next = u64::MAX;
+        let mut out = Vec::new();
+        for (&fp, mark) in on_disk.iter() {
+            if let OnDisk::Ours { token, end_ms } = *mark {
+                if end_ms <= now_ms {
+                    out.push((fp, token));
+                } else {
+                    next = next.min(end_ms);
+                }
+            }
+        }
+        self.disk_min_end.store(next, Ordering::Relaxed);
+        out
+    }
+
+    /// A marker in RocksDB whose lease ended was kept by the sweep (its claim still
+    /// holds its key, or its delete failed): the sweep looks again from `ms` on.
+    pub(crate) fn look_again_on_disk(&self, ms: u64) {
+        self.disk_min_end.fetch_min(ms, Ordering::Relaxed);
+    }
+
+    /// Deletes from RocksDB, in one write, the markers of `over` (fingerprint,
+    /// fencing token), of claims that the engine's sweep found over (given up
+    /// without an end: their lease ended and they can no longer complete), each only
+    /// if it is still that claim's: noted as this run's with that token, and read
+    /// back carrying that token and the lease end noted. Under `marker_gate`, alone
+    /// (as [`DurableNs::lease_lost`]), so that no later claim's marker of the key is
+    /// written between the read and the delete. A read or delete that fails is
+    /// counted and logged, and its markers stay, noted, for the next maintenance
+    /// pass to try again (from `now_ms` on); the next open reports them if none
+    /// does. A marker found to be another (not this run's, or corrupt) is left to
+    /// the next open, noted as the last run's. Returns how many were deleted.
+    pub(crate) fn sweep_on_disk(&self, over: &[(u128, u32)], now_ms: u64) -> usize {
+        if over.is_empty() {
+            return 0;
+        }
+        let _alone = self.marker_gate.write();
+        // Whether `fp`'s note is still this run's marker of claim `token`, and its end.
+        let noted = |fp: u128, token: u32| match self.on_disk.lock().get(&fp) {
+            Some(&OnDisk::Ours { token: t, end_ms }) if t == token => Some(end_ms),
+            _ => None,
+        };
+        // Replaces `fp`'s note `was` (if still that) with `now` (`None`: removed).
+        let renote = |fp: u128, was: OnDisk, now: Option<OnDisk>| {
+            let mut on_disk = self.on_disk.lock();
+            if on_disk.get(&fp) == Some(&was) {
+                match now {
+                    Some(m) => {
+                        on_disk.insert(fp, m);
+                    }
+                    None => {
+                        on_disk.remove(&fp);
+                        if on_disk.is_empty() {
+                            self.any_on_disk.store(false, Ordering::Release);
+                        }
+                    }
+                }
+            }
+        };
+        let mut gone = Vec::new();
+        let mut again = false;
+        for &(fp, token) in over {
+            let Some(end_ms) = noted(fp, token) else {
+                continue;
+            };
+            let ours = OnDisk::Ours { token, end_ms };
+            self.reads.fetch_add(1, Ordering::Relaxed);
+            match self.store.get_claim(&self.name, &self.fams, fp) {
+                Ok(Some(m)) if m.token == token && m.expires_ms == end_ms => gone.push((fp, ours)),
+                // Deleted already (by a completion of a later claim of the key).
+                Ok(None) => renote(fp, ours, None),
+                Ok(Some(_)) | Err(Error::CorruptRecord { .. }) => {
+                    renote(fp, ours, Some(OnDisk::Earlier))
+                }
+                Err(e) => {
+                    // The store refuses reads: the rest wait too.
+                    again = true;
+                    self.errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        namespace = %self.name,
+                        error = %e,
+                        "could not read the marker of a claim given up without an end; the next maintenance pass tries again"
+                    );
+                    break;
+                }
+            }
+        }
+        let mut deleted = 0;
+        if !gone.is_empty() {
+            self.writes.fetch_add(1, Ordering::Relaxed);
+            let fps: Vec<u128> = gone.iter().map(|(fp, _)| *fp).collect();
+            match self.store.delete_claims(&self.fams, &fps) {
+                Ok(()) => {
+                    for (fp, ours) in gone {
+                        renote(fp, ours, None);
+                    }
+                    deleted = fps.len();
+                    // A burst of claims given up leaves no table of its size behind.
+                    let mut on_disk = self.on_disk.lock();
+                    if on_disk.capacity() > 64 && on_disk.len() < on_disk.capacity() / 4 {
+                        let keep = on_disk.len() * 2;
+                        on_disk.shrink_to(keep);
+                    }
+                }
+                Err(e) => {
+                    again = true;
+                    self.errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        namespace = %self.name,
+                        markers = fps.len(),
+                        error = %e,
+                        "could not delete the markers of claims given up without an end; the next maintenance pass tries again"
+                    );
+                }
+            }
+        }
+        if again {
+            // At once: the next pass tries again, whatever its time.
+            self.look_again_on_disk(now_ms);
+        }
+        deleted
     }
 
     /// Rewrites the marker of claim `marker.token` of `fp` with `marker` (its lease
@@ -2766,9 +2961,10 @@ impl DurableNs {
         run_test_hook(&BEFORE_RENEW_PUT);
         self.writes.fetch_add(1, Ordering::Relaxed);
         let _gate = self.marker_gate.read();
-        match self.store.put_claims(&self.fams, &[(fp, marker)]) {
+        let written = [(fp, marker)];
+        match self.store.put_claims(&self.fams, &written) {
             Ok(()) => {
-                self.note_marker_on_disk(fp);
+                self.note_ours(fp, &written[0].1);
                 if let Some(j) = leaving {
                     self.clear_journal(j, fp, Some(token));
                 }
@@ -2778,24 +2974,28 @@ impl DurableNs {
         }
     }
 
-    /// Removes claim markers of released claims. A marker that cannot be removed is
-    /// only reported as an orphan at the next open, so failures are counted, not
-    /// returned.
-    pub(crate) fn delete_claims(&self, fps: &[u128]) {
+    /// Removes claim markers of released claims, each with the note of its key's
+    /// marker on disk that the caller took before (`None`: it took none). A marker
+    /// that cannot be removed is only reported as an orphan at the next open, so
+    /// failures are counted, not returned.
+    pub(crate) fn delete_claims(&self, markers: &[(u128, Option<OnDisk>)]) {
         self.writes.fetch_add(1, Ordering::Relaxed);
-        match self.store.delete_claims(&self.fams, fps) {
+        let fps: Vec<u128> = markers.iter().map(|(fp, _)| *fp).collect();
+        match self.store.delete_claims(&self.fams, &fps) {
             Ok(()) => {
                 for fp in fps {
-                    self.take_marker_on_disk(*fp);
+                    self.take_marker_on_disk(fp);
                 }
             }
             Err(e) => {
                 self.errors.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(namespace = %self.name, error = %e, "could not remove a claim marker");
-                // Still on disk (a release took the note before its delete): noted
-                // again, so that the key's next completion deletes it with its write.
-                for fp in fps {
-                    self.note_marker_on_disk(*fp);
+                // Still on disk: noted again (what the caller took of it, else as an
+                // earlier run's), so that the key's next completion deletes it with
+                // its write, and a marker of this run that the sweep may delete
+                // stays one.
+                for (fp, took) in markers {
+                    self.restore_note(*fp, took.unwrap_or(OnDisk::Earlier));
                 }
             }
         }
@@ -2884,6 +3084,9 @@ impl DurableNs {
         // (Deferred markers taken out of memory are put back if the write fails: see
         // below.)
         let mut taken = Vec::new();
+        // Deferring: the note of each key's marker on disk taken with its deferred
+        // marker, in `done`'s order.
+        let mut took = Vec::new();
         let unwritten: Vec<bool> = match self.journal.get() {
             // Nothing of a marker to delete or take.
             _ if !settle => vec![true; done.len()],
@@ -2895,7 +3098,10 @@ impl DurableNs {
                 .iter()
                 .map(|(fp, r)| {
                     let t = self.take_deferred(*fp, r.token);
-                    let unwritten = t.as_ref().is_some_and(|(_, was_on_disk)| !was_on_disk);
+                    let unwritten = t
+                        .as_ref()
+                        .is_some_and(|(_, was_on_disk)| was_on_disk.is_none());
+                    took.push(t.as_ref().and_then(|(_, was_on_disk)| *was_on_disk));
                     if let Some(t) = t {
                         taken.push((*fp, t));
                     }
@@ -2979,11 +3185,12 @@ impl DurableNs {
                 // just refused a write: a delete that fails too is logged and leaves
                 // the marker noted (in the modes that note them) for the key's next
                 // completion, or reported at the next open.
-                let on_disk: Vec<u128> = done
+                let on_disk: Vec<(u128, Option<OnDisk>)> = done
                     .iter()
                     .zip(&unwritten)
-                    .filter(|&(_, &unwritten)| !unwritten)
-                    .map(|((fp, _), _)| *fp)
+                    .enumerate()
+                    .filter(|&(_, (_, &unwritten))| !unwritten)
+                    .map(|(i, ((fp, _), _))| (*fp, took.get(i).copied().flatten()))
                     .collect();
                 if !on_disk.is_empty() {
                     #[cfg(test)]
@@ -2993,7 +3200,8 @@ impl DurableNs {
             }
             for (fp, (marker, was_on_disk)) in taken {
                 // (Where the delete above ran, it noted what it left on disk.)
-                self.restore_marker(fp, (!failed).then_some(marker), was_on_disk && !released);
+                let was_on_disk = was_on_disk.filter(|_| !released);
+                self.restore_marker(fp, (!failed).then_some(marker), was_on_disk);
             }
         }
         answer

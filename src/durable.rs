@@ -44,8 +44,9 @@ pub(crate) use store::{
 pub(crate) use store::{
     fail_next_marker_move, fail_next_metadata_write, fail_next_rocksdb_open,
     fail_next_settings_write, set_after_aside_link, set_after_dlq_put, set_after_reported_link,
-    set_after_write, set_before_defer, set_before_lost_marker_read, set_before_released_delete,
-    set_before_renew_put, set_before_restore, set_before_rewrite, set_before_undo,
+    set_after_write, set_before_defer, set_before_flush_put, set_before_flush_wait,
+    set_before_lost_marker_read, set_before_released_delete, set_before_renew_put,
+    set_before_restore, set_before_rewrite, set_before_undo,
 };
 
 /// Refuses a database path that is not valid UTF-8: RocksDB takes its path as a

@@ -3779,6 +3779,63 @@ mod tests {
         }
     }
 
+    /// A completion whose deferred marker it took out of memory while a flush was
+    /// writing the marker of an earlier claim of its key (whose lease had run out
+    /// before this claim was made) waits for that flush, then sees that marker on
+    /// disk and deletes it with its record. Before, it went on without the note of
+    /// that marker, and once its write was done dropped the note the flush had made
+    /// meanwhile: the earlier claim, ending with `LeaseLost`, did not look for its
+    /// marker on disk, and the next open reported it as an orphan.
+    #[cfg(feature = "durable")]
+    #[test]
+    fn a_completion_during_the_flush_of_a_lost_claims_marker_leaves_no_orphan() {
+        use std::sync::mpsc::channel;
+        let dir = Scratch::new("completion-during-flush");
+        let second = std::time::Duration::from_secs(1);
+        let cfg = crate::NamespaceConfig::new()
+            .lease(second)
+            .claim_markers(crate::ClaimMarkers::Deferred)
+            .sync(crate::SyncPolicy::Never);
+        let (engine, ns, clock) = durable_namespace_with(&dir, cfg.clone());
+        let lost = first_claim(&ns);
+        let fp = lost.fp.to_u128();
+        clock.advance(2 * second);
+        // The flush below has taken the lost claim's marker out of memory when the
+        // key is claimed again and completed on another thread; the flush goes on
+        // once that completion has written its record or waits for the flush.
+        let (reached, at) = channel::<&'static str>();
+        let (go, wait) = channel::<()>();
+        let worker = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let (ns2, worker2) = (ns.clone(), worker.clone());
+        crate::durable::set_before_flush_put(move || {
+            let (written, waits) = (reached.clone(), reached);
+            *worker2.lock().unwrap() = Some(std::thread::spawn(move || {
+                let again = first_claim(&ns2);
+                // (The flush may be over when the write is done: no one listens then.)
+                crate::durable::set_before_flush_wait(move || {
+                    let _ = waits.send("waits");
+                });
+                crate::durable::set_after_write(move || {
+                    let _ = written.send("written");
+                    wait.recv().unwrap();
+                });
+                again.complete().unwrap();
+            }));
+            at.recv().unwrap();
+        });
+        let d = ns.inner.durable.as_ref().unwrap();
+        d.flush_markers().unwrap();
+        go.send(()).unwrap();
+        let worker = worker.lock().unwrap().take().unwrap();
+        worker.join().unwrap();
+        assert!(matches!(lost.complete(), Err(crate::Error::LeaseLost)));
+        assert_eq!(d.marker_token_on_disk(fp), None, "the lost claim's marker");
+        drop(ns);
+        drop(engine);
+        let engine = durable_engine(&dir, cfg, &clock);
+        assert!(engine.orphans().is_empty(), "{:?}", engine.orphans());
+    }
+
     /// The child's side of
     /// [`a_crash_after_sweeps_reports_exactly_the_claims_that_held_their_keys`]
     /// names the directory it works in with this variable.

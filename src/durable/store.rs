@@ -1928,6 +1928,16 @@ impl DurableNs {
     /// `None` if it was not in memory; any write of it in progress has then finished.
     fn take_deferred(&self, fp: u128, token: u32) -> Option<(Record, Option<OnDisk>)> {
         let marker = self.take_pending(fp, token)?;
+        // A flush under way may be writing an earlier claim of the key's marker (it
+        // took that marker out of memory before this claim was made, the earlier
+        // lease having run out): it finishes first, so that its note is read here
+        // and the caller's delete lands after its write. Read before it, the note
+        // would be missed, and the caller's later take of it (once its write was
+        // done) would drop it without a delete: the earlier claim, ending, would
+        // not look for its marker on disk, and the next open would report it.
+        #[cfg(test)]
+        run_test_hook(&BEFORE_FLUSH_WAIT);
+        let _flushed = self.deferred.as_ref().map(|d| d.flushing.lock());
         Some((marker, self.take_marker_on_disk(fp)))
     }
 
@@ -2377,6 +2387,8 @@ impl DurableNs {
         if batch.is_empty() {
             return Ok(());
         }
+        #[cfg(test)]
+        run_test_hook(&BEFORE_FLUSH_PUT);
         self.writes.fetch_add(1, Ordering::Relaxed);
         let _gate = self.marker_gate.read();
         match self.store.put_claims(&self.fams, &batch) {
@@ -3454,6 +3466,14 @@ std::thread_local! {
     /// Where a refused completion is about to delete its released claims' markers.
     static BEFORE_RELEASED_DELETE: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
         const { std::cell::RefCell::new(None) };
+    /// Where a flush has taken the deferred markers out of memory, before it writes
+    /// them ([`DurableNs::flush_markers`]).
+    static BEFORE_FLUSH_PUT: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        const { std::cell::RefCell::new(None) };
+    /// Where a completion or release that took its deferred marker out of memory is
+    /// about to wait for a flush under way (`DurableNs::take_deferred`).
+    static BEFORE_FLUSH_WAIT: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        const { std::cell::RefCell::new(None) };
     /// Where a completion's or a forget's write has just been applied, before any
     /// group commit's fsync of it (`Store::write_batch`).
     static AFTER_WRITE: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
@@ -3576,6 +3596,20 @@ pub(super) fn after_dlq_put() {
 #[cfg(test)]
 pub(crate) fn set_before_defer(f: impl FnOnce() + 'static) {
     BEFORE_DEFER.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+}
+
+/// Runs `f` where a flush (on this thread) has taken the deferred markers out of
+/// memory, before it writes them.
+#[cfg(test)]
+pub(crate) fn set_before_flush_put(f: impl FnOnce() + 'static) {
+    BEFORE_FLUSH_PUT.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+}
+
+/// Runs `f` where a completion or release (on this thread) that took its deferred
+/// marker out of memory is about to wait for a flush under way.
+#[cfg(test)]
+pub(crate) fn set_before_flush_wait(f: impl FnOnce() + 'static) {
+    BEFORE_FLUSH_WAIT.with(|h| *h.borrow_mut() = Some(Box::new(f)));
 }
 
 /// Sets the hook run before a marker taken out of memory goes back.

@@ -5221,6 +5221,102 @@ mod tests {
         (engine, ns)
     }
 
+    /// Two threads filling one shard in turn, each in a lane of its own, place their
+    /// entries in chunks of their own, each thread's in the order it claimed them,
+    /// and in a wheel of their own: a chunk never holds both threads' entries, and
+    /// a thread's consecutive claims take consecutive slots. (With one slab for
+    /// both, the two threads' entries alternated slot by slot.) Every key then
+    /// expires from its lane's wheel on time, and a freed entry is taken again by
+    /// its own lane.
+    #[test]
+    fn threads_in_two_lanes_fill_a_shard_with_chunks_and_wheels_of_their_own() {
+        use std::sync::mpsc;
+        let clock = crate::ManualClock::new(1_000_000);
+        let engine = super::Engine::builder()
+            .clock(clock.clone())
+            .maintenance_interval(None)
+            .namespace(
+                "n",
+                crate::NamespaceConfig::new()
+                    .max_keys(10_000)
+                    .shards(1)
+                    .ttl(std::time::Duration::from_secs(10)),
+            )
+            .build()
+            .unwrap();
+        let ns = engine.namespace("n").unwrap();
+        const EACH: usize = 1_200; // past two chunks a lane
+                                   // Each thread claims and completes a key when told, and sends back its slot.
+        let spawn = |lane: usize| {
+            let ns = ns.clone();
+            let (go, turn) = mpsc::channel::<bool>();
+            let (put, slots) = mpsc::channel::<u32>();
+            let t = std::thread::spawn(move || {
+                crate::hot::set_lane(lane);
+                let mut i = 0;
+                while turn.recv().unwrap() {
+                    let g = match ns.claim(format!("{lane}-{i}").as_bytes()).unwrap() {
+                        crate::Claim::Acquired(g) => g,
+                        other => panic!("{other:?}"),
+                    };
+                    put.send(g.lease.idx).unwrap();
+                    g.complete().unwrap();
+                    i += 1;
+                }
+            });
+            (go, slots, t)
+        };
+        let lanes = [spawn(0), spawn(1)];
+        let mut placed = [Vec::new(), Vec::new()];
+        for _ in 0..EACH {
+            for (lane, (go, slots, _)) in lanes.iter().enumerate() {
+                go.send(true).unwrap();
+                placed[lane].push(slots.recv().unwrap());
+            }
+        }
+        for (go, _, t) in lanes {
+            go.send(false).unwrap();
+            t.join().unwrap();
+        }
+        let chunk = |i: &u32| *i as usize / crate::hot::CHUNK;
+        for (lane, slots) in placed.iter().enumerate() {
+            for w in slots.windows(2) {
+                if chunk(&w[0]) == chunk(&w[1]) {
+                    assert_eq!(w[1], w[0] + 1, "lane {lane}: slot {} after {}", w[1], w[0]);
+                }
+            }
+            let other: std::collections::HashSet<usize> =
+                placed[1 - lane].iter().map(chunk).collect();
+            let shared = slots.iter().find(|i| other.contains(&chunk(i)));
+            assert_eq!(shared, None, "lane {lane}'s slot in the other lane's chunk");
+        }
+        assert_eq!(engine.stats().resident_keys, 2 * EACH as u64);
+        // Every key expires from its lane's wheel, and the slots go back to their
+        // lanes: a thread of lane 1 refilling takes lane 1's slots again.
+        clock.advance(std::time::Duration::from_secs(11));
+        engine.run_maintenance();
+        assert_eq!(engine.stats().resident_keys, 0);
+        let refill = {
+            let ns = ns.clone();
+            std::thread::spawn(move || {
+                crate::hot::set_lane(1);
+                (0..EACH)
+                    .map(
+                        |i| match ns.claim(format!("again-{i}").as_bytes()).unwrap() {
+                            crate::Claim::Acquired(g) => g.lease.idx,
+                            other => panic!("{other:?}"),
+                        },
+                    )
+                    .collect::<Vec<u32>>()
+            })
+            .join()
+            .unwrap()
+        };
+        let first: std::collections::HashSet<u32> = placed[1].iter().copied().collect();
+        let strange = refill.iter().find(|i| !first.contains(i));
+        assert_eq!(strange, None, "a slot lane 1 did not have");
+    }
+
     #[test]
     fn every_shard_publishes_its_grown_index_for_prefetch() {
         let (_engine, ns) = memory_namespace();

@@ -212,7 +212,7 @@ pub(crate) const CHUNK: usize = 1 << CHUNK_BITS;
 /// both of its aliasing models). The raw pointer makes no such claim: the address
 /// it publishes stays valid until the chunk is freed, which the reclamation holds
 /// off while a reader may use it.
-pub(crate) struct Chunk(std::ptr::NonNull<[Entry; CHUNK]>);
+pub(crate) struct Chunk(std::ptr::NonNull<[Entry; CHUNK]>, u8);
 
 // SAFETY: a chunk owns its array, as the `Box` it was made from did; `Entry` is
 // plain data, so the array may move to and be shared with any thread.
@@ -223,6 +223,13 @@ unsafe impl Send for Chunk {}
 unsafe impl Sync for Chunk {}
 
 impl Chunk {
+    /// The lane whose entries the chunk holds (see [`LANES`]), set when a slab takes
+    /// it.
+    #[inline(always)]
+    fn lane(&self) -> usize {
+        self.1 as usize & (LANES - 1)
+    }
+
     /// The array's address as lock-free readers use it (its provenance exposed:
     /// they turn it back into a pointer).
     pub(crate) fn addr(&self) -> usize {
@@ -277,7 +284,7 @@ pub(crate) fn new_chunk() -> Chunk {
         Err(_) => unreachable!("a CHUNK-long vector converts to a CHUNK array"),
     };
     match std::ptr::NonNull::new(Box::into_raw(array)) {
-        Some(p) => Chunk(p),
+        Some(p) => Chunk(p, 0),
         None => unreachable!("a box is never null"),
     }
 }
@@ -444,15 +451,12 @@ impl Reservoir {
 pub(crate) struct Slab {
     /// Fixed-length arrays, so an index within a chunk (masked) needs no bounds check.
     chunks: Vec<Chunk>,
-    /// Slots handed out so far (high-water mark).
+    /// Each lane's allocation state: its free list, its next fresh slot, its tail.
+    lanes: [LaneSlots; LANES],
+    /// Slots in all chunks (`chunks.len() * CHUNK`): every entry index is below it.
     len: u32,
-    /// Head of the free list.
-    free: Option<u32>,
     /// A chunk was added since the address table was last published.
     dirty: bool,
-    /// Where the next allocation will most likely write (an address, or 0), for
-    /// claims to ask for ahead of the lock (see [`ShardSlot::prefetch_write`]).
-    tail: usize,
     /// The next chunk, allocated ahead outside the shard's lock (see
     /// [`Slab::wants_spare`]).
     spare: Option<Chunk>,
@@ -466,7 +470,76 @@ pub(crate) struct Slab {
     retired: Vec<Vec<usize>>,
 }
 
+/// Lanes of a shard: each thread takes one ([`lane`]), and its fresh entries go into
+/// chunks of its lane and into its lane's wheel. Two threads filling one shard at once
+/// then write slab lines of their own (a new entry, and the previous new entry whose
+/// wheel link it takes), and each thread's entries lie in the order it claimed them,
+/// as one thread's do: a replay in that order reads the lines one thread's fill would.
+pub(crate) const LANES: usize = 2;
+// (A power of two, so that a lane masked by `LANES - 1` needs no bounds check; and
+// two, which `Shard::time` spells out.)
+const _: () = assert!(LANES == 2);
+
+/// One lane's share of a [`Slab`].
+#[derive(Debug)]
+#[repr(C)]
+struct LaneSlots {
+    /// Head of the lane's free list, or [`NIL`].
+    free: u32,
+    /// The lane's next fresh slot; a multiple of [`CHUNK`] (0 included) when its
+    /// chunk is used up and the next allocation needs a new one.
+    next: u32,
+    /// Where the lane's next allocation will most likely write (an address, or 0),
+    /// for claims to ask for ahead of the lock (see [`ShardSlot::prefetch_write`],
+    /// which reads it without the lock: an atomic, stored by lock holders).
+    tail: std::sync::atomic::AtomicUsize,
+}
+
+impl Default for LaneSlots {
+    fn default() -> Self {
+        LaneSlots {
+            free: NIL,
+            next: 0,
+            tail: Default::default(),
+        }
+    }
+}
+
+std::thread_local! {
+    static LANE: std::cell::Cell<u8> = const { std::cell::Cell::new(u8::MAX) };
+}
+
+/// The calling thread's lane (see [`LANES`]): threads take the lanes in turn, at
+/// their first claim; lane 0 while the thread is being torn down.
+#[inline]
+pub(crate) fn lane() -> usize {
+    LANE.try_with(|l| match l.get() {
+        u8::MAX => {
+            // (Not the loom facade's: which lane a thread takes is layout only.)
+            static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let lane = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % LANES;
+            l.set(lane as u8);
+            lane
+        }
+        lane => lane as usize & (LANES - 1),
+    })
+    .unwrap_or(0)
+}
+
+/// Puts the calling thread in lane `lane` (tests that need two threads in two lanes
+/// whatever other tests' threads took).
+#[cfg(test)]
+pub(crate) fn set_lane(lane: usize) {
+    LANE.with(|l| l.set((lane % LANES) as u8));
+}
+
 impl Slab {
+    /// The lane entry `i` belongs to.
+    #[inline(always)]
+    fn lane_of(&self, i: u32) -> usize {
+        self.chunks[(i >> CHUNK_BITS) as usize].lane()
+    }
+
     #[inline]
     fn get(&self, i: u32) -> &Entry {
         &self.chunks[(i >> CHUNK_BITS) as usize][i as usize & (CHUNK - 1)]
@@ -536,27 +609,35 @@ impl Slab {
         }
     }
 
-    fn alloc(&mut self, entry: Entry) -> u32 {
-        if let Some(i) = self.free {
-            let next = self.get(i).next;
-            self.free = (next != NIL).then_some(next);
+    fn alloc(&mut self, entry: Entry, lane: usize) -> u32 {
+        let i = self.lanes[lane].free;
+        if i != NIL {
+            let free = self.get(i).next;
+            self.lanes[lane].free = free;
             let _ = self.put(i, entry);
-            self.tail = match self.free {
-                Some(f) => self.get(f) as *const Entry as usize,
-                None => 0,
+            let tail = match free {
+                NIL => 0,
+                f => self.get(f) as *const Entry as usize,
             };
+            self.lanes[lane]
+                .tail
+                .store(tail, std::sync::atomic::Ordering::Relaxed);
             return i;
         }
-        let i = self.len;
-        if i as usize == self.chunks.len() * CHUNK {
+        if (self.lanes[lane].next as usize).is_multiple_of(CHUNK) {
             let chunk = self.spare.take().unwrap_or_else(new_chunk);
-            self.push_chunk(chunk);
+            self.lanes[lane].next = self.len;
+            self.push_chunk(chunk, lane);
         }
-        self.len += 1;
+        let i = self.lanes[lane].next;
+        self.lanes[lane].next += 1;
         let e = self.put(i, entry);
         // The next slot, if it is in this chunk; past its end the address is only
         // a wasted prefetch.
-        self.tail = e as usize + std::mem::size_of::<Entry>();
+        self.lanes[lane].tail.store(
+            e as usize + std::mem::size_of::<Entry>(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         self.prefetch_ahead(i);
         i
     }
@@ -580,7 +661,10 @@ impl Slab {
     /// address table moves to a copy twice its size by hand, not by `Vec::push`,
     /// which would free the old one at once: the old table, untouched, is retired
     /// instead, and freed once no lock-free reader can hold it.
-    fn push_chunk(&mut self, chunk: Chunk) {
+    fn push_chunk(&mut self, mut chunk: Chunk, lane: usize) {
+        // Its entries are the lane's: allocated by it, given back to its free list,
+        // linked in its wheel.
+        chunk.1 = lane as u8;
         if self.addrs.len() == self.addrs.capacity() {
             let mut bigger = Vec::with_capacity((self.addrs.capacity() * 2).max(4));
             bigger.extend_from_slice(&self.addrs);
@@ -591,6 +675,7 @@ impl Slab {
         }
         self.addrs.push(chunk.addr());
         self.chunks.push(chunk);
+        self.len += CHUNK as u32;
         self.dirty = true;
     }
 
@@ -601,7 +686,8 @@ impl Slab {
     }
 
     fn release(&mut self, i: u32) {
-        let next = self.free.unwrap_or(NIL);
+        let lane = self.lane_of(i);
+        let next = self.lanes[lane].free;
         let _ = self.put(
             i,
             Entry {
@@ -609,8 +695,11 @@ impl Slab {
                 ..Entry::FREE
             },
         );
-        self.free = Some(i);
-        self.tail = self.get(i) as *const Entry as usize;
+        self.lanes[lane].free = i;
+        let tail = self.get(i) as *const Entry as usize;
+        self.lanes[lane]
+            .tail
+            .store(tail, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Every entry in use from slot `from` on but `except`, with its index hash, in
@@ -638,18 +727,20 @@ impl Slab {
             .map(|(i, e)| (e.lo(), i))
     }
 
-    /// Whether the slab is growing into its last chunk with no chunk ready after it:
-    /// the slot just handed out from the high-water mark fills three quarters of the
-    /// last chunk, and there is no spare. A shard of a few hundred keys never asks.
+    /// Whether the lane of slot `idx`, just handed out, is growing into the last
+    /// slots of its chunk with no chunk ready after it: its fresh slots have filled
+    /// three quarters of that chunk, and there is no spare. A shard of a few hundred keys never asks.
     /// The claimant that is told so (in [`ShardClaim::Acquired`]) allocates a chunk
     /// after releasing the lock and hands it over with [`Shard::give_spare`]: a new
     /// chunk's allocation and first touch (page faults, several microseconds) then
     /// happen outside the lock, where they delay no other thread's claim of this
     /// shard.
     #[inline]
-    fn wants_spare(&self) -> bool {
-        // Asked once per chunk, at the slot that fills three quarters of it.
-        (self.len as usize + CHUNK / 4).is_multiple_of(CHUNK) && self.spare.is_none()
+    fn wants_spare(&self, idx: u32) -> bool {
+        // Asked once per chunk, at the slot that fills three quarters of it (the
+        // lane's next fresh slot follows it).
+        let next = self.lanes[self.lane_of(idx)].next as usize;
+        (next + CHUNK / 4).is_multiple_of(CHUNK) && self.spare.is_none()
     }
 
     fn bytes(&self) -> usize {
@@ -1180,9 +1271,6 @@ pub(crate) struct ShardSlot {
     published: Published,
     /// Odd while a lock holder may be changing the shard.
     seq: seq::Seq,
-    /// Where the slab's next entry will most likely go, as the last lock holder left
-    /// it (`Slab::tail`).
-    tail: AtomicUsize,
     /// Threads that found the lock taken and wait for it (see [`ShardSlot::lock`]).
     /// Written only then; it shares its line with the lock word, so a waiter's count
     /// takes that line from the holder once, mid-hold, as its spinning on the lock
@@ -1268,7 +1356,6 @@ impl ShardSlot {
         Some(ShardSlot {
             shard: Mutex::new(shard),
             seq: seq::Seq::default(),
-            tail: AtomicUsize::new(0),
             waiting: AtomicUsize::new(0),
             published: Published {
                 hint: AtomicUsize::new(hint),
@@ -1299,13 +1386,30 @@ impl ShardSlot {
         for line in 0..HOT_LINES {
             index::prefetch_line_for_write(base + line * 64);
         }
-        // The slab line the claim's new entry (and its wheel neighbour, the shard's
+        // The slab line the claim's new entry (and its wheel neighbour, its lane's
         // previous new entry) will be written in, when the claim is a fresh one.
-        let tail = self.tail.load(Ordering::Relaxed);
+        let tail = self.lane_tail(lane());
         if tail != 0 {
             index::prefetch_line_for_write(tail);
             index::prefetch_line_for_write(tail + std::mem::size_of::<Entry>() - 1);
         }
+    }
+
+    /// Where lane `lane`'s next entry will most likely go (`LaneSlots::tail`), read
+    /// without the lock.
+    #[inline(always)]
+    fn lane_tail(&self, lane: usize) -> usize {
+        let at = self.shard.data_ptr() as usize
+            + std::mem::offset_of!(Shard, slab)
+            + std::mem::offset_of!(Slab, lanes)
+            + lane * std::mem::size_of::<LaneSlots>()
+            + std::mem::offset_of!(LaneSlots, tail);
+        #[allow(unsafe_code)]
+        // SAFETY: `at` is the `tail` field of lane `lane` (below `LANES`: `lane()`)
+        // of the shard inside this slot's mutex, which lives as long as `self`; the
+        // field is an atomic, which a lock holder writes only by atomic stores, so
+        // reading it without the lock is a race the memory model defines.
+        unsafe { &*(at as *const std::sync::atomic::AtomicUsize) }.load(Ordering::Relaxed)
     }
 
     /// Asks, like [`ShardSlot::prefetch_write`], for the wheel bucket head that an
@@ -1318,7 +1422,10 @@ impl ShardSlot {
             .published
             .tick
             .load(std::sync::atomic::Ordering::Relaxed);
-        let wheel = self.shard.data_ptr() as usize + std::mem::offset_of!(Shard, wheel);
+        let lane = lane();
+        let wheel = self.shard.data_ptr() as usize
+            + std::mem::offset_of!(Shard, wheels)
+            + lane * std::mem::size_of::<Wheel>();
         index::prefetch_line_for_write(wheel + wheel::head_offset(current, when));
     }
 
@@ -1546,11 +1653,7 @@ impl Drop for ShardWrite<'_> {
         if self.shard.slab.dirty || self.shard.index.dirty {
             self.publish();
         }
-        let tail = self.shard.slab.tail;
-        if self.slot.tail.load(Ordering::Relaxed) != tail {
-            self.slot.tail.store(tail, Ordering::Relaxed);
-        }
-        let current = self.shard.wheel.current();
+        let current = self.shard.behind();
         let tick = &self.slot.published.tick;
         if tick.load(std::sync::atomic::Ordering::Relaxed) != current {
             tick.store(current, std::sync::atomic::Ordering::Relaxed);
@@ -1658,19 +1761,21 @@ pub(crate) struct Shard {
     /// Units of capacity this shard may fill without touching the namespace's pool
     /// (see [`Capacity`]). Guarded by the shard's lock like everything else here, so
     /// a claim takes one with a plain decrement; other shards reach it only through
-    /// this lock, by [`Shard::surrender_reserve`].
-    reserve: usize,
+    /// this lock, by [`Shard::surrender_reserve`]. At most twice [`Capacity::chunk`]
+    /// (128): a `u32`, beside `next_token` in one word.
+    reserve: u32,
+    next_token: u32,
     /// Claim guards of this shard not yet ended: counted by the claim that acquires
     /// (under this lock) and uncounted in the guard's last lock round, so that a
     /// guard keeps its namespace alive without a reference count of its own (see
     /// `Keeper` in the engine). A `usize`, as a reference count is: guards
     /// forgotten with `mem::forget` stay counted.
     guards: usize,
-    next_token: u32,
+    pub(crate) counters: Counters,
+    /// A wheel a lane: each entry is linked in its lane's ([`Slab::lane_of`]).
+    wheels: [Wheel; LANES],
     /// Where the eviction scan resumes.
     hand: u32,
-    pub(crate) counters: Counters,
-    wheel: Wheel,
     /// Payload fingerprints, of the entries with `PAYLOAD_BIT` set.
     payloads: Column<u64>,
     /// Stored results, of entries with `EXTRA_BIT` set.
@@ -1831,7 +1936,7 @@ impl Shard {
         Some(Shard {
             index: Index::try_with_room(room)?,
             slab: Slab::default(),
-            wheel: Wheel::new(now_tick),
+            wheels: std::array::from_fn(|_| Wheel::new(now_tick)),
             payloads: Column::default(),
             results: Results::default(),
             read_back_times: ReadBacks::default(),
@@ -2014,7 +2119,7 @@ impl Shard {
     /// namespace read).
     #[inline(always)]
     pub(crate) fn not_behind(&self, p: &Params, now: Now) -> Now {
-        let current = self.wheel.current();
+        let current = self.time();
         if now.tick >= current {
             now
         } else {
@@ -2029,7 +2134,7 @@ impl Shard {
     /// advanced it for a long time (no maintenance thread and a clock that jumped).
     #[inline]
     fn catch_up(&mut self, now: Now, cap: &Capacity<'_>) {
-        if now.tick.saturating_sub(self.wheel.current()) >= CATCH_UP_TICKS {
+        if now.tick.saturating_sub(self.behind()) >= CATCH_UP_TICKS {
             self.expire_due(now, cap);
         }
     }
@@ -2112,13 +2217,31 @@ impl Shard {
     /// wheel; see the wheel's contract). Only an earlier deadline moves the entry now.
     fn reschedule(&mut self, idx: u32, when: u64) {
         let e = self.slab.get(idx);
-        if e.prev != NIL && when >= widen(self.wheel.current(), e.deadline) {
+        let wheel = &mut self.wheels[self.slab.lane_of(idx)];
+        if e.prev != NIL && when >= widen(wheel.current(), e.deadline) {
             self.slab.set_deadline(idx, when as u32);
             return;
         }
-        self.wheel.deschedule(&mut self.slab, idx);
+        wheel.deschedule(&mut self.slab, idx);
         self.slab.set_deadline(idx, when as u32);
-        self.wheel.schedule(&mut self.slab, idx, when);
+        wheel.schedule(&mut self.slab, idx, when);
+    }
+
+    /// The shard's time: the latest of its wheels' (they part only while an expiry
+    /// pass that ran out of budget has moved some of them and not the others).
+    #[inline(always)]
+    fn time(&self) -> u64 {
+        let [a, b] = &self.wheels;
+        a.current().max(b.current())
+    }
+
+    /// The earliest of the wheels' times: what may be furthest behind the clock
+    /// (see [`Shard::catch_up`]), and what the lock holder publishes for lock-free
+    /// readers, which check the same distance.
+    #[inline(always)]
+    fn behind(&self) -> u64 {
+        let [a, b] = &self.wheels;
+        a.current().min(b.current())
     }
 
     /// Ends the count of one guard of this shard (see `guards`), in that guard's last
@@ -2168,7 +2291,7 @@ impl Shard {
         else {
             return false;
         };
-        self.reserve += had.min(cap.chunk) - 1;
+        self.reserve += (had.min(cap.chunk) - 1) as u32;
         true
     }
 
@@ -2185,18 +2308,19 @@ impl Shard {
     /// returns the excess to the pool (see [`Capacity::chunk`]).
     #[inline]
     fn give_units(&mut self, n: usize, cap: &Capacity<'_>) {
-        self.reserve += n;
-        if self.reserve > 2 * cap.chunk {
-            cap.pool
-                .fetch_add(self.reserve - cap.chunk, Ordering::AcqRel);
-            self.reserve = cap.chunk;
+        let reserve = self.reserve as usize + n;
+        if reserve > 2 * cap.chunk {
+            cap.pool.fetch_add(reserve - cap.chunk, Ordering::AcqRel);
+            self.reserve = cap.chunk as u32;
+        } else {
+            self.reserve = reserve as u32;
         }
     }
 
     /// Moves this shard's whole reserve into the pool, so that a claim on another
     /// shard that found the pool empty can draw on it; returns how many units moved.
     pub(crate) fn surrender_reserve(&mut self, cap: &Capacity<'_>) -> usize {
-        let n = std::mem::take(&mut self.reserve);
+        let n = std::mem::take(&mut self.reserve) as usize;
         if n > 0 {
             cap.pool.fetch_add(n, Ordering::AcqRel);
         }
@@ -2206,7 +2330,7 @@ impl Shard {
     /// Units of capacity in this shard's reserve (tests check that none is lost).
     #[cfg(test)]
     pub(crate) fn reserve(&self) -> usize {
-        self.reserve
+        self.reserve as usize
     }
 
     fn new_token(&mut self) -> u32 {
@@ -2534,7 +2658,7 @@ impl Shard {
                 token,
                 deadline: lease_deadline,
             },
-            wants_spare: self.slab.wants_spare(),
+            wants_spare: self.slab.wants_spare(idx),
             wants_index_spare,
             makes_index_spare,
         }
@@ -2567,16 +2691,20 @@ impl Shard {
     /// the wheel, at `deadline`.
     #[inline(always)]
     fn place(&mut self, fp: Fp, meta: u32, deadline: u64) -> u32 {
-        let idx = self.slab.alloc(Entry {
-            fp_lo: [fp.lo as u32, (fp.lo >> 32) as u32],
-            fp_mid: fp.hi as u32,
-            deadline: deadline as u32,
-            meta,
-            prev: NIL,
-            next: NIL,
-        });
+        let lane = lane();
+        let idx = self.slab.alloc(
+            Entry {
+                fp_lo: [fp.lo as u32, (fp.lo >> 32) as u32],
+                fp_mid: fp.hi as u32,
+                deadline: deadline as u32,
+                meta,
+                prev: NIL,
+                next: NIL,
+            },
+            lane,
+        );
         self.index_insert(fp, idx);
-        self.wheel.schedule(&mut self.slab, idx, deadline);
+        self.wheels[lane].schedule(&mut self.slab, idx, deadline);
         self.live += 1;
         idx
     }
@@ -2673,7 +2801,7 @@ impl Shard {
             // is over, and its room given back at once (the wheel takes no deadline
             // behind it, so it would otherwise hold the room a tick longer).
             Stored::No => match x.fallback {
-                Some(deadline) if deadline > self.wheel.current() => {
+                Some(deadline) if deadline > self.wheels[self.slab.lane_of(x.idx)].current() => {
                     self.reschedule(x.idx, deadline)
                 }
                 Some(_) => {
@@ -2973,7 +3101,7 @@ impl Shard {
     }
 
     fn remove(&mut self, idx: u32, cap: &Capacity<'_>) {
-        self.wheel.deschedule(&mut self.slab, idx);
+        self.wheels[self.slab.lane_of(idx)].deschedule(&mut self.slab, idx);
         remove_unlinked(
             &mut self.index,
             &mut self.index_spare,
@@ -3187,7 +3315,7 @@ impl Shard {
         let e = self.slab.get(lease.idx);
         if e.state() == STATE_IN_PROGRESS && e.is(fp) && e.token() == lease.token {
             self.slab.update_meta(lease.idx, |m| m & !COMPLETING_BIT);
-            if deadline <= self.wheel.current() {
+            if deadline <= self.wheels[self.slab.lane_of(lease.idx)].current() {
                 self.remove(lease.idx, cap);
                 self.counters.expirations += 1;
             } else {
@@ -3295,7 +3423,7 @@ impl Shard {
             index,
             index_spare,
             slab,
-            wheel,
+            wheels,
             results,
             read_back_times,
             unstored,
@@ -3304,30 +3432,40 @@ impl Shard {
             ..
         } = self;
         let mut reclaimed = 0;
-        // The wheel fires an entry only once its stored deadline has passed (a deadline
-        // moved later in place is re-placed when its old bucket comes round; an earlier
-        // one is rescheduled), so a fired entry is due. (Comparing 32-bit deadlines
-        // here would be wrong after a jump of 2^31 ticks.)
-        let (_, done) = wheel.advance_within(slab, now.tick, budget, |slab, idx| {
-            if slab.get(idx).meta & COMPLETING_BIT != 0 {
-                // Its completion is being written: look again next tick.
-                let when = now.tick + 1;
-                slab.set_deadline(idx, when as u32);
-                return Some(when);
+        let mut done = true;
+        // The wheels in turn, each within the budget; one that stops early leaves the
+        // next ones where they are, for the next call.
+        for wheel in wheels.iter_mut() {
+            // The wheel fires an entry only once its stored deadline has passed (a
+            // deadline moved later in place is re-placed when its old bucket comes
+            // round; an earlier one is rescheduled), so a fired entry is due.
+            // (Comparing 32-bit deadlines here would be wrong after a jump of 2^31
+            // ticks.)
+            let (_, all) = wheel.advance_within(slab, now.tick, budget, |slab, idx| {
+                if slab.get(idx).meta & COMPLETING_BIT != 0 {
+                    // Its completion is being written: look again next tick.
+                    let when = now.tick + 1;
+                    slab.set_deadline(idx, when as u32);
+                    return Some(when);
+                }
+                remove_unlinked(
+                    index,
+                    index_spare,
+                    slab,
+                    results,
+                    read_back_times,
+                    unstored,
+                    live,
+                    idx,
+                );
+                reclaimed += 1;
+                None
+            });
+            if !all {
+                done = false;
+                break;
             }
-            remove_unlinked(
-                index,
-                index_spare,
-                slab,
-                results,
-                read_back_times,
-                unstored,
-                live,
-                idx,
-            );
-            reclaimed += 1;
-            None
-        });
+        }
         counters.expirations += reclaimed as u64;
         self.give_units(reclaimed, cap);
         (reclaimed, done)
@@ -3426,10 +3564,13 @@ mod layout {
             std::mem::size_of::<Index>(),
         );
         let slab = &sh.slab as *const Slab as usize;
-        within("slab heads", slab, std::mem::offset_of!(Slab, tail) + 8);
-        within("slab tail", &slot.tail as *const _ as usize, 8);
+        within(
+            "slab heads",
+            slab,
+            std::mem::offset_of!(Slab, lanes) + std::mem::size_of::<[LaneSlots; LANES]>(),
+        );
         within("live", &sh.live as *const _ as usize, 8);
-        within("reserve", &sh.reserve as *const _ as usize, 8);
+        within("reserve", &sh.reserve as *const _ as usize, 4);
         within("next_token", &sh.next_token as *const _ as usize, 4);
         within("guards", &sh.guards as *const _ as usize, 8);
         within(
@@ -3440,8 +3581,8 @@ mod layout {
         // The wheel's time and occupancy come first in it (`repr(C)`), before its
         // bucket heads.
         within(
-            "wheel head",
-            &sh.wheel as *const _ as usize,
+            "first lane's wheel head",
+            &sh.wheels[0] as *const _ as usize,
             wheel::head_offset(0, 0),
         );
     }

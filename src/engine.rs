@@ -3853,6 +3853,16 @@ mod tests {
             .sync(crate::SyncPolicy::Never)
     }
 
+    /// `key` claimed in `ns`, acquired (the crash tests' children set their claims
+    /// up with it).
+    #[cfg(all(feature = "durable", target_os = "linux"))]
+    fn acquire(ns: &super::Namespace, key: &[u8]) -> super::ClaimGuard {
+        match ns.claim(key).unwrap() {
+            crate::Claim::Acquired(g) => g,
+            other => panic!("{}: {other:?}", String::from_utf8_lossy(key)),
+        }
+    }
+
     /// A process killed with SIGKILL after sweeps of the journal reports, at the
     /// next open, exactly the claims that still held their keys: "extended" (its
     /// lease renewed), "completing" (its completion began within its lease and was
@@ -3873,12 +3883,6 @@ mod tests {
     fn a_crash_after_sweeps_reports_exactly_the_claims_that_held_their_keys() {
         use std::io::Write;
         use std::time::Duration;
-        fn acquire(ns: &super::Namespace, key: &[u8]) -> super::ClaimGuard {
-            match ns.claim(key).unwrap() {
-                crate::Claim::Acquired(g) => g,
-                other => panic!("{}: {other:?}", String::from_utf8_lossy(key)),
-            }
-        }
         if let Ok(base) = std::env::var(SWEEP_CRASH_DIR) {
             let dir = Scratch(std::path::Path::new(&base).join("db"));
             let (engine, ns, clock) = durable_namespace_with(&dir, sweep_crash_config());
@@ -4020,12 +4024,6 @@ mod tests {
     fn a_crash_after_sweeps_of_rocksdb_markers_reports_exactly_the_claims_that_held_their_keys() {
         use std::io::Write;
         use std::time::Duration;
-        fn acquire(ns: &super::Namespace, key: &[u8]) -> super::ClaimGuard {
-            match ns.claim(key).unwrap() {
-                crate::Claim::Acquired(g) => g,
-                other => panic!("{}: {other:?}", String::from_utf8_lossy(key)),
-            }
-        }
         if let Ok(base) = std::env::var(DISK_SWEEP_CRASH_DIR) {
             // A failed check below ends the child at once (the engine's drop would
             // wait for the held completion): the parent then finds it never ready.

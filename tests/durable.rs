@@ -78,6 +78,16 @@ fn show(key: &[u8]) -> String {
     String::from_utf8_lossy(key).into_owned()
 }
 
+/// Claims "too-large" and gives the claim up without an end: its completion, with a
+/// result longer than the namespace's `max_result_len` (4 bytes), is refused.
+fn give_up_too_large(ns: &Namespace) {
+    let too_large = acquire(ns, b"too-large");
+    assert!(matches!(
+        too_large.complete_with_result(b"12345"),
+        Err(Error::ResultTooLarge { .. })
+    ));
+}
+
 fn acquired(claim: Claim) -> ClaimGuard {
     match claim {
         Claim::Acquired(g) => g,
@@ -5832,11 +5842,7 @@ fn claims_given_up_without_an_end_free_their_journal_slots_once_their_lease_ends
     let (engine, ns) = open(&dir, &clock, cfg);
     std::mem::forget(acquire(&ns, b"leaked-1"));
     std::mem::forget(acquire(&ns, b"leaked-2"));
-    let too_large = acquire(&ns, b"too-large");
-    assert!(matches!(
-        too_large.complete_with_result(b"12345"),
-        Err(Error::ResultTooLarge { .. })
-    ));
+    give_up_too_large(&ns);
     let live = acquire(&ns, b"live");
     assert_eq!(engine.stats().journal_markers, 4);
     clock.advance(secs(4));
@@ -5944,11 +5950,7 @@ fn given_up_claims_have_their_flushed_deferred_markers_deleted_once_their_lease_
     // (The leaked guard keeps the database open: no restart here.)
     let (engine, ns) = open(&dir, &clock, cfg);
     std::mem::forget(acquire(&ns, b"leaked"));
-    let too_large = acquire(&ns, b"too-large");
-    assert!(matches!(
-        too_large.complete_with_result(b"12345"),
-        Err(Error::ResultTooLarge { .. })
-    ));
+    give_up_too_large(&ns);
     let live = acquire(&ns, b"live");
     engine.run_maintenance(); // flushes the three markers
     assert_eq!(engine.stats().markers_on_disk, 3);
@@ -5986,11 +5988,7 @@ fn a_reopen_reports_no_given_up_claim_whose_rocksdb_marker_was_swept() {
         .on_store_error(FailurePolicy::FailOpen);
     {
         let (engine, ns) = open(&dir, &clock, cfg.clone());
-        let too_large = acquire(&ns, b"too-large");
-        assert!(matches!(
-            too_large.complete_with_result(b"12345"),
-            Err(Error::ResultTooLarge { .. })
-        ));
+        give_up_too_large(&ns);
         let hot_only = acquire(&ns, b"hot-only");
         engine.run_maintenance();
         engine.debug_fail_store_writes(true);
@@ -6022,11 +6020,7 @@ fn a_journals_overflow_markers_of_given_up_claims_are_deleted_once_their_lease_e
     let (engine, ns) = open(&dir, &clock, cfg);
     let mut held = acquire(&ns, b"held");
     std::mem::forget(acquire(&ns, b"leaked"));
-    let too_large = acquire(&ns, b"too-large");
-    assert!(matches!(
-        too_large.complete_with_result(b"12345"),
-        Err(Error::ResultTooLarge { .. })
-    ));
+    give_up_too_large(&ns);
     // The one slot is "held"'s: its renewal goes to RocksDB too.
     held.extend_lease(secs(60)).unwrap();
     let s = engine.stats();

@@ -3853,6 +3853,25 @@ mod tests {
             .sync(crate::SyncPolicy::Never)
     }
 
+    /// Checks that the orphans `engine` reported at its open are exactly the claims
+    /// of `keys` in `ns` (`what` names the case in the message).
+    #[cfg(all(feature = "durable", target_os = "linux"))]
+    fn assert_orphans_are(
+        engine: &super::Engine,
+        ns: &super::Namespace,
+        keys: &[&[u8]],
+        what: &str,
+    ) {
+        let mut orphans: Vec<u128> = engine.orphans().iter().map(|o| o.fingerprint).collect();
+        orphans.sort_unstable();
+        let mut held: Vec<u128> = keys
+            .iter()
+            .map(|k| ns.inner.key_fp(k).unwrap().to_u128())
+            .collect();
+        held.sort_unstable();
+        assert_eq!(orphans, held, "{what}: {:?}", engine.orphans());
+    }
+
     /// `key` claimed in `ns`, acquired (the crash tests' children set their claims
     /// up with it).
     #[cfg(all(feature = "durable", target_os = "linux"))]
@@ -3957,15 +3976,7 @@ mod tests {
         let clock = crate::ManualClock::new(1_000_000);
         let engine = durable_engine(&dir, sweep_crash_config(), &clock);
         let ns = engine.namespace("n").unwrap();
-        let fp = |k: &[u8]| ns.inner.key_fp(k).unwrap().to_u128();
-        let mut orphans: Vec<u128> = engine.orphans().iter().map(|o| o.fingerprint).collect();
-        orphans.sort_unstable();
-        let mut held: Vec<u128> = [&b"extended"[..], b"completing", b"fresh"]
-            .into_iter()
-            .map(fp)
-            .collect();
-        held.sort_unstable();
-        assert_eq!(orphans, held, "{:?}", engine.orphans());
+        assert_orphans_are(&engine, &ns, &[b"extended", b"completing", b"fresh"], "");
         assert!(engine
             .orphans()
             .iter()
@@ -4100,15 +4111,12 @@ mod tests {
             let clock = crate::ManualClock::new(1_000_000);
             let engine = durable_engine(&dir, cfg, &clock);
             let ns = engine.namespace("n").unwrap();
-            let fp = |k: &[u8]| ns.inner.key_fp(k).unwrap().to_u128();
-            let mut orphans: Vec<u128> = engine.orphans().iter().map(|o| o.fingerprint).collect();
-            orphans.sort_unstable();
-            let mut held: Vec<u128> = [&b"extended"[..], b"hot-only", b"completing"]
-                .into_iter()
-                .map(fp)
-                .collect();
-            held.sort_unstable();
-            assert_eq!(orphans, held, "{what}: {:?}", engine.orphans());
+            assert_orphans_are(
+                &engine,
+                &ns,
+                &[b"extended", b"hot-only", b"completing"],
+                what,
+            );
             for k in [&b"leaked"[..], b"too-large"] {
                 assert_eq!(
                     ns.check(k).unwrap(),

@@ -573,6 +573,21 @@ struct Marker {
     flushed: bool,
 }
 
+/// Whether the claim of marker `m` still holds its key, whose state is `state`, at
+/// `now` (what the sweeps keep a marker for): in progress within its deadline, or
+/// completed in the hot tier alone (fail open) and still held there.
+fn still_held(state: Option<&State>, m: &Marker, now: u64) -> bool {
+    match state {
+        Some(State::InProgress { id, deadline, .. }) => *id == m.id && *deadline > now,
+        Some(State::Done {
+            hot_until: Some(t),
+            disk_until: None,
+            ..
+        }) => *t > now,
+        _ => false,
+    }
+}
+
 /// Stands for any `Error::Store` in the model's answers: the harness reads every
 /// store error the engine returns as this one (a durable engine never returns it).
 fn store_refusal() -> Error {
@@ -926,18 +941,8 @@ impl Model {
     fn sweep_journal(&mut self) {
         let now = self.now;
         let keys = &self.keys;
-        self.pending.retain(|key, m| {
-            m.deadline > now
-                || match keys.get(key) {
-                    Some(State::InProgress { id, deadline, .. }) => *id == m.id && *deadline > now,
-                    Some(State::Done {
-                        hot_until: Some(t),
-                        disk_until: None,
-                        ..
-                    }) => *t > now,
-                    _ => false,
-                }
-        });
+        self.pending
+            .retain(|key, m| m.deadline > now || still_held(keys.get(key), m, now));
     }
 
     /// The maintenance pass's sweep of this run's markers in RocksDB
@@ -951,19 +956,8 @@ impl Model {
         }
         let now = self.now;
         let keys = &self.keys;
-        self.markers.retain(|key, m| {
-            !m.flushed
-                || m.deadline > now
-                || match keys.get(key) {
-                    Some(State::InProgress { id, deadline, .. }) => *id == m.id && *deadline > now,
-                    Some(State::Done {
-                        hot_until: Some(t),
-                        disk_until: None,
-                        ..
-                    }) => *t > now,
-                    _ => false,
-                }
-        });
+        self.markers
+            .retain(|key, m| !m.flushed || m.deadline > now || still_held(keys.get(key), m, now));
     }
 
     /// A claim of `key` that held its lease ends without a completion (a release,

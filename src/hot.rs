@@ -475,10 +475,14 @@ pub(crate) struct Slab {
 /// then write slab lines of their own (a new entry, and the previous new entry whose
 /// wheel link it takes), and each thread's entries lie in the order it claimed them,
 /// as one thread's do: a replay in that order reads the lines one thread's fill would.
+#[cfg(not(idem_loom))]
 pub(crate) const LANES: usize = 2;
-// (A power of two, so that a lane masked by `LANES - 1` needs no bounds check; and
-// two, which `Shard::time` spells out.)
-const _: () = assert!(LANES == 2);
+/// One under loom: its models run on small stacks, which a second wheel in every
+/// shard overflows, and they do not model which lane a thread takes.
+#[cfg(idem_loom)]
+pub(crate) const LANES: usize = 1;
+// (A power of two, so that a lane masked by `LANES - 1` needs no bounds check.)
+const _: () = assert!(LANES.is_power_of_two());
 
 /// One lane's share of a [`Slab`].
 #[derive(Debug)]
@@ -1398,6 +1402,7 @@ impl ShardSlot {
     /// Where lane `lane`'s next entry will most likely go (`LaneSlots::tail`), read
     /// without the lock.
     #[inline(always)]
+    #[cfg(not(idem_loom))]
     fn lane_tail(&self, lane: usize) -> usize {
         let at = self.shard.data_ptr() as usize
             + std::mem::offset_of!(Shard, slab)
@@ -1410,6 +1415,12 @@ impl ShardSlot {
         // field is an atomic, which a lock holder writes only by atomic stores, so
         // reading it without the lock is a race the memory model defines.
         unsafe { &*(at as *const std::sync::atomic::AtomicUsize) }.load(Ordering::Relaxed)
+    }
+
+    /// Under loom the slot's mutex hands out no address: no tail is prefetched.
+    #[cfg(idem_loom)]
+    fn lane_tail(&self, _lane: usize) -> usize {
+        0
     }
 
     /// Asks, like [`ShardSlot::prefetch_write`], for the wheel bucket head that an
@@ -2231,8 +2242,11 @@ impl Shard {
     /// pass that ran out of budget has moved some of them and not the others).
     #[inline(always)]
     fn time(&self) -> u64 {
-        let [a, b] = &self.wheels;
-        a.current().max(b.current())
+        let mut time = self.wheels[0].current();
+        for wheel in &self.wheels[1..] {
+            time = time.max(wheel.current());
+        }
+        time
     }
 
     /// The earliest of the wheels' times: what may be furthest behind the clock
@@ -2240,8 +2254,11 @@ impl Shard {
     /// readers, which check the same distance.
     #[inline(always)]
     fn behind(&self) -> u64 {
-        let [a, b] = &self.wheels;
-        a.current().min(b.current())
+        let mut behind = self.wheels[0].current();
+        for wheel in &self.wheels[1..] {
+            behind = behind.min(wheel.current());
+        }
+        behind
     }
 
     /// Ends the count of one guard of this shard (see `guards`), in that guard's last

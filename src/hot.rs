@@ -2242,11 +2242,7 @@ impl Shard {
     /// pass that ran out of budget has moved some of them and not the others).
     #[inline(always)]
     fn time(&self) -> u64 {
-        let mut time = self.wheels[0].current();
-        for wheel in &self.wheels[1..] {
-            time = time.max(wheel.current());
-        }
-        time
+        self.wheel_times(u64::max)
     }
 
     /// The earliest of the wheels' times: what may be furthest behind the clock
@@ -2254,11 +2250,16 @@ impl Shard {
     /// readers, which check the same distance.
     #[inline(always)]
     fn behind(&self) -> u64 {
-        let mut behind = self.wheels[0].current();
-        for wheel in &self.wheels[1..] {
-            behind = behind.min(wheel.current());
-        }
-        behind
+        self.wheel_times(u64::min)
+    }
+
+    /// The wheels' times folded by `pick` (the latest, or the earliest).
+    #[inline(always)]
+    fn wheel_times(&self, pick: fn(u64, u64) -> u64) -> u64 {
+        let first = self.wheels[0].current();
+        self.wheels[1..]
+            .iter()
+            .fold(first, |t, w| pick(t, w.current()))
     }
 
     /// Ends the count of one guard of this shard (see `guards`), in that guard's last

@@ -1301,6 +1301,55 @@ fn a_directory_another_process_holds_is_refused_as_already_open() {
     drop(open(&dir, &clock, small()));
 }
 
+/// A child process forked while the engine was open, and still alive (as one is
+/// between a spawn's fork and its exec): it holds copies of this process's
+/// descriptors, the directory's among them.
+struct ForkedChild(libc::pid_t);
+
+impl ForkedChild {
+    #[allow(unsafe_code)]
+    fn fork() -> ForkedChild {
+        // SAFETY: the child only waits for signals until it is killed: `pause` is
+        // async-signal-safe, so the threads it did not inherit hold nothing it needs.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            loop {
+                // SAFETY: as above.
+                unsafe { libc::pause() };
+            }
+        }
+        ForkedChild(pid)
+    }
+}
+
+impl Drop for ForkedChild {
+    #[allow(unsafe_code)]
+    fn drop(&mut self) {
+        // SAFETY: signals and reaps this process's own child.
+        unsafe {
+            libc::kill(self.0, libc::SIGKILL);
+            libc::waitpid(self.0, std::ptr::null_mut(), 0);
+        }
+    }
+}
+
+#[test]
+fn a_closed_directory_reopens_while_a_child_forked_during_its_open_lives_on() {
+    let dir = TempDir::new();
+    let clock = ManualClock::new(T0);
+    let (engine, ns) = open(&dir, &clock, small());
+    acquire(&ns, b"k").complete().unwrap();
+    let child = ForkedChild::fork();
+    drop((engine, ns));
+    // The child's copy of the directory's descriptor does not keep this process's
+    // lock on it.
+    let reopened = builder(&dir, &clock).namespace("ns", small()).build();
+    drop(child);
+    let engine = reopened.expect("reopening the closed directory");
+    duplicate(&engine.namespace("ns").unwrap(), b"k");
+}
+
 #[test]
 fn a_lock_file_that_cannot_be_opened_is_a_store_error_not_another_user() {
     let dir = TempDir::new();

@@ -357,8 +357,9 @@ static OPEN_DIRS: parking_lot::Mutex<Vec<DirId>> = parking_lot::Mutex::new(Vec::
 /// `flock` on the directory that other processes' opens of this build respect. The
 /// lock outlives the database's own (its LOCK file, given up as the database
 /// closes), so that a refused open's removal of a database it created ([`NewDatabase`])
-/// runs while no other process can open the directory.
-struct DirClaim(Option<DirId>, #[allow(dead_code)] Option<std::fs::File>);
+/// runs while no other process can open the directory. Dropped, it lets go of the
+/// lock first ([`unlock_dir`]), then of the entry.
+struct DirClaim(Option<DirId>, Option<std::fs::File>);
 
 impl DirClaim {
     /// Claims `path` for this process, creating it if missing (as the open would),
@@ -454,8 +455,28 @@ fn lock_dir(_path: &Path) -> Result<Option<std::fs::File>, Error> {
     Ok(None)
 }
 
+/// Lets go of the `flock` that [`lock_dir`] took on `dir`, before its descriptor
+/// closes. Closing alone would not: the lock belongs to the open file, which a child
+/// this process forks meanwhile (any thread's spawn, between its fork and its exec)
+/// holds a copy of, so that a reopen of the directory right after the close would be
+/// refused as [`Error::AlreadyOpen`] by this process's own former lock.
+#[cfg(unix)]
+#[allow(unsafe_code)]
+fn unlock_dir(dir: &std::fs::File) {
+    use std::os::unix::io::AsRawFd;
+    // SAFETY: `flock` on a descriptor `dir` owns; it touches no memory. A failure
+    // leaves the lock to the descriptor's close, as before.
+    unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_UN) };
+}
+
+#[cfg(not(unix))]
+fn unlock_dir(_dir: &std::fs::File) {}
+
 impl Drop for DirClaim {
     fn drop(&mut self) {
+        if let Some(dir) = self.1.take() {
+            unlock_dir(&dir);
+        }
         if let Some(id) = self.0.take() {
             let mut open = OPEN_DIRS.lock();
             if let Some(i) = open.iter().position(|d| *d == id) {

@@ -2239,27 +2239,20 @@ impl Shard {
     }
 
     /// The shard's time: the latest of its wheels' (they part only while an expiry
-    /// pass that ran out of budget has moved some of them and not the others).
+    /// pass that ran out of budget has moved some of them and not the others), which
+    /// is the first lane's (see [`Shard::expire_some`]).
     #[inline(always)]
     fn time(&self) -> u64 {
-        self.wheel_times(u64::max)
+        self.wheels[0].current()
     }
 
-    /// The earliest of the wheels' times: what may be furthest behind the clock
-    /// (see [`Shard::catch_up`]), and what the lock holder publishes for lock-free
+    /// The earliest of the wheels' times, the last lane's (see
+    /// [`Shard::expire_some`]): what may be furthest behind the clock (see
+    /// [`Shard::catch_up`]), and what the lock holder publishes for lock-free
     /// readers, which check the same distance.
     #[inline(always)]
     fn behind(&self) -> u64 {
-        self.wheel_times(u64::min)
-    }
-
-    /// The wheels' times folded by `pick` (the latest, or the earliest).
-    #[inline(always)]
-    fn wheel_times(&self, pick: fn(u64, u64) -> u64) -> u64 {
-        let first = self.wheels[0].current();
-        self.wheels[1..]
-            .iter()
-            .fold(first, |t, w| pick(t, w.current()))
+        self.wheels[LANES - 1].current()
     }
 
     /// Ends the count of one guard of this shard (see `guards`), in that guard's last
@@ -3452,7 +3445,11 @@ impl Shard {
         let mut reclaimed = 0;
         let mut done = true;
         // The wheels in turn, each within the budget; one that stops early leaves the
-        // next ones where they are, for the next call.
+        // next ones where they are, for the next call. A wheel moves only once every
+        // wheel before it has reached `now` (or was past it), and never past `now`: so
+        // the wheels' times never rise from one lane to the next, and the first
+        // lane's is the shard's latest, the last lane's its earliest (`Shard::time`,
+        // `Shard::behind`).
         for wheel in wheels.iter_mut() {
             // The wheel fires an entry only once its stored deadline has passed (a
             // deadline moved later in place is re-placed when its old bucket comes
@@ -3484,6 +3481,7 @@ impl Shard {
                 break;
             }
         }
+        debug_assert!(wheels.windows(2).all(|w| w[0].current() >= w[1].current()));
         counters.expirations += reclaimed as u64;
         self.give_units(reclaimed, cap);
         (reclaimed, done)
@@ -3676,5 +3674,55 @@ mod reservoir_tests {
         assert_eq!(take(), (3, 2));
         assert_eq!(take(), (2, 2));
         assert_eq!(take(), (1, 3));
+    }
+}
+
+#[cfg(all(test, not(idem_loom)))]
+mod lane_wheels {
+    use super::{set_lane, AtomicUsize, Capacity, Fp, Now, Shard, LANES, STATE_DONE};
+
+    /// Expiry passes that run out of budget part the lanes' wheels, the earlier lanes'
+    /// ahead: the first lane's time is always the latest of them and the last lane's
+    /// the earliest, which is what the shard reads as its time and publishes.
+    #[test]
+    fn the_first_lanes_wheel_is_the_latest_and_the_last_lanes_the_earliest() {
+        let mut shard = Shard::new(0, 64).unwrap();
+        let mut key = 0u64;
+        // Entries in every lane, due at scattered ticks up to 3,000.
+        for lane in 0..LANES {
+            set_lane(lane);
+            for i in 0..200u64 {
+                key += 1;
+                let fp = Fp {
+                    lo: key.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                    hi: key,
+                };
+                shard.place(fp, STATE_DONE, 1 + (i * 7_919) % 3_000);
+            }
+        }
+        let pool = AtomicUsize::new(0);
+        let cap = Capacity {
+            pool: &pool,
+            chunk: 64,
+        };
+        let mut parted = false;
+        for tick in [500, 1_000, 2_999, 3_000, 5_000, 5_000] {
+            let now = Now { ms: tick, tick };
+            loop {
+                let (_, done) = shard.expire_some(now, &cap, 7);
+                let times: Vec<u64> = shard.wheels.iter().map(|w| w.current()).collect();
+                let latest = *times.iter().max().unwrap();
+                let earliest = *times.iter().min().unwrap();
+                assert_eq!(shard.time(), latest, "{times:?}");
+                assert_eq!(shard.behind(), earliest, "{times:?}");
+                parted |= latest != earliest;
+                if done {
+                    break;
+                }
+            }
+            assert_eq!(shard.behind(), tick);
+        }
+        assert!(parted, "no pass left the wheels apart");
+        assert_eq!(shard.live, 0);
     }
 }

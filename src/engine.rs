@@ -7283,7 +7283,8 @@ impl NsInner {
     /// (one write for a whole batch) and gets them back from here, in `marker` (one
     /// slot, so that a single claim needs no vector).
     ///
-    /// `now` is the time the claim is made at (a batch reads the clock once).
+    /// `now` is the time the claim is made at (a batch reads the clock once); `lane`
+    /// is the calling thread's ([`crate::hot::lane`], read once a claim or a batch).
     fn claim_one(
         this: &Arc<Self>,
         fp: Fp,
@@ -7291,6 +7292,7 @@ impl NsInner {
         now: &mut Now,
         marker: &mut Option<(u128, Record)>,
         #[cfg_attr(idem_loom, allow(unused_variables))] lock_free: LockFree<'_>,
+        lane: usize,
     ) -> Result<Claim> {
         let si = fp.shard(this.slots.len());
         // In a batch, the common duplicate is answered without the lock if nothing
@@ -7342,7 +7344,7 @@ impl NsInner {
                     }
                 }
                 if found.is_none() && this.durable.is_none() {
-                    shard.claim_new(fp, payload, p, now, &cap)
+                    shard.claim_new(fp, payload, p, now, &cap, lane)
                 } else {
                     this.claim_found(
                         &mut shard,
@@ -7623,13 +7625,13 @@ impl NsInner {
 
     /// As [`NsInner::prefetch`], and asks for the lines of the key's shard that a
     /// claim under its lock writes ([`ShardSlot::prefetch_write`]); returns that
-    /// shard's slot. Not for a batch: its duplicates are read without the lock and
-    /// write nothing, and taking those lines from another core that reads them too
-    /// would only move them back and forth.
+    /// shard's slot (`lane`: the calling thread's). Not for a batch: its duplicates
+    /// are read without the lock and write nothing, and taking those lines from
+    /// another core that reads them too would only move them back and forth.
     #[inline]
-    fn prefetch_to_lock(&self, fp: Fp) -> &SlotCell {
+    fn prefetch_to_lock(&self, fp: Fp, lane: usize) -> &SlotCell {
         let slot = self.prefetch(fp);
-        slot.prefetch_write();
+        slot.prefetch_write(lane);
         slot
     }
 
@@ -8069,11 +8071,12 @@ impl Namespace {
         let ns = &self.inner;
         // The bucket's cache miss (and the shard lines' transfer, if another core
         // holds them) overlaps the clock read and the lock.
-        let slot = ns.prefetch_to_lock(fp);
+        let lane = crate::hot::lane();
+        let slot = ns.prefetch_to_lock(fp, lane);
         let now = ns.now();
         #[cfg(test)]
         tests::after_claim_clock();
-        self.claim_locked_at(fp, payload, slot, now)
+        self.claim_locked_at(fp, payload, slot, now, lane)
     }
 
     /// A single claim expected to be a duplicate: answered without the lock if the
@@ -8101,12 +8104,13 @@ impl Namespace {
                 }));
             }
         }
-        slot.prefetch_write();
-        self.claim_locked_at(fp, None, slot, now)
+        let lane = crate::hot::lane();
+        slot.prefetch_write(lane);
+        self.claim_locked_at(fp, None, slot, now, lane)
     }
 
     /// The rest of a single claim through the lock of `slot` (the key's), made at
-    /// `now`, with its claim marker written.
+    /// `now` by a thread of `lane`, with its claim marker written.
     #[inline(always)]
     fn claim_locked_at(
         &self,
@@ -8114,13 +8118,14 @@ impl Namespace {
         payload: Option<u64>,
         #[cfg_attr(idem_loom, allow(unused_variables))] slot: &SlotCell,
         now: Now,
+        lane: usize,
     ) -> Result<Claim> {
         let ns = &self.inner;
         #[cfg(not(idem_loom))]
-        slot.prefetch_schedule(ns.params.deadline(now, ns.params.lease_ms));
+        slot.prefetch_schedule(ns.params.deadline(now, ns.params.lease_ms), lane);
         let mut marker = None;
         let mut now = now;
-        let claim = NsInner::claim_one(ns, fp, payload, &mut now, &mut marker, None);
+        let claim = NsInner::claim_one(ns, fp, payload, &mut now, &mut marker, None, lane);
         if marker.is_none() {
             // No marker to write (a memory-only namespace, or no claim acquired).
             return claim;
@@ -8198,6 +8203,7 @@ impl Namespace {
         // One reading for the batch, moved on only if a claim in it read a later
         // one (the refusal path) or met a wheel already past it.
         let mut now = ns.now();
+        let lane = crate::hot::lane();
         let mut markers = Vec::new();
         // Given up (not released) if a claim below panics, as on an error: the
         // caller never sees them, and none of their markers was written.
@@ -8208,7 +8214,7 @@ impl Namespace {
             let answers = lock_free.pin.as_ref().map(|p| (p, &mut lock_free.answered));
             #[cfg(idem_loom)]
             let answers = None;
-            match NsInner::claim_one(ns, fp, None, &mut now, &mut marker, answers) {
+            match NsInner::claim_one(ns, fp, None, &mut now, &mut marker, answers, lane) {
                 Ok(c) => {
                     unwritten.0.push(c);
                     markers.extend(marker);

@@ -731,7 +731,7 @@ impl Slab {
             .map(|(i, e)| (e.lo(), i))
     }
 
-    /// Whether the lane of slot `idx`, just handed out, is growing into the last
+    /// Whether `lane`, the lane of a slot just handed out, is growing into the last
     /// slots of its chunk with no chunk ready after it: its fresh slots have filled
     /// three quarters of that chunk, and there is no spare. A shard of a few hundred keys never asks.
     /// The claimant that is told so (in [`ShardClaim::Acquired`]) allocates a chunk
@@ -740,10 +740,10 @@ impl Slab {
     /// happen outside the lock, where they delay no other thread's claim of this
     /// shard.
     #[inline]
-    fn wants_spare(&self, idx: u32) -> bool {
+    fn wants_spare(&self, lane: usize) -> bool {
         // Asked once per chunk, at the slot that fills three quarters of it (the
         // lane's next fresh slot follows it).
-        let next = self.lanes[self.lane_of(idx)].next as usize;
+        let next = self.lanes[lane].next as usize;
         (next + CHUNK / 4).is_multiple_of(CHUNK) && self.spare.is_none()
     }
 
@@ -1384,15 +1384,16 @@ impl ShardSlot {
     /// core took the shard last, those lines are in its cache: asked for together,
     /// their transfers overlap each other and the key's bucket miss, instead of
     /// following one another inside the lock.
+    /// `lane` is the calling thread's ([`lane`]).
     #[inline]
-    pub(crate) fn prefetch_write(&self) {
+    pub(crate) fn prefetch_write(&self, lane: usize) {
         let base = (self as *const Self as usize) + std::mem::size_of::<Published>();
         for line in 0..HOT_LINES {
             index::prefetch_line_for_write(base + line * 64);
         }
         // The slab line the claim's new entry (and its wheel neighbour, its lane's
         // previous new entry) will be written in, when the claim is a fresh one.
-        let tail = self.lane_tail(lane());
+        let tail = self.lane_tail(lane);
         if tail != 0 {
             index::prefetch_line_for_write(tail);
             index::prefetch_line_for_write(tail + std::mem::size_of::<Entry>() - 1);
@@ -1425,15 +1426,15 @@ impl ShardSlot {
 
     /// Asks, like [`ShardSlot::prefetch_write`], for the wheel bucket head that an
     /// entry due at tick `when` will be linked under: the one line of the wheel a
-    /// schedule writes, found from the tick the last lock holder published.
+    /// schedule writes, found from the tick the last lock holder published, in the
+    /// wheel of `lane` (the calling thread's).
     #[cfg(not(idem_loom))]
     #[inline]
-    pub(crate) fn prefetch_schedule(&self, when: u64) {
+    pub(crate) fn prefetch_schedule(&self, when: u64, lane: usize) {
         let current = self
             .published
             .tick
             .load(std::sync::atomic::Ordering::Relaxed);
-        let lane = lane();
         let wheel = self.shard.data_ptr() as usize
             + std::mem::offset_of!(Shard, wheels)
             + lane * std::mem::size_of::<Wheel>();
@@ -2479,7 +2480,7 @@ impl Shard {
                         _ => ShardClaim::Full,
                     };
                 }
-                let idx = self.place(fp, meta, deadline);
+                let idx = self.place(fp, meta, deadline, lane());
                 return self.after_insert(fp, idx, payload, found, p, now, lease_deadline);
             }
         };
@@ -2632,19 +2633,20 @@ impl Shard {
         p: &Params,
         now: Now,
         cap: &Capacity<'_>,
+        lane: usize,
     ) -> ShardClaim {
         if !self.take_unit(cap) {
             return ShardClaim::Full;
         }
         let deadline = p.deadline(now, p.lease_ms);
         let token = self.new_token();
-        let idx = self.place(fp, STATE_IN_PROGRESS | token << TOKEN_SHIFT, deadline);
-        self.acquired(idx, token, payload, deadline)
+        let idx = self.place(fp, STATE_IN_PROGRESS | token << TOKEN_SHIFT, deadline, lane);
+        self.acquired(idx, token, payload, deadline, lane)
     }
 
     /// The end of every claim that acquires entry `idx` (placed or reused, with
-    /// `token`, in progress until `lease_deadline`): its payload kept, the claim and
-    /// its guard counted, the lease handed out.
+    /// `token`, in progress until `lease_deadline`; in a chunk of `lane`): its payload
+    /// kept, the claim and its guard counted, the lease handed out.
     #[inline(always)]
     fn acquired(
         &mut self,
@@ -2652,6 +2654,7 @@ impl Shard {
         token: u32,
         payload: Option<u64>,
         lease_deadline: u64,
+        lane: usize,
     ) -> ShardClaim {
         if let Some(pl) = payload {
             self.set_payload(idx, pl);
@@ -2669,7 +2672,7 @@ impl Shard {
                 token,
                 deadline: lease_deadline,
             },
-            wants_spare: self.slab.wants_spare(idx),
+            wants_spare: self.slab.wants_spare(lane),
             wants_index_spare,
             makes_index_spare,
         }
@@ -2699,10 +2702,9 @@ impl Shard {
     }
 
     /// A new entry for `fp` (its unit of capacity taken): in the slab, the index and
-    /// the wheel, at `deadline`.
+    /// the wheel, at `deadline`, in `lane` (the calling thread's: [`lane`]).
     #[inline(always)]
-    fn place(&mut self, fp: Fp, meta: u32, deadline: u64) -> u32 {
-        let lane = lane();
+    fn place(&mut self, fp: Fp, meta: u32, deadline: u64, lane: usize) -> u32 {
         let idx = self.slab.alloc(
             Entry {
                 fp_lo: [fp.lo as u32, (fp.lo >> 32) as u32],
@@ -2901,7 +2903,8 @@ impl Shard {
             }
             _ => {
                 let token = self.slab.get(idx).token();
-                self.acquired(idx, token, payload, lease_deadline)
+                let lane = self.slab.lane_of(idx);
+                self.acquired(idx, token, payload, lease_deadline, lane)
             }
         }
     }
@@ -2921,7 +2924,12 @@ impl Shard {
             return false;
         }
         let token = self.new_token();
-        let idx = self.place(fp, STATE_IN_PROGRESS | token << TOKEN_SHIFT, lease_deadline);
+        let idx = self.place(
+            fp,
+            STATE_IN_PROGRESS | token << TOKEN_SHIFT,
+            lease_deadline,
+            lane(),
+        );
         // A claim with another payload is then a mismatch, as it was before the
         // restart.
         if let Some(p) = payload {
@@ -3679,7 +3687,7 @@ mod reservoir_tests {
 
 #[cfg(all(test, not(idem_loom)))]
 mod lane_wheels {
-    use super::{set_lane, AtomicUsize, Capacity, Fp, Now, Shard, LANES, STATE_DONE};
+    use super::{AtomicUsize, Capacity, Fp, Now, Shard, LANES, STATE_DONE};
 
     /// Expiry passes that run out of budget part the lanes' wheels, the earlier lanes'
     /// ahead: the first lane's time is always the latest of them and the last lane's
@@ -3690,14 +3698,13 @@ mod lane_wheels {
         let mut key = 0u64;
         // Entries in every lane, due at scattered ticks up to 3,000.
         for lane in 0..LANES {
-            set_lane(lane);
             for i in 0..200u64 {
                 key += 1;
                 let fp = Fp {
                     lo: key.wrapping_mul(0x9e37_79b9_7f4a_7c15),
                     hi: key,
                 };
-                shard.place(fp, STATE_DONE, 1 + (i * 7_919) % 3_000);
+                shard.place(fp, STATE_DONE, 1 + (i * 7_919) % 3_000, lane);
             }
         }
         let pool = AtomicUsize::new(0);

@@ -613,6 +613,10 @@ impl Slab {
         }
     }
 
+    /// Takes a slot of `lane` for `entry`: the head of its free list, else its next
+    /// fresh slot (in a new chunk, if its chunk is used up: [`Slab::new_lane_chunk`]).
+    /// Inlined but for the new chunk, so that a claim passes its entry in registers.
+    #[inline(always)]
     fn alloc(&mut self, entry: Entry, lane: usize) -> u32 {
         let i = self.lanes[lane].free;
         if i != NIL {
@@ -629,9 +633,7 @@ impl Slab {
             return i;
         }
         if (self.lanes[lane].next as usize).is_multiple_of(CHUNK) {
-            let chunk = self.spare.take().unwrap_or_else(new_chunk);
-            self.lanes[lane].next = self.len;
-            self.push_chunk(chunk, lane);
+            self.new_lane_chunk(lane);
         }
         let i = self.lanes[lane].next;
         self.lanes[lane].next += 1;
@@ -644,6 +646,16 @@ impl Slab {
         );
         self.prefetch_ahead(i);
         i
+    }
+
+    /// Gives `lane` a new chunk (the spare, if there is one), its first slot the
+    /// lane's next fresh slot.
+    #[cold]
+    #[inline(never)]
+    fn new_lane_chunk(&mut self, lane: usize) {
+        let chunk = self.spare.take().unwrap_or_else(new_chunk);
+        self.lanes[lane].next = self.len;
+        self.push_chunk(chunk, lane);
     }
 
     /// Asks for the cache line that the slots after `i` reach into, three entries

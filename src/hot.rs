@@ -2238,14 +2238,24 @@ impl Shard {
     /// Moves entry `idx`'s deadline to tick `when`. A later deadline is only stored:
     /// the entry stays in its bucket, and the wheel re-places it by the new deadline
     /// when that bucket comes round (in maintenance, or in a claim that advances the
-    /// wheel; see the wheel's contract). Only an earlier deadline moves the entry now.
+    /// wheel; see the wheel's contract). Only an earlier deadline moves the entry now
+    /// ([`Shard::move_in_wheel`], not inlined: the inlined part is the common store).
+    #[inline(always)]
     fn reschedule(&mut self, idx: u32, when: u64) {
         let e = self.slab.get(idx);
-        let wheel = &mut self.wheels[self.slab.lane_of(idx)];
-        if e.prev != NIL && when >= widen(wheel.current(), e.deadline) {
+        let lane = self.slab.lane_of(idx);
+        if e.prev != NIL && when >= widen(self.wheels[lane].current(), e.deadline) {
             self.slab.set_deadline(idx, when as u32);
             return;
         }
+        self.move_in_wheel(idx, when, lane);
+    }
+
+    /// Moves entry `idx` (or links it, if it is in no bucket) to the bucket of tick
+    /// `when` in the wheel of `lane`, its lane, with `when` as its deadline.
+    #[inline(never)]
+    fn move_in_wheel(&mut self, idx: u32, when: u64, lane: usize) {
+        let wheel = &mut self.wheels[lane];
         wheel.deschedule(&mut self.slab, idx);
         self.slab.set_deadline(idx, when as u32);
         wheel.schedule(&mut self.slab, idx, when);

@@ -8104,6 +8104,16 @@ impl Namespace {
                 }));
             }
         }
+        self.claim_not_read_lock_free(fp, slot, now)
+    }
+
+    /// The rest of [`Namespace::claim_likely_duplicate`] when the lock-free read could
+    /// not answer: through the lock. A call of its own, so that the lock path's code
+    /// takes no registers from the lock-free read, which answers nearly every time.
+    #[cfg(not(idem_loom))]
+    #[cold]
+    #[inline(never)]
+    fn claim_not_read_lock_free(&self, fp: Fp, slot: &SlotCell, now: Now) -> Result<Claim> {
         let lane = crate::hot::lane();
         slot.prefetch_write(lane);
         self.claim_locked_at(fp, None, slot, now, lane)

@@ -499,6 +499,14 @@ struct LaneSlots {
     tail: std::sync::atomic::AtomicUsize,
 }
 
+impl LaneSlots {
+    /// Notes where the lane's next allocation will most likely write (see `tail`).
+    #[inline(always)]
+    fn set_tail(&self, at: usize) {
+        self.tail.store(at, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 impl Default for LaneSlots {
     fn default() -> Self {
         LaneSlots {
@@ -627,9 +635,7 @@ impl Slab {
                 NIL => 0,
                 f => self.get(f) as *const Entry as usize,
             };
-            self.lanes[lane]
-                .tail
-                .store(tail, std::sync::atomic::Ordering::Relaxed);
+            self.lanes[lane].set_tail(tail);
             return i;
         }
         if (self.lanes[lane].next as usize).is_multiple_of(CHUNK) {
@@ -640,10 +646,7 @@ impl Slab {
         let e = self.put(i, entry);
         // The next slot, if it is in this chunk; past its end the address is only
         // a wasted prefetch.
-        self.lanes[lane].tail.store(
-            e as usize + std::mem::size_of::<Entry>(),
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        self.lanes[lane].set_tail(e as usize + std::mem::size_of::<Entry>());
         self.prefetch_ahead(i);
         i
     }
@@ -713,9 +716,7 @@ impl Slab {
         );
         self.lanes[lane].free = i;
         let tail = self.get(i) as *const Entry as usize;
-        self.lanes[lane]
-            .tail
-            .store(tail, std::sync::atomic::Ordering::Relaxed);
+        self.lanes[lane].set_tail(tail);
     }
 
     /// Every entry in use from slot `from` on but `except`, with its index hash, in
@@ -2261,6 +2262,12 @@ impl Shard {
         wheel.schedule(&mut self.slab, idx, when);
     }
 
+    /// The time of the wheel entry `idx` is linked in (its lane's).
+    #[inline]
+    fn lane_time(&self, idx: u32) -> u64 {
+        self.wheels[self.slab.lane_of(idx)].current()
+    }
+
     /// The shard's time: the latest of its wheels' (they part only while an expiry
     /// pass that ran out of budget has moved some of them and not the others), which
     /// is the first lane's (see [`Shard::expire_some`]).
@@ -2836,7 +2843,7 @@ impl Shard {
             // is over, and its room given back at once (the wheel takes no deadline
             // behind it, so it would otherwise hold the room a tick longer).
             Stored::No => match x.fallback {
-                Some(deadline) if deadline > self.wheels[self.slab.lane_of(x.idx)].current() => {
+                Some(deadline) if deadline > self.lane_time(x.idx) => {
                     self.reschedule(x.idx, deadline)
                 }
                 Some(_) => {
@@ -3356,7 +3363,7 @@ impl Shard {
         let e = self.slab.get(lease.idx);
         if e.state() == STATE_IN_PROGRESS && e.is(fp) && e.token() == lease.token {
             self.slab.update_meta(lease.idx, |m| m & !COMPLETING_BIT);
-            if deadline <= self.wheels[self.slab.lane_of(lease.idx)].current() {
+            if deadline <= self.lane_time(lease.idx) {
                 self.remove(lease.idx, cap);
                 self.counters.expirations += 1;
             } else {

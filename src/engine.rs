@@ -7368,7 +7368,10 @@ impl NsInner {
                     if wants_spare {
                         // Outside the lock: see `Slab::wants_spare`.
                         let chunk = this.chunks.take();
-                        this.slots[si].lock().give_spare(chunk);
+                        let unused = this.slots[si].lock().give_spare(chunk);
+                        if let Some(chunk) = unused {
+                            this.chunks.give_back(chunk);
+                        }
                     }
                     this.make_small_index_spare(si, makes_index_spare);
                     if wants_index_spare {

@@ -212,7 +212,13 @@ pub(crate) const CHUNK: usize = 1 << CHUNK_BITS;
 /// both of its aliasing models). The raw pointer makes no such claim: the address
 /// it publishes stays valid until the chunk is freed, which the reclamation holds
 /// off while a reader may use it.
+///
+/// The byte holds the chunk's lane and, in [`CARVED`], whether the chunk is a part of
+/// a [`Region`] (freed with the region, not on its own).
 pub(crate) struct Chunk(std::ptr::NonNull<[Entry; CHUNK]>, u8);
+
+/// Set in a [`Chunk`]'s byte when its array is a part of a [`Region`].
+const CARVED: u8 = 0x80;
 
 // SAFETY: a chunk owns its array, as the `Box` it was made from did; `Entry` is
 // plain data, so the array may move to and be shared with any thread.
@@ -228,6 +234,11 @@ impl Chunk {
     #[inline(always)]
     fn lane(&self) -> usize {
         self.1 as usize & (LANES - 1)
+    }
+
+    /// Whether the chunk is a part of a [`Region`].
+    fn carved(&self) -> bool {
+        self.1 & CARVED != 0
     }
 
     /// The array's address as lock-free readers use it (its provenance exposed:
@@ -264,6 +275,10 @@ impl Chunk {
 
 impl Drop for Chunk {
     fn drop(&mut self) {
+        if self.carved() {
+            // A part of a region: the reservoir that carved it frees the region.
+            return;
+        }
         #[allow(unsafe_code)]
         // SAFETY: the pointer came from `Box::into_raw` and is given back once.
         drop(unsafe { Box::from_raw(self.0.as_ptr()) });
@@ -289,6 +304,88 @@ pub(crate) fn new_chunk() -> Chunk {
     }
 }
 
+/// Bytes of a [`Region`]: one transparent huge page.
+pub(crate) const REGION_BYTES: usize = 2 << 20;
+
+/// Chunks carved from one [`Region`] (146; the last 4 KiB of the region are slack).
+pub(crate) const REGION_CHUNKS: usize = REGION_BYTES / std::mem::size_of::<[Entry; CHUNK]>();
+
+/// The smallest `max_keys` whose namespace makes its chunks in regions: eight
+/// regions' worth of entries.
+pub(crate) const REGION_MIN_KEYS: usize = 8 * REGION_CHUNKS * CHUNK;
+
+/// A 2 MiB block, aligned to 2 MiB and marked for transparent huge pages, that a
+/// [`Reservoir`] carves into [`REGION_CHUNKS`] chunks.
+///
+/// Made one chunk at a time, a namespace's slab costs its maker four page faults a
+/// chunk (a fault, in a virtual machine, is several microseconds): about 10 ms of
+/// CPU a million keys, which the maintenance thread spends during a fill, on a core
+/// that two claiming threads would otherwise have. A region is one fault (a 2 MiB
+/// page zeroed at once) where the kernel grants a huge page, and its chunks are
+/// reached through one TLB entry. The region is freed when its reservoir is, that is
+/// with the namespace; its chunks' own drops free nothing ([`CARVED`]).
+struct Region(std::ptr::NonNull<u8>);
+
+// SAFETY: a region owns its block, which holds plain data.
+#[allow(unsafe_code)]
+unsafe impl Send for Region {}
+// SAFETY: as above; `&Region` gives no access to the block.
+#[allow(unsafe_code)]
+unsafe impl Sync for Region {}
+
+impl Region {
+    fn layout() -> std::alloc::Layout {
+        match std::alloc::Layout::from_size_align(REGION_BYTES, REGION_BYTES) {
+            Ok(l) => l,
+            Err(_) => unreachable!("2 MiB is a power of two"),
+        }
+    }
+
+    /// A new region and its chunks, every entry written free (the first touch, here
+    /// rather than under a shard lock), or `None` if the allocator refuses the block.
+    #[allow(unsafe_code)]
+    fn carve() -> Option<(Region, Vec<Chunk>)> {
+        // SAFETY: the layout's size is not zero.
+        let block = std::ptr::NonNull::new(unsafe { std::alloc::alloc(Self::layout()) })?;
+        #[cfg(target_os = "linux")]
+        // SAFETY: the range is the block just allocated, aligned to a page. Advice
+        // only: where the kernel has no huge page to give, the block keeps 4 KiB pages.
+        unsafe {
+            libc::madvise(block.as_ptr().cast(), REGION_BYTES, libc::MADV_HUGEPAGE);
+        }
+        let base = block.as_ptr().cast::<[Entry; CHUNK]>();
+        let chunks = (0..REGION_CHUNKS)
+            .map(|c| {
+                // SAFETY: chunk `c` lies inside the block (`REGION_CHUNKS` of them fit),
+                // aligned (the block is, and an array's size is a multiple of its
+                // alignment); nothing else refers to it yet.
+                unsafe {
+                    let array = base.add(c);
+                    array.write([Entry::FREE; CHUNK]);
+                    Chunk(std::ptr::NonNull::new_unchecked(array), CARVED)
+                }
+            })
+            .collect();
+        Some((Region(block), chunks))
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        #[allow(unsafe_code)]
+        // SAFETY: the block came from `alloc` with this layout and is freed once.
+        unsafe {
+            std::alloc::dealloc(self.0.as_ptr(), Self::layout())
+        }
+    }
+}
+
+impl std::fmt::Debug for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Region({:p})", self.0)
+    }
+}
+
 /// Chunks made ahead for a namespace's shards, in batches.
 ///
 /// A chunk's allocation and first touch take page faults, several microseconds in a
@@ -299,19 +396,36 @@ pub(crate) fn new_chunk() -> Chunk {
 /// outside every shard lock: the maintenance pass tops it up once it has been drawn
 /// from (then no claim waits for it); a claim that finds it empty makes its own chunk
 /// and has the maintenance thread make the batch at once, or, without a maintenance
-/// thread, makes the batch itself (one slow claim in `batch` chunks). A batch is at most 1/64
-/// of the namespace's entries (`max_keys / (64 * CHUNK)` chunks, 1 to 64 of them), so
-/// the chunks it holds unused cost at most about 1.6 % of a full slab; they are
-/// counted in `hot_bytes`.
+/// thread, makes the batch itself (one slow claim in `batch` chunks).
+///
+/// Chunks are made one by one, at most 1/64 of the namespace's entries a batch
+/// (`max_keys / (64 * CHUNK)` chunks, 1 to 64 of them), so the chunks held unused
+/// cost at most about 1.6 % of a full slab. A namespace of [`REGION_MIN_KEYS`] keys or
+/// more carves its batches from [`Region`]s instead, [`REGION_CHUNKS`] chunks at once,
+/// topped up when fewer than a quarter of them are left, for as long as another
+/// region's chunks fit in what its full slab needs (`max_keys / CHUNK` chunks at
+/// least); its last chunks are made one by one again, so a full namespace holds no
+/// more unused than a small one. Either way the chunks held are counted in
+/// `hot_bytes`, and so is the slack at each region's end.
 ///
 /// A namespace filling fast outruns the maintenance period (at a few million fresh
 /// claims a second a batch lasts milliseconds), so the take that leaves the reservoir
-/// below half a batch also asks for a top-up at once ([`Reservoir::on_low`]: the
-/// engine's maintenance thread, which then makes the chunks on its own core instead
-/// of the claiming thread making them when it runs dry).
+/// low also asks for a top-up at once ([`Reservoir::on_low`]: the engine's
+/// maintenance thread, which then makes the chunks on its own core instead of the
+/// claiming thread making them when it runs dry).
 pub(crate) struct Reservoir {
     chunks: crate::sync::Mutex<Vec<Chunk>>,
+    /// Chunks a batch made one by one makes.
     batch: usize,
+    /// Whether batches are carved from regions (see [`REGION_MIN_KEYS`]).
+    regional: bool,
+    /// Chunks a full namespace's slab needs at least (`max_keys / CHUNK`, rounded up).
+    budget: usize,
+    /// Chunks carved from regions so far.
+    carved: std::sync::atomic::AtomicUsize,
+    /// The regions carved so far: freed with the reservoir, after every chunk of
+    /// theirs (a namespace's shards go with it).
+    regions: crate::sync::Mutex<Vec<Region>>,
     /// A chunk has been taken: the namespace is growing, so maintenance keeps the
     /// reservoir topped up (a namespace that never grows never holds a batch).
     drawn: std::sync::atomic::AtomicBool,
@@ -325,6 +439,7 @@ impl std::fmt::Debug for Reservoir {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Reservoir")
             .field("batch", &self.batch)
+            .field("regional", &self.regional)
             .field("drawn", &self.drawn)
             .field("asked", &self.asked)
             .finish_non_exhaustive()
@@ -337,23 +452,50 @@ impl Reservoir {
         Reservoir {
             chunks: crate::sync::Mutex::new(Vec::new()),
             batch: (max_keys / (64 * CHUNK)).clamp(1, 64),
+            regional: max_keys >= REGION_MIN_KEYS,
+            budget: max_keys.div_ceil(CHUNK),
+            carved: std::sync::atomic::AtomicUsize::new(0),
+            regions: crate::sync::Mutex::new(Vec::new()),
             drawn: std::sync::atomic::AtomicBool::new(false),
             asked: std::sync::atomic::AtomicBool::new(false),
             on_low: std::sync::OnceLock::new(),
         }
     }
 
-    /// Sets what a take that leaves the reservoir below half a batch calls to have
-    /// it topped up ([`Reservoir::top_up`], run elsewhere). Only the first call sets.
+    /// Sets what a take that leaves the reservoir low calls to have it topped up
+    /// ([`Reservoir::top_up`], run elsewhere). Only the first call sets.
     #[cfg_attr(idem_loom, allow(dead_code))]
     pub(crate) fn on_low(&self, ask: Box<dyn Fn() + Send + Sync>) {
         let _ = self.on_low.set(ask);
     }
 
-    /// Chunks made per batch.
+    /// Chunks the next batch makes.
     #[cfg(all(test, not(idem_loom)))]
     pub(crate) fn batch(&self) -> usize {
-        self.batch
+        self.sizes().0
+    }
+
+    /// Whether the next batch is carved from a region: the namespace is large
+    /// enough, and another region's chunks still fit in what its full slab needs.
+    fn carving(&self) -> bool {
+        self.regional
+            && self.carved.load(std::sync::atomic::Ordering::Relaxed) + REGION_CHUNKS <= self.budget
+    }
+
+    /// Chunks the next batch makes, and the count below which a take asks for a
+    /// top-up: a region's chunks and a quarter of them while regions are carved,
+    /// else a batch made one by one and half of it.
+    fn sizes(&self) -> (usize, usize) {
+        match self.carving() {
+            true => (REGION_CHUNKS, REGION_CHUNKS.div_ceil(4)),
+            false => (self.batch, self.batch.div_ceil(2)),
+        }
+    }
+
+    /// Regions carved so far.
+    #[cfg(all(test, not(idem_loom)))]
+    pub(crate) fn regions(&self) -> usize {
+        self.regions.lock().len()
     }
 
     /// Chunks held.
@@ -363,9 +505,8 @@ impl Reservoir {
 
     /// A chunk of free entries: one made ahead, or (the reservoir empty) one made
     /// here, with the rest of a new batch made by the maintenance thread, asked at
-    /// once, or, without one, made here too. A take that leaves fewer than half a
-    /// batch asks for a top-up ([`Reservoir::on_low`]). Call it outside every shard
-    /// lock.
+    /// once, or, without one, made here too. A take that leaves the reservoir low
+    /// asks for a top-up ([`Reservoir::on_low`]). Call it outside every shard lock.
     pub(crate) fn take(&self) -> Chunk {
         self.drawn.store(true, std::sync::atomic::Ordering::Relaxed);
         let (taken, mut left) = {
@@ -379,16 +520,30 @@ impl Reservoir {
             return new_chunk();
         }
         let chunk = taken.unwrap_or_else(|| {
-            let mut made: Vec<Chunk> = (0..self.batch).map(|_| new_chunk()).collect();
+            let mut made = self.make_batch(0);
             let chunk = made.pop().unwrap_or_else(new_chunk);
             left = made.len();
             self.stock(made);
             chunk
         });
-        if left * 2 < self.batch {
+        if left < self.sizes().1 {
             self.ask_for_top_up();
         }
         chunk
+    }
+
+    /// A batch of new chunks for a reservoir that holds `have`: a region's, or (made
+    /// one by one) up to a batch held.
+    fn make_batch(&self, have: usize) -> Vec<Chunk> {
+        if self.carving() {
+            if let Some((region, chunks)) = Region::carve() {
+                self.regions.lock().push(region);
+                self.carved
+                    .fetch_add(chunks.len(), std::sync::atomic::Ordering::Relaxed);
+                return chunks;
+            }
+        }
+        (have..self.batch).map(|_| new_chunk()).collect()
     }
 
     /// Asks for a top-up unless one is asked for and not begun yet. The engine's
@@ -405,16 +560,27 @@ impl Reservoir {
 
     /// Puts `made` in, up to a batch held in all: claims that found the reservoir
     /// empty at once each made a batch (as may maintenance meanwhile), and the
-    /// chunks past one batch are let go rather than held unused.
+    /// chunks past one batch are let go rather than held unused. A region's chunks
+    /// are all kept (one let go would be freed only with its region, and held
+    /// uncounted meanwhile).
     fn stock(&self, mut made: Vec<Chunk>) {
         let mut chunks = self.chunks.lock();
-        made.truncate(self.batch.saturating_sub(chunks.len()));
+        let mut held = chunks.len();
+        made.retain(|c| {
+            let keep = c.carved() || held < self.batch;
+            held += usize::from(keep);
+            keep
+        });
         chunks.append(&mut made);
     }
 
-    /// Makes chunks up to a full batch once fewer than half a batch are left, if the
-    /// reservoir has ever been drawn from (the maintenance pass, and the maintenance
-    /// thread when a take asks).
+    /// Gives back a chunk taken and not used (a shard that had a spare by then).
+    pub(crate) fn give_back(&self, chunk: Chunk) {
+        self.stock(vec![chunk]);
+    }
+
+    /// Makes a batch once the reservoir is low, if it has ever been drawn from (the
+    /// maintenance pass, and the maintenance thread when a take asks).
     pub(crate) fn top_up(&self) {
         // Begun: a take from here on that finds it low asks again. A swap, not a
         // store: a claim that found a request pending (its swap read `true`) marked
@@ -427,18 +593,23 @@ impl Reservoir {
             return;
         }
         let have = self.len();
-        if have * 2 >= self.batch {
+        if have >= self.sizes().1 {
             return;
         }
-        let made: Vec<Chunk> = (have..self.batch).map(|_| new_chunk()).collect();
+        let made = self.make_batch(have);
         self.stock(made);
     }
 
-    /// Heap bytes held.
+    /// Heap bytes held: the chunks not handed out yet, and the slack at the end of
+    /// each region (the regions' handed-out chunks are counted by the slabs that
+    /// hold them).
     pub(crate) fn bytes(&self) -> usize {
+        let slack = self.regions.lock().len()
+            * (REGION_BYTES - REGION_CHUNKS * std::mem::size_of::<[Entry; CHUNK]>());
         let chunks = self.chunks.lock();
         chunks.capacity() * std::mem::size_of::<Chunk>()
             + chunks.len() * CHUNK * std::mem::size_of::<Entry>()
+            + slack
     }
 }
 
@@ -683,7 +854,7 @@ impl Slab {
     fn push_chunk(&mut self, mut chunk: Chunk, lane: usize) {
         // Its entries are the lane's: allocated by it, given back to its free list,
         // linked in its wheel.
-        chunk.1 = lane as u8;
+        chunk.1 = (chunk.1 & CARVED) | lane as u8;
         if self.addrs.len() == self.addrs.capacity() {
             let mut bigger = Vec::with_capacity((self.addrs.capacity() * 2).max(4));
             bigger.extend_from_slice(&self.addrs);
@@ -761,7 +932,8 @@ impl Slab {
     }
 
     fn bytes(&self) -> usize {
-        (self.chunks.capacity() + self.addrs.capacity()) * std::mem::size_of::<usize>()
+        self.chunks.capacity() * std::mem::size_of::<Chunk>()
+            + self.addrs.capacity() * std::mem::size_of::<usize>()
             + (self.chunks.len() + usize::from(self.spare.is_some()))
                 * CHUNK
                 * std::mem::size_of::<Entry>()
@@ -2016,10 +2188,15 @@ impl Shard {
     }
 
     /// Keeps `chunk` as the slab's next chunk, unless it has one already (another
-    /// claimant was first): then `chunk` is dropped.
-    pub(crate) fn give_spare(&mut self, chunk: Chunk) {
-        if self.slab.spare.is_none() {
-            self.slab.spare = Some(chunk);
+    /// claimant was first): then `chunk` comes back, for the reservoir.
+    #[must_use]
+    pub(crate) fn give_spare(&mut self, chunk: Chunk) -> Option<Chunk> {
+        match self.slab.spare {
+            None => {
+                self.slab.spare = Some(chunk);
+                None
+            }
+            Some(_) => Some(chunk),
         }
     }
 
@@ -3656,7 +3833,10 @@ mod layout {
 
 #[cfg(all(test, not(idem_loom)))]
 mod reservoir_tests {
-    use super::{new_chunk, Reservoir, CHUNK};
+    use super::{
+        new_chunk, Entry, Reservoir, Shard, CHUNK, REGION_BYTES, REGION_CHUNKS, REGION_MIN_KEYS,
+        STATE_FREE,
+    };
 
     /// Claims that found the reservoir empty at the same time each made a batch:
     /// it keeps one batch, not one a claim.
@@ -3711,6 +3891,111 @@ mod reservoir_tests {
         assert_eq!(take(), (3, 2));
         assert_eq!(take(), (2, 2));
         assert_eq!(take(), (1, 3));
+    }
+
+    /// A namespace of [`REGION_MIN_KEYS`] keys or more carves each batch from a 2 MiB
+    /// region: all of its chunks at once, free, distinct and inside one 2 MiB-aligned
+    /// block; topped up with a new region once fewer than a quarter are left; every
+    /// chunk given back kept (none let go while its region lives); the slack at each
+    /// region's end counted. Once another region's chunks would pass what its full
+    /// slab needs, it makes its chunks one by one, as a smaller namespace always does.
+    #[test]
+    fn a_large_namespaces_reservoir_carves_its_batches_from_regions() {
+        let small = Reservoir::new(REGION_MIN_KEYS - 1);
+        let _ = small.take();
+        assert_eq!(small.regions(), 0);
+        assert_eq!(small.len(), small.batch() - 1, "a batch made one by one");
+        assert!(small.batch() < REGION_CHUNKS);
+
+        let r = Reservoir::new(REGION_MIN_KEYS);
+        assert_eq!(r.batch(), REGION_CHUNKS);
+        let mut taken = vec![r.take()];
+        assert_eq!((r.regions(), r.len()), (1, REGION_CHUNKS - 1));
+        taken.extend((1..REGION_CHUNKS).map(|_| r.take()));
+        let mut addrs: Vec<usize> = taken.iter().map(|c| c.addr()).collect();
+        addrs.sort_unstable();
+        let base = addrs[0];
+        let size = std::mem::size_of::<[Entry; CHUNK]>();
+        assert_eq!(base % REGION_BYTES, 0, "the block is aligned to its size");
+        for (i, a) in addrs.iter().enumerate() {
+            assert_eq!(*a, base + i * size, "consecutive arrays of one block");
+        }
+        assert!(addrs[REGION_CHUNKS - 1] + size <= base + REGION_BYTES);
+        assert!(taken.iter().all(|c| c
+            .iter()
+            .all(|e| e.state() == STATE_FREE && e.next == super::NIL)));
+
+        // Held: none (all taken); the region's slack is still counted.
+        let slack = REGION_BYTES - REGION_CHUNKS * size;
+        assert!(slack < size);
+        let held = |r: &Reservoir| {
+            r.bytes() - r.chunks.lock().capacity() * std::mem::size_of::<super::Chunk>()
+        };
+        assert_eq!(held(&r), slack);
+
+        // Given back, kept; a top-up waits until fewer than a quarter are left.
+        let quarter = REGION_CHUNKS.div_ceil(4);
+        for c in taken.drain(..quarter) {
+            r.give_back(c);
+        }
+        r.top_up();
+        assert_eq!(
+            (r.regions(), r.len()),
+            (1, quarter),
+            "a quarter held: no top-up"
+        );
+        taken.push(r.take());
+        r.top_up();
+        assert_eq!(
+            (r.regions(), r.len()),
+            (2, quarter - 1 + REGION_CHUNKS),
+            "below a quarter: a new region"
+        );
+        assert_eq!(held(&r), (quarter - 1 + REGION_CHUNKS) * size + 2 * slack);
+
+        // Drawn on, topped up as it goes: regions while another fits in the
+        // budget (`REGION_MIN_KEYS / CHUNK` chunks, eight regions' worth), then
+        // chunks one by one.
+        let budget = REGION_MIN_KEYS / CHUNK;
+        while taken.len() < budget + 100 {
+            taken.push(r.take());
+            r.top_up();
+        }
+        assert_eq!(r.regions(), budget / REGION_CHUNKS);
+        assert_eq!(r.batch(), small.batch(), "past the regions: one by one");
+        assert!(r.len() <= r.batch());
+        let carved = taken.iter().filter(|c| c.carved()).count();
+        let carved_held = r.chunks.lock().iter().filter(|c| c.carved()).count();
+        assert_eq!(carved + carved_held, r.regions() * REGION_CHUNKS);
+        // A region's chunks given back are kept past a batch; chunks made one by one
+        // are let go past it.
+        let before = r.len();
+        let back: Vec<_> = taken
+            .drain(..)
+            .filter(|c| c.carved())
+            .take(REGION_CHUNKS)
+            .collect();
+        for c in back {
+            r.give_back(c);
+        }
+        assert_eq!(r.len(), before + REGION_CHUNKS);
+        r.give_back(new_chunk());
+        assert_eq!(r.len(), before + REGION_CHUNKS, "past a batch: let go");
+    }
+
+    /// A chunk handed to a shard that has a spare already comes back (for the
+    /// reservoir, which keeps a region's chunks until the region goes).
+    #[test]
+    fn a_shard_with_a_spare_gives_the_next_chunk_back() {
+        let mut shard = Shard::new(0, 64).unwrap();
+        assert!(
+            shard.give_spare(new_chunk()).is_none(),
+            "taken as the spare"
+        );
+        let second = new_chunk();
+        let addr = second.addr();
+        let back = shard.give_spare(second);
+        assert_eq!(back.map(|c| c.addr()), Some(addr));
     }
 }
 

@@ -3658,19 +3658,27 @@ impl Shard {
         } = self;
         let mut reclaimed = 0;
         let mut done = true;
-        // The wheels in turn, each within the budget; one that stops early leaves the
-        // next ones where they are, for the next call. A wheel moves only once every
-        // wheel before it has reached `now` (or was past it), and never past `now`: so
-        // the wheels' times never rise from one lane to the next, and the first
-        // lane's is the shard's latest, the last lane's its earliest (`Shard::time`,
-        // `Shard::behind`).
+        // The wheels in turn, sharing the budget; one that stops early (or finds the
+        // budget spent) leaves the next ones where they are, for the next call. A
+        // wheel moves only once every wheel before it has reached `now` (or was past
+        // it), and never past `now`: so the wheels' times never rise from one lane
+        // to the next, and the first lane's is the shard's latest, the last lane's
+        // its earliest (`Shard::time`, `Shard::behind`).
+        let mut left = budget;
         for wheel in wheels.iter_mut() {
+            if left == 0 {
+                // (A wheel with nothing due is found so by the next call.)
+                done = false;
+                break;
+            }
+            let mut handled = 0;
             // The wheel fires an entry only once its stored deadline has passed (a
             // deadline moved later in place is re-placed when its old bucket comes
             // round; an earlier one is rescheduled), so a fired entry is due.
             // (Comparing 32-bit deadlines here would be wrong after a jump of 2^31
             // ticks.)
-            let (_, all) = wheel.advance_within(slab, now.tick, budget, |slab, idx| {
+            let (_, all) = wheel.advance_within(slab, now.tick, left, |slab, idx| {
+                handled += 1;
                 if slab.get(idx).meta & COMPLETING_BIT != 0 {
                     // Its completion is being written: look again next tick.
                     let when = now.tick + 1;
@@ -3690,6 +3698,7 @@ impl Shard {
                 reclaimed += 1;
                 None
             });
+            left = left.saturating_sub(handled);
             if !all {
                 done = false;
                 break;
@@ -4045,5 +4054,47 @@ mod lane_wheels {
         }
         assert!(parted, "no pass left the wheels apart");
         assert_eq!(shard.live, 0);
+    }
+
+    /// One expiry call reclaims at most its budget over all the lanes' wheels
+    /// together (the lock is held for about that many entries), and calls repeated
+    /// until done reclaim every due entry.
+    #[test]
+    fn an_expiry_call_shares_its_budget_between_the_lanes() {
+        let mut shard = Shard::new(0, 64).unwrap();
+        let mut key = 0u64;
+        // 30 entries due in the first lane, 200 in the last.
+        for (lane, n) in [(0, 30u64), (LANES - 1, 200)] {
+            for i in 0..n {
+                key += 1;
+                let fp = Fp {
+                    lo: key.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                    hi: key,
+                };
+                shard.place(fp, STATE_DONE, 1 + i % 5, lane);
+            }
+        }
+        let pool = AtomicUsize::new(0);
+        let cap = Capacity {
+            pool: &pool,
+            chunk: 64,
+        };
+        let now = Now { ms: 100, tick: 100 };
+        let (first, done) = shard.expire_some(now, &cap, 50);
+        assert!(!done);
+        assert_eq!(first, 50, "30 of the first lane and 20 of the last");
+        let mut calls = 1;
+        let mut total = first;
+        loop {
+            let (n, done) = shard.expire_some(now, &cap, 50);
+            assert!(n <= 50, "{n} reclaimed in one call");
+            total += n;
+            calls += 1;
+            if done {
+                break;
+            }
+        }
+        assert_eq!((total, shard.live), (230, 0));
+        assert!(calls <= 6, "{calls} calls");
     }
 }

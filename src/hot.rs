@@ -421,8 +421,10 @@ pub(crate) struct Reservoir {
     regional: bool,
     /// Chunks a full namespace's slab needs at least (`max_keys / CHUNK`, rounded up).
     budget: usize,
-    /// Chunks carved from regions so far.
-    carved: std::sync::atomic::AtomicUsize,
+    /// Chunks made so far, carved or one by one (by claims that found the
+    /// reservoir empty too): once a region would take it past `budget`, the rest
+    /// are made one by one.
+    made: std::sync::atomic::AtomicUsize,
     /// The regions carved so far: freed with the reservoir, after every chunk of
     /// theirs (a namespace's shards go with it).
     regions: crate::sync::Mutex<Vec<Region>>,
@@ -454,7 +456,7 @@ impl Reservoir {
             batch: (max_keys / (64 * CHUNK)).clamp(1, 64),
             regional: max_keys >= REGION_MIN_KEYS,
             budget: max_keys.div_ceil(CHUNK),
-            carved: std::sync::atomic::AtomicUsize::new(0),
+            made: std::sync::atomic::AtomicUsize::new(0),
             regions: crate::sync::Mutex::new(Vec::new()),
             drawn: std::sync::atomic::AtomicBool::new(false),
             asked: std::sync::atomic::AtomicBool::new(false),
@@ -476,10 +478,11 @@ impl Reservoir {
     }
 
     /// Whether the next batch is carved from a region: the namespace is large
-    /// enough, and another region's chunks still fit in what its full slab needs.
+    /// enough, and another region's chunks, with every chunk made so far, still
+    /// fit in what its full slab needs.
     fn carving(&self) -> bool {
         self.regional
-            && self.carved.load(std::sync::atomic::Ordering::Relaxed) + REGION_CHUNKS <= self.budget
+            && self.made.load(std::sync::atomic::Ordering::Relaxed) + REGION_CHUNKS <= self.budget
     }
 
     /// Chunks the next batch makes, and the count below which a take asks for a
@@ -517,11 +520,15 @@ impl Reservoir {
             // Making the whole batch here put its page faults in one claim: half a
             // millisecond at a batch of 64 chunks (900 KiB).
             self.ask_for_top_up();
+            self.made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return new_chunk();
         }
         let chunk = taken.unwrap_or_else(|| {
             let mut made = self.make_batch(0);
-            let chunk = made.pop().unwrap_or_else(new_chunk);
+            let chunk = made.pop().unwrap_or_else(|| {
+                self.made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                new_chunk()
+            });
             left = made.len();
             self.stock(made);
             chunk
@@ -535,15 +542,17 @@ impl Reservoir {
     /// A batch of new chunks for a reservoir that holds `have`: a region's, or (made
     /// one by one) up to a batch held.
     fn make_batch(&self, have: usize) -> Vec<Chunk> {
-        if self.carving() {
-            if let Some((region, chunks)) = Region::carve() {
+        let chunks = match self.carving() {
+            true => Region::carve().map(|(region, chunks)| {
                 self.regions.lock().push(region);
-                self.carved
-                    .fetch_add(chunks.len(), std::sync::atomic::Ordering::Relaxed);
-                return chunks;
-            }
+                chunks
+            }),
+            false => None,
         }
-        (have..self.batch).map(|_| new_chunk()).collect()
+        .unwrap_or_else(|| (have..self.batch).map(|_| new_chunk()).collect());
+        self.made
+            .fetch_add(chunks.len(), std::sync::atomic::Ordering::Relaxed);
+        chunks
     }
 
     /// Asks for a top-up unless one is asked for and not begun yet. The engine's
@@ -628,9 +637,9 @@ pub(crate) struct Slab {
     len: u32,
     /// A chunk was added since the address table was last published.
     dirty: bool,
-    /// The next chunk, allocated ahead outside the shard's lock (see
+    /// Each lane's next chunk, allocated ahead outside the shard's lock (see
     /// [`Slab::wants_spare`]).
-    spare: Option<Chunk>,
+    spares: [Option<Chunk>; LANES],
     /// The chunks' addresses, in order: the table lock-free readers use (they never
     /// touch `chunks`, which grows as a `Vec` does). It grows by hand, see
     /// [`Slab::push_chunk`].
@@ -827,7 +836,7 @@ impl Slab {
     #[cold]
     #[inline(never)]
     fn new_lane_chunk(&mut self, lane: usize) {
-        let chunk = self.spare.take().unwrap_or_else(new_chunk);
+        let chunk = self.spares[lane].take().unwrap_or_else(new_chunk);
         self.lanes[lane].next = self.len;
         self.push_chunk(chunk, lane);
     }
@@ -917,7 +926,11 @@ impl Slab {
 
     /// Whether `lane`, the lane of a slot just handed out, is growing into the last
     /// slots of its chunk with no chunk ready after it: its fresh slots have filled
-    /// three quarters of that chunk, and there is no spare. A shard of a few hundred keys never asks.
+    /// three quarters of that chunk, and the lane has no spare. A shard of a few
+    /// hundred keys never asks. (Each lane has a spare of its own: with one for the
+    /// shard, a lane that asked while the other lane's spare waited went without,
+    /// and two threads filling a 1 M-key namespace made about a quarter of their
+    /// chunks under the shard's lock.)
     /// The claimant that is told so (in [`ShardClaim::Acquired`]) allocates a chunk
     /// after releasing the lock and hands it over with [`Shard::give_spare`]: a new
     /// chunk's allocation and first touch (page faults, several microseconds) then
@@ -928,13 +941,13 @@ impl Slab {
         // Asked once per chunk, at the slot that fills three quarters of it (the
         // lane's next fresh slot follows it).
         let next = self.lanes[lane].next as usize;
-        (next + CHUNK / 4).is_multiple_of(CHUNK) && self.spare.is_none()
+        (next + CHUNK / 4).is_multiple_of(CHUNK) && self.spares[lane].is_none()
     }
 
     fn bytes(&self) -> usize {
         self.chunks.capacity() * std::mem::size_of::<Chunk>()
             + self.addrs.capacity() * std::mem::size_of::<usize>()
-            + (self.chunks.len() + usize::from(self.spare.is_some()))
+            + (self.chunks.len() + self.spares.iter().flatten().count())
                 * CHUNK
                 * std::mem::size_of::<Entry>()
     }
@@ -2177,23 +2190,25 @@ impl Shard {
         )
     }
 
-    /// For tests: the slab's chunks, in order, and its spare, as addresses.
+    /// For tests: the slab's chunks, in order, and the calling thread's lane's
+    /// spare, as addresses.
     #[cfg(all(test, not(idem_loom)))]
     pub(crate) fn chunk_addrs(&self) -> (Vec<usize>, Option<usize>) {
         let addr = |c: &Chunk| c.addr();
         (
             self.slab.chunks.iter().map(addr).collect(),
-            self.slab.spare.as_ref().map(addr),
+            self.slab.spares[lane()].as_ref().map(addr),
         )
     }
 
-    /// Keeps `chunk` as the slab's next chunk, unless it has one already (another
-    /// claimant was first): then `chunk` comes back, for the reservoir.
+    /// Keeps `chunk` as the next chunk of the calling thread's lane (the lane whose
+    /// claim asked for it: [`Slab::wants_spare`]), unless it has one already
+    /// (another claimant was first): then `chunk` comes back, for the reservoir.
     #[must_use]
     pub(crate) fn give_spare(&mut self, chunk: Chunk) -> Option<Chunk> {
-        match self.slab.spare {
-            None => {
-                self.slab.spare = Some(chunk);
+        match &mut self.slab.spares[lane()] {
+            spare @ None => {
+                *spare = Some(chunk);
                 None
             }
             Some(_) => Some(chunk),
@@ -3990,6 +4005,44 @@ mod reservoir_tests {
         assert_eq!(r.len(), before + REGION_CHUNKS);
         r.give_back(new_chunk());
         assert_eq!(r.len(), before + REGION_CHUNKS, "past a batch: let go");
+
+        // Chunks that claims made one by one, finding the reservoir empty while a
+        // top-up was on its way, count towards the budget too: 100 of them leave
+        // room for seven regions, not eight.
+        let r = Reservoir::new(REGION_MIN_KEYS);
+        r.on_low(Box::new(|| {}));
+        let mut taken: Vec<_> = (0..100).map(|_| r.take()).collect();
+        assert_eq!((r.regions(), r.len()), (0, 0));
+        while taken.len() < budget + 100 {
+            r.top_up();
+            taken.push(r.take());
+        }
+        assert_eq!(r.regions(), (budget - 100) / REGION_CHUNKS);
+    }
+
+    /// Two lanes filling one slab each get their next chunk ahead, from their own
+    /// spare: once a lane has its first chunk, no chunk is made under the lock,
+    /// whatever the lanes' positions in their chunks.
+    #[test]
+    fn each_lane_of_a_slab_gets_its_next_chunk_ahead() {
+        let mut slab = super::Slab::default();
+        let mut made_under_the_lock = 0;
+        // The lanes take slots at different paces (the first lane three for the
+        // second lane's two), so that their chunks' ends fall anywhere.
+        for step in 0..20 * CHUNK {
+            let lane = usize::from(step % 5 >= 3);
+            let next = slab.lanes[lane].next as usize;
+            if next > 0 && next.is_multiple_of(CHUNK) && slab.spares[lane].is_none() {
+                made_under_the_lock += 1;
+            }
+            let _ = slab.alloc(Entry::FREE, lane);
+            if slab.wants_spare(lane) {
+                // The claimant's part, after the lock: a chunk for its lane.
+                assert!(slab.spares[lane].is_none());
+                slab.spares[lane] = Some(new_chunk());
+            }
+        }
+        assert_eq!(made_under_the_lock, 0);
     }
 
     /// A chunk handed to a shard that has a spare already comes back (for the

@@ -637,9 +637,6 @@ pub(crate) struct Slab {
     len: u32,
     /// A chunk was added since the address table was last published.
     dirty: bool,
-    /// Each lane's next chunk, allocated ahead outside the shard's lock (see
-    /// [`Slab::wants_spare`]).
-    spares: [Option<Chunk>; LANES],
     /// The chunks' addresses, in order: the table lock-free readers use (they never
     /// touch `chunks`, which grows as a `Vec` does). It grows by hand, see
     /// [`Slab::push_chunk`].
@@ -802,10 +799,11 @@ impl Slab {
     }
 
     /// Takes a slot of `lane` for `entry`: the head of its free list, else its next
-    /// fresh slot (in a new chunk, if its chunk is used up: [`Slab::new_lane_chunk`]).
-    /// Inlined but for the new chunk, so that a claim passes its entry in registers.
+    /// fresh slot (in a new chunk, if its chunk is used up: [`Slab::new_lane_chunk`],
+    /// which takes the lane's `spare` if it has one). Inlined but for the new chunk,
+    /// so that a claim passes its entry in registers.
     #[inline(always)]
-    fn alloc(&mut self, entry: Entry, lane: usize) -> u32 {
+    fn alloc(&mut self, entry: Entry, lane: usize, spare: &mut Option<Chunk>) -> u32 {
         let i = self.lanes[lane].free;
         if i != NIL {
             let free = self.get(i).next;
@@ -819,7 +817,7 @@ impl Slab {
             return i;
         }
         if (self.lanes[lane].next as usize).is_multiple_of(CHUNK) {
-            self.new_lane_chunk(lane);
+            self.new_lane_chunk(lane, spare);
         }
         let i = self.lanes[lane].next;
         self.lanes[lane].next += 1;
@@ -831,12 +829,12 @@ impl Slab {
         i
     }
 
-    /// Gives `lane` a new chunk (the spare, if there is one), its first slot the
+    /// Gives `lane` a new chunk (its spare, if there is one), its first slot the
     /// lane's next fresh slot.
     #[cold]
     #[inline(never)]
-    fn new_lane_chunk(&mut self, lane: usize) {
-        let chunk = self.spares[lane].take().unwrap_or_else(new_chunk);
+    fn new_lane_chunk(&mut self, lane: usize, spare: &mut Option<Chunk>) {
+        let chunk = spare.take().unwrap_or_else(new_chunk);
         self.lanes[lane].next = self.len;
         self.push_chunk(chunk, lane);
     }
@@ -925,12 +923,9 @@ impl Slab {
     }
 
     /// Whether `lane`, the lane of a slot just handed out, is growing into the last
-    /// slots of its chunk with no chunk ready after it: its fresh slots have filled
-    /// three quarters of that chunk, and the lane has no spare. A shard of a few
-    /// hundred keys never asks. (Each lane has a spare of its own: with one for the
-    /// shard, a lane that asked while the other lane's spare waited went without,
-    /// and two threads filling a 1 M-key namespace made about a quarter of their
-    /// chunks under the shard's lock.)
+    /// slots of its chunk: its fresh slots have filled three quarters of that
+    /// chunk. A shard of a few hundred keys never asks. The shard asks for a spare
+    /// then if the lane has none ([`Shard::spares`]).
     /// The claimant that is told so (in [`ShardClaim::Acquired`]) allocates a chunk
     /// after releasing the lock and hands it over with [`Shard::give_spare`]: a new
     /// chunk's allocation and first touch (page faults, several microseconds) then
@@ -941,15 +936,13 @@ impl Slab {
         // Asked once per chunk, at the slot that fills three quarters of it (the
         // lane's next fresh slot follows it).
         let next = self.lanes[lane].next as usize;
-        (next + CHUNK / 4).is_multiple_of(CHUNK) && self.spares[lane].is_none()
+        (next + CHUNK / 4).is_multiple_of(CHUNK)
     }
 
     fn bytes(&self) -> usize {
         self.chunks.capacity() * std::mem::size_of::<Chunk>()
             + self.addrs.capacity() * std::mem::size_of::<usize>()
-            + (self.chunks.len() + self.spares.iter().flatten().count())
-                * CHUNK
-                * std::mem::size_of::<Entry>()
+            + self.chunks.len() * CHUNK * std::mem::size_of::<Entry>()
     }
 }
 
@@ -2022,6 +2015,13 @@ pub(crate) struct Shard {
     /// A bucket array made for the index's next doubling (see
     /// [`index::Index::spare_wanted`]).
     index_spare: Option<index::Spare>,
+    /// Each lane's next slab chunk, allocated ahead outside the lock (see
+    /// [`Slab::wants_spare`]). A spare a lane: with one for the shard, a lane that
+    /// came to three quarters of its chunk while the other lane's spare waited
+    /// asked for none, and made its next chunk under the lock (two threads filling
+    /// a 1 M-key namespace made about a quarter of their chunks so). Kept here, not
+    /// in the slab, so that the fields a claim writes keep their lines.
+    spares: [Option<Chunk>; LANES],
     /// The entries this shard is meant to hold: see [`Shard::set_index_share`].
     index_share: usize,
     /// The index's entries at the last maintenance pass (see [`Shard::spare_pass`]).
@@ -2163,6 +2163,7 @@ impl Shard {
             counters: Counters::default(),
             anchor: None,
             index_spare: None,
+            spares: Default::default(),
             index_share: usize::MAX,
             len_at_pass: 0,
             spare_asked: false,
@@ -2190,6 +2191,13 @@ impl Shard {
         )
     }
 
+    /// Whether `lane`, the lane of a slot just handed out, should get its next chunk
+    /// ahead ([`Slab::wants_spare`]) and has no spare.
+    #[inline]
+    fn wants_spare(&self, lane: usize) -> bool {
+        self.slab.wants_spare(lane) && self.spares[lane].is_none()
+    }
+
     /// For tests: the slab's chunks, in order, and the calling thread's lane's
     /// spare, as addresses.
     #[cfg(all(test, not(idem_loom)))]
@@ -2197,7 +2205,7 @@ impl Shard {
         let addr = |c: &Chunk| c.addr();
         (
             self.slab.chunks.iter().map(addr).collect(),
-            self.slab.spares[lane()].as_ref().map(addr),
+            self.spares[lane()].as_ref().map(addr),
         )
     }
 
@@ -2206,7 +2214,7 @@ impl Shard {
     /// (another claimant was first): then `chunk` comes back, for the reservoir.
     #[must_use]
     pub(crate) fn give_spare(&mut self, chunk: Chunk) -> Option<Chunk> {
-        match &mut self.slab.spares[lane()] {
+        match &mut self.spares[lane()] {
             spare @ None => {
                 *spare = Some(chunk);
                 None
@@ -2310,6 +2318,7 @@ impl Shard {
     /// Heap bytes held by this shard's structures.
     pub(crate) fn heap_bytes(&self) -> usize {
         self.slab.bytes()
+            + self.spares.iter().flatten().count() * CHUNK * std::mem::size_of::<Entry>()
             + self.index.bytes()
             + self.index_spare.as_ref().map_or(0, index::Spare::bytes)
             + self.payloads.bytes()
@@ -2893,7 +2902,7 @@ impl Shard {
                 token,
                 deadline: lease_deadline,
             },
-            wants_spare: self.slab.wants_spare(lane),
+            wants_spare: self.wants_spare(lane),
             wants_index_spare,
             makes_index_spare,
         }
@@ -2936,6 +2945,7 @@ impl Shard {
                 next: NIL,
             },
             lane,
+            &mut self.spares[lane],
         );
         self.index_insert(fp, idx);
         self.wheels[lane].schedule(&mut self.slab, idx, deadline);
@@ -4025,21 +4035,20 @@ mod reservoir_tests {
     /// whatever the lanes' positions in their chunks.
     #[test]
     fn each_lane_of_a_slab_gets_its_next_chunk_ahead() {
-        let mut slab = super::Slab::default();
+        let mut shard = Shard::new(0, 64).unwrap();
         let mut made_under_the_lock = 0;
         // The lanes take slots at different paces (the first lane three for the
         // second lane's two), so that their chunks' ends fall anywhere.
         for step in 0..20 * CHUNK {
             let lane = usize::from(step % 5 >= 3);
-            let next = slab.lanes[lane].next as usize;
-            if next > 0 && next.is_multiple_of(CHUNK) && slab.spares[lane].is_none() {
+            let next = shard.slab.lanes[lane].next as usize;
+            if next > 0 && next.is_multiple_of(CHUNK) && shard.spares[lane].is_none() {
                 made_under_the_lock += 1;
             }
-            let _ = slab.alloc(Entry::FREE, lane);
-            if slab.wants_spare(lane) {
+            let _ = shard.slab.alloc(Entry::FREE, lane, &mut shard.spares[lane]);
+            if shard.wants_spare(lane) {
                 // The claimant's part, after the lock: a chunk for its lane.
-                assert!(slab.spares[lane].is_none());
-                slab.spares[lane] = Some(new_chunk());
+                shard.spares[lane] = Some(new_chunk());
             }
         }
         assert_eq!(made_under_the_lock, 0);

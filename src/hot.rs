@@ -520,15 +520,11 @@ impl Reservoir {
             // Making the whole batch here put its page faults in one claim: half a
             // millisecond at a batch of 64 chunks (900 KiB).
             self.ask_for_top_up();
-            self.made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            return new_chunk();
+            return self.make_one();
         }
         let chunk = taken.unwrap_or_else(|| {
             let mut made = self.make_batch(0);
-            let chunk = made.pop().unwrap_or_else(|| {
-                self.made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                new_chunk()
-            });
+            let chunk = made.pop().unwrap_or_else(|| self.make_one());
             left = made.len();
             self.stock(made);
             chunk
@@ -537,6 +533,12 @@ impl Reservoir {
             self.ask_for_top_up();
         }
         chunk
+    }
+
+    /// One new chunk, counted towards the region budget.
+    fn make_one(&self) -> Chunk {
+        self.made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        new_chunk()
     }
 
     /// A batch of new chunks for a reservoir that holds `have`: a region's, or (made

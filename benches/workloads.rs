@@ -59,6 +59,15 @@
 //! markdown tables of medians with the min-max spread. A run of several threads is
 //! timed by its workers, from the first one's start to the last one's end.
 //!
+//! Where Linux's per-thread scheduler counters can be read (`/proc`), each W1 child
+//! also reports where its fill's time went: the busier worker's CPU time, the longest
+//! a worker was ready to run but waited for a CPU, and the CPU time of the process's
+//! other threads meanwhile (a structure's background threads: idem's maintenance
+//! thread). The parent prints them after W1's table, one thread beside two, with two
+//! threads over one by the workers' CPU: on a machine with as many cores as workers,
+//! a background thread's work comes out of a worker's time, and the wall-clock ratio
+//! mixes it with the scaling of the claims themselves.
+//!
 //! Memory per resident key is the live heap counted by this binary's global allocator
 //! (after minus before, divided by N); "before" is taken once the key array exists and
 //! before the engine or table is built, so the array is excluded and every fixed cost
@@ -616,7 +625,7 @@ fn run_split<P: Peer>(
     keys: &[Key],
     threads: usize,
     op: fn(&P, &[Key]) -> u64,
-) -> (Duration, u64) {
+) -> (Duration, u64, Option<report::FillCpu>) {
     let parts = report::parts(keys.len(), threads);
     let start = Barrier::new(parts.len() + 1);
     std::thread::scope(|s| {
@@ -627,15 +636,25 @@ fn run_split<P: Peer>(
                 let start = &start;
                 s.spawn(move || {
                     start.wait();
+                    let sched0 = sched_times();
                     let began = Instant::now();
                     let mut failed = 0u64;
                     for batch in chunk.chunks(BATCH) {
                         failed += op(peer, batch);
                     }
-                    (began, Instant::now(), failed)
+                    let ended = Instant::now();
+                    // This worker's CPU time and wait for a CPU over its part, and
+                    // its thread id (left out of the other threads' count).
+                    let sched = sched0.zip(sched_times()).zip(thread_id()).map(
+                        |(((run0, wait0), (run1, wait1)), tid)| {
+                            (run1.saturating_sub(run0), wait1.saturating_sub(wait0), tid)
+                        },
+                    );
+                    (began, ended, failed, sched)
                 })
             })
             .collect();
+        let others0 = threads_cpu();
         start.wait();
         // Timed by the workers themselves, from the first one's start to the last
         // one's end: this thread, with every core busy, may run again well after
@@ -645,10 +664,61 @@ fn run_split<P: Peer>(
             .into_iter()
             .map(|w| w.join().expect("worker"))
             .collect();
+        let others1 = threads_cpu();
         let began = ran.iter().map(|r| r.0).min().expect("at least one worker");
         let ended = ran.iter().map(|r| r.1).max().expect("at least one worker");
-        (ended - began, ran.iter().map(|r| r.2).sum())
+        let cpu = ran
+            .iter()
+            .map(|r| r.3)
+            .collect::<Option<Vec<_>>>()
+            .zip(others0.zip(others1))
+            .zip(thread_id())
+            .map(|((w, (before, after)), me)| {
+                let secs = |ns: u64| ns as f64 / 1e9;
+                let mut skip: Vec<u64> = w.iter().map(|x| x.2).collect();
+                skip.push(me);
+                report::FillCpu {
+                    busiest: secs(w.iter().map(|x| x.0).max().unwrap_or(0)),
+                    waited: secs(w.iter().map(|x| x.1).max().unwrap_or(0)),
+                    others: secs(report::others_cpu_ns(&before, &after, &skip)),
+                }
+            });
+        (ended - began, ran.iter().map(|r| r.2).sum(), cpu)
     })
+}
+
+/// The calling thread's CPU time and its time ready to run but waiting for a CPU,
+/// in nanoseconds so far, from Linux's scheduler statistics (`None` where there are
+/// none).
+fn sched_times() -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let mut fields = s.split_whitespace().map(|f| f.parse::<u64>().ok());
+    Some((fields.next()??, fields.next()??))
+}
+
+/// The calling thread's id, as `/proc` names it (`None` without `/proc`).
+fn thread_id() -> Option<u64> {
+    let link = std::fs::read_link("/proc/thread-self").ok()?;
+    link.file_name()?.to_str()?.parse().ok()
+}
+
+/// Every thread of this process with its CPU time so far, in nanoseconds (`None`
+/// without `/proc`).
+fn threads_cpu() -> Option<Vec<(u64, u64)>> {
+    let tasks = std::fs::read_dir("/proc/self/task").ok()?;
+    let mut v = Vec::new();
+    for task in tasks.flatten() {
+        let Some(tid) = task.file_name().to_str().and_then(|t| t.parse().ok()) else {
+            continue;
+        };
+        // A thread that ended since the listing has no file left: not counted.
+        if let Ok(s) = std::fs::read_to_string(task.path().join("schedstat")) {
+            if let Some(Ok(ns)) = s.split_whitespace().next().map(str::parse) {
+                v.push((tid, ns));
+            }
+        }
+    }
+    Some(v)
 }
 
 /// Set in a child's environment by `--w2-shuffled`.
@@ -704,14 +774,16 @@ fn measure_in<P: Peer>(
     let heap0 = live_heap();
     let rss0 = rss_bytes();
     let peer = build();
-    let (mut fill, mut fill_failed) = run_split(&peer, keys, threads, P::fresh_many);
+    let (mut fill, mut fill_failed, mut fill_cpu) = run_split(&peer, keys, threads, P::fresh_many);
     if peer.refills() {
+        // Timed over passes, a pass is not the fill its counters would describe.
+        fill_cpu = None;
         // One pass of a plain store a key (about 5 ms at 1 M keys) is too short to
         // time on a shared host: passes until W2's minimum, the time a pass; its
         // failures the most of any pass.
         let (mut total, mut passes) = (fill, 1u32);
         while total.as_secs_f64() < W2_MIN_SECS && passes < REFILL_MAX_PASSES {
-            let (took, failed) = run_split(&peer, keys, threads, P::fresh_many);
+            let (took, failed, _) = run_split(&peer, keys, threads, P::fresh_many);
             total += took;
             fill_failed = fill_failed.max(failed);
             passes += 1;
@@ -731,7 +803,7 @@ fn measure_in<P: Peer>(
         let mut total = Duration::ZERO;
         let mut dup_failed = 0;
         loop {
-            let (dup, failed) = run_split(&peer, order, threads, P::duplicate_many);
+            let (dup, failed, _) = run_split(&peer, order, threads, P::duplicate_many);
             total += dup;
             passes += 1;
             dup_failed = dup_failed.max(failed);
@@ -779,6 +851,7 @@ fn measure_in<P: Peer>(
         dup,
         dup_shuffled,
         dup_one,
+        fill_cpu: fill_cpu.map(|c| (c.busiest, c.waited, c.others)),
     }
 }
 
@@ -867,6 +940,11 @@ fn child(args: &[String]) -> ExitCode {
     });
     if let Some((secs, failures)) = r.dup_one {
         shuffled.push_str(&format!(" w21_secs={secs} w21_failures={failures}"));
+    }
+    if let Some((busiest, waited, others)) = r.fill_cpu {
+        shuffled.push_str(&format!(
+            " w1_cpu={busiest} w1_wait={waited} w1_others={others}"
+        ));
     }
     match (workload.as_str(), r.dup) {
         ("w12", Some((dup_secs, dup_failures))) => println!(
@@ -1207,10 +1285,22 @@ fn run_child(o: &Opts, peer: &str, n: usize, threads: usize) -> Vec<Sample> {
             heap: field("heap").parse().expect("heap"),
             rss: field("rss").parse().expect("rss"),
             own: field("own").parse().expect("own"),
+            cpu: None,
         }
     };
+    let cpu = || -> Option<report::FillCpu> {
+        let read = |name: &str| maybe(name)?.parse::<f64>().ok();
+        Some(report::FillCpu {
+            busiest: read("w1_cpu")?,
+            waited: read("w1_wait")?,
+            others: read("w1_others")?,
+        })
+    };
     let mut samples = vec![
-        sample(Workload::W1, "secs", "failures"),
+        Sample {
+            cpu: cpu(),
+            ..sample(Workload::W1, "secs", "failures")
+        },
         sample(Workload::W2, "w2_secs", "w2_failures"),
     ];
     if maybe("w2s_secs").is_some() {
@@ -1382,6 +1472,11 @@ fn main() -> ExitCode {
     }
     print!("{}", table(&o.grid(), &all, Workload::W1));
     println!();
+    let cpu = report::fill_cpu_table(&o.grid(), &all);
+    if !cpu.is_empty() {
+        print!("{cpu}");
+        println!();
+    }
     print!("{}", table(&o.grid(), &all, Workload::W2));
     println!();
     if all.iter().any(|s| s.w == Workload::W2s) {

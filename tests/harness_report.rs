@@ -6,7 +6,10 @@
 #[path = "../benches/workloads/report.rs"]
 mod report;
 
-use report::{affine_order, median, parts, table, targets, Grid, Sample, Workload};
+use report::{
+    affine_order, fill_cpu_table, median, others_cpu_ns, parts, table, targets, FillCpu, Grid,
+    Sample, Workload,
+};
 
 fn sample(peer: &str, w: Workload, n: usize, threads: usize, rate: f64) -> Sample {
     Sample {
@@ -19,6 +22,7 @@ fn sample(peer: &str, w: Workload, n: usize, threads: usize, rate: f64) -> Sampl
         heap: 0,
         rss: 0,
         own: -1,
+        cpu: None,
     }
 }
 
@@ -442,4 +446,75 @@ fn every_thread_of_a_cell_gets_a_part_even_with_fewer_keys_than_threads() {
         );
         assert!(max - min <= 1, "{p:?}");
     }
+}
+
+/// A W1 sample of `threads` threads at `rate` whose fill reported `cpu`.
+fn w1_with_cpu(peer: &str, n: usize, threads: usize, rate: f64, cpu: Option<FillCpu>) -> Sample {
+    Sample {
+        cpu,
+        ..sample(peer, Workload::W1, n, threads, rate)
+    }
+}
+
+fn fill(busiest: f64, waited: f64, others: f64) -> Option<FillCpu> {
+    Some(FillCpu {
+        busiest,
+        waited,
+        others,
+    })
+}
+
+#[test]
+fn the_other_threads_cpu_counts_the_threads_read_both_times_but_those_left_out() {
+    let before = [(1, 100), (2, 50), (3, 10)];
+    // 3 ended and 4 started between the readings; 2 is a worker.
+    let after = [(1, 150), (2, 80), (4, 999)];
+    assert_eq!(others_cpu_ns(&before, &after, &[2]), 50);
+    assert_eq!(others_cpu_ns(&before, &after, &[]), 80);
+    assert_eq!(others_cpu_ns(&before, &after, &[1, 2]), 0);
+}
+
+#[test]
+fn the_fill_cpu_table_reads_two_threads_over_one_by_the_workers_cpu_beside_the_time() {
+    let n = 1_000;
+    let all = vec![
+        w1_with_cpu("idem", n, 1, 1.0e6, fill(0.100, 0.0, 0.010)),
+        w1_with_cpu("idem", n, 1, 1.2e6, fill(0.120, 0.001, 0.020)),
+        w1_with_cpu("idem", n, 2, 1.5e6, fill(0.060, 0.020, 0.030)),
+        w1_with_cpu("idem", n, 2, 1.7e6, fill(0.050, 0.030, 0.040)),
+        // A peer whose fills do not all report is left out.
+        w1_with_cpu("floor", n, 1, 5.0e6, fill(0.02, 0.0, 0.0)),
+        w1_with_cpu("floor", n, 2, 6.0e6, None),
+    ];
+    let ps: Vec<String> = ["idem", "floor"].iter().map(|s| s.to_string()).collect();
+    let grid = Grid {
+        ns: &[n],
+        threads: &[1, 2],
+        peers: &ps,
+    };
+    let out = fill_cpu_table(&grid, &all);
+    let row: Vec<&str> = out
+        .lines()
+        .find(|l| l.starts_with("| 1000 | idem"))
+        .expect("idem's row")
+        .trim_matches('|')
+        .split('|')
+        .map(str::trim)
+        .collect();
+    // CPU 110 ms over 55 ms: 2.00x; time: 1.6 M over 1.1 M a second.
+    assert_eq!(
+        row[2..],
+        [
+            "110.0 ms",
+            "55.0 ms",
+            "2.00x",
+            "1.45x",
+            "25.0 ms",
+            "15.0 ms / 35.0 ms"
+        ],
+        "{out}"
+    );
+    assert!(!out.contains("floor"), "{out}");
+    // No peer with every fill reporting: no table at all.
+    assert_eq!(fill_cpu_table(&grid, &all[4..]), "");
 }

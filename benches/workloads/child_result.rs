@@ -21,4 +21,8 @@ pub(crate) struct ChildResult {
     /// W2 in W1's order again by one thread, over the table of a fill by more: the
     /// same two figures.
     pub(crate) dup_one: Option<(f64, u64)>,
+    /// Where W1's (first) fill spent its time, where Linux tells: the busier
+    /// worker's CPU, the longest a worker waited for a CPU, and the CPU of the
+    /// process's other threads meanwhile, in seconds.
+    pub(crate) fill_cpu: Option<(f64, f64, f64)>,
 }

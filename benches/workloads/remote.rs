@@ -269,5 +269,6 @@ pub(crate) fn measure<R: Remote>(
         dup,
         dup_shuffled: None,
         dup_one: None,
+        fill_cpu: None,
     }
 }

@@ -106,6 +106,39 @@ pub struct Sample {
     pub rss: isize,
     /// idem's own accounting of its hot tier (bytes), or -1 for other peers.
     pub own: i64,
+    /// Where W1's fill spent its time, where the system tells (W1 samples only).
+    pub cpu: Option<FillCpu>,
+}
+
+/// Where one fill's time went, from Linux's per-thread scheduler counters
+/// (`/proc/<pid>/task/<tid>/schedstat`: time on a CPU, time runnable but waiting
+/// for one), read by the workers at their start and end and, for the process's
+/// other threads, by the harness before it lets the workers go and after they end.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct FillCpu {
+    /// The CPU time of the worker that used the most (seconds).
+    pub busiest: f64,
+    /// The longest time one worker was ready to run but waited for a CPU (seconds).
+    pub waited: f64,
+    /// The CPU time the process's other threads used meanwhile (seconds): the
+    /// structure's own background threads (idem's maintenance thread), not the
+    /// workers and not the harness's thread that waits for them.
+    pub others: f64,
+}
+
+/// The CPU time, in nanoseconds, that the threads in both `before` and `after` (each
+/// a list of thread id and its CPU time so far) used between the two readings,
+/// leaving out the threads in `skip`. A thread that started or ended in between is
+/// in only one list and is not counted.
+pub fn others_cpu_ns(before: &[(u64, u64)], after: &[(u64, u64)], skip: &[u64]) -> u64 {
+    after
+        .iter()
+        .filter(|(tid, _)| !skip.contains(tid))
+        .filter_map(|&(tid, ns)| {
+            let &(_, was) = before.iter().find(|(t, _)| *t == tid)?;
+            Some(ns.saturating_sub(was))
+        })
+        .sum()
 }
 
 /// How a cell's `len` keys are split between its `threads` threads: exactly
@@ -542,5 +575,75 @@ pub fn targets(o: &Grid<'_>, all: &[Sample]) -> String {
             own.join(", ")
         );
     }
+    t
+}
+
+/// W1's one thread and two threads side by side by where their time went (medians
+/// over the runs of each cell, for the peers whose fills report it): the workers' own
+/// CPU time, how long a worker waited for a CPU, and what the process's other threads
+/// used meanwhile. Two threads over one by the workers' CPU (one thread's CPU over
+/// the busier of two workers') is what the wall-clock ratio would be if nothing else
+/// ran on the workers' cores; on a machine with as many cores as workers, a
+/// background thread's work during the fill comes out of a worker's time.
+pub fn fill_cpu_table(o: &Grid<'_>, all: &[Sample]) -> String {
+    let mut t = String::new();
+    let mut rows = Vec::new();
+    let ms = |x: f64| format!("{:.1} ms", x * 1e3);
+    for &n in o.ns {
+        for peer in o.peers {
+            let cell = |threads: usize| -> Vec<&Sample> {
+                all.iter()
+                    .filter(|s| {
+                        s.peer == *peer && s.w == Workload::W1 && s.n == n && s.threads == threads
+                    })
+                    .collect()
+            };
+            let (one, two) = (cell(1), cell(2));
+            let read = |c: &[&Sample]| -> Option<Vec<FillCpu>> {
+                if c.is_empty() {
+                    return None;
+                }
+                c.iter().map(|s| s.cpu).collect()
+            };
+            let (Some(a), Some(b)) = (read(&one), read(&two)) else {
+                continue;
+            };
+            let med = |v: &[FillCpu], f: fn(&FillCpu) -> f64| {
+                median(&mut v.iter().map(f).collect::<Vec<f64>>())
+            };
+            let (cpu1, cpu2) = (med(&a, |c| c.busiest), med(&b, |c| c.busiest));
+            let by_time = rates(&two).0 / rates(&one).0;
+            rows.push(format!(
+                "| {n} | {} | {} | {} | {:.2}x | {:.2}x | {} | {} / {} |",
+                peer_label(peer, Workload::W1),
+                ms(cpu1),
+                ms(cpu2),
+                cpu1 / cpu2,
+                by_time,
+                ms(med(&b, |c| c.waited)),
+                ms(med(&a, |c| c.others)),
+                ms(med(&b, |c| c.others)),
+            ));
+        }
+    }
+    if rows.is_empty() {
+        return t;
+    }
+    let _ = writeln!(
+        t,
+        "### W1: where one thread's and two threads' fill time went\n"
+    );
+    let _ = writeln!(
+        t,
+        "| N | peer | 1 thread: its CPU | 2 threads: the busier worker's CPU | 2T / 1T by the workers' CPU | 2T / 1T by time | 2 threads: the longest wait for a CPU | other threads' CPU, 1 thread / 2 threads |"
+    );
+    let _ = writeln!(t, "|---:|---|---:|---:|---:|---:|---:|---:|");
+    for r in rows {
+        let _ = writeln!(t, "{r}");
+    }
+    let _ = writeln!(
+        t,
+        "\nMedians over the runs. CPU and waits from the kernel's per-thread scheduler counters (`schedstat`); other threads: the process's threads but the workers and the harness's own, over the fill (idem's maintenance thread). With two workers on two cores, what the other threads use comes out of a worker's time: two threads over one by the workers' CPU is what the time would read without it."
+    );
     t
 }

@@ -70,10 +70,14 @@ fn table_of(
 
 /// The cells of the row of `out` whose second column is `what`, for key count `n`.
 fn row<'a>(out: &'a str, n: usize, what: &str) -> Vec<&'a str> {
-    let start = format!("| {n} | {what} |");
+    cells(out, &format!("| {n} | {what} |"))
+}
+
+/// The cells of the first row of `out` that starts with `start`.
+fn cells<'a>(out: &'a str, start: &str) -> Vec<&'a str> {
     let line = out
         .lines()
-        .find(|l| l.starts_with(&start))
+        .find(|l| l.starts_with(start))
         .unwrap_or_else(|| panic!("no row {start:?} in\n{out}"));
     line.trim_matches('|').split('|').map(str::trim).collect()
 }
@@ -350,14 +354,7 @@ fn a_table_gives_medians_spreads_ratios_and_two_threads_over_one() {
         row(&out, n, "1")[2..],
         ["idem", "3.00 M", "2.00 M - 10.00 M", "1", "0"]
     );
-    let floor: Vec<&str> = out
-        .lines()
-        .find(|l| l.starts_with("| 1000 | 1 | floor"))
-        .expect("the floor's row")
-        .trim_matches('|')
-        .split('|')
-        .map(str::trim)
-        .collect();
+    let floor = cells(&out, "| 1000 | 1 | floor");
     assert_eq!(floor[3..6], ["6.00 M", "6.00 M - 6.00 M", "0.50x"]);
     assert!(out.contains("| 1000 | 1 | `moka::sync::Cache<String, ()>` TTL | not run |"));
     // Two threads over one: only peers with both cells.
@@ -493,14 +490,7 @@ fn the_fill_cpu_table_reads_two_threads_over_one_by_the_workers_cpu_beside_the_t
         peers: &ps,
     };
     let out = fill_cpu_table(&grid, &all);
-    let row: Vec<&str> = out
-        .lines()
-        .find(|l| l.starts_with("| 1000 | idem"))
-        .expect("idem's row")
-        .trim_matches('|')
-        .split('|')
-        .map(str::trim)
-        .collect();
+    let row = cells(&out, "| 1000 | idem");
     // CPU 110 ms over 55 ms: 2.00x; time: 1.6 M over 1.1 M a second.
     assert_eq!(
         row[2..],

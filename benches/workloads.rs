@@ -619,12 +619,15 @@ fn is_jetstream(peer: &str) -> bool {
 /// Runs `op` over `keys` split in `threads` contiguous parts, one thread each, and
 /// returns the wall time from the first worker's start to the last worker's end (each
 /// worker reads its own, after the common barrier) and the number of keys for which
-/// `op` returned false.
+/// `op` returned false; with `counters`, also where the fill's time went (see
+/// [`report::FillCpu`]: `/proc` read before and after, so only the run that is
+/// reported reads it).
 fn run_split<P: Peer>(
     peer: &P,
     keys: &[Key],
     threads: usize,
     op: fn(&P, &[Key]) -> u64,
+    counters: bool,
 ) -> (Duration, u64, Option<report::FillCpu>) {
     let parts = report::parts(keys.len(), threads);
     let start = Barrier::new(parts.len() + 1);
@@ -636,7 +639,7 @@ fn run_split<P: Peer>(
                 let start = &start;
                 s.spawn(move || {
                     start.wait();
-                    let sched0 = sched_times();
+                    let sched0 = counters.then(sched_times).flatten();
                     let began = Instant::now();
                     let mut failed = 0u64;
                     for batch in chunk.chunks(BATCH) {
@@ -654,7 +657,7 @@ fn run_split<P: Peer>(
                 })
             })
             .collect();
-        let others0 = threads_cpu();
+        let others0 = counters.then(threads_cpu).flatten();
         start.wait();
         // Timed by the workers themselves, from the first one's start to the last
         // one's end: this thread, with every core busy, may run again well after
@@ -664,7 +667,7 @@ fn run_split<P: Peer>(
             .into_iter()
             .map(|w| w.join().expect("worker"))
             .collect();
-        let others1 = threads_cpu();
+        let others1 = counters.then(threads_cpu).flatten();
         let began = ran.iter().map(|r| r.0).min().expect("at least one worker");
         let ended = ran.iter().map(|r| r.1).max().expect("at least one worker");
         let cpu = ran
@@ -774,16 +777,17 @@ fn measure_in<P: Peer>(
     let heap0 = live_heap();
     let rss0 = rss_bytes();
     let peer = build();
-    let (mut fill, mut fill_failed, mut fill_cpu) = run_split(&peer, keys, threads, P::fresh_many);
+    // A fill timed over passes (below) reports no counters: one pass is not what its
+    // time describes.
+    let (mut fill, mut fill_failed, fill_cpu) =
+        run_split(&peer, keys, threads, P::fresh_many, !peer.refills());
     if peer.refills() {
-        // Timed over passes, a pass is not the fill its counters would describe.
-        fill_cpu = None;
         // One pass of a plain store a key (about 5 ms at 1 M keys) is too short to
         // time on a shared host: passes until W2's minimum, the time a pass; its
         // failures the most of any pass.
         let (mut total, mut passes) = (fill, 1u32);
         while total.as_secs_f64() < W2_MIN_SECS && passes < REFILL_MAX_PASSES {
-            let (took, failed, _) = run_split(&peer, keys, threads, P::fresh_many);
+            let (took, failed, _) = run_split(&peer, keys, threads, P::fresh_many, false);
             total += took;
             fill_failed = fill_failed.max(failed);
             passes += 1;
@@ -803,7 +807,7 @@ fn measure_in<P: Peer>(
         let mut total = Duration::ZERO;
         let mut dup_failed = 0;
         loop {
-            let (dup, failed, _) = run_split(&peer, order, threads, P::duplicate_many);
+            let (dup, failed, _) = run_split(&peer, order, threads, P::duplicate_many, false);
             total += dup;
             passes += 1;
             dup_failed = dup_failed.max(failed);

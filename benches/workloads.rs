@@ -60,7 +60,8 @@
 //! timed by its workers, from the first one's start to the last one's end.
 //!
 //! Where Linux's per-thread scheduler counters can be read (`/proc`), each W1 child
-//! also reports where its fill's time went: the busier worker's CPU time, the longest
+//! (but the `machine` reference's, whose fill is timed over passes) also reports
+//! where its fill's time went: the busier worker's CPU time, the longest
 //! a worker was ready to run but waited for a CPU, and the CPU time of the process's
 //! other threads meanwhile (a structure's background threads: idem's maintenance
 //! thread). The parent prints them after W1's table, one thread beside two, with two

@@ -67,7 +67,9 @@
 //! thread). The parent prints them after W1's table, one thread beside two, with two
 //! threads over one by the workers' CPU: on a machine with as many cores as workers,
 //! a background thread's work comes out of a worker's time, and the wall-clock ratio
-//! mixes it with the scaling of the claims themselves.
+//! mixes it with the scaling of the claims themselves. Beside them, the time the
+//! structure took to build before the fill (not in W1's time): what a peer does
+//! ahead, such as idem's `preallocate` (the `idem-pre` reference), shows there.
 //!
 //! Memory per resident key is the live heap counted by this binary's global allocator
 //! (after minus before, divided by N); "before" is taken once the key array exists and
@@ -685,6 +687,7 @@ fn run_split<P: Peer>(
                     busiest: secs(w.iter().map(|x| x.0).max().unwrap_or(0)),
                     waited: secs(w.iter().map(|x| x.1).max().unwrap_or(0)),
                     others: secs(report::others_cpu_ns(&before, &after, &skip)),
+                    built: 0.0,
                 }
             });
         (ended - began, ran.iter().map(|r| r.2).sum(), cpu)
@@ -777,7 +780,9 @@ fn measure_in<P: Peer>(
 ) -> ChildResult {
     let heap0 = live_heap();
     let rss0 = rss_bytes();
+    let t_build = Instant::now();
     let peer = build();
+    let built = t_build.elapsed().as_secs_f64();
     // A fill timed over passes (below) reports no counters: one pass is not what its
     // time describes.
     let (mut fill, mut fill_failed, fill_cpu) =
@@ -856,7 +861,7 @@ fn measure_in<P: Peer>(
         dup,
         dup_shuffled,
         dup_one,
-        fill_cpu: fill_cpu.map(|c| (c.busiest, c.waited, c.others)),
+        fill_cpu: fill_cpu.map(|c| (c.busiest, c.waited, c.others, built)),
     }
 }
 
@@ -946,9 +951,9 @@ fn child(args: &[String]) -> ExitCode {
     if let Some((secs, failures)) = r.dup_one {
         shuffled.push_str(&format!(" w21_secs={secs} w21_failures={failures}"));
     }
-    if let Some((busiest, waited, others)) = r.fill_cpu {
+    if let Some((busiest, waited, others, built)) = r.fill_cpu {
         shuffled.push_str(&format!(
-            " w1_cpu={busiest} w1_wait={waited} w1_others={others}"
+            " w1_cpu={busiest} w1_wait={waited} w1_others={others} w1_built={built}"
         ));
     }
     match (workload.as_str(), r.dup) {
@@ -1299,6 +1304,7 @@ fn run_child(o: &Opts, peer: &str, n: usize, threads: usize) -> Vec<Sample> {
             busiest: read("w1_cpu")?,
             waited: read("w1_wait")?,
             others: read("w1_others")?,
+            built: read("w1_built")?,
         })
     };
     let mut samples = vec![

@@ -369,8 +369,9 @@ impl NamespaceConfig {
         self
     }
 
-    /// Sizes each shard's index for its share of `max_keys` when the engine is built,
-    /// instead of doubling it as keys arrive (default `false`; without it each shard's
+    /// Makes the namespace's memory for `max_keys` keys when the engine is built:
+    /// each shard's index sized for its share of `max_keys` instead of doubling it as
+    /// keys arrive, and the slab of entries (below) (default `false`; without it each shard's
     /// index starts with one 4 KiB page of room, 672 keys, or its share of `max_keys`
     /// if that is smaller, and doubles from there). An index doubles into an array
     /// made ahead, a few entries with each insert (about 15 an insert over the last
@@ -381,10 +382,19 @@ impl NamespaceConfig {
     /// not made in time places every entry of the shard again while its lock is
     /// held, a pause for the claims of that shard of about 6.5 ns an entry (35 us
     /// at 5,376 entries). Preallocated, a namespace filling up to
-    /// `max_keys` never doubles. The price: the index's full size, 6 to 12
-    /// bytes per key of `max_keys` (its bucket count is a power of two), is taken from
-    /// the start, and a shard that draws more than its share through the common pool
-    /// still grows. Memory per resident key at full capacity is the same either way.
+    /// `max_keys` never doubles. The slab (the entries themselves, 28 bytes a key)
+    /// is made at build too, `max_keys` entries written free: each shard's lanes get
+    /// their first chunk, the rest wait in the namespace's reservoir. So a fill makes
+    /// no memory and takes no page fault (without it, the first touch of each new
+    /// page happens during the fill: on the maintenance thread's core, or in a claim
+    /// that finds no chunk ready), and the build takes longer: it writes the whole
+    /// namespace's memory (44-66 ms at 10,000,000 keys on the benchmark machine,
+    /// more where first touching memory is dear; see ARCHITECTURE.md, "Preallocation").
+    /// The price in memory: the index's full size, 6 to 12
+    /// bytes per key of `max_keys` (its bucket count is a power of two), and the
+    /// slab's, 28 bytes per key, are taken from the start, and a shard that draws
+    /// more than its share through the common pool still grows. Memory per resident
+    /// key at full capacity is the same either way.
     /// If the allocator refuses that memory, [`EngineBuilder::build`] returns
     /// [`Error::OutOfMemory`] instead of aborting the process, before the durable
     /// tier is opened (so the database is left as it was). Under Linux's default

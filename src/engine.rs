@@ -363,14 +363,21 @@ impl Engine {
     }
 
     pub(crate) fn from_builder(b: EngineBuilder) -> Result<Engine> {
-        // A preallocated index the allocator cannot give is refused before the
-        // durable tier is opened (which would make the namespace's column families):
-        // every namespace's, reserved together, as they are then allocated.
+        // A preallocated index or slab the allocator cannot give is refused before
+        // the durable tier is opened (which would make the namespace's column
+        // families): every namespace's indexes reserved together, as they are then
+        // allocated, and its slab made here.
+        let mut slabs = HashMap::new();
         {
             let mut held = crate::hot::index::Reserved::default();
             for (name, cfg) in &b.namespaces {
-                if cfg.preallocate && !reserve_preallocation(cfg, &mut held) {
-                    return Err(preallocation_refused(name));
+                if cfg.preallocate {
+                    if !reserve_preallocation(cfg, &mut held) {
+                        return Err(preallocation_refused(name));
+                    }
+                    let slab = Reservoir::preallocated(cfg.max_keys)
+                        .ok_or_else(|| preallocation_refused(name))?;
+                    slabs.insert(name.clone(), slab);
                 }
             }
         }
@@ -446,9 +453,13 @@ impl Engine {
             });
             #[cfg(not(feature = "durable"))]
             let durable: Option<DurableNs> = None;
+            let chunks = slabs
+                .remove(&name)
+                .unwrap_or_else(|| Reservoir::new(cfg.max_keys));
             let ns = NsInner::new(
                 name.clone(),
                 cfg,
+                chunks,
                 seed,
                 epoch_ms,
                 tick_ms,
@@ -5382,6 +5393,58 @@ mod tests {
         }
     }
 
+    /// A preallocated namespace makes its whole slab at build (every lane of every
+    /// shard holding its first chunk, the rest in the reservoir, all counted in
+    /// `hot_bytes`), and a fill within it makes no chunk; without preallocation
+    /// nothing is made until claims arrive, and the fill makes its chunks.
+    #[test]
+    fn a_preallocated_namespace_makes_its_slab_at_build() {
+        let (max_keys, shards): (usize, usize) = (40_000, 8);
+        let budget = max_keys.div_ceil(crate::hot::CHUNK);
+        for preallocate in [false, true] {
+            let engine = super::Engine::builder()
+                .seed(7)
+                .namespace(
+                    "n",
+                    crate::NamespaceConfig::new()
+                        .max_keys(max_keys)
+                        .shards(shards)
+                        .preallocate(preallocate),
+                )
+                .build()
+                .unwrap();
+            let ns = engine.namespace("n").unwrap();
+            let reservoir = &ns.inner.chunks;
+            let made = reservoir.made();
+            let held = reservoir.len();
+            let lanes_stocked = ns
+                .inner
+                .slots
+                .iter()
+                .all(|s| s.lock().chunk_addrs().1.is_some());
+            let bytes = ns.stats().hot_bytes;
+            // 70 % of max_keys: every shard's lane uses at most nine chunks (seed 7).
+            for i in 0..28_000u32 {
+                match ns.claim(format!("k{i}").as_bytes()).unwrap() {
+                    crate::Claim::Acquired(g) => g.complete().unwrap(),
+                    other => panic!("{other:?}"),
+                }
+            }
+            if preallocate {
+                assert_eq!(made, budget);
+                assert_eq!(held, budget - shards * crate::hot::LANES);
+                assert!(lanes_stocked, "each lane's first chunk is ready");
+                let slab = (budget * crate::hot::CHUNK * 28) as u64;
+                assert!(bytes >= slab, "{bytes} < {slab}");
+                assert_eq!(reservoir.made(), made, "the fill made no chunk");
+            } else {
+                assert_eq!((made, held, lanes_stocked), (0, 0, false));
+                assert!(bytes < (budget * crate::hot::CHUNK * 28 / 2) as u64);
+                assert!(reservoir.made() > 0, "the fill made its chunks");
+            }
+        }
+    }
+
     #[test]
     fn a_refused_index_names_what_was_asked_for() {
         let said = |preallocate| super::index_refused("n", preallocate).to_string();
@@ -6852,7 +6915,7 @@ const _: () = assert!(crate::hot::index_capacity(64) == EARLY_ROOM);
 fn preallocation_refused(name: &str) -> Error {
     Error::OutOfMemory {
         namespace: name.to_owned(),
-        what: "the preallocated index (NamespaceConfig::preallocate)",
+        what: "the preallocated index and slab (NamespaceConfig::preallocate)",
     }
 }
 
@@ -7046,9 +7109,13 @@ pub(crate) struct NsInner {
 }
 
 impl NsInner {
+    /// A namespace named `name` of `cfg`, whose slab chunks come from `chunks` (made
+    /// whole already if `cfg` preallocates: see `Reservoir::preallocated`).
+    #[allow(clippy::too_many_arguments)]
     fn new(
         name: String,
         cfg: NamespaceConfig,
+        chunks: Reservoir,
         seed: u64,
         epoch_ms: u64,
         tick_ms: u64,
@@ -7080,7 +7147,11 @@ impl NsInner {
         // its share of `max_keys` (see `Index::spare_wanted`).
         let share = cfg.max_keys.div_ceil(shards.max(1));
         for slot in slots.iter() {
-            slot.lock().set_index_share(share);
+            let mut shard = slot.lock();
+            shard.set_index_share(share);
+            if cfg.preallocate {
+                shard.stock_lanes(|| chunks.take());
+            }
         }
         if let Some(d) = &durable {
             d.note_time(start_ms);
@@ -7098,7 +7169,7 @@ impl NsInner {
             pool,
             reserve_chunk,
             durable,
-            chunks: Reservoir::new(cfg_max_keys),
+            chunks,
             forget_waits: AtomicU64::new(0),
             lock_free_duplicates: Default::default(),
             index_spare_asked: std::sync::atomic::AtomicBool::new(false),

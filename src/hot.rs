@@ -293,13 +293,24 @@ impl std::fmt::Debug for Chunk {
 
 /// A chunk of free entries, allocated and written (so its pages are in memory).
 pub(crate) fn new_chunk() -> Chunk {
+    match try_new_chunk() {
+        Some(c) => c,
+        None => std::alloc::handle_alloc_error(std::alloc::Layout::new::<[Entry; CHUNK]>()),
+    }
+}
+
+/// [`new_chunk`], or `None` if the allocator refuses its memory.
+fn try_new_chunk() -> Option<Chunk> {
     // Built on the heap (a 14 KiB array would otherwise pass through the stack).
-    let array: Box<[Entry; CHUNK]> = match vec![Entry::FREE; CHUNK].into_boxed_slice().try_into() {
+    let mut entries = Vec::new();
+    entries.try_reserve_exact(CHUNK).ok()?;
+    entries.resize(CHUNK, Entry::FREE);
+    let array: Box<[Entry; CHUNK]> = match entries.into_boxed_slice().try_into() {
         Ok(c) => c,
         Err(_) => unreachable!("a CHUNK-long vector converts to a CHUNK array"),
     };
     match std::ptr::NonNull::new(Box::into_raw(array)) {
-        Some(p) => Chunk(p, 0),
+        Some(p) => Some(Chunk(p, 0)),
         None => unreachable!("a box is never null"),
     }
 }
@@ -464,6 +475,32 @@ impl Reservoir {
         }
     }
 
+    /// The reservoir of a preallocated namespace of at most `max_keys` keys
+    /// (`NamespaceConfig::preallocate`): stocked at once with the chunks of its full
+    /// slab (`max_keys / CHUNK`, rounded up), every entry written, so the fill's first
+    /// touch of that memory happens here, at build, instead of on the cores of the
+    /// claims that fill it (carved from regions as a growing namespace's batches
+    /// are; a small namespace's made one by one). `None` if the allocator refuses
+    /// any of it (what was made is freed).
+    pub(crate) fn preallocated(max_keys: usize) -> Option<Self> {
+        let r = Reservoir::new(max_keys);
+        let mut stocked = Vec::new();
+        stocked.try_reserve_exact(r.budget).ok()?;
+        while r.carving() {
+            let (region, chunks) = Region::carve()?;
+            r.regions.lock().push(region);
+            r.made
+                .fetch_add(chunks.len(), std::sync::atomic::Ordering::Relaxed);
+            stocked.extend(chunks);
+        }
+        while stocked.len() < r.budget {
+            stocked.push(try_new_chunk()?);
+            r.made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        *r.chunks.lock() = stocked;
+        Some(r)
+    }
+
     /// Sets what a take that leaves the reservoir low calls to have it topped up
     /// ([`Reservoir::top_up`], run elsewhere). Only the first call sets.
     #[cfg_attr(idem_loom, allow(dead_code))]
@@ -499,6 +536,12 @@ impl Reservoir {
     #[cfg(all(test, not(idem_loom)))]
     pub(crate) fn regions(&self) -> usize {
         self.regions.lock().len()
+    }
+
+    /// Chunks made so far, carved or one by one.
+    #[cfg(all(test, not(idem_loom)))]
+    pub(crate) fn made(&self) -> usize {
+        self.made.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Chunks held.
@@ -2211,6 +2254,15 @@ impl Shard {
         )
     }
 
+    /// Gives every lane that has no spare chunk one from `take` (a preallocated
+    /// namespace's shards, at build: their lanes' first chunks then come ready-made
+    /// instead of allocated under the lock by the first claim of each lane).
+    pub(crate) fn stock_lanes(&mut self, mut take: impl FnMut() -> Chunk) {
+        for spare in self.spares.iter_mut().filter(|s| s.is_none()) {
+            *spare = Some(take());
+        }
+    }
+
     /// Keeps `chunk` as the next chunk of the calling thread's lane (the lane whose
     /// claim asked for it: [`Slab::wants_spare`]), unless it has one already
     /// (another claimant was first): then `chunk` comes back, for the reservoir.
@@ -3873,6 +3925,44 @@ mod reservoir_tests {
         new_chunk, Entry, Reservoir, Shard, CHUNK, REGION_BYTES, REGION_CHUNKS, REGION_MIN_KEYS,
         STATE_FREE,
     };
+
+    /// A preallocated reservoir holds its namespace's whole slab from the start,
+    /// every entry free: a large namespace's carved from regions but for the last
+    /// chunks (fewer than a region's), a small one's made one by one, none past what
+    /// the slab needs; and takes from it make nothing new.
+    #[test]
+    fn a_preallocated_reservoir_holds_the_whole_slab_at_once() {
+        let size = std::mem::size_of::<[Entry; CHUNK]>();
+        for (max_keys, regions) in [
+            (REGION_MIN_KEYS - 1, 0),
+            (REGION_MIN_KEYS, 8),
+            (REGION_MIN_KEYS + REGION_CHUNKS * CHUNK / 2, 8),
+        ] {
+            let r = Reservoir::preallocated(max_keys).expect("the allocator gives it");
+            let budget = max_keys.div_ceil(CHUNK);
+            assert_eq!((r.regions(), r.len()), (regions, budget), "{max_keys}");
+            assert!(r.bytes() >= budget * size, "counted in hot_bytes");
+            let made = r.made();
+            assert_eq!(made, budget);
+            let taken: Vec<_> = (0..budget).map(|_| r.take()).collect();
+            assert!(taken.iter().all(|c| c
+                .iter()
+                .all(|e| e.state() == STATE_FREE && e.next == super::NIL)));
+            assert_eq!((r.len(), r.made()), (0, made), "nothing made by the takes");
+            // The carved chunks are the regions': consecutive in their blocks.
+            let carved = taken.iter().filter(|c| c.carved()).count();
+            assert_eq!(carved, regions * REGION_CHUNKS);
+        }
+        // Not preallocated: nothing is made until a take.
+        let r = Reservoir::new(REGION_MIN_KEYS);
+        assert_eq!((r.regions(), r.len(), r.made()), (0, 0, 0));
+    }
+
+    /// A slab larger than the allocator gives is refused, not aborted on.
+    #[test]
+    fn a_preallocated_reservoir_the_allocator_refuses_is_none() {
+        assert!(Reservoir::preallocated(usize::MAX / 4).is_none());
+    }
 
     /// Claims that found the reservoir empty at the same time each made a batch:
     /// it keeps one batch, not one a claim.

@@ -458,6 +458,7 @@ fn fill(busiest: f64, waited: f64, others: f64) -> Option<FillCpu> {
         busiest,
         waited,
         others,
+        built: others / 10.0,
     })
 }
 
@@ -491,7 +492,8 @@ fn the_fill_cpu_table_reads_two_threads_over_one_by_the_workers_cpu_beside_the_t
     };
     let out = fill_cpu_table(&grid, &all);
     let row = cells(&out, "| 1000 | idem");
-    // CPU 110 ms over 55 ms: 2.00x; time: 1.6 M over 1.1 M a second.
+    // CPU 110 ms over 55 ms: 2.00x; time: 1.6 M over 1.1 M a second; built in
+    // 1 and 2 ms with one thread, 3 and 4 ms with two (a tenth of `others` here).
     assert_eq!(
         row[2..],
         [
@@ -500,7 +502,8 @@ fn the_fill_cpu_table_reads_two_threads_over_one_by_the_workers_cpu_beside_the_t
             "2.00x",
             "1.45x",
             "25.0 ms",
-            "15.0 ms / 35.0 ms"
+            "15.0 ms / 35.0 ms",
+            "1.5 ms / 3.5 ms"
         ],
         "{out}"
     );

@@ -23,6 +23,7 @@ pub(crate) struct ChildResult {
     pub(crate) dup_one: Option<(f64, u64)>,
     /// Where W1's (first) fill spent its time, where Linux tells: the busier
     /// worker's CPU, the longest a worker waited for a CPU, and the CPU of the
-    /// process's other threads meanwhile, in seconds.
-    pub(crate) fill_cpu: Option<(f64, f64, f64)>,
+    /// process's other threads meanwhile; and the time the structure took to build
+    /// before the fill; in seconds.
+    pub(crate) fill_cpu: Option<(f64, f64, f64, f64)>,
 }

@@ -124,6 +124,9 @@ pub struct FillCpu {
     /// structure's own background threads (idem's maintenance thread), not the
     /// workers and not the harness's thread that waits for them.
     pub others: f64,
+    /// How long the structure took to build, before the fill (seconds; not in the
+    /// fill's time): what a peer does ahead, such as idem's `preallocate`, shows here.
+    pub built: f64,
 }
 
 /// The CPU time, in nanoseconds, that the threads in both `before` and `after` (each
@@ -614,7 +617,7 @@ pub fn fill_cpu_table(o: &Grid<'_>, all: &[Sample]) -> String {
             let (cpu1, cpu2) = (med(&a, |c| c.busiest), med(&b, |c| c.busiest));
             let by_time = rates(&two).0 / rates(&one).0;
             rows.push(format!(
-                "| {n} | {} | {} | {} | {:.2}x | {:.2}x | {} | {} / {} |",
+                "| {n} | {} | {} | {} | {:.2}x | {:.2}x | {} | {} / {} | {} / {} |",
                 peer_label(peer, Workload::W1),
                 ms(cpu1),
                 ms(cpu2),
@@ -623,6 +626,8 @@ pub fn fill_cpu_table(o: &Grid<'_>, all: &[Sample]) -> String {
                 ms(med(&b, |c| c.waited)),
                 ms(med(&a, |c| c.others)),
                 ms(med(&b, |c| c.others)),
+                ms(med(&a, |c| c.built)),
+                ms(med(&b, |c| c.built)),
             ));
         }
     }
@@ -635,15 +640,15 @@ pub fn fill_cpu_table(o: &Grid<'_>, all: &[Sample]) -> String {
     );
     let _ = writeln!(
         t,
-        "| N | peer | 1 thread: its CPU | 2 threads: the busier worker's CPU | 2T / 1T by the workers' CPU | 2T / 1T by time | 2 threads: the longest wait for a CPU | other threads' CPU, 1 thread / 2 threads |"
+        "| N | peer | 1 thread: its CPU | 2 threads: the busier worker's CPU | 2T / 1T by the workers' CPU | 2T / 1T by time | 2 threads: the longest wait for a CPU | other threads' CPU, 1 thread / 2 threads | built before the fill, 1 thread / 2 threads |"
     );
-    let _ = writeln!(t, "|---:|---|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(t, "|---:|---|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {
         let _ = writeln!(t, "{r}");
     }
     let _ = writeln!(
         t,
-        "\nMedians over the runs. CPU and waits from the kernel's per-thread scheduler counters (`schedstat`); other threads: the process's threads but the workers and the harness's own, over the fill (idem's maintenance thread). With two workers on two cores, what the other threads use comes out of a worker's time: two threads over one by the workers' CPU is what the time would read without it."
+        "\nMedians over the runs. CPU and waits from the kernel's per-thread scheduler counters (`schedstat`); other threads: the process's threads but the workers and the harness's own, over the fill (idem's maintenance thread). With two workers on two cores, what the other threads use comes out of a worker's time: two threads over one by the workers' CPU is what the time would read without it. Built: the time the structure took to be made, before the fill and not in its time (for idem, the engine and its namespace; with `preallocate`, its whole index and slab, written)."
     );
     t
 }

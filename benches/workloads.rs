@@ -4,7 +4,7 @@
 //! ```text
 //! cargo bench --bench workloads -- [--quick] [--n 1000000,10000000] [--threads 1,2]
 //!                                  [--runs 3]
-//!                                  [--peers idem,idem-aff,idem-b64,floor,dashmap,moka,redis,
+//!                                  [--peers idem,idem-aff,idem-pre,idem-b64,floor,dashmap,moka,redis,
 //!                                           redis-p64,jetstream,jetstream-p64,machine]
 //!                                  [--moka-max-n 1000000] [--redis-max-n 1000000]
 //!                                  [--redis-sample 100000] [--jetstream-max-n 1000000]
@@ -18,7 +18,10 @@
 //! each thread claims keys of a run of shards no other thread writes, but for a
 //! shard that straddles the cut when the shard count is odd; its two threads over
 //! one are what the same claims scale to when no shard's lines pass between the
-//! cores, beside `idem`'s, whose threads share every shard), `idem-b64` (idem through `claim_batch` / `complete_batch`, 64 keys a
+//! cores, beside `idem`'s, whose threads share every shard), `idem-pre` (idem with
+//! `preallocate(true)`: the namespace's index and slab made for N keys at build, so
+//! its fill allocates nothing; its build time is printed beside W1's CPU table),
+//! `idem-b64` (idem through `claim_batch` / `complete_batch`, 64 keys a
 //! call: the counterpart of Redis's 64-deep pipeline), `idem-r64` (idem completing
 //! every key with a 64-byte result: the memory a stored result costs; not in the
 //! default set), `idem-claim` (not in the default set: idem's claims alone, each
@@ -1407,7 +1410,7 @@ fn main() -> ExitCode {
             o.w2_shuffled_max_n
         );
     }
-    println!("- idem: `NamespaceConfig::new().ttl(3600 s).max_keys(N)`, default shards, maintenance thread, the default clock (CoarseClock), random seed");
+    println!("- idem: `NamespaceConfig::new().ttl(3600 s).max_keys(N)`, default shards, maintenance thread, the default clock (CoarseClock), random seed; `idem-pre` the same with `.preallocate(true)` (its memory made at build, not timed in W1)");
     println!("- peers key by `xxh3_128_with_seed` fingerprints (floor: `[u8; 16]`, dashmap: `u128`); moka keys are the 20-byte strings, its fill time includes `run_pending_tasks()` at the end");
     if o.peers.iter().any(|p| p == "moka") && o.ns.iter().any(|&n| n > o.moka_max_n) {
         println!(

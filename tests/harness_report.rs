@@ -258,6 +258,26 @@ fn the_two_thread_targets_are_also_judged_with_the_keys_routed() {
 }
 
 #[test]
+fn the_fresh_two_thread_target_is_also_judged_with_the_memory_made_at_build() {
+    let n = 1_000;
+    let pre = "W1, another reading: idem with the namespace's memory made at build (`idem-pre`: `preallocate`), 2 threads / 1 thread >= 1.7x";
+    let all = vec![
+        sample("idem-pre", Workload::W1, n, 1, 10e6),
+        sample("idem-pre", Workload::W1, n, 2, 17.5e6),
+        sample("idem", Workload::W1, n, 1, 10e6),
+        sample("idem", Workload::W1, n, 2, 12e6),
+    ];
+    let out = targets_of(&[n], &[1, 2], &["idem", "idem-pre"], &all);
+    assert_eq!(row(&out, n, pre)[2..], ["1.75x", "met"]);
+    assert_eq!(
+        row(&out, n, "W1: idem 2 threads / 1 thread >= 1.7x")[2..],
+        ["1.20x", "**missed**"]
+    );
+    let out = targets_of(&[n], &[1, 2], &["idem"], &all[2..]);
+    assert_eq!(row(&out, n, pre)[2..], ["not run", "-"]);
+}
+
+#[test]
 fn the_shard_affine_reference_is_reported_beside_idems_own_scaling() {
     let n = 1_000;
     let mut all = vec![

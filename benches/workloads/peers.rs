@@ -4,9 +4,10 @@
 //! file.
 
 /// The peers a run measures when `--peers` is not given, in its order.
-pub const PEERS: [&str; 11] = [
+pub const PEERS: [&str; 12] = [
     "idem",
     "idem-aff",
+    "idem-pre",
     "idem-b64",
     "floor",
     "dashmap",
@@ -19,14 +20,7 @@ pub const PEERS: [&str; 11] = [
 ];
 
 /// Peers a child measures besides [`PEERS`] (only when asked for by name).
-pub const EXTRA_PEERS: [&str; 6] = [
-    "idem-r64",
-    "idem-pre",
-    "idem-claim",
-    "cas",
-    "cas12",
-    "cas12m",
-];
+pub const EXTRA_PEERS: [&str; 5] = ["idem-r64", "idem-claim", "cas", "cas12", "cas12m"];
 
 /// `--peers`'s value: comma-separated names, trimmed, or the message for the first
 /// that is no peer's.

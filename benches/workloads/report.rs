@@ -431,7 +431,7 @@ pub fn targets(o: &Grid<'_>, all: &[Sample]) -> String {
         let w1 = |p: &str| rate(p, Workload::W1, n, 1);
         let w2 = |p: &str| rate(p, Workload::W2, n, 1);
         let redis_heap = heap("redis-p64", n).or_else(|| heap("redis", n));
-        let rows: [(&str, Option<f64>, Want); 16] = [
+        let rows: [(&str, Option<f64>, Want); 17] = [
             (
                 "W1 1T: idem / Redis one at a time >= 40x",
                 ratio(w1("idem"), w1("redis")),
@@ -488,6 +488,11 @@ pub fn targets(o: &Grid<'_>, all: &[Sample]) -> String {
             (
                 "W1, another reading: idem with the keys routed to the threads by `Namespace::router` (`idem-aff`), 2 threads / 1 thread >= 1.7x",
                 ratio(rate("idem-aff", Workload::W1, n, 2), w1("idem-aff")),
+                Want::AtLeast(1.7),
+            ),
+            (
+                "W1, another reading: idem with the namespace's memory made at build (`idem-pre`: `preallocate`), 2 threads / 1 thread >= 1.7x",
+                ratio(rate("idem-pre", Workload::W1, n, 2), w1("idem-pre")),
                 Want::AtLeast(1.7),
             ),
             (

@@ -5351,34 +5351,45 @@ mod tests {
         }
     }
 
+    /// An engine (seed 7) of one namespace "n" of 40,000 keys in eight shards (a
+    /// share of 5,000, past the early room), preallocated or not.
+    fn forty_thousand_in_eight_shards(preallocate: bool) -> (super::Engine, super::Namespace) {
+        let engine = super::Engine::builder()
+            .seed(7)
+            .namespace(
+                "n",
+                crate::NamespaceConfig::new()
+                    .max_keys(40_000)
+                    .shards(8)
+                    .preallocate(preallocate),
+            )
+            .build()
+            .unwrap();
+        let ns = engine.namespace("n").unwrap();
+        (engine, ns)
+    }
+
+    /// Claims and completes the fresh keys `k0` to `k{count - 1}`.
+    fn complete_fresh(ns: &super::Namespace, count: u32) {
+        for i in 0..count {
+            match ns.claim(format!("k{i}").as_bytes()).unwrap() {
+                crate::Claim::Acquired(g) => g.complete().unwrap(),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
     #[test]
     fn a_preallocated_namespace_fills_without_growing_its_index() {
         let hints = |ns: &super::Namespace| -> Vec<usize> {
             ns.inner.slots.iter().map(|s| s.hint()).collect()
         };
         for preallocate in [false, true] {
-            let engine = super::Engine::builder()
-                .seed(7)
-                .namespace(
-                    "n",
-                    // Eight shards: a share (5,000) past the early room.
-                    crate::NamespaceConfig::new()
-                        .max_keys(40_000)
-                        .shards(8)
-                        .preallocate(preallocate),
-                )
-                .build()
-                .unwrap();
-            let ns = engine.namespace("n").unwrap();
+            let (_engine, ns) = forty_thousand_in_eight_shards(preallocate);
             let before = hints(&ns);
             let bytes_before = ns.stats().hot_bytes;
             // 90 % of max_keys: every shard stays within its share (seed 7).
-            for i in 0..36_000u32 {
-                match ns.claim(format!("k{i}").as_bytes()).unwrap() {
-                    crate::Claim::Acquired(g) => g.complete().unwrap(),
-                    other => panic!("{other:?}"),
-                }
-            }
+            complete_fresh(&ns, 36_000);
             assert_eq!(ns.stats().resident_keys, 36_000);
             let after = hints(&ns);
             if preallocate {
@@ -5402,18 +5413,7 @@ mod tests {
         let (max_keys, shards): (usize, usize) = (40_000, 8);
         let budget = max_keys.div_ceil(crate::hot::CHUNK);
         for preallocate in [false, true] {
-            let engine = super::Engine::builder()
-                .seed(7)
-                .namespace(
-                    "n",
-                    crate::NamespaceConfig::new()
-                        .max_keys(max_keys)
-                        .shards(shards)
-                        .preallocate(preallocate),
-                )
-                .build()
-                .unwrap();
-            let ns = engine.namespace("n").unwrap();
+            let (_engine, ns) = forty_thousand_in_eight_shards(preallocate);
             let reservoir = &ns.inner.chunks;
             let made = reservoir.made();
             let held = reservoir.len();
@@ -5424,12 +5424,7 @@ mod tests {
                 .all(|s| s.lock().chunk_addrs().1.is_some());
             let bytes = ns.stats().hot_bytes;
             // 70 % of max_keys: every shard's lane uses at most nine chunks (seed 7).
-            for i in 0..28_000u32 {
-                match ns.claim(format!("k{i}").as_bytes()).unwrap() {
-                    crate::Claim::Acquired(g) => g.complete().unwrap(),
-                    other => panic!("{other:?}"),
-                }
-            }
+            complete_fresh(&ns, 28_000);
             if preallocate {
                 assert_eq!(made, budget);
                 assert_eq!(held, budget - shards * crate::hot::LANES);

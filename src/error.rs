@@ -234,7 +234,7 @@ pub enum Error {
     /// The claim is unchanged.
     InvalidLease(&'static str),
     /// Memory that the configuration takes up front could not be allocated (a
-    /// preallocated index, or a prefilter's filter, larger than the allocator
+    /// preallocated index or slab, or a prefilter's filter, larger than the allocator
     /// grants). Nothing was started and no directory was opened.
     OutOfMemory {
         /// The namespace concerned.

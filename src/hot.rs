@@ -3949,7 +3949,7 @@ mod reservoir_tests {
                 .iter()
                 .all(|e| e.state() == STATE_FREE && e.next == super::NIL)));
             assert_eq!((r.len(), r.made()), (0, made), "nothing made by the takes");
-            // The carved chunks are the regions': consecutive in their blocks.
+            // Every region's chunks were stocked; the rest were made one by one.
             let carved = taken.iter().filter(|c| c.carved()).count();
             assert_eq!(carved, regions * REGION_CHUNKS);
         }

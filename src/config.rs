@@ -388,7 +388,7 @@ impl NamespaceConfig {
     /// no memory and takes no page fault (without it, the first touch of each new
     /// page happens during the fill: on the maintenance thread's core, or in a claim
     /// that finds no chunk ready), and the build takes longer: it writes the whole
-    /// namespace's memory (44-66 ms at 10,000,000 keys on the benchmark machine,
+    /// namespace's memory (43-122 ms at 10,000,000 keys on the benchmark machine,
     /// more where first touching memory is dear; see ARCHITECTURE.md, "Preallocation").
     /// The price in memory: the index's full size, 6 to 12
     /// bytes per key of `max_keys` (its bucket count is a power of two), and the

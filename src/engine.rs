@@ -6130,6 +6130,38 @@ mod tests {
         }
     }
 
+    /// A large index whose spare the maintenance thread has not made by its late
+    /// mark (here: no thread, no pass) has it made by the claim that reaches that
+    /// mark, after letting the lock go, and moves into it a few entries an insert;
+    /// before, the insert that filled it placed all 10,752 entries again in a new
+    /// array while holding the lock.
+    #[test]
+    fn a_large_index_whose_spare_is_late_is_given_one_by_the_claim_at_its_late_mark() {
+        let f = Filler::new(100_000);
+        let addrs = |f: &Filler| f.ns.inner.slots[0].lock().index_addrs();
+        let late = 10_752 - 10_752 / 32;
+        f.fill_to(SPARE_MARK);
+        let (array, none) = addrs(&f);
+        assert_eq!(none, None, "asked of the maintenance thread, not made");
+        f.fill_to(late - 1);
+        assert_eq!(
+            addrs(&f),
+            (array, None),
+            "nothing made before the late mark"
+        );
+        let before = f.engine.stats().hot_bytes;
+        f.fill_to(late);
+        let spare = addrs(&f).1.expect("made by the claim at the late mark");
+        assert_eq!(addrs(&f).0, array, "still moving");
+        assert_eq!(f.engine.stats().hot_bytes, before + 2048 * 64);
+        f.fill_to(10_752);
+        assert_eq!(addrs(&f), (spare, None), "the spare became the array");
+        for i in (0..10_752).step_by(89) {
+            let dup = f.ns.claim(format!("k{i}").as_bytes()).unwrap();
+            assert!(matches!(dup, crate::Claim::Duplicate(_)), "k{i}: {dup:?}");
+        }
+    }
+
     #[test]
     fn a_spare_is_freed_when_its_shard_stops_filling_and_not_made_again() {
         let f = Filler::new(100_000);
@@ -7439,7 +7471,7 @@ impl NsInner {
                             this.chunks.give_back(chunk);
                         }
                     }
-                    this.make_small_index_spare(si, makes_index_spare);
+                    this.make_index_spare(si, makes_index_spare);
                     if wants_index_spare {
                         // Made on the maintenance thread: see `NsInner::make_index_spares`.
                         this.index_spare_asked.store(true, Ordering::Release);
@@ -7481,7 +7513,7 @@ impl NsInner {
                     extend,
                     makes_index_spare,
                 } => {
-                    this.make_small_index_spare(si, makes_index_spare);
+                    this.make_index_spare(si, makes_index_spare);
                     if let Some(x) = &extend {
                         this.extend_record(si, fp, x, result.as_deref())?;
                     }
@@ -7875,10 +7907,11 @@ impl NsInner {
     }
 
     /// Makes the spare of `buckets` (a claim's `makes_index_spare`) for shard `si`'s
-    /// small index and gives it to the shard, with no lock held while it is made.
+    /// index (a small one at its mark, a large one at its late mark) and gives it to
+    /// the shard, with no lock held while it is made.
     /// Refused by the allocator, the doubling allocates as it would anyway. Handed
     /// back if no longer wanted, and freed once the lock is let go.
-    fn make_small_index_spare(&self, si: usize, buckets: Option<usize>) {
+    fn make_index_spare(&self, si: usize, buckets: Option<usize>) {
         if let Some(spare) = buckets.and_then(crate::hot::index::Spare::make) {
             let back = self.slots[si].lock().give_index_spare(spare);
             drop(back);

@@ -1407,9 +1407,10 @@ pub(crate) enum ShardClaim {
         /// The index has just reached the mark where it asks for a spare array for
         /// its next doubling: see [`index::Index::spare_wanted`].
         wants_index_spare: bool,
-        /// A small index has just reached that mark: the claimant makes the spare
-        /// of this many buckets after letting the lock go, and gives it to the
-        /// shard (see [`index::Index::small_spare_wanted`]).
+        /// A small index has just reached that mark, or a large one its late mark
+        /// with no spare made yet: the claimant makes the spare of this many
+        /// buckets after letting the lock go, and gives it to the shard (see
+        /// [`index::Index::small_spare_wanted`], [`index::Index::at_late_mark`]).
         makes_index_spare: Option<usize>,
     },
     InProgress {
@@ -1422,7 +1423,8 @@ pub(crate) enum ShardClaim {
         /// A sliding window's sighting that the durable record must follow.
         extend: Option<Extension>,
         /// As [`ShardClaim::Acquired`]'s: the done record read back from the durable
-        /// tier and kept brought a small index to its mark.
+        /// tier and kept brought a small index to its mark (or a large one to its
+        /// late mark).
         makes_index_spare: Option<usize>,
     },
     PayloadMismatch,
@@ -2962,16 +2964,43 @@ impl Shard {
         }
     }
 
-    /// What the claim whose insert just brought the index to its mark does about
+    /// What the claim whose insert just brought the index to a mark does about
     /// its next array ([`index::Index::at_mark`]): from [`index::SPARE_FROM`]
     /// buckets on it asks the maintenance thread ([`Shard::asks_for_index_spare`]),
-    /// under that the claimant makes the spare ([`Shard::small_index_spare`]).
+    /// and at the later mark, if no spare has come, makes it itself
+    /// ([`Shard::late_index_spare`]); under that the claimant makes the spare
+    /// ([`Shard::small_index_spare`]).
     #[cold]
     fn index_mark_reached(&mut self) -> (bool, Option<usize>) {
         if self.index.at_spare_mark() {
             (self.asks_for_index_spare(), None)
         } else {
-            (false, self.small_index_spare())
+            (false, self.index_spare_to_make())
+        }
+    }
+
+    /// The spare a claimant whose insert brought the index to a mark makes itself,
+    /// after letting the lock go: a large index's at its late mark
+    /// ([`Shard::late_index_spare`]), a small one's at its mark
+    /// ([`Shard::small_index_spare`]).
+    #[cold]
+    fn index_spare_to_make(&self) -> Option<usize> {
+        if self.index.at_late_mark() {
+            self.late_index_spare()
+        } else {
+            self.small_index_spare()
+        }
+    }
+
+    /// The spare the claim whose insert brought a large index to its late mark
+    /// ([`index::Index::at_late_mark`]) makes, if the shard holds none yet (the
+    /// maintenance thread, asked at the first mark, is behind) and may outgrow the
+    /// array ([`index::Index::spare_wanted`]).
+    #[cold]
+    fn late_index_spare(&self) -> Option<usize> {
+        match self.index_spare {
+            None => self.index.spare_wanted(self.index_share),
+            Some(_) => None,
         }
     }
 
@@ -3180,7 +3209,7 @@ impl Shard {
                     result: d.result,
                     extend,
                     makes_index_spare: if self.index.at_mark() {
-                        self.small_index_spare()
+                        self.index_spare_to_make()
                     } else {
                         None
                     },

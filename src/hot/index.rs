@@ -433,6 +433,16 @@ const fn spare_mark(buckets: usize) -> usize {
     capacity(buckets) - capacity(buckets) / 16
 }
 
+/// Where an array of [`SPARE_FROM`] buckets or more whose spare the maintenance
+/// thread has not made yet has it made by a claim instead: at its last 32nd of room,
+/// halfway from [`spare_mark`] to the doubling. A fill faster than that thread (two
+/// claiming threads on two cores: every shard reaches the same doubling within a
+/// few milliseconds, each asking for its spare at once) would otherwise double
+/// without one, placing every entry again while the lock is held.
+const fn late_mark(buckets: usize) -> usize {
+    capacity(buckets) - capacity(buckets) / 32
+}
+
 /// A bucket array made ahead of an index's doubling, on another thread than the
 /// claim that doubles (see [`Index::spare_wanted`]): the allocation and the first
 /// touch of its pages (a page fault each, 2-4 us on a virtual machine: 256 of them
@@ -755,19 +765,31 @@ impl Index {
         (n >= SPARE_FROM && self.outgrown_by(share) && self.len >= spare_mark(n)).then_some(2 * n)
     }
 
-    /// Whether the last insert brought the array, of any length, to the mark where
+    /// Whether the last insert brought the array, of any length, to a mark where
     /// its spare is made or asked for (see [`Index::spare_wanted`],
-    /// [`Index::small_spare_wanted`]). Reads only what every insert reads.
+    /// [`Index::small_spare_wanted`]), or made by a claim if it is late
+    /// ([`Index::at_late_mark`]). Reads only what every insert reads.
     #[inline]
     pub(crate) fn at_mark(&self) -> bool {
-        self.len == spare_mark(self.buckets.len())
+        let n = self.buckets.len();
+        self.len == spare_mark(n) || self.len == late_mark(n)
     }
 
-    /// [`Index::at_mark`], for an array of [`SPARE_FROM`] buckets or more: the mark
-    /// where the maintenance thread is asked for a spare.
+    /// Whether the last insert brought an array of [`SPARE_FROM`] buckets or more
+    /// to the mark where the maintenance thread is asked for a spare.
     #[inline]
     pub(crate) fn at_spare_mark(&self) -> bool {
-        self.at_mark() && self.buckets.len() >= SPARE_FROM
+        let n = self.buckets.len();
+        self.len == spare_mark(n) && n >= SPARE_FROM
+    }
+
+    /// Whether the last insert brought an array of [`SPARE_FROM`] buckets or more
+    /// to the mark where a claim makes the spare that the maintenance thread has not
+    /// made yet ([`late_mark`]).
+    #[inline]
+    pub(crate) fn at_late_mark(&self) -> bool {
+        let n = self.buckets.len();
+        self.len == late_mark(n) && n >= SPARE_FROM
     }
 
     /// The length of the spare a small array (under [`SPARE_FROM`] buckets) could

@@ -376,12 +376,13 @@ impl NamespaceConfig {
     /// if that is smaller, and doubles from there). An index doubles into an array
     /// made ahead, a few entries with each insert (about 15 an insert over the last
     /// sixteenth of its room: a few tenths of a microsecond on the benchmark
-    /// machine): from 1,024 buckets on the maintenance thread makes it, a smaller
-    /// one the claim that reaches that sixteenth (after letting the shard's lock
-    /// go: up to 64 KiB allocated and written in that claim). One whose array was
-    /// not made in time places every entry of the shard again while its lock is
-    /// held, a pause for the claims of that shard of about 6.5 ns an entry (35 us
-    /// at 5,376 entries). Preallocated, a namespace filling up to
+    /// machine): from 1,024 buckets on the maintenance thread makes it (or, if it
+    /// has not by the last 32nd of room, the claim that reaches that point), a
+    /// smaller one the claim that reaches that sixteenth (each after letting the
+    /// shard's lock go: up to 64 KiB allocated and written in that claim, more for
+    /// a large one). One whose array was still not made (the allocator refused it)
+    /// places every entry of the shard again while its lock is held, a pause for
+    /// the claims of that shard of about 6.5 ns an entry (35 us at 5,376 entries). Preallocated, a namespace filling up to
     /// `max_keys` never doubles. The slab (the entries themselves, 28 bytes a key)
     /// is made at build too, `max_keys` entries written free: each shard's lanes get
     /// their first chunk, the rest wait in the namespace's reservoir. So a fill makes

@@ -6162,6 +6162,30 @@ mod tests {
         }
     }
 
+    /// The late mark is for a fill that outruns the maintenance thread: a shard
+    /// that reached its first mark before the last pass, which found it filling too
+    /// slowly to want a spare yet, has none made by the claim at its late mark (a
+    /// shard hovering there would otherwise make one at every crossing); the passes
+    /// make it once the doubling nears at the shard's pace.
+    #[test]
+    fn a_slowly_filling_shard_is_left_to_the_passes_at_its_late_mark() {
+        let f = Filler::new(100_000);
+        let spare = |f: &Filler| f.ns.inner.slots[0].lock().index_addrs().1;
+        let late = 10_752 - 10_752 / 32;
+        f.fill_to(SPARE_MARK - 1);
+        f.engine.run_maintenance();
+        // The claim at the mark asks; the pass after it finds one key of growth,
+        // which would take the shard hundreds of passes to double: no spare.
+        f.fill_to(SPARE_MARK);
+        f.engine.run_maintenance();
+        assert_eq!(spare(&f), None);
+        f.fill_to(late);
+        assert_eq!(spare(&f), None, "not made by the claim at the late mark");
+        // 336 keys since the last pass: at that pace the doubling is within ten.
+        f.engine.run_maintenance();
+        assert!(spare(&f).is_some(), "made by the pass");
+    }
+
     #[test]
     fn a_spare_is_freed_when_its_shard_stops_filling_and_not_made_again() {
         let f = Filler::new(100_000);

@@ -2993,14 +2993,18 @@ impl Shard {
     }
 
     /// The spare the claim whose insert brought a large index to its late mark
-    /// ([`index::Index::at_late_mark`]) makes, if the shard holds none yet (the
-    /// maintenance thread, asked at the first mark, is behind) and may outgrow the
-    /// array ([`index::Index::spare_wanted`]).
+    /// ([`index::Index::at_late_mark`]) makes, if the shard holds none yet although
+    /// a claim asked the maintenance thread for it since the thread's last pass (it
+    /// is behind a fast fill), and may outgrow the array
+    /// ([`index::Index::spare_wanted`]). A shard that crossed its first mark before
+    /// the last pass is left to the passes, which make its spare in time at the pace
+    /// it fills: one hovering about its late mark does not make a spare at every
+    /// crossing.
     #[cold]
     fn late_index_spare(&self) -> Option<usize> {
         match self.index_spare {
-            None => self.index.spare_wanted(self.index_share),
-            Some(_) => None,
+            None if self.spare_asked => self.index.spare_wanted(self.index_share),
+            _ => None,
         }
     }
 

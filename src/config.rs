@@ -380,10 +380,11 @@ impl NamespaceConfig {
     /// has not by the last 32nd of room, the claim that reaches that point), a
     /// smaller one the claim that reaches that sixteenth (each after letting the
     /// shard's lock go: up to 64 KiB allocated and written in that claim, more for
-    /// a large one). One whose array was still not made (the allocator refused it)
+    /// a large one). One whose array was still not made (a shard drawing past its
+    /// share of `max_keys` through the common pool, or an allocation refused)
     /// places every entry of the shard again while its lock is held, a pause for
-    /// the claims of that shard of about 6.5 ns an entry (35 us at 5,376 entries). Preallocated, a namespace filling up to
-    /// `max_keys` never doubles. The slab (the entries themselves, 28 bytes a key)
+    /// the claims of that shard of about 6.5 ns an entry (35 us at 5,376 entries).
+    /// Preallocated, a namespace filling up to `max_keys` never doubles. The slab (the entries themselves, 28 bytes a key)
     /// is made at build too, `max_keys` entries written free: each shard's lanes get
     /// their first chunk, the rest wait in the namespace's reservoir. So a fill makes
     /// no memory and takes no page fault (without it, the first touch of each new

@@ -58,7 +58,9 @@
 //! after it), then W2 over the same keys in the same structure (timed): W2's fill is
 //! W1 itself. The parent interleaves the peers within each
 //! run (a peer's thread counts back to back, so that its two threads over one
-//! compare children seconds apart), collects one result line per child and prints
+//! compare children seconds apart; the first run in the list's order, each later one
+//! in a shuffle seeded by its number, so that no peer follows the same one in every
+//! run: a child's time moves with what the child before it left in memory), collects one result line per child and prints
 //! markdown tables of medians with the min-max spread. A run of several threads is
 //! timed by its workers, from the first one's start to the last one's end.
 //!
@@ -1378,7 +1380,7 @@ fn main() -> ExitCode {
         o.peers.join(", ")
     );
     println!(
-        "- each peer, N and thread count is a child process of its own per run: it runs W1 (timed; memory is measured after it), then W2 over the same keys in the same structure (timed); a peer's thread counts run back to back; a run of several threads is timed by its workers (first start to last end)"
+        "- each peer, N and thread count is a child process of its own per run: it runs W1 (timed; memory is measured after it), then W2 over the same keys in the same structure (timed); a peer's thread counts run back to back; the first run takes the peers in the order given, each later one in a shuffle seeded by its number; a run of several threads is timed by its workers (first start to last end)"
     );
     if o.w2_passes > 0 {
         println!(
@@ -1455,8 +1457,9 @@ fn main() -> ExitCode {
         for &n in &o.ns {
             // A peer's thread counts run back to back, so that its two threads over
             // one compare children a few seconds apart, not a whole pass of the
-            // peers apart: the host moves between regimes within a minute.
-            for peer in &o.peers {
+            // peers apart: the host moves between regimes within a minute. Each run
+            // after the first orders the peers afresh (`report::run_order`).
+            for peer in report::run_order(&o.peers, run) {
                 for &threads in &o.threads {
                     if peer == "moka" && n > o.moka_max_n
                         || is_redis(peer) && n > o.redis_max_n

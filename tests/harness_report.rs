@@ -7,8 +7,8 @@
 mod report;
 
 use report::{
-    affine_order, fill_cpu_table, median, others_cpu_ns, parts, table, targets, FillCpu, Grid,
-    Sample, Workload,
+    affine_order, fill_cpu_table, median, others_cpu_ns, parts, run_order, table, targets, FillCpu,
+    Grid, Sample, Workload,
 };
 
 fn sample(peer: &str, w: Workload, n: usize, threads: usize, rate: f64) -> Sample {
@@ -530,4 +530,45 @@ fn the_fill_cpu_table_reads_two_threads_over_one_by_the_workers_cpu_beside_the_t
     assert!(!out.contains("floor"), "{out}");
     // No peer with every fill reporting: no table at all.
     assert_eq!(fill_cpu_table(&grid, &all[4..]), "");
+}
+
+#[test]
+fn each_run_orders_the_peers_afresh_so_that_no_peer_always_follows_the_same_one() {
+    let peers: Vec<String> = [
+        "idem", "idem-aff", "idem-pre", "idem-b64", "floor", "dashmap", "moka", "redis",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let order = |run| -> Vec<&str> {
+        run_order(&peers, run)
+            .into_iter()
+            .map(|s| s.as_str())
+            .collect()
+    };
+    // The first run in the list's order; every run a permutation, the same each time.
+    assert_eq!(
+        order(0),
+        peers.iter().map(|s| s.as_str()).collect::<Vec<_>>()
+    );
+    for run in 0..5 {
+        let mut sorted = order(run);
+        sorted.sort_unstable();
+        let mut want: Vec<&str> = peers.iter().map(|s| s.as_str()).collect();
+        want.sort_unstable();
+        assert_eq!(sorted, want, "run {run}");
+        assert_eq!(order(run), order(run));
+    }
+    // Over three runs, what comes just before each peer is not always the same.
+    let before = |peer: &str, run| -> Option<&str> {
+        let o = order(run);
+        let i = o.iter().position(|&p| p == peer).unwrap();
+        i.checked_sub(1).map(|j| o[j])
+    };
+    for peer in &peers {
+        let seen: std::collections::HashSet<Option<&str>> =
+            (0..3).map(|r| before(peer, r)).collect();
+        assert!(seen.len() >= 2, "{peer}: {seen:?}");
+    }
+    assert!(run_order(&[], 5).is_empty());
 }

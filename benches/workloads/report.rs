@@ -172,6 +172,33 @@ pub fn affine_order<K: Copy>(keys: &[K], threads: usize, group: impl Fn(&K) -> u
     out
 }
 
+/// The order in which run `run` (from 0) measures `peers`: the first run in their
+/// order, each later one in a shuffle seeded by its number (the same every time). A
+/// child's time moves with what ran just before it (the memory the last child freed,
+/// first touched again cheaply or not: up to about a tenth at 1 M keys,
+/// BENCHMARKS.md, 2026-12-07, 20:43-21:51 UTC); in one fixed order, or one merely
+/// rotated, every run would put each peer after the same one, and its medians would
+/// keep that.
+pub fn run_order(peers: &[String], run: usize) -> Vec<&String> {
+    let mut order: Vec<&String> = peers.iter().collect();
+    // Fisher-Yates on a splitmix64 stream.
+    let mut state = (run as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let mut next = || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    if run > 0 {
+        for i in (1..order.len()).rev() {
+            let j = (next() % (i as u64 + 1)) as usize;
+            order.swap(i, j);
+        }
+    }
+    order
+}
+
 /// The median of `v` (sorted in place); the mean of the middle two for an even length.
 pub fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);

@@ -4,8 +4,9 @@
 //! ```text
 //! cargo bench --bench workloads -- [--quick] [--n 1000000,10000000] [--threads 1,2]
 //!                                  [--runs 3]
-//!                                  [--peers idem,idem-aff,idem-pre,idem-b64,floor,dashmap,moka,redis,
-//!                                           redis-p64,jetstream,jetstream-p64,machine]
+//!                                  [--peers idem,idem-aff,idem-pre,idem-b64,floor,dashmap,
+//!                                           moka,redis,redis-p64,jetstream,jetstream-p64,
+//!                                           machine]
 //!                                  [--moka-max-n 1000000] [--redis-max-n 1000000]
 //!                                  [--redis-sample 100000] [--jetstream-max-n 1000000]
 //!                                  [--jetstream-sample 100000] [--w2-passes K]
@@ -56,12 +57,12 @@
 //! executable, re-run with a hidden `--child` argument), so no peer's memory or
 //! allocator state is seen by another. The child runs W1 (timed; memory is measured
 //! after it), then W2 over the same keys in the same structure (timed): W2's fill is
-//! W1 itself. The parent interleaves the peers within each
-//! run (a peer's thread counts back to back, so that its two threads over one
-//! compare children seconds apart; the first run in the list's order, each later one
-//! in a shuffle seeded by its number, so that no peer follows the same one in every
-//! run: a child's time moves with what the child before it left in memory), collects one result line per child and prints
-//! markdown tables of medians with the min-max spread. A run of several threads is
+//! W1 itself. The parent interleaves the peers within each run (a peer's thread
+//! counts back to back, so that its two threads over one compare children seconds
+//! apart; the first run in the list's order, each later one in a shuffle seeded by its
+//! number, so that no peer follows the same one in every run: a child's time moves
+//! with what the child before it left in memory), collects one result line per child
+//! and prints markdown tables of medians with the min-max spread. A run of several threads is
 //! timed by its workers, from the first one's start to the last one's end.
 //!
 //! Where Linux's per-thread scheduler counters can be read (`/proc`), each W1 child

@@ -180,21 +180,11 @@ pub fn affine_order<K: Copy>(keys: &[K], threads: usize, group: impl Fn(&K) -> u
 /// rotated, every run would put each peer after the same one, and its medians would
 /// keep that.
 pub fn run_order(peers: &[String], run: usize) -> Vec<&String> {
+    use rand::seq::SliceRandom as _;
+    use rand::SeedableRng as _;
     let mut order: Vec<&String> = peers.iter().collect();
-    // Fisher-Yates on a splitmix64 stream.
-    let mut state = (run as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    let mut next = || {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    };
     if run > 0 {
-        for i in (1..order.len()).rev() {
-            let j = (next() % (i as u64 + 1)) as usize;
-            order.swap(i, j);
-        }
+        order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(run as u64));
     }
     order
 }

@@ -487,11 +487,7 @@ impl Reservoir {
         let mut stocked = Vec::new();
         stocked.try_reserve_exact(r.budget).ok()?;
         while r.carving() {
-            let (region, chunks) = Region::carve()?;
-            r.regions.lock().push(region);
-            r.made
-                .fetch_add(chunks.len(), std::sync::atomic::Ordering::Relaxed);
-            stocked.extend(chunks);
+            stocked.extend(r.carve_region()?);
         }
         while stocked.len() < r.budget {
             stocked.push(try_new_chunk()?);
@@ -587,17 +583,23 @@ impl Reservoir {
     /// A batch of new chunks for a reservoir that holds `have`: a region's, or (made
     /// one by one) up to a batch held.
     fn make_batch(&self, have: usize) -> Vec<Chunk> {
-        let chunks = match self.carving() {
-            true => Region::carve().map(|(region, chunks)| {
-                self.regions.lock().push(region);
-                chunks
-            }),
-            false => None,
+        if let Some(chunks) = self.carving().then(|| self.carve_region()).flatten() {
+            return chunks;
         }
-        .unwrap_or_else(|| (have..self.batch).map(|_| new_chunk()).collect());
+        let chunks: Vec<Chunk> = (have..self.batch).map(|_| new_chunk()).collect();
         self.made
             .fetch_add(chunks.len(), std::sync::atomic::Ordering::Relaxed);
         chunks
+    }
+
+    /// A new region's chunks, the region kept and its chunks counted as made, or
+    /// `None` if the allocator refuses the block.
+    fn carve_region(&self) -> Option<Vec<Chunk>> {
+        let (region, chunks) = Region::carve()?;
+        self.regions.lock().push(region);
+        self.made
+            .fetch_add(chunks.len(), std::sync::atomic::Ordering::Relaxed);
+        Some(chunks)
     }
 
     /// Asks for a top-up unless one is asked for and not begun yet. The engine's

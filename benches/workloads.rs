@@ -21,7 +21,7 @@
 //! one are what the same claims scale to when no shard's lines pass between the
 //! cores, beside `idem`'s, whose threads share every shard), `idem-pre` (idem with
 //! `preallocate(true)`: the namespace's index and slab made for N keys at build, so
-//! its fill allocates nothing; its build time is printed beside W1's CPU table),
+//! its fill allocates next to nothing; its build time is printed beside W1's CPU table),
 //! `idem-b64` (idem through `claim_batch` / `complete_batch`, 64 keys a
 //! call: the counterpart of Redis's 64-deep pipeline), `idem-r64` (idem completing
 //! every key with a 64-byte result: the memory a stored result costs; not in the

@@ -384,14 +384,17 @@ impl NamespaceConfig {
     /// share of `max_keys` through the common pool, or an allocation refused)
     /// places every entry of the shard again while its lock is held, a pause for
     /// the claims of that shard of about 6.5 ns an entry (35 us at 5,376 entries).
-    /// Preallocated, a namespace filling up to `max_keys` never doubles. The slab (the entries themselves, 28 bytes a key)
-    /// is made at build too, `max_keys` entries written free: each shard's lanes get
-    /// their first chunk, the rest wait in the namespace's reservoir. So a fill makes
-    /// no memory and takes no page fault (without it, the first touch of each new
-    /// page happens during the fill: on the maintenance thread's core, or in a claim
-    /// that finds no chunk ready), and the build takes longer: it writes the whole
-    /// namespace's memory (43-122 ms at 10,000,000 keys on the benchmark machine,
-    /// more where first touching memory is dear; see ARCHITECTURE.md, "Preallocation").
+    /// Preallocated, a namespace filling up to `max_keys` never doubles. The slab
+    /// (the entries themselves, 28 bytes a key) is made at build too, `max_keys`
+    /// entries written free: each shard's lanes get their first chunk, the rest wait
+    /// in the namespace's reservoir. So a fill makes next to no memory and takes next
+    /// to no page fault (without it, the first touch of each new page happens during
+    /// the fill: on the maintenance thread's core, or in a claim that finds no chunk
+    /// ready); only near `max_keys` may a few more chunks be made, as each shard's
+    /// lanes hold partly used and spare chunks. The build takes longer: it writes the
+    /// whole namespace's memory (43-635 ms at 10,000,000 keys on the benchmark
+    /// machine, the most where the host priced fresh memory high; see ARCHITECTURE.md,
+    /// "Preallocation").
     /// The price in memory: the index's full size, 6 to 12
     /// bytes per key of `max_keys` (its bucket count is a power of two), and the
     /// slab's, 28 bytes per key, are taken from the start, and a shard that draws

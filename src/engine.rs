@@ -6054,6 +6054,10 @@ mod tests {
     /// asks for a spare array: its last sixteenth of room.
     const SPARE_MARK: usize = 10_752 - 10_752 / 16;
 
+    /// Entries at which such an index's claim makes the spare itself if none has
+    /// come: its last 32nd of room.
+    const LATE_MARK: usize = 10_752 - 10_752 / 32;
+
     #[test]
     fn the_maintenance_thread_collects_outgrown_tables_when_a_retirement_asks() {
         use crate::hot::reclaim;
@@ -6139,18 +6143,17 @@ mod tests {
     fn a_large_index_whose_spare_is_late_is_given_one_by_the_claim_at_its_late_mark() {
         let f = Filler::new(100_000);
         let addrs = |f: &Filler| f.ns.inner.slots[0].lock().index_addrs();
-        let late = 10_752 - 10_752 / 32;
         f.fill_to(SPARE_MARK);
         let (array, none) = addrs(&f);
         assert_eq!(none, None, "asked of the maintenance thread, not made");
-        f.fill_to(late - 1);
+        f.fill_to(LATE_MARK - 1);
         assert_eq!(
             addrs(&f),
             (array, None),
             "nothing made before the late mark"
         );
         let before = f.engine.stats().hot_bytes;
-        f.fill_to(late);
+        f.fill_to(LATE_MARK);
         let spare = addrs(&f).1.expect("made by the claim at the late mark");
         assert_eq!(addrs(&f).0, array, "still moving");
         assert_eq!(f.engine.stats().hot_bytes, before + 2048 * 64);
@@ -6171,7 +6174,6 @@ mod tests {
     fn a_slowly_filling_shard_is_left_to_the_passes_at_its_late_mark() {
         let f = Filler::new(100_000);
         let spare = |f: &Filler| f.ns.inner.slots[0].lock().index_addrs().1;
-        let late = 10_752 - 10_752 / 32;
         f.fill_to(SPARE_MARK - 1);
         f.engine.run_maintenance();
         // The claim at the mark asks; the pass after it finds one key of growth,
@@ -6179,7 +6181,7 @@ mod tests {
         f.fill_to(SPARE_MARK);
         f.engine.run_maintenance();
         assert_eq!(spare(&f), None);
-        f.fill_to(late);
+        f.fill_to(LATE_MARK);
         assert_eq!(spare(&f), None, "not made by the claim at the late mark");
         // 336 keys since the last pass: at that pace the doubling is within ten.
         f.engine.run_maintenance();

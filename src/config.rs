@@ -386,12 +386,14 @@ impl NamespaceConfig {
     /// the claims of that shard of about 6.5 ns an entry (35 us at 5,376 entries).
     /// Preallocated, a namespace filling up to `max_keys` never doubles. The slab
     /// (the entries themselves, 28 bytes a key) is made at build too, `max_keys`
-    /// entries written free: each shard's lanes get their first chunk, the rest wait
-    /// in the namespace's reservoir. So a fill makes next to no memory and takes next
-    /// to no page fault (without it, the first touch of each new page happens during
-    /// the fill: on the maintenance thread's core, or in a claim that finds no chunk
-    /// ready); only near `max_keys` may a few more chunks be made, as each shard's
-    /// lanes hold partly used and spare chunks. The build takes longer: it writes the
+    /// entries written free and a chunk of 512 more for each of a shard's lanes (the
+    /// room a lane's last, partly used chunk leaves): each shard's lanes get their
+    /// first chunk, the rest wait in the namespace's reservoir. So a fill makes no
+    /// memory and takes next to no page fault (without it, the first touch of each
+    /// new page happens during the fill: on the maintenance thread's core, or in a
+    /// claim that finds no chunk ready): a fill to `max_keys` by one thread makes no
+    /// chunk, by several threads at most one a lane (a lane may hold the next chunk
+    /// it took ahead as its last one neared its end). The build takes longer: it writes the
     /// whole namespace's memory (43-635 ms at 10,000,000 keys on the benchmark
     /// machine, the most where the host priced fresh memory high; see ARCHITECTURE.md,
     /// "Preallocation").

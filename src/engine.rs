@@ -375,7 +375,8 @@ impl Engine {
                     if !reserve_preallocation(cfg, &mut held) {
                         return Err(preallocation_refused(name));
                     }
-                    let slab = Reservoir::preallocated(cfg.max_keys)
+                    let lanes = shards_and_room(cfg).0 * crate::hot::LANES;
+                    let slab = Reservoir::preallocated(cfg.max_keys, lanes)
                         .ok_or_else(|| preallocation_refused(name))?;
                     slabs.insert(name.clone(), slab);
                 }
@@ -5426,8 +5427,8 @@ mod tests {
             // 70 % of max_keys: every shard's lane uses at most nine chunks (seed 7).
             complete_fresh(&ns, 28_000);
             if preallocate {
-                assert_eq!(made, budget);
-                assert_eq!(held, budget - shards * crate::hot::LANES);
+                assert_eq!(made, budget + shards * crate::hot::LANES);
+                assert_eq!(held, budget);
                 assert!(lanes_stocked, "each lane's first chunk is ready");
                 let slab = (budget * crate::hot::CHUNK * 28) as u64;
                 assert!(bytes >= slab, "{bytes} < {slab}");
@@ -5436,6 +5437,39 @@ mod tests {
                 assert_eq!((made, held, lanes_stocked), (0, 0, false));
                 assert!(bytes < (budget * crate::hot::CHUNK * 28 / 2) as u64);
                 assert!(reservoir.made() > 0, "the fill made its chunks");
+            }
+        }
+    }
+
+    /// A preallocated namespace filled to `max_keys` by one thread makes no chunk,
+    /// and by two fewer than one a lane. A lane ends a fill with its last chunk
+    /// partly used and may hold one more, taken ahead as that one neared its end
+    /// (`Slab::wants_spare`): up to two chunks a lane over the slab's share, of
+    /// which the build makes one. One thread uses one lane of each shard, so the
+    /// other lane's chunk covers the second.
+    #[test]
+    fn a_fill_of_a_preallocated_namespace_makes_no_chunk_on_one_thread_and_few_on_two() {
+        for threads in [1_u32, 2] {
+            let (_engine, ns) = forty_thousand_in_eight_shards(true);
+            let made = ns.inner.chunks.made();
+            std::thread::scope(|s| {
+                for t in 0..threads {
+                    let ns = &ns;
+                    s.spawn(move || {
+                        for i in (t..40_000).step_by(threads as usize) {
+                            match ns.claim(format!("k{i}").as_bytes()).unwrap() {
+                                crate::Claim::Acquired(g) => g.complete().unwrap(),
+                                other => panic!("{other:?}"),
+                            }
+                        }
+                    });
+                }
+            });
+            assert_eq!(ns.stats().resident_keys, 40_000);
+            let made_in_fill = ns.inner.chunks.made() - made;
+            match threads {
+                1 => assert_eq!(made_in_fill, 0),
+                _ => assert!(made_in_fill < 8 * crate::hot::LANES, "{made_in_fill}"),
             }
         }
     }

@@ -432,6 +432,10 @@ pub(crate) struct Reservoir {
     regional: bool,
     /// Chunks a full namespace's slab needs at least (`max_keys / CHUNK`, rounded up).
     budget: usize,
+    /// Stocked at build with the whole slab ([`Reservoir::preallocated`]): topped
+    /// up only once empty, so the chunks its fill leaves unused are not joined by a
+    /// batch made near its end.
+    preallocated: bool,
     /// Chunks made so far, carved or one by one (by claims that found the
     /// reservoir empty too): once a region would take it past `budget`, the rest
     /// are made one by one.
@@ -467,6 +471,7 @@ impl Reservoir {
             batch: (max_keys / (64 * CHUNK)).clamp(1, 64),
             regional: max_keys >= REGION_MIN_KEYS,
             budget: max_keys.div_ceil(CHUNK),
+            preallocated: false,
             made: std::sync::atomic::AtomicUsize::new(0),
             regions: crate::sync::Mutex::new(Vec::new()),
             drawn: std::sync::atomic::AtomicBool::new(false),
@@ -476,20 +481,29 @@ impl Reservoir {
     }
 
     /// The reservoir of a preallocated namespace of at most `max_keys` keys
-    /// (`NamespaceConfig::preallocate`): stocked at once with the chunks of its full
-    /// slab (`max_keys / CHUNK`, rounded up), every entry written, so the fill's first
-    /// touch of that memory happens here, at build, instead of on the cores of the
-    /// claims that fill it (carved from regions as a growing namespace's batches
-    /// are; a small namespace's made one by one). `None` if the allocator refuses
-    /// any of it (what was made is freed).
-    pub(crate) fn preallocated(max_keys: usize) -> Option<Self> {
-        let r = Reservoir::new(max_keys);
+    /// (`NamespaceConfig::preallocate`) whose shards have `lanes` lanes in all:
+    /// stocked at once with the chunks of its full slab (`max_keys / CHUNK`, rounded
+    /// up) and one more a lane, every entry written, so the fill's first touch of that
+    /// memory happens here, at build, instead of on the cores of the claims that fill
+    /// it (carved from regions as a growing namespace's batches are; a small
+    /// namespace's made one by one). The chunk a lane has over the slab's share is
+    /// the room its last, partly used chunk leaves: without it, a fill to `max_keys`
+    /// ran out near its end and its claims made the rest one by one (90 chunks, 4.6 %
+    /// of the slab, in a one-thread fill of 1 M keys over 48 shards: a single thread
+    /// leaves one lane of each shard unused, with the chunk stocked for it). `None`
+    /// if the allocator refuses any of it (what was made is freed).
+    pub(crate) fn preallocated(max_keys: usize, lanes: usize) -> Option<Self> {
+        let r = Reservoir {
+            preallocated: true,
+            ..Reservoir::new(max_keys)
+        };
+        let stock = r.budget.checked_add(lanes)?;
         let mut stocked = Vec::new();
-        stocked.try_reserve_exact(r.budget).ok()?;
-        while r.carving() {
+        stocked.try_reserve_exact(stock).ok()?;
+        while r.carves_within(stock) {
             stocked.extend(r.carve_region()?);
         }
-        while stocked.len() < r.budget {
+        while stocked.len() < stock {
             stocked.push(try_new_chunk()?);
             r.made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
@@ -514,8 +528,14 @@ impl Reservoir {
     /// enough, and another region's chunks, with every chunk made so far, still
     /// fit in what its full slab needs.
     fn carving(&self) -> bool {
+        self.carves_within(self.budget)
+    }
+
+    /// Whether another region's chunks, with every chunk made so far, fit in
+    /// `limit` chunks (and the namespace is large enough to carve regions).
+    fn carves_within(&self, limit: usize) -> bool {
         self.regional
-            && self.made.load(std::sync::atomic::Ordering::Relaxed) + REGION_CHUNKS <= self.budget
+            && self.made.load(std::sync::atomic::Ordering::Relaxed) + REGION_CHUNKS <= limit
     }
 
     /// Chunks the next batch makes, and the count below which a take asks for a
@@ -525,6 +545,15 @@ impl Reservoir {
         match self.carving() {
             true => (REGION_CHUNKS, REGION_CHUNKS.div_ceil(4)),
             false => (self.batch, self.batch.div_ceil(2)),
+        }
+    }
+
+    /// The count of chunks held below which a take asks for a top-up and a
+    /// top-up makes a batch: none held, for a preallocated reservoir.
+    fn low(&self) -> usize {
+        match self.preallocated {
+            true => 1,
+            false => self.sizes().1,
         }
     }
 
@@ -568,7 +597,7 @@ impl Reservoir {
             self.stock(made);
             chunk
         });
-        if left < self.sizes().1 {
+        if left < self.low() {
             self.ask_for_top_up();
         }
         chunk
@@ -649,7 +678,7 @@ impl Reservoir {
             return;
         }
         let have = self.len();
-        if have >= self.sizes().1 {
+        if have >= self.low() {
             return;
         }
         let made = self.make_batch(have);
@@ -3961,25 +3990,29 @@ mod reservoir_tests {
         STATE_FREE,
     };
 
-    /// A preallocated reservoir holds its namespace's whole slab from the start,
-    /// every entry free: a large namespace's carved from regions but for the last
-    /// chunks (fewer than a region's), a small one's made one by one, none past what
-    /// the slab needs; and takes from it make nothing new.
+    /// A preallocated reservoir holds its namespace's whole slab from the start, and
+    /// a chunk a lane more, every entry free: a large namespace's carved from regions
+    /// but for the last chunks (fewer than a region's), a small one's made one by
+    /// one, none past that; and takes from it make nothing new.
     #[test]
     fn a_preallocated_reservoir_holds_the_whole_slab_at_once() {
         let size = std::mem::size_of::<[Entry; CHUNK]>();
+        let lanes = 16;
         for (max_keys, regions) in [
             (REGION_MIN_KEYS - 1, 0),
             (REGION_MIN_KEYS, 8),
             (REGION_MIN_KEYS + REGION_CHUNKS * CHUNK / 2, 8),
+            // The slab alone needs 8 chunks fewer than 9 regions; its lanes' 16 more
+            // make the ninth region fit.
+            (REGION_MIN_KEYS + (REGION_CHUNKS - 8) * CHUNK, 9),
         ] {
-            let r = Reservoir::preallocated(max_keys).expect("the allocator gives it");
-            let budget = max_keys.div_ceil(CHUNK);
-            assert_eq!((r.regions(), r.len()), (regions, budget), "{max_keys}");
-            assert!(r.bytes() >= budget * size, "counted in hot_bytes");
+            let r = Reservoir::preallocated(max_keys, lanes).expect("the allocator gives it");
+            let stock = max_keys.div_ceil(CHUNK) + lanes;
+            assert_eq!((r.regions(), r.len()), (regions, stock), "{max_keys}");
+            assert!(r.bytes() >= stock * size, "counted in hot_bytes");
             let made = r.made();
-            assert_eq!(made, budget);
-            let taken: Vec<_> = (0..budget).map(|_| r.take()).collect();
+            assert_eq!(made, stock);
+            let taken: Vec<_> = (0..stock).map(|_| r.take()).collect();
             assert!(taken.iter().all(|c| c
                 .iter()
                 .all(|e| e.state() == STATE_FREE && e.next == super::NIL)));
@@ -3996,7 +4029,7 @@ mod reservoir_tests {
     /// A slab larger than the allocator gives is refused, not aborted on.
     #[test]
     fn a_preallocated_reservoir_the_allocator_refuses_is_none() {
-        assert!(Reservoir::preallocated(usize::MAX / 4).is_none());
+        assert!(Reservoir::preallocated(usize::MAX / 4, 2).is_none());
     }
 
     /// Claims that found the reservoir empty at the same time each made a batch:
@@ -4052,6 +4085,34 @@ mod reservoir_tests {
         assert_eq!(take(), (3, 2));
         assert_eq!(take(), (2, 2));
         assert_eq!(take(), (1, 3));
+    }
+
+    /// A preallocated reservoir asks for a top-up, and a top-up makes chunks, only
+    /// once it is empty: the chunks a fill leaves it are not joined by a batch made
+    /// as the fill nears `max_keys`. Once empty it grows as any other does.
+    #[test]
+    fn a_preallocated_reservoir_is_topped_up_only_once_empty() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+        let r = Reservoir::preallocated(4 * 64 * CHUNK, 2).expect("the allocator gives it");
+        let asked = Arc::new(AtomicUsize::new(0));
+        let count = asked.clone();
+        r.on_low(Box::new(move || {
+            count.fetch_add(1, Ordering::SeqCst);
+        }));
+        let stock = r.len();
+        // Down to one chunk: far below half a batch (4), and nothing asked or made.
+        let mut taken: Vec<_> = (1..stock).map(|_| r.take()).collect();
+        r.top_up();
+        assert_eq!(
+            (r.len(), r.made(), asked.load(Ordering::SeqCst)),
+            (1, stock, 0)
+        );
+        // The last take empties it and asks; the top-up makes a batch.
+        taken.push(r.take());
+        assert_eq!(asked.load(Ordering::SeqCst), 1);
+        r.top_up();
+        assert_eq!((r.len(), r.made()), (4, stock + 4));
     }
 
     /// A namespace of [`REGION_MIN_KEYS`] keys or more carves each batch from a 2 MiB

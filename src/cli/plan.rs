@@ -456,6 +456,7 @@ pub(crate) fn render(o: &Options, plan: &Plan, memory: Option<Memory>) -> String
     );
     out += "- the durable figure counts compacted SST files, not the write-ahead log or unflushed memtables\n";
     out += "- max_keys is the completed keys at peak (rate x TTL): a memory-only namespace also holds its claims in flight, so give it rate x the longest handling time more (a durable one makes room by evicting completed keys its store answers for)\n";
+    out += "- the hot tier takes its memory as keys arrive, up to the figure above at peak; .preallocate(true) takes (and writes) it all at build instead, so a burst of new keys after a start allocates nothing and first touches no page, at the price of holding the peak's memory from the start\n";
     if plan.result_bytes > 0 {
         out += "- Redis with a stored result: its bytes are added to the measured per-key figure, a lower bound\n";
     }
@@ -829,6 +830,18 @@ mod tests {
         assert!(!text.contains("warning:"), "{text}");
         let small = render(&o, &p, Some(machine_of(1 << 30)));
         assert!(small.contains("warning: the hot tier needs"), "{small}");
+    }
+
+    #[test]
+    fn the_notes_say_when_the_hot_tier_takes_its_memory() {
+        let o = Options::parse(&args(&["--rate", "10/s", "--ttl", "1h"])).unwrap();
+        let text = render(&o, &o.sizing.plan().unwrap(), None);
+        let note = text
+            .lines()
+            .find(|l| l.contains(".preallocate(true)"))
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(note.starts_with("- the hot tier takes its memory as keys arrive"));
+        assert!(note.contains("at build"), "{note}");
     }
 
     #[test]

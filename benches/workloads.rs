@@ -4,7 +4,7 @@
 //! ```text
 //! cargo bench --bench workloads -- [--quick] [--n 1000000,10000000] [--threads 1,2]
 //!                                  [--runs 3]
-//!                                  [--peers idem,idem-aff,idem-pre,idem-b64,floor,dashmap,
+//!                                  [--peers idem,idem-aff,idem-grow,idem-b64,floor,dashmap,
 //!                                           moka,redis,redis-p64,jetstream,jetstream-p64,
 //!                                           machine]
 //!                                  [--moka-max-n 1000000] [--redis-max-n 1000000]
@@ -19,9 +19,10 @@
 //! each thread claims keys of a run of shards no other thread writes, but for a
 //! shard that straddles the cut when the shard count is odd; its two threads over
 //! one are what the same claims scale to when no shard's lines pass between the
-//! cores, beside `idem`'s, whose threads share every shard), `idem-pre` (idem with
-//! `preallocate(true)`: the namespace's index and slab made for N keys at build, so
-//! its fill allocates next to nothing; its build time is printed beside W1's CPU table),
+//! cores, beside `idem`'s, whose threads share every shard), `idem-grow` (idem with
+//! `preallocate(false)`: the namespace's index and slab made as keys arrive, where
+//! the default, which `idem` measures, makes them for N keys at build, so that its
+//! fill allocates next to nothing; the build time is printed beside W1's CPU table),
 //! `idem-b64` (idem through `claim_batch` / `complete_batch`, 64 keys a
 //! call: the counterpart of Redis's 64-deep pipeline), `idem-r64` (idem completing
 //! every key with a 64-byte result: the memory a stored result costs; not in the
@@ -75,7 +76,7 @@
 //! a background thread's work comes out of a worker's time, and the wall-clock ratio
 //! mixes it with the scaling of the claims themselves. Beside them, the time the
 //! structure took to build before the fill (not in W1's time): what a peer does
-//! ahead, such as idem's `preallocate` (the `idem-pre` reference), shows there.
+//! ahead, such as idem's `preallocate` (the default; `idem-grow` without it), shows there.
 //!
 //! Memory per resident key is the live heap counted by this binary's global allocator
 //! (after minus before, divided by N); "before" is taken once the key array exists and
@@ -278,7 +279,7 @@ const AFF_SEED: u64 = 0xAFF1_4E17_0000_0001;
 /// the measured engine's to reuse, already resident, and its RSS would read low.
 fn affine_probe(n: usize) -> Idem {
     let builder = Engine::builder().seed(AFF_SEED).maintenance_interval(None);
-    Idem::built(builder, n, 0, false)
+    Idem::built(builder, n, 0, Some(false))
 }
 
 /// `keys` in the order that gives each of `threads` threads the keys `probe`'s
@@ -331,36 +332,32 @@ struct Idem {
 
 impl Idem {
     fn new(n: usize, result_bytes: usize) -> Self {
-        Idem::with(n, result_bytes, false)
+        Idem::built(Engine::builder(), n, result_bytes, None)
     }
 
-    /// With `preallocate`, every shard's index is sized for `n` keys at build.
-    fn with(n: usize, result_bytes: usize, preallocate: bool) -> Self {
-        Idem::built(Engine::builder(), n, result_bytes, preallocate)
+    /// The `idem-grow` peer's: a namespace that takes its memory as keys arrive
+    /// (`preallocate(false)`), where the default makes it at build.
+    fn growing(n: usize) -> Self {
+        Idem::built(Engine::builder(), n, 0, Some(false))
     }
 
     /// The `idem-aff` peer's: seeded with [`AFF_SEED`], so that its shards are the
     /// ones [`affine_keys`] grouped the keys by.
     fn affine(n: usize) -> Self {
-        Idem::built(Engine::builder().seed(AFF_SEED), n, 0, false)
+        Idem::built(Engine::builder().seed(AFF_SEED), n, 0, None)
     }
 
     fn built(
         builder: idem::EngineBuilder,
         n: usize,
         result_bytes: usize,
-        preallocate: bool,
+        preallocate: Option<bool>,
     ) -> Self {
-        let engine = builder
-            .namespace(
-                "w",
-                NamespaceConfig::new()
-                    .ttl(TTL)
-                    .max_keys(n)
-                    .preallocate(preallocate),
-            )
-            .build()
-            .expect("engine");
+        let mut cfg = NamespaceConfig::new().ttl(TTL).max_keys(n);
+        if let Some(p) = preallocate {
+            cfg = cfg.preallocate(p);
+        }
+        let engine = builder.namespace("w", cfg).build().expect("engine");
         let ns = engine.namespace("w").expect("namespace");
         Idem {
             _engine: engine,
@@ -909,7 +906,7 @@ fn child(args: &[String]) -> ExitCode {
     let r = match peer.as_str() {
         "idem" => measure(|| Idem::new(n, 0), &keys, w2, threads, repeat),
         "idem-r64" => measure(|| Idem::new(n, 64), &keys, w2, threads, repeat),
-        "idem-pre" => measure(|| Idem::with(n, 0, true), &keys, w2, threads, repeat),
+        "idem-grow" => measure(|| Idem::growing(n), &keys, w2, threads, repeat),
         "idem-claim" => measure(|| IdemClaims(Idem::new(n, 0)), &keys, w2, threads, repeat),
         "idem-b64" => measure(|| IdemBatch(Idem::new(n, 0)), &keys, w2, threads, repeat),
         "idem-aff" => {
@@ -1413,7 +1410,7 @@ fn main() -> ExitCode {
             o.w2_shuffled_max_n
         );
     }
-    println!("- idem: `NamespaceConfig::new().ttl(3600 s).max_keys(N)`, default shards, maintenance thread, the default clock (CoarseClock), random seed; `idem-pre` the same with `.preallocate(true)` (its memory made at build, not timed in W1)");
+    println!("- idem: `NamespaceConfig::new().ttl(3600 s).max_keys(N)`, default shards, maintenance thread, the default clock (CoarseClock), random seed, its memory made at build (the default `preallocate`; not timed in W1); `idem-grow` the same with `.preallocate(false)` (its memory made as keys arrive)");
     println!("- peers key by `xxh3_128_with_seed` fingerprints (floor: `[u8; 16]`, dashmap: `u128`); moka keys are the 20-byte strings, its fill time includes `run_pending_tasks()` at the end");
     if o.peers.iter().any(|p| p == "moka") && o.ns.iter().any(|&n| n > o.moka_max_n) {
         println!(

@@ -21,7 +21,9 @@ pub(crate) fn whole_ms(d: Duration) -> Duration {
 /// Every setting has a default, so `NamespaceConfig::new()` alone is a working
 /// namespace: completed keys stay duplicates for 24 hours, a claim's lease lasts
 /// 30 seconds, at most 1,048,576 keys are resident, keys are at most 4096 bytes and
-/// stored results at most 64 KiB.
+/// stored results at most 64 KiB. The memory for `max_keys` keys (about 38 MB at the
+/// default) is made when the engine is built ([`NamespaceConfig::preallocate`]): size
+/// `max_keys` to the peak (`idem plan`).
 ///
 /// ```
 /// use std::time::Duration;
@@ -188,7 +190,7 @@ impl NamespaceConfig {
             max_result_len: DEFAULT_MAX_RESULT_LEN,
             extend_on_duplicate: false,
             shards: None,
-            preallocate: false,
+            preallocate: true,
             retention: None,
             sync: SyncPolicy::Always,
             on_store_error: FailurePolicy::FailClosed,
@@ -369,46 +371,57 @@ impl NamespaceConfig {
         self
     }
 
-    /// Makes the namespace's memory for `max_keys` keys when the engine is built:
-    /// each shard's index sized for its share of `max_keys` instead of doubling it as
-    /// keys arrive, and the slab of entries (below) (default `false`; without it each shard's
-    /// index starts with one 4 KiB page of room, 672 keys, or its share of `max_keys`
-    /// if that is smaller, and doubles from there). An index doubles into an array
-    /// made ahead, a few entries with each insert (about 15 an insert over the last
-    /// sixteenth of its room: a few tenths of a microsecond on the benchmark
-    /// machine): from 1,024 buckets on the maintenance thread makes it (or, if it
-    /// has not by the last 32nd of room, the claim that reaches that point), a
-    /// smaller one the claim that reaches that sixteenth (each after letting the
-    /// shard's lock go: up to 64 KiB allocated and written in that claim, more for
-    /// a large one). One whose array was still not made (a shard drawing past its
-    /// share of `max_keys` through the common pool, or an allocation refused)
-    /// places every entry of the shard again while its lock is held, a pause for
-    /// the claims of that shard of about 6.5 ns an entry (35 us at 5,376 entries).
-    /// Preallocated, a namespace filling up to `max_keys` never doubles. The slab
-    /// (the entries themselves, 28 bytes a key) is made at build too, `max_keys`
-    /// entries written free and a chunk of 512 more for each of a shard's lanes (the
-    /// room a lane's last, partly used chunk leaves): each shard's lanes get their
-    /// first chunk, the rest wait in the namespace's reservoir. So a fill makes no
-    /// memory and takes next to no page fault (without it, the first touch of each
-    /// new page happens during the fill: on the maintenance thread's core, or in a
-    /// claim that finds no chunk ready): a fill to `max_keys` by one thread makes no
-    /// chunk, by several threads at most one a lane (a lane may hold the next chunk
-    /// it took ahead as its last one neared its end). The build takes longer: it writes the
-    /// whole namespace's memory (43-635 ms at 10,000,000 keys on the benchmark
-    /// machine, the most where the host priced fresh memory high; see ARCHITECTURE.md,
-    /// "Preallocation").
-    /// The price in memory: the index's full size, 6 to 12
-    /// bytes per key of `max_keys` (its bucket count is a power of two), and the
-    /// slab's, 28 bytes per key, are taken from the start, and a shard that draws
-    /// more than its share through the common pool still grows. Memory per resident
-    /// key at full capacity is the same either way.
-    /// If the allocator refuses that memory, [`EngineBuilder::build`] returns
-    /// [`Error::OutOfMemory`] instead of aborting the process, before the durable
-    /// tier is opened (so the database is left as it was). Under Linux's default
-    /// overcommit the allocator refuses only a request larger than the machine could
-    /// ever hold; a smaller one that the machine cannot back is granted, and filling
-    /// it can end the process (the kernel's out-of-memory killer), as any allocation
-    /// can. Size `max_keys` to the machine (`idem plan` prints the memory it takes).
+    /// Makes the namespace's memory for `max_keys` keys when the engine is built
+    /// (default `true`): each shard's index sized for its share of `max_keys`, so it
+    /// never doubles as keys arrive, and the slab of entries (28 bytes a key),
+    /// `max_keys` entries written free and a chunk of 512 more for each of a shard's
+    /// lanes (the room a lane's last, partly used chunk leaves): each shard's lanes
+    /// get their first chunk, the rest wait in the namespace's reservoir. So a fill
+    /// makes no memory and takes next to no page fault: a fill to `max_keys` by one
+    /// thread makes no chunk, by several threads at most one a lane (a lane may hold
+    /// the next chunk it took ahead as its last one neared its end). The build takes
+    /// longer: it writes the whole namespace's memory (5-72 ms at 1,000,000 keys and
+    /// 43-635 ms at 10,000,000 on the benchmark machine, the most where the host
+    /// priced fresh memory high; see ARCHITECTURE.md, "Preallocation").
+    /// The price in memory: the index's full size, 6 to 12 bytes per key of
+    /// `max_keys` (its bucket count is a power of two), and the slab's, 28 bytes per
+    /// key, are held from the start, whether or not the keys come (about 38 MB at the
+    /// default `max_keys`); a shard that draws more than its share through the common
+    /// pool still grows. Memory per resident key at full capacity is the same either
+    /// way (within 2 %).
+    ///
+    /// With `false` the namespace takes its memory as keys arrive and holds only what
+    /// its keys need (more a key than at full: a small or part-full namespace's
+    /// fixed parts weigh): each shard's index starts with one 4 KiB page of room, 672
+    /// keys, or its share of `max_keys` if that is smaller, and doubles from there,
+    /// and slab chunks are made as the shards' lanes fill them (ahead, on the
+    /// maintenance thread, where it can). An index doubles into an array made ahead,
+    /// a few entries with each insert (about 15 an insert over the last sixteenth of
+    /// its room: a few tenths of a microsecond on the benchmark machine): from 1,024
+    /// buckets on the maintenance thread makes it (or, if it has not by the last
+    /// 32nd of room, the claim that reaches that point), a smaller one the claim
+    /// that reaches that sixteenth (each after letting the shard's lock go: up to 64
+    /// KiB allocated and written in that claim, more for a large one). One whose
+    /// array was still not made (a shard drawing past its share of `max_keys`
+    /// through the common pool, or an allocation refused) places every entry of the
+    /// shard again while its lock is held, a pause for the claims of that shard of
+    /// about 6.5 ns an entry (35 us at 5,376 entries). The first touch of the new
+    /// memory then happens during the fill: on the maintenance thread's core, or in
+    /// a claim that finds no chunk ready; with as many claiming threads as cores it
+    /// comes out of the claims' time (two threads over one 1.08x-1.46x at 1,000,000
+    /// keys in the benchmark runs, where a preallocated namespace ran 1.24x-1.80x;
+    /// BENCHMARKS.md). Choose it for many namespaces sized for peaks they rarely
+    /// reach, or where memory held unused costs more than that work.
+    ///
+    /// If the allocator refuses the memory made at build, [`EngineBuilder::build`]
+    /// returns [`Error::OutOfMemory`] instead of aborting the process, before the
+    /// durable tier is opened (so the database is left as it was). Under Linux's
+    /// default overcommit the allocator refuses only a request larger than the
+    /// machine could ever hold; a smaller one that the machine cannot back is
+    /// granted, and writing it can end the process (the kernel's out-of-memory
+    /// killer), as any allocation can: at build, where the default makes it, rather
+    /// than later at a peak. Size `max_keys` to the machine (`idem plan` prints the
+    /// memory it takes).
     pub fn preallocate(mut self, preallocate: bool) -> Self {
         self.preallocate = preallocate;
         self
@@ -901,7 +914,7 @@ mod tests {
                 DEFAULT_MAX_RESULT_LEN,
                 false,
                 None,
-                false,
+                true,
                 SyncPolicy::default(),
                 FailurePolicy::default(),
                 ClaimMarkers::default(),
@@ -911,7 +924,7 @@ mod tests {
             .max_result_len(7)
             .extend_on_duplicate(true)
             .shards(12)
-            .preallocate(true)
+            .preallocate(false)
             .sync(SyncPolicy::Periodic(Duration::from_millis(250)))
             .on_store_error(FailurePolicy::FailOpen)
             .claim_markers(ClaimMarkers::Immediate);
@@ -929,7 +942,7 @@ mod tests {
                 7,
                 true,
                 Some(12),
-                true,
+                false,
                 SyncPolicy::Periodic(Duration::from_millis(250)),
                 FailurePolicy::FailOpen,
                 ClaimMarkers::Immediate,

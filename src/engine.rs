@@ -368,6 +368,11 @@ impl Engine {
         // families): every namespace's indexes reserved together, as they are then
         // allocated, and its slab made here.
         let mut slabs = HashMap::new();
+        if b.namespaces.iter().any(|(_, c)| c.preallocate) {
+            let limit = crate::MemoryLimit::of_this_process()
+                .map(|m| usize::try_from(m.available()).unwrap_or(usize::MAX));
+            preallocations_fit(&b.namespaces, limit)?;
+        }
         {
             let mut held = crate::hot::index::Reserved::default();
             for (name, cfg) in &b.namespaces {
@@ -5447,6 +5452,59 @@ mod tests {
     /// (`Slab::wants_spare`): up to two chunks a lane over the slab's share, of
     /// which the build makes one. One thread uses one lane of each shard, so the
     /// other lane's chunk covers the second.
+    /// What a preallocated namespace is counted to make at build is what its build
+    /// makes: the hot tier's bytes, less the engine's few fixed parts.
+    #[test]
+    fn the_bytes_a_preallocation_is_counted_to_make_are_what_the_build_makes() {
+        for (max_keys, shards) in [(100_000, None), (40_000, Some(8)), (3_000, Some(1))] {
+            let mut cfg = crate::NamespaceConfig::new().max_keys(max_keys);
+            if let Some(s) = shards {
+                cfg = cfg.shards(s);
+            }
+            let counted = super::preallocated_bytes(&cfg).unwrap() as u64;
+            let (engine, _ns, _clock) = manual(cfg);
+            let made = engine.stats().hot_bytes;
+            assert!(
+                made >= counted && made - counted < counted / 20,
+                "{max_keys} keys: made {made}, counted {counted}"
+            );
+        }
+    }
+
+    /// The preallocations of a build are summed against the memory the process may
+    /// use, and the namespace that takes the sum past it is named; a namespace that
+    /// is not preallocated, or an unknown limit, adds nothing.
+    #[test]
+    fn preallocations_past_the_process_memory_are_refused_naming_the_namespace() {
+        let cfg = crate::NamespaceConfig::new().max_keys(100_000);
+        let one = super::preallocated_bytes(&cfg).unwrap();
+        let nss = vec![
+            ("a".to_owned(), cfg.clone()),
+            ("lazy".to_owned(), cfg.clone().preallocate(false)),
+            ("b".to_owned(), cfg.clone()),
+        ];
+        assert!(super::preallocations_fit(&nss, Some(2 * one)).is_ok());
+        assert!(super::preallocations_fit(&nss, None).is_ok());
+        match super::preallocations_fit(&nss, Some(2 * one - 1)) {
+            Err(crate::Error::OutOfMemory { namespace, what }) => {
+                assert_eq!(namespace, "b");
+                assert!(what.contains("preallocate(false)"), "{what}");
+            }
+            other => panic!("{other:?}"),
+        }
+        match super::preallocations_fit(&nss[..1], Some(one - 1)) {
+            Err(crate::Error::OutOfMemory { namespace, .. }) => assert_eq!(namespace, "a"),
+            other => panic!("{other:?}"),
+        }
+        // The largest namespace: a slab of 56 GiB and an index of 16 GiB.
+        let huge = vec![(
+            "h".to_owned(),
+            crate::NamespaceConfig::new().max_keys(crate::MAX_KEYS_LIMIT),
+        )];
+        assert!(super::preallocations_fit(&huge, Some(72 << 30)).is_ok());
+        assert!(super::preallocations_fit(&huge, Some(64 << 30)).is_err());
+    }
+
     #[test]
     fn a_fill_of_a_preallocated_namespace_makes_no_chunk_on_one_thread_and_few_on_two() {
         for threads in [1_u32, 2] {
@@ -5497,7 +5555,12 @@ mod tests {
         // 1,000 keys in 32 shards: 32 each, 4 buckets (room for 42).
         let small = super::Engine::builder()
             .maintenance_interval(None)
-            .namespace("n", crate::NamespaceConfig::new().max_keys(1_000))
+            .namespace(
+                "n",
+                crate::NamespaceConfig::new()
+                    .max_keys(1_000)
+                    .preallocate(false),
+            )
             .build()
             .unwrap();
         let ns = small.namespace("n").unwrap();
@@ -5536,7 +5599,8 @@ mod tests {
     }
 
     /// Claims and completes fresh keys `k0`, `k1`, ... of a single-shard namespace
-    /// of `max_keys` (no maintenance thread), up to a count given to `fill_to`.
+    /// of `max_keys` that grows as keys arrive (not preallocated; no maintenance
+    /// thread), up to a count given to `fill_to`.
     struct Filler {
         engine: super::Engine,
         ns: super::Namespace,
@@ -5554,7 +5618,10 @@ mod tests {
                 .maintenance_interval(every)
                 .namespace(
                     "n",
-                    crate::NamespaceConfig::new().max_keys(max_keys).shards(1),
+                    crate::NamespaceConfig::new()
+                        .max_keys(max_keys)
+                        .shards(1)
+                        .preallocate(false),
                 )
                 .build()
                 .unwrap();
@@ -6321,6 +6388,7 @@ mod tests {
             crate::NamespaceConfig::new()
                 .max_keys(100_000)
                 .shards(1)
+                .preallocate(false)
                 .sync(crate::SyncPolicy::Never)
         };
         let complete = |ns: &super::Namespace, key: &[u8]| match ns.claim(key).unwrap() {
@@ -6379,7 +6447,11 @@ mod tests {
 
     #[test]
     fn a_spare_no_longer_needed_is_freed_by_the_maintenance_pass() {
-        let (engine, ns, clock) = one_shard(100_000);
+        let (engine, ns, clock) = one_shard_with(
+            crate::NamespaceConfig::new()
+                .max_keys(100_000)
+                .preallocate(false),
+        );
         for i in 0..SPARE_MARK {
             match ns.claim(format!("k{i}").as_bytes()).unwrap() {
                 crate::Claim::Acquired(g) => g.complete().unwrap(),
@@ -6999,6 +7071,40 @@ fn shards_and_room(cfg: &NamespaceConfig) -> (usize, usize) {
 const EARLY_ROOM: usize = 672;
 
 const _: () = assert!(crate::hot::index_capacity(64) == EARLY_ROOM);
+
+/// The bytes a preallocated namespace of `cfg` makes at build: its shards' indexes
+/// and its slab (`None` past what a count of bytes can hold).
+fn preallocated_bytes(cfg: &NamespaceConfig) -> Option<usize> {
+    let (shards, room) = shards_and_room(cfg);
+    let index = crate::hot::index::Index::bytes_for(room)?.checked_mul(shards)?;
+    let slab = Reservoir::preallocated_bytes(cfg.max_keys, shards * crate::hot::LANES)?;
+    index.checked_add(slab)
+}
+
+/// `Ok` if what the preallocated ones of `namespaces` make at build fits in `limit`
+/// bytes (the memory this process may use; `None`: unknown, so no bound); else the
+/// error naming the first namespace that takes the sum past it. Under Linux's
+/// overcommit such an allocation is granted and writing it ends the process, so it
+/// is refused before anything is made.
+fn preallocations_fit(
+    namespaces: &[(String, NamespaceConfig)],
+    limit: Option<usize>,
+) -> Result<()> {
+    let Some(limit) = limit else {
+        return Ok(());
+    };
+    let mut total: usize = 0;
+    for (name, cfg) in namespaces.iter().filter(|(_, c)| c.preallocate) {
+        total = preallocated_bytes(cfg).map_or(usize::MAX, |b| total.saturating_add(b));
+        if total > limit {
+            return Err(Error::OutOfMemory {
+                namespace: name.clone(),
+                what: "the preallocated index and slab (NamespaceConfig::preallocate): more than the memory this process may use (the machine's, or its cgroup's limit); size max_keys to the machine or set preallocate(false)",
+            });
+        }
+    }
+    Ok(())
+}
 
 fn preallocation_refused(name: &str) -> Error {
     Error::OutOfMemory {

@@ -60,6 +60,7 @@ mod durable;
 mod engine;
 mod error;
 mod hot;
+mod memory;
 mod plan;
 mod prefilter;
 mod route;
@@ -189,6 +190,7 @@ pub use engine::{
     MAX_STATE_LEN,
 };
 pub use error::{Error, KeyError, Result, StoreError};
+pub use memory::MemoryLimit;
 pub use plan::{Plan, Sizing, SizingError, SizingWarning, SMALL_NAMESPACE_KEYS};
 pub use route::Router;
 pub use stats::Stats;

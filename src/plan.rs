@@ -13,20 +13,22 @@ use crate::durable::codec::MAX_RESULT;
 
 /// Hot-tier heap bytes per resident key, all-in (entry, index share, wheel, shard
 /// overhead), for a namespace whose `max_keys` is its resident key count, keys
-/// completed without a result.
+/// completed without a result, its memory made at build (the default
+/// `NamespaceConfig::preallocate`).
 ///
 /// Measured: `cargo bench --no-default-features --bench workloads -- --n
 /// 1000000,10000000 --threads 1 --runs 1 --peers idem,idem-r64`, W1, "heap B/key" of
-/// idem (34.7 at 1 M, 34.4 at 10 M; the allocator's count, which `Stats::hot_bytes`
-/// matches to 0.1 B; memory figures repeat exactly between runs).
-const HOT_BYTES_PER_KEY: f64 = 34.6;
+/// idem (36.04 at 1 M, 34.65 at 10 M, 2026-12-08; the allocator's count, which
+/// `Stats::hot_bytes` matches to 0.1 B; memory figures repeat exactly between runs).
+/// Made as keys arrive (`idem-grow`), 35.6 and 34.6.
+const HOT_BYTES_PER_KEY: f64 = 35.3;
 
 /// Hot-tier heap bytes per key that a stored result adds besides its own bytes: the
 /// key's slot in its shard's column of results (16 bytes) and the result's
 /// allocation header.
 ///
 /// Measured by the same command: idem-r64's "heap B/key" minus idem's, minus 64
-/// (131.55 - 35.42 - 64 at 1 M; 130.54 - 34.47 - 64 at 10 M; 2026-12-06, 23:38 UTC).
+/// (132.24 - 36.04 - 64 at 1 M; 130.70 - 34.65 - 64 at 10 M; 2026-12-08).
 const RESULT_OVERHEAD_PER_KEY: f64 = 32.1;
 
 /// Hot-tier heap bytes a sliding window (`NamespaceConfig::extend_on_duplicate`) adds
@@ -464,8 +466,9 @@ pub enum SizingWarning {
 /// Below this many resident keys the plan warns that the hot tier's per-key figure,
 /// a large full namespace's, is under what a key costs
 /// ([`SizingWarning::SmallNamespace`]): full namespaces of 1,000, 10,000, 100,000 and
-/// 1,000,000 keys measured 541, 111, 41 and 35.1 bytes a key against the figure's
-/// 34.6 (BENCHMARKS.md, 2026-12-06, "hot-tier bytes a key in small namespaces").
+/// 1,000,000 keys measured 1,088, 241, 47.4 and 36.0 bytes a key against the
+/// figure's 35.3, their memory made at build (599, 122, 41.8 and 35.4 made as keys
+/// arrive; BENCHMARKS.md, 2026-12-08).
 pub const SMALL_NAMESPACE_KEYS: u64 = 1_000_000;
 
 impl fmt::Display for SizingWarning {
@@ -498,7 +501,7 @@ impl fmt::Display for SizingWarning {
             ),
             SizingWarning::SmallNamespace { keys } => write!(
                 f,
-                "{keys} resident keys is below {SMALL_NAMESPACE_KEYS}: a namespace's fixed costs (each shard's first slab chunk and index) add to the hot tier's per-key figure, so its total is a floor (full namespaces of 1,000, 10,000 and 100,000 keys took about 540, 110 and 41 bytes a key): read `Stats::bytes_per_key` of a live engine"
+                "{keys} resident keys is below {SMALL_NAMESPACE_KEYS}: a namespace's fixed costs (each shard's first slab chunks and index) add to the hot tier's per-key figure, so its total is a floor (full namespaces of 1,000, 10,000 and 100,000 keys took about 1,090, 240 and 47 bytes a key, their memory made at build; 600, 120 and 42 with preallocate(false)): read `Stats::bytes_per_key` of a live engine"
             ),
         }
     }

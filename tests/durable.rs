@@ -223,9 +223,14 @@ fn numbered(n: usize) -> Vec<Vec<u8>> {
 }
 
 /// The namespace of [`read_back_within_the_ttl`]: TTL 60 s, retention 1 h, one shard
-/// (the keys fill whole chunks of entries rather than one each of many).
+/// (the keys fill whole chunks of entries rather than one each of many), its memory
+/// made as keys arrive (what the keys take is what the test compares).
 fn read_back_cfg() -> NamespaceConfig {
-    small().retention(secs(3600)).shards(1).max_keys(4_096)
+    small()
+        .retention(secs(3600))
+        .shards(1)
+        .max_keys(4_096)
+        .preallocate(false)
 }
 
 /// On engines with ticks of `tick_ms` ms: completes `keys` at `T0 + 1234`, restarts,

@@ -7,7 +7,7 @@
 pub const PEERS: [&str; 12] = [
     "idem",
     "idem-aff",
-    "idem-pre",
+    "idem-grow",
     "idem-b64",
     "floor",
     "dashmap",

@@ -193,7 +193,10 @@ pub(crate) fn open_with(
                     .ttl(Duration::from_secs(3600))
                     .lease(Duration::from_millis(lease_ms))
                     .sync(sync)
-                    .max_keys(4_000_000),
+                    // A bound above any stream it is given, not a size: its memory
+                    // is made as keys arrive, not 4 M keys' worth at every start.
+                    .max_keys(4_000_000)
+                    .preallocate(false),
             ),
         )
         .state_family("ledger")

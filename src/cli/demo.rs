@@ -188,7 +188,9 @@ fn demo(o: &Options) -> Result<ExitCode, String> {
             NamespaceConfig::new()
                 .ttl(Duration::from_secs(3600))
                 .lease(Duration::from_secs(30))
-                .max_keys((o.messages as usize).saturating_mul(2).max(1024)),
+                // The stream's keys are 0..messages: the exact bound, as a plan
+                // sizes it (its memory is made at build).
+                .max_keys((o.messages as usize).max(1024)),
         )
         .build()
         .map_err(|e| e.to_string())?;

@@ -7,7 +7,7 @@ use std::fmt;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use idem::{Plan, Sizing, SizingError, MAX_PREFILTER_FPR, MIN_PREFILTER_FPR};
+use idem::{MemoryLimit, Plan, Sizing, SizingError, MAX_PREFILTER_FPR, MIN_PREFILTER_FPR};
 
 use super::grouped;
 
@@ -226,99 +226,6 @@ impl Options {
     }
 }
 
-/// This machine's memory in bytes, from `/proc/meminfo` (`None` where unreadable).
-fn machine_memory() -> Option<u64> {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()?
-        .lines()
-        .find_map(|l| {
-            let kb: u64 = l
-                .strip_prefix("MemTotal:")?
-                .trim()
-                .strip_suffix("kB")?
-                .trim()
-                .parse()
-                .ok()?;
-            Some(kb * 1024)
-        })
-}
-
-/// The memory this process may use: the machine's, or less where its cgroup sets a
-/// lower limit (a container's).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Memory {
-    /// The machine's memory, bytes.
-    pub(crate) machine: u64,
-    /// The cgroup's limit, bytes, where it is below the machine's memory.
-    pub(crate) limit: Option<u64>,
-}
-
-impl Memory {
-    /// What the process may use.
-    pub(crate) fn available(&self) -> u64 {
-        self.limit.unwrap_or(self.machine)
-    }
-}
-
-/// The memory this process may use, from `/proc/meminfo` and its cgroup's limit
-/// (`None` where the machine's memory is unreadable).
-pub(crate) fn memory() -> Option<Memory> {
-    let machine = machine_memory()?;
-    let read = |path: &str| std::fs::read_to_string(path).ok();
-    let limit = read("/proc/self/cgroup")
-        .and_then(|own| cgroup_limit(&own, read))
-        .filter(|&l| l < machine);
-    Some(Memory { machine, limit })
-}
-
-/// The memory limit of the cgroup that `/proc/self/cgroup` (`own`) names, read with
-/// `read`; `None`: no limit, or nothing readable.
-///
-/// * cgroup v2: the lowest `memory.max` of the process's group and every group above
-///   it up to the mount's root (a limit on an enclosing slice binds too; "max" is
-///   none). Inside a container the mount's root is the container's own group.
-/// * cgroup v1: `hierarchical_memory_limit` of the group's `memory.stat` (the lowest
-///   limit on the way up), else its `memory.limit_in_bytes`; at the mount's root where
-///   the group's own directory is not mounted.
-///
-/// A limit of 0 is not one a process could run under, and is ignored.
-fn cgroup_limit(own: &str, read: impl Fn(&str) -> Option<String>) -> Option<u64> {
-    let number = |v: &str| v.trim().parse::<u64>().ok().filter(|&n| n > 0);
-    let mut limits = Vec::new();
-    for line in own.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
-        else {
-            continue;
-        };
-        let mut path = path.trim_end_matches('/');
-        if controllers.is_empty() {
-            loop {
-                if let Some(v) = read(&format!("/sys/fs/cgroup{path}/memory.max")) {
-                    limits.extend(number(&v));
-                }
-                match path.rfind('/') {
-                    Some(i) => path = &path[..i],
-                    None => break,
-                }
-            }
-        } else if controllers.split(',').any(|c| c == "memory") {
-            let v1 = [path, ""].into_iter().find_map(|dir| {
-                let base = format!("/sys/fs/cgroup/memory{dir}");
-                let stat = read(&format!("{base}/memory.stat")).and_then(|st| {
-                    st.lines()
-                        .find_map(|l| number(l.strip_prefix("hierarchical_memory_limit ")?))
-                });
-                stat.or_else(|| {
-                    read(&format!("{base}/memory.limit_in_bytes")).and_then(|v| number(&v))
-                })
-            });
-            limits.extend(v1);
-        }
-    }
-    limits.into_iter().min()
-}
-
 /// Bytes in binary units with three significant figures: "1.41 GiB".
 pub(crate) fn bytes(b: u64) -> String {
     idem::Plan::format_bytes(b)
@@ -341,7 +248,7 @@ fn short(d: Duration) -> String {
 }
 
 /// The plan as printed by `idem plan`.
-pub(crate) fn render(o: &Options, plan: &Plan, memory: Option<Memory>) -> String {
+pub(crate) fn render(o: &Options, plan: &Plan, memory: Option<MemoryLimit>) -> String {
     let mut out = String::new();
     let retention = match &o.retention {
         Some(r) => r.clone(),
@@ -456,7 +363,7 @@ pub(crate) fn render(o: &Options, plan: &Plan, memory: Option<Memory>) -> String
     );
     out += "- the durable figure counts compacted SST files, not the write-ahead log or unflushed memtables\n";
     out += "- max_keys is the completed keys at peak (rate x TTL): a memory-only namespace also holds its claims in flight, so give it rate x the longest handling time more (a durable one makes room by evicting completed keys its store answers for)\n";
-    out += "- the hot tier takes its memory as keys arrive, up to the figure above at peak; .preallocate(true) takes (and writes) it all at build instead, so a burst of new keys after a start allocates nothing and first touches no page, at the price of holding the peak's memory from the start\n";
+    out += "- the hot tier takes (and writes) the figure above when the engine is built, so a burst of new keys after a start allocates nothing and first touches no page; .preallocate(false) takes it as keys arrive instead, holding only what the keys present need, at the price of that work during the burst\n";
     if plan.result_bytes > 0 {
         out += "- Redis with a stored result: its bytes are added to the measured per-key figure, a lower bound\n";
     }
@@ -497,7 +404,7 @@ fn journal_basis(namespaces: u64) -> String {
 pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
     let o = Options::parse(args).map_err(|e| e.to_string())?;
     let plan = o.sizing.plan().map_err(|e| format!("plan: {e}"))?;
-    out!("{}", render(&o, &plan, memory()));
+    out!("{}", render(&o, &plan, MemoryLimit::of_this_process()));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -721,75 +628,19 @@ mod tests {
             .contains("24h"));
     }
 
-    fn machine_of(bytes: u64) -> Memory {
-        Memory {
+    fn machine_of(bytes: u64) -> MemoryLimit {
+        MemoryLimit {
             machine: bytes,
             limit: None,
         }
     }
 
     #[test]
-    fn a_cgroups_memory_limit_is_read_where_the_process_belongs() {
-        fn files(list: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
-            move |path: &str| {
-                list.iter()
-                    .find(|(p, _)| *p == path)
-                    .map(|(_, v)| v.to_string())
-            }
-        }
-        // v2: the lowest limit from the process's own group up to the mount's root;
-        // "max" is no limit, and neither is 0.
-        let v2 = "0::/system.slice/app.service\n";
-        let own = &[(
-            "/sys/fs/cgroup/system.slice/app.service/memory.max",
-            "2147483648\n",
-        )];
-        assert_eq!(cgroup_limit(v2, files(own)), Some(1 << 31));
-        let above = &[
-            (
-                "/sys/fs/cgroup/system.slice/app.service/memory.max",
-                "max\n",
-            ),
-            ("/sys/fs/cgroup/system.slice/memory.max", "1073741824\n"),
-        ];
-        assert_eq!(cgroup_limit(v2, files(above)), Some(1 << 30));
-        let root = &[("/sys/fs/cgroup/memory.max", "1073741824\n")];
-        assert_eq!(cgroup_limit(v2, files(root)), Some(1 << 30));
-        let none = &[
-            (
-                "/sys/fs/cgroup/system.slice/app.service/memory.max",
-                "max\n",
-            ),
-            ("/sys/fs/cgroup/system.slice/memory.max", "0\n"),
-        ];
-        assert_eq!(cgroup_limit(v2, files(none)), None);
-        // v1: the memory controller's line, whatever its place among the others; the
-        // hierarchical limit of its statistics first.
-        let v1 = "5:cpu,cpuacct:/\n4:memory:/docker/abc\n0::/\n";
-        let own = &[(
-            "/sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes",
-            "536870912",
-        )];
-        assert_eq!(cgroup_limit(v1, files(own)), Some(1 << 29));
-        let stat = &[
-            (
-                "/sys/fs/cgroup/memory/docker/abc/memory.stat",
-                "cache 0\nhierarchical_memory_limit 268435456\nrss 0\n",
-            ),
-            (
-                "/sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes",
-                "536870912",
-            ),
-        ];
-        assert_eq!(cgroup_limit(v1, files(stat)), Some(1 << 28));
-        let root = &[("/sys/fs/cgroup/memory/memory.limit_in_bytes", "536870912")];
-        assert_eq!(cgroup_limit(v1, files(root)), Some(1 << 29));
-        assert_eq!(cgroup_limit(v1, files(&[])), None);
-
+    fn a_cgroups_limit_below_the_machines_memory_is_what_the_plan_is_checked_against() {
         // A limit below the machine's memory is what the plan is checked against.
         let o = Options::parse(&args(&["--rate", "500/s", "--ttl", "24h"])).unwrap();
         let p = o.sizing.plan().unwrap();
-        let limited = Memory {
+        let limited = MemoryLimit {
             machine: 64 << 30,
             limit: Some(1 << 30),
         };
@@ -838,10 +689,12 @@ mod tests {
         let text = render(&o, &o.sizing.plan().unwrap(), None);
         let note = text
             .lines()
-            .find(|l| l.contains(".preallocate(true)"))
+            .find(|l| l.contains(".preallocate(false)"))
             .unwrap_or_else(|| panic!("{text}"));
-        assert!(note.starts_with("- the hot tier takes its memory as keys arrive"));
-        assert!(note.contains("at build"), "{note}");
+        assert!(note.starts_with(
+            "- the hot tier takes (and writes) the figure above when the engine is built"
+        ));
+        assert!(note.contains("as keys arrive"), "{note}");
     }
 
     #[test]

@@ -733,12 +733,24 @@ impl Index {
         true
     }
 
-    /// The buckets for `entries`, reserved (empty), and how many there are to be.
-    fn reserve_room(entries: usize) -> Option<(Vec<Bucket>, usize)> {
+    /// The bytes of the buckets an index made with room for `entries` holds
+    /// (`None` past what a count of bytes can hold).
+    pub(crate) fn bytes_for(entries: usize) -> Option<usize> {
+        Self::buckets_for(entries)?.checked_mul(std::mem::size_of::<Bucket>())
+    }
+
+    /// The bucket count an index made with room for `entries` has.
+    fn buckets_for(entries: usize) -> Option<usize> {
         let mut n: usize = 1;
         while n.checked_mul(SLOTS * LOAD_NUM)? / LOAD_DEN < entries {
             n = n.checked_mul(2)?;
         }
+        Some(n)
+    }
+
+    /// The buckets for `entries`, reserved (empty), and how many there are to be.
+    fn reserve_room(entries: usize) -> Option<(Vec<Bucket>, usize)> {
+        let n = Self::buckets_for(entries)?;
         let mut buckets = Vec::new();
         buckets.try_reserve_exact(n).ok()?;
         Some((buckets, n))

@@ -794,7 +794,12 @@ impl EngineBuilder {
         self
     }
 
-    /// Validates the configuration and starts the engine.
+    /// Validates the configuration and starts the engine. Memory the configuration
+    /// takes up front (each namespace's preallocated index and slab, the default;
+    /// a durable namespace's prefilter) is made here, and refused with
+    /// [`Error::OutOfMemory`] where the allocator will not give it, or where the
+    /// namespaces' preallocations together pass the memory the process may use
+    /// ([`MemoryLimit`](crate::MemoryLimit)), before anything is made or opened.
     pub fn build(self) -> Result<Engine> {
         let tick_ms = self.tick.as_millis();
         if tick_ms == 0 || tick_ms > 60_000 {

@@ -235,7 +235,10 @@ pub enum Error {
     InvalidLease(&'static str),
     /// Memory that the configuration takes up front could not be allocated (a
     /// preallocated index or slab, or a prefilter's filter, larger than the allocator
-    /// grants). Nothing was started and no directory was opened.
+    /// grants), or the namespaces' preallocated indexes and slabs together would
+    /// take more than the memory the process may use
+    /// ([`MemoryLimit`](crate::MemoryLimit)). Nothing was started and no directory
+    /// was opened.
     OutOfMemory {
         /// The namespace concerned.
         namespace: String,

@@ -480,6 +480,15 @@ impl Reservoir {
         }
     }
 
+    /// The bytes [`Reservoir::preallocated`] makes for `max_keys` keys and `lanes`
+    /// lanes (`None` past what a count of bytes can hold).
+    pub(crate) fn preallocated_bytes(max_keys: usize, lanes: usize) -> Option<usize> {
+        max_keys
+            .div_ceil(CHUNK)
+            .checked_add(lanes)?
+            .checked_mul(CHUNK * std::mem::size_of::<Entry>())
+    }
+
     /// The reservoir of a preallocated namespace of at most `max_keys` keys
     /// (`NamespaceConfig::preallocate`) whose shards have `lanes` lanes in all:
     /// stocked at once with the chunks of its full slab (`max_keys / CHUNK`, rounded
@@ -492,15 +501,6 @@ impl Reservoir {
     /// of the slab, in a one-thread fill of 1 M keys over 48 shards: a single thread
     /// leaves one lane of each shard unused, with the chunk stocked for it). `None`
     /// if the allocator refuses any of it (what was made is freed).
-    /// The bytes [`Reservoir::preallocated`] makes for `max_keys` keys and `lanes`
-    /// lanes (`None` past what a count of bytes can hold).
-    pub(crate) fn preallocated_bytes(max_keys: usize, lanes: usize) -> Option<usize> {
-        max_keys
-            .div_ceil(CHUNK)
-            .checked_add(lanes)?
-            .checked_mul(CHUNK * std::mem::size_of::<Entry>())
-    }
-
     pub(crate) fn preallocated(max_keys: usize, lanes: usize) -> Option<Self> {
         let r = Reservoir {
             preallocated: true,

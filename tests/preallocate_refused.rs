@@ -18,13 +18,19 @@ fn preallocated(max_keys: usize) -> NamespaceConfig {
         .expected_keys(1_000)
 }
 
-#[test]
-fn a_refused_preallocation_leaves_the_database_as_it_was() {
+/// Lowers this process's address-space limit to 4 GiB, so that the allocator refuses
+/// a larger request (under overcommit it would grant it).
+fn address_space_of_4_gib() {
     let limit = libc::rlimit {
         rlim_cur: 4 << 30,
         rlim_max: libc::RLIM_INFINITY,
     };
     assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &limit) }, 0);
+}
+
+#[test]
+fn a_refused_preallocation_leaves_the_database_as_it_was() {
+    address_space_of_4_gib();
     // One index of 2^28 buckets (16 GiB); two of 2^25 (2 GiB each), which fit one
     // at a time but not together.
     let cases: [&[(&str, NamespaceConfig)]; 2] = [
@@ -74,11 +80,7 @@ fn a_refused_preallocation_leaves_the_database_as_it_was() {
 /// allocator refuse.
 #[test]
 fn preallocations_past_the_process_memory_are_refused_before_any_is_made() {
-    let limit = libc::rlimit {
-        rlim_cur: 4 << 30,
-        rlim_max: libc::RLIM_INFINITY,
-    };
-    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &limit) }, 0);
+    address_space_of_4_gib();
     let available = MemoryLimit::of_this_process()
         .expect("Linux reports its memory")
         .available();
